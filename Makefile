@@ -1,0 +1,56 @@
+# The two commands a new engineer needs: `make run` and `make test`. Both set everything up on a
+# fresh machine with only Python >= 3.11 and make: a .venv from requirements.txt, a project-local
+# Postgres and Redis under .run/ (scripts/devservices.py), and the database schema.
+#
+# Overrides: PYTHON (interpreter for the venv), PORT (API/admin, default 8000), EMULATOR_PORT
+# (provider emulator, default 8900), DATABASE_URL / REDIS_URL (use your own servers instead).
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cksum < requirements.txt | cut -d' ' -f1)
+PORT ?= 8000
+export PORT
+
+.PHONY: run test test-fast stop setup services migrate lint clean
+
+$(STAMP): requirements.txt
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is needed (set PYTHON=python3.11)")'
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+setup: $(STAMP)
+
+services: setup
+	@$(PY) scripts/devservices.py up
+
+migrate: services
+	@$(PY) manage.py migrate --noinput -v 0
+
+## run: set up, then start the API/admin, emulator, workers and beat in the foreground (Ctrl-C stops all)
+run: migrate
+	@$(PY) manage.py check
+	@echo "API and admin: http://127.0.0.1:$(PORT)/  (docs: /api/docs/, admin: /admin/)"
+	@echo "Provider emulator: http://127.0.0.1:$${EMULATOR_PORT:-8900}/_emulator/messages"
+	$(VENV)/bin/honcho start -f Procfile -p $(PORT)
+
+## test: set up, then run the whole test suite (unit + end-to-end with real processes)
+test: migrate
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest
+
+## test-fast: only the tests that need no worker processes
+test-fast: migrate
+	$(PY) -m pytest -m "not e2e"
+
+## stop: stop the project-local Postgres and Redis
+stop:
+	@test -x $(PY) && $(PY) scripts/devservices.py down || true
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+clean: stop
+	rm -rf .run

@@ -1,0 +1,1 @@
+"""Campaigns, segments and fan-out: built in the campaigns issue (DESIGN.md §7)."""

@@ -1,0 +1,46 @@
+"""The Celery app: Redis broker, one queue per priority tier and channel (DESIGN.md §6).
+
+Queues: ``high.sms``, ``high.email``, ``high.push`` (consumed only by the high-tier worker),
+``standard.sms``, ``standard.email``, ``standard.push``, ``fanout`` and ``maintenance``.
+
+Every queue is published through the anonymous (default) exchange, routing key = queue name. With
+kombu's Redis transport that path needs no ``_kombu.binding.*`` keys, so a ``FLUSHALL`` (or a Redis
+restart without persistence) cannot turn later publishes into silently dropped messages.
+"""
+
+import os
+
+from celery import Celery
+from celery.signals import worker_process_init
+from kombu import Exchange, Queue
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+app = Celery("notify")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+
+CHANNELS = ("sms", "email", "push")
+TIERS = ("high", "standard")
+SEND_QUEUES = tuple(f"{tier}.{channel}" for tier in TIERS for channel in CHANNELS)
+ALL_QUEUES = (*SEND_QUEUES, "fanout", "maintenance")
+
+_default_exchange = Exchange("", type="direct")
+app.conf.task_queues = [Queue(name, _default_exchange, routing_key=name) for name in ALL_QUEUES]
+app.conf.task_default_queue = "maintenance"
+app.conf.task_default_exchange = ""
+app.conf.task_default_routing_key = "maintenance"
+app.conf.task_create_missing_queues = False
+
+app.autodiscover_tasks(["notifications", "campaigns"])
+
+
+@worker_process_init.connect
+def _reset_after_fork(**_kwargs):
+    """Provider SDK clients and DB connections must not be shared across a fork."""
+    from django.db import connections
+
+    for conn in connections.all(initialized_only=True):
+        conn.close()
+    from providers.registry import reset_backends
+
+    reset_backends()

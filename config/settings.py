@@ -1,0 +1,293 @@
+"""Settings: 12-factor, environment first.
+
+Order of precedence for every value: the process environment, then ``.run/env`` (written by
+``scripts/devservices.py`` with the URLs of the project-local Postgres and Redis), then the default
+below. Production must set ``SECRET_KEY``, ``DATABASE_URL``, ``REDIS_URL``, ``ALLOWED_HOSTS`` and the
+provider credentials; with no provider credentials the platform talks to the local provider
+emulator (``providers/emulator``), which is what ``make run`` and the tests use.
+"""
+
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+RUN_DIR = BASE_DIR / ".run"
+
+env = environ.Env()
+if (RUN_DIR / "env").exists():
+    # read_env never overrides a variable already set in the process environment.
+    environ.Env.read_env(str(RUN_DIR / "env"))
+
+DEBUG = env.bool("DEBUG", default=False)
+# No default: production must set it; `make run`/`make test` get a random one in `.run/env`.
+SECRET_KEY = env("SECRET_KEY")
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "testserver"])
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework_api_key",
+    "drf_spectacular",
+    "django_celery_beat",
+    "preferences",
+    "notifications",
+    "campaigns",
+    "providers",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+WSGI_APPLICATION = "config.wsgi.application"
+
+DATABASES = {"default": env.db("DATABASE_URL", default="postgres://postgres@127.0.0.1:55432/app")}
+DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=60)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+DATABASES["default"].setdefault("TEST", {})["NAME"] = env("TEST_DATABASE_NAME", default="test_app")
+
+REDIS_URL = env("REDIS_URL", default="redis://127.0.0.1:56379/0")
+
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "cache",
+        "OPTIONS": {"socket_timeout": 1, "socket_connect_timeout": 1},
+    }
+}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / ".run" / "static"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- REST API ---------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["notifications.api.auth.ApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["notifications.api.auth.IsApiClient"],
+    "DEFAULT_THROTTLE_CLASSES": ["notifications.api.throttling.ApiClientRateThrottle"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "notifications.api.errors.exception_handler",
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "UNAUTHENTICATED_USER": None,
+}
+API_KEY_CUSTOM_HEADER = None
+# Per-client rate limit when the client row has none (DRF rate syntax: "<n>/<second|minute|hour>").
+API_DEFAULT_RATE_LIMIT = env("API_DEFAULT_RATE_LIMIT", default="6000/min")
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Notification platform API",
+    "DESCRIPTION": (
+        "Send one notification to one user by SMS, email or push, now or later; manage recipients, "
+        "their preferences and devices. Authenticate with `Authorization: Api-Key <key>`."
+    ),
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "SERVE_AUTHENTICATION": [],
+    "COMPONENT_SPLIT_REQUEST": True,
+    "APPEND_COMPONENTS": {
+        "securitySchemes": {
+            "ApiKeyAuth": {"type": "apiKey", "in": "header", "name": "Authorization",
+                           "description": "`Api-Key <key>`"}
+        }
+    },
+    "SECURITY": [{"ApiKeyAuth": []}],
+}
+
+# --- Celery -------------------------------------------------------------------------------------
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", default=REDIS_URL)
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Long delays live in Postgres (scheduled rows, released by the scheduler), never in ETAs, so the
+# Redis visibility timeout only matters for the few-second countdowns; keep it short and safe.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=3600),
+    "socket_timeout": 5,
+    "socket_connect_timeout": 5,
+}
+# Publishing must not hang a request when Redis is down: the row is already committed and the
+# reconciler re-drives it (DESIGN.md §6), so give up fast.
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2,
+                                    "interval_max": 0.5}
+CELERY_TASK_TIME_LIMIT = 300
+CELERY_TASK_SOFT_TIME_LIMIT = 240
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_BEAT_SCHEDULE = {
+    "release-due-notifications": {
+        "task": "notifications.release_due",
+        "schedule": env.float("SCHEDULER_INTERVAL_SECONDS", default=1.0),
+        "options": {"queue": "maintenance", "expires": 5},
+    },
+    "reconcile-notifications": {
+        "task": "notifications.reconcile",
+        "schedule": env.float("RECONCILER_INTERVAL_SECONDS", default=5.0),
+        "options": {"queue": "maintenance", "expires": 10},
+    },
+}
+DJANGO_CELERY_BEAT_TZ_AWARE = True
+
+# --- Delivery pipeline --------------------------------------------------------------------------
+NOTIFY = {
+    # A claimed row is re-driven by the reconciler once its lease (seconds) has run out.
+    "LEASE_SECONDS": env.int("LEASE_SECONDS", default=60),
+    # A `queued` row whose broker message has not been consumed after this long (seconds) is
+    # enqueued again (the broker may have lost it: Redis flushed or restarted).
+    "QUEUED_STALE_SECONDS": env.int("QUEUED_STALE_SECONDS", default=60),
+    # Attempts per notification before it is dead-lettered, by priority tier.
+    "MAX_ATTEMPTS": {"high": env.int("MAX_ATTEMPTS_HIGH", default=5),
+                     "standard": env.int("MAX_ATTEMPTS_STANDARD", default=8)},
+    # Exponential backoff with full jitter: uniform(0, min(cap, base * 2**(attempt-1))) seconds.
+    "BACKOFF_BASE_SECONDS": {"high": env.float("BACKOFF_BASE_HIGH", default=1.0),
+                             "standard": env.float("BACKOFF_BASE_STANDARD", default=10.0)},
+    "BACKOFF_CAP_SECONDS": {"high": env.float("BACKOFF_CAP_HIGH", default=30.0),
+                            "standard": env.float("BACKOFF_CAP_STANDARD", default=1800.0)},
+    # Retries due within this many seconds are sent with a short Celery countdown; longer ones go
+    # back to Postgres as `scheduled` and the scheduler releases them.
+    "MAX_COUNTDOWN_SECONDS": 5,
+    # How long the sent marker `sent:{id}` lives in Redis (seconds): 48 h per DESIGN.md §6.
+    "SENT_MARKER_TTL_SECONDS": 48 * 3600,
+    # Rows released per scheduler run.
+    "RELEASE_BATCH_SIZE": env.int("RELEASE_BATCH_SIZE", default=1000),
+    # Test-only: a file holding a clock offset in seconds (see notifications/clock.py). Unset in
+    # production.
+    "CLOCK_OFFSET_FILE": env("CLOCK_OFFSET_FILE", default=None),
+}
+
+# --- Providers ----------------------------------------------------------------------------------
+EMULATOR_URL = env("EMULATOR_URL", default=f"http://127.0.0.1:{env.int('EMULATOR_PORT', default=8900)}")
+EMULATOR_SMTP_PORT = env.int("EMULATOR_SMTP_PORT", default=8925)
+PROVIDER_TIMEOUT_SECONDS = env.float("PROVIDER_TIMEOUT_SECONDS", default=10.0)
+# The URL at which providers reach this platform's webhooks (behind a proxy: the public one).
+PUBLIC_BASE_URL = env("PUBLIC_BASE_URL", default=f"http://127.0.0.1:{env('PORT', default='8000')}")
+USING_EMULATOR = {
+    "sms": not env("TWILIO_ACCOUNT_SID", default=""),
+    "email": not env("SENDGRID_API_KEY", default="") and not env("SMTP_HOST", default=""),
+    "push": not env("FCM_CREDENTIALS", default=""),
+}
+
+
+def _providers():
+    timeout = PROVIDER_TIMEOUT_SECONDS
+    emu = EMULATOR_URL
+    twilio = {
+        "NAME": "twilio",
+        "BACKEND": "providers.twilio.backend.TwilioSmsBackend",
+        "OPTIONS": {
+            "ACCOUNT_SID": env("TWILIO_ACCOUNT_SID", default="AC" + "0" * 32),
+            "AUTH_TOKEN": env("TWILIO_AUTH_TOKEN", default="emulator-auth-token"),
+            "FROM_NUMBER": env("TWILIO_FROM_NUMBER", default="+15005550006"),
+            "BASE_URL": None if not USING_EMULATOR["sms"] else emu,
+            # Twilio status callbacks (delivery receipts); the notification id is appended as ?nid=.
+            "STATUS_CALLBACK_URL": env("TWILIO_STATUS_CALLBACK_URL",
+                                       default=f"{PUBLIC_BASE_URL}/webhooks/twilio/status"),
+            "TIMEOUT": timeout,
+        },
+    }
+    sendgrid = {
+        "NAME": "sendgrid",
+        "BACKEND": "providers.sendgrid.backend.SendGridEmailBackend",
+        "OPTIONS": {
+            "API_KEY": env("SENDGRID_API_KEY", default="SG.emulator"),
+            "FROM_EMAIL": env("EMAIL_FROM", default="notifications@example.com"),
+            "HOST": None if env("SENDGRID_API_KEY", default="") else emu,
+            "TIMEOUT": timeout,
+        },
+    }
+    smtp = {
+        "NAME": "smtp",
+        "BACKEND": "providers.smtp.backend.SmtpEmailBackend",
+        "OPTIONS": {
+            "HOST": env("SMTP_HOST", default="127.0.0.1"),
+            "PORT": env.int("SMTP_PORT", default=EMULATOR_SMTP_PORT),
+            "USE_TLS": env.bool("SMTP_USE_TLS", default=False),
+            "USERNAME": env("SMTP_USERNAME", default=""),
+            "PASSWORD": env("SMTP_PASSWORD", default=""),
+            "FROM_EMAIL": env("EMAIL_FROM", default="notifications@example.com"),
+            "TIMEOUT": timeout,
+        },
+    }
+    fcm = {
+        "NAME": "fcm",
+        "BACKEND": "providers.fcm.backend.FcmPushBackend",
+        "OPTIONS": {
+            "PROJECT_ID": env("FCM_PROJECT_ID", default="emulator-project"),
+            "CREDENTIALS": env("FCM_CREDENTIALS", default=None),
+            "FCM_URL": None if not USING_EMULATOR["push"] else emu + "/v1/projects/{0}/messages:send",
+            "TOKEN_URI": emu + "/token",
+            "TIMEOUT": timeout,
+        },
+    }
+    by_name = {"twilio": twilio, "sendgrid": sendgrid, "smtp": smtp, "fcm": fcm}
+    order = {
+        "sms": env.list("SMS_PROVIDERS", default=["twilio"]),
+        "email": env.list("EMAIL_PROVIDERS", default=["sendgrid", "smtp"]),
+        "push": env.list("PUSH_PROVIDERS", default=["fcm"]),
+    }
+    return {channel: [by_name[n] for n in names] for channel, names in order.items()}
+
+
+# Ordered provider list per channel: the first is the primary (DESIGN.md §8 provider router).
+PROVIDERS = _providers()
+
+# --- Logging ------------------------------------------------------------------------------------
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env("LOG_LEVEL", default="INFO")},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        "celery": {"level": "WARNING"},
+        "twilio.http_client": {"level": "WARNING"},
+    },
+}

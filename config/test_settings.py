@@ -1,0 +1,9 @@
+"""Settings for the pytest process: the project settings, with Redis on database 1 so tests never
+touch the keys of a `make run` stack sharing the same project-local Redis server."""
+
+from config.settings import *  # noqa: F403
+from config.settings import REDIS_URL as _BASE_REDIS_URL
+
+REDIS_URL = _BASE_REDIS_URL.rsplit("/", 1)[0] + "/1"
+CELERY_BROKER_URL = REDIS_URL
+CACHES["default"]["LOCATION"] = REDIS_URL  # noqa: F405

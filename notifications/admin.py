@@ -1,0 +1,129 @@
+"""Support view of notifications: find one, see its status, reason and whole timeline.
+
+Content marked ``sensitive`` (OTP codes) is never rendered here. Notifications are read-only: the
+admin is for looking, the API and the pipeline for changing.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.contrib import admin
+from django.utils.html import format_html
+from rest_framework_api_key.admin import APIKeyModelAdmin
+
+from notifications.models import APIClient, DeliveryAttempt, DeliveryEvent, Notification
+
+HIDDEN = "•••• (sensitive: hidden)"
+
+
+class ReadOnlyInline(admin.TabularInline):
+    extra = 0
+    can_delete = False
+    show_change_link = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+class EventInline(ReadOnlyInline):
+    model = DeliveryEvent
+    fields = ["created_at", "kind", "status", "reason", "detail"]
+    readonly_fields = fields
+    verbose_name_plural = "Timeline (state changes, receipts)"
+
+
+class AttemptInline(ReadOnlyInline):
+    model = DeliveryAttempt
+    fields = ["created_at", "number", "provider", "device", "outcome", "error_code", "error_message",
+              "http_status", "latency_ms", "provider_message_id"]
+    readonly_fields = fields
+    verbose_name_plural = "Provider calls"
+
+
+@admin.register(Notification)
+class NotificationAdmin(admin.ModelAdmin):
+    list_display = ["id", "recipient_id", "channel", "priority", "category", "colored_status", "reason",
+                    "created_at", "sent_at"]
+    list_filter = ["status", "channel", "priority", "reason", ("created_at", admin.DateFieldListFilter)]
+    search_fields = ["recipient__user_id", "recipient__email", "recipient__phone", "idempotency_key",
+                     "provider_message_id"]
+    search_help_text = "User id, email, phone (E.164), idempotency key, provider message id or notification id."
+    date_hierarchy = None
+    ordering = ["-created_at"]
+    list_select_related = ["recipient"]
+    show_full_result_count = False
+    inlines = [EventInline, AttemptInline]
+    readonly_fields = ["id", "client", "idempotency_key", "recipient_link", "channel", "priority", "category",
+                       "status", "reason", "reason_detail", "shown_title", "shown_body", "shown_html",
+                       "shown_data", "sensitive", "scheduled_at", "due_at", "expires_at", "queued_at",
+                       "lease_until", "attempts", "provider", "provider_message_id", "sent_at",
+                       "dead_lettered_at", "delivered_at", "campaign_id", "created_at", "updated_at"]
+    fieldsets = [
+        ("Status", {"fields": ["id", "status", "reason", "reason_detail", "attempts", "provider",
+                               "provider_message_id"]}),
+        ("Recipient and request", {"fields": ["recipient_link", "channel", "priority", "category", "client",
+                                              "idempotency_key", "campaign_id"]}),
+        ("Content", {"fields": ["sensitive", "shown_title", "shown_body", "shown_html", "shown_data"]}),
+        ("Times (UTC)", {"fields": ["created_at", "scheduled_at", "due_at", "queued_at", "lease_until",
+                                    "expires_at", "sent_at", "delivered_at", "dead_lettered_at", "updated_at"]}),
+    ]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def get_search_results(self, request, queryset, search_term):
+        term = search_term.strip()
+        try:
+            return queryset.filter(pk=uuid.UUID(term)), False
+        except ValueError:
+            pass
+        if term.startswith("+") or "@" in term:
+            # Exact contact lookups use the indexes instead of a LIKE scan.
+            field = "recipient__phone" if term.startswith("+") else "recipient__email__iexact"
+            return queryset.filter(**{field: term}), False
+        return super().get_search_results(request, queryset, search_term)
+
+    @admin.display(description="Status", ordering="status")
+    def colored_status(self, obj):
+        colors = {"delivered": "#1a7f37", "sent": "#1a7f37", "failed": "#cf222e", "suppressed": "#9a6700",
+                  "expired": "#9a6700", "cancelled": "#6e7781"}
+        return format_html('<b style="color:{}">{}</b>', colors.get(obj.status, "#0969da"), obj.status)
+
+    @admin.display(description="Recipient")
+    def recipient_link(self, obj):
+        return format_html('<a href="../../../../preferences/recipient/{}/change/">{}</a>', obj.recipient_id,
+                           obj.recipient_id)
+
+    def _content(self, obj, field):
+        return HIDDEN if obj.sensitive else getattr(obj, field)
+
+    @admin.display(description="Title / subject")
+    def shown_title(self, obj):
+        return self._content(obj, "title")
+
+    @admin.display(description="Body")
+    def shown_body(self, obj):
+        return self._content(obj, "body")
+
+    @admin.display(description="HTML")
+    def shown_html(self, obj):
+        return self._content(obj, "html")
+
+    @admin.display(description="Data")
+    def shown_data(self, obj):
+        return self._content(obj, "data")
+
+
+@admin.register(APIClient)
+class APIClientAdmin(APIKeyModelAdmin):
+    list_display = [*APIKeyModelAdmin.list_display, "allow_high", "rate_limit"]

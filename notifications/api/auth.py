@@ -1,0 +1,40 @@
+"""API-key authentication: ``Authorization: Api-Key <key>`` (djangorestframework-api-key).
+
+Keys are stored hashed (SHA-512); the lookup is by the key's public prefix, then a constant-time
+hash comparison. ``request.auth`` is the :class:`~notifications.models.APIClient`.
+"""
+
+from __future__ import annotations
+
+from rest_framework import authentication, exceptions, permissions
+from rest_framework_api_key.permissions import KeyParser
+
+from notifications.models import APIClient
+
+
+class ApiKeyAuthentication(authentication.BaseAuthentication):
+    keyword = "Api-Key"
+
+    def authenticate(self, request):
+        key = KeyParser().get(request._request)
+        if not key:
+            return None
+        try:
+            client = APIClient.objects.get_from_key(key)
+        except APIClient.DoesNotExist:
+            raise exceptions.AuthenticationFailed("Invalid API key.", code="invalid_api_key") from None
+        if client.revoked or client.has_expired:
+            raise exceptions.AuthenticationFailed("API key revoked or expired.", code="revoked_api_key")
+        return (None, client)
+
+    def authenticate_header(self, request) -> str:
+        return self.keyword
+
+
+class IsApiClient(permissions.BasePermission):
+    """Allows only requests authenticated with a valid API key."""
+
+    message = "Authenticate with the header `Authorization: Api-Key <key>`."
+
+    def has_permission(self, request, view) -> bool:
+        return isinstance(request.auth, APIClient)

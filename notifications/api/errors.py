@@ -1,0 +1,72 @@
+"""One error shape for every API error, naming the field and the rule.
+
+::
+
+    {"error": {"status": 422, "code": "validation_error", "message": "…",
+               "fields": [{"field": "content.body", "code": "max_length", "message": "…"}]}}
+
+``field`` is a dotted path into the request (``"Idempotency-Key"`` for that header); ``code`` is
+the rule that failed (DRF's error codes: ``required``, ``max_length``, ``invalid``, ``invalid_choice``…
+or ours, e.g. ``naive_datetime``, ``missing_contact``).
+"""
+
+from __future__ import annotations
+
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+
+class UnprocessableEntity(exceptions.APIException):
+    status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
+    default_detail = "The request is well-formed but cannot be processed."
+    default_code = "unprocessable"
+
+
+def field_error(field: str, code: str, message: str, status_code: int = 422,
+                error_code: str = "validation_error") -> Response:
+    """A ready response for one field error."""
+    return Response(_body(status_code, error_code, message, [{"field": field, "code": code, "message": message}]),
+                    status=status_code)
+
+
+def _body(status_code: int, code: str, message: str, fields: list[dict] | None = None) -> dict:
+    body = {"status": status_code, "code": code, "message": message}
+    if fields:
+        body["fields"] = fields
+    return {"error": body}
+
+
+def _flatten(detail, prefix: str = "") -> list[dict]:
+    out: list[dict] = []
+    if isinstance(detail, dict):
+        for key, value in detail.items():
+            name = prefix if key == "non_field_errors" else (f"{prefix}.{key}" if prefix else str(key))
+            out.extend(_flatten(value, name))
+    elif isinstance(detail, list):
+        if all(isinstance(d, dict) and "message" in d and "code" in d for d in detail):
+            out.extend({"field": prefix or None, "code": d["code"], "message": str(d["message"])} for d in detail)
+        else:
+            for i, item in enumerate(detail):
+                out.extend(_flatten(item, f"{prefix}.{i}" if prefix else str(i)))
+    elif isinstance(detail, exceptions.ErrorDetail):
+        out.append({"field": prefix or None, "code": detail.code, "message": str(detail)})
+    return out
+
+
+def exception_handler(exc, context):
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, exceptions.ValidationError):
+        fields = _flatten(exc.get_full_details())
+        first = fields[0] if fields else {"field": None, "message": "invalid request"}
+        message = f"{first['field']}: {first['message']}" if first.get("field") else first["message"]
+        status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
+        return Response(_body(status_code, "validation_error", message, fields), status=status_code)
+    code = exc.get_codes() if hasattr(exc, "get_codes") else "error"
+    if not isinstance(code, str):
+        code = "error"
+    message = str(exc.detail) if hasattr(exc, "detail") else str(exc)
+    response.data = _body(response.status_code, code, message)
+    return response

@@ -1,0 +1,198 @@
+"""Request/response shapes for ``/v1/notifications``.
+
+Channel rules (sources: Twilio Messages API docs for the 1,600-character body limit; FCM HTTP v1
+docs for the 4,096-byte data payload limit, ``shared/reference/providers.md`` §1, §3):
+
+* sms: ``body`` ≤ 1,600 characters; no ``title``/``html``.
+* email: ``title`` (the subject) required, ≤ 998 characters (RFC 5322 line limit); optional ``html``.
+* push: ``title`` + ``body`` + ``data`` together ≤ 4,096 bytes as JSON; ``data`` values are strings;
+  no ``html``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import timedelta
+
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Priority
+from preferences.models import Channel, Recipient
+
+SMS_MAX_CHARS = 1600
+PUSH_MAX_BYTES = 4096
+EMAIL_SUBJECT_MAX = 998
+MAX_SCHEDULE_AHEAD = timedelta(days=366)
+MAX_TTL_SECONDS = 28 * 24 * 3600  # FCM's maximum TTL (4 weeks)
+_CATEGORY = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+
+
+@extend_schema_field(OpenApiTypes.DATETIME)
+class AwareDateTimeField(serializers.Field):
+    """ISO 8601 instant that must carry a UTC offset or ``Z``; naive times are rejected."""
+
+    default_error_messages = {
+        "invalid": "not an ISO 8601 date-time (e.g. 2026-12-01T09:00:00+01:00)",
+        "naive_datetime": "must include a UTC offset or Z (e.g. 2026-12-01T09:00:00+01:00); naive times are ambiguous",
+    }
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        try:
+            value = parse_datetime(data)
+        except ValueError:
+            value = None
+        if value is None:
+            self.fail("invalid")
+        if timezone.is_naive(value):
+            self.fail("naive_datetime")
+        return value
+
+    def to_representation(self, value):
+        return value.isoformat() if value else None
+
+
+class ContentSerializer(serializers.Serializer):
+    title = serializers.CharField(required=False, allow_blank=True, max_length=EMAIL_SUBJECT_MAX,
+                                  help_text="Email subject (required for email) or push title.")
+    body = serializers.CharField(max_length=100_000, trim_whitespace=False, help_text="Plain-text body.")
+    html = serializers.CharField(required=False, allow_blank=True, max_length=1_000_000, trim_whitespace=False,
+                                 help_text="Email only: HTML body.")
+    data = serializers.DictField(child=serializers.CharField(allow_blank=True, trim_whitespace=False),
+                                 required=False, allow_empty=True,
+                                 help_text="String-to-string map: push data payload / email custom args.")
+
+
+class SendRequestSerializer(serializers.Serializer):
+    """``POST /v1/notifications`` body."""
+
+    user_id = serializers.CharField(max_length=255)
+    channel = serializers.ChoiceField(choices=Channel.values)
+    priority = serializers.ChoiceField(choices=Priority.values, default=Priority.STANDARD)
+    category = serializers.CharField(required=False, allow_blank=True, default="", max_length=64,
+                                     help_text='e.g. "marketing", "security"; matched against category opt-outs.')
+    content = ContentSerializer()
+    scheduled_at = AwareDateTimeField(required=False, allow_null=True, default=None,
+                                      help_text="Send at this instant (ISO 8601 with offset). Omit to send now.")
+    ttl_seconds = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1,
+                                           max_value=MAX_TTL_SECONDS,
+                                           help_text="Expire this many seconds after the send time.")
+    sensitive = serializers.BooleanField(required=False, default=False,
+                                         help_text="Content (e.g. an OTP) is never shown in the admin or logs.")
+
+    def validate_category(self, value: str) -> str:
+        if value and not _CATEGORY.match(value):
+            raise serializers.ValidationError("lower-case letters, digits, '_', '.', '-'; at most 64",
+                                              code="invalid_category")
+        return value
+
+    def validate_scheduled_at(self, value):
+        if value and value - timezone.now() > MAX_SCHEDULE_AHEAD:
+            raise serializers.ValidationError("at most 366 days ahead", code="too_far_ahead")
+        return value
+
+    def validate(self, attrs):
+        channel, content = attrs["channel"], attrs["content"]
+        errors: dict[str, serializers.ErrorDetail] = {}
+        body = content.get("body", "")
+        if not body.strip():
+            errors["content.body"] = serializers.ErrorDetail("must not be blank", code="blank")
+        if channel == Channel.SMS:
+            if len(body) > SMS_MAX_CHARS:
+                errors["content.body"] = serializers.ErrorDetail(
+                    f"SMS body is {len(body)} characters; at most {SMS_MAX_CHARS}", code="max_length")
+            for name in ("title", "html"):
+                if content.get(name):
+                    errors[f"content.{name}"] = serializers.ErrorDetail(
+                        f"not used by SMS; leave {name} out", code="not_allowed_for_channel")
+        elif channel == Channel.EMAIL:
+            if not (content.get("title") or "").strip():
+                errors["content.title"] = serializers.ErrorDetail("email needs a subject in title", code="required")
+        elif channel == Channel.PUSH:
+            if content.get("html"):
+                errors["content.html"] = serializers.ErrorDetail("not used by push; leave html out",
+                                                                 code="not_allowed_for_channel")
+            payload = {k: content[k] for k in ("title", "body", "data") if content.get(k)}
+            size = len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
+            if size > PUSH_MAX_BYTES:
+                errors["content"] = serializers.ErrorDetail(
+                    f"push payload (title+body+data as JSON) is {size} bytes; at most {PUSH_MAX_BYTES}",
+                    code="payload_too_large")
+        if errors:
+            raise serializers.ValidationError(errors)
+        recipient = Recipient.objects.filter(pk=attrs["user_id"]).first()
+        if recipient is None:
+            raise serializers.ValidationError({"user_id": serializers.ErrorDetail(
+                f"unknown user; create it with PUT /v1/users/{attrs['user_id']}", code="unknown_user")})
+        missing = _missing_contact(recipient, channel)
+        if missing:
+            raise serializers.ValidationError({"user_id": missing})
+        attrs["recipient"] = recipient
+        return attrs
+
+
+def _missing_contact(recipient: Recipient, channel: str) -> serializers.ErrorDetail | None:
+    if channel == Channel.SMS and not recipient.phone:
+        return serializers.ErrorDetail("this user has no phone number, which SMS needs", code="missing_phone")
+    if channel == Channel.EMAIL and not recipient.email:
+        return serializers.ErrorDetail("this user has no email address, which email needs", code="missing_email")
+    if channel == Channel.PUSH and not recipient.devices.filter(active=True).exists():
+        return serializers.ErrorDetail("this user has no active push device, which push needs",
+                                       code="missing_push_device")
+    return None
+
+
+class AcceptedSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    status = serializers.CharField()
+
+
+class EventSerializer(serializers.ModelSerializer):
+    at = serializers.DateTimeField(source="created_at")
+
+    class Meta:
+        model = DeliveryEvent
+        fields = ["at", "kind", "status", "reason", "detail"]
+
+
+class AttemptSerializer(serializers.ModelSerializer):
+    at = serializers.DateTimeField(source="created_at")
+    device_platform = serializers.CharField(source="device.platform", default=None)
+
+    class Meta:
+        model = DeliveryAttempt
+        fields = ["number", "at", "provider", "outcome", "error_code", "error_message", "http_status",
+                  "latency_ms", "provider_message_id", "device_platform"]
+
+
+class NotificationSerializer(serializers.ModelSerializer):
+    """A notification with its status, reason and full timeline (content hidden when sensitive)."""
+
+    user_id = serializers.CharField(source="recipient_id")
+    content = serializers.SerializerMethodField()
+    timeline = EventSerializer(source="events", many=True)
+    attempts_log = AttemptSerializer(many=True)
+    scheduled_at = AwareDateTimeField()
+
+    class Meta:
+        model = Notification
+        fields = ["id", "user_id", "channel", "priority", "category", "status", "reason", "reason_detail",
+                  "sensitive", "content", "scheduled_at", "expires_at", "attempts", "provider",
+                  "provider_message_id", "created_at", "sent_at", "delivered_at", "timeline", "attempts_log"]
+
+    @extend_schema_field(ContentSerializer(allow_null=True))
+    def get_content(self, obj: Notification):
+        if obj.sensitive:
+            return None
+        content = {"title": obj.title, "body": obj.body}
+        if obj.html:
+            content["html"] = obj.html
+        if obj.data:
+            content["data"] = obj.data
+        return content

@@ -1,0 +1,62 @@
+"""Putting notifications on the broker. Only ids travel; the row in Postgres is the message.
+
+Use :func:`enqueue_on_commit` from any code that runs inside a transaction: the task is published
+only once the rows it names are committed (Zulip's ``queue_event_on_commit``, Saleor's rule). The
+bare :func:`enqueue_rollback_unsafe` is for code that has already committed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable
+
+from django.db import transaction
+
+log = logging.getLogger(__name__)
+
+# How many notification ids one standard-tier task carries. High-tier tasks carry one id each, so
+# the high worker's processes work on different OTPs in parallel.
+STANDARD_CHUNK = 50
+
+
+def queue_for(priority: str, channel: str) -> str:
+    return f"{priority}.{channel}"
+
+
+def enqueue_rollback_unsafe(rows: Iterable[tuple], countdown: float | None = None) -> int:
+    """Publish send tasks for ``rows`` of ``(id, priority, channel)``. Returns tasks published.
+
+    Must only be called after the rows are committed as ``queued``.
+    """
+    from notifications.tasks import send_notifications
+
+    by_queue: dict[str, list[str]] = defaultdict(list)
+    for nid, priority, channel in rows:
+        by_queue[queue_for(priority, channel)].append(str(nid))
+    published = 0
+    for queue, ids in by_queue.items():
+        size = 1 if queue.startswith("high.") else STANDARD_CHUNK
+        for start in range(0, len(ids), size):
+            send_notifications.apply_async(args=[ids[start:start + size]], queue=queue,
+                                           routing_key=queue, exchange="", countdown=countdown)
+            published += 1
+    return published
+
+
+def enqueue_on_commit(rows: Iterable[tuple], countdown: float | None = None) -> None:
+    """Publish send tasks for ``rows`` of ``(id, priority, channel)`` once the transaction commits."""
+    rows = list(rows)
+    if rows:
+        transaction.on_commit(lambda: _enqueue_or_log(rows, countdown))
+
+
+def _enqueue_or_log(rows: list[tuple], countdown: float | None) -> None:
+    # The rows are committed as `queued`: if the broker is unreachable now, the reconciler
+    # re-enqueues them after QUEUED_STALE_SECONDS. Nothing accepted is lost, so do not fail the
+    # request (or the worker) that committed them.
+    try:
+        enqueue_rollback_unsafe(rows, countdown=countdown)
+    except Exception as exc:  # kombu/redis raise many types; all mean "not published"
+        log.warning("broker publish failed for %d notification(s); the reconciler will re-drive "
+                    "them: %s", len(rows), exc)

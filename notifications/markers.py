@@ -1,0 +1,59 @@
+"""Sent markers: ``sent:{notification_id}`` keys in Redis (DESIGN.md §6 step 5).
+
+Written *after* the provider accepted and the row says ``sent``; read before every provider call.
+A marker only ever prevents a duplicate; its absence never prevents a send. When Redis is down the
+pipeline falls back to the row's status (which the claim already checked), so losing Redis can
+cause a rare duplicate, never a loss.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+import redis
+from django.conf import settings
+
+log = logging.getLogger(__name__)
+_client: redis.Redis | None = None
+
+
+def get_redis() -> redis.Redis:
+    """A process-wide Redis client for ``settings.REDIS_URL`` (1 s socket timeouts)."""
+    global _client
+    if _client is None:
+        _client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1, socket_connect_timeout=1,
+                                       health_check_interval=30)
+    return _client
+
+
+def _key(notification_id) -> str:
+    return f"sent:{notification_id}"
+
+
+def find_sent(ids: Iterable) -> set[str]:
+    """The subset of ``ids`` (as strings) that have a sent marker. Empty set if Redis is down."""
+    ids = [str(i) for i in ids]
+    if not ids:
+        return set()
+    try:
+        values = get_redis().mget([_key(i) for i in ids])
+    except redis.RedisError as exc:
+        log.warning("sent-marker lookup skipped, Redis unavailable: %s", exc)
+        return set()
+    return {i for i, v in zip(ids, values, strict=True) if v is not None}
+
+
+def mark_sent(ids: Iterable) -> None:
+    """Set ``sent:{id}`` with the configured TTL (48 h) for each id. Errors are logged, not raised."""
+    ids = [str(i) for i in ids]
+    if not ids:
+        return
+    ttl = settings.NOTIFY["SENT_MARKER_TTL_SECONDS"]
+    try:
+        pipe = get_redis().pipeline(transaction=False)
+        for i in ids:
+            pipe.set(_key(i), "1", ex=ttl)
+        pipe.execute()
+    except redis.RedisError as exc:
+        log.warning("sent marker not written, Redis unavailable: %s", exc)

@@ -1,0 +1,197 @@
+"""Notifications, the delivery log and API clients (DESIGN.md §4–6)."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from rest_framework_api_key.models import AbstractAPIKey
+
+from preferences.models import Channel, Device, Recipient
+
+# Namespace for deterministic notification ids: uuid5(NS, f"{client_id}:{idempotency_key}").
+NOTIFICATION_ID_NAMESPACE = uuid.UUID("6f0c1f36-52a1-4b7e-9a43-4f6b8c2d9e10")
+
+
+class Priority(models.TextChoices):
+    HIGH = "high", "High (OTP, security)"
+    STANDARD = "standard", "Standard"
+
+
+class APIClient(AbstractAPIKey):
+    """An internal service allowed to call the API, authenticated by a hashed API key.
+
+    The key itself is shown once at creation (``manage.py create_api_client``); only its SHA-512
+    hash is stored (djangorestframework-api-key). ``rate_limit`` uses DRF's syntax
+    (``"600/min"``); empty means ``settings.API_DEFAULT_RATE_LIMIT``.
+    """
+
+    allow_high = models.BooleanField(default=False, help_text="May send priority=high (OTPs, alerts).")
+    rate_limit = models.CharField(max_length=32, blank=True, default="",
+                                  help_text='DRF rate, e.g. "600/min"; empty = platform default.')
+
+    class Meta(AbstractAPIKey.Meta):
+        verbose_name = "API client"
+        verbose_name_plural = "API clients"
+
+
+class Status(models.TextChoices):
+    SCHEDULED = "scheduled", "Scheduled"
+    QUEUED = "queued", "Queued"
+    SENDING = "sending", "Sending"
+    SENT = "sent", "Sent"
+    DELIVERED = "delivered", "Delivered"
+    FAILED = "failed", "Failed"
+    SUPPRESSED = "suppressed", "Suppressed"
+    EXPIRED = "expired", "Expired"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+TERMINAL_STATUSES = frozenset({Status.DELIVERED, Status.FAILED, Status.SUPPRESSED, Status.EXPIRED,
+                               Status.CANCELLED})
+
+
+class Reason(models.TextChoices):
+    """Why a notification was not (yet) delivered. Shown to support agents."""
+
+    OPTED_OUT_CHANNEL = "opted_out_channel", "Recipient opted out of this channel"
+    OPTED_OUT_CATEGORY = "opted_out_category", "Recipient opted out of this category on this channel"
+    NO_PHONE = "no_phone", "Recipient has no phone number"
+    NO_EMAIL = "no_email", "Recipient has no email address"
+    NO_ACTIVE_DEVICE = "no_active_device", "Recipient has no active push device"
+    PHONE_INVALID = "phone_invalid", "Phone number marked invalid by the provider"
+    EMAIL_INVALID = "email_invalid", "Email address marked invalid by the provider"
+    QUIET_HOURS = "quiet_hours", "Deferred: recipient's quiet hours"
+    TTL_EXPIRED = "ttl_expired", "Time to live ran out before it could be sent"
+    CANCELLED_BY_CLIENT = "cancelled_by_client", "Cancelled through the API"
+    CONTACT_INVALID = "contact_invalid", "Provider said the address/number/token is invalid"
+    PERMANENT_ERROR = "permanent_error", "Provider refused the message permanently"
+    CONFIGURATION_ERROR = "configuration_error", "Provider configuration error"
+    ATTEMPTS_EXHAUSTED = "attempts_exhausted", "Transient errors until the attempt budget ran out"
+    RETRY_SCHEDULED = "retry_scheduled", "Transient provider error; retry scheduled"
+
+
+class Notification(models.Model):
+    """One message to one recipient on one channel (DESIGN.md §4–5).
+
+    The id is derived, never random: ``uuid5(NOTIFICATION_ID_NAMESPACE, f"{client_id}:{key}")`` for
+    API sends, so a repeated creation yields the same id and the primary key rejects the copy.
+    ``due_at`` is when the scheduler should next release a ``scheduled`` row (the requested
+    ``scheduled_at``, the end of quiet hours, or a retry's backoff). ``lease_until`` is set while a
+    worker holds a ``sending`` claim. All instants are UTC.
+    """
+
+    id = models.UUIDField(primary_key=True, editable=False)
+    client = models.ForeignKey(APIClient, on_delete=models.PROTECT, null=True, blank=True,
+                               related_name="notifications")
+    # NULL for campaign sends (no key): the unique constraint only covers API sends.
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
+    request_fingerprint = models.CharField(max_length=64, blank=True, default="",
+                                           help_text="SHA-256 of the canonical request body.")
+    campaign_id = models.UUIDField(null=True, blank=True, db_index=True)
+    recipient = models.ForeignKey(Recipient, on_delete=models.PROTECT, related_name="notifications",
+                                  db_constraint=True)
+    channel = models.CharField(max_length=8, choices=Channel.choices)
+    priority = models.CharField(max_length=8, choices=Priority.choices, default=Priority.STANDARD)
+    category = models.CharField(max_length=64, blank=True, default="")
+    title = models.CharField(max_length=998, blank=True, default="")
+    body = models.TextField()
+    html = models.TextField(blank=True, default="")
+    data = models.JSONField(null=True, blank=True)
+    sensitive = models.BooleanField(default=False, help_text="Content (e.g. an OTP) is never shown or logged.")
+
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED)
+    reason = models.CharField(max_length=32, choices=Reason.choices, blank=True, default="")
+    reason_detail = models.CharField(max_length=500, blank=True, default="")
+    accepted_status = models.CharField(max_length=12, blank=True, default="",
+                                       help_text="Status returned by the accepting request (replayed).")
+
+    scheduled_at = models.DateTimeField(null=True, blank=True, help_text="Requested send time (UTC).")
+    due_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    queued_at = models.DateTimeField(null=True, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    provider = models.CharField(max_length=32, blank=True, default="")
+    provider_message_id = models.CharField(max_length=255, blank=True, default="", db_index=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    dead_lettered_at = models.DateTimeField(
+        null=True, blank=True, db_index=True,
+        help_text="Set when it failed for a reason a person must look at (attempts ran out, our config).")
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["client", "idempotency_key"], name="notification_client_idem_key_uniq",
+                                    condition=models.Q(idempotency_key__isnull=False)),
+        ]
+        indexes = [
+            # Scheduler: due rows in order. Partial, so it stays small however big the table is.
+            models.Index(fields=["due_at"], name="notification_due_idx",
+                         condition=models.Q(status="scheduled")),
+            # Reconciler: expired leases and stale queued rows.
+            models.Index(fields=["lease_until"], name="notification_lease_idx",
+                         condition=models.Q(status="sending")),
+            models.Index(fields=["queued_at"], name="notification_queued_idx",
+                         condition=models.Q(status="queued")),
+            # Support: a recipient's history, newest first.
+            models.Index(fields=["recipient", "-created_at"], name="notification_recipient_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.channel} {self.priority} to {self.recipient_id} ({self.status})"
+
+    @property
+    def queue_name(self) -> str:
+        return f"{self.priority}.{self.channel}"
+
+
+class DeliveryAttempt(models.Model):
+    """One provider call for a notification (one per device for push). Written after the call."""
+
+    class Outcome(models.TextChoices):
+        ACCEPTED = "accepted", "Accepted by provider"
+        TRANSIENT = "transient", "Transient error (retried)"
+        PERMANENT = "permanent", "Permanent error"
+        CONTACT_INVALID = "contact_invalid", "Contact invalid"
+        CONFIGURATION = "configuration", "Configuration error"
+        DUPLICATE_SKIPPED = "duplicate_skipped", "Skipped: already sent (sent marker)"
+
+    notification = models.ForeignKey(Notification, on_delete=models.CASCADE, related_name="attempts_log")
+    number = models.PositiveIntegerField(help_text="The notification's attempt number (1-based).")
+    provider = models.CharField(max_length=32)
+    device = models.ForeignKey(Device, on_delete=models.SET_NULL, null=True, blank=True)
+    outcome = models.CharField(max_length=20, choices=Outcome.choices)
+    error_code = models.CharField(max_length=64, blank=True, default="")
+    error_message = models.CharField(max_length=500, blank=True, default="")
+    http_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    latency_ms = models.PositiveIntegerField(null=True, blank=True)
+    provider_message_id = models.CharField(max_length=255, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [models.Index(fields=["notification", "created_at"], name="attempt_notification_idx")]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} via {self.provider}: {self.outcome}"
+
+
+class DeliveryEvent(models.Model):
+    """A state change or receipt in a notification's timeline, in order."""
+
+    notification = models.ForeignKey(Notification, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=32, help_text="accepted, released, claimed, sent, suppressed, …")
+    status = models.CharField(max_length=12, choices=Status.choices, blank=True, default="")
+    reason = models.CharField(max_length=32, blank=True, default="")
+    detail = models.CharField(max_length=500, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [models.Index(fields=["notification", "created_at"], name="event_notification_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} ({self.status})"

@@ -1,0 +1,107 @@
+"""The scheduler and the reconciler: together they make the broker disposable (DESIGN.md §6).
+
+* :func:`release_due` (beat, every second) moves due ``scheduled`` rows to ``queued`` with
+  ``FOR UPDATE SKIP LOCKED`` and enqueues them after commit. Two schedulers running at once (an
+  operator mistake) release each row once: a row is locked by one of them and skipped by the other,
+  and the UPDATE only moves rows still ``scheduled``.
+* :func:`reconcile` (beat, every few seconds) re-drives rows whose worker died (``sending`` with an
+  expired lease) and rows whose broker message was lost (``queued`` for longer than
+  ``QUEUED_STALE_SECONDS``: Redis flushed or restarted).
+
+Long delays therefore live in Postgres, never in Celery ETAs: a Redis broker re-delivers unacked
+messages after its visibility timeout, so an hour-long ETA would fire several times.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+
+from notifications import clock
+from notifications.enqueue import enqueue_on_commit
+from notifications.models import DeliveryEvent
+
+log = logging.getLogger(__name__)
+
+_RELEASE_SQL = """
+WITH due AS (
+    SELECT id FROM notifications_notification
+     WHERE status = 'scheduled' AND due_at <= %(now)s
+     ORDER BY due_at
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE notifications_notification n
+   SET status = 'queued', queued_at = %(now)s, due_at = NULL, updated_at = %(now)s
+  FROM due
+ WHERE n.id = due.id AND n.status = 'scheduled'
+RETURNING n.id, n.priority, n.channel
+"""
+
+_EXPIRED_LEASES_SQL = """
+WITH stuck AS (
+    SELECT id FROM notifications_notification
+     WHERE status = 'sending' AND lease_until < %(now)s
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE notifications_notification n
+   SET status = 'queued', lease_until = NULL, queued_at = %(now)s, updated_at = %(now)s
+  FROM stuck
+ WHERE n.id = stuck.id AND n.status = 'sending'
+RETURNING n.id, n.priority, n.channel
+"""
+
+_STALE_QUEUED_SQL = """
+WITH stale AS (
+    SELECT id FROM notifications_notification
+     WHERE status = 'queued' AND queued_at < %(stale_before)s
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE notifications_notification n
+   SET queued_at = %(now)s, updated_at = %(now)s
+  FROM stale
+ WHERE n.id = stale.id AND n.status = 'queued'
+RETURNING n.id, n.priority, n.channel
+"""
+
+
+def _move(sql: str, params: dict, event_kind: str, status: str, detail: str) -> int:
+    with transaction.atomic():
+        with connection.cursor() as cur:
+            cur.execute(sql, params)
+            rows = cur.fetchall()
+        if rows:
+            DeliveryEvent.objects.bulk_create(
+                [DeliveryEvent(notification_id=r[0], kind=event_kind, status=status, detail=detail) for r in rows])
+            enqueue_on_commit(rows)
+    return len(rows)
+
+
+def release_due(max_batches: int = 20) -> int:
+    """Release due scheduled rows, up to ``max_batches`` × ``RELEASE_BATCH_SIZE``. Returns the count."""
+    limit = settings.NOTIFY["RELEASE_BATCH_SIZE"]
+    total = 0
+    for _ in range(max_batches):
+        n = _move(_RELEASE_SQL, {"now": clock.now(), "limit": limit}, "released", "queued", "")
+        total += n
+        if n < limit:
+            break
+    return total
+
+
+def reconcile(limit: int = 1000) -> dict[str, int]:
+    """Re-drive expired leases and stale queued rows. Returns ``{"leases": n, "stale_queued": m}``."""
+    now = clock.now()
+    leases = _move(_EXPIRED_LEASES_SQL, {"now": now, "limit": limit}, "lease_expired", "queued",
+                   "worker lease ran out; re-driven")
+    stale_before = now - timedelta(seconds=settings.NOTIFY["QUEUED_STALE_SECONDS"])
+    stale = _move(_STALE_QUEUED_SQL, {"now": now, "stale_before": stale_before, "limit": limit},
+                  "requeued", "queued", "broker message not consumed in time; enqueued again")
+    if leases or stale:
+        log.info("reconciler re-drove %d expired lease(s) and %d stale queued row(s)", leases, stale)
+    return {"leases": leases, "stale_queued": stale}

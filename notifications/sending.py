@@ -1,0 +1,340 @@
+"""The send path (DESIGN.md §6 steps 3–9): claim → check → de-dup → call → classify → record.
+
+:func:`send_notifications` is what a worker runs for a list of notification ids taken from a
+``{tier}.{channel}`` queue. It is safe to run twice for the same ids, concurrently or not: the
+claim (a conditional UPDATE ``queued → sending`` with a lease) lets exactly one worker proceed,
+and the sent marker guards the window after a provider accepted.
+
+De-dup order, which keeps delivery at-least-once: look for the sent marker → call the provider →
+record ``sent`` → write the marker. There is no "claimed" marker before the call: a crash after
+such a marker would turn at-least-once into at-most-once.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from django.conf import settings
+from django.db import connection, transaction
+
+from notifications import clock, markers
+from notifications.enqueue import enqueue_on_commit
+from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
+from preferences.models import Device, Preferences
+from preferences.quiet_hours import window_end
+from providers.base import (
+    ContactInvalidError,
+    OutboundMessage,
+    ProviderConfigurationError,
+    ProviderError,
+    TransientProviderError,
+)
+from providers.registry import get_backend
+
+log = logging.getLogger(__name__)
+Outcome = DeliveryAttempt.Outcome
+
+_CLAIM_SQL = """
+UPDATE notifications_notification
+   SET status = 'sending', lease_until = %s, attempts = attempts + 1, updated_at = %s
+ WHERE id = ANY(%s::uuid[]) AND status = 'queued'
+RETURNING id
+"""
+
+
+def claim(ids: Iterable[str], now: datetime) -> list:
+    """Claim ``queued`` rows among ``ids`` for this worker: ``sending`` with a lease.
+
+    Returns the ids actually claimed; rows that are cancelled, already claimed or finished are
+    skipped (DESIGN.md §6 step 3).
+    """
+    lease = now + timedelta(seconds=settings.NOTIFY["LEASE_SECONDS"])
+    with connection.cursor() as cur:
+        cur.execute(_CLAIM_SQL, [lease, now, [str(i) for i in ids]])
+        return [row[0] for row in cur.fetchall()]
+
+
+def backoff_seconds(attempt: int, priority: str, retry_after: float | None = None) -> float:
+    """Exponential backoff with full jitter (AWS Architecture Blog, "Exponential Backoff And
+    Jitter"): uniform(0, min(cap, base · 2^(attempt-1))) seconds, never less than the provider's
+    ``retry_after`` (seconds) when it gave one."""
+    base = settings.NOTIFY["BACKOFF_BASE_SECONDS"][priority]
+    cap = settings.NOTIFY["BACKOFF_CAP_SECONDS"][priority]
+    delay = random.uniform(0, min(cap, base * 2 ** max(attempt - 1, 0)))
+    if retry_after:
+        delay = max(delay, float(retry_after))
+    return delay
+
+
+@dataclass
+class _Call:
+    """Outcome of the provider call(s) for one notification."""
+
+    accepted: list = field(default_factory=list)  # SendResult
+    errors: list = field(default_factory=list)  # ProviderError / ProviderConfigurationError
+
+
+def send_notifications(ids: Iterable[str]) -> None:
+    """Deliver the given notifications (one worker task's worth). Never raises for provider errors;
+    every outcome is recorded on the rows."""
+    now = clock.now()
+    claimed = claim(ids, now)
+    if not claimed:
+        return
+    already_sent = markers.find_sent(claimed)
+    rows = (Notification.objects.filter(pk__in=claimed)
+            .select_related("recipient", "recipient__preferences"))
+    for notification in rows:
+        try:
+            _deliver(notification, already_sent)
+        except Exception:
+            # A bug or an unreachable database must not lose the row: it stays `sending` and the
+            # reconciler re-drives it when the lease runs out.
+            log.exception("delivery of %s crashed; the lease will expire and it will be retried",
+                          notification.pk)
+
+
+def _deliver(n: Notification, already_sent: set[str]) -> None:
+    now = clock.now()
+    if str(n.pk) in already_sent:
+        _finish(n, Status.SENT, kind="sent", detail="sent marker found: an earlier attempt was accepted",
+                extra={"sent_at": now}, attempt=DeliveryAttempt(
+                    number=n.attempts, provider=n.provider or "-", outcome=Outcome.DUPLICATE_SKIPPED))
+        return
+    if n.expires_at and now >= n.expires_at:
+        _finish(n, Status.EXPIRED, Reason.TTL_EXPIRED, kind="expired",
+                detail=f"expired at {n.expires_at.isoformat()}")
+        return
+    reason = suppression_reason(n)
+    if reason:
+        _finish(n, Status.SUPPRESSED, reason, kind="suppressed")
+        return
+    if n.priority == "standard":
+        until = quiet_hours_end(n, now)
+        if until:
+            # A deferral is not a delivery attempt: give back the attempt the claim counted.
+            _defer(n, until, Reason.QUIET_HOURS, kind="deferred",
+                   detail=f"quiet hours until {until.isoformat()}", extra={"attempts": n.attempts - 1})
+            return
+    devices = []
+    if n.channel == "push":
+        devices = list(Device.objects.filter(recipient_id=n.recipient_id, active=True).order_by("id"))
+        if not devices:
+            _finish(n, Status.SUPPRESSED, Reason.NO_ACTIVE_DEVICE, kind="suppressed")
+            return
+    call, attempts = _call_provider(n, devices)
+    _record(n, call, attempts, devices)
+
+
+def suppression_reason(n: Notification) -> str:
+    """Why this notification must not be sent at all (opt-outs, missing or dead contact), or ''.
+
+    Checked at send time, never only at acceptance (DESIGN.md §6 step 4).
+    """
+    recipient = n.recipient
+    try:
+        prefs: Preferences | None = recipient.preferences
+    except Preferences.DoesNotExist:
+        prefs = None
+    if prefs is not None:
+        if n.channel in (prefs.opt_outs or []):
+            return Reason.OPTED_OUT_CHANNEL
+        if n.category and n.channel in (prefs.category_opt_outs or {}).get(n.category, []):
+            return Reason.OPTED_OUT_CATEGORY
+    if n.channel == "sms":
+        if not recipient.phone:
+            return Reason.NO_PHONE
+        if recipient.phone_invalid_reason:
+            return Reason.PHONE_INVALID
+    elif n.channel == "email":
+        if not recipient.email:
+            return Reason.NO_EMAIL
+        if recipient.email_invalid_reason:
+            return Reason.EMAIL_INVALID
+    return ""
+
+
+def quiet_hours_end(n: Notification, now: datetime) -> datetime | None:
+    """End of the recipient's quiet window (UTC) if ``now`` falls inside it, else None."""
+    try:
+        prefs = n.recipient.preferences
+    except Preferences.DoesNotExist:
+        return None
+    if prefs.quiet_start is None or prefs.quiet_end is None:
+        return None
+    zone_name = prefs.quiet_timezone or n.recipient.timezone or "UTC"
+    try:
+        tz = ZoneInfo(zone_name)
+    except (ZoneInfoNotFoundError, ValueError):
+        tz = ZoneInfo("UTC")
+    return window_end(now, prefs.quiet_start, prefs.quiet_end, tz)
+
+
+def _message(n: Notification, to: str, platform: str | None = None) -> OutboundMessage:
+    data = {str(k): str(v) for k, v in (n.data or {}).items()} or None
+    ttl = None
+    if n.expires_at:
+        ttl = max(1, int((n.expires_at - clock.now()).total_seconds()))
+    return OutboundMessage(
+        notification_id=str(n.pk), channel=n.channel, to=to, body=n.body, title=n.title or None,
+        html=n.html or None, data=data, platform=platform, ttl_seconds=ttl, priority=n.priority,
+        collapse_key=str(n.pk) if n.channel == "push" else None,
+    )
+
+
+def _call_provider(n: Notification, devices: list[Device]) -> tuple[_Call, list[DeliveryAttempt]]:
+    """Call the channel's primary provider: once, or once per active device for push."""
+    if n.channel == "sms":
+        targets = [(n.recipient.phone, None)]
+    elif n.channel == "email":
+        targets = [(n.recipient.email, None)]
+    else:
+        targets = [(d.push_token, d) for d in devices]
+    call = _Call()
+    attempts: list[DeliveryAttempt] = []
+    backend = None
+    for to, device in targets:
+        started = time.monotonic()
+        attempt = DeliveryAttempt(notification=n, number=n.attempts, device=device)
+        try:
+            backend = backend or get_backend(n.channel)
+            attempt.provider = backend.name
+            result = backend.send(_message(n, to, device.platform if device else None))
+        except (ProviderError, ProviderConfigurationError) as exc:
+            attempt.provider = attempt.provider or getattr(exc, "provider", "?")
+            attempt.outcome = _outcome_of(exc)
+            attempt.error_code = exc.code[:64]
+            attempt.error_message = (exc.message or str(exc))[:500]
+            attempt.http_status = getattr(exc, "http_status", None)
+            call.errors.append((exc, device))
+        else:
+            attempt.outcome = Outcome.ACCEPTED
+            attempt.provider_message_id = result.provider_message_id[:255]
+            call.accepted.append(result)
+        attempt.latency_ms = int((time.monotonic() - started) * 1000)
+        attempts.append(attempt)
+    return call, attempts
+
+
+def _outcome_of(exc: Exception) -> str:
+    if isinstance(exc, ProviderConfigurationError):
+        return Outcome.CONFIGURATION
+    if isinstance(exc, ContactInvalidError):
+        return Outcome.CONTACT_INVALID
+    if isinstance(exc, TransientProviderError):
+        return Outcome.TRANSIENT
+    return Outcome.PERMANENT
+
+
+def _record(n: Notification, call: _Call, attempts: list[DeliveryAttempt], devices: list[Device]) -> None:
+    """Turn the call's outcome into the row's next state (DESIGN.md §6 steps 8–9)."""
+    now = clock.now()
+    _deactivate_dead_contacts(n, call)
+    if call.accepted:
+        first = call.accepted[0]
+        detail = ""
+        if n.channel == "push":
+            detail = f"accepted for {len(call.accepted)} of {len(devices)} device(s)"
+        _finish(n, Status.SENT, kind="sent", detail=detail, attempts=attempts, extra={
+            "sent_at": now, "provider": first.provider, "provider_message_id": first.provider_message_id[:255],
+        })
+        markers.mark_sent([n.pk])  # after the row says `sent` (committed in _finish)
+        return
+    errors = [e for e, _ in call.errors]
+    transient = [e for e in errors if isinstance(e, TransientProviderError)]
+    config = [e for e in errors if isinstance(e, ProviderConfigurationError)]
+    provider = errors[0].provider if errors else ""
+    if transient:
+        _retry_or_dead_letter(n, transient[0], attempts, now)
+    elif config:
+        log.error("provider configuration error for %s: %s", provider, config[0].message)
+        _finish(n, Status.FAILED, Reason.CONFIGURATION_ERROR, kind="failed", attempts=attempts,
+                detail=_error_detail(config[0]), extra={"provider": provider, "dead_lettered_at": now})
+    elif errors and all(isinstance(e, ContactInvalidError) for e in errors):
+        _finish(n, Status.FAILED, Reason.CONTACT_INVALID, kind="failed", attempts=attempts,
+                detail=_error_detail(errors[0]), extra={"provider": provider})
+    else:
+        _finish(n, Status.FAILED, Reason.PERMANENT_ERROR, kind="failed", attempts=attempts,
+                detail=_error_detail(errors[0]), extra={"provider": provider})
+
+
+def _error_detail(exc) -> str:
+    reason = getattr(exc, "reason", "")
+    return (f"{exc.provider} {exc.code}" + (f" ({reason})" if reason else "") + f": {exc.message}")[:500]
+
+
+def _retry_or_dead_letter(n: Notification, exc: TransientProviderError, attempts, now: datetime) -> None:
+    max_attempts = settings.NOTIFY["MAX_ATTEMPTS"][n.priority]
+    if n.attempts >= max_attempts:
+        _finish(n, Status.FAILED, Reason.ATTEMPTS_EXHAUSTED, kind="dead_lettered", attempts=attempts,
+                detail=f"{n.attempts} attempts; last: {_error_detail(exc)}"[:500],
+                extra={"provider": exc.provider, "dead_lettered_at": now})
+        return
+    delay = backoff_seconds(n.attempts, n.priority, exc.retry_after)
+    until = now + timedelta(seconds=delay)
+    detail = f"attempt {n.attempts} failed ({_error_detail(exc)}); retry in {delay:.1f}s"[:500]
+    if delay <= settings.NOTIFY["MAX_COUNTDOWN_SECONDS"]:
+        with transaction.atomic():
+            moved = _transition(n, Status.QUEUED, Reason.RETRY_SCHEDULED, kind="retry", detail=detail,
+                                attempts=attempts, extra={"queued_at": now + timedelta(seconds=delay)})
+            if moved:
+                enqueue_on_commit([(n.pk, n.priority, n.channel)], countdown=delay)
+    else:
+        _defer(n, until, Reason.RETRY_SCHEDULED, kind="retry", detail=detail, attempts=attempts)
+
+
+def _deactivate_dead_contacts(n: Notification, call: _Call) -> None:
+    now = clock.now()
+    for exc, device in call.errors:
+        if not isinstance(exc, ContactInvalidError):
+            continue
+        if device is not None:
+            Device.objects.filter(pk=device.pk, active=True).update(
+                active=False, deactivated_reason=exc.reason[:64], deactivated_at=now, updated_at=now)
+        elif n.channel == "sms":
+            type(n.recipient).objects.filter(pk=n.recipient_id).update(
+                phone_invalid_reason=exc.reason[:64], phone_invalid_at=now)
+        elif n.channel == "email":
+            type(n.recipient).objects.filter(pk=n.recipient_id).update(
+                email_invalid_reason=exc.reason[:64], email_invalid_at=now)
+
+
+def _transition(n: Notification, status: str, reason: str = "", *, kind: str, detail: str = "",
+                attempts: list[DeliveryAttempt] | None = None, extra: dict | None = None) -> bool:
+    """Move a claimed (``sending``) row to ``status`` and log it. Returns False if the row was no
+    longer ours (its lease expired and another worker re-claimed it)."""
+    fields = {"status": status, "reason": reason, "reason_detail": detail[:500], "lease_until": None,
+              "updated_at": clock.now(), **(extra or {})}
+    moved = Notification.objects.filter(pk=n.pk, status=Status.SENDING, attempts=n.attempts).update(**fields)
+    if attempts:
+        DeliveryAttempt.objects.bulk_create(attempts)
+    if moved:
+        DeliveryEvent.objects.create(notification=n, kind=kind, status=status, reason=reason, detail=detail[:500])
+        for key, value in fields.items():
+            setattr(n, key, value)
+    else:
+        log.warning("notification %s changed hands before it could be recorded as %s", n.pk, status)
+    return bool(moved)
+
+
+def _finish(n: Notification, status: str, reason: str = "", **kw) -> bool:
+    attempt = kw.pop("attempt", None)
+    if attempt is not None:
+        attempt.notification = n
+        kw["attempts"] = [attempt]
+    with transaction.atomic():
+        return _transition(n, status, reason, **kw)
+
+
+def _defer(n: Notification, until: datetime, reason: str, **kw) -> bool:
+    """Back to ``scheduled`` (the row waits in Postgres) until ``until``; the scheduler releases it."""
+    extra = kw.pop("extra", {})
+    extra["due_at"] = until
+    with transaction.atomic():
+        return _transition(n, Status.SCHEDULED, reason, extra=extra, **kw)

@@ -1,0 +1,160 @@
+"""Writes for single notifications: accept (with idempotency) and cancel.
+
+The send path lives in :mod:`notifications.sending`; the scheduler and reconciler in
+:mod:`notifications.scheduler`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import IntegrityError, transaction
+
+from notifications import clock
+from notifications.enqueue import enqueue_on_commit
+from notifications.models import (
+    NOTIFICATION_ID_NAMESPACE,
+    APIClient,
+    DeliveryEvent,
+    Notification,
+    Reason,
+    Status,
+)
+from preferences.models import Recipient
+
+
+class IdempotencyKeyReused(Exception):
+    """The idempotency key was already used by this client with a different request body."""
+
+    def __init__(self, notification: Notification) -> None:
+        super().__init__("idempotency key already used with a different request body")
+        self.notification = notification
+
+
+class NotCancellable(Exception):
+    """The notification was already claimed by a worker or has finished."""
+
+    def __init__(self, notification: Notification) -> None:
+        super().__init__(f"notification is {notification.status}; only scheduled or queued ones can be cancelled")
+        self.notification = notification
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """Result of :func:`accept_notification`. ``replayed`` is True when the key was seen before."""
+
+    notification: Notification
+    replayed: bool
+
+
+def request_fingerprint(body: object) -> str:
+    """SHA-256 hex of the request body as canonical JSON (sorted keys, no whitespace)."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def notification_id_for(client_id: str, idempotency_key: str) -> uuid.UUID:
+    """Deterministic id of an API send: uuid5 over the client and its idempotency key."""
+    return uuid.uuid5(NOTIFICATION_ID_NAMESPACE, f"{client_id}:{idempotency_key}")
+
+
+def accept_notification(
+    *,
+    client: APIClient,
+    idempotency_key: str,
+    fingerprint: str,
+    recipient: Recipient,
+    channel: str,
+    priority: str,
+    content: dict,
+    category: str = "",
+    scheduled_at: datetime | None = None,
+    ttl_seconds: int | None = None,
+    sensitive: bool = False,
+) -> Accepted:
+    """Store a validated send request durably and, if it is due now, enqueue it after commit.
+
+    Idempotency (IETF Idempotency-Key draft, Stripe's practice): the id is derived from
+    ``(client, idempotency_key)`` and a unique constraint rejects a second row, so concurrent or
+    repeated requests create exactly one notification. A repeat with the same ``fingerprint``
+    returns the stored notification (``replayed=True``).
+
+    Args:
+        content: ``{"title"?, "body", "html"?, "data"?}`` already validated for the channel.
+        scheduled_at: aware datetime; ``None`` or a past instant means "now".
+        ttl_seconds: the message expires this many seconds after it was due (``scheduled_at``, or
+            acceptance for immediate sends); ``None`` = no expiry.
+
+    Raises:
+        IdempotencyKeyReused: same key, different fingerprint.
+    """
+    now = clock.now()
+    nid = notification_id_for(str(client.pk), idempotency_key)
+    due = scheduled_at if scheduled_at and scheduled_at > now else None
+    status = Status.SCHEDULED if due else Status.QUEUED
+    start = scheduled_at or now
+    notification = Notification(
+        id=nid,
+        client=client,
+        idempotency_key=idempotency_key,
+        request_fingerprint=fingerprint,
+        recipient=recipient,
+        channel=channel,
+        priority=priority,
+        category=category or "",
+        title=content.get("title") or "",
+        body=content["body"],
+        html=content.get("html") or "",
+        data=content.get("data"),
+        sensitive=sensitive,
+        status=status,
+        accepted_status=status,
+        scheduled_at=scheduled_at,
+        due_at=due,
+        queued_at=None if due else now,
+        expires_at=start + timedelta(seconds=ttl_seconds) if ttl_seconds else None,
+    )
+    try:
+        with transaction.atomic():
+            notification.save(force_insert=True)
+            DeliveryEvent.objects.create(notification=notification, kind="accepted", status=status,
+                                         detail=f"due {due.isoformat()}" if due else "")
+            if status == Status.QUEUED:
+                enqueue_on_commit([(nid, priority, channel)])
+    except IntegrityError:
+        # The same (client, key) was committed first, possibly by a concurrent request that held
+        # the unique index until it committed; read the winner.
+        existing = Notification.objects.get(pk=nid)
+        if existing.request_fingerprint != fingerprint:
+            raise IdempotencyKeyReused(existing) from None
+        return Accepted(existing, replayed=True)
+    return Accepted(notification, replayed=False)
+
+
+def cancel_notification(notification_id: uuid.UUID, client: APIClient | None = None) -> Notification:
+    """Cancel a notification that no worker has claimed yet (``scheduled`` or ``queued``).
+
+    A conditional UPDATE does it, so it races safely with the scheduler and the workers: whichever
+    moves the row first wins, and a worker's claim (``queued → sending``) skips cancelled rows.
+
+    Raises:
+        Notification.DoesNotExist: no such notification (for this client, when given).
+        NotCancellable: it is already sending or finished.
+    """
+    qs = Notification.objects.filter(pk=notification_id)
+    if client is not None:
+        qs = qs.filter(client=client)
+    with transaction.atomic():
+        updated = qs.filter(status__in=[Status.SCHEDULED, Status.QUEUED]).update(
+            status=Status.CANCELLED, reason=Reason.CANCELLED_BY_CLIENT, lease_until=None, due_at=None,
+            updated_at=clock.now())
+        notification = qs.get()
+        if not updated:
+            raise NotCancellable(notification)
+        DeliveryEvent.objects.create(notification=notification, kind="cancelled", status=Status.CANCELLED,
+                                     reason=Reason.CANCELLED_BY_CLIENT)
+    return notification

@@ -1,0 +1,34 @@
+"""Celery tasks: thin, take ids, call a service (style anchors §2.5)."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from notifications import scheduler, sending
+
+
+def notification_task(name: str, **options):
+    """The project's task decorator: explicit stable names, JSON arguments, no result storage.
+
+    Delivery never relies on Celery retries or acks: a lost task is re-driven from Postgres by the
+    reconciler, so tasks are acked on receipt (``acks_late`` off) and ignore their results.
+    """
+    return shared_task(name=name, ignore_result=True, acks_late=False, **options)
+
+
+@notification_task("notifications.send")
+def send_notifications(notification_ids: list[str]) -> None:
+    """Deliver these notifications (the queue names the tier and channel)."""
+    sending.send_notifications(notification_ids)
+
+
+@notification_task("notifications.release_due")
+def release_due() -> int:
+    """Scheduler tick: release due scheduled rows."""
+    return scheduler.release_due()
+
+
+@notification_task("notifications.reconcile")
+def reconcile() -> dict:
+    """Reconciler tick: re-drive expired leases and stale queued rows."""
+    return scheduler.reconcile()

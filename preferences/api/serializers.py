@@ -1,0 +1,107 @@
+"""Request/response shapes for recipients, preferences and devices."""
+
+from __future__ import annotations
+
+import re
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from rest_framework import serializers
+
+from preferences.models import Channel, Device, Recipient
+from preferences.validation import normalize_phone, validate_iana_zone
+
+_LOCALE = re.compile(r"^[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{2,8})*$")
+
+
+def _run(validator, value):
+    try:
+        return validator(value)
+    except DjangoValidationError as exc:
+        raise serializers.ValidationError(exc.messages[0], code=exc.code) from None
+
+
+class RecipientSerializer(serializers.Serializer):
+    """A recipient's contacts. PUT replaces them all: an omitted field becomes empty."""
+
+    user_id = serializers.CharField(read_only=True)
+    email = serializers.EmailField(required=False, allow_blank=True, max_length=254, default="")
+    phone = serializers.CharField(required=False, allow_blank=True, max_length=32, default="",
+                                  help_text="International format; stored as E.164.")
+    timezone = serializers.CharField(required=False, allow_blank=True, max_length=64, default="",
+                                     help_text="IANA zone name, e.g. Europe/Berlin.")
+    locale = serializers.CharField(required=False, allow_blank=True, max_length=35, default="",
+                                   help_text="BCP 47 language tag, e.g. de-DE.")
+    email_invalid_reason = serializers.CharField(read_only=True)
+    phone_invalid_reason = serializers.CharField(read_only=True)
+
+    def validate_phone(self, value: str) -> str:
+        return _run(normalize_phone, value) if value else ""
+
+    def validate_timezone(self, value: str) -> str:
+        return _run(validate_iana_zone, value) if value else ""
+
+    def validate_locale(self, value: str) -> str:
+        if value and not _LOCALE.match(value):
+            raise serializers.ValidationError("not a BCP 47 language tag like 'en' or 'de-DE'", code="invalid_locale")
+        return value
+
+
+class QuietHoursSerializer(serializers.Serializer):
+    start = serializers.TimeField(format="%H:%M", input_formats=["%H:%M"],
+                                  help_text="Local wall-clock start, inclusive (HH:MM).")
+    end = serializers.TimeField(format="%H:%M", input_formats=["%H:%M"],
+                                help_text="Local wall-clock end, exclusive (HH:MM); may be before start "
+                                          "(the window crosses midnight).")
+    timezone = serializers.CharField(required=False, allow_blank=True, max_length=64, default="",
+                                     help_text="IANA zone; defaults to the recipient's timezone, then UTC.")
+
+    def validate_timezone(self, value: str) -> str:
+        return _run(validate_iana_zone, value) if value else ""
+
+    def validate(self, attrs):
+        if attrs["start"] == attrs["end"]:
+            raise serializers.ValidationError({"end": serializers.ErrorDetail(
+                "must differ from start (an empty window is no window: send null instead)", code="empty_window")})
+        return attrs
+
+
+class PreferencesSerializer(serializers.Serializer):
+    opt_outs = serializers.ListField(child=serializers.ChoiceField(choices=Channel.values), required=False,
+                                     default=list, max_length=3)
+    category_opt_outs = serializers.DictField(
+        child=serializers.ListField(child=serializers.ChoiceField(choices=Channel.values), max_length=3),
+        required=False, default=dict)
+    quiet_hours = QuietHoursSerializer(required=False, allow_null=True, default=None)
+
+    def validate_category_opt_outs(self, value: dict) -> dict:
+        if len(value) > 100:
+            raise serializers.ValidationError("at most 100 categories", code="max_length")
+        for key in value:
+            if not key or len(key) > 64:
+                raise serializers.ValidationError(f"category name '{key[:70]}' must be 1–64 characters",
+                                                  code="invalid_category")
+        return value
+
+    def to_representation(self, prefs):
+        quiet = None
+        if prefs is not None and prefs.quiet_start is not None:
+            quiet = {"start": prefs.quiet_start.strftime("%H:%M"), "end": prefs.quiet_end.strftime("%H:%M"),
+                     "timezone": prefs.quiet_timezone}
+        return {
+            "opt_outs": list(prefs.opt_outs) if prefs else [],
+            "category_opt_outs": dict(prefs.category_opt_outs) if prefs else {},
+            "quiet_hours": quiet,
+        }
+
+
+class DeviceSerializer(serializers.ModelSerializer):
+    push_token = serializers.CharField(max_length=4096)
+
+    class Meta:
+        model = Device
+        fields = ["platform", "push_token", "active", "deactivated_reason", "registered_at"]
+        read_only_fields = ["active", "deactivated_reason", "registered_at"]
+
+
+def recipient_payload(recipient: Recipient) -> dict:
+    return RecipientSerializer(recipient).data | {"user_id": recipient.user_id}

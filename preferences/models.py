@@ -1,0 +1,88 @@
+"""Recipients (end users), their devices and their delivery preferences (DESIGN.md §4)."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class Channel(models.TextChoices):
+    SMS = "sms", "SMS"
+    EMAIL = "email", "Email"
+    PUSH = "push", "Push"
+
+
+class Recipient(models.Model):
+    """An end user, keyed by the upstream service's ``user_id``.
+
+    ``phone`` is E.164 (normalised with ``phonenumbers`` on the way in), ``timezone`` an IANA zone
+    name. ``phone_invalid_reason`` / ``email_invalid_reason`` record that the provider told us the
+    contact is dead (Twilio 21211, hard bounce…); sends to it are then ``suppressed``.
+    """
+
+    user_id = models.CharField(max_length=255, primary_key=True)
+    email = models.EmailField(max_length=254, blank=True, default="")
+    phone = models.CharField(max_length=16, blank=True, default="", db_index=True,
+                             help_text="E.164, e.g. +4915123456789")
+    timezone = models.CharField(max_length=64, blank=True, default="", help_text="IANA zone, e.g. Europe/Berlin")
+    locale = models.CharField(max_length=35, blank=True, default="", help_text="BCP 47 tag, e.g. de-DE")
+    email_invalid_reason = models.CharField(max_length=64, blank=True, default="")
+    email_invalid_at = models.DateTimeField(null=True, blank=True)
+    phone_invalid_reason = models.CharField(max_length=64, blank=True, default="")
+    phone_invalid_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["email"], name="recipient_email_idx")]
+
+    def __str__(self) -> str:
+        return self.user_id
+
+
+class Device(models.Model):
+    """A push token on one of a recipient's devices. A token belongs to one recipient at a time."""
+
+    class Platform(models.TextChoices):
+        IOS = "ios", "iOS"
+        ANDROID = "android", "Android"
+        WEB = "web", "Web"
+
+    recipient = models.ForeignKey(Recipient, on_delete=models.CASCADE, related_name="devices")
+    platform = models.CharField(max_length=8, choices=Platform.choices)
+    push_token = models.CharField(max_length=4096, unique=True)
+    active = models.BooleanField(default=True)
+    deactivated_reason = models.CharField(max_length=64, blank=True, default="")
+    deactivated_at = models.DateTimeField(null=True, blank=True)
+    registered_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["recipient", "active"], name="device_recipient_active_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.platform} …{self.push_token[-8:]}"
+
+
+class Preferences(models.Model):
+    """A recipient's opt-outs and quiet hours.
+
+    ``opt_outs``: list of channels (``["sms"]``). ``category_opt_outs``: ``{category: [channel…]}``.
+    Quiet hours: local wall-clock ``quiet_start`` (inclusive) to ``quiet_end`` (exclusive) in
+    ``quiet_timezone`` (IANA; falls back to the recipient's zone, then UTC). A window may cross
+    midnight (start > end). Quiet hours defer ``standard`` sends only; ``high`` ignores them.
+    """
+
+    recipient = models.OneToOneField(Recipient, on_delete=models.CASCADE, primary_key=True,
+                                     related_name="preferences")
+    opt_outs = models.JSONField(default=list, blank=True)
+    category_opt_outs = models.JSONField(default=dict, blank=True)
+    quiet_start = models.TimeField(null=True, blank=True)
+    quiet_end = models.TimeField(null=True, blank=True)
+    quiet_timezone = models.CharField(max_length=64, blank=True, default="")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "preferences"
+
+    def __str__(self) -> str:
+        return f"preferences of {self.recipient_id}"

@@ -1,0 +1,66 @@
+"""Quiet hours: is an instant inside a recipient's local quiet window, and when does it end?
+
+A window is a local wall-clock ``start`` (inclusive) and ``end`` (exclusive) in an IANA zone. When
+``start > end`` it crosses midnight (22:00–07:00). ``start == end`` means no window. All
+arithmetic is on wall-clock times in the zone (``zoneinfo``), so a window means the same local
+hours on a DST transition night:
+
+* an ``end`` that does not exist that night (spring forward gap, e.g. 02:30 in Europe/Berlin on
+  the last Sunday of March) ends the window at the first instant after the gap (03:00 local);
+* an ``end`` that occurs twice (fall back fold) ends it at its first occurrence (``fold=0``).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, time, timedelta
+from zoneinfo import ZoneInfo
+
+
+def in_window(local: time, start: time, end: time) -> bool:
+    """True if the wall-clock time ``local`` is inside [start, end), crossing midnight if start > end."""
+    if start == end:
+        return False
+    if start < end:
+        return start <= local < end
+    return local >= start or local < end
+
+
+def _wall_to_utc(day: date, wall: time, tz: ZoneInfo) -> datetime:
+    """The UTC instant at which the clock in ``tz`` first reads ``wall`` on ``day``, or, if that wall
+    time does not exist (DST gap), the end of the gap."""
+    naive = datetime.combine(day, wall.replace(tzinfo=None))
+    candidate = naive.replace(tzinfo=tz, fold=0)
+    as_utc = candidate.astimezone(UTC)
+    if as_utc.astimezone(tz).replace(tzinfo=None) == naive:
+        return as_utc
+    # Non-existent wall time: zoneinfo resolved it with the pre-transition offset, which lands
+    # after the gap. The first instant whose wall time is >= the requested one is the transition
+    # itself: step back minute by minute (gaps are at most a few hours; transitions fall on
+    # whole minutes) while the previous minute still reads >= the requested wall time.
+    t = as_utc
+    while (t - timedelta(minutes=1)).astimezone(tz).replace(tzinfo=None) >= naive:
+        t -= timedelta(minutes=1)
+    return t
+
+
+def window_end(now_utc: datetime, start: time, end: time, tz: ZoneInfo) -> datetime | None:
+    """If ``now_utc`` is inside the quiet window, the UTC instant the window ends; else ``None``.
+
+    Args:
+        now_utc: an aware datetime (any zone; compared as an instant).
+        start, end: local wall-clock bounds, naive ``time`` values (start inclusive, end exclusive).
+        tz: the recipient's zone.
+    """
+    local = now_utc.astimezone(tz)
+    wall = local.time().replace(tzinfo=None)
+    if not in_window(wall, start, end):
+        return None
+    day = local.date()
+    if start > end and wall >= start:
+        day = day + timedelta(days=1)  # the window crosses midnight; it ends tomorrow
+    result = _wall_to_utc(day, end, tz)
+    if result <= now_utc:
+        # Only possible on a fold/gap night where the end wall time already passed in "the other"
+        # offset; the window is effectively over.
+        return None
+    return result

@@ -1,0 +1,68 @@
+"""Writes for recipients, preferences and devices."""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.utils import timezone
+
+from preferences.models import Device, Preferences, Recipient
+
+
+def upsert_recipient(user_id: str, **fields) -> tuple[Recipient, bool]:
+    """Create or replace a recipient's contact fields. A changed phone/email clears its
+    "invalid" mark (it is a new contact). Returns ``(recipient, created)``."""
+    with transaction.atomic():
+        recipient = Recipient.objects.select_for_update().filter(pk=user_id).first()
+        created = recipient is None
+        if created:
+            recipient = Recipient(user_id=user_id)
+        if "phone" in fields and fields["phone"] != recipient.phone:
+            recipient.phone_invalid_reason, recipient.phone_invalid_at = "", None
+        if "email" in fields and fields["email"] != recipient.email:
+            recipient.email_invalid_reason, recipient.email_invalid_at = "", None
+        for key, value in fields.items():
+            setattr(recipient, key, value)
+        recipient.save()
+    return recipient, created
+
+
+def set_preferences(recipient: Recipient, *, opt_outs: list[str], category_opt_outs: dict[str, list[str]],
+                    quiet_hours: dict | None) -> Preferences:
+    """Replace a recipient's preferences. ``quiet_hours`` is ``{start, end, timezone}`` (times as
+    ``datetime.time``) or ``None`` to clear."""
+    prefs, _ = Preferences.objects.get_or_create(recipient=recipient)
+    prefs.opt_outs = sorted(set(opt_outs))
+    prefs.category_opt_outs = {k: sorted(set(v)) for k, v in category_opt_outs.items()}
+    if quiet_hours:
+        prefs.quiet_start = quiet_hours["start"]
+        prefs.quiet_end = quiet_hours["end"]
+        prefs.quiet_timezone = quiet_hours.get("timezone") or ""
+    else:
+        prefs.quiet_start = prefs.quiet_end = None
+        prefs.quiet_timezone = ""
+    prefs.save()
+    return prefs
+
+
+def register_device(recipient: Recipient, *, platform: str, push_token: str) -> tuple[Device, bool]:
+    """Register (or re-activate) a push token for ``recipient``. A token registered to another
+    recipient moves to this one (a token belongs to one recipient at a time). Returns
+    ``(device, created)``."""
+    with transaction.atomic():
+        device = Device.objects.select_for_update().filter(push_token=push_token).first()
+        if device is None:
+            return Device.objects.create(recipient=recipient, platform=platform, push_token=push_token), True
+        device.recipient = recipient
+        device.platform = platform
+        device.active = True
+        device.deactivated_reason = ""
+        device.deactivated_at = None
+        device.updated_at = timezone.now()
+        device.save()
+        return device, False
+
+
+def remove_device(recipient: Recipient, push_token: str) -> bool:
+    """Delete the recipient's device with this token. Returns False if it had no such device."""
+    deleted, _ = Device.objects.filter(recipient=recipient, push_token=push_token).delete()
+    return bool(deleted)

@@ -1,0 +1,213 @@
+"""Provider contract: the message shape handed to a provider backend, its result, and the errors.
+
+Every backend (``providers/<name>/backend.py``) subclasses one of the channel base classes below and
+implements :meth:`ProviderBackend.send`. The delivery pipeline (``notifications.services``) only ever
+talks to this module's types, so a new provider is a new package and a line in settings.
+
+Error hierarchy (after django-anymail / healthchecks, see ``shared/reference/style-anchors.md``)::
+
+    ProviderError                  anything the provider said no to, or could not be reached
+    ├── TransientProviderError     retry with backoff: timeouts, connection errors, 5xx, 429
+    └── PermanentProviderError     never retry this message: bad payload, rejected content
+        └── ContactInvalidError    the address/number/token itself is dead: deactivate it
+    ProviderConfigurationError     (outside the tree) our credentials/settings are wrong
+
+``ProviderConfigurationError`` deliberately does not subclass ``ProviderError`` so that no
+``except ProviderError`` can swallow a misconfiguration; the pipeline treats it as a permanent
+failure of the message *and* logs it loudly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+_REQUIRED: Any = object()
+
+
+@dataclass(frozen=True)
+class OutboundMessage:
+    """One message to one address, as handed to a backend.
+
+    Attributes:
+        notification_id: our notification UUID as a string; backends pass it to the provider as
+            correlation id (Twilio ``StatusCallback`` query, SendGrid ``custom_args``, FCM
+            ``data`` / collapse key) so receipts and duplicates can be matched.
+        channel: ``"sms"``, ``"email"`` or ``"push"``.
+        to: E.164 phone number (sms), email address (email) or push token (push).
+        body: plain-text body.
+        title: email subject / push title; ``None`` for SMS.
+        html: optional HTML body (email only).
+        data: optional ``str -> str`` mapping (push data payload; email custom args).
+        platform: push only: ``"ios"``, ``"android"`` or ``"web"``.
+        ttl_seconds: how long the provider may keep trying (push TTL, SMS ValidityPeriod); ``None``
+            for the provider default.
+        priority: ``"high"`` or ``"standard"``.
+        collapse_key: push collapse key (we use the notification id so a duplicate shows once).
+    """
+
+    notification_id: str
+    channel: str
+    to: str
+    body: str
+    title: str | None = None
+    html: str | None = None
+    data: dict[str, str] | None = None
+    platform: str | None = None
+    ttl_seconds: int | None = None
+    priority: str = "standard"
+    collapse_key: str | None = None
+
+
+@dataclass(frozen=True)
+class SendResult:
+    """What the provider answered when it accepted a message.
+
+    Attributes:
+        provider: the backend's ``name`` (e.g. ``"twilio"``).
+        provider_message_id: the provider's id for the accepted message (Twilio ``SM…`` sid,
+            SendGrid ``X-Message-Id``, FCM ``projects/…/messages/…``).
+        raw_status: the provider's own status word at acceptance, if any (Twilio ``queued``).
+    """
+
+    provider: str
+    provider_message_id: str
+    raw_status: str | None = None
+
+
+class ProviderError(Exception):
+    """A provider refused the message or could not be reached.
+
+    Attributes:
+        provider: backend name.
+        code: the provider's error code as a string (Twilio ``"21211"``, FCM ``"UNREGISTERED"``,
+            SendGrid/SMTP status such as ``"400"``/``"550"``), or a short word of ours
+            (``"timeout"``, ``"connection_error"``).
+        message: human-readable detail from the provider (never contains message content).
+        http_status: HTTP status if there was an HTTP response, else ``None``.
+        retry_after: seconds the provider asked us to wait (``Retry-After`` / rate-limit reset),
+            else ``None``.
+    """
+
+    transient: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        provider: str,
+        code: str,
+        message: str = "",
+        *,
+        http_status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(f"{provider} error {code}: {message}")
+        self.provider = provider
+        self.code = str(code)
+        self.message = message
+        self.http_status = http_status
+        self.retry_after = retry_after
+
+
+class TransientProviderError(ProviderError):
+    """Retry later with backoff (timeouts, connection errors, 5xx, 429)."""
+
+    transient = True
+
+
+class PermanentProviderError(ProviderError):
+    """Do not retry this message (bad payload, content rejected, unsupported destination)."""
+
+
+class ContactInvalidError(PermanentProviderError):
+    """The destination itself is dead: deactivate the token / mark the number or address invalid.
+
+    ``reason`` is one of ``"invalid_number"``, ``"opted_out"``, ``"not_mobile"``,
+    ``"unregistered_token"``, ``"invalid_token"``, ``"invalid_address"``.
+    """
+
+    def __init__(self, provider: str, code: str, message: str = "", *, reason: str, **kw) -> None:
+        super().__init__(provider, code, message, **kw)
+        self.reason = reason
+
+
+class ProviderConfigurationError(Exception):
+    """Our settings or credentials are wrong (401/403, missing sender). Not a ProviderError."""
+
+    def __init__(
+        self,
+        provider: str,
+        message: str,
+        code: str = "configuration",
+        *,
+        http_status: int | None = None,
+    ) -> None:
+        super().__init__(f"{provider} configuration error: {message}")
+        self.provider = provider
+        self.code = code
+        self.message = message
+        #: HTTP status of the provider's answer (401/403...), ``None`` if there was no HTTP exchange.
+        self.http_status = http_status
+
+
+@dataclass
+class ProviderBackend:
+    """Base of every provider backend. Subclasses set ``name`` and ``channel``.
+
+    Lifecycle mirrors Django's ``BaseEmailBackend``: ``open()`` builds the SDK client lazily (never
+    at import time), ``send()`` may be called many times, ``close()`` releases connections. A
+    backend instance is used by one thread at a time.
+
+    ``options`` come from ``settings.PROVIDERS[channel]["OPTIONS"]`` merged with kwargs.
+    """
+
+    name: ClassVar[str] = ""
+    channel: ClassVar[str] = ""
+    options: dict = field(default_factory=dict)
+
+    def option(self, key: str, default: Any = _REQUIRED) -> Any:
+        """Return ``options[key]``.
+
+        Without ``default`` the key is required: a missing, ``None`` or empty value raises
+        ProviderConfigurationError naming the setting (``PROVIDERS[<channel>][…]["OPTIONS"]["KEY"]``).
+        """
+        value = self.options.get(key)
+        if value is None or value == "":
+            if default is _REQUIRED:
+                raise ProviderConfigurationError(
+                    self.name,
+                    f'settings.PROVIDERS["{self.channel}"] entry "{self.name}": '
+                    f'OPTIONS["{key}"] is required',
+                    code="missing_option",
+                )
+            return default
+        return value
+
+    def open(self) -> None:  # pragma: no cover - trivial default
+        """Create SDK clients. Idempotent."""
+
+    def close(self) -> None:  # pragma: no cover - trivial default
+        """Release connections. Idempotent."""
+
+    def send(self, message: OutboundMessage) -> SendResult:
+        """Send one message.
+
+        Returns:
+            SendResult on acceptance.
+
+        Raises:
+            TransientProviderError, PermanentProviderError, ContactInvalidError,
+            ProviderConfigurationError. Never returns silently on failure.
+        """
+        raise NotImplementedError
+
+
+class SmsBackend(ProviderBackend):
+    channel = "sms"
+
+
+class EmailBackend(ProviderBackend):
+    channel = "email"
+
+
+class PushBackend(ProviderBackend):
+    channel = "push"

@@ -1,0 +1,14 @@
+"""Provider emulator: a local server speaking the real wire formats of the providers we use.
+
+Start it with ``python -m providers.emulator`` (see ``__main__.py`` for flags and environment).
+It binds 127.0.0.1 only and serves, in one asyncio loop:
+
+* Twilio Messages API (``twilio_api``), SendGrid v3 mail/send (``sendgrid_api``), FCM HTTP v1 and
+  its OAuth token endpoint (``fcm_api``), over HTTP on ``--port`` (default 8900);
+* an SMTP sink (``smtp_sink``) on ``--smtp-port`` (default 8925);
+* an inspection and fault-injection API under ``/_emulator/`` (``inspection``, ``faults``).
+
+The unmodified SDKs are pointed at it through the hooks in ``shared/reference/providers.md``, so they
+parse its answers and raise their real exception classes. Accepted messages are recorded
+(``store``); rejected ones are only counted. Nothing here imports Django.
+"""

@@ -1,0 +1,155 @@
+"""SendGrid v3 Mail Send: ``POST /v3/mail/send`` (providers.md §2(b)).
+
+Answers 202 with an empty body and ``X-Message-Id``, recording one message per personalization
+``to`` address, or an error body ``{"errors": [{"message", "field", "help"}]}``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import secrets
+import time
+from typing import Any
+
+from aiohttp import web
+
+from providers.emulator.context import bearer_token, emulator_of
+from providers.emulator.faults import Fault
+
+MAX_PERSONALIZATIONS = 1000
+MAX_RECIPIENTS = 1000
+EMAIL = re.compile(r"^[^@\s]+@[^@\s]+$")
+HELP = "https://www.twilio.com/docs/sendgrid/api-reference/mail-send/errors"
+#: Default error text per HTTP status for injected faults.
+MESSAGES = {
+    400: "Bad Request",
+    401: "The provided authorization grant is invalid, expired, or revoked",
+    403: "access forbidden",
+    404: "not found",
+    413: "Payload Too Large",
+    429: "too many requests",
+    500: "internal server error",
+    503: "service unavailable",
+}
+RATE_LIMIT = 600
+
+
+def error(status: int, errors: list[tuple[str, str | None]], retry_after: float | None = None) -> web.Response:
+    """A SendGrid error response; ``errors`` is a list of ``(message, field)``."""
+    body = {"errors": [{"message": m, "field": f, "help": HELP if f else None} for m, f in errors]}
+    headers: dict[str, str] = {}
+    if status == 429 or retry_after is not None:
+        wait = retry_after if retry_after is not None else 1.0
+        headers["X-RateLimit-Limit"] = str(RATE_LIMIT)
+        headers["X-RateLimit-Remaining"] = "0"
+        headers["X-RateLimit-Reset"] = str(math.ceil(time.time() + wait))
+        if retry_after is not None:
+            headers["Retry-After"] = str(math.ceil(retry_after))
+    return web.json_response(body, status=status, headers=headers)
+
+
+def fault_response(fault: Fault) -> web.Response:
+    status = fault.status or 400
+    message = str(fault.code) if fault.code is not None else MESSAGES.get(status, "error")
+    return error(status, [(message, None)], retry_after=fault.retry_after)
+
+
+async def send_mail(request: web.Request) -> web.Response:
+    """Validate one mail/send request and record its recipients."""
+    emu = emulator_of(request)
+    if bearer_token(request) is None:
+        emu.stats.rejected("sendgrid")
+        return error(401, [(MESSAGES[401], None)])
+    try:
+        payload = json.loads(await request.read())
+    except ValueError:
+        payload = None
+    if not isinstance(payload, dict):
+        emu.stats.rejected("sendgrid")
+        return error(400, [("Bad Request", None)])
+    personalizations = payload.get("personalizations")
+    if not isinstance(personalizations, list):
+        personalizations = []
+    fault = await emu.fault_for("sendgrid", _addresses(personalizations))
+    if fault is not None:
+        emu.stats.rejected("sendgrid")
+        return fault_response(fault)
+    problems = validate(payload, personalizations)
+    if problems:
+        emu.stats.rejected("sendgrid")
+        return error(400, problems)
+    message_id = secrets.token_urlsafe(16)[:22]
+    text = next(
+        (c.get("value") for c in payload.get("content") or [] if c.get("type") == "text/plain"), None,
+    )
+    top_args = payload.get("custom_args") or {}
+    recorded = 0
+    for p in personalizations:
+        subject = p.get("subject") or payload.get("subject")
+        notification_id = (p.get("custom_args") or {}).get("notification_id") or top_args.get("notification_id")
+        for recipient in p["to"]:
+            emu.store.add("sendgrid", recipient["email"], subject, text, message_id, notification_id)
+            recorded += 1
+    emu.stats.accepted("sendgrid", recorded)
+    return web.Response(status=202, headers={"X-Message-Id": message_id})
+
+
+def validate(payload: dict[str, Any], personalizations: list) -> list[tuple[str, str | None]]:
+    """SendGrid's documented request limits (providers.md §2(b)) as ``(message, field)`` problems."""
+    problems: list[tuple[str, str | None]] = []
+    sender = payload.get("from")
+    if not isinstance(sender, dict) or not EMAIL.match(str(sender.get("email", ""))):
+        problems.append(("The from email does not contain a valid address.", "from.email"))
+    if not personalizations:
+        problems.append(("The personalizations field is required and must have at least one "
+                         "personalization.", "personalizations"))
+    elif len(personalizations) > MAX_PERSONALIZATIONS:
+        problems.append((f"The personalizations field must have no more than {MAX_PERSONALIZATIONS} "
+                         "items.", "personalizations"))
+    recipients = 0
+    for i, p in enumerate(personalizations[:MAX_PERSONALIZATIONS]):
+        to = p.get("to") if isinstance(p, dict) else None
+        if not isinstance(to, list) or not to:
+            problems.append(("The to array is required for all personalization objects, and must "
+                             "have at least one email object with a valid email address.",
+                             f"personalizations.{i}.to"))
+            continue
+        for j, recipient in enumerate(to):
+            if not isinstance(recipient, dict) or not EMAIL.match(str(recipient.get("email", ""))):
+                problems.append(("Does not contain a valid address.", f"personalizations.{i}.to.{j}.email"))
+        recipients += len(to) + len(p.get("cc") or []) + len(p.get("bcc") or [])
+        args = p.get("custom_args") or {}
+        if not isinstance(args, dict) or any(not isinstance(v, str) for v in args.values()):
+            problems.append(("Custom args values must be strings.", f"personalizations.{i}.custom_args"))
+    if recipients > MAX_RECIPIENTS:
+        problems.append((f"The total number of recipients must be no more than {MAX_RECIPIENTS}.",
+                         "personalizations"))
+    if not payload.get("template_id"):
+        if not payload.get("subject") and not all(
+            isinstance(p, dict) and p.get("subject") for p in personalizations or [{}]
+        ):
+            problems.append(("The subject is required. You can get around this requirement if you "
+                             "use a template with a subject defined or if every personalization has "
+                             "a subject defined.", "subject"))
+        content = payload.get("content")
+        if not isinstance(content, list) or not any(isinstance(c, dict) and c.get("value") for c in content):
+            problems.append(("Unless a valid template_id is provided, the content parameter is "
+                             "required. There must be at least one defined content block.", "content"))
+    top_args = payload.get("custom_args") or {}
+    if not isinstance(top_args, dict) or any(not isinstance(v, str) for v in top_args.values()):
+        problems.append(("Custom args values must be strings.", "custom_args"))
+    return problems
+
+
+def _addresses(personalizations: list) -> list[str]:
+    return [
+        str(r.get("email", ""))
+        for p in personalizations if isinstance(p, dict)
+        for r in p.get("to") or [] if isinstance(r, dict)
+    ]
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post("/v3/mail/send", send_mail)

@@ -1,0 +1,73 @@
+"""Run the emulator: one asyncio loop serving HTTP (aiohttp) and SMTP (aiosmtpd) on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from aiohttp import web
+from aiosmtpd.smtp import SMTP
+
+from providers.emulator import fcm_api, inspection, sendgrid_api, twilio_api
+from providers.emulator.context import EMULATOR_KEY, Emulator
+from providers.emulator.smtp_sink import SmtpSink, authenticate_any
+from providers.emulator.store import MessageStore
+
+logger = logging.getLogger("providers.emulator")
+
+HOST = "127.0.0.1"
+#: Largest request body accepted (SendGrid allows 30 MB mails).
+MAX_BODY_BYTES = 32 * 1024 * 1024
+#: Seconds in-flight requests (e.g. ones held by a latency fault) get to finish at shutdown.
+SHUTDOWN_GRACE_SECONDS = 0.5
+
+
+def build_app(emulator: Emulator) -> web.Application:
+    """The aiohttp application with every provider route and the inspection API."""
+    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    app[EMULATOR_KEY] = emulator
+    for module in (twilio_api, sendgrid_api, fcm_api, inspection):
+        module.add_routes(app)
+    return app
+
+
+async def serve(
+    port: int,
+    smtp_port: int,
+    record_file: str | None = None,
+    max_messages: int = 0,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Serve until SIGTERM/SIGINT (or until ``stop`` is set), then shut down cleanly.
+
+    Raises:
+        OSError: a port is already in use.
+    """
+    emulator = Emulator(store=MessageStore(max_messages=max_messages, record_path=record_file))
+    loop = asyncio.get_running_loop()
+    stop = stop or asyncio.Event()
+    runner = web.AppRunner(build_app(emulator), access_log=None, handle_signals=False,
+                           shutdown_timeout=SHUTDOWN_GRACE_SECONDS)
+    await runner.setup()
+    smtp_server = None
+    try:
+        await web.TCPSite(runner, HOST, port).start()
+        handler = SmtpSink(emulator)
+        smtp_server = await loop.create_server(
+            lambda: SMTP(handler, hostname="emulator.local", ident="provider-emulator",
+                         authenticator=authenticate_any, auth_require_tls=False, loop=loop),
+            HOST, smtp_port,
+        )
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        logger.info("provider emulator listening on http://%s:%d (smtp %d)", HOST, port, smtp_port)
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        if smtp_server is not None:
+            smtp_server.close()
+        await runner.cleanup()
+        emulator.store.close()
+        logger.info("provider emulator stopped")

@@ -1,0 +1,126 @@
+"""Recorded messages and per-provider request counters of the provider emulator."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter, deque
+from collections.abc import Iterable
+from typing import IO, Any
+
+#: Fields of one recorded message, in the order of the inspection API and the record file.
+FIELDS = (
+    "provider", "channel", "to", "title", "body", "provider_message_id", "notification_id",
+    "received_at_ms",
+)
+#: Filters accepted by ``/_emulator/messages`` and ``/_emulator/messages/count``.
+FILTERS = ("provider", "channel", "to", "notification_id")
+_INDEX = {name: FIELDS.index(name) for name in FIELDS}
+CHANNEL_OF = {"twilio": "sms", "sendgrid": "email", "smtp": "email", "fcm": "push"}
+
+
+def now_ms() -> int:
+    """Current UTC time as integer epoch milliseconds."""
+    return time.time_ns() // 1_000_000
+
+
+class MessageStore:
+    """Accepted messages in arrival order, optionally appended to a JSON-lines record file.
+
+    In memory at most ``max_messages`` are kept (oldest dropped first; ``0`` = unlimited); the record
+    file, opened in append mode and flushed per line, keeps everything across restarts. Each line
+    is one JSON object with :data:`FIELDS`.
+    """
+
+    def __init__(self, max_messages: int = 0, record_path: str | None = None) -> None:
+        self._items: deque[tuple] = deque(maxlen=max_messages or None)
+        self._counts: Counter[tuple[str, str]] = Counter()
+        # Open for the store's lifetime (closed in close()); line buffering flushes every message.
+        self._record: IO[str] | None = (
+            open(record_path, "a", encoding="utf-8", buffering=1) if record_path else None  # noqa: SIM115
+        )
+
+    def add(
+        self,
+        provider: str,
+        to: str,
+        title: str | None,
+        body: str | None,
+        provider_message_id: str,
+        notification_id: str | None,
+    ) -> None:
+        """Record one accepted message (``received_at_ms`` = now, UTC epoch ms)."""
+        item = (provider, CHANNEL_OF[provider], to, title, body, provider_message_id,
+                notification_id, now_ms())
+        if self._items.maxlen is not None and len(self._items) == self._items.maxlen:
+            oldest = self._items[0]
+            self._counts[("provider", oldest[0])] -= 1
+            self._counts[("channel", oldest[1])] -= 1
+        self._items.append(item)
+        self._counts[("provider", provider)] += 1
+        self._counts[("channel", item[1])] += 1
+        if self._record is not None:
+            self._record.write(json.dumps(dict(zip(FIELDS, item, strict=True)), ensure_ascii=False) + "\n")
+
+    def query(self, filters: dict[str, str]) -> list[dict[str, Any]]:
+        """Messages matching every ``filters`` item (keys from :data:`FILTERS`), oldest first."""
+        return [dict(zip(FIELDS, item, strict=True)) for item in self._matching(filters)]
+
+    def count(self, filters: dict[str, str]) -> int:
+        """Number of messages matching ``filters``; O(1) for no filter or one provider/channel filter."""
+        if not filters:
+            return len(self._items)
+        if len(filters) == 1:
+            (key, value), = filters.items()
+            if key in ("provider", "channel"):
+                return self._counts[(key, value)]
+        return sum(1 for _ in self._matching(filters))
+
+    def clear(self) -> None:
+        """Forget the in-memory messages (the record file is left alone)."""
+        self._items.clear()
+        self._counts.clear()
+
+    def close(self) -> None:
+        if self._record is not None:
+            self._record.close()
+            self._record = None
+
+    def _matching(self, filters: dict[str, str]) -> Iterable[tuple]:
+        checks = [(_INDEX[k], v) for k, v in filters.items()]
+        return (item for item in self._items if all(item[i] == v for i, v in checks))
+
+
+class Stats:
+    """Per-provider request counters: ``requests``, ``accepted``, ``rejected``, ``messages``.
+
+    ``rejected`` counts every non-success answer (auth, validation and injected faults); ``messages``
+    counts recorded messages (a SendGrid request with several recipients records several).
+    """
+
+    KEYS = ("requests", "accepted", "rejected", "messages")
+
+    def __init__(self) -> None:
+        self._counts: dict[str, Counter[str]] = {p: Counter() for p in CHANNEL_OF}
+        self.token_requests = 0
+
+    def accepted(self, provider: str, messages: int = 1) -> None:
+        c = self._counts[provider]
+        c["requests"] += 1
+        c["accepted"] += 1
+        c["messages"] += messages
+
+    def rejected(self, provider: str) -> None:
+        c = self._counts[provider]
+        c["requests"] += 1
+        c["rejected"] += 1
+
+    def as_dict(self) -> dict[str, Any]:
+        result: dict[str, Any] = {p: {k: c[k] for k in self.KEYS} for p, c in self._counts.items()}
+        result["fcm"]["token_requests"] = self.token_requests
+        return result
+
+    def reset(self) -> None:
+        for c in self._counts.values():
+            c.clear()
+        self.token_requests = 0

@@ -1,0 +1,1 @@
+"""Firebase Cloud Messaging HTTP v1 (push) via firebase-admin: ``providers.fcm.backend.FcmPushBackend``."""

@@ -1,0 +1,190 @@
+"""Provider registry: build backends from ``settings.PROVIDERS`` and cache them per thread.
+
+``settings.PROVIDERS`` maps a channel to an ordered list of providers, the first being the primary::
+
+    PROVIDERS = {
+        "sms": [{"NAME": "twilio", "BACKEND": "providers.twilio.backend.TwilioSmsBackend",
+                 "OPTIONS": {...}}],
+        "email": [{"NAME": "sendgrid", ...}, {"NAME": "smtp", ...}],
+        "push": [{"NAME": "fcm", ...}],
+    }
+
+Backends are imported lazily (``import_string``) and one opened instance is kept per
+(process, thread, channel, name): a backend is used by one thread at a time (providers/base.py), and
+connections must not be shared across a fork.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any
+
+from django.conf import settings
+from django.utils.module_loading import import_string
+
+from providers.base import ProviderBackend, ProviderConfigurationError
+
+logger = logging.getLogger(__name__)
+
+CHANNELS = ("sms", "email", "push")
+
+_local = threading.local()
+#: Bumped by reset_backends(); a thread whose cache is older closes and drops it on next use.
+_generation = 0
+
+
+def provider_names(channel: str) -> list[str]:
+    """Configured provider names for ``channel``, primary first.
+
+    Raises:
+        ProviderConfigurationError: ``settings.PROVIDERS[channel]`` is missing or empty.
+    """
+    return [entry["NAME"] for entry in _entries(channel)]
+
+
+def get_backend(channel: str, name: str | None = None) -> ProviderBackend:
+    """Return this thread's opened backend for ``channel`` (``name=None``: the primary provider).
+
+    Raises:
+        ProviderConfigurationError: the channel or name is not in ``settings.PROVIDERS``, the
+            BACKEND cannot be imported, or the backend's ``open()`` rejects its OPTIONS.
+    """
+    entries = _entries(channel)
+    if name is None:
+        entry = entries[0]
+    else:
+        entry = next((e for e in entries if e.get("NAME") == name), None)
+        if entry is None:
+            raise ProviderConfigurationError(
+                name, f'settings.PROVIDERS["{channel}"] has no provider named "{name}"',
+                code="not_configured",
+            )
+    cache = _thread_cache()
+    key = (channel, entry["NAME"])
+    backend = cache.get(key)
+    if backend is None:
+        backend = _build(channel, entry)
+        backend.open()
+        cache[key] = backend
+    return backend
+
+
+def reset_backends() -> None:
+    """Close and drop this thread's cached backends; other threads drop theirs on their next use.
+
+    Used by tests and after settings change. After a fork the child forgets (without closing) the
+    instances inherited from the parent, whose sockets it must not touch.
+    """
+    global _generation
+    _generation += 1
+    _close_all(getattr(_local, "backends", {}))
+    _local.backends = {}
+    _local.generation = _generation
+    _local.pid = os.getpid()
+
+
+def check_providers_configured() -> list[str]:
+    """Validate ``settings.PROVIDERS`` without opening any connection.
+
+    Returns:
+        Human-readable problems (empty when everything is fine), e.g.
+        ``'settings.PROVIDERS["sms"][0]: OPTIONS misses ACCOUNT_SID'``.
+    """
+    providers = getattr(settings, "PROVIDERS", None)
+    if not isinstance(providers, dict):
+        return ["settings.PROVIDERS is missing or not a dict of channel -> list of providers"]
+    problems = [f'settings.PROVIDERS["{c}"]: unknown channel (expected one of {", ".join(CHANNELS)})'
+                for c in providers if c not in CHANNELS]
+    for channel in CHANNELS:
+        entries = providers.get(channel)
+        where = f'settings.PROVIDERS["{channel}"]'
+        if not isinstance(entries, (list, tuple)) or not entries:
+            problems.append(f"{where}: needs a non-empty list of providers")
+            continue
+        seen: set[str] = set()
+        for index, entry in enumerate(entries):
+            problems.extend(_check_entry(channel, f"{where}[{index}]", entry, seen))
+    return problems
+
+
+def _check_entry(channel: str, where: str, entry: Any, seen: set[str]) -> list[str]:
+    if not isinstance(entry, dict):
+        return [f"{where}: must be a dict with NAME, BACKEND and OPTIONS"]
+    problems = []
+    name = entry.get("NAME")
+    if not name:
+        problems.append(f"{where}: NAME is missing")
+    elif name in seen:
+        problems.append(f'{where}: NAME "{name}" appears twice')
+    seen.add(name)
+    options = entry.get("OPTIONS", {})
+    if not isinstance(options, dict):
+        problems.append(f"{where}: OPTIONS must be a dict")
+        options = {}
+    try:
+        cls = import_string(entry.get("BACKEND") or "")
+    except ImportError as exc:
+        return [*problems, f'{where}: BACKEND "{entry.get("BACKEND")}" cannot be imported ({exc})']
+    if not (isinstance(cls, type) and issubclass(cls, ProviderBackend)):
+        return [*problems, f"{where}: BACKEND {entry['BACKEND']} is not a ProviderBackend subclass"]
+    if cls.channel != channel:
+        problems.append(f"{where}: BACKEND {entry['BACKEND']} serves channel {cls.channel!r}, not {channel!r}")
+    missing = [k for k in getattr(cls, "required_options", ()) if options.get(k) in (None, "")]
+    if missing:
+        problems.append(f"{where}: OPTIONS misses {', '.join(missing)}")
+    return problems
+
+
+def _entries(channel: str) -> list[dict]:
+    providers = getattr(settings, "PROVIDERS", None) or {}
+    entries = providers.get(channel) if isinstance(providers, dict) else None
+    if not entries:
+        raise ProviderConfigurationError(
+            channel, f'settings.PROVIDERS["{channel}"] is missing or empty', code="not_configured",
+        )
+    return list(entries)
+
+
+def _build(channel: str, entry: dict) -> ProviderBackend:
+    name = entry.get("NAME") or "?"
+    try:
+        cls = import_string(entry["BACKEND"])
+    except (KeyError, ImportError) as exc:
+        raise ProviderConfigurationError(
+            name, f'settings.PROVIDERS["{channel}"] entry "{name}": BACKEND cannot be imported ({exc})',
+            code="not_configured",
+        ) from exc
+    return cls(options=dict(entry.get("OPTIONS") or {}))
+
+
+def _thread_cache() -> dict[tuple[str, str], ProviderBackend]:
+    pid = os.getpid()
+    if getattr(_local, "pid", None) != pid:
+        # Fresh thread, or inherited across fork: never close the parent's connections.
+        _local.backends = {}
+        _local.generation = _generation
+        _local.pid = pid
+    elif _local.generation != _generation:
+        _close_all(_local.backends)
+        _local.backends = {}
+        _local.generation = _generation
+    return _local.backends
+
+
+def _close_all(backends: dict[tuple[str, str], ProviderBackend]) -> None:
+    for backend in backends.values():
+        try:
+            backend.close()
+        except Exception:  # closing must never mask the caller's work
+            logger.warning("closing provider backend %s failed", backend.name, exc_info=True)
+
+
+def _forget_after_fork() -> None:
+    _local.backends = {}
+    _local.generation = _generation
+    _local.pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)

@@ -1,0 +1,1 @@
+"""SendGrid v3 Mail Send (email): ``providers.sendgrid.backend.SendGridEmailBackend``."""

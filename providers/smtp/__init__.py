@@ -1,0 +1,1 @@
+"""Plain SMTP (email) through Django's SMTP backend: ``providers.smtp.backend.SmtpEmailBackend``."""

@@ -1,0 +1,1 @@
+"""Twilio Programmable Messaging (SMS): ``providers.twilio.backend.TwilioSmsBackend``."""

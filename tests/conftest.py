@@ -1,0 +1,87 @@
+"""Shared fixtures. End-to-end tests get the whole platform as real processes (tests/stack.py);
+they write through autocommit connections (no wrapping transaction) so those processes see the rows,
+and they keep to their own unique user ids and keys instead of flushing tables between tests."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import requests
+from django.conf import settings
+
+from tests.stack import Stack
+
+
+@pytest.fixture(scope="session")
+def stack(django_db_setup, django_db_blocker, tmp_path_factory):
+    db = settings.DATABASES["default"]
+    database_url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    from notifications.markers import get_redis
+
+    get_redis().flushdb()  # Redis db 1 is the tests' own: drop tasks and markers of earlier runs
+    s = Stack(database_url, settings.REDIS_URL, tmp_path_factory.mktemp("stack"))
+    try:
+        s.start_all()
+        yield s
+    finally:
+        s.stop_all()
+
+
+@pytest.fixture
+def live_db(django_db_blocker):
+    """Database access in autocommit mode: what the test writes is visible to the stack at once."""
+    with django_db_blocker.unblock():
+        yield
+
+
+@pytest.fixture
+def emulator(stack):
+    """The stack's emulator with no faults and an empty message list."""
+    stack.clear_faults()
+    stack.set_clock_offset(0)
+    yield stack
+    stack.clear_faults()
+    stack.set_clock_offset(0)
+
+
+class Api:
+    """A requests session for one API client against the stack's API server."""
+
+    def __init__(self, base: str, key: str) -> None:
+        self.base = base
+        self.session = requests.Session()
+        self.session.headers["Authorization"] = f"Api-Key {key}"
+
+    def request(self, method: str, path: str, *, key: str | None = None, **kw) -> requests.Response:
+        headers = kw.pop("headers", {})
+        if key is not None:
+            headers["Idempotency-Key"] = key
+        return self.session.request(method, self.base + path, headers=headers, timeout=10, **kw)
+
+    def send(self, body: dict, key: str | None = None) -> requests.Response:
+        return self.request("POST", "/v1/notifications", json=body, key=key or uuid.uuid4().hex)
+
+    def put_user(self, user_id: str, **fields) -> dict:
+        r = self.request("PUT", f"/v1/users/{user_id}", json=fields)
+        assert r.status_code in (200, 201), r.text
+        return r.json()
+
+
+def make_client(name: str = "tests", allow_high: bool = True, rate_limit: str = "") -> tuple:
+    from notifications.models import APIClient
+
+    return APIClient.objects.create_key(name=f"{name}-{uuid.uuid4().hex[:6]}", allow_high=allow_high,
+                                        rate_limit=rate_limit)
+
+
+@pytest.fixture
+def api(stack, live_db) -> Api:
+    _, key = make_client()
+    return Api(stack.api, key)
+
+
+@pytest.fixture
+def uid() -> str:
+    """A fresh user id, so end-to-end tests never see each other's rows."""
+    return f"u-{uuid.uuid4().hex[:12]}"

@@ -1,0 +1,101 @@
+"""SmtpEmailBackend (Django's SMTP backend) against the emulator's SMTP sink."""
+
+from __future__ import annotations
+
+import pytest
+
+from providers.base import (
+    ContactInvalidError,
+    OutboundMessage,
+    PermanentProviderError,
+    ProviderConfigurationError,
+    TransientProviderError,
+)
+from providers.smtp.backend import SmtpEmailBackend
+from tests.providers.conftest import free_port, smtp_options
+
+pytestmark = pytest.mark.timeout(30)
+
+TO = "grace@example.org"
+
+
+def mail(notification_id: str, to: str = TO, **kw) -> OutboundMessage:
+    return OutboundMessage(notification_id=notification_id, channel="email", to=to, title="Your receipt",
+                           body="Thanks, Grace", **kw)
+
+
+def test_send_records_exactly_one_message(smtp, emu, notification_id):
+    result = smtp.send(mail(notification_id, html="<p>Thanks, Grace</p>"))
+
+    assert result.provider == "smtp"
+    assert result.provider_message_id.startswith("<") and result.provider_message_id.endswith("@example.com>")
+    [recorded] = emu.messages()
+    assert recorded == {
+        "provider": "smtp", "channel": "email", "to": TO, "title": "Your receipt", "body": "Thanks, Grace",
+        "provider_message_id": result.provider_message_id, "notification_id": notification_id,
+        "received_at_ms": recorded["received_at_ms"],
+    }
+
+
+def test_session_is_reused_across_sends(smtp, emu):
+    ids = [smtp.send(mail(f"n-{i}")).provider_message_id for i in range(3)]
+
+    assert [m["provider_message_id"] for m in emu.messages()] == ids
+    assert smtp._connection.connection is not None
+
+
+def test_recipient_refused_with_550_is_contact_invalid(smtp, emu, notification_id):
+    emu.fault(provider="smtp", to=TO, status=550)
+
+    with pytest.raises(ContactInvalidError) as err:
+        smtp.send(mail(notification_id))
+    smtp.send(mail(notification_id, to="other@example.org"))  # same session still usable
+
+    assert (err.value.code, err.value.reason) == ("550", "invalid_address")
+    assert "Thanks" not in str(err.value)
+    assert [m["to"] for m in emu.messages()] == ["other@example.org"]
+
+
+def test_recipient_deferred_with_450_is_transient(smtp, emu, notification_id):
+    emu.fault(provider="smtp", to=TO, status=450, times=1)
+
+    with pytest.raises(TransientProviderError) as err:
+        smtp.send(mail(notification_id))
+
+    assert err.value.code == "450"
+    assert emu.count() == 0
+
+
+def test_data_rejected_with_554_is_permanent(smtp, emu, notification_id):
+    emu.fault(provider="smtp", status=554, smtp_phase="data")
+
+    with pytest.raises(PermanentProviderError) as err:
+        smtp.send(mail(notification_id))
+
+    assert not isinstance(err.value, ContactInvalidError)
+    assert err.value.code == "554"
+
+
+def test_server_down_is_transient(emu, notification_id):
+    backend = SmtpEmailBackend(options=smtp_options(emu, PORT=free_port()))
+
+    with pytest.raises(TransientProviderError) as err:
+        backend.send(mail(notification_id))
+
+    assert err.value.code == "connection_error"
+
+
+def test_auth_against_a_server_without_auth_support_is_a_configuration_error(emu, notification_id):
+    backend = SmtpEmailBackend(options=smtp_options(emu, USE_TLS=True))
+
+    with pytest.raises(ProviderConfigurationError):
+        backend.send(mail(notification_id))
+
+
+def test_login_is_accepted_by_the_sink(emu, notification_id):
+    backend = SmtpEmailBackend(options=smtp_options(emu, USERNAME="user", PASSWORD="secret"))
+
+    backend.send(mail(notification_id))
+    backend.close()
+
+    assert emu.count(notification_id=notification_id) == 1

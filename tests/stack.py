@@ -1,0 +1,188 @@
+"""The whole platform as real processes for end-to-end tests.
+
+:class:`Stack` starts, on free ports on 127.0.0.1: the provider emulator, the API (gunicorn), the
+high-tier, standard-tier and maintenance Celery workers, and beat, all against the pytest test
+database and Redis database 1. Nothing is mocked: the SDKs talk HTTP/SMTP to the emulator.
+
+Timings are shortened through the environment (lease 10 s, since firebase-admin's own 5xx
+retries take ~7.5 s; stale-queued 5 s; reconciler every 1 s)
+so failure recovery is observable within a test. A shared clock-offset file lets a test move every
+process's clock (``notifications/clock.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parent.parent
+LOG_DIR = ROOT / "test-artifacts" / "logs"
+CELERY = [sys.executable, "-m", "celery", "-A", "config"]
+WORKER_FLAGS = ["--without-gossip", "--without-mingle", "-l", "info"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(predicate, timeout: float = 20.0, interval: float = 0.1, message: str = "condition"):
+    """Poll ``predicate`` until it returns a truthy value; return it. Raises AssertionError on timeout."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {message} (last value: {last!r})")
+
+
+class Stack:
+    def __init__(self, database_url: str, redis_url: str, tmp_dir: Path) -> None:
+        self.database_url = database_url
+        self.redis_url = redis_url
+        self.tmp_dir = tmp_dir
+        self.api_port = free_port()
+        self.emulator_port = free_port()
+        self.smtp_port = free_port()
+        self.clock_file = tmp_dir / "clock-offset"
+        self.clock_file.write_text("0")
+        self.procs: dict[str, subprocess.Popen] = {}
+        LOG_DIR.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def api(self) -> str:
+        return f"http://127.0.0.1:{self.api_port}"
+
+    @property
+    def emulator(self) -> str:
+        return f"http://127.0.0.1:{self.emulator_port}"
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("TWILIO_", "SENDGRID_", "FCM_", "SMTP_"))}
+        env.update({
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+            "DATABASE_URL": self.database_url,
+            "REDIS_URL": self.redis_url,
+            "CELERY_BROKER_URL": self.redis_url,
+            "EMULATOR_PORT": str(self.emulator_port),
+            "EMULATOR_SMTP_PORT": str(self.smtp_port),
+            "EMULATOR_URL": self.emulator,
+            "LEASE_SECONDS": "10",
+            "QUEUED_STALE_SECONDS": "5",
+            "RECONCILER_INTERVAL_SECONDS": "1",
+            "SCHEDULER_INTERVAL_SECONDS": "1",
+            "PROVIDER_TIMEOUT_SECONDS": "3",
+            "BACKOFF_BASE_HIGH": "0.5",
+            "BACKOFF_CAP_HIGH": "2",
+            "BACKOFF_BASE_STANDARD": "0.5",
+            "BACKOFF_CAP_STANDARD": "2",
+            "CLOCK_OFFSET_FILE": str(self.clock_file),
+            "API_DEFAULT_RATE_LIMIT": "100000/min",
+            "PYTHONUNBUFFERED": "1",
+        })
+        return env
+
+    def commands(self) -> dict[str, list[str]]:
+        return {
+            "emulator": [sys.executable, "-m", "providers.emulator", "--port", str(self.emulator_port),
+                         "--smtp-port", str(self.smtp_port)],
+            "web": [sys.executable, "-m", "gunicorn", "config.wsgi", "--bind", f"127.0.0.1:{self.api_port}",
+                    "--workers", "1", "--threads", "8", "--log-level", "warning"],
+            "worker_high": [*CELERY, "worker", "-n", "high@%h", "-Q", "high.sms,high.email,high.push",
+                            "--concurrency", "2", "--prefetch-multiplier", "1", "-O", "fair", *WORKER_FLAGS],
+            "worker_standard": [*CELERY, "worker", "-n", "standard@%h", "-Q",
+                                "standard.sms,standard.email,standard.push,fanout", "--concurrency", "1",
+                                *WORKER_FLAGS],
+            "worker_maintenance": [*CELERY, "worker", "-n", "maintenance@%h", "-Q", "maintenance",
+                                   "--concurrency", "1", *WORKER_FLAGS],
+            "beat": [*CELERY, "beat", "-l", "info"],
+        }
+
+    def start(self, name: str) -> None:
+        log = open(LOG_DIR / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
+        log.write(f"\n==== start {time.strftime('%H:%M:%S')} ====\n".encode())
+        log.flush()
+        self.procs[name] = subprocess.Popen(self.commands()[name], cwd=ROOT, env=self.env(), stdout=log,
+                                            stderr=subprocess.STDOUT, start_new_session=True)
+
+    def start_all(self) -> None:
+        for name in self.commands():
+            self.start(name)
+        wait_until(lambda: self._get(f"{self.emulator}/_emulator/health"), 30, message="emulator")
+        wait_until(lambda: self._get(f"{self.api}/api/schema/"), 60, message="API server")
+        self.wait_for_workers()
+
+    def wait_for_workers(self, names=("high@", "standard@", "maintenance@"), timeout: float = 60) -> None:
+        from config.celery import app
+
+        def ready():
+            replies = app.control.ping(timeout=0.5) or []
+            seen = {next(iter(r)).split("@")[0] + "@" for r in replies}
+            return all(n in seen for n in names)
+
+        wait_until(ready, timeout, interval=0.5, message=f"workers {names}")
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` to the process group of ``name`` (a Celery worker's pool children too)."""
+        proc = self.procs[name]
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        proc.wait(timeout=30)
+
+    def stop_all(self) -> None:
+        # SIGTERM to each main process only: a Celery worker then does a warm shutdown, finishing
+        # its current tasks; signalling the whole group would kill pool children mid-task.
+        for name in list(self.procs):
+            proc = self.procs[name]
+            if proc.poll() is None:
+                proc.terminate()
+        deadline = time.monotonic() + 15
+        for proc in self.procs.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # leftovers (pool children) of any process
+            proc.wait()
+
+    @staticmethod
+    def _get(url: str):
+        try:
+            return requests.get(url, timeout=2).status_code == 200
+        except requests.RequestException:
+            return False
+
+    # --- clock ---------------------------------------------------------------------------------
+    def set_clock_offset(self, seconds: float) -> None:
+        tmp = self.clock_file.with_suffix(".tmp")
+        tmp.write_text(str(seconds))
+        tmp.replace(self.clock_file)
+        # Make sure the mtime changes even within one filesystem timestamp tick.
+        now = time.time()
+        os.utime(self.clock_file, (now, now + seconds % 1 + 0.001))
+
+    # --- emulator ------------------------------------------------------------------------------
+    def messages(self, **filters) -> list[dict]:
+        r = requests.get(f"{self.emulator}/_emulator/messages", params=filters, timeout=5)
+        r.raise_for_status()
+        return r.json()
+
+    def add_fault(self, **rule) -> dict:
+        r = requests.post(f"{self.emulator}/_emulator/faults", data=json.dumps(rule),
+                          headers={"Content-Type": "application/json"}, timeout=5)
+        r.raise_for_status()
+        return r.json()
+
+    def clear_faults(self) -> None:
+        requests.delete(f"{self.emulator}/_emulator/faults", timeout=5).raise_for_status()

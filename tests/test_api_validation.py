@@ -1,0 +1,279 @@
+"""Bad input everywhere gets a 4xx naming the field and the rule, and nothing is written.
+
+These run in-process (Django test client, rolled-back transactions): they exercise validation,
+authentication and idempotency bookkeeping, not delivery (see test_e2e_*.py for that).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.test import Client
+
+from notifications.models import APIClient, DeliveryEvent, Notification
+from preferences.models import Device, Preferences, Recipient
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def client_key():
+    client, key = APIClient.objects.create_key(name="validation", allow_high=True)
+    return client, key
+
+
+@pytest.fixture
+def http(client_key):
+    return Client(headers={"Authorization": f"Api-Key {client_key[1]}"})
+
+
+@pytest.fixture
+def user():
+    r = Recipient.objects.create(user_id="alice", email="alice@example.com", phone="+4915123456789",
+                                 timezone="Europe/Berlin")
+    Device.objects.create(recipient=r, platform="android", push_token="tok-alice")
+    return r
+
+
+def post(http, body, key="k1", **headers):
+    if key is not None:
+        headers["Idempotency-Key"] = key
+    return http.post("/v1/notifications", data=json.dumps(body), content_type="application/json",
+                     headers=headers)
+
+
+def sms(**over):
+    body = {"user_id": "alice", "channel": "sms", "content": {"body": "hello"}}
+    body.update(over)
+    return body
+
+
+def fields(resp):
+    return {(f["field"], f["code"]) for f in resp.json()["error"].get("fields", [])}
+
+
+def assert_nothing_written():
+    assert Notification.objects.count() == 0
+    assert DeliveryEvent.objects.count() == 0
+
+
+def test_missing_api_key_is_401_and_names_the_scheme(user):
+    r = post(Client(), sms())
+    assert r.status_code == 401
+    assert r.headers["WWW-Authenticate"] == "Api-Key"
+    assert_nothing_written()
+
+
+def test_wrong_api_key_is_401(user):
+    r = post(Client(headers={"Authorization": "Api-Key abc.def"}), sms())
+    assert r.status_code == 401
+    assert r.json()["error"]["code"] == "invalid_api_key"
+    assert_nothing_written()
+
+
+def test_revoked_key_is_401(http, client_key, user):
+    client_key[0].revoked = True
+    client_key[0].save()
+    assert post(http, sms()).status_code == 401
+
+
+def test_missing_idempotency_key_is_400_naming_the_header(http, user):
+    r = post(http, sms(), key=None)
+    assert r.status_code == 400
+    assert fields(r) == {("Idempotency-Key", "required")}
+    assert_nothing_written()
+
+
+def test_overlong_idempotency_key_is_400(http, user):
+    r = post(http, sms(), key="k" * 256)
+    assert r.status_code == 400
+    assert fields(r) == {("Idempotency-Key", "invalid")}
+    assert post(http, sms(), key="k" * 255).status_code == 202
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ({"channel": "sms", "content": {"body": "x"}}, {("user_id", "required")}),
+        (sms(channel="fax"), {("channel", "invalid_choice")}),
+        (sms(priority="urgent"), {("priority", "invalid_choice")}),
+        (sms(content={}), {("content.body", "required")}),
+        (sms(content={"body": "   "}), {("content.body", "blank")}),
+        (sms(content={"body": "x" * 1601}), {("content.body", "max_length")}),
+        (sms(content={"body": "x", "title": "t"}), {("content.title", "not_allowed_for_channel")}),
+        (sms(channel="email", content={"body": "x"}), {("content.title", "required")}),
+        (sms(channel="push", content={"body": "x", "html": "<b>"}), {("content.html", "not_allowed_for_channel")}),
+        (sms(channel="push", content={"body": "x", "data": {"k": "v" * 4100}}), {("content", "payload_too_large")}),
+        (sms(channel="push", content={"body": "x", "data": {"k": {"nested": 1}}}), {("content.data.k", "invalid")}),
+        (sms(scheduled_at="2030-01-01T09:00:00"), {("scheduled_at", "naive_datetime")}),
+        (sms(scheduled_at="tomorrow"), {("scheduled_at", "invalid")}),
+        (sms(scheduled_at="2099-01-01T09:00:00Z"), {("scheduled_at", "too_far_ahead")}),
+        (sms(ttl_seconds=0), {("ttl_seconds", "min_value")}),
+        (sms(ttl_seconds="soon"), {("ttl_seconds", "invalid")}),
+        (sms(category="Not A Slug"), {("category", "invalid_category")}),
+        (sms(user_id="nobody"), {("user_id", "unknown_user")}),
+    ],
+)
+def test_invalid_send_is_422_naming_field_and_rule(http, user, body, expected):
+    r = post(http, body)
+    assert r.status_code == 422, r.content
+    assert fields(r) == expected
+    assert r.json()["error"]["code"] == "validation_error"
+    assert_nothing_written()
+
+
+@pytest.mark.parametrize(("channel", "code"), [("sms", "missing_phone"), ("email", "missing_email"),
+                                               ("push", "missing_push_device")])
+def test_recipient_without_contact_for_channel_is_422(http, channel, code):
+    Recipient.objects.create(user_id="bare")
+    content = {"body": "x", "title": "t"} if channel != "sms" else {"body": "x"}
+    r = post(http, {"user_id": "bare", "channel": channel, "content": content})
+    assert r.status_code == 422
+    assert fields(r) == {("user_id", code)}
+    assert_nothing_written()
+
+
+def test_malformed_json_is_400(http, user):
+    r = http.post("/v1/notifications", data="{not json", content_type="application/json",
+                  headers={"Idempotency-Key": "k"})
+    assert r.status_code == 400
+    assert r.json()["error"]["code"] == "parse_error"
+    assert_nothing_written()
+
+
+def test_high_priority_needs_permission(user):
+    _, key = APIClient.objects.create_key(name="marketing", allow_high=False)
+    r = post(Client(headers={"Authorization": f"Api-Key {key}"}), sms(priority="high"))
+    assert r.status_code == 403
+    assert fields(r) == {("priority", "not_permitted")}
+    assert_nothing_written()
+
+
+def test_accept_writes_one_row_and_replays(http, user):
+    r1 = post(http, sms(), key="same")
+    assert r1.status_code == 202
+    r2 = post(http, sms(), key="same")
+    assert r2.status_code == 202
+    assert r2.json() == r1.json()
+    assert r2.headers["Idempotent-Replayed"] == "true"
+    assert "Idempotent-Replayed" not in r1.headers
+    assert Notification.objects.count() == 1
+    assert DeliveryEvent.objects.filter(kind="accepted").count() == 1
+
+
+def test_same_key_different_body_is_422_and_changes_nothing(http, user):
+    assert post(http, sms(), key="k").status_code == 202
+    r = post(http, sms(content={"body": "different"}), key="k")
+    assert r.status_code == 422
+    assert fields(r) == {("Idempotency-Key", "idempotency_key_reused")}
+    n = Notification.objects.get()
+    assert n.body == "hello"
+
+
+def test_keys_are_scoped_per_client(http, user):
+    _, other_key = APIClient.objects.create_key(name="other", allow_high=True)
+    other = Client(headers={"Authorization": f"Api-Key {other_key}"})
+    a = post(http, sms(), key="shared").json()
+    b = post(other, sms(content={"body": "other body"}), key="shared").json()
+    assert a["id"] != b["id"]
+    assert Notification.objects.count() == 2
+
+
+def test_a_client_cannot_read_or_cancel_another_clients_notification(http, user):
+    nid = post(http, sms(), key="mine").json()["id"]
+    _, other_key = APIClient.objects.create_key(name="other")
+    other = Client(headers={"Authorization": f"Api-Key {other_key}"})
+    assert other.get(f"/v1/notifications/{nid}").status_code == 404
+    assert other.post(f"/v1/notifications/{nid}/cancel").status_code == 404
+    assert Notification.objects.get().status == "queued"
+
+
+# --- recipients, preferences, devices ------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ({"phone": "12345"}, {("phone", "invalid_phone")}),
+        ({"phone": "+1 555 0100"}, {("phone", "invalid_phone")}),
+        ({"timezone": "+03:00"}, {("timezone", "invalid_timezone")}),
+        ({"timezone": "EST"}, {("timezone", "invalid_timezone")}),
+        ({"timezone": "Mars/Olympus_Mons"}, {("timezone", "invalid_timezone")}),
+        ({"email": "not-an-email"}, {("email", "invalid")}),
+        ({"locale": "english please"}, {("locale", "invalid_locale")}),
+    ],
+)
+def test_invalid_user_is_422_and_not_written(http, body, expected):
+    r = http.put("/v1/users/bob", data=json.dumps(body), content_type="application/json")
+    assert r.status_code == 422
+    assert fields(r) == expected
+    assert not Recipient.objects.filter(pk="bob").exists()
+
+
+def test_user_phone_normalised_to_e164(http):
+    r = http.put("/v1/users/bob", data=json.dumps({"phone": "+49 (151) 2345-6789", "timezone": "Europe/Berlin",
+                                                   "email": "bob@example.com", "locale": "de-DE"}),
+                 content_type="application/json")
+    assert r.status_code == 201
+    assert r.json()["phone"] == "+4915123456789"
+    assert Recipient.objects.get(pk="bob").phone == "+4915123456789"
+    r = http.put("/v1/users/bob", data=json.dumps({"phone": "+4915123456789"}), content_type="application/json")
+    assert r.status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ({"opt_outs": ["fax"]}, {("opt_outs.0", "invalid_choice")}),
+        ({"category_opt_outs": {"marketing": ["pigeon"]}}, {("category_opt_outs.marketing.0", "invalid_choice")}),
+        ({"quiet_hours": {"start": "22:00"}}, {("quiet_hours.end", "required")}),
+        ({"quiet_hours": {"start": "25:00", "end": "07:00"}}, {("quiet_hours.start", "invalid")}),
+        ({"quiet_hours": {"start": "22:00", "end": "22:00"}}, {("quiet_hours.end", "empty_window")}),
+        ({"quiet_hours": {"start": "22:00", "end": "07:00", "timezone": "+01:00"}},
+         {("quiet_hours.timezone", "invalid_timezone")}),
+    ],
+)
+def test_invalid_preferences_are_422_and_not_written(http, user, body, expected):
+    r = http.put("/v1/users/alice/preferences", data=json.dumps(body), content_type="application/json")
+    assert r.status_code == 422, r.content
+    assert fields(r) == expected
+    assert not Preferences.objects.exists()
+
+
+def test_preferences_round_trip(http, user):
+    body = {"opt_outs": ["sms"], "category_opt_outs": {"marketing": ["email"]},
+            "quiet_hours": {"start": "22:00", "end": "07:00", "timezone": "Europe/Berlin"}}
+    r = http.put("/v1/users/alice/preferences", data=json.dumps(body), content_type="application/json")
+    assert r.status_code == 200
+    assert r.json() == body
+    assert http.get("/v1/users/alice/preferences").json() == body
+
+
+def test_preferences_of_unknown_user_is_404(http):
+    r = http.put("/v1/users/ghost/preferences", data=json.dumps({}), content_type="application/json")
+    assert r.status_code == 404
+    assert not Preferences.objects.exists()
+
+
+def test_device_moves_to_the_user_who_registers_it(http, user):
+    Recipient.objects.create(user_id="bob")
+    r = http.put("/v1/users/bob/devices", data=json.dumps({"platform": "ios", "push_token": "tok-alice"}),
+                 content_type="application/json")
+    assert r.status_code == 200
+    device = Device.objects.get(push_token="tok-alice")
+    assert (device.recipient_id, device.platform, device.active) == ("bob", "ios", True)
+    assert Device.objects.count() == 1
+
+
+def test_device_delete(http, user):
+    assert http.delete("/v1/users/alice/devices/nope").status_code == 404
+    assert http.delete("/v1/users/alice/devices/tok-alice").status_code == 204
+    assert not Device.objects.exists()
+
+
+def test_invalid_device_is_422(http, user):
+    r = http.put("/v1/users/alice/devices", data=json.dumps({"platform": "windows-phone", "push_token": ""}),
+                 content_type="application/json")
+    assert r.status_code == 422
+    assert fields(r) == {("platform", "invalid_choice"), ("push_token", "blank")}
+    assert Device.objects.count() == 1
