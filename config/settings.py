@@ -289,5 +289,7 @@ LOGGING = {
         "django.db.backends": {"level": "WARNING"},
         "celery": {"level": "WARNING"},
         "twilio.http_client": {"level": "WARNING"},
+        # python-http-client (SendGrid) logs whole request bodies, i.e. email content, at DEBUG.
+        "python_http_client": {"level": "WARNING"},
     },
 }

@@ -277,3 +277,15 @@ def test_invalid_device_is_422(http, user):
     assert r.status_code == 422
     assert fields(r) == {("platform", "invalid_choice"), ("push_token", "blank")}
     assert Device.objects.count() == 1
+
+
+def test_per_client_rate_limit_is_429_with_retry_after(user):
+    _, key = APIClient.objects.create_key(name="limited", rate_limit="3/min")
+    limited = Client(headers={"Authorization": f"Api-Key {key}"})
+    codes = [post(limited, sms(), key=f"rl-{i}").status_code for i in range(4)]
+    assert codes == [202, 202, 202, 429]
+    r = post(limited, sms(), key="rl-x")
+    assert r.status_code == 429
+    assert r.json()["error"]["code"] == "throttled"
+    assert 0 < int(r.headers["Retry-After"]) <= 60
+    assert Notification.objects.count() == 3

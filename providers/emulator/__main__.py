@@ -17,7 +17,10 @@ from providers.emulator.server import serve
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m providers.emulator", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m providers.emulator",
+        description="Local emulator of the Twilio, SendGrid, FCM and SMTP provider APIs (127.0.0.1 only).",
+    )
     parser.add_argument("--port", type=int, default=int(os.environ.get("EMULATOR_PORT", 8900)),
                         help="HTTP port on 127.0.0.1 (env EMULATOR_PORT, default 8900)")
     parser.add_argument("--smtp-port", type=int, default=int(os.environ.get("EMULATOR_SMTP_PORT", 8925)),

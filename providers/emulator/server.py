@@ -44,6 +44,8 @@ async def serve(
     Raises:
         OSError: a port is already in use.
     """
+    # aiosmtpd logs every SMTP command at INFO: far too costly per message.
+    logging.getLogger("mail.log").setLevel(logging.WARNING)
     emulator = Emulator(store=MessageStore(max_messages=max_messages, record_path=record_file))
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()

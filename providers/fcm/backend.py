@@ -193,7 +193,7 @@ class FcmPushBackend(PushBackend):
         self._app = app
 
     def close(self) -> None:
-        """Delete this instance's Firebase app (closes its HTTP clients). Idempotent."""
+        """Delete this instance's Firebase app; its HTTP sessions go with it. Idempotent."""
         if self._app is None:
             return
         app, self._app = self._app, None

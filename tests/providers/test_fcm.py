@@ -186,3 +186,16 @@ def test_sdk_redirect_hook_still_exists(emu):
     service = messaging._get_messaging_service(backend._app)
     backend.close()
     assert service._fcm_url == f"{emu.url}/v1/projects/{PROJECT_ID}/messages:send"
+
+
+def test_redirect_fails_loudly_if_the_private_hook_is_gone(emu, monkeypatch):
+    from firebase_admin import messaging
+
+    from providers.fcm.backend import redirect_fcm
+
+    monkeypatch.setattr(messaging, "_get_messaging_service", lambda app: object())
+
+    with pytest.raises(ProviderConfigurationError) as err:
+        redirect_fcm(None, "http://127.0.0.1:1/v1/projects/p/messages:send")
+
+    assert err.value.code == "sdk_hook_missing"

@@ -157,3 +157,15 @@ def test_sdk_redirect_hook_still_exists():
     params = list(inspect.signature(TwilioHttpClient.request).parameters)
     assert params == ["self", "method", "url", "params", "data", "headers", "auth", "timeout", "allow_redirects"]
     assert "http_client" in inspect.signature(__import__("twilio.rest", fromlist=["Client"]).Client).parameters
+
+
+def test_edge_and_region_environment_cannot_break_the_redirect(emu, notification_id, monkeypatch):
+    """TWILIO_EDGE/REGION rewrite hosts (127.0.0.1 -> 127.ie1.0.1); the redirect runs after that."""
+    monkeypatch.setenv("TWILIO_EDGE", "dublin")
+    monkeypatch.setenv("TWILIO_REGION", "ie1")
+    backend = TwilioSmsBackend(options=twilio_options(emu))
+
+    backend.send(sms(notification_id))
+
+    backend.close()
+    assert emu.count(notification_id=notification_id) == 1
