@@ -129,13 +129,11 @@ SPECTACULAR_SETTINGS = {
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],
     "COMPONENT_SPLIT_REQUEST": True,
-    "APPEND_COMPONENTS": {
-        "securitySchemes": {
-            "ApiKeyAuth": {"type": "apiKey", "in": "header", "name": "Authorization",
-                           "description": "`Api-Key <key>`"}
-        }
+    "ENUM_NAME_OVERRIDES": {
+        "ChannelEnum": "preferences.models.Channel.choices",
+        "PriorityEnum": "notifications.models.Priority.choices",
+        "NotificationStatusEnum": "notifications.models.Status.choices",
     },
-    "SECURITY": [{"ApiKeyAuth": []}],
 }
 
 # --- Celery -------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ hash comparison. ``request.auth`` is the :class:`~notifications.models.APIClient
 
 from __future__ import annotations
 
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
 from rest_framework_api_key.permissions import KeyParser
 
@@ -38,3 +39,14 @@ class IsApiClient(permissions.BasePermission):
 
     def has_permission(self, request, view) -> bool:
         return isinstance(request.auth, APIClient)
+
+
+class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
+    """Documents the scheme in the OpenAPI schema (drf-spectacular)."""
+
+    target_class = "notifications.api.auth.ApiKeyAuthentication"
+    name = "ApiKeyAuth"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "apiKey", "in": "header", "name": "Authorization",
+                "description": "`Api-Key <key>`; create a key with `manage.py create_api_client NAME`."}

@@ -73,8 +73,8 @@ class SendRequestSerializer(serializers.Serializer):
     """``POST /v1/notifications`` body."""
 
     user_id = serializers.CharField(max_length=255)
-    channel = serializers.ChoiceField(choices=Channel.values)
-    priority = serializers.ChoiceField(choices=Priority.values, default=Priority.STANDARD)
+    channel = serializers.ChoiceField(choices=Channel.choices)
+    priority = serializers.ChoiceField(choices=Priority.choices, default=Priority.STANDARD)
     category = serializers.CharField(required=False, allow_blank=True, default="", max_length=64,
                                      help_text='e.g. "marketing", "security"; matched against category opt-outs.')
     content = ContentSerializer()

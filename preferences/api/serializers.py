@@ -66,10 +66,10 @@ class QuietHoursSerializer(serializers.Serializer):
 
 
 class PreferencesSerializer(serializers.Serializer):
-    opt_outs = serializers.ListField(child=serializers.ChoiceField(choices=Channel.values), required=False,
+    opt_outs = serializers.ListField(child=serializers.ChoiceField(choices=Channel.choices), required=False,
                                      default=list, max_length=3)
     category_opt_outs = serializers.DictField(
-        child=serializers.ListField(child=serializers.ChoiceField(choices=Channel.values), max_length=3),
+        child=serializers.ListField(child=serializers.ChoiceField(choices=Channel.choices), max_length=3),
         required=False, default=dict)
     quiet_hours = QuietHoursSerializer(required=False, allow_null=True, default=None)
 
