@@ -1,1 +1,165 @@
-"""Campaigns, segments and fan-out: built in the campaigns issue (DESIGN.md §7)."""
+"""Segments, templates and campaigns (DESIGN.md §4, §7)."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+from notifications.models import APIClient, Priority
+from preferences.models import Channel, Recipient
+
+CAMPAIGN_ID_NAMESPACE = uuid.UUID("0b6e1f9a-8d4c-4b1e-9c3f-2a7d5e8f1c40")
+
+
+class Segment(models.Model):
+    """A named audience. Membership is written by an upstream tool (bulk API, CSV in the admin) and
+    read as a snapshot when a campaign starts fanning out: members added after that are not included."""
+
+    segment_id = models.SlugField(max_length=64, primary_key=True)
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return self.name or self.segment_id
+
+
+class SegmentMember(models.Model):
+    """One recipient in one segment. ``(segment, recipient)`` is unique and is the keyset order
+    fan-out pages through."""
+
+    segment = models.ForeignKey(Segment, on_delete=models.CASCADE, related_name="members")
+    recipient = models.ForeignKey(Recipient, on_delete=models.CASCADE, related_name="segment_memberships")
+    added_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["segment", "recipient"], name="segment_member_uniq")]
+
+    def __str__(self) -> str:
+        return f"{self.recipient_id} in {self.segment_id}"
+
+
+class Template(models.Model):
+    """A message template with per-locale variants, rendered at send time (so fixing a typo fixes what
+    is still queued). Rendering is sandboxed Jinja2; see :mod:`campaigns.rendering`."""
+
+    template_id = models.SlugField(max_length=64, primary_key=True)
+    name = models.CharField(max_length=200)
+    default_locale = models.CharField(max_length=35, default="en",
+                                      help_text="Variant used when none matches the recipient's locale.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return self.name or self.template_id
+
+
+class TemplateVariant(models.Model):
+    template = models.ForeignKey(Template, on_delete=models.CASCADE, related_name="variants")
+    locale = models.CharField(max_length=35, help_text='BCP 47 tag: "en", "de", "de-AT"…')
+    title = models.CharField(max_length=998, blank=True, default="", help_text="Email subject / push title.")
+    body = models.TextField()
+    html = models.TextField(blank=True, default="", help_text="Email only. Variables are HTML-escaped.")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["template", "locale"], name="template_variant_locale_uniq")]
+
+    def __str__(self) -> str:
+        return f"{self.template_id} [{self.locale}]"
+
+
+class CampaignStatus(models.TextChoices):
+    DRAFT = "draft", "Draft (not launched)"
+    SCHEDULED = "scheduled", "Scheduled"
+    FANNING_OUT = "fanning_out", "Fanning out"
+    SENDING = "sending", "Sending"
+    COMPLETED = "completed", "Completed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class Campaign(models.Model):
+    """The same message to every member of a segment, at one instant or at a local wall time in each
+    recipient's zone, optionally smeared over ``spread_seconds``."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    name = models.CharField(max_length=200, blank=True, default="")
+    client = models.ForeignKey(APIClient, on_delete=models.PROTECT, null=True, blank=True, related_name="campaigns")
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001 - NULL: admin-made
+    request_fingerprint = models.CharField(max_length=64, blank=True, default="")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+
+    segment = models.ForeignKey(Segment, on_delete=models.PROTECT, related_name="campaigns")
+    channel = models.CharField(max_length=8, choices=Channel.choices)
+    priority = models.CharField(max_length=8, choices=Priority.choices, default=Priority.STANDARD)
+    category = models.CharField(max_length=64, default="marketing")
+    template = models.ForeignKey(Template, on_delete=models.PROTECT, null=True, blank=True, related_name="campaigns")
+    title = models.CharField(max_length=998, blank=True, default="")
+    body = models.TextField(blank=True, default="")
+    html = models.TextField(blank=True, default="")
+    data = models.JSONField(null=True, blank=True)
+
+    scheduled_at = models.DateTimeField(null=True, blank=True, help_text="Absolute send instant (UTC).")
+    local_date = models.DateField(null=True, blank=True, help_text="Local-time campaigns: the wall-clock date…")
+    local_time = models.TimeField(null=True, blank=True, help_text="…and time, in each recipient's zone.")
+    spread_seconds = models.PositiveIntegerField(default=0, help_text="Smear sends uniformly over this window.")
+    ttl_seconds = models.PositiveIntegerField(null=True, blank=True)
+
+    status = models.CharField(max_length=12, choices=CampaignStatus.choices, default=CampaignStatus.SCHEDULED)
+    fanout_at = models.DateTimeField(null=True, blank=True,
+                                     help_text="When fan-out starts (UTC): the send instant, or for local-time "
+                                               "campaigns the instant the earliest zone reaches it.")
+    snapshot_at = models.DateTimeField(null=True, blank=True, help_text="Membership snapshot instant.")
+    member_count = models.PositiveIntegerField(null=True, blank=True, help_text="Members in the snapshot.")
+    created_count = models.PositiveIntegerField(default=0, help_text="Notifications created by fan-out.")
+    default_zone_count = models.PositiveIntegerField(
+        default=0, help_text="Local-time recipients with a missing/invalid zone, sent in the default zone.")
+    started_at = models.DateTimeField(null=True, blank=True)
+    fanned_out_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["client", "idempotency_key"], name="campaign_client_idem_key_uniq",
+                                    condition=models.Q(idempotency_key__isnull=False)),
+        ]
+        indexes = [models.Index(fields=["fanout_at"], name="campaign_due_idx",
+                                condition=models.Q(status="scheduled"))]
+
+    def __str__(self) -> str:
+        return self.name or f"campaign {self.pk}"
+
+    @property
+    def is_local_time(self) -> bool:
+        return self.local_date is not None
+
+
+class CampaignShard(models.Model):
+    """An independent slice of a campaign's segment, fanned out page by page.
+
+    Members with ``lower < recipient_id <= upper`` (``None`` = unbounded) belong to the shard;
+    ``cursor`` is the last ``recipient_id`` whose page committed, so a crashed fan-out resumes after it.
+    """
+
+    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="shards")
+    number = models.PositiveIntegerField()
+    lower = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001 - NULL = unbounded
+    upper = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001 - NULL = unbounded
+    cursor = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001 - NULL = not started
+    done = models.BooleanField(default=False)
+    pages = models.PositiveIntegerField(default=0)
+    created = models.PositiveIntegerField(default=0)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["campaign", "number"], name="campaign_shard_uniq")]
+        indexes = [models.Index(fields=["heartbeat_at"], name="shard_pending_idx", condition=models.Q(done=False))]
+
+    def __str__(self) -> str:
+        return f"shard {self.number} of {self.campaign_id}"

@@ -165,6 +165,16 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": env.float("SCHEDULER_INTERVAL_SECONDS", default=1.0),
         "options": {"queue": "maintenance", "expires": 5},
     },
+    "start-due-campaigns": {
+        "task": "campaigns.start_due",
+        "schedule": env.float("SCHEDULER_INTERVAL_SECONDS", default=1.0),
+        "options": {"queue": "maintenance", "expires": 5},
+    },
+    "reconcile-campaigns": {
+        "task": "campaigns.reconcile",
+        "schedule": env.float("RECONCILER_INTERVAL_SECONDS", default=5.0),
+        "options": {"queue": "maintenance", "expires": 10},
+    },
     "reconcile-notifications": {
         "task": "notifications.reconcile",
         "schedule": env.float("RECONCILER_INTERVAL_SECONDS", default=5.0),
@@ -198,6 +208,17 @@ NOTIFY = {
     # Test-only: a file holding a clock offset in seconds (see notifications/clock.py). Unset in
     # production.
     "CLOCK_OFFSET_FILE": env("CLOCK_OFFSET_FILE", default=None),
+}
+
+# --- Campaigns ----------------------------------------------------------------------------------
+CAMPAIGNS = {
+    # Members per fan-out page (one task each) and the most shards one campaign is split into.
+    "PAGE_SIZE": env.int("CAMPAIGN_PAGE_SIZE", default=1000),
+    "SHARDS": env.int("CAMPAIGN_SHARDS", default=4),
+    # A shard whose page chain made no progress for this long (seconds) is re-driven.
+    "SHARD_STALE_SECONDS": env.int("CAMPAIGN_SHARD_STALE_SECONDS", default=30),
+    # Local-time campaigns: the zone used for recipients whose zone is missing or invalid.
+    "DEFAULT_TIMEZONE": env("CAMPAIGN_DEFAULT_TIMEZONE", default="UTC"),
 }
 
 # --- Providers ----------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from django.contrib import admin
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from campaigns.api import views as campaign_views
 from notifications.api import views as notification_views
 from preferences.api import views as preference_views
 
@@ -22,6 +23,13 @@ urlpatterns = [
     path("v1/users/<str:user_id>/devices", preference_views.DevicesView.as_view(), name="user-devices"),
     path("v1/users/<str:user_id>/devices/<path:push_token>", preference_views.DeviceView.as_view(),
          name="user-device"),
+    path("v1/segments/<str:segment_id>", campaign_views.SegmentView.as_view(), name="segment"),
+    path("v1/segments/<str:segment_id>/members", campaign_views.SegmentMembersView.as_view(), name="segment-members"),
+    path("v1/templates/<str:template_id>", campaign_views.TemplateView.as_view(), name="template"),
+    path("v1/campaigns", campaign_views.CampaignListView.as_view(), name="campaigns"),
+    path("v1/campaigns/<uuid:campaign_id>", campaign_views.CampaignDetailView.as_view(), name="campaign-detail"),
+    path("v1/campaigns/<uuid:campaign_id>/cancel", campaign_views.CampaignCancelView.as_view(),
+         name="campaign-cancel"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
     path("admin/", admin.site.urls),

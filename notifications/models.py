@@ -64,6 +64,8 @@ class Reason(models.TextChoices):
     QUIET_HOURS = "quiet_hours", "Deferred: recipient's quiet hours"
     TTL_EXPIRED = "ttl_expired", "Time to live ran out before it could be sent"
     CANCELLED_BY_CLIENT = "cancelled_by_client", "Cancelled through the API"
+    CAMPAIGN_CANCELLED = "campaign_cancelled", "Its campaign was cancelled"
+    TEMPLATE_ERROR = "template_error", "The template could not be rendered"
     CONTACT_INVALID = "contact_invalid", "Provider said the address/number/token is invalid"
     PERMANENT_ERROR = "permanent_error", "Provider refused the message permanently"
     CONFIGURATION_ERROR = "configuration_error", "Provider configuration error"
@@ -136,6 +138,9 @@ class Notification(models.Model):
                          condition=models.Q(status="sending")),
             models.Index(fields=["queued_at"], name="notification_queued_idx",
                          condition=models.Q(status="queued")),
+            # Campaign completion: does the campaign still have unfinished notifications?
+            models.Index(fields=["campaign_id"], name="notification_campaign_open_idx",
+                         condition=models.Q(status__in=["scheduled", "queued", "sending"])),
             # Support: a recipient's history, newest first.
             models.Index(fields=["recipient", "-created_at"], name="notification_recipient_idx"),
         ]

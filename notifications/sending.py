@@ -90,9 +90,10 @@ def send_notifications(ids: Iterable[str]) -> None:
     already_sent = markers.find_sent(claimed)
     rows = (Notification.objects.filter(pk__in=claimed)
             .select_related("recipient", "recipient__preferences"))
+    content = _CampaignContent()
     for notification in rows:
         try:
-            _deliver(notification, already_sent)
+            _deliver(notification, already_sent, content)
         except Exception:
             # A bug or an unreachable database must not lose the row: it stays `sending` and the
             # reconciler re-drives it when the lease runs out.
@@ -100,7 +101,24 @@ def send_notifications(ids: Iterable[str]) -> None:
                           notification.pk)
 
 
-def _deliver(n: Notification, already_sent: set[str]) -> None:
+class _CampaignContent:
+    """Lazily built campaigns.selectors.ContentCache (single sends never import campaigns)."""
+
+    def __init__(self) -> None:
+        self._cache = None
+
+    def apply(self, n: Notification) -> None:
+        """Render a campaign notification's content into ``n`` (in memory). Raises RenderError."""
+        if self._cache is None:
+            from campaigns.selectors import ContentCache
+
+            self._cache = ContentCache()
+        rendered = self._cache.render(n)
+        n.title, n.body, n.html = rendered.title, rendered.body, rendered.html
+        n.data = self._cache.data(n)
+
+
+def _deliver(n: Notification, already_sent: set[str], content: _CampaignContent) -> None:
     now = clock.now()
     if str(n.pk) in already_sent:
         _finish(n, Status.SENT, kind="sent", detail="sent marker found: an earlier attempt was accepted",
@@ -121,6 +139,15 @@ def _deliver(n: Notification, already_sent: set[str]) -> None:
             # A deferral is not a delivery attempt: give back the attempt the claim counted.
             _defer(n, until, Reason.QUIET_HOURS, kind="deferred",
                    detail=f"quiet hours until {until.isoformat()}", extra={"attempts": n.attempts - 1})
+            return
+    if n.campaign_id:
+        from campaigns.rendering import RenderError
+
+        try:
+            content.apply(n)
+        except RenderError as exc:
+            _finish(n, Status.FAILED, Reason.TEMPLATE_ERROR, kind="failed", detail=str(exc)[:500],
+                    extra={"dead_lettered_at": now})
             return
     devices = []
     if n.channel == "push":

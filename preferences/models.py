@@ -25,6 +25,8 @@ class Recipient(models.Model):
                              help_text="E.164, e.g. +4915123456789")
     timezone = models.CharField(max_length=64, blank=True, default="", help_text="IANA zone, e.g. Europe/Berlin")
     locale = models.CharField(max_length=35, blank=True, default="", help_text="BCP 47 tag, e.g. de-DE")
+    attributes = models.JSONField(default=dict, blank=True,
+                                  help_text='String attributes for templates, e.g. {"first_name": "Ada"}.')
     email_invalid_reason = models.CharField(max_length=64, blank=True, default="")
     email_invalid_at = models.DateTimeField(null=True, blank=True)
     phone_invalid_reason = models.CharField(max_length=64, blank=True, default="")

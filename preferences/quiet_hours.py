@@ -12,8 +12,10 @@ hours on a DST transition night:
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import datetime, time, timedelta
 from zoneinfo import ZoneInfo
+
+from preferences.wallclock import wall_time_to_utc
 
 
 def in_window(local: time, start: time, end: time) -> bool:
@@ -23,24 +25,6 @@ def in_window(local: time, start: time, end: time) -> bool:
     if start < end:
         return start <= local < end
     return local >= start or local < end
-
-
-def _wall_to_utc(day: date, wall: time, tz: ZoneInfo) -> datetime:
-    """The UTC instant at which the clock in ``tz`` first reads ``wall`` on ``day``, or, if that wall
-    time does not exist (DST gap), the end of the gap."""
-    naive = datetime.combine(day, wall.replace(tzinfo=None))
-    candidate = naive.replace(tzinfo=tz, fold=0)
-    as_utc = candidate.astimezone(UTC)
-    if as_utc.astimezone(tz).replace(tzinfo=None) == naive:
-        return as_utc
-    # Non-existent wall time: zoneinfo resolved it with the pre-transition offset, which lands
-    # after the gap. The first instant whose wall time is >= the requested one is the transition
-    # itself: step back minute by minute (gaps are at most a few hours; transitions fall on
-    # whole minutes) while the previous minute still reads >= the requested wall time.
-    t = as_utc
-    while (t - timedelta(minutes=1)).astimezone(tz).replace(tzinfo=None) >= naive:
-        t -= timedelta(minutes=1)
-    return t
 
 
 def window_end(now_utc: datetime, start: time, end: time, tz: ZoneInfo) -> datetime | None:
@@ -58,7 +42,7 @@ def window_end(now_utc: datetime, start: time, end: time, tz: ZoneInfo) -> datet
     day = local.date()
     if start > end and wall >= start:
         day = day + timedelta(days=1)  # the window crosses midnight; it ends tomorrow
-    result = _wall_to_utc(day, end, tz)
+    result = wall_time_to_utc(day, end, tz)
     if result <= now_utc:
         # Only possible on a fold/gap night where the end wall time already passed in "the other"
         # offset; the window is effectively over.

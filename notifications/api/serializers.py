@@ -98,43 +98,49 @@ class SendRequestSerializer(serializers.Serializer):
         return value
 
     def validate(self, attrs):
-        channel, content = attrs["channel"], attrs["content"]
-        errors: dict[str, serializers.ErrorDetail] = {}
-        body = content.get("body", "")
-        if not body.strip():
-            errors["content.body"] = serializers.ErrorDetail("must not be blank", code="blank")
-        if channel == Channel.SMS:
-            if len(body) > SMS_MAX_CHARS:
-                errors["content.body"] = serializers.ErrorDetail(
-                    f"SMS body is {len(body)} characters; at most {SMS_MAX_CHARS}", code="max_length")
-            for name in ("title", "html"):
-                if content.get(name):
-                    errors[f"content.{name}"] = serializers.ErrorDetail(
-                        f"not used by SMS; leave {name} out", code="not_allowed_for_channel")
-        elif channel == Channel.EMAIL:
-            if not (content.get("title") or "").strip():
-                errors["content.title"] = serializers.ErrorDetail("email needs a subject in title", code="required")
-        elif channel == Channel.PUSH:
-            if content.get("html"):
-                errors["content.html"] = serializers.ErrorDetail("not used by push; leave html out",
-                                                                 code="not_allowed_for_channel")
-            payload = {k: content[k] for k in ("title", "body", "data") if content.get(k)}
-            size = len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
-            if size > PUSH_MAX_BYTES:
-                errors["content"] = serializers.ErrorDetail(
-                    f"push payload (title+body+data as JSON) is {size} bytes; at most {PUSH_MAX_BYTES}",
-                    code="payload_too_large")
+        errors = channel_content_errors(attrs["channel"], attrs["content"])
         if errors:
             raise serializers.ValidationError(errors)
         recipient = Recipient.objects.filter(pk=attrs["user_id"]).first()
         if recipient is None:
             raise serializers.ValidationError({"user_id": serializers.ErrorDetail(
                 f"unknown user; create it with PUT /v1/users/{attrs['user_id']}", code="unknown_user")})
-        missing = _missing_contact(recipient, channel)
+        missing = _missing_contact(recipient, attrs["channel"])
         if missing:
             raise serializers.ValidationError({"user_id": missing})
         attrs["recipient"] = recipient
         return attrs
+
+
+def channel_content_errors(channel: str, content: dict, prefix: str = "content") -> dict:
+    """Per-channel content rules (module docstring). Returns ``{field path: ErrorDetail}``."""
+    errors: dict[str, serializers.ErrorDetail] = {}
+    body = content.get("body", "")
+    if not body.strip():
+        errors[f"{prefix}.body"] = serializers.ErrorDetail("must not be blank", code="blank")
+    if channel == Channel.SMS:
+        if len(body) > SMS_MAX_CHARS:
+            errors[f"{prefix}.body"] = serializers.ErrorDetail(
+                f"SMS body is {len(body)} characters; at most {SMS_MAX_CHARS}", code="max_length")
+        for name in ("title", "html"):
+            if content.get(name):
+                errors[f"{prefix}.{name}"] = serializers.ErrorDetail(
+                    f"not used by SMS; leave {name} out", code="not_allowed_for_channel")
+    elif channel == Channel.EMAIL:
+        if not (content.get("title") or "").strip():
+            errors[f"{prefix}.title"] = serializers.ErrorDetail("email needs a subject in title",
+                                                                code="required")
+    elif channel == Channel.PUSH:
+        if content.get("html"):
+            errors[f"{prefix}.html"] = serializers.ErrorDetail("not used by push; leave html out",
+                                                               code="not_allowed_for_channel")
+        payload = {k: content[k] for k in ("title", "body", "data") if content.get(k)}
+        size = len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
+        if size > PUSH_MAX_BYTES:
+            errors[prefix] = serializers.ErrorDetail(
+                f"push payload (title+body+data as JSON) is {size} bytes; at most {PUSH_MAX_BYTES}",
+                code="payload_too_large")
+    return errors
 
 
 def _missing_contact(recipient: Recipient, channel: str) -> serializers.ErrorDetail | None:

@@ -31,6 +31,9 @@ class RecipientSerializer(serializers.Serializer):
                                      help_text="IANA zone name, e.g. Europe/Berlin.")
     locale = serializers.CharField(required=False, allow_blank=True, max_length=35, default="",
                                    help_text="BCP 47 language tag, e.g. de-DE.")
+    attributes = serializers.DictField(child=serializers.CharField(max_length=1000, allow_blank=True),
+                                       required=False, default=dict,
+                                       help_text="String attributes usable in templates ({{ first_name }}).")
     email_invalid_reason = serializers.CharField(read_only=True)
     phone_invalid_reason = serializers.CharField(read_only=True)
 
@@ -39,6 +42,16 @@ class RecipientSerializer(serializers.Serializer):
 
     def validate_timezone(self, value: str) -> str:
         return _run(validate_iana_zone, value) if value else ""
+
+    def validate_attributes(self, value: dict) -> dict:
+        if len(value) > 50:
+            raise serializers.ValidationError("at most 50 attributes", code="max_length")
+        for key in value:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$", key):
+                raise serializers.ValidationError(
+                    f"attribute name '{key[:70]}' must be an identifier (letters, digits, _; ≤ 64)",
+                    code="invalid_name")
+        return value
 
     def validate_locale(self, value: str) -> str:
         if value and not _LOCALE.match(value):

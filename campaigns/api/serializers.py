@@ -1,0 +1,176 @@
+"""Request/response shapes for segments, templates and campaigns."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from campaigns.models import Campaign, Segment, Template
+from campaigns.rendering import RenderError, validate_source
+from notifications.api.serializers import (
+    MAX_SCHEDULE_AHEAD,
+    MAX_TTL_SECONDS,
+    AwareDateTimeField,
+    ContentSerializer,
+    channel_content_errors,
+)
+from notifications.models import Priority
+from preferences.models import Channel
+
+MAX_MEMBER_IDS = 10_000
+MAX_SPREAD_SECONDS = 24 * 3600
+
+
+class SegmentSerializer(serializers.Serializer):
+    segment_id = serializers.CharField(read_only=True)
+    name = serializers.CharField(max_length=200)
+    description = serializers.CharField(required=False, allow_blank=True, default="", max_length=10_000)
+    member_count = serializers.IntegerField(read_only=True)
+
+
+class MembersSerializer(serializers.Serializer):
+    add = serializers.ListField(child=serializers.CharField(max_length=255), required=False, default=list,
+                                max_length=MAX_MEMBER_IDS, help_text="User ids to add (unknown ones are created "
+                                                                     "as bare recipients).")
+    remove = serializers.ListField(child=serializers.CharField(max_length=255), required=False, default=list,
+                                   max_length=MAX_MEMBER_IDS)
+
+    def validate(self, attrs):
+        if len(attrs["add"]) + len(attrs["remove"]) > MAX_MEMBER_IDS:
+            raise serializers.ValidationError({"add": serializers.ErrorDetail(
+                f"at most {MAX_MEMBER_IDS} ids per call (add + remove)", code="max_length")})
+        if not attrs["add"] and not attrs["remove"]:
+            raise serializers.ValidationError({"add": serializers.ErrorDetail(
+                "give at least one id to add or remove", code="required")})
+        return attrs
+
+
+class MembersResultSerializer(serializers.Serializer):
+    added = serializers.IntegerField()
+    removed = serializers.IntegerField()
+    created_recipients = serializers.IntegerField()
+    member_count = serializers.IntegerField()
+
+
+class VariantSerializer(serializers.Serializer):
+    locale = serializers.RegexField(r"^[A-Za-z]{2,3}(?:-[A-Za-z0-9]{2,8})*$", max_length=35)
+    title = serializers.CharField(required=False, allow_blank=True, default="", max_length=998)
+    body = serializers.CharField(max_length=100_000, trim_whitespace=False)
+    html = serializers.CharField(required=False, allow_blank=True, default="", max_length=1_000_000,
+                                 trim_whitespace=False)
+
+    def validate(self, attrs):
+        errors = {}
+        for name in ("title", "body", "html"):
+            try:
+                validate_source(attrs.get(name, ""), html=name == "html")
+            except RenderError as exc:
+                errors[name] = serializers.ErrorDetail(str(exc), code="template_syntax")
+        if errors:
+            raise serializers.ValidationError(errors)
+        return attrs
+
+
+class TemplateSerializer(serializers.Serializer):
+    template_id = serializers.CharField(read_only=True)
+    name = serializers.CharField(max_length=200)
+    default_locale = serializers.CharField(max_length=35, default="en")
+    variants = VariantSerializer(many=True, allow_empty=False)
+
+    def validate(self, attrs):
+        locales = [v["locale"] for v in attrs["variants"]]
+        if len(set(locales)) != len(locales):
+            raise serializers.ValidationError({"variants": serializers.ErrorDetail(
+                "each locale at most once", code="duplicate_locale")})
+        if attrs["default_locale"] not in locales:
+            raise serializers.ValidationError({"default_locale": serializers.ErrorDetail(
+                "must be the locale of one of the variants", code="no_such_variant")})
+        return attrs
+
+
+class LocalTimeSerializer(serializers.Serializer):
+    date = serializers.DateField(help_text="Wall-clock date in each recipient's zone (YYYY-MM-DD).")
+    time = serializers.TimeField(format="%H:%M", input_formats=["%H:%M", "%H:%M:%S"],
+                                 help_text="Wall-clock time in each recipient's zone (HH:MM).")
+
+
+class CampaignRequestSerializer(serializers.Serializer):
+    """``POST /v1/campaigns`` body: exactly one of ``content`` / ``template_id``, at most one of
+    ``scheduled_at`` / ``local_time``."""
+
+    name = serializers.CharField(required=False, allow_blank=True, default="", max_length=200)
+    segment_id = serializers.CharField(max_length=64)
+    channel = serializers.ChoiceField(choices=Channel.choices)
+    priority = serializers.ChoiceField(choices=Priority.choices, default=Priority.STANDARD)
+    category = serializers.RegexField(r"^[a-z0-9][a-z0-9_.-]{0,63}$", default="marketing", required=False)
+    content = ContentSerializer(required=False)
+    template_id = serializers.CharField(required=False, max_length=64)
+    scheduled_at = AwareDateTimeField(required=False, allow_null=True, default=None)
+    local_time = LocalTimeSerializer(required=False, allow_null=True, default=None)
+    spread_seconds = serializers.IntegerField(required=False, default=0, min_value=0, max_value=MAX_SPREAD_SECONDS)
+    ttl_seconds = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1,
+                                           max_value=MAX_TTL_SECONDS)
+
+    def validate(self, attrs):
+        from notifications import clock
+
+        errors = {}
+        has_content, has_template = "content" in attrs, bool(attrs.get("template_id"))
+        if has_content == has_template:
+            errors["content"] = serializers.ErrorDetail("give exactly one of content or template_id",
+                                                        code="content_xor_template")
+        if attrs.get("scheduled_at") and attrs.get("local_time"):
+            errors["local_time"] = serializers.ErrorDetail("give at most one of scheduled_at or local_time",
+                                                           code="schedule_conflict")
+        if attrs.get("scheduled_at") and attrs["scheduled_at"] - clock.now() > MAX_SCHEDULE_AHEAD:
+            errors["scheduled_at"] = serializers.ErrorDetail("at most 366 days ahead", code="too_far_ahead")
+        if has_content and not has_template:
+            errors.update(channel_content_errors(attrs["channel"], attrs["content"]))
+            for name in ("title", "body", "html"):
+                try:
+                    validate_source(attrs["content"].get(name, "") or "", html=name == "html")
+                except RenderError as exc:
+                    errors[f"content.{name}"] = serializers.ErrorDetail(str(exc), code="template_syntax")
+        segment = Segment.objects.filter(pk=attrs["segment_id"]).first()
+        if segment is None:
+            errors["segment_id"] = serializers.ErrorDetail("unknown segment; create it with PUT /v1/segments/{id}",
+                                                           code="unknown_segment")
+        template = None
+        if has_template:
+            template = Template.objects.filter(pk=attrs["template_id"]).prefetch_related("variants").first()
+            if template is None:
+                errors["template_id"] = serializers.ErrorDetail("unknown template", code="unknown_template")
+            elif attrs["channel"] == Channel.EMAIL and any(not v.title for v in template.variants.all()):
+                errors["template_id"] = serializers.ErrorDetail(
+                    "email needs a subject: every variant of this template needs a title", code="missing_title")
+        if errors:
+            raise serializers.ValidationError(errors)
+        attrs["segment"] = segment
+        attrs["template"] = template
+        return attrs
+
+
+class CampaignSerializer(serializers.ModelSerializer):
+    """A campaign's definition, status and progress counts."""
+
+    segment_id = serializers.CharField()
+    template_id = serializers.CharField(allow_null=True)
+    scheduled_at = AwareDateTimeField()
+    local_time = serializers.SerializerMethodField()
+    counts = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Campaign
+        fields = ["id", "name", "status", "segment_id", "channel", "priority", "category", "template_id",
+                  "scheduled_at", "local_time", "spread_seconds", "ttl_seconds", "fanout_at", "member_count",
+                  "created_count", "default_zone_count", "started_at", "fanned_out_at", "completed_at",
+                  "cancelled_at", "created_at", "counts"]
+
+    def get_local_time(self, obj) -> dict | None:
+        if obj.local_date is None:
+            return None
+        return {"date": obj.local_date.isoformat(), "time": obj.local_time.strftime("%H:%M")}
+
+    def get_counts(self, obj) -> dict:
+        from campaigns.selectors import campaign_counts
+
+        return campaign_counts(obj)

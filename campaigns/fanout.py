@@ -1,0 +1,299 @@
+"""Campaign fan-out (DESIGN.md §7): from a segment snapshot to one notification per member.
+
+1. :func:`start_due_campaigns` (beat, every second) moves due ``scheduled`` campaigns to
+   ``fanning_out`` with ``FOR UPDATE SKIP LOCKED``, takes the membership snapshot instant, and splits
+   the members into independent shards by ``recipient_id`` ranges so several workers fan out one
+   campaign in parallel.
+2. :func:`fan_out_page` (one task per page on the ``fanout`` queue) reads the shard's next keyset
+   page of ~1,000 members after its cursor, pre-filters opt-outs and missing contacts (recorded as
+   ``suppressed`` with the reason; preferences are re-checked at send time anyway), computes each
+   member's due instant (local wall time in their zone, plus a deterministic spread offset), inserts
+   the notifications in one statement with deterministic ids ``uuid5(campaign, user, channel)`` and
+   ``ON CONFLICT DO NOTHING``, advances the cursor, and commits; then enqueues what is due now and the
+   next page. Nothing holds the whole segment in memory, and running a page twice creates nothing new.
+3. :func:`reconcile_campaigns` (beat) re-drives shards whose page chain broke (a worker killed between
+   commit and enqueue) and marks campaigns ``completed`` once nothing of theirs is left to send.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F
+
+from campaigns.models import Campaign, CampaignShard, CampaignStatus
+from notifications import clock
+from notifications.enqueue import enqueue_on_commit
+from notifications.models import Reason, Status
+from preferences.wallclock import wall_time_to_utc
+
+log = logging.getLogger(__name__)
+
+_MEMBERS_SQL = """
+SELECT m.recipient_id, r.email, r.phone, r.timezone, r.email_invalid_reason, r.phone_invalid_reason,
+       p.opt_outs, p.category_opt_outs,
+       {device_count} AS devices
+  FROM campaigns_segmentmember m
+  JOIN preferences_recipient r ON r.user_id = m.recipient_id
+  LEFT JOIN preferences_preferences p ON p.recipient_id = m.recipient_id
+ WHERE m.segment_id = %(segment)s AND m.added_at <= %(snapshot)s
+   AND (%(after)s::text IS NULL OR m.recipient_id > %(after)s)
+   AND (%(upper)s::text IS NULL OR m.recipient_id <= %(upper)s)
+ ORDER BY m.recipient_id
+ LIMIT %(limit)s
+"""
+_DEVICE_COUNT = ("(SELECT count(*) FROM preferences_device d "
+                 "WHERE d.recipient_id = m.recipient_id AND d.active)")
+
+_INSERT_SQL = """
+INSERT INTO notifications_notification
+    (id, campaign_id, recipient_id, channel, priority, category, status, reason, accepted_status,
+     scheduled_at, due_at, queued_at, expires_at,
+     title, body, html, sensitive, request_fingerprint, reason_detail, attempts, provider,
+     provider_message_id, created_at, updated_at)
+SELECT u.id, %(campaign)s, u.recipient_id, %(channel)s, %(priority)s, %(category)s, u.status, u.reason, u.status,
+       u.due_at, CASE WHEN u.status = 'scheduled' THEN u.due_at END,
+       CASE WHEN u.status = 'queued' THEN %(now)s::timestamptz END, u.expires_at,
+       '', '', '', false, '', '', 0, '', '', %(now)s, %(now)s
+  FROM unnest(%(ids)s::uuid[], %(recipients)s::text[], %(statuses)s::text[], %(reasons)s::text[],
+              %(dues)s::timestamptz[], %(expires)s::timestamptz[])
+       AS u(id, recipient_id, status, reason, due_at, expires_at)
+ON CONFLICT (id) DO NOTHING
+RETURNING id, status
+"""
+
+
+def conf(name: str):
+    return settings.CAMPAIGNS[name]
+
+
+def notification_id_for(campaign_id, user_id: str, channel: str) -> uuid.UUID:
+    """Deterministic id of a campaign notification: uuid5 over (campaign, user, channel)."""
+    return uuid.uuid5(uuid.UUID(str(campaign_id)), f"{user_id}:{channel}")
+
+
+def spread_offset(campaign_id, user_id: str, spread_seconds: int) -> timedelta:
+    """A member's offset in ``[0, spread_seconds)``: uniform over members and the same on every run."""
+    if not spread_seconds:
+        return timedelta(0)
+    digest = hashlib.blake2b(f"{campaign_id}:{user_id}".encode(), digest_size=8).digest()
+    millis = int.from_bytes(digest, "big") % (spread_seconds * 1000)
+    return timedelta(milliseconds=millis)
+
+
+# --- start -------------------------------------------------------------------------------------
+
+def start_due_campaigns() -> list[str]:
+    """Start fan-out of every due scheduled campaign. Returns the ids started."""
+    now = clock.now()
+    started = []
+    with transaction.atomic():
+        due = list(Campaign.objects.select_for_update(skip_locked=True)
+                   .filter(status=CampaignStatus.SCHEDULED, fanout_at__lte=now).order_by("fanout_at")[:20])
+        for campaign in due:
+            _plan_shards(campaign, now)
+            started.append(str(campaign.pk))
+    return started
+
+
+def _plan_shards(campaign: Campaign, now: datetime) -> None:
+    members = campaign.segment.members.filter(added_at__lte=now)
+    count = members.count()
+    page = conf("PAGE_SIZE")
+    wanted = max(1, min(conf("SHARDS"), count // (page * 2)))
+    bounds: list[str] = []
+    if wanted > 1:
+        ordered = members.order_by("recipient_id").values_list("recipient_id", flat=True)
+        bounds = [ordered[count * k // wanted] for k in range(1, wanted)]
+        bounds = sorted(set(bounds))
+    edges = [None, *bounds, None]
+    shards = [CampaignShard(campaign=campaign, number=i, lower=edges[i], upper=edges[i + 1], cursor=edges[i],
+                            heartbeat_at=now) for i in range(len(edges) - 1)]
+    CampaignShard.objects.bulk_create(shards)
+    Campaign.objects.filter(pk=campaign.pk).update(status=CampaignStatus.FANNING_OUT, snapshot_at=now,
+                                                   started_at=now, member_count=count, updated_at=now)
+    for shard in shards:
+        _enqueue_page_on_commit(campaign.pk, shard.number)
+    log.info("campaign %s: fanning out %d members in %d shard(s)", campaign.pk, count, len(shards))
+
+
+def _enqueue_page_on_commit(campaign_id, shard_number: int) -> None:
+    from campaigns.tasks import fan_out_page
+
+    def publish():
+        try:
+            fan_out_page.apply_async(args=[str(campaign_id), shard_number], queue="fanout", routing_key="fanout",
+                                     exchange="")
+        except Exception as exc:  # the shard reconciler re-drives it
+            log.warning("fan-out page of %s/%d not published: %s", campaign_id, shard_number, exc)
+
+    transaction.on_commit(publish)
+
+
+# --- one page ----------------------------------------------------------------------------------
+
+class _Planner:
+    """Per-page helper: due instants (cached per zone) and suppression reasons."""
+
+    def __init__(self, campaign: Campaign, now: datetime) -> None:
+        self.campaign = campaign
+        self.now = now
+        self.zone_cache: dict[str, tuple[datetime, bool]] = {}
+        self.default_zone = ZoneInfo(conf("DEFAULT_TIMEZONE"))
+        self.defaulted = 0
+
+    def base_instant(self, zone_name: str) -> datetime:
+        c = self.campaign
+        if not c.is_local_time:
+            return c.scheduled_at or c.fanout_at or self.now
+        cached = self.zone_cache.get(zone_name)
+        if cached is None:
+            try:
+                zone, fallback = ZoneInfo(zone_name), False
+            except (ZoneInfoNotFoundError, ValueError):
+                zone, fallback = self.default_zone, True
+            if not zone_name:
+                zone, fallback = self.default_zone, True
+            cached = (wall_time_to_utc(c.local_date, c.local_time, zone), fallback)
+            self.zone_cache[zone_name] = cached
+        if cached[1]:
+            self.defaulted += 1
+        return cached[0]
+
+    def suppression(self, row: dict) -> str:
+        c = self.campaign
+        if c.channel in (row["opt_outs"] or []):
+            return Reason.OPTED_OUT_CHANNEL
+        if c.channel in (row["category_opt_outs"] or {}).get(c.category, []):
+            return Reason.OPTED_OUT_CATEGORY
+        if c.channel == "sms":
+            if not row["phone"]:
+                return Reason.NO_PHONE
+            if row["phone_invalid_reason"]:
+                return Reason.PHONE_INVALID
+        elif c.channel == "email":
+            if not row["email"]:
+                return Reason.NO_EMAIL
+            if row["email_invalid_reason"]:
+                return Reason.EMAIL_INVALID
+        elif not row["devices"]:
+            return Reason.NO_ACTIVE_DEVICE
+        return ""
+
+
+def fan_out_page(campaign_id: str, shard_number: int) -> str:
+    """Fan out the next page of one shard. Returns what happened: ``"page"``, ``"done"``,
+    ``"busy"`` (another task holds the shard), ``"stopped"`` (campaign no longer fanning out)."""
+    page_size = conf("PAGE_SIZE")
+    with transaction.atomic():
+        with connection.cursor() as cur:
+            # FOR SHARE: pages of different shards run in parallel; a cancel (FOR UPDATE) waits for
+            # the page in flight and every later page sees the cancel.
+            cur.execute("SELECT status FROM campaigns_campaign WHERE id = %s FOR SHARE", [campaign_id])
+            row = cur.fetchone()
+        if row is None or row[0] != CampaignStatus.FANNING_OUT:
+            return "stopped"
+        shard = (CampaignShard.objects.select_for_update(skip_locked=True)
+                 .filter(campaign_id=campaign_id, number=shard_number, done=False).first())
+        if shard is None:
+            return "busy"
+        campaign = Campaign.objects.get(pk=campaign_id)
+        now = clock.now()
+        sql = _MEMBERS_SQL.format(device_count=_DEVICE_COUNT if campaign.channel == "push" else "0")
+        with connection.cursor() as cur:
+            cur.execute(sql, {"segment": campaign.segment_id, "snapshot": campaign.snapshot_at,
+                              "after": shard.cursor, "upper": shard.upper, "limit": page_size})
+            columns = [c.name for c in cur.description]
+            members = [dict(zip(columns, r, strict=True)) for r in cur.fetchall()]
+        inserted = _insert_page(campaign, members, now) if members else []
+        shard.cursor = members[-1]["recipient_id"] if members else shard.cursor
+        shard.pages += 1
+        shard.created += len(inserted)
+        shard.heartbeat_at = now
+        shard.done = len(members) < page_size
+        shard.save(update_fields=["cursor", "pages", "created", "heartbeat_at", "done"])
+        queued = [(nid, campaign.priority, campaign.channel) for nid, status in inserted if status == Status.QUEUED]
+        enqueue_on_commit(queued)
+        if shard.done:
+            _finish_fan_out_if_complete(campaign, now)
+        else:
+            _enqueue_page_on_commit(campaign.pk, shard.number)
+    return "done" if shard.done else "page"
+
+
+def _insert_page(campaign: Campaign, members: list[dict], now: datetime) -> list[tuple]:
+    planner = _Planner(campaign, now)
+    ids, recipients, statuses, reasons, dues, expires = [], [], [], [], [], []
+    ttl = timedelta(seconds=campaign.ttl_seconds) if campaign.ttl_seconds else None
+    for m in members:
+        user_id = m["recipient_id"]
+        reason = planner.suppression(m)
+        base = planner.base_instant(m["timezone"]) + spread_offset(campaign.pk, user_id, campaign.spread_seconds)
+        if reason:
+            status = Status.SUPPRESSED
+        elif base > now:
+            status = Status.SCHEDULED
+        else:
+            status = Status.QUEUED
+        ids.append(notification_id_for(campaign.pk, user_id, campaign.channel))
+        recipients.append(user_id)
+        statuses.append(status)
+        reasons.append(reason)
+        dues.append(base)
+        expires.append(base + ttl if ttl else None)
+    with connection.cursor() as cur:
+        cur.execute(_INSERT_SQL, {
+            "campaign": campaign.pk, "channel": campaign.channel, "priority": campaign.priority,
+            "category": campaign.category, "now": now, "ids": ids, "recipients": recipients,
+            "statuses": statuses, "reasons": reasons, "dues": dues, "expires": expires,
+        })
+        inserted = cur.fetchall()
+    if planner.defaulted:
+        Campaign.objects.filter(pk=campaign.pk).update(
+            default_zone_count=F("default_zone_count") + planner.defaulted)
+    return inserted
+
+
+def _finish_fan_out_if_complete(campaign: Campaign, now: datetime) -> None:
+    if CampaignShard.objects.filter(campaign=campaign, done=False).exists():
+        return
+    created = sum(CampaignShard.objects.filter(campaign=campaign).values_list("created", flat=True))
+    Campaign.objects.filter(pk=campaign.pk, status=CampaignStatus.FANNING_OUT).update(
+        status=CampaignStatus.SENDING, fanned_out_at=now, created_count=created, updated_at=now)
+    log.info("campaign %s: fan-out complete, %d notifications", campaign.pk, created)
+
+
+# --- reconcile ---------------------------------------------------------------------------------
+
+def reconcile_campaigns() -> dict[str, int]:
+    """Re-drive stalled shards; complete campaigns with nothing left to send."""
+    now = clock.now()
+    stale_before = now - timedelta(seconds=conf("SHARD_STALE_SECONDS"))
+    redriven = 0
+    with transaction.atomic():
+        stalled = list(CampaignShard.objects.select_for_update(skip_locked=True)
+                       .filter(done=False, heartbeat_at__lt=stale_before,
+                               campaign__status=CampaignStatus.FANNING_OUT)[:100])
+        for shard in stalled:
+            shard.heartbeat_at = now
+            shard.save(update_fields=["heartbeat_at"])
+            _enqueue_page_on_commit(shard.campaign_id, shard.number)
+            redriven += 1
+    if redriven:
+        log.warning("re-drove %d stalled fan-out shard(s)", redriven)
+    completed = 0
+    for campaign_id in Campaign.objects.filter(status=CampaignStatus.SENDING).values_list("pk", flat=True):
+        with connection.cursor() as cur:
+            cur.execute("SELECT EXISTS (SELECT 1 FROM notifications_notification WHERE campaign_id = %s "
+                        "AND status IN ('scheduled', 'queued', 'sending'))", [campaign_id])
+            busy = cur.fetchone()[0]
+        if not busy:
+            completed += Campaign.objects.filter(pk=campaign_id, status=CampaignStatus.SENDING).update(
+                status=CampaignStatus.COMPLETED, completed_at=now, updated_at=now)
+    return {"redriven_shards": redriven, "completed": completed}

@@ -1,0 +1,154 @@
+"""Writes for segments, templates and campaigns."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+
+from django.db import IntegrityError, transaction
+
+from campaigns.models import (
+    CAMPAIGN_ID_NAMESPACE,
+    Campaign,
+    CampaignStatus,
+    Segment,
+    SegmentMember,
+    Template,
+    TemplateVariant,
+)
+from notifications import clock
+from notifications.models import APIClient, Notification, Reason, Status
+from preferences.models import Recipient
+
+# The earliest any zone reaches a given wall time: UTC+14 (Pacific/Kiritimati).
+MAX_UTC_OFFSET = timedelta(hours=14)
+
+
+class CampaignKeyReused(Exception):
+    """The idempotency key was already used by this client for a different campaign request."""
+
+
+class CampaignNotCancellable(Exception):
+    def __init__(self, campaign: Campaign) -> None:
+        super().__init__(f"campaign is {campaign.status}; it can no longer be cancelled")
+        self.campaign = campaign
+
+
+@dataclass(frozen=True)
+class CampaignAccepted:
+    campaign: Campaign
+    replayed: bool
+
+
+# --- segments ------------------------------------------------------------------------------------
+
+def upsert_segment(segment_id: str, *, name: str, description: str = "") -> tuple[Segment, bool]:
+    segment, created = Segment.objects.update_or_create(segment_id=segment_id,
+                                                        defaults={"name": name, "description": description})
+    return segment, created
+
+
+def change_members(segment: Segment, *, add: list[str], remove: list[str]) -> dict[str, int]:
+    """Add and remove members (user ids). Unknown users are created as bare recipients (no contacts
+    yet; their sends are suppressed with a reason until the upstream service fills them in), so the
+    tool that writes segments need not run after the one that writes contacts.
+
+    Returns ``{"added": n, "removed": m, "created_recipients": k}`` (already-members count as neither).
+    """
+    add = list(dict.fromkeys(add))
+    remove = list(dict.fromkeys(remove))
+    with transaction.atomic():
+        existing = set(Recipient.objects.filter(pk__in=add).values_list("pk", flat=True))
+        new = [Recipient(user_id=u) for u in add if u not in existing]
+        Recipient.objects.bulk_create(new, ignore_conflicts=True, batch_size=2000)
+        before = SegmentMember.objects.filter(segment=segment, recipient_id__in=add).count()
+        SegmentMember.objects.bulk_create([SegmentMember(segment=segment, recipient_id=u) for u in add],
+                                          ignore_conflicts=True, batch_size=2000)
+        removed, _ = SegmentMember.objects.filter(segment=segment, recipient_id__in=remove).delete()
+    return {"added": len(add) - before, "removed": removed, "created_recipients": len(new)}
+
+
+# --- templates -----------------------------------------------------------------------------------
+
+def upsert_template(template_id: str, *, name: str, default_locale: str, variants: list[dict]) -> Template:
+    """Create or replace a template and all its variants (``[{locale, title, body, html}]``)."""
+    with transaction.atomic():
+        template, _ = Template.objects.update_or_create(
+            template_id=template_id, defaults={"name": name, "default_locale": default_locale})
+        template.variants.exclude(locale__in=[v["locale"] for v in variants]).delete()
+        for v in variants:
+            TemplateVariant.objects.update_or_create(
+                template=template, locale=v["locale"],
+                defaults={"title": v.get("title", ""), "body": v["body"], "html": v.get("html", "")})
+    return template
+
+
+# --- campaigns -----------------------------------------------------------------------------------
+
+def fanout_instant(*, scheduled_at: datetime | None, local_date: date | None, local_time: time | None,
+                   now: datetime) -> datetime:
+    """When fan-out must start (UTC): the send instant, or for a local-time campaign the instant the
+    earliest zone (UTC+14) reaches the wall time, so every member's row exists before it is due."""
+    if local_date is not None and local_time is not None:
+        earliest = datetime.combine(local_date, local_time, tzinfo=UTC) - MAX_UTC_OFFSET
+        return max(earliest, now)
+    return max(scheduled_at, now) if scheduled_at else now
+
+
+def create_campaign(*, client: APIClient | None, idempotency_key: str | None, fingerprint: str = "",
+                    status: str = CampaignStatus.SCHEDULED, **fields) -> CampaignAccepted:
+    """Store a validated campaign. With a client and key, the id is ``uuid5(client, key)`` and a
+    repeat with the same fingerprint replays (``replayed=True``); a different one raises
+    :class:`CampaignKeyReused`. ``fields`` are Campaign model fields."""
+    now = clock.now()
+    campaign_id = (uuid.uuid5(CAMPAIGN_ID_NAMESPACE, f"{client.pk}:{idempotency_key}")
+                   if client is not None and idempotency_key else uuid.uuid4())
+    campaign = Campaign(id=campaign_id, client=client, idempotency_key=idempotency_key,
+                        request_fingerprint=fingerprint, status=status, **fields)
+    campaign.fanout_at = fanout_instant(scheduled_at=campaign.scheduled_at, local_date=campaign.local_date,
+                                        local_time=campaign.local_time, now=now)
+    try:
+        with transaction.atomic():
+            campaign.save(force_insert=True)
+    except IntegrityError:
+        existing = Campaign.objects.get(pk=campaign_id)
+        if existing.request_fingerprint != fingerprint:
+            raise CampaignKeyReused() from None
+        return CampaignAccepted(existing, replayed=True)
+    return CampaignAccepted(campaign, replayed=False)
+
+
+def launch_campaign(campaign: Campaign) -> Campaign:
+    """Admin: move a draft to ``scheduled`` (fan-out starts when due)."""
+    now = clock.now()
+    campaign.fanout_at = fanout_instant(scheduled_at=campaign.scheduled_at, local_date=campaign.local_date,
+                                        local_time=campaign.local_time, now=now)
+    Campaign.objects.filter(pk=campaign.pk, status=CampaignStatus.DRAFT).update(
+        status=CampaignStatus.SCHEDULED, fanout_at=campaign.fanout_at, updated_at=now)
+    campaign.refresh_from_db()
+    return campaign
+
+
+def cancel_campaign(campaign_id) -> tuple[Campaign, int]:
+    """Cancel a campaign: stop fan-out and cancel every notification not yet claimed.
+
+    Takes the campaign row ``FOR UPDATE``, which waits for a fan-out page in flight (they hold it
+    ``FOR SHARE``) and makes every later page see the cancel. Rows already claimed by a worker
+    finish their send. Returns ``(campaign, notifications_cancelled)``.
+
+    Raises:
+        Campaign.DoesNotExist, CampaignNotCancellable (completed or already cancelled).
+    """
+    now = clock.now()
+    with transaction.atomic():
+        campaign = Campaign.objects.select_for_update().get(pk=campaign_id)
+        if campaign.status in (CampaignStatus.COMPLETED, CampaignStatus.CANCELLED):
+            raise CampaignNotCancellable(campaign)
+        campaign.status = CampaignStatus.CANCELLED
+        campaign.cancelled_at = now
+        campaign.save(update_fields=["status", "cancelled_at", "updated_at"])
+        cancelled = Notification.objects.filter(
+            campaign_id=campaign.pk, status__in=[Status.SCHEDULED, Status.QUEUED]
+        ).update(status=Status.CANCELLED, reason=Reason.CAMPAIGN_CANCELLED, due_at=None, updated_at=now)
+    return campaign, cancelled
