@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections import Counter
-from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
-from campaigns.models import Campaign, CampaignShard, SegmentMember
+from campaigns.models import SegmentMember
 from notifications.models import Notification
 from preferences.models import Device, Preferences, Recipient
 from tests.stack import wait_until
