@@ -89,6 +89,7 @@ class Stack:
             "BACKOFF_BASE_STANDARD": "0.5",
             "BACKOFF_CAP_STANDARD": "2",
             "CLOCK_OFFSET_FILE": str(self.clock_file),
+            "CAMPAIGN_SHARD_STALE_SECONDS": "3",
             "API_DEFAULT_RATE_LIMIT": "100000/min",
             "PYTHONUNBUFFERED": "1",
         })

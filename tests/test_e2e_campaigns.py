@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import Counter
+from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
-from campaigns.models import SegmentMember
+from campaigns.models import Campaign, CampaignShard, SegmentMember
 from notifications.models import Notification
 from preferences.models import Device, Preferences, Recipient
 from tests.stack import wait_until
@@ -108,3 +110,140 @@ def test_campaign_to_5000_members_delivers_once_per_eligible_member(api, emulato
         "push": lambda i, u: f"tok-{u}"}[channel]
     assert set(per_to) == {expected_to(i, u) for i, u in enumerate(users) if u not in opted}
     assert all(m["body"].startswith("Hi User") for m in received)
+
+
+def _cancel_quietly(api, cid: str) -> None:
+    api.request("POST", f"/v1/campaigns/{cid}/cancel")
+
+
+def test_fan_out_killed_halfway_resumes_and_creates_each_member_once(api, emulator, stack):
+    segment_id, users, opted = make_segment(api, 30_000, channel="email", opted_out_every=7)
+    at = datetime.now(UTC) + timedelta(seconds=1)
+    # Sends an hour after the start (spread) so this test watches fan-out, not delivery.
+    cid = create_campaign(api, {"segment_id": segment_id, "channel": "email", "content": content_for("email"),
+                                "scheduled_at": (at + timedelta(hours=1)).isoformat()})
+    Campaign.objects.filter(pk=cid).update(fanout_at=at)  # fan out now, send in an hour
+    wait_until(lambda: sum(CampaignShard.objects.filter(campaign_id=cid).values_list("pages", flat=True)) >= 3,
+               60, interval=0.05, message="a few fan-out pages")
+    stack.kill("worker_standard")  # SIGKILL mid fan-out
+    pages_at_kill = sum(CampaignShard.objects.filter(campaign_id=cid).values_list("pages", flat=True))
+    assert Campaign.objects.get(pk=cid).status == "fanning_out"
+    stack.start("worker_standard")
+    try:
+        campaign = wait_until(lambda: (c := Campaign.objects.get(pk=cid)).status == "sending" and c, 120,
+                              interval=0.5, message="fan-out to finish")
+        assert pages_at_kill < 30
+        rows = Notification.objects.filter(campaign_id=cid)
+        assert rows.count() == 30_000 == campaign.created_count == campaign.member_count
+        assert rows.values("recipient_id").distinct().count() == 30_000
+        assert rows.filter(status="suppressed", reason="opted_out_channel").count() == len(opted)
+        assert rows.filter(status="scheduled").count() == 30_000 - len(opted)
+        # Running fan-out again over the whole segment creates nothing new.
+        from campaigns.fanout import fan_out_page
+
+        CampaignShard.objects.filter(campaign_id=cid).update(done=False, cursor=None)
+        Campaign.objects.filter(pk=cid).update(status="fanning_out")
+        for shard in CampaignShard.objects.filter(campaign_id=cid).order_by("number"):
+            CampaignShard.objects.filter(pk=shard.pk).update(cursor=shard.lower)
+            while fan_out_page(cid, shard.number) == "page":
+                pass
+        assert Notification.objects.filter(campaign_id=cid).count() == 30_000
+        assert sum(CampaignShard.objects.filter(campaign_id=cid).values_list("created", flat=True)) >= 30_000
+    finally:
+        Campaign.objects.filter(pk=cid).update(status="sending")
+        _cancel_quietly(api, cid)
+    assert Notification.objects.filter(campaign_id=cid, status="scheduled").count() == 0
+
+
+def test_local_time_campaign_gives_each_zone_its_own_instant(api, emulator, stack):
+    zones = ["Pacific/Auckland", "Europe/London", "America/Los_Angeles", "Not/AZone"]
+    segment_id, users, _ = make_segment(api, 8, channel="sms", zones=zones)
+    cid = create_campaign(api, {"segment_id": segment_id, "channel": "sms", "content": {"body": "Good morning"},
+                                "local_time": {"date": "2026-12-15", "time": "09:00"}})
+    campaign = Campaign.objects.get(pk=cid)
+    assert campaign.fanout_at == datetime(2026, 12, 14, 19, 0, tzinfo=UTC)  # 09:00 at UTC+14
+    stack.set_clock_offset((datetime(2026, 12, 14, 19, 0, 5, tzinfo=UTC) - datetime.now(UTC)).total_seconds())
+    wait_campaign(api, cid, "sending", timeout=30)
+    due = {n.recipient.timezone: n.due_at for n in
+           Notification.objects.filter(campaign_id=cid).select_related("recipient")}
+    assert due == {
+        "Pacific/Auckland": datetime(2026, 12, 14, 20, 0, tzinfo=UTC),  # NZDT, UTC+13
+        "Europe/London": datetime(2026, 12, 15, 9, 0, tzinfo=UTC),  # GMT
+        "America/Los_Angeles": datetime(2026, 12, 15, 17, 0, tzinfo=UTC),  # PST, UTC-8
+        "Not/AZone": datetime(2026, 12, 15, 9, 0, tzinfo=UTC),  # the default zone (UTC)
+    }
+    assert Campaign.objects.get(pk=cid).default_zone_count == 2
+    stack.set_clock_offset((datetime(2026, 12, 15, 17, 0, 2, tzinfo=UTC) - datetime.now(UTC)).total_seconds())
+    body = wait_campaign(api, cid, "completed", timeout=40)
+    assert body["counts"]["by_status"]["sent"] == 8
+    ids = {str(i) for i in Notification.objects.filter(campaign_id=cid).values_list("id", flat=True)}
+    assert Counter(m["notification_id"] for m in emulator.messages(channel="sms")
+                   if m["notification_id"] in ids) == dict.fromkeys(ids, 1)
+
+
+@pytest.mark.parametrize(("day", "wall", "expected_utc"), [
+    # Spring forward: 02:30 does not exist in Los Angeles on 2027-03-14 → the end of the gap, 03:00 PDT.
+    (date(2027, 3, 14), "02:30", datetime(2027, 3, 14, 10, 0, tzinfo=UTC)),
+    # Fall back: 01:30 happens twice on 2027-11-07 → its first occurrence, 01:30 PDT (UTC-7).
+    (date(2027, 11, 7), "01:30", datetime(2027, 11, 7, 8, 30, tzinfo=UTC)),
+])
+def test_local_time_on_dst_transitions_resolves_by_rule_and_sends_once(api, emulator, stack, day, wall,
+                                                                       expected_utc):
+    segment_id, users, _ = make_segment(api, 2, channel="sms", zones=["America/Los_Angeles"])
+    cid = create_campaign(api, {"segment_id": segment_id, "channel": "sms", "content": {"body": "Hi"},
+                                "local_time": {"date": day.isoformat(), "time": wall}})
+    fanout_at = Campaign.objects.get(pk=cid).fanout_at
+    stack.set_clock_offset((fanout_at - datetime.now(UTC)).total_seconds() + 2)
+    wait_campaign(api, cid, "sending", timeout=30)
+    assert set(Notification.objects.filter(campaign_id=cid).values_list("due_at", flat=True)) == {expected_utc}
+    stack.set_clock_offset((expected_utc - datetime.now(UTC)).total_seconds() + 1)
+    wait_campaign(api, cid, "completed", timeout=30)
+    ids = {str(i) for i in Notification.objects.filter(campaign_id=cid).values_list("id", flat=True)}
+    time.sleep(1)
+    got = [m for m in emulator.messages(channel="sms") if m["notification_id"] in ids]
+    assert Counter(m["notification_id"] for m in got) == dict.fromkeys(ids, 1)
+
+
+def test_cancel_mid_send_leaves_nothing_sendable_and_counts_show_what_went(api, emulator):
+    segment_id, users, _ = make_segment(api, 3000, channel="sms")
+    cid = create_campaign(api, {"segment_id": segment_id, "channel": "sms", "content": {"body": "Flash sale"}})
+    wait_until(lambda: Notification.objects.filter(campaign_id=cid, status="sent").count() >= 50, 60,
+               interval=0.1, message="some sends")
+    r = api.request("POST", f"/v1/campaigns/{cid}/cancel")
+    assert r.status_code == 200
+    assert r.json()["status"] == "cancelled"
+    wait_until(lambda: not Notification.objects.filter(campaign_id=cid, status="sending").exists(), 20,
+               message="in-flight sends to finish")
+    time.sleep(2)
+    all_counts = api.request("GET", f"/v1/campaigns/{cid}").json()["counts"]
+    counts = all_counts["by_status"]
+    assert counts["scheduled"] == counts["queued"] == counts["sending"] == 0
+    # Fan-out stopped at the cancel: members not reached yet got no notification at all.
+    assert counts["sent"] + counts["cancelled"] == all_counts["total"] <= 3000
+    time.sleep(2)
+    assert Notification.objects.filter(campaign_id=cid).count() == all_counts["total"]
+    assert counts["sent"] >= 50 and counts["cancelled"] > 0
+    ids = {str(i) for i in Notification.objects.filter(campaign_id=cid, status="sent").values_list("id", flat=True)}
+    got = [m for m in emulator.messages(channel="sms") if m["notification_id"] in ids]
+    assert len(got) == len(ids) == counts["sent"]
+    cancelled = {str(i) for i in Notification.objects.filter(campaign_id=cid, status="cancelled")
+                 .values_list("id", flat=True)}
+    assert not [m for m in emulator.messages(channel="sms") if m["notification_id"] in cancelled]
+    assert api.request("POST", f"/v1/campaigns/{cid}/cancel").status_code == 409
+
+
+def test_template_edit_after_launch_changes_what_still_queued_notifications_say(api, emulator, stack):
+    segment_id, users, _ = make_segment(api, 20, channel="sms")
+    api.request("PUT", "/v1/templates/promo-edit", json={
+        "name": "Promo", "default_locale": "en", "variants": [{"locale": "en", "body": "Sale: 10% off (typo)"}]})
+    # Smeared over an hour: fan-out creates the rows now, they go out over the next hour.
+    cid = create_campaign(api, {"segment_id": segment_id, "channel": "sms", "template_id": "promo-edit",
+                                "spread_seconds": 3600})
+    wait_campaign(api, cid, "sending", timeout=30)
+    api.request("PUT", "/v1/templates/promo-edit", json={
+        "name": "Promo", "default_locale": "en", "variants": [{"locale": "en", "body": "Sale: 20% off"}]})
+    stack.set_clock_offset(3601)
+    wait_campaign(api, cid, "completed", timeout=40)
+    ids = {str(i) for i in Notification.objects.filter(campaign_id=cid).values_list("id", flat=True)}
+    bodies = Counter(m["body"] for m in emulator.messages(channel="sms") if m["notification_id"] in ids)
+    assert bodies == {"Sale: 20% off": 20}
