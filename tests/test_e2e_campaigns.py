@@ -117,7 +117,7 @@ def _cancel_quietly(api, cid: str) -> None:
 
 
 def test_fan_out_killed_halfway_resumes_and_creates_each_member_once(api, emulator, stack):
-    segment_id, users, opted = make_segment(api, 30_000, channel="email", opted_out_every=7)
+    segment_id, _users, opted = make_segment(api, 30_000, channel="email", opted_out_every=7)
     at = datetime.now(UTC) + timedelta(seconds=1)
     # Sends an hour after the start (spread) so this test watches fan-out, not delivery.
     cid = create_campaign(api, {"segment_id": segment_id, "channel": "email", "content": content_for("email"),
@@ -157,7 +157,7 @@ def test_fan_out_killed_halfway_resumes_and_creates_each_member_once(api, emulat
 
 def test_local_time_campaign_gives_each_zone_its_own_instant(api, emulator, stack):
     zones = ["Pacific/Auckland", "Europe/London", "America/Los_Angeles", "Not/AZone"]
-    segment_id, users, _ = make_segment(api, 8, channel="sms", zones=zones)
+    segment_id, _users, _ = make_segment(api, 8, channel="sms", zones=zones)
     cid = create_campaign(api, {"segment_id": segment_id, "channel": "sms", "content": {"body": "Good morning"},
                                 "local_time": {"date": "2026-12-15", "time": "09:00"}})
     campaign = Campaign.objects.get(pk=cid)
@@ -189,7 +189,7 @@ def test_local_time_campaign_gives_each_zone_its_own_instant(api, emulator, stac
 ])
 def test_local_time_on_dst_transitions_resolves_by_rule_and_sends_once(api, emulator, stack, day, wall,
                                                                        expected_utc):
-    segment_id, users, _ = make_segment(api, 2, channel="sms", zones=["America/Los_Angeles"])
+    segment_id, _users, _ = make_segment(api, 2, channel="sms", zones=["America/Los_Angeles"])
     cid = create_campaign(api, {"segment_id": segment_id, "channel": "sms", "content": {"body": "Hi"},
                                 "local_time": {"date": day.isoformat(), "time": wall}})
     fanout_at = Campaign.objects.get(pk=cid).fanout_at
@@ -205,7 +205,7 @@ def test_local_time_on_dst_transitions_resolves_by_rule_and_sends_once(api, emul
 
 
 def test_cancel_mid_send_leaves_nothing_sendable_and_counts_show_what_went(api, emulator):
-    segment_id, users, _ = make_segment(api, 3000, channel="sms")
+    segment_id, _users, _ = make_segment(api, 3000, channel="sms")
     cid = create_campaign(api, {"segment_id": segment_id, "channel": "sms", "content": {"body": "Flash sale"}})
     wait_until(lambda: Notification.objects.filter(campaign_id=cid, status="sent").count() >= 50, 60,
                interval=0.1, message="some sends")
@@ -233,7 +233,7 @@ def test_cancel_mid_send_leaves_nothing_sendable_and_counts_show_what_went(api, 
 
 
 def test_template_edit_after_launch_changes_what_still_queued_notifications_say(api, emulator, stack):
-    segment_id, users, _ = make_segment(api, 20, channel="sms")
+    segment_id, _users, _ = make_segment(api, 20, channel="sms")
     api.request("PUT", "/v1/templates/promo-edit", json={
         "name": "Promo", "default_locale": "en", "variants": [{"locale": "en", "body": "Sale: 10% off (typo)"}]})
     # Smeared over an hour: fan-out creates the rows now, they go out over the next hour.
