@@ -34,7 +34,7 @@ run: migrate
 	@$(PY) manage.py check
 	@echo "API and admin: http://127.0.0.1:$(PORT)/  (docs: /api/docs/, admin: /admin/)"
 	@echo "Provider emulator: http://127.0.0.1:$${EMULATOR_PORT:-8900}/_emulator/messages"
-	$(VENV)/bin/honcho start -f Procfile -p $(PORT)
+	@$(VENV)/bin/honcho start -f Procfile -p $(PORT) || test $$? -eq 130  # Ctrl-C is a normal stop
 
 ## test: set up, then run the whole test suite (unit + end-to-end with real processes)
 test: migrate

@@ -35,6 +35,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework_api_key",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_celery_beat",
     "preferences",
     "notifications",
@@ -126,6 +127,9 @@ SPECTACULAR_SETTINGS = {
     ),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Swagger UI assets served from the drf-spectacular-sidecar package: /api/docs/ works offline.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],
     "COMPONENT_SPLIT_REQUEST": True,
@@ -246,8 +250,11 @@ def _providers():
             "FROM_NUMBER": env("TWILIO_FROM_NUMBER", default="+15005550006"),
             "BASE_URL": None if not USING_EMULATOR["sms"] else emu,
             # Twilio status callbacks (delivery receipts); the notification id is appended as ?nid=.
+            # With the emulator it only carries that id; against real Twilio set it once the
+            # receiving webhook is deployed.
             "STATUS_CALLBACK_URL": env("TWILIO_STATUS_CALLBACK_URL",
-                                       default=f"{PUBLIC_BASE_URL}/webhooks/twilio/status"),
+                                       default=f"{PUBLIC_BASE_URL}/webhooks/twilio/status"
+                                       if USING_EMULATOR["sms"] else None),
             "TIMEOUT": timeout,
         },
     }

@@ -11,6 +11,7 @@ import uuid
 from django.contrib import admin
 from django.utils.html import format_html
 from rest_framework_api_key.admin import APIKeyModelAdmin
+from rest_framework_api_key.models import APIKey
 
 from notifications.models import APIClient, DeliveryAttempt, DeliveryEvent, Notification
 
@@ -122,6 +123,12 @@ class NotificationAdmin(admin.ModelAdmin):
     @admin.display(description="Data")
     def shown_data(self, obj):
         return self._content(obj, "data")
+
+
+# One place for keys: the API clients below (the package's own "API keys" page would list the same
+# model's parent without our fields).
+if admin.site.is_registered(APIKey):
+    admin.site.unregister(APIKey)
 
 
 @admin.register(APIClient)

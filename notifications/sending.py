@@ -272,6 +272,8 @@ def _record(n: Notification, call: _Call, attempts: list[DeliveryAttempt], devic
             "sent_at": now, "provider": first.provider, "provider_message_id": first.provider_message_id[:255],
         })
         markers.mark_sent([n.pk])  # after the row says `sent` (committed in _finish)
+        log.info("sent %s %s %s via %s (attempt %d, %s)", n.priority, n.channel, n.pk, first.provider, n.attempts,
+                 first.provider_message_id)
         return
     errors = [e for e, _ in call.errors]
     transient = [e for e in errors if isinstance(e, TransientProviderError)]

@@ -17,6 +17,8 @@ def test_schema_documents_the_api(schema):
         "/v1/notifications", "/v1/notifications/{notification_id}", "/v1/notifications/{notification_id}/cancel",
         "/v1/users/{user_id}", "/v1/users/{user_id}/preferences", "/v1/users/{user_id}/devices",
         "/v1/users/{user_id}/devices/{push_token}",
+        "/v1/segments/{segment_id}", "/v1/segments/{segment_id}/members", "/v1/templates/{template_id}",
+        "/v1/campaigns", "/v1/campaigns/{campaign_id}", "/v1/campaigns/{campaign_id}/cancel",
     }
     send = schema["paths"]["/v1/notifications"]["post"]
     assert {p["name"] for p in send["parameters"]} == {"Idempotency-Key"}

@@ -102,8 +102,8 @@ class CampaignRequestSerializer(serializers.Serializer):
     channel = serializers.ChoiceField(choices=Channel.choices)
     priority = serializers.ChoiceField(choices=Priority.choices, default=Priority.STANDARD)
     category = serializers.RegexField(r"^[a-z0-9][a-z0-9_.-]{0,63}$", default="marketing", required=False)
-    content = ContentSerializer(required=False)
-    template_id = serializers.CharField(required=False, max_length=64)
+    content = ContentSerializer(required=False, allow_null=True)
+    template_id = serializers.CharField(required=False, allow_null=True, max_length=64)
     scheduled_at = AwareDateTimeField(required=False, allow_null=True, default=None)
     local_time = LocalTimeSerializer(required=False, allow_null=True, default=None)
     spread_seconds = serializers.IntegerField(required=False, default=0, min_value=0, max_value=MAX_SPREAD_SECONDS)
@@ -114,7 +114,7 @@ class CampaignRequestSerializer(serializers.Serializer):
         from notifications import clock
 
         errors = {}
-        has_content, has_template = "content" in attrs, bool(attrs.get("template_id"))
+        has_content, has_template = attrs.get("content") is not None, bool(attrs.get("template_id"))
         if has_content == has_template:
             errors["content"] = serializers.ErrorDetail("give exactly one of content or template_id",
                                                         code="content_xor_template")

@@ -1,0 +1,153 @@
+"""Segments, templates and campaigns over the API: validation, idempotency, nothing written on errors.
+In-process (Django test client); delivery is covered by test_e2e_campaigns.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.test import Client
+
+from campaigns.models import Campaign, Segment, SegmentMember, Template
+from notifications.models import APIClient
+from preferences.models import Recipient
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def http():
+    _, key = APIClient.objects.create_key(name="marketing-tool", allow_high=False)
+    return Client(headers={"Authorization": f"Api-Key {key}"})
+
+
+def call(http, method, path, body=None, **headers):
+    return getattr(http, method)(path, data=json.dumps(body) if body is not None else None,
+                                 content_type="application/json", headers=headers)
+
+
+def fields(resp):
+    return {(f["field"], f["code"]) for f in resp.json()["error"].get("fields", [])}
+
+
+@pytest.fixture
+def segment(http):
+    assert call(http, "put", "/v1/segments/vip", {"name": "VIPs"}).status_code == 201
+    return Segment.objects.get(pk="vip")
+
+
+def test_segment_members_add_remove_and_count(http, segment):
+    Recipient.objects.create(user_id="known", email="k@example.com")
+    r = call(http, "post", "/v1/segments/vip/members", {"add": ["known", "new-1", "new-2", "new-1"]})
+    assert r.status_code == 200
+    assert r.json() == {"added": 3, "removed": 0, "created_recipients": 2, "member_count": 3}
+    assert Recipient.objects.get(pk="new-1").phone == ""  # bare recipient
+    r = call(http, "post", "/v1/segments/vip/members", {"add": ["known"], "remove": ["new-2", "ghost"]})
+    assert r.json() == {"added": 0, "removed": 1, "created_recipients": 0, "member_count": 2}
+    assert call(http, "get", "/v1/segments/vip").json() == {
+        "segment_id": "vip", "name": "VIPs", "description": "", "member_count": 2}
+
+
+def test_segment_member_call_limit_is_10000_and_writes_nothing(http, segment):
+    r = call(http, "post", "/v1/segments/vip/members", {"add": [f"u{i}" for i in range(10_001)]})
+    assert r.status_code == 422
+    assert fields(r) == {("add", "max_length")}
+    assert not SegmentMember.objects.exists()
+    assert not Recipient.objects.exists()
+
+
+def test_invalid_segment_id_is_422(http):
+    r = call(http, "put", "/v1/segments/has space", {"name": "x"})
+    assert r.status_code == 422
+    assert fields(r) == {("segment_id", "invalid")}
+    assert not Segment.objects.exists()
+
+
+def test_template_with_syntax_error_is_422_naming_the_variant_field(http):
+    r = call(http, "put", "/v1/templates/t1", {"name": "T", "default_locale": "en", "variants": [
+        {"locale": "en", "body": "Hi {{ first_name "}]})
+    assert r.status_code == 422
+    assert fields(r) == {("variants.0.body", "template_syntax")}
+    assert not Template.objects.exists()
+
+
+def test_template_default_locale_must_have_a_variant(http):
+    r = call(http, "put", "/v1/templates/t1", {"name": "T", "default_locale": "fr", "variants": [
+        {"locale": "en", "body": "Hi"}]})
+    assert r.status_code == 422
+    assert fields(r) == {("default_locale", "no_such_variant")}
+
+
+def campaign(**over):
+    body = {"segment_id": "vip", "channel": "sms", "content": {"body": "Sale!"}}
+    body.update(over)
+    return body
+
+
+@pytest.mark.parametrize(("body", "expected"), [
+    (campaign(segment_id="nope"), {("segment_id", "unknown_segment")}),
+    (campaign(content=None, template_id=None), {("content", "content_xor_template")}),
+    ({"segment_id": "vip", "channel": "sms"}, {("content", "content_xor_template")}),
+    (campaign(template_id="missing"), {("content", "content_xor_template"), ("template_id", "unknown_template")}),
+    (campaign(content={"body": "x" * 1601}), {("content.body", "max_length")}),
+    (campaign(channel="email", content={"body": "no subject"}), {("content.title", "required")}),
+    (campaign(content={"body": "{% for %}"}), {("content.body", "template_syntax")}),
+    (campaign(scheduled_at="2030-01-01T09:00:00"), {("scheduled_at", "naive_datetime")}),
+    (campaign(scheduled_at="2026-12-24T09:00:00Z", local_time={"date": "2026-12-24", "time": "09:00"}),
+     {("local_time", "schedule_conflict")}),
+    (campaign(local_time={"date": "2026-12-24", "time": "9am"}), {("local_time.time", "invalid")}),
+    (campaign(spread_seconds=-1), {("spread_seconds", "min_value")}),
+    (campaign(spread_seconds=86401), {("spread_seconds", "max_value")}),
+    (campaign(category="Black Friday"), {("category", "invalid")}),
+])
+def test_invalid_campaign_is_422_and_not_written(http, segment, body, expected):
+    r = call(http, "post", "/v1/campaigns", body, **{"Idempotency-Key": "c1"})
+    assert r.status_code == 422, r.content
+    assert fields(r) == expected
+    assert not Campaign.objects.exists()
+
+
+def test_campaign_high_priority_needs_permission(http, segment):
+    r = call(http, "post", "/v1/campaigns", campaign(priority="high"), **{"Idempotency-Key": "c1"})
+    assert r.status_code == 403
+    assert fields(r) == {("priority", "not_permitted")}
+    assert not Campaign.objects.exists()
+
+
+def test_campaign_needs_idempotency_key(http, segment):
+    r = call(http, "post", "/v1/campaigns", campaign())
+    assert r.status_code == 400
+    assert fields(r) == {("Idempotency-Key", "required")}
+
+
+def test_campaign_accept_replay_and_mismatch(http, segment):
+    r1 = call(http, "post", "/v1/campaigns", campaign(), **{"Idempotency-Key": "c1"})
+    assert r1.status_code == 202
+    r2 = call(http, "post", "/v1/campaigns", campaign(), **{"Idempotency-Key": "c1"})
+    assert r2.status_code == 202
+    assert r2.json() == r1.json()
+    assert r2.headers["Idempotent-Replayed"] == "true"
+    r3 = call(http, "post", "/v1/campaigns", campaign(content={"body": "Other"}), **{"Idempotency-Key": "c1"})
+    assert r3.status_code == 422
+    assert fields(r3) == {("Idempotency-Key", "idempotency_key_reused")}
+    c = Campaign.objects.get()
+    assert (c.status, c.category, c.body, c.priority) == ("scheduled", "marketing", "Sale!", "standard")
+    detail = call(http, "get", f"/v1/campaigns/{c.pk}").json()
+    assert detail["status"] == "scheduled"
+    assert detail["counts"]["total"] == 0
+
+
+def test_local_time_campaign_fans_out_when_the_earliest_zone_reaches_it(http, segment):
+    r = call(http, "post", "/v1/campaigns", campaign(local_time={"date": "2027-01-10", "time": "09:00"}),
+             **{"Idempotency-Key": "lt"})
+    assert r.status_code == 202
+    c = Campaign.objects.get()
+    assert c.fanout_at.isoformat() == "2027-01-09T19:00:00+00:00"
+
+
+def test_cancel_scheduled_campaign_then_409(http, segment):
+    cid = call(http, "post", "/v1/campaigns", campaign(), **{"Idempotency-Key": "c1"}).json()["id"]
+    r = call(http, "post", f"/v1/campaigns/{cid}/cancel")
+    assert r.status_code == 200
+    assert r.json()["status"] == "cancelled"
+    assert call(http, "post", f"/v1/campaigns/{cid}/cancel").status_code == 409
