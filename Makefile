@@ -11,6 +11,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum < requirements.txt | cut -d' ' -f1)
 PORT ?= 8000
 export PORT
+# Where providers (and the emulator) send delivery receipts: our webhooks.
+PUBLIC_BASE_URL ?= http://127.0.0.1:$(PORT)
+export PUBLIC_BASE_URL
 
 .PHONY: run test test-fast stop setup services migrate lint clean
 

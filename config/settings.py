@@ -58,7 +58,7 @@ ROOT_URLCONF = "config.urls"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [],
+        "DIRS": [BASE_DIR / "config" / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -231,6 +231,12 @@ EMULATOR_SMTP_PORT = env.int("EMULATOR_SMTP_PORT", default=8925)
 PROVIDER_TIMEOUT_SECONDS = env.float("PROVIDER_TIMEOUT_SECONDS", default=10.0)
 # The URL at which providers reach this platform's webhooks (behind a proxy: the public one).
 PUBLIC_BASE_URL = env("PUBLIC_BASE_URL", default=f"http://127.0.0.1:{env('PORT', default='8000')}")
+# SendGrid Event Webhook verification key: base64 DER (SendGrid's console; `make run` generates one
+# for the emulator in .run/). Without it every SendGrid event is refused with 403.
+SENDGRID_WEBHOOK_PUBLIC_KEY = env("SENDGRID_WEBHOOK_PUBLIC_KEY", default="")
+# Behind a TLS-terminating proxy: trust its X-Forwarded-Proto (only when this is set).
+if env.bool("TRUST_X_FORWARDED_PROTO", default=False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 USING_EMULATOR = {
     "sms": not env("TWILIO_ACCOUNT_SID", default=""),
     "email": not env("SENDGRID_API_KEY", default="") and not env("SMTP_HOST", default=""),

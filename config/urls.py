@@ -8,6 +8,8 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from campaigns.api import views as campaign_views
 from notifications.api import views as notification_views
 from preferences.api import views as preference_views
+from providers.sendgrid import webhooks as sendgrid_webhooks
+from providers.twilio import webhooks as twilio_webhooks
 
 admin.site.site_header = "Notification platform"
 admin.site.site_title = "Notification platform admin"
@@ -31,6 +33,8 @@ urlpatterns = [
     path("v1/campaigns/<uuid:campaign_id>", campaign_views.CampaignDetailView.as_view(), name="campaign-detail"),
     path("v1/campaigns/<uuid:campaign_id>/cancel", campaign_views.CampaignCancelView.as_view(),
          name="campaign-cancel"),
+    path("webhooks/twilio/status", twilio_webhooks.status_callback, name="webhook-twilio-status"),
+    path("webhooks/sendgrid/events", sendgrid_webhooks.events, name="webhook-sendgrid-events"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
     path("admin/", admin.site.urls),

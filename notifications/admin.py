@@ -13,7 +13,8 @@ from django.utils.html import format_html
 from rest_framework_api_key.admin import APIKeyModelAdmin
 from rest_framework_api_key.models import APIKey
 
-from notifications.models import APIClient, DeliveryAttempt, DeliveryEvent, Notification
+from notifications import services
+from notifications.models import APIClient, DeadLetter, DeliveryAttempt, DeliveryEvent, Notification
 
 HIDDEN = "•••• (sensitive: hidden)"
 
@@ -125,6 +126,45 @@ class NotificationAdmin(admin.ModelAdmin):
         return self._content(obj, "data")
 
 
+@admin.register(DeadLetter)
+class DeadLetterAdmin(NotificationAdmin):
+    """Dead letters: failed for a reason that needs a person. Select and replay."""
+
+    list_display = ["id", "recipient_id", "channel", "priority", "reason", "last_error", "attempts",
+                    "dead_lettered_at"]
+    list_filter = ["reason", "channel", "priority", "provider"]
+    ordering = ["-dead_lettered_at"]
+    actions = ["replay"]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).filter(status="failed", dead_lettered_at__isnull=False)
+
+    def changelist_view(self, request, extra_context=None):
+        depth = self.get_queryset(request).count()
+        oldest = self.get_queryset(request).order_by("dead_lettered_at").values_list("dead_lettered_at",
+                                                                                      flat=True).first()
+        extra_context = {**(extra_context or {}),
+                         "title": f"Dead letters: {depth}" + (f" (oldest {oldest:%Y-%m-%d %H:%M} UTC)" if oldest
+                                                               else "")}
+        return super().changelist_view(request, extra_context)
+
+    @admin.display(description="Last error")
+    def last_error(self, obj):
+        return obj.reason_detail[:120]
+
+    @admin.action(description="Replay selected dead letters (same id; attempt budget reset)")
+    def replay(self, request, queryset):
+        ids = list(queryset.values_list("pk", flat=True))
+        count = services.replay_dead_letters(ids, by=request.user.get_username())
+        for obj in queryset.model.objects.filter(pk__in=ids, status="queued"):
+            self.log_change(request, obj, "Replayed dead letter")
+        self.message_user(request, f"Replayed {count} dead letter(s); they are queued again.")
+
+    def has_change_permission(self, request, obj=None):
+        # The replay action needs change permission; the form itself stays read-only.
+        return request.user.has_perm("notifications.change_notification")
+
+
 # One place for keys: the API clients below (the package's own "API keys" page would list the same
 # model's parent without our fields).
 if admin.site.is_registered(APIKey):
@@ -134,3 +174,8 @@ if admin.site.is_registered(APIKey):
 @admin.register(APIClient)
 class APIClientAdmin(APIKeyModelAdmin):
     list_display = [*APIKeyModelAdmin.list_display, "allow_high", "rate_limit"]
+
+
+def dead_letter_depth() -> int:
+    """Count of dead letters (for the admin index banner)."""
+    return DeadLetter.objects.filter(status="failed", dead_lettered_at__isnull=False).count()

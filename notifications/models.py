@@ -66,6 +66,9 @@ class Reason(models.TextChoices):
     CANCELLED_BY_CLIENT = "cancelled_by_client", "Cancelled through the API"
     CAMPAIGN_CANCELLED = "campaign_cancelled", "Its campaign was cancelled"
     TEMPLATE_ERROR = "template_error", "The template could not be rendered"
+    SMS_STOPPED = "sms_stopped", "Recipient replied STOP to this sender"
+    PROVIDER_UNDELIVERED = "provider_undelivered", "Provider reported it undelivered (receipt)"
+    PROVIDER_BOUNCED = "provider_bounced", "Email bounced or was dropped (receipt)"
     CONTACT_INVALID = "contact_invalid", "Provider said the address/number/token is invalid"
     PERMANENT_ERROR = "permanent_error", "Provider refused the message permanently"
     CONFIGURATION_ERROR = "configuration_error", "Provider configuration error"
@@ -153,6 +156,16 @@ class Notification(models.Model):
         return f"{self.priority}.{self.channel}"
 
 
+class DeadLetter(Notification):
+    """Notifications that failed for a reason a person must look at: attempts ran out, or a
+    permanent error that is ours (bad payload, configuration, template). Replayable from the admin."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "dead letter"
+        verbose_name_plural = "dead letters"
+
+
 class DeliveryAttempt(models.Model):
     """One provider call for a notification (one per device for push). Written after the call."""
 
@@ -192,6 +205,8 @@ class DeliveryEvent(models.Model):
     status = models.CharField(max_length=12, choices=Status.choices, blank=True, default="")
     reason = models.CharField(max_length=32, blank=True, default="")
     detail = models.CharField(max_length=500, blank=True, default="")
+    # Receipts only: "<provider>:<provider event id>"; the unique index stores a duplicate receipt once.
+    dedup_key = models.CharField(max_length=200, null=True, blank=True, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

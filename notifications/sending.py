@@ -26,7 +26,7 @@ from django.db import connection, transaction
 from notifications import clock, markers
 from notifications.enqueue import enqueue_on_commit
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
-from preferences.models import Device, Preferences
+from preferences.models import Device, Preferences, SmsStop
 from preferences.quiet_hours import window_end
 from providers.base import (
     ContactInvalidError,
@@ -146,7 +146,7 @@ def _deliver(n: Notification, already_sent: set[str], content: _CampaignContent)
         try:
             content.apply(n)
         except RenderError as exc:
-            _finish(n, Status.FAILED, Reason.TEMPLATE_ERROR, kind="failed", detail=str(exc)[:500],
+            _finish(n, Status.FAILED, Reason.TEMPLATE_ERROR, kind="dead_lettered", detail=str(exc)[:500],
                     extra={"dead_lettered_at": now})
             return
     devices = []
@@ -179,12 +179,19 @@ def suppression_reason(n: Notification) -> str:
             return Reason.NO_PHONE
         if recipient.phone_invalid_reason:
             return Reason.PHONE_INVALID
+        if SmsStop.objects.filter(phone=recipient.phone, sender=sms_sender()).exists():
+            return Reason.SMS_STOPPED
     elif n.channel == "email":
         if not recipient.email:
             return Reason.NO_EMAIL
         if recipient.email_invalid_reason:
             return Reason.EMAIL_INVALID
     return ""
+
+
+def sms_sender() -> str:
+    """The sender (From number) SMS currently go out from: the primary SMS provider's FROM_NUMBER."""
+    return str(get_backend("sms").options.get("FROM_NUMBER", ""))
 
 
 def quiet_hours_end(n: Notification, now: datetime) -> datetime | None:
@@ -283,14 +290,15 @@ def _record(n: Notification, call: _Call, attempts: list[DeliveryAttempt], devic
         _retry_or_dead_letter(n, transient[0], attempts, now)
     elif config:
         log.error("provider configuration error for %s: %s", provider, config[0].message)
-        _finish(n, Status.FAILED, Reason.CONFIGURATION_ERROR, kind="failed", attempts=attempts,
+        _finish(n, Status.FAILED, Reason.CONFIGURATION_ERROR, kind="dead_lettered", attempts=attempts,
                 detail=_error_detail(config[0]), extra={"provider": provider, "dead_lettered_at": now})
     elif errors and all(isinstance(e, ContactInvalidError) for e in errors):
         _finish(n, Status.FAILED, Reason.CONTACT_INVALID, kind="failed", attempts=attempts,
                 detail=_error_detail(errors[0]), extra={"provider": provider})
     else:
-        _finish(n, Status.FAILED, Reason.PERMANENT_ERROR, kind="failed", attempts=attempts,
-                detail=_error_detail(errors[0]), extra={"provider": provider})
+        # A permanent refusal that is not about the contact is ours (bad payload): dead letter.
+        _finish(n, Status.FAILED, Reason.PERMANENT_ERROR, kind="dead_lettered", attempts=attempts,
+                detail=_error_detail(errors[0]), extra={"provider": provider, "dead_lettered_at": now})
 
 
 def _error_detail(exc) -> str:
@@ -326,6 +334,10 @@ def _deactivate_dead_contacts(n: Notification, call: _Call) -> None:
         if device is not None:
             Device.objects.filter(pk=device.pk, active=True).update(
                 active=False, deactivated_reason=exc.reason[:64], deactivated_at=now, updated_at=now)
+        elif n.channel == "sms" and exc.reason == "opted_out":
+            # Twilio 21610: the recipient replied STOP to this sender; scoped to it (carrier rule).
+            SmsStop.objects.get_or_create(phone=n.recipient.phone, sender=sms_sender(),
+                                          defaults={"source": f"{exc.provider} {exc.code}"})
         elif n.channel == "sms":
             type(n.recipient).objects.filter(pk=n.recipient_id).update(
                 phone_invalid_reason=exc.reason[:64], phone_invalid_at=now)

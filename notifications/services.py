@@ -158,3 +158,28 @@ def cancel_notification(notification_id: uuid.UUID, client: APIClient | None = N
         DeliveryEvent.objects.create(notification=notification, kind="cancelled", status=Status.CANCELLED,
                                      reason=Reason.CANCELLED_BY_CLIENT)
     return notification
+
+
+def replay_dead_letters(notification_ids, *, by: str) -> int:
+    """Send dead-lettered notifications again: same id (so the sent marker and the claim still
+    guard against a double send), attempt budget reset, ``queued`` and enqueued after commit. Records
+    who replayed and when in the timeline. Only rows still ``failed`` and dead-lettered move.
+
+    Returns how many were replayed.
+    """
+    now = clock.now()
+    with transaction.atomic():
+        rows = list(Notification.objects.select_for_update(skip_locked=True)
+                    .filter(pk__in=list(notification_ids), status=Status.FAILED, dead_lettered_at__isnull=False)
+                    .values_list("pk", "priority", "channel"))
+        if not rows:
+            return 0
+        ids = [r[0] for r in rows]
+        Notification.objects.filter(pk__in=ids).update(
+            status=Status.QUEUED, reason="", reason_detail="", attempts=0, dead_lettered_at=None, due_at=None,
+            lease_until=None, queued_at=now, updated_at=now)
+        DeliveryEvent.objects.bulk_create([
+            DeliveryEvent(notification_id=i, kind="replayed", status=Status.QUEUED,
+                          detail=f"dead letter replayed by {by} at {now.isoformat()}") for i in ids])
+        enqueue_on_commit(rows)
+    return len(rows)

@@ -65,6 +65,27 @@ class Device(models.Model):
         return f"{self.platform} …{self.push_token[-8:]}"
 
 
+class SmsStop(models.Model):
+    """The owner of ``phone`` replied STOP to ``sender`` (Twilio 21610 / carrier block 30004).
+
+    Scoped to the sender, as carriers scope it: SMS from that number to this phone are suppressed
+    until the recipient replies START (or an operator deletes the row); other senders are unaffected.
+    """
+
+    phone = models.CharField(max_length=16, help_text="E.164")
+    sender = models.CharField(max_length=64, help_text="The From number or Messaging Service SID")
+    source = models.CharField(max_length=32, help_text='e.g. "twilio 21610", "twilio 30004"')
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "SMS STOP"
+        verbose_name_plural = "SMS STOPs"
+        constraints = [models.UniqueConstraint(fields=["phone", "sender"], name="sms_stop_phone_sender_uniq")]
+
+    def __str__(self) -> str:
+        return f"{self.phone} stopped {self.sender}"
+
+
 class Preferences(models.Model):
     """A recipient's opt-outs and quiet hours.
 

@@ -305,9 +305,35 @@ def redis_down(env_values: dict[str, str]) -> None:
 
 
 # --- commands ------------------------------------------------------------------------------------
+def emulator_webhook_key(values: dict[str, str]) -> None:
+    """An ECDSA P-256 key pair for the emulator's signed SendGrid events: the private half in
+    .run/sendgrid-webhook-signing-key.pem (the emulator signs), the public half as
+    SENDGRID_WEBHOOK_PUBLIC_KEY in .run/env (the platform verifies), as SendGrid's own keys work."""
+    key_file = RUN / "sendgrid-webhook-signing-key.pem"
+    if key_file.exists() and values.get("SENDGRID_WEBHOOK_PUBLIC_KEY"):
+        return
+    try:
+        import base64
+
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+    except ImportError:
+        log("cryptography not installed: no emulator webhook key (SendGrid events will be refused)")
+        return
+    key = ec.generate_private_key(ec.SECP256R1())
+    RUN.mkdir(parents=True, exist_ok=True)
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    key_file.chmod(0o600)
+    der = key.public_key().public_bytes(serialization.Encoding.DER,
+                                        serialization.PublicFormat.SubjectPublicKeyInfo)
+    values["SENDGRID_WEBHOOK_PUBLIC_KEY"] = base64.b64encode(der).decode()
+
+
 def up() -> None:
     values = read_env()
     values.setdefault("SECRET_KEY", secrets.token_urlsafe(40))
+    emulator_webhook_key(values)
     if os.environ.get("DATABASE_URL"):
         log("DATABASE_URL is set: not starting postgres")
     else:

@@ -48,6 +48,22 @@ def wait_until(predicate, timeout: float = 20.0, interval: float = 0.1, message:
     raise AssertionError(f"timed out after {timeout}s waiting for {message} (last value: {last!r})")
 
 
+def _webhook_key_pair(tmp_dir: Path) -> tuple[Path, str]:
+    """An ECDSA P-256 key pair: PEM file for the emulator to sign SendGrid events, base64 DER public
+    key for the platform to verify them."""
+    import base64
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    path = tmp_dir / "sendgrid-signing-key.pem"
+    path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                       serialization.NoEncryption()))
+    der = key.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return path, base64.b64encode(der).decode()
+
+
 class Stack:
     def __init__(self, database_url: str, redis_url: str, tmp_dir: Path) -> None:
         self.database_url = database_url
@@ -58,6 +74,7 @@ class Stack:
         self.smtp_port = free_port()
         self.clock_file = tmp_dir / "clock-offset"
         self.clock_file.write_text("0")
+        self.sendgrid_key_file, self.sendgrid_public_key = _webhook_key_pair(tmp_dir)
         self.procs: dict[str, subprocess.Popen] = {}
         LOG_DIR.mkdir(parents=True, exist_ok=True)
 
@@ -90,6 +107,11 @@ class Stack:
             "BACKOFF_CAP_STANDARD": "2",
             "CLOCK_OFFSET_FILE": str(self.clock_file),
             "CAMPAIGN_SHARD_STALE_SECONDS": "3",
+            # Delivery receipts: the emulator calls back the stack's API, signed with these keys.
+            "PUBLIC_BASE_URL": self.api,
+            "EMULATOR_SENDGRID_EVENTS_URL": f"{self.api}/webhooks/sendgrid/events",
+            "EMULATOR_SENDGRID_SIGNING_KEY_FILE": str(self.sendgrid_key_file),
+            "SENDGRID_WEBHOOK_PUBLIC_KEY": self.sendgrid_public_key,
             "API_DEFAULT_RATE_LIMIT": "100000/min",
             "PYTHONUNBUFFERED": "1",
         })

@@ -1,0 +1,56 @@
+"""``POST /webhooks/twilio/status``: Twilio message status callbacks (delivery receipts).
+
+Verified with the SDK's ``RequestValidator`` against the public URL (query included) and the form
+parameters, with the account's AuthToken (``shared/reference/providers.md`` §1(d)). Unsigned or
+forged requests get 403 and change nothing. Statuses map to receipts as follows:
+``queued``/``accepted``/``sending``/``sent``/``scheduled`` → accepted (no state change);
+``delivered`` → delivered; ``read`` → engagement; ``undelivered``/``failed``/``canceled`` → failed,
+with ``ErrorCode`` (30003 unreachable, 30005 unknown handset, 30006 landline, 30007 filtered…).
+"""
+
+from __future__ import annotations
+
+from django.http import HttpResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+from twilio.request_validator import RequestValidator
+
+from notifications import receipts
+from providers.webhooks import forbidden, public_url
+
+STATUS_KINDS = {
+    "queued": receipts.ACCEPTED, "accepted": receipts.ACCEPTED, "sending": receipts.ACCEPTED,
+    "sent": receipts.ACCEPTED, "scheduled": receipts.ACCEPTED, "delivered": receipts.DELIVERED,
+    "read": receipts.ENGAGEMENT, "undelivered": receipts.FAILED, "failed": receipts.FAILED,
+    "canceled": receipts.FAILED,
+}
+
+
+def _auth_token() -> str:
+    from django.conf import settings
+
+    for entry in settings.PROVIDERS.get("sms", []):
+        if entry.get("NAME") == "twilio":
+            return str(entry["OPTIONS"].get("AUTH_TOKEN") or "")
+    return ""
+
+
+@csrf_exempt
+@require_POST
+def status_callback(request):
+    signature = request.headers.get("X-Twilio-Signature", "")
+    token = _auth_token()
+    if not signature:
+        return forbidden("twilio", "missing X-Twilio-Signature header")
+    if not token or not RequestValidator(token).validate(public_url(request), request.POST, signature):
+        return forbidden("twilio", "signature does not match the public URL and parameters")
+    params = request.POST
+    status = (params.get("MessageStatus") or params.get("SmsStatus") or "").lower()
+    sid = params.get("MessageSid") or params.get("SmsSid") or ""
+    code = params.get("ErrorCode") or ""
+    receipt = receipts.Receipt(
+        provider="twilio", dedup_key=f"twilio:{sid}:{status}:{code}", kind=STATUS_KINDS.get(status, "unknown"),
+        raw=status or "unknown", notification_id=request.GET.get("nid"), provider_message_id=sid,
+        error_code=code, sender=params.get("From", "") or params.get("MessagingServiceSid", ""))
+    receipts.apply_receipts([receipt])
+    return HttpResponse(status=204)

@@ -1,0 +1,240 @@
+"""Delivery-receipt webhooks: signatures checked with the SDKs' own helpers, receipts applied once and
+monotonically, contact hygiene. In-process (Django test client) against the real database."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import uuid
+
+import pytest
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from django.test import Client
+from twilio.request_validator import RequestValidator
+
+from notifications.models import DeliveryEvent, Notification
+from preferences.models import Preferences, Recipient, SmsStop
+
+pytestmark = pytest.mark.django_db
+
+PUBLIC = "https://notify.example.com"
+TWILIO_TOKEN = "emulator-auth-token"
+SENDER = "+15005550006"
+
+
+@pytest.fixture(autouse=True)
+def _public_url(settings):
+    settings.PUBLIC_BASE_URL = PUBLIC
+
+
+@pytest.fixture
+def sg_key(settings):
+    key = ec.generate_private_key(ec.SECP256R1())
+    der = key.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    settings.SENDGRID_WEBHOOK_PUBLIC_KEY = base64.b64encode(der).decode()
+    return key
+
+
+def make_notification(channel: str, status: str = "sent", category: str = "") -> Notification:
+    uid = f"w-{uuid.uuid4().hex[:8]}"
+    r = Recipient.objects.create(user_id=uid, email=f"{uid}@example.com", phone="+4915112345678")
+    return Notification.objects.create(id=uuid.uuid4(), recipient=r, channel=channel, body="b", status=status,
+                                       category=category, provider_message_id=f"SM{uuid.uuid4().hex}")
+
+
+# --- Twilio --------------------------------------------------------------------------------------
+
+def twilio_post(n: Notification, status: str, *, code: str = "", sign_url: str | None = None,
+                signature: str | None = None, tamper: bool = False):
+    path = f"/webhooks/twilio/status?nid={n.pk}"
+    params = {"MessageSid": n.provider_message_id, "SmsSid": n.provider_message_id, "MessageStatus": status,
+              "SmsStatus": status, "AccountSid": "AC" + "0" * 32, "From": SENDER, "To": "+4915112345678",
+              "ApiVersion": "2010-04-01"}
+    if code:
+        params["ErrorCode"] = code
+    sig = RequestValidator(TWILIO_TOKEN).compute_signature(sign_url or PUBLIC + path, params)
+    if tamper:
+        params["MessageStatus"] = "delivered"
+    headers = {} if signature == "" else {"X-Twilio-Signature": signature or sig}
+    return Client().post(path, data=params, headers=headers)
+
+
+def test_twilio_valid_signature_delivers(client=None):
+    n = make_notification("sms")
+    r = twilio_post(n, "delivered")
+    assert r.status_code == 204
+    n.refresh_from_db()
+    assert n.status == "delivered"
+    assert n.delivered_at is not None
+    assert list(n.events.values_list("kind", "status")) == [("receipt:delivered", "delivered")]
+
+
+@pytest.mark.parametrize("attack", ["missing", "wrong_url", "tampered", "forged"])
+def test_twilio_bad_signature_is_403_and_changes_nothing(attack):
+    n = make_notification("sms")
+    kwargs = {"missing": {"signature": ""}, "wrong_url": {"sign_url": "https://evil.example.com/webhooks/x"},
+              "tampered": {"tamper": True}, "forged": {"signature": "bm90IGEgc2lnbmF0dXJl"}}[attack]
+    r = twilio_post(n, "undelivered", code="30006", **kwargs)
+    assert r.status_code == 403
+    assert r.json()["error"]["code"] == "invalid_signature"
+    n.refresh_from_db()
+    assert n.status == "sent"
+    assert not n.events.exists()
+    assert Recipient.objects.get(pk=n.recipient_id).phone_invalid_reason == ""
+
+
+def test_twilio_duplicates_and_reordering_end_delivered_once():
+    n = make_notification("sms")
+    for status in ["delivered", "delivered", "sent", "queued", "delivered", "sent"]:
+        assert twilio_post(n, status).status_code == 204
+    n.refresh_from_db()
+    assert n.status == "delivered"
+    kinds = list(n.events.order_by("id").values_list("kind", flat=True))
+    assert kinds == ["receipt:delivered", "receipt:sent", "receipt:queued"]
+
+
+def test_twilio_undelivered_after_sent_fails_with_code_and_30006_marks_number_invalid():
+    n = make_notification("sms")
+    twilio_post(n, "sent")
+    twilio_post(n, "undelivered", code="30006")
+    twilio_post(n, "delivered")  # late, contradictory: terminal stays terminal
+    n.refresh_from_db()
+    assert (n.status, n.reason) == ("failed", "provider_undelivered")
+    assert "30006" in n.reason_detail
+    assert Recipient.objects.get(pk=n.recipient_id).phone_invalid_reason == "landline"
+
+
+def test_twilio_30004_records_stop_for_that_sender_only():
+    n = make_notification("sms")
+    twilio_post(n, "undelivered", code="30004")
+    assert list(SmsStop.objects.values_list("phone", "sender")) == [("+4915112345678", SENDER)]
+    assert Recipient.objects.get(pk=n.recipient_id).phone_invalid_reason == ""
+
+
+def test_twilio_unknown_message_is_acknowledged_and_counted():
+    from notifications.markers import get_redis
+
+    before = int(get_redis().get("receipts:unknown") or 0)
+    ghost = Notification(id=uuid.uuid4(), provider_message_id="SMdoesnotexist")
+    r = twilio_post(ghost, "delivered")
+    assert r.status_code == 204
+    assert int(get_redis().get("receipts:unknown")) == before + 1
+    assert not DeliveryEvent.objects.exists()
+
+
+# --- SendGrid ------------------------------------------------------------------------------------
+
+def sg_post(key, events: list[dict], *, ts: int | None = None, body: bytes | None = None, sign_body=None,
+            headers_override: dict | None = None):
+    raw = body if body is not None else json.dumps(events).encode()
+    ts = str(ts if ts is not None else int(time.time()))
+    sig = base64.b64encode(key.sign(ts.encode() + (sign_body if sign_body is not None else raw),
+                                    ec.ECDSA(hashes.SHA256()))).decode()
+    headers = {"X-Twilio-Email-Event-Webhook-Signature": sig, "X-Twilio-Email-Event-Webhook-Timestamp": ts}
+    if headers_override is not None:
+        headers = headers_override
+    return Client().post("/webhooks/sendgrid/events", data=raw, content_type="application/json", headers=headers)
+
+
+def sg_event(n: Notification, event: str, **extra) -> dict:
+    return {"email": n.recipient.email, "event": event, "timestamp": int(time.time()),
+            "sg_event_id": extra.pop("sg_event_id", uuid.uuid4().hex), "sg_message_id":
+            f"{n.provider_message_id}.filter0001.1.2", "notification_id": str(n.pk), **extra}
+
+
+def test_sendgrid_valid_signature_delivers(sg_key):
+    n = make_notification("email")
+    r = sg_post(sg_key, [sg_event(n, "processed"), sg_event(n, "delivered")])
+    assert r.status_code == 204
+    n.refresh_from_db()
+    assert n.status == "delivered"
+    assert n.events.count() == 2
+
+
+@pytest.mark.parametrize("attack", ["reserialised", "stale", "future", "missing_header", "wrong_key"])
+def test_sendgrid_bad_request_is_403_and_changes_nothing(sg_key, attack):
+    n = make_notification("email")
+    events = [sg_event(n, "bounce", type="bounce", reason="550 5.1.1 no such user", status="5.1.1")]
+    raw = json.dumps(events, indent=2).encode()
+    if attack == "reserialised":
+        # Signed over the original bytes, delivered re-serialised: same JSON value, different bytes.
+        r = sg_post(sg_key, events, body=json.dumps(json.loads(raw)).encode(), sign_body=raw)
+    elif attack == "stale":
+        r = sg_post(sg_key, events, ts=int(time.time()) - 301)
+    elif attack == "future":
+        r = sg_post(sg_key, events, ts=int(time.time()) + 301)
+    elif attack == "missing_header":
+        r = sg_post(sg_key, events, headers_override={})
+    else:
+        r = sg_post(ec.generate_private_key(ec.SECP256R1()), events)
+    assert r.status_code == 403
+    n.refresh_from_db()
+    assert n.status == "sent"
+    assert not n.events.exists()
+    assert Recipient.objects.get(pk=n.recipient_id).email_invalid_reason == ""
+
+
+def test_sendgrid_duplicate_events_with_and_without_ids_apply_once(sg_key):
+    n = make_notification("email")
+    with_id = sg_event(n, "delivered", sg_event_id="evt-1")
+    without_id = sg_event(n, "processed")
+    del without_id["sg_event_id"]
+    for _ in range(3):
+        assert sg_post(sg_key, [with_id, without_id]).status_code == 204
+    n.refresh_from_db()
+    assert n.status == "delivered"
+    assert sorted(n.events.values_list("kind", flat=True)) == ["receipt:delivered", "receipt:processed"]
+
+
+def test_sendgrid_hard_bounce_fails_and_marks_address_invalid(sg_key):
+    n = make_notification("email")
+    sg_post(sg_key, [sg_event(n, "processed"), sg_event(n, "bounce", type="bounce", status="5.1.1",
+                                                          reason="550 5.1.1 unknown user")])
+    n.refresh_from_db()
+    assert (n.status, n.reason) == ("failed", "provider_bounced")
+    assert Recipient.objects.get(pk=n.recipient_id).email_invalid_reason == "sendgrid bounce"
+
+
+def test_sendgrid_blocked_bounce_fails_but_keeps_address(sg_key):
+    n = make_notification("email")
+    sg_post(sg_key, [sg_event(n, "bounce", type="blocked", reason="IP blocked")])
+    n.refresh_from_db()
+    assert n.status == "failed"
+    assert Recipient.objects.get(pk=n.recipient_id).email_invalid_reason == ""
+
+
+@pytest.mark.parametrize(("event", "extra", "expected"), [
+    ("spamreport", {}, ({"email"}, {})),
+    ("unsubscribe", {}, (set(), {"marketing": ["email"]})),
+    ("dropped", {"reason": "Unsubscribed Address"}, (set(), {"marketing": ["email"]})),
+    ("dropped", {"reason": "Spam Reporting Address"}, ({"email"}, {})),
+])
+def test_sendgrid_complaints_and_unsubscribes_record_opt_outs(sg_key, event, extra, expected):
+    n = make_notification("email", category="marketing")
+    sg_post(sg_key, [sg_event(n, event, **extra)])
+    prefs = Preferences.objects.get(recipient_id=n.recipient_id)
+    assert (set(prefs.opt_outs), prefs.category_opt_outs) == expected
+
+
+def test_sendgrid_dropped_invalid_marks_address_invalid(sg_key):
+    n = make_notification("email")
+    sg_post(sg_key, [sg_event(n, "dropped", reason="Bounced Address")])
+    n.refresh_from_db()
+    assert n.status == "failed"
+    assert Recipient.objects.get(pk=n.recipient_id).email_invalid_reason == "sendgrid dropped"
+
+
+def test_late_processed_never_regresses_delivered(sg_key):
+    n = make_notification("email")
+    sg_post(sg_key, [sg_event(n, "delivered")])
+    sg_post(sg_key, [sg_event(n, "processed"), sg_event(n, "deferred")])
+    n.refresh_from_db()
+    assert n.status == "delivered"
+
+
+def test_unconfigured_public_key_refuses(settings, sg_key):
+    settings.SENDGRID_WEBHOOK_PUBLIC_KEY = ""
+    n = make_notification("email")
+    assert sg_post(sg_key, [sg_event(n, "delivered")]).status_code == 403
