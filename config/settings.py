@@ -197,6 +197,10 @@ NOTIFY = {
     # Attempts per notification before it is dead-lettered, by priority tier.
     "MAX_ATTEMPTS": {"high": env.int("MAX_ATTEMPTS_HIGH", default=5),
                      "standard": env.int("MAX_ATTEMPTS_STANDARD", default=8)},
+    # ...and not before this many seconds since the first attempt (outages shorter than this never
+    # dead-letter anything).
+    "MIN_RETRY_WINDOW_SECONDS": {"high": env.float("MIN_RETRY_WINDOW_HIGH", default=120),
+                                 "standard": env.float("MIN_RETRY_WINDOW_STANDARD", default=3600)},
     # Exponential backoff with full jitter: uniform(0, min(cap, base * 2**(attempt-1))) seconds.
     "BACKOFF_BASE_SECONDS": {"high": env.float("BACKOFF_BASE_HIGH", default=1.0),
                              "standard": env.float("BACKOFF_BASE_STANDARD", default=10.0)},

@@ -117,6 +117,7 @@ class Notification(models.Model):
     queued_at = models.DateTimeField(null=True, blank=True)
     lease_until = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
+    first_attempt_at = models.DateTimeField(null=True, blank=True)
     provider = models.CharField(max_length=32, blank=True, default="")
     provider_message_id = models.CharField(max_length=255, blank=True, default="", db_index=True)
     sent_at = models.DateTimeField(null=True, blank=True)

@@ -42,7 +42,8 @@ Outcome = DeliveryAttempt.Outcome
 
 _CLAIM_SQL = """
 UPDATE notifications_notification
-   SET status = 'sending', lease_until = %s, attempts = attempts + 1, updated_at = %s
+   SET status = 'sending', lease_until = %s, attempts = attempts + 1, updated_at = %s,
+       first_attempt_at = COALESCE(first_attempt_at, %s)
  WHERE id = ANY(%s::uuid[]) AND status = 'queued'
 RETURNING id
 """
@@ -56,7 +57,7 @@ def claim(ids: Iterable[str], now: datetime) -> list:
     """
     lease = now + timedelta(seconds=settings.NOTIFY["LEASE_SECONDS"])
     with connection.cursor() as cur:
-        cur.execute(_CLAIM_SQL, [lease, now, [str(i) for i in ids]])
+        cur.execute(_CLAIM_SQL, [lease, now, now, [str(i) for i in ids]])
         return [row[0] for row in cur.fetchall()]
 
 
@@ -308,7 +309,11 @@ def _error_detail(exc) -> str:
 
 def _retry_or_dead_letter(n: Notification, exc: TransientProviderError, attempts, now: datetime) -> None:
     max_attempts = settings.NOTIFY["MAX_ATTEMPTS"][n.priority]
-    if n.attempts >= max_attempts:
+    window = timedelta(seconds=settings.NOTIFY["MIN_RETRY_WINDOW_SECONDS"][n.priority])
+    # Dead letter only once the attempt budget is spent AND the retry window has passed: full jitter
+    # can make a few attempts very close together, and a provider outage of a few minutes must not
+    # dead-letter what was accepted.
+    if n.attempts >= max_attempts and now - (n.first_attempt_at or now) >= window:
         _finish(n, Status.FAILED, Reason.ATTEMPTS_EXHAUSTED, kind="dead_lettered", attempts=attempts,
                 detail=f"{n.attempts} attempts; last: {_error_detail(exc)}"[:500],
                 extra={"provider": exc.provider, "dead_lettered_at": now})

@@ -176,7 +176,8 @@ def replay_dead_letters(notification_ids, *, by: str) -> int:
             return 0
         ids = [r[0] for r in rows]
         Notification.objects.filter(pk__in=ids).update(
-            status=Status.QUEUED, reason="", reason_detail="", attempts=0, dead_lettered_at=None, due_at=None,
+            status=Status.QUEUED, reason="", reason_detail="", attempts=0, first_attempt_at=None,
+            dead_lettered_at=None, due_at=None,
             lease_until=None, queued_at=now, updated_at=now)
         DeliveryEvent.objects.bulk_create([
             DeliveryEvent(notification_id=i, kind="replayed", status=Status.QUEUED,

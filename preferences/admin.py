@@ -2,6 +2,7 @@
 
 from django.contrib import admin
 
+from campaigns.admin import RecipientCampaignNotificationInline
 from preferences.models import Device, Preferences, Recipient
 
 
@@ -25,7 +26,7 @@ class RecipientAdmin(admin.ModelAdmin):
     search_fields = ["=user_id", "=phone", "email"]
     search_help_text = "Exact user id or E.164 phone; email (contains)."
     readonly_fields = ["created_at", "updated_at", "email_invalid_at", "phone_invalid_at"]
-    inlines = [PreferencesInline, DeviceInline]
+    inlines = [PreferencesInline, DeviceInline, RecipientCampaignNotificationInline]
     show_full_result_count = False
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Project-local Postgres and Redis for `make run` / `make test`.
 
-Usage: ``python scripts/devservices.py up|down|status``
+Usage: ``python scripts/devservices.py up|down|status|restart-postgres``
 
 * ``up`` starts (or finds running) a Postgres and a Redis that belong to this checkout, under
   ``.run/`` (gitignored), listening on 127.0.0.1 only (TCP, no Unix socket: long paths break it),
@@ -33,15 +33,17 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-RUN = ROOT / ".run"
+# DEVSERVICES_DIR gives a second, independent pair of servers (the chaos suite restarts and flushes
+# its own, never the ones `make run` and `make test` use).
+RUN = Path(os.environ["DEVSERVICES_DIR"]).resolve() if os.environ.get("DEVSERVICES_DIR") else ROOT / ".run"
 ENV_FILE = RUN / "env"
 PG_DIR = RUN / "pg"
 PG_DATA = PG_DIR / "data"
 PG_LOG = PG_DIR / "postgres.log"
 REDIS_DIR = RUN / "redis"
 REDIS_PID = REDIS_DIR / "redis.pid"
-PREFERRED_PG_PORT = 55432
-PREFERRED_REDIS_PORT = 56379
+PREFERRED_PG_PORT = 55432 if RUN == ROOT / ".run" else 55532
+PREFERRED_REDIS_PORT = 56379 if RUN == ROOT / ".run" else 56479
 FORBIDDEN_PORTS = {5432, 6379}
 
 
@@ -351,6 +353,14 @@ def down() -> None:
     redis_down(values)
 
 
+def restart_postgres() -> None:
+    """Stop Postgres (fast) and start it again on the same port (chaos suite)."""
+    values = read_env()
+    pg_down(values)
+    pg_up(values)
+    write_env(values)
+
+
 def status() -> None:
     values = read_env()
     pg = values.get("PG_PORT")
@@ -360,7 +370,7 @@ def status() -> None:
 
 
 if __name__ == "__main__":
-    commands = {"up": up, "down": down, "status": status}
+    commands = {"up": up, "down": down, "status": status, "restart-postgres": restart_postgres}
     if len(sys.argv) != 2 or sys.argv[1] not in commands:
-        die("usage: devservices.py up|down|status")
+        die("usage: devservices.py up|down|status|restart-postgres")
     commands[sys.argv[1]]()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import random
+import uuid
 
 from notifications.models import Notification
+from preferences.models import Device, Preferences, Recipient
 from tests.stack import wait_until
 
 TERMINAL = {"sent", "delivered", "failed", "suppressed", "expired", "cancelled"}
@@ -60,3 +62,31 @@ def events(nid: str) -> list[str]:
     asynchronously, left out)."""
     kinds = Notification.objects.get(pk=nid).events.order_by("created_at", "id").values_list("kind", flat=True)
     return [k for k in kinds if not k.startswith("receipt:")]
+
+
+def make_segment(api, n: int, *, channel: str, opted_out_every: int = 0, prefix: str | None = None,
+                 zones: list[str] | None = None, locale: str = "en") -> tuple[str, list[str], set[str]]:
+    """A segment of ``n`` members created straight in the database (the API path is covered elsewhere).
+    Every ``opted_out_every``-th member opts out of ``channel``. Returns (segment_id, user ids, opted out)."""
+    prefix = prefix or f"c{uuid.uuid4().hex[:8]}"
+    segment_id = f"seg-{prefix}"
+    assert api.request("PUT", f"/v1/segments/{segment_id}", json={"name": f"Segment {prefix}"}).status_code == 201
+    users = [f"{prefix}-{i:06d}" for i in range(n)]
+    Recipient.objects.bulk_create([
+        Recipient(user_id=u, email=f"{u}@example.com", phone=f"+49151{i:08d}", locale=locale,
+                  timezone=(zones[i % len(zones)] if zones else "Europe/Berlin"),
+                  attributes={"first_name": f"User{i}"})
+        for i, u in enumerate(users)], batch_size=5000)
+    if channel == "push":
+        Device.objects.bulk_create([Device(recipient_id=u, platform="android", push_token=f"tok-{u}")
+                                    for u in users], batch_size=5000)
+    opted = set()
+    if opted_out_every:
+        opted = set(users[::opted_out_every])
+        Preferences.objects.bulk_create([Preferences(recipient_id=u, opt_outs=[channel]) for u in opted])
+    from campaigns.models import Segment, SegmentMember
+
+    segment = Segment.objects.get(pk=segment_id)
+    SegmentMember.objects.bulk_create([SegmentMember(segment=segment, recipient_id=u) for u in users],
+                                      batch_size=5000)
+    return segment_id, users, opted

@@ -76,6 +76,7 @@ class Stack:
         self.clock_file.write_text("0")
         self.sendgrid_key_file, self.sendgrid_public_key = _webhook_key_pair(tmp_dir)
         self.procs: dict[str, subprocess.Popen] = {}
+        self.extra_env: dict[str, str] = {}
         LOG_DIR.mkdir(parents=True, exist_ok=True)
 
     @property
@@ -105,6 +106,8 @@ class Stack:
             "BACKOFF_CAP_HIGH": "2",
             "BACKOFF_BASE_STANDARD": "0.5",
             "BACKOFF_CAP_STANDARD": "2",
+            "MIN_RETRY_WINDOW_HIGH": "0",
+            "MIN_RETRY_WINDOW_STANDARD": "0",
             "CLOCK_OFFSET_FILE": str(self.clock_file),
             "CAMPAIGN_SHARD_STALE_SECONDS": "3",
             # Delivery receipts: the emulator calls back the stack's API, signed with these keys.
@@ -115,6 +118,7 @@ class Stack:
             "API_DEFAULT_RATE_LIMIT": "100000/min",
             "PYTHONUNBUFFERED": "1",
         })
+        env.update(self.extra_env)
         return env
 
     def commands(self) -> dict[str, list[str]]:
@@ -131,6 +135,8 @@ class Stack:
             "worker_maintenance": [*CELERY, "worker", "-n", "maintenance@%h", "-Q", "maintenance",
                                    "--concurrency", "1", *WORKER_FLAGS],
             "beat": [*CELERY, "beat", "-l", "info"],
+            # A second beat: only ever started by the chaos scenario for that operator mistake.
+            "beat2": [*CELERY, "beat", "-l", "info"],
         }
 
     def start(self, name: str) -> None:
@@ -142,10 +148,18 @@ class Stack:
 
     def start_all(self) -> None:
         for name in self.commands():
-            self.start(name)
+            if name != "beat2":
+                self.start(name)
         wait_until(lambda: self._get(f"{self.emulator}/_emulator/health"), 30, message="emulator")
         wait_until(lambda: self._get(f"{self.api}/api/schema/"), 60, message="API server")
         self.wait_for_workers()
+
+    def restart_all(self, extra_env: dict[str, str] | None = None) -> None:
+        """Stop every process and start them again with ``extra_env`` on top of the test env."""
+        self.stop_all()
+        self.extra_env = dict(extra_env or {})
+        self.procs = {}
+        self.start_all()
 
     def wait_for_workers(self, names=("high@", "standard@", "maintenance@"), timeout: float = 60) -> None:
         from config.celery import app

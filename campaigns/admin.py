@@ -1,0 +1,386 @@
+"""Marketing admin for segments, templates and campaigns, and the campaign history support agents see
+on a recipient's page.
+
+* Segments: member counts, CSV upload of user ids, a link to the (paginated) members.
+* Templates: per-locale variants validated as templates; a preview rendered for one recipient.
+* Campaigns: created as drafts; a draft shows its reach and SMS encoding, and is launched with a
+  button; a launched campaign's definition is read-only (only its name can change), it can be
+  cancelled, and its progress refreshes on the page. Launches and cancels go to the admin log.
+
+Priority ``high`` needs the permission ``campaigns.send_high_priority`` (see
+:func:`campaigns.forms.can_send_high`: today, superusers only).
+"""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin
+from django.contrib.admin.utils import flatten_fieldsets, unquote
+from django.contrib.admin.views.main import ChangeList
+from django.db import transaction
+from django.db.models import Count, IntegerField, OuterRef, Subquery, Sum, Value
+from django.db.models.functions import Coalesce
+from django.forms.models import BaseInlineFormSet
+from django.urls import path, reverse
+from django.utils.html import format_html
+from django.views.decorators.http import require_GET, require_POST
+
+from campaigns import admin_views, services
+from campaigns.forms import (
+    DEFINITION_FIELDS,
+    SNAPSHOT_NOTE,
+    CampaignForm,
+    MemberUploadForm,
+    TemplateVariantForm,
+    TemplateVariantFormSet,
+    can_send_high,
+)
+from campaigns.models import (
+    Campaign,
+    CampaignShard,
+    CampaignStatus,
+    Segment,
+    SegmentMember,
+    Template,
+    TemplateVariant,
+)
+from notifications import clock
+from notifications.models import Notification, Priority
+
+SUPPORT_HISTORY_LIMIT = 50
+
+
+# --- segments --------------------------------------------------------------------------------------
+
+class SegmentChangeList(ChangeList):
+    """Counts members for the rows on the page only: a correlated subquery, which Postgres evaluates
+    per returned row (an index-only count on the ``(segment, recipient)`` constraint), instead of
+    a GROUP BY over every membership in the table."""
+
+    def get_queryset(self, request, exclude_parameters=None):
+        members = (SegmentMember.objects.filter(segment=OuterRef("pk")).order_by().values("segment")
+                   .annotate(n=Count("*")).values("n"))
+        return super().get_queryset(request, exclude_parameters).annotate(
+            n_members=Coalesce(Subquery(members, output_field=IntegerField()), Value(0)))
+
+
+@admin.register(Segment)
+class SegmentAdmin(admin_views.SegmentUploadViews, admin.ModelAdmin):
+    """Segments with member counts; the change page adds members from a CSV upload and links to the
+    paginated member list (members are never all rendered: segments can be huge)."""
+
+    list_display = ["segment_id", "name", "member_count", "updated_at"]
+    search_fields = ["segment_id", "name"]
+    ordering = ["segment_id"]
+    show_full_result_count = False
+    fieldsets = [(None, {"fields": ["segment_id", "name", "description", "member_count", "members_link",
+                                    "created_at", "updated_at"],
+                         "description": SNAPSHOT_NOTE})]
+    change_form_template = "admin/campaigns/segment/change_form.html"
+
+    def get_changelist(self, request, **kwargs):
+        return SegmentChangeList
+
+    def get_readonly_fields(self, request, obj=None):
+        fixed = ["member_count", "members_link", "created_at", "updated_at"]
+        return ["segment_id", *fixed] if obj is not None else fixed
+
+    @admin.display(description="Members")
+    def member_count(self, obj):
+        if obj.pk is None:
+            return 0
+        n = getattr(obj, "n_members", None)
+        return obj.members.count() if n is None else n
+
+    @admin.display(description="Member list")
+    def members_link(self, obj):
+        if obj.pk is None:
+            return "—"
+        url = reverse("admin:campaigns_segmentmember_changelist")
+        return format_html('<a href="{}?segment__segment_id__exact={}">Browse members (paginated)</a>', url, obj.pk)
+
+    def get_urls(self):
+        upload = path("<path:object_id>/upload-members/", self.admin_site.admin_view(self.upload_members_view),
+                      name="campaigns_segment_upload_members")
+        return [upload, *super().get_urls()]
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        extra = {"upload_form": MemberUploadForm(),
+                 "upload_url": reverse("admin:campaigns_segment_upload_members", args=[object_id])}
+        return super().change_view(request, object_id, form_url, {**extra, **(extra_context or {})})
+
+
+@admin.register(SegmentMember)
+class SegmentMemberAdmin(admin.ModelAdmin):
+    """Members, one page at a time (reached from a segment's page, filtered to it)."""
+
+    list_display = ["recipient_id", "segment_id", "added_at"]
+    search_fields = ["=recipient__user_id"]
+    search_help_text = "Exact user id."
+    raw_id_fields = ["recipient"]
+    ordering = ["segment", "recipient"]  # the unique constraint's index
+    show_full_result_count = False
+
+
+# --- templates -------------------------------------------------------------------------------------
+
+class TemplateVariantInline(admin.StackedInline):
+    """A template's per-locale variants, each part checked as a sandboxed Jinja2 template."""
+
+    model = TemplateVariant
+    form = TemplateVariantForm
+    formset = TemplateVariantFormSet
+    fields = ["locale", "title", "body", "html"]
+    extra = 0
+    min_num = 1
+
+
+@admin.register(Template)
+class TemplateAdmin(admin.ModelAdmin):
+    """Templates with their variants; ``?preview_user=<user id>`` on the change page renders the saved
+    template for that recipient (html shown as escaped source and in a sandboxed iframe)."""
+
+    list_display = ["template_id", "name", "default_locale", "locales", "updated_at"]
+    search_fields = ["template_id", "name"]
+    ordering = ["template_id"]
+    inlines = [TemplateVariantInline]
+    change_form_template = "admin/campaigns/template/change_form.html"
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).prefetch_related("variants")
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["template_id", "used_by"] if obj is not None else []
+
+    def get_fields(self, request, obj=None):
+        return ["template_id", "name", "default_locale", *(["used_by"] if obj is not None else [])]
+
+    @admin.display(description="Locales")
+    def locales(self, obj):
+        return ", ".join(sorted(v.locale for v in obj.variants.all()))
+
+    @admin.display(description="Used by active campaigns")
+    def used_by(self, obj):
+        n = obj.campaigns.filter(status__in=admin_views.ACTIVE_CAMPAIGN_STATUSES).count()
+        return (f"{n} — edits apply to every notification of theirs not yet sent (rendered at send time)"
+                if n else "none")
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        extra = {}
+        user_id = request.GET.get("preview_user", "").strip()
+        template = self.get_object(request, unquote(object_id)) if request.method == "GET" else None
+        if user_id and template is not None:
+            extra["preview"] = admin_views.template_preview(template, user_id)
+        return super().change_view(request, object_id, form_url, {**extra, **(extra_context or {})})
+
+
+# --- campaigns -------------------------------------------------------------------------------------
+
+STATUS_FIELDS = ["status", "created_by", "created_at", "fanout_utc"]
+RUN_FIELDS = ["snapshot_at", "member_count", "created_count", "default_zone_count", "started_at",
+              "fanned_out_at", "completed_at", "cancelled_at"]
+
+
+class CampaignChangeList(ChangeList):
+    """Adds the notifications created so far (the shards' counters: ``created_count`` is only set
+    once fan-out finishes) for the rows on the page."""
+
+    def get_queryset(self, request, exclude_parameters=None):
+        created = (CampaignShard.objects.filter(campaign=OuterRef("pk")).order_by().values("campaign")
+                   .annotate(n=Sum("created")).values("n"))
+        return super().get_queryset(request, exclude_parameters).annotate(
+            shards_created=Coalesce(Subquery(created, output_field=IntegerField()), Value(0)))
+
+
+@admin.register(Campaign)
+class CampaignAdmin(admin_views.CampaignLifecycleViews, admin.ModelAdmin):
+    """Campaigns: created as drafts (editable, deletable), launched with a button, then read-only
+    except the name; progress and Cancel on the change page, "Cancel selected campaigns" in the list."""
+
+    form = CampaignForm
+    list_display = ["__str__", "segment", "channel", "status", "schedule", "fanout_progress"]
+    list_filter = ["status", "channel"]
+    list_select_related = ["segment"]
+    search_fields = ["name", "=segment__segment_id"]
+    ordering = ["-created_at"]
+    show_full_result_count = False
+    autocomplete_fields = ["segment", "template"]
+    actions = ["cancel_selected"]
+    change_form_template = "admin/campaigns/campaign/change_form.html"
+
+    def get_changelist(self, request, **kwargs):
+        return CampaignChangeList
+
+    # --- form and fields ---
+
+    def get_fieldsets(self, request, obj=None):
+        launched = obj is not None and obj.status != CampaignStatus.DRAFT
+        schedule = ["scheduled_utc" if launched else "scheduled_at", ("local_date", "local_time"),
+                    "spread_seconds", "ttl_seconds"]
+        fieldsets = [
+            (None, {"fields": ["name", "segment", "channel", "priority", "category"]}),
+            ("Content", {"fields": ["template", "title", "body", "html", "data"],
+                         "description": "Either a template or inline content (title/body/html), not both. "
+                                        "Variables: {{ user_id }}, {{ email }}, {{ locale }}, {{ timezone }} "
+                                        "and the recipient's attributes, e.g. {{ first_name }}."}),
+            ("Schedule", {"fields": schedule,
+                          "description": "An absolute instant, or a local date and time in each recipient's "
+                                         "zone, or neither (send when launched). " + SNAPSHOT_NOTE}),
+        ]
+        if obj is not None:
+            fieldsets.append(("Status", {"fields": STATUS_FIELDS + (RUN_FIELDS if launched else [])}))
+        return fieldsets
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is None:
+            return []
+        if obj.status == CampaignStatus.DRAFT:
+            return STATUS_FIELDS
+        return [f for f in flatten_fieldsets(self.get_fieldsets(request, obj)) if f != "name"]
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        if obj is not None and obj.status != CampaignStatus.DRAFT:
+            kwargs["form"] = forms.ModelForm  # only the name is editable: no definition rules to apply
+        return super().get_form(request, obj, change, **kwargs)
+
+    def formfield_for_choice_field(self, db_field, request, **kwargs):
+        if db_field.name == "priority" and not can_send_high(request.user):
+            kwargs["choices"] = [(Priority.STANDARD, Priority.STANDARD.label)]
+        return super().formfield_for_choice_field(db_field, request, **kwargs)
+
+    def get_object(self, request, object_id, from_field=None):
+        """The campaign; on a POST (inside the admin's transaction) locked FOR UPDATE."""
+        obj = super().get_object(request, object_id, from_field)
+        if obj is not None and request.method == "POST" and transaction.get_connection().in_atomic_block:
+            # Lock the row for the admin's save: a launch in between cannot slip under a draft edit.
+            obj = Campaign.objects.select_for_update().get(pk=obj.pk)
+        return obj
+
+    def save_model(self, request, obj, form, change):
+        """New campaigns are drafts with ``fanout_at`` computed; launched ones only save their name."""
+        if not change:
+            obj.status = CampaignStatus.DRAFT
+            obj.created_by = request.user
+        if obj.status != CampaignStatus.DRAFT:
+            # Only the name is editable; never write back counters the fan-out updates concurrently.
+            obj.save(update_fields=["name", "updated_at"])
+            return
+        obj.fanout_at = services.fanout_instant(scheduled_at=obj.scheduled_at, local_date=obj.local_date,
+                                                local_time=obj.local_time, now=clock.now())
+        if change:
+            obj.save(update_fields=["name", *DEFINITION_FIELDS, "fanout_at", "updated_at"])
+        else:
+            obj.save(force_insert=True)
+
+    def has_delete_permission(self, request, obj=None):
+        """Only drafts can be deleted; launched campaigns are cancelled."""
+        return super().has_delete_permission(request, obj) and (obj is None or obj.status == CampaignStatus.DRAFT)
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)
+        return actions
+
+    # --- display ---
+
+    @admin.display(description="Scheduled")
+    def schedule(self, obj):
+        if obj.local_date is not None:
+            return format_html("{} {} local<br><small>fan-out from {}</small>", obj.local_date,
+                               obj.local_time.strftime("%H:%M"), admin_views.utc(obj.fanout_at))
+        if obj.scheduled_at is not None:
+            return admin_views.utc(obj.scheduled_at)
+        return "at launch" if obj.status == CampaignStatus.DRAFT else admin_views.utc(obj.fanout_at)
+
+    @admin.display(description="Fanned out")
+    def fanout_progress(self, obj):
+        if obj.member_count is None:
+            return "—"
+        created = max(obj.created_count, getattr(obj, "shards_created", 0))
+        return format_html('<progress max="{}" value="{}"></progress> {} / {}', obj.member_count or 1,
+                           created, created, obj.member_count)
+
+    @admin.display(description="Scheduled at")
+    def scheduled_utc(self, obj):
+        return admin_views.utc(obj.scheduled_at) if obj.scheduled_at else "—"
+
+    @admin.display(description="Fan-out at")
+    def fanout_utc(self, obj):
+        return admin_views.utc(obj.fanout_at)
+
+    # --- launch, cancel, progress ---
+
+    def get_urls(self):
+        def view(name, func):
+            return path(f"<uuid:object_id>/{name}/", self.admin_site.admin_view(func),
+                        name=f"campaigns_campaign_{name}")
+
+        return [view("launch", require_POST(self.launch_view)), view("cancel", require_POST(self.cancel_view)),
+                view("progress", require_GET(self.progress_view)), *super().get_urls()]
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        """Adds the before-launch panel (draft) or the progress panel (launched) to the page."""
+        campaign = self._campaign(unquote(object_id))
+        extra = {}
+        if campaign is not None and self.has_view_permission(request, campaign):
+            may_change = self.has_change_permission(request, campaign)
+            extra = {"campaign": campaign,
+                     "launch_url": reverse("admin:campaigns_campaign_launch", args=[campaign.pk]),
+                     "cancel_url": reverse("admin:campaigns_campaign_cancel", args=[campaign.pk]),
+                     "progress_url": reverse("admin:campaigns_campaign_progress", args=[campaign.pk])}
+            if campaign.status == CampaignStatus.DRAFT:
+                extra.update(reach=campaign.segment.members.count(), sms=admin_views.sms_estimates(campaign),
+                             can_launch=may_change and self._may_send(request, campaign))
+            else:
+                extra.update(progress=admin_views.progress(campaign),
+                             can_cancel=may_change and campaign.status in admin_views.ACTIVE_CAMPAIGN_STATUSES)
+        return super().change_view(request, object_id, form_url, {**extra, **(extra_context or {})})
+
+
+# --- support: a recipient's campaign notifications ---------------------------------------------------
+
+class NewestCampaignNotifications(BaseInlineFormSet):
+    """The recipient's newest SUPPORT_HISTORY_LIMIT campaign notifications (inlines cannot slice
+    their queryset, so it is filtered to those ids)."""
+
+    def get_queryset(self):
+        if not hasattr(self, "_newest"):
+            qs = super().get_queryset().filter(campaign_id__isnull=False).order_by("-created_at")
+            ids = list(qs.values_list("pk", flat=True)[:SUPPORT_HISTORY_LIMIT])
+            self._newest = qs.filter(pk__in=ids)
+        return self._newest
+
+
+class RecipientCampaignNotificationInline(admin.TabularInline):
+    """Read-only: on the Recipient page, which campaigns reached this person and, if not, why."""
+
+    model = Notification
+    formset = NewestCampaignNotifications
+    fields = ["campaign_link", "channel", "status", "reason_shown", "created_at"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    show_change_link = True
+    verbose_name = "campaign notification"
+    verbose_name_plural = f"Campaign notifications (newest {SUPPORT_HISTORY_LIMIT})"
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="Campaign")
+    def campaign_link(self, obj):
+        url = reverse("admin:campaigns_campaign_change", args=[obj.campaign_id])
+        return format_html('<a href="{}">{}</a>', url, obj.campaign_id)
+
+    @admin.display(description="Reason")
+    def reason_shown(self, obj):
+        if not obj.reason:
+            return "—"
+        shown = format_html("<code>{}</code>: {}", obj.reason, obj.get_reason_display())
+        return format_html("{} ({})", shown, obj.reason_detail) if obj.reason_detail else shown

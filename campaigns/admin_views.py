@@ -1,0 +1,213 @@
+"""The campaign admin's own views and what its pages compute: CSV member uploads in chunks, template
+previews, a draft's before-launch estimates, a launched campaign's progress, and the launch /
+cancel / progress views (mixins for the ModelAdmins in :mod:`campaigns.admin`, which route them in
+``get_urls`` through ``admin_site.admin_view``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC
+
+from django.contrib import admin, messages
+from django.contrib.admin.utils import quote, unquote
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+from django.http import Http404, JsonResponse
+from django.shortcuts import redirect
+from django.urls import reverse
+
+from campaigns import services
+from campaigns.forms import MemberUploadForm, can_send_high
+from campaigns.models import Campaign, CampaignStatus, Segment, Template
+from campaigns.rendering import Rendered, RenderError, pick_variant, render_template
+from campaigns.selectors import campaign_counts
+from campaigns.sms_encoding import SmsInfo, sms_info
+from notifications.models import Priority
+from preferences.models import Channel, Recipient
+
+UPLOAD_CHUNK = 10_000
+DONE_STATUSES = ("sent", "delivered", "failed", "suppressed", "expired", "cancelled")
+OPEN_STATUSES = ("scheduled", "queued", "sending")
+ACTIVE_CAMPAIGN_STATUSES = (CampaignStatus.SCHEDULED, CampaignStatus.FANNING_OUT, CampaignStatus.SENDING)
+
+
+def utc(value) -> str:
+    """An instant as ``YYYY-MM-DD HH:MM:SS UTC`` (``—`` for none), whatever the admin's time zone."""
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if value else "—"
+
+
+def add_members(segment: Segment, user_ids: list[str]) -> dict[str, int]:
+    """Add ``user_ids`` to ``segment`` in chunks of UPLOAD_CHUNK, all or nothing.
+
+    Returns ``{"ids": distinct ids, "added": n, "already_members": m, "created_recipients": k}``.
+    """
+    user_ids = list(dict.fromkeys(user_ids))
+    added = created = 0
+    with transaction.atomic():
+        for start in range(0, len(user_ids), UPLOAD_CHUNK):
+            result = services.change_members(segment, add=user_ids[start:start + UPLOAD_CHUNK], remove=[])
+            added += result["added"]
+            created += result["created_recipients"]
+    return {"ids": len(user_ids), "added": added, "already_members": len(user_ids) - added,
+            "created_recipients": created}
+
+
+@dataclass(frozen=True)
+class Preview:
+    """A template rendered for one recipient, or why it could not be."""
+
+    user_id: str
+    error: str = ""
+    locale: str = ""
+    rendered: Rendered | None = None
+
+
+def template_preview(template: Template, user_id: str) -> Preview:
+    """Render the saved ``template`` for the recipient ``user_id`` as a send would."""
+    recipient = Recipient.objects.filter(pk=user_id).first()
+    if recipient is None:
+        return Preview(user_id, error=f"No recipient with user id {user_id!r}.")
+    variants = list(template.variants.all())
+    variant = pick_variant(variants, recipient.locale, template.default_locale)
+    try:
+        rendered = render_template(template, variants, recipient)
+    except RenderError as exc:
+        return Preview(user_id, error=str(exc))
+    return Preview(user_id, locale=variant.locale if variant else "", rendered=rendered)
+
+
+def sms_estimates(campaign: Campaign) -> list[tuple[str, SmsInfo]]:
+    """``(label, SmsInfo)`` for an SMS campaign's body, or for each variant of its template.
+
+    Computed on the source: variables rendered per recipient can change length and encoding.
+    """
+    if campaign.channel != Channel.SMS:
+        return []
+    if campaign.template_id:
+        return [(f"Variant {v.locale}", sms_info(v.body)) for v in campaign.template.variants.order_by("locale")]
+    return [("Body", sms_info(campaign.body))]
+
+
+def progress(campaign: Campaign) -> dict:
+    """Progress of a campaign as the admin shows and polls it (JSON-ready).
+
+    ``done`` counts notifications that reached an end state (sent counts: it left our hands) over the
+    snapshot's ``member_count``, or the notifications created so far before the snapshot is taken.
+    """
+    counts = campaign_counts(campaign)
+    by_status = counts["by_status"]
+    done = sum(by_status.get(s, 0) for s in DONE_STATUSES)
+    open_ = sum(by_status.get(s, 0) for s in OPEN_STATUSES)
+    denominator = max(campaign.member_count or 0, counts["total"])
+    if denominator:
+        percent = round(100 * done / denominator, 1)
+    else:
+        percent = 100.0 if campaign.status == CampaignStatus.COMPLETED else 0.0
+    return {
+        "id": str(campaign.pk), "status": campaign.status, "status_label": campaign.get_status_display(),
+        "member_count": campaign.member_count, "created_count": counts["total"], "done": done,
+        "denominator": denominator, "percent": percent, "by_status": by_status,
+        "suppressed_by_reason": counts["suppressed_by_reason"], "failed_by_reason": counts["failed_by_reason"],
+        "active": campaign.status in ACTIVE_CAMPAIGN_STATUSES or open_ > 0,
+    }
+
+
+# --- views (ModelAdmin mixins) ---------------------------------------------------------------------
+
+class SegmentUploadViews:
+    """SegmentAdmin view: add the user ids of an uploaded CSV file to the segment."""
+
+    def upload_members_view(self, request, object_id):
+        """POST a CSV of user ids: validated whole before anything is written, then added in chunks."""
+        segment = self.get_object(request, unquote(object_id))
+        if segment is None:
+            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+        if not self.has_change_permission(request, segment):
+            raise PermissionDenied
+        change_url = reverse("admin:campaigns_segment_change", args=[quote(segment.pk)])
+        if request.method != "POST":
+            return redirect(change_url)
+        form = MemberUploadForm(request.POST, request.FILES)
+        if not form.is_valid():
+            problems = " ".join(e for errors in form.errors.values() for e in errors)
+            messages.error(request, f"Upload rejected; nothing was added. {problems}")
+            return redirect(change_url)
+        result = add_members(segment, form.cleaned_data["user_ids"])
+        summary = (f"{result['ids']:,} user ids uploaded: {result['added']:,} added, "
+                   f"{result['already_members']:,} already members, "
+                   f"{result['created_recipients']:,} new recipients created (without contacts yet).")
+        self.log_change(request, segment, summary)
+        messages.success(request, summary)
+        return redirect(change_url)
+
+
+class CampaignLifecycleViews:
+    """CampaignAdmin views: launch (drafts), cancel (scheduled / fanning out / sending), progress JSON.
+    Launches and cancels are recorded in the admin log (``log_change``)."""
+
+    def _campaign(self, object_id) -> Campaign | None:
+        try:
+            return Campaign.objects.select_related("segment", "template").filter(pk=object_id).first()
+        except ValidationError:
+            return None
+
+    def _may_send(self, request, campaign) -> bool:
+        return campaign.priority != Priority.HIGH or can_send_high(request.user)
+
+    def _post_target(self, request, object_id):
+        campaign = self._campaign(object_id)
+        if campaign is None:
+            raise Http404("No such campaign.")
+        if not self.has_change_permission(request, campaign):
+            raise PermissionDenied
+        return campaign
+
+    def launch_view(self, request, object_id):
+        """POST: move a draft to ``scheduled``; fan-out starts at ``fanout_at``."""
+        campaign = self._post_target(request, object_id)
+        if not self._may_send(request, campaign):
+            raise PermissionDenied
+        change_url = reverse("admin:campaigns_campaign_change", args=[campaign.pk])
+        if campaign.status != CampaignStatus.DRAFT:
+            messages.warning(request, f"Not launched: the campaign is already {campaign.get_status_display()}.")
+            return redirect(change_url)
+        campaign = services.launch_campaign(campaign)
+        if campaign.status != CampaignStatus.SCHEDULED:
+            messages.warning(request, f"Not launched: the campaign is {campaign.get_status_display()}.")
+            return redirect(change_url)
+        self.log_change(request, campaign, f"Launched; fan-out at {utc(campaign.fanout_at)}.")
+        messages.success(request, f"Launched. Fan-out starts at {utc(campaign.fanout_at)}.")
+        return redirect(change_url)
+
+    def cancel_view(self, request, object_id):
+        """POST: cancel a scheduled / fanning-out / sending campaign and its unclaimed notifications."""
+        campaign = self._post_target(request, object_id)
+        level, text = self._cancel(request, campaign)
+        messages.add_message(request, level, text)
+        return redirect(reverse("admin:campaigns_campaign_change", args=[campaign.pk]))
+
+    def _cancel(self, request, campaign) -> tuple[int, str]:
+        if campaign.status not in ACTIVE_CAMPAIGN_STATUSES:
+            return messages.WARNING, f"{campaign}: not cancelled, it is {campaign.get_status_display()}."
+        try:
+            campaign, n = services.cancel_campaign(campaign.pk)
+        except services.CampaignNotCancellable as exc:
+            return messages.WARNING, f"{campaign}: not cancelled, {exc}."
+        self.log_change(request, campaign, f"Cancelled; {n} unclaimed notifications cancelled.")
+        return messages.SUCCESS, f"{campaign}: cancelled; {n:,} notifications not yet sent were cancelled."
+
+    @admin.action(description="Cancel selected campaigns", permissions=["change"])
+    def cancel_selected(self, request, queryset):
+        for campaign in queryset:
+            level, text = self._cancel(request, campaign)
+            messages.add_message(request, level, text)
+
+    def progress_view(self, request, object_id):
+        """GET: progress counts as JSON, polled by the change page."""
+        campaign = self._campaign(object_id)
+        if campaign is None:
+            raise Http404("No such campaign.")
+        if not self.has_view_permission(request, campaign):
+            raise PermissionDenied
+        return JsonResponse(progress(campaign))

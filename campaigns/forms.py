@@ -1,0 +1,279 @@
+"""Admin forms: CSV member uploads, template variants and the campaign definition.
+
+The campaign form applies the same rules as ``POST /v1/campaigns`` where they are cheap to check
+(content per channel, template syntax, content XOR template, one kind of schedule); see
+:mod:`campaigns.api.serializers`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from datetime import UTC, timedelta
+
+import tablib
+from django import forms
+from django.core.exceptions import ValidationError
+from django.forms.models import BaseInlineFormSet
+from django.utils import timezone
+
+from campaigns.api.serializers import MAX_SPREAD_SECONDS
+from campaigns.models import Campaign, TemplateVariant
+from campaigns.rendering import RenderError, validate_source
+from notifications.api.serializers import MAX_SCHEDULE_AHEAD, MAX_TTL_SECONDS, channel_content_errors
+from preferences.models import Channel
+
+MAX_UPLOAD_IDS = 100_000
+MAX_USER_ID_LENGTH = 255
+# 100,000 ids of 255 ASCII characters with line ends, plus room for a header and other columns.
+MAX_UPLOAD_BYTES = 32 * 1024 * 1024
+MAX_REPORTED_ROWS = 10
+SNAPSHOT_NOTE = ("Membership is read as a snapshot when a campaign starts fanning out: "
+                 "members added later are not included.")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_LOCALE = re.compile(r"^[A-Za-z]{2,3}(?:-[A-Za-z0-9]{2,8})*$")
+_CATEGORY = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+
+
+# --- segments --------------------------------------------------------------------------------------
+
+def _record_lines(text: str) -> list[int]:
+    """File line of each non-blank CSV record (tablib skips blank lines), to name rows in errors."""
+    reader = csv.reader(io.StringIO(text))
+    return [reader.line_num for row in reader if row]
+
+
+def parse_user_ids(text: str) -> list[str]:
+    """User ids from CSV ``text``: a header row with a ``user_id`` column, or a single unnamed column.
+
+    Ids are stripped of surrounding spaces; blank lines are skipped. Raises ValidationError (listing
+    the offending rows by their line in the file) for an empty, overlong or control-character id,
+    a row of the wrong width, more than MAX_UPLOAD_IDS ids, or no ids at all.
+    """
+    try:
+        rows = [tuple(row) for row in tablib.Dataset().load(text, format="csv", headers=False)]
+    except tablib.InvalidDimensions:
+        lines, reader = _record_lines(text), csv.reader(io.StringIO(text))
+        widths = [len(row) for row in reader if row]
+        bad = next((i for i, w in enumerate(widths) if w > widths[0]), 0)
+        raise ValidationError(f"Row {lines[bad]}: {widths[bad]} values where row {lines[0]} has {widths[0]}; "
+                              "give one user id per row, or a header row with a user_id column.") from None
+    except csv.Error as exc:
+        raise ValidationError(f"Not a readable CSV file: {exc}.") from None
+    if not rows:
+        raise ValidationError("The file is empty: give one user id per row.")
+    header = [cell.strip().lower() for cell in rows[0]]
+    if "user_id" in header:
+        column, first = header.index("user_id"), 1
+    elif len(header) == 1:
+        column, first = 0, 0
+    else:
+        raise ValidationError(f"Row 1 has {len(header)} columns and no user_id header: give a single column of "
+                              "user ids, or a header row naming the user_id column.")
+    if len(rows) - first > MAX_UPLOAD_IDS:
+        raise ValidationError(f"{len(rows) - first:,} rows; at most {MAX_UPLOAD_IDS:,} user ids per upload.")
+    ids, problems = [], []
+    for index in range(first, len(rows)):
+        value = rows[index][column].strip()
+        if not value:
+            problems.append((index, "empty user id"))
+        elif len(value) > MAX_USER_ID_LENGTH:
+            problems.append((index, f"user id is {len(value)} characters; at most {MAX_USER_ID_LENGTH}"))
+        elif _CONTROL.search(value):
+            problems.append((index, "user id contains a control character"))
+        else:
+            ids.append(value)
+    if problems:
+        lines = _record_lines(text)
+        errors = [f"Row {lines[i]}: {problem}." for i, problem in problems[:MAX_REPORTED_ROWS]]
+        if len(problems) > MAX_REPORTED_ROWS:
+            errors.append(f"… and {len(problems) - MAX_REPORTED_ROWS} more rows with problems.")
+        raise ValidationError(errors)
+    if not ids:
+        raise ValidationError("The file has a header but no user ids.")
+    return ids
+
+
+class MemberUploadForm(forms.Form):
+    """A CSV file of user ids to add to a segment; ``cleaned_data["user_ids"]`` holds them."""
+
+    file = forms.FileField(
+        label="CSV of user ids",
+        help_text=f"One user id per row (a single column, or a header row with a user_id column); UTF-8; at most "
+                  f"{MAX_UPLOAD_IDS:,} ids. Unknown user ids are created as recipients without contacts. "
+                  + SNAPSHOT_NOTE)
+
+    def clean_file(self):
+        upload = self.cleaned_data["file"]
+        if upload.size > MAX_UPLOAD_BYTES:
+            raise ValidationError(f"The file is {upload.size:,} bytes; at most {MAX_UPLOAD_BYTES:,} (32 MB).")
+        try:
+            text = upload.read().decode("utf-8-sig")
+        except UnicodeDecodeError:
+            raise ValidationError("The file is not UTF-8 text: save the CSV as UTF-8.") from None
+        self.cleaned_data["user_ids"] = parse_user_ids(text)
+        return upload
+
+
+# --- templates -------------------------------------------------------------------------------------
+
+class TemplateVariantForm(forms.ModelForm):
+    """One locale of a template; title, body and html must be valid (sandboxed Jinja2) templates."""
+
+    class Meta:
+        model = TemplateVariant
+        fields = ["locale", "title", "body", "html"]
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        for name in ("body", "html"):  # whitespace is content, as in the API
+            self.fields[name].strip = False
+
+    def clean_locale(self) -> str:
+        locale = self.cleaned_data["locale"].strip()
+        if not _LOCALE.match(locale):
+            raise ValidationError('Not a BCP 47 tag such as "en", "de" or "de-AT".')
+        return locale
+
+    def clean(self):
+        cleaned = super().clean()
+        for name in ("title", "body", "html"):
+            try:
+                validate_source(cleaned.get(name) or "", html=name == "html")
+            except RenderError as exc:
+                self.add_error(name, str(exc))
+        return cleaned
+
+
+class TemplateVariantFormSet(BaseInlineFormSet):
+    """At least one variant, and one of them in the template's default locale."""
+
+    def clean(self) -> None:
+        super().clean()
+        if any(form.errors for form in self.forms):
+            return
+        locales = [form.cleaned_data["locale"] for form in self.forms
+                   if form.cleaned_data and not form.cleaned_data.get("DELETE")]
+        if not locales:
+            raise ValidationError("A template needs at least one variant.")
+        default = self.instance.default_locale
+        if default and default not in locales:
+            raise ValidationError(f"No variant for the default locale {default!r}: add one or change the "
+                                  "default locale.")
+
+
+# --- campaigns -------------------------------------------------------------------------------------
+
+def can_send_high(user) -> bool:
+    """Whether ``user`` may give a campaign priority ``high``.
+
+    The rule is the permission ``campaigns.send_high_priority``. It is not declared on the model
+    (no migration yet), so today only superusers, who hold every permission, have it.
+    """
+    return user.has_perm("campaigns.send_high_priority")
+
+
+CONTENT_FIELDS = ["title", "body", "html", "data"]
+DEFINITION_FIELDS = ["segment", "channel", "priority", "category", "template", *CONTENT_FIELDS,
+                     "scheduled_at", "local_date", "local_time", "spread_seconds", "ttl_seconds"]
+
+
+class CampaignForm(forms.ModelForm):
+    """A campaign definition (new or draft). Exactly one of template / inline content; at most one of
+    ``scheduled_at`` / ``local_date`` + ``local_time`` (neither: send when launched)."""
+
+    class Meta:
+        model = Campaign
+        fields = ["name", *DEFINITION_FIELDS]
+        help_texts = {
+            "priority": "High skips quiet hours and uses the OTP queues: only users with the permission "
+                        "campaigns.send_high_priority (today: superusers) may choose it.",
+            "category": "Matched against recipients' category opt-outs.",
+            "template": "Either a template (rendered per recipient at send time)…",
+            "title": "…or inline content: email subject / push title (Jinja2 variables allowed).",
+            "body": "Plain-text body (SMS text).",
+            "html": "Email only.",
+            "data": 'Push data / email custom args: a JSON object of strings, e.g. {"screen": "offers"}.',
+            "local_date": "Local-time campaign: this date and time in each recipient's own time zone.",
+            "spread_seconds": f"Smear sends uniformly over this many seconds (at most {MAX_SPREAD_SECONDS:,}).",
+            "ttl_seconds": "Drop a notification not sent this many seconds after its send time.",
+        }
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if "scheduled_at" in self.fields:
+            now = timezone.localtime()
+            self.fields["scheduled_at"].help_text = (
+                f"Absolute send instant, in the admin time zone {timezone.get_current_timezone_name()} "
+                f"(now {now:%Y-%m-%d %H:%M} there = {now.astimezone(UTC):%Y-%m-%d %H:%M} UTC); stored in UTC. "
+                "Empty (and no local time) or past: sends when launched.")
+        for name in ("body", "html"):
+            if name in self.fields:
+                self.fields[name].strip = False
+
+    def clean_category(self) -> str:
+        category = self.cleaned_data["category"]
+        if not _CATEGORY.match(category):
+            raise ValidationError("Lower-case letters, digits, '_', '.', '-'; at most 64.")
+        return category
+
+    def clean_spread_seconds(self) -> int:
+        value = self.cleaned_data["spread_seconds"]
+        if value > MAX_SPREAD_SECONDS:
+            raise ValidationError(f"At most {MAX_SPREAD_SECONDS:,} seconds (24 hours).")
+        return value
+
+    def clean_ttl_seconds(self):
+        value = self.cleaned_data["ttl_seconds"]
+        if value is not None and not 1 <= value <= MAX_TTL_SECONDS:
+            raise ValidationError(f"Between 1 and {MAX_TTL_SECONDS:,} seconds (28 days).")
+        return value
+
+    def clean_data(self):
+        data = self.cleaned_data["data"]
+        if data in (None, {}):
+            return None
+        if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+            raise ValidationError('A JSON object whose values are strings, e.g. {"screen": "offers"}.')
+        return data
+
+    def clean(self):
+        cleaned = super().clean()
+        self._clean_content(cleaned)
+        self._clean_schedule(cleaned)
+        return cleaned
+
+    def _clean_content(self, cleaned: dict) -> None:
+        channel, template = cleaned.get("channel"), cleaned.get("template")
+        content = {name: cleaned.get(name) for name in CONTENT_FIELDS if cleaned.get(name)}
+        if bool(template) == bool({k: v for k, v in content.items() if k != "data"}):
+            self.add_error("template", "Give exactly one of a template or inline content (title/body/html).")
+            return
+        if template is not None:
+            if channel == Channel.EMAIL and any(not v.title for v in template.variants.all()):
+                self.add_error("template", "Email needs a subject: every variant of this template needs a title.")
+            return
+        for name in ("title", "body", "html"):
+            try:
+                validate_source(content.get(name, ""), html=name == "html")
+            except RenderError as exc:
+                self.add_error(name, str(exc))
+        if channel:
+            for path, detail in channel_content_errors(channel, content).items():
+                field = path.removeprefix("content").lstrip(".") or "body"
+                if field in self.fields and field not in self.errors:
+                    self.add_error(field, str(detail))
+
+    def _clean_schedule(self, cleaned: dict) -> None:
+        scheduled_at, local_date, local_time = (cleaned.get(n) for n in ("scheduled_at", "local_date", "local_time"))
+        if (local_date is None) != (local_time is None):
+            self.add_error("local_time" if local_time is None else "local_date",
+                           "A local-time campaign needs both a date and a time.")
+        if scheduled_at and (local_date or local_time):
+            self.add_error("scheduled_at", "Give either an absolute send instant or a local date and time, not both.")
+        now = timezone.now()
+        if scheduled_at and scheduled_at - now > MAX_SCHEDULE_AHEAD:
+            self.add_error("scheduled_at", "At most 366 days ahead.")
+        if local_date and local_date - now.date() > MAX_SCHEDULE_AHEAD + timedelta(days=1):
+            self.add_error("local_date", "At most 366 days ahead.")
