@@ -112,10 +112,12 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "notifications.api.errors.exception_handler",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["notifications.api.parsers.StrictJSONParser"],
     "UNAUTHENTICATED_USER": None,
 }
 API_KEY_CUSTOM_HEADER = None
+# Email HTML may be up to 1,000,000 characters (up to 4 bytes each in UTF-8).
+DATA_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
 # Per-client rate limit when the client row has none (DRF rate syntax: "<n>/<second|minute|hour>").
 API_DEFAULT_RATE_LIMIT = env("API_DEFAULT_RATE_LIMIT", default="6000/min")
 
@@ -190,10 +192,12 @@ DJANGO_CELERY_BEAT_TZ_AWARE = True
 # --- Delivery pipeline --------------------------------------------------------------------------
 NOTIFY = {
     # A claimed row is re-driven by the reconciler once its lease (seconds) has run out.
-    "LEASE_SECONDS": env.int("LEASE_SECONDS", default=60),
+    # Renewed before every provider call, so it only has to cover one call (PROVIDER_TIMEOUT_SECONDS).
+    "LEASE_SECONDS": env.int("LEASE_SECONDS", default=30),
     # A `queued` row whose broker message has not been consumed after this long (seconds) is
     # enqueued again (the broker may have lost it: Redis flushed or restarted).
-    "QUEUED_STALE_SECONDS": env.int("QUEUED_STALE_SECONDS", default=60),
+    "QUEUED_STALE_SECONDS": {"high": env.int("QUEUED_STALE_SECONDS_HIGH", default=10),
+                             "standard": env.int("QUEUED_STALE_SECONDS", default=60)},
     # Attempts per notification before it is dead-lettered, by priority tier.
     "MAX_ATTEMPTS": {"high": env.int("MAX_ATTEMPTS_HIGH", default=5),
                      "standard": env.int("MAX_ATTEMPTS_STANDARD", default=8)},

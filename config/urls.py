@@ -2,6 +2,7 @@
 
 from django.contrib import admin
 from django.urls import path
+from django.views import defaults
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
@@ -40,3 +41,24 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("", RedirectView.as_view(url="/api/docs/", permanent=False)),
 ]
+
+
+def _json_or_html(status_code: int, code: str, message: str, html_view):
+    """API and webhook paths get the API's JSON error shape; the admin keeps Django's pages."""
+    from notifications.api.errors import json_error_view
+
+    json_view = json_error_view(status_code, code, message)
+
+    def view(request, exception=None, **kwargs):
+        if request.path.startswith(("/v1/", "/webhooks/", "/api/")):
+            return json_view(request, exception)
+        return html_view(request, exception, **kwargs) if exception is not None else html_view(request, **kwargs)
+
+    return view
+
+
+handler400 = _json_or_html(400, "bad_request", "the request could not be read (too large or malformed)",
+                           defaults.bad_request)
+handler404 = _json_or_html(404, "not_found", "no such resource; see /api/docs/", defaults.page_not_found)
+handler500 = _json_or_html(500, "server_error", "unexpected error; it has been logged",
+                           lambda request, exception=None: defaults.server_error(request))

@@ -9,6 +9,8 @@ from __future__ import annotations
 import uuid
 
 from django.contrib import admin
+from django.contrib.admin.utils import quote
+from django.urls import reverse
 from django.utils.html import format_html
 from rest_framework_api_key.admin import APIKeyModelAdmin
 from rest_framework_api_key.models import APIKey
@@ -103,8 +105,8 @@ class NotificationAdmin(admin.ModelAdmin):
 
     @admin.display(description="Recipient")
     def recipient_link(self, obj):
-        return format_html('<a href="../../../../preferences/recipient/{}/change/">{}</a>', obj.recipient_id,
-                           obj.recipient_id)
+        url = reverse("admin:preferences_recipient_change", args=[quote(obj.recipient_id)])
+        return format_html('<a href="{}">{}</a>', url, obj.recipient_id)
 
     def _content(self, obj, field):
         return HIDDEN if obj.sensitive else getattr(obj, field)

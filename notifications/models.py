@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 
+from django.core.validators import RegexValidator
 from django.db import models
 from rest_framework_api_key.models import AbstractAPIKey
 
@@ -27,8 +28,10 @@ class APIClient(AbstractAPIKey):
     """
 
     allow_high = models.BooleanField(default=False, help_text="May send priority=high (OTPs, alerts).")
-    rate_limit = models.CharField(max_length=32, blank=True, default="",
-                                  help_text='DRF rate, e.g. "600/min"; empty = platform default.')
+    rate_limit = models.CharField(
+        max_length=32, blank=True, default="", help_text='DRF rate, e.g. "600/min"; empty = platform default.',
+        validators=[RegexValidator(r"^\d+/(s|sec|second|m|min|minute|h|hour|d|day)$",
+                                   'a rate like "600/min" (per s, min, hour or day)')])
 
     class Meta(AbstractAPIKey.Meta):
         verbose_name = "API client"

@@ -58,7 +58,8 @@ RETURNING n.id, n.priority, n.channel
 _STALE_QUEUED_SQL = """
 WITH stale AS (
     SELECT id FROM notifications_notification
-     WHERE status = 'queued' AND queued_at < %(stale_before)s
+     WHERE status = 'queued'
+       AND queued_at < CASE WHEN priority = 'high' THEN %(high_before)s ELSE %(standard_before)s END
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
 )
@@ -99,8 +100,10 @@ def reconcile(limit: int = 1000) -> dict[str, int]:
     now = clock.now()
     leases = _move(_EXPIRED_LEASES_SQL, {"now": now, "limit": limit}, "lease_expired", "queued",
                    "worker lease ran out; re-driven")
-    stale_before = now - timedelta(seconds=settings.NOTIFY["QUEUED_STALE_SECONDS"])
-    stale = _move(_STALE_QUEUED_SQL, {"now": now, "stale_before": stale_before, "limit": limit},
+    stale_after = settings.NOTIFY["QUEUED_STALE_SECONDS"]
+    stale = _move(_STALE_QUEUED_SQL, {"now": now, "limit": limit,
+                                      "high_before": now - timedelta(seconds=stale_after["high"]),
+                                      "standard_before": now - timedelta(seconds=stale_after["standard"])},
                   "requeued", "queued", "broker message not consumed in time; enqueued again")
     if leases or stale:
         log.info("reconciler re-drove %d expired lease(s) and %d stale queued row(s)", leases, stale)

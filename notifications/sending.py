@@ -132,7 +132,7 @@ def _deliver(n: Notification, already_sent: set[str], content: _CampaignContent)
         return
     reason = suppression_reason(n)
     if reason:
-        _finish(n, Status.SUPPRESSED, reason, kind="suppressed")
+        _finish(n, Status.SUPPRESSED, reason, kind="suppressed", detail=_suppression_detail(n, reason))
         return
     if n.priority == "standard":
         until = quiet_hours_end(n, now)
@@ -154,7 +154,8 @@ def _deliver(n: Notification, already_sent: set[str], content: _CampaignContent)
     if n.channel == "push":
         devices = list(Device.objects.filter(recipient_id=n.recipient_id, active=True).order_by("id"))
         if not devices:
-            _finish(n, Status.SUPPRESSED, Reason.NO_ACTIVE_DEVICE, kind="suppressed")
+            _finish(n, Status.SUPPRESSED, Reason.NO_ACTIVE_DEVICE, kind="suppressed",
+                    detail=Reason.NO_ACTIVE_DEVICE.label)
             return
     call, attempts = _call_provider(n, devices)
     _record(n, call, attempts, devices)
@@ -188,6 +189,20 @@ def suppression_reason(n: Notification) -> str:
         if recipient.email_invalid_reason:
             return Reason.EMAIL_INVALID
     return ""
+
+
+def _suppression_detail(n: Notification, reason: str) -> str:
+    """What a support agent needs beside the reason code."""
+    r = n.recipient
+    if reason == Reason.PHONE_INVALID:
+        return f"{Reason(reason).label}: {r.phone_invalid_reason} since {r.phone_invalid_at:%Y-%m-%d %H:%M} UTC"
+    if reason == Reason.EMAIL_INVALID:
+        return f"{Reason(reason).label}: {r.email_invalid_reason} since {r.email_invalid_at:%Y-%m-%d %H:%M} UTC"
+    if reason == Reason.OPTED_OUT_CATEGORY:
+        return f"{Reason(reason).label} ({n.category} on {n.channel})"
+    if reason == Reason.SMS_STOPPED:
+        return f"{Reason(reason).label} ({sms_sender()})"
+    return Reason(reason).label
 
 
 def sms_sender() -> str:
@@ -234,7 +249,9 @@ def _call_provider(n: Notification, devices: list[Device]) -> tuple[_Call, list[
     call = _Call()
     attempts: list[DeliveryAttempt] = []
     backend = None
-    for to, device in targets:
+    for index, (to, device) in enumerate(targets):
+        if index:
+            _renew_lease(n)
         started = time.monotonic()
         attempt = DeliveryAttempt(notification=n, number=n.attempts, device=device)
         try:
@@ -255,6 +272,14 @@ def _call_provider(n: Notification, devices: list[Device]) -> tuple[_Call, list[
         attempt.latency_ms = int((time.monotonic() - started) * 1000)
         attempts.append(attempt)
     return call, attempts
+
+
+def _renew_lease(n: Notification) -> None:
+    """Extend our claim before another provider call, so a push to many devices (one call each)
+    never outlives its lease and gets re-driven while we are still sending it."""
+    now = clock.now()
+    Notification.objects.filter(pk=n.pk, status=Status.SENDING, attempts=n.attempts).update(
+        lease_until=now + timedelta(seconds=settings.NOTIFY["LEASE_SECONDS"]))
 
 
 def _outcome_of(exc: Exception) -> str:

@@ -2,35 +2,62 @@
 
 from __future__ import annotations
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from preferences.models import Device, Preferences, Recipient
 
 
+def _race_safe(write, attempts: int = 3):
+    """Run ``write`` (which does its own atomic block) again when a concurrent request inserted the
+    same key first: the retry then finds and updates that row instead of failing with a 500."""
+    for attempt in range(attempts):
+        try:
+            return write()
+        except IntegrityError:
+            if attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
 def upsert_recipient(user_id: str, **fields) -> tuple[Recipient, bool]:
     """Create or replace a recipient's contact fields. A changed phone/email clears its
-    "invalid" mark (it is a new contact). Returns ``(recipient, created)``."""
-    with transaction.atomic():
-        recipient = Recipient.objects.select_for_update().filter(pk=user_id).first()
-        created = recipient is None
-        if created:
-            recipient = Recipient(user_id=user_id)
-        if "phone" in fields and fields["phone"] != recipient.phone:
-            recipient.phone_invalid_reason, recipient.phone_invalid_at = "", None
-        if "email" in fields and fields["email"] != recipient.email:
-            recipient.email_invalid_reason, recipient.email_invalid_at = "", None
-        for key, value in fields.items():
-            setattr(recipient, key, value)
-        recipient.save()
-    return recipient, created
+    "invalid" mark (it is a new contact). Safe under concurrent calls for the same id.
+    Returns ``(recipient, created)``."""
+
+    def write():
+        with transaction.atomic():
+            recipient = Recipient.objects.select_for_update().filter(pk=user_id).first()
+            created = recipient is None
+            if created:
+                recipient = Recipient(user_id=user_id)
+            if "phone" in fields and fields["phone"] != recipient.phone:
+                recipient.phone_invalid_reason, recipient.phone_invalid_at = "", None
+            if "email" in fields and fields["email"] != recipient.email:
+                recipient.email_invalid_reason, recipient.email_invalid_at = "", None
+            for key, value in fields.items():
+                setattr(recipient, key, value)
+            recipient.save(force_insert=created)
+        return recipient, created
+
+    return _race_safe(write)
 
 
 def set_preferences(recipient: Recipient, *, opt_outs: list[str], category_opt_outs: dict[str, list[str]],
                     quiet_hours: dict | None) -> Preferences:
     """Replace a recipient's preferences. ``quiet_hours`` is ``{start, end, timezone}`` (times as
     ``datetime.time``) or ``None`` to clear."""
-    prefs, _ = Preferences.objects.get_or_create(recipient=recipient)
+    return _race_safe(lambda: _set_preferences(recipient, opt_outs, category_opt_outs, quiet_hours))
+
+
+def _set_preferences(recipient, opt_outs, category_opt_outs, quiet_hours) -> Preferences:
+    with transaction.atomic():
+        prefs, _ = Preferences.objects.select_for_update().get_or_create(recipient=recipient)
+        _apply_preferences(prefs, opt_outs, category_opt_outs, quiet_hours)
+    return prefs
+
+
+def _apply_preferences(prefs: Preferences, opt_outs, category_opt_outs, quiet_hours) -> None:
     prefs.opt_outs = sorted(set(opt_outs))
     prefs.category_opt_outs = {k: sorted(set(v)) for k, v in category_opt_outs.items()}
     if quiet_hours:
@@ -41,25 +68,28 @@ def set_preferences(recipient: Recipient, *, opt_outs: list[str], category_opt_o
         prefs.quiet_start = prefs.quiet_end = None
         prefs.quiet_timezone = ""
     prefs.save()
-    return prefs
 
 
 def register_device(recipient: Recipient, *, platform: str, push_token: str) -> tuple[Device, bool]:
     """Register (or re-activate) a push token for ``recipient``. A token registered to another
     recipient moves to this one (a token belongs to one recipient at a time). Returns
-    ``(device, created)``."""
-    with transaction.atomic():
-        device = Device.objects.select_for_update().filter(push_token=push_token).first()
-        if device is None:
-            return Device.objects.create(recipient=recipient, platform=platform, push_token=push_token), True
-        device.recipient = recipient
-        device.platform = platform
-        device.active = True
-        device.deactivated_reason = ""
-        device.deactivated_at = None
-        device.updated_at = timezone.now()
-        device.save()
-        return device, False
+    ``(device, created)``. Safe under concurrent calls for the same token."""
+
+    def write():
+        with transaction.atomic():
+            device = Device.objects.select_for_update().filter(push_token=push_token).first()
+            if device is None:
+                return Device.objects.create(recipient=recipient, platform=platform, push_token=push_token), True
+            device.recipient = recipient
+            device.platform = platform
+            device.active = True
+            device.deactivated_reason = ""
+            device.deactivated_at = None
+            device.updated_at = timezone.now()
+            device.save()
+            return device, False
+
+    return _race_safe(write)
 
 
 def remove_device(recipient: Recipient, push_token: str) -> bool:

@@ -99,6 +99,7 @@ class Stack:
             "EMULATOR_URL": self.emulator,
             "LEASE_SECONDS": "10",
             "QUEUED_STALE_SECONDS": "5",
+            "QUEUED_STALE_SECONDS_HIGH": "5",
             "RECONCILER_INTERVAL_SECONDS": "1",
             "SCHEDULER_INTERVAL_SECONDS": "1",
             "PROVIDER_TIMEOUT_SECONDS": "3",
@@ -222,4 +223,11 @@ class Stack:
         return r.json()
 
     def clear_faults(self) -> None:
+        """Remove fault rules and receipt rules (back to default receipts)."""
         requests.delete(f"{self.emulator}/_emulator/faults", timeout=5).raise_for_status()
+        requests.delete(f"{self.emulator}/_emulator/receipts", timeout=5).raise_for_status()
+
+    def add_receipt_rule(self, **rule) -> dict:
+        r = requests.post(f"{self.emulator}/_emulator/receipts", json=rule, timeout=5)
+        r.raise_for_status()
+        return r.json()

@@ -314,7 +314,9 @@ def test_attempts_exhausted_is_dead_lettered(api, emulator, uid):
 
 def test_killed_worker_claim_is_redriven_after_lease(api, emulator, uid, stack):
     user = make_user(api, uid)
-    # The first call hangs 2.5 s inside the provider; the worker is killed during it.
+    # The first call hangs 2.5 s inside the provider; the worker is killed during it. No receipts
+    # for this number: a `delivered` callback would (rightly) settle the row before the lease ends.
+    emulator.add_receipt_rule(provider="twilio", to=user["phone"], outcome="none")
     emulator.add_fault(provider="twilio", to=user["phone"], latency_ms=2500, times=1)
     nid = send(api, uid, "sms", priority="standard")
     wait_status(nid, "sending", timeout=10)
@@ -361,3 +363,18 @@ def test_redis_flushed_after_accept_immediate_send_is_redriven(api, emulator, ui
     assert n.attempts == 1
     assert len(emulator.messages(notification_id=nid)) == 1
 
+
+
+def test_receipts_from_the_emulator_settle_status(api, emulator, uid):
+    user = make_user(api, uid)
+    emulator.add_receipt_rule(provider="twilio", to=user["phone"], outcome="undelivered", error_code=30006)
+    sms = send(api, uid, "sms")
+    email = send(api, uid, "email")
+    n_email = wait_status(email, "delivered", timeout=15)
+    assert n_email.delivered_at is not None
+    n_sms = wait_status(sms, "failed", timeout=15)
+    assert n_sms.reason == "provider_undelivered"
+    assert "30006" in n_sms.reason_detail
+    assert Recipient.objects.get(pk=uid).phone_invalid_reason == "landline"
+    receipts = [k for k in n_sms.events.order_by("id").values_list("kind", flat=True) if k.startswith("receipt:")]
+    assert receipts == ["receipt:sent", "receipt:undelivered"]

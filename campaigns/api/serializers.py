@@ -11,6 +11,7 @@ from notifications.api.serializers import (
     MAX_TTL_SECONDS,
     AwareDateTimeField,
     ContentSerializer,
+    RejectUnknownFields,
     channel_content_errors,
 )
 from notifications.models import Priority
@@ -20,14 +21,14 @@ MAX_MEMBER_IDS = 10_000
 MAX_SPREAD_SECONDS = 24 * 3600
 
 
-class SegmentSerializer(serializers.Serializer):
+class SegmentSerializer(RejectUnknownFields, serializers.Serializer):
     segment_id = serializers.CharField(read_only=True)
     name = serializers.CharField(max_length=200)
     description = serializers.CharField(required=False, allow_blank=True, default="", max_length=10_000)
     member_count = serializers.IntegerField(read_only=True)
 
 
-class MembersSerializer(serializers.Serializer):
+class MembersSerializer(RejectUnknownFields, serializers.Serializer):
     add = serializers.ListField(child=serializers.CharField(max_length=255), required=False, default=list,
                                 max_length=MAX_MEMBER_IDS, help_text="User ids to add (unknown ones are created "
                                                                      "as bare recipients).")
@@ -51,7 +52,7 @@ class MembersResultSerializer(serializers.Serializer):
     member_count = serializers.IntegerField()
 
 
-class VariantSerializer(serializers.Serializer):
+class VariantSerializer(RejectUnknownFields, serializers.Serializer):
     locale = serializers.RegexField(r"^[A-Za-z]{2,3}(?:-[A-Za-z0-9]{2,8})*$", max_length=35)
     title = serializers.CharField(required=False, allow_blank=True, default="", max_length=998)
     body = serializers.CharField(max_length=100_000, trim_whitespace=False)
@@ -70,7 +71,7 @@ class VariantSerializer(serializers.Serializer):
         return attrs
 
 
-class TemplateSerializer(serializers.Serializer):
+class TemplateSerializer(RejectUnknownFields, serializers.Serializer):
     template_id = serializers.CharField(read_only=True)
     name = serializers.CharField(max_length=200)
     default_locale = serializers.CharField(max_length=35, default="en")
@@ -87,13 +88,13 @@ class TemplateSerializer(serializers.Serializer):
         return attrs
 
 
-class LocalTimeSerializer(serializers.Serializer):
+class LocalTimeSerializer(RejectUnknownFields, serializers.Serializer):
     date = serializers.DateField(help_text="Wall-clock date in each recipient's zone (YYYY-MM-DD).")
     time = serializers.TimeField(format="%H:%M", input_formats=["%H:%M", "%H:%M:%S"],
                                  help_text="Wall-clock time in each recipient's zone (HH:MM).")
 
 
-class CampaignRequestSerializer(serializers.Serializer):
+class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
     """``POST /v1/campaigns`` body: exactly one of ``content`` / ``template_id``, at most one of
     ``scheduled_at`` / ``local_time``."""
 

@@ -111,7 +111,8 @@ class CampaignListView(APIView):
         local = data.get("local_time")
         try:
             result = services.create_campaign(
-                client=request.auth, idempotency_key=key, fingerprint=request_fingerprint(request.data),
+                client=request.auth, idempotency_key=key,
+                fingerprint=request_fingerprint({k: v for k, v in data.items() if k not in ("segment", "template")}),
                 name=data["name"], segment=data["segment"], channel=data["channel"], priority=data["priority"],
                 category=data["category"], template=data["template"], title=content.get("title", ""),
                 body=content.get("body", ""), html=content.get("html", ""), data=content.get("data"),

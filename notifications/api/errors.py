@@ -37,6 +37,16 @@ def _body(status_code: int, code: str, message: str, fields: list[dict] | None =
     return {"error": body}
 
 
+def json_error_view(status_code: int, code: str, message: str):
+    """A plain Django view answering the API's error shape (for URL-level 400/404/500)."""
+    from django.http import JsonResponse
+
+    def view(request, exception=None):
+        return JsonResponse(_body(status_code, code, message), status=status_code)
+
+    return view
+
+
 def _flatten(detail, prefix: str = "") -> list[dict]:
     out: list[dict] = []
     if isinstance(detail, dict):
@@ -64,9 +74,10 @@ def exception_handler(exc, context):
         message = f"{first['field']}: {first['message']}" if first.get("field") else first["message"]
         status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
         return Response(_body(status_code, "validation_error", message, fields), status=status_code)
-    code = exc.get_codes() if hasattr(exc, "get_codes") else "error"
+    code = exc.get_codes() if hasattr(exc, "get_codes") else None
     if not isinstance(code, str):
-        code = "error"
+        code = {404: "not_found", 403: "permission_denied", 405: "method_not_allowed"}.get(response.status_code,
+                                                                                            "error")
     message = str(exc.detail) if hasattr(exc, "detail") else str(exc)
     response.data = _body(response.status_code, code, message)
     return response

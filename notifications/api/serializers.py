@@ -29,7 +29,20 @@ PUSH_MAX_BYTES = 4096
 EMAIL_SUBJECT_MAX = 998
 MAX_SCHEDULE_AHEAD = timedelta(days=366)
 MAX_TTL_SECONDS = 28 * 24 * 3600  # FCM's maximum TTL (4 weeks)
-_CATEGORY = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+CATEGORY_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+
+
+class RejectUnknownFields:
+    """Serializer mixin: a key the serializer does not know is a 422 naming it (``unknown_field``),
+    so a typo (``opt_out`` for ``opt_outs``) can never silently replace data with defaults."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({key: serializers.ErrorDetail(
+                    "unknown field", code="unknown_field") for key in unknown})
+        return super().to_internal_value(data)
 
 
 @extend_schema_field(OpenApiTypes.DATETIME)
@@ -58,7 +71,7 @@ class AwareDateTimeField(serializers.Field):
         return value.isoformat() if value else None
 
 
-class ContentSerializer(serializers.Serializer):
+class ContentSerializer(RejectUnknownFields, serializers.Serializer):
     title = serializers.CharField(required=False, allow_blank=True, max_length=EMAIL_SUBJECT_MAX,
                                   help_text="Email subject (required for email) or push title.")
     body = serializers.CharField(max_length=100_000, trim_whitespace=False, help_text="Plain-text body.")
@@ -69,7 +82,7 @@ class ContentSerializer(serializers.Serializer):
                                  help_text="String-to-string map: push data payload / email custom args.")
 
 
-class SendRequestSerializer(serializers.Serializer):
+class SendRequestSerializer(RejectUnknownFields, serializers.Serializer):
     """``POST /v1/notifications`` body."""
 
     user_id = serializers.CharField(max_length=255)
@@ -87,7 +100,7 @@ class SendRequestSerializer(serializers.Serializer):
                                          help_text="Content (e.g. an OTP) is never shown in the admin or logs.")
 
     def validate_category(self, value: str) -> str:
-        if value and not _CATEGORY.match(value):
+        if value and not CATEGORY_PATTERN.match(value):
             raise serializers.ValidationError("lower-case letters, digits, '_', '.', '-'; at most 64",
                                               code="invalid_category")
         return value

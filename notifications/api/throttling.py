@@ -26,7 +26,12 @@ class ApiClientRateThrottle(SimpleRateThrottle):
         if client is None:
             return True
         self.rate = client.rate_limit or settings.API_DEFAULT_RATE_LIMIT
-        self.num_requests, self.duration = self.parse_rate(self.rate)
+        try:
+            self.num_requests, self.duration = self.parse_rate(self.rate)
+        except (ValueError, KeyError):
+            log.error("API client %s has an invalid rate_limit %r; using the default", client.pk, self.rate)
+            self.rate = settings.API_DEFAULT_RATE_LIMIT
+            self.num_requests, self.duration = self.parse_rate(self.rate)
         try:
             return super().allow_request(request, view)
         except Exception as exc:  # redis.exceptions.* through the cache backend

@@ -44,7 +44,10 @@ class NotificationListView(APIView):
                                error_code="permission_denied")
         try:
             result = services.accept_notification(
-                client=client, idempotency_key=key, fingerprint=services.request_fingerprint(request.data),
+                client=client, idempotency_key=key,
+                # Over the validated request (defaults filled in, instants parsed), so a retry that
+                # spells out a default or writes "Z" for "+00:00" is still the same request.
+                fingerprint=services.request_fingerprint({k: v for k, v in data.items() if k != "recipient"}),
                 recipient=data["recipient"], channel=data["channel"], priority=data["priority"],
                 content=data["content"], category=data["category"], scheduled_at=data["scheduled_at"],
                 ttl_seconds=data["ttl_seconds"], sensitive=data["sensitive"])

@@ -7,6 +7,7 @@ import re
 from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import serializers
 
+from notifications.api.serializers import CATEGORY_PATTERN, RejectUnknownFields
 from preferences.models import Channel, Device, Recipient
 from preferences.validation import normalize_phone, validate_iana_zone
 
@@ -20,7 +21,7 @@ def _run(validator, value):
         raise serializers.ValidationError(exc.messages[0], code=exc.code) from None
 
 
-class RecipientSerializer(serializers.Serializer):
+class RecipientSerializer(RejectUnknownFields, serializers.Serializer):
     """A recipient's contacts. PUT replaces them all: an omitted field becomes empty."""
 
     user_id = serializers.CharField(read_only=True)
@@ -59,7 +60,7 @@ class RecipientSerializer(serializers.Serializer):
         return value
 
 
-class QuietHoursSerializer(serializers.Serializer):
+class QuietHoursSerializer(RejectUnknownFields, serializers.Serializer):
     start = serializers.TimeField(format="%H:%M", input_formats=["%H:%M"],
                                   help_text="Local wall-clock start, inclusive (HH:MM).")
     end = serializers.TimeField(format="%H:%M", input_formats=["%H:%M"],
@@ -78,7 +79,7 @@ class QuietHoursSerializer(serializers.Serializer):
         return attrs
 
 
-class PreferencesSerializer(serializers.Serializer):
+class PreferencesSerializer(RejectUnknownFields, serializers.Serializer):
     opt_outs = serializers.ListField(child=serializers.ChoiceField(choices=Channel.choices), required=False,
                                      default=list, max_length=3)
     category_opt_outs = serializers.DictField(
@@ -90,9 +91,10 @@ class PreferencesSerializer(serializers.Serializer):
         if len(value) > 100:
             raise serializers.ValidationError("at most 100 categories", code="max_length")
         for key in value:
-            if not key or len(key) > 64:
-                raise serializers.ValidationError(f"category name '{key[:70]}' must be 1–64 characters",
-                                                  code="invalid_category")
+            if not CATEGORY_PATTERN.match(key):
+                raise serializers.ValidationError(
+                    f"category '{key[:70]}' must be lower-case letters, digits, '_', '.', '-' (at most 64), "
+                    "as categories are on sends", code="invalid_category")
         return value
 
     def to_representation(self, prefs):
@@ -107,8 +109,10 @@ class PreferencesSerializer(serializers.Serializer):
         }
 
 
-class DeviceSerializer(serializers.ModelSerializer):
-    push_token = serializers.CharField(max_length=4096)
+class DeviceSerializer(RejectUnknownFields, serializers.ModelSerializer):
+    # FCM registration tokens are ~160 characters, APNs tokens 64 hex digits; 1,024 leaves room
+    # and stays well inside what the unique index can hold.
+    push_token = serializers.CharField(max_length=1024)
 
     class Meta:
         model = Device

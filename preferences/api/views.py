@@ -8,6 +8,7 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from notifications.api.errors import field_error
 from preferences import services
 from preferences.api.serializers import (
     DeviceSerializer,
@@ -20,14 +21,38 @@ from preferences.models import Preferences, Recipient
 _NOT_FOUND = OpenApiResponse(description="Unknown user_id (create it with PUT /v1/users/{user_id}).")
 
 
+class BadPathId(Exception):
+    def __init__(self, response):
+        self.response = response
+
+
+def check_path_id(name: str, value: str, max_length: int = 255) -> None:
+    """Path ids must be 1–``max_length`` characters without control characters (NUL cannot even be
+    stored). Raises BadPathId carrying the 422 response."""
+    if not value or len(value) > max_length or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise BadPathId(field_error(name, "invalid", f"must be 1–{max_length} characters without control "
+                                                     "characters", 422))
+
+
 def _recipient(user_id: str) -> Recipient:
+    check_path_id("user_id", user_id)
     return get_object_or_404(Recipient, pk=user_id)
 
 
-class RecipientView(APIView):
+class PathIdView(APIView):
+    """Answers a :class:`BadPathId` with its 422."""
+
+    def handle_exception(self, exc):
+        if isinstance(exc, BadPathId):
+            return exc.response
+        return super().handle_exception(exc)
+
+
+class RecipientView(PathIdView):
     @extend_schema(request=RecipientSerializer, responses={200: RecipientSerializer, 201: RecipientSerializer},
                    summary="Create or replace a recipient's contacts")
     def put(self, request, user_id: str):
+        check_path_id("user_id", user_id)
         ser = RecipientSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         recipient, created = services.upsert_recipient(user_id, **ser.validated_data)
@@ -38,7 +63,7 @@ class RecipientView(APIView):
         return Response(recipient_payload(_recipient(user_id)))
 
 
-class PreferencesView(APIView):
+class PreferencesView(PathIdView):
     @extend_schema(responses={200: PreferencesSerializer, 404: _NOT_FOUND}, summary="Get a recipient's preferences")
     def get(self, request, user_id: str):
         recipient = _recipient(user_id)
@@ -55,7 +80,7 @@ class PreferencesView(APIView):
         return Response(PreferencesSerializer().to_representation(prefs))
 
 
-class DevicesView(APIView):
+class DevicesView(PathIdView):
     @extend_schema(responses={200: DeviceSerializer(many=True), 404: _NOT_FOUND}, summary="List push devices")
     def get(self, request, user_id: str):
         recipient = _recipient(user_id)
@@ -73,10 +98,11 @@ class DevicesView(APIView):
         return Response(DeviceSerializer(device).data, status=code)
 
 
-class DeviceView(APIView):
+class DeviceView(PathIdView):
     @extend_schema(responses={204: None, 404: _NOT_FOUND}, summary="Remove a push token")
     def delete(self, request, user_id: str, push_token: str):
         recipient = _recipient(user_id)
+        check_path_id("push_token", push_token, 4096)
         if not services.remove_device(recipient, push_token):
             return Response({"error": {"status": 404, "code": "not_found",
                                        "message": "this user has no device with that push_token"}},

@@ -6,7 +6,10 @@ It binds 127.0.0.1 only and serves, in one asyncio loop:
 * Twilio Messages API (``twilio_api``), SendGrid v3 mail/send (``sendgrid_api``), FCM HTTP v1 and
   its OAuth token endpoint (``fcm_api``), over HTTP on ``--port`` (default 8900);
 * an SMTP sink (``smtp_sink``) on ``--smtp-port`` (default 8925);
-* an inspection and fault-injection API under ``/_emulator/`` (``inspection``, ``faults``).
+* an inspection and fault-injection API under ``/_emulator/`` (``inspection``, ``faults``);
+* delivery receipts sent back like the real providers do: signed Twilio status callbacks and SendGrid
+  Event Webhook batches (``receipts`` decides what, ``webhooks`` sends, ``signing`` signs), to
+  loopback URLs only.
 
 The unmodified SDKs are pointed at it through the hooks in ``shared/reference/providers.md``, so they
 parse its answers and raise their real exception classes. Accepted messages are recorded

@@ -2,7 +2,11 @@
 
 Environment: EMULATOR_PORT (default 8900), EMULATOR_SMTP_PORT (default 8925), EMULATOR_RECORD_FILE
 (append accepted messages as JSON lines), EMULATOR_MAX_MESSAGES (in-memory cap, default 200000,
-0 = unlimited), EMULATOR_LOG_LEVEL (default INFO). Command-line flags win over the environment.
+0 = unlimited), EMULATOR_LOG_LEVEL (default INFO), EMULATOR_RECEIPTS (``0`` turns all delivery
+receipts off; default on), EMULATOR_SENDGRID_EVENTS_URL (where SendGrid Event Webhook batches are
+POSTed; unset = no events), EMULATOR_SENDGRID_SIGNING_KEY_FILE (PEM P-256 private key signing them;
+unset = a key generated at start, see ``GET /_emulator/sendgrid/public-key``). Command-line flags win
+over the environment.
 """
 
 from __future__ import annotations
@@ -14,6 +18,9 @@ import os
 import sys
 
 from providers.emulator.server import serve
+from providers.emulator.signing import SigningKeyError
+
+OFF = ("0", "false", "no", "off")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,14 +36,26 @@ def main(argv: list[str] | None = None) -> int:
                         help="append each accepted message as a JSON line (env EMULATOR_RECORD_FILE)")
     parser.add_argument("--max-messages", type=int, default=int(os.environ.get("EMULATOR_MAX_MESSAGES", 200_000)),
                         help="messages kept in memory, oldest dropped first; 0 = unlimited")
+    parser.add_argument("--no-receipts", dest="receipts", action="store_false",
+                        default=os.environ.get("EMULATOR_RECEIPTS", "1").strip().lower() not in OFF,
+                        help="send no status callbacks / events (env EMULATOR_RECEIPTS=0)")
+    parser.add_argument("--sendgrid-events-url", default=os.environ.get("EMULATOR_SENDGRID_EVENTS_URL") or None,
+                        help="POST SendGrid Event Webhook batches here; loopback URLs only "
+                             "(env EMULATOR_SENDGRID_EVENTS_URL)")
+    parser.add_argument("--sendgrid-signing-key-file",
+                        default=os.environ.get("EMULATOR_SENDGRID_SIGNING_KEY_FILE") or None,
+                        help="PEM P-256 private key for the Event Webhook signature "
+                             "(env EMULATOR_SENDGRID_SIGNING_KEY_FILE; default: generated at start)")
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=os.environ.get("EMULATOR_LOG_LEVEL", "INFO").upper(),
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
     try:
-        asyncio.run(serve(args.port, args.smtp_port, args.record_file, args.max_messages))
-    except OSError as exc:
+        asyncio.run(serve(args.port, args.smtp_port, args.record_file, args.max_messages,
+                          receipts=args.receipts, sendgrid_events_url=args.sendgrid_events_url,
+                          sendgrid_signing_key_file=args.sendgrid_signing_key_file))
+    except (OSError, SigningKeyError) as exc:
         logging.getLogger("providers.emulator").error("cannot start: %s", exc)
         return 1
     return 0

@@ -9,16 +9,20 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from providers.emulator.faults import Fault, FaultBook
+from providers.emulator.receipts import ReceiptBook
 from providers.emulator.store import MessageStore, Stats
+from providers.emulator.webhooks import Webhooks
 
 
 @dataclass
 class Emulator:
-    """Recorded messages, fault rules and counters, shared by the HTTP and SMTP sides."""
+    """Recorded messages, fault rules, counters and outgoing receipts, shared by the HTTP and SMTP sides."""
 
     store: MessageStore
     faults: FaultBook = field(default_factory=FaultBook)
     stats: Stats = field(default_factory=Stats)
+    receipts: ReceiptBook = field(default_factory=ReceiptBook)
+    webhooks: Webhooks = field(default_factory=Webhooks)
 
     async def fault_for(
         self, provider: str, destinations: Iterable[str], smtp_phase: str | None = None,

@@ -9,6 +9,15 @@
   ``GET /_emulator/faults``; ``DELETE /_emulator/faults``; ``DELETE /_emulator/faults/{id}``.
 * ``GET /_emulator/stats`` -> ``{provider: {"requests", "accepted", "rejected", "messages"}}``
   (fcm adds ``token_requests``); ``DELETE /_emulator/stats`` resets the counters.
+* ``POST /_emulator/receipts`` (rule JSON, see ``receipts.py``) -> 201 rule with ``id``;
+  ``GET /_emulator/receipts``; ``DELETE /_emulator/receipts`` (back to the defaults);
+  ``DELETE /_emulator/receipts/{id}``.
+* ``GET /_emulator/webhooks[?provider=&kind=&notification_id=]`` -> every webhook attempt (see
+  ``webhooks.py``), oldest first; ``DELETE /_emulator/webhooks`` forgets them and zeroes the counters;
+  ``GET /_emulator/webhooks/stats`` -> ``{"enabled", "sendgrid_events_url", "pending", "attempts",
+  "succeeded", "failed_attempts", "retries", "dropped", "refused"}``.
+* ``GET /_emulator/sendgrid/public-key`` -> ``{"public_key": "<base64 DER SubjectPublicKeyInfo>"}``,
+  the Event Webhook verification key.
 """
 
 from __future__ import annotations
@@ -19,7 +28,10 @@ from aiohttp import web
 
 from providers.emulator.context import emulator_of
 from providers.emulator.faults import FaultRuleError
+from providers.emulator.receipts import ReceiptRuleError
 from providers.emulator.store import FILTERS
+
+WEBHOOK_FILTERS = ("provider", "kind", "notification_id")
 
 
 async def health(request: web.Request) -> web.Response:
@@ -72,6 +84,51 @@ async def reset_stats(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
+async def add_receipt_rule(request: web.Request) -> web.Response:
+    try:
+        rule = emulator_of(request).receipts.add(json.loads(await request.read()))
+    except (ValueError, ReceiptRuleError) as exc:
+        return web.json_response({"error": str(exc)}, status=400)
+    return web.json_response(rule.as_json(), status=201)
+
+
+async def list_receipt_rules(request: web.Request) -> web.Response:
+    return web.json_response(emulator_of(request).receipts.list())
+
+
+async def clear_receipt_rules(request: web.Request) -> web.Response:
+    emulator_of(request).receipts.clear()
+    return web.Response(status=204)
+
+
+async def delete_receipt_rule(request: web.Request) -> web.Response:
+    rule_id = request.match_info["id"]
+    if not rule_id.isdigit() or not emulator_of(request).receipts.remove(int(rule_id)):
+        return web.json_response({"error": f"no receipts rule {rule_id}"}, status=404)
+    return web.Response(status=204)
+
+
+async def list_webhooks(request: web.Request) -> web.Response:
+    unknown = set(request.query) - set(WEBHOOK_FILTERS)
+    if unknown:
+        return web.json_response({"error": f"unknown filter(s): {', '.join(sorted(unknown))}"}, status=400)
+    filters = {k: request.query[k] for k in WEBHOOK_FILTERS if k in request.query}
+    return web.json_response(emulator_of(request).webhooks.records(**filters))
+
+
+async def clear_webhooks(request: web.Request) -> web.Response:
+    emulator_of(request).webhooks.clear()
+    return web.Response(status=204)
+
+
+async def webhook_stats(request: web.Request) -> web.Response:
+    return web.json_response(emulator_of(request).webhooks.stats())
+
+
+async def sendgrid_public_key(request: web.Request) -> web.Response:
+    return web.json_response({"public_key": emulator_of(request).webhooks.signer.public_key_b64})
+
+
 def _filters(request: web.Request) -> dict[str, str]:
     unknown = set(request.query) - set(FILTERS)
     if unknown:
@@ -94,3 +151,11 @@ def add_routes(app: web.Application) -> None:
     r.add_delete("/_emulator/faults/{id}", delete_fault)
     r.add_get("/_emulator/stats", stats)
     r.add_delete("/_emulator/stats", reset_stats)
+    r.add_post("/_emulator/receipts", add_receipt_rule)
+    r.add_get("/_emulator/receipts", list_receipt_rules)
+    r.add_delete("/_emulator/receipts", clear_receipt_rules)
+    r.add_delete("/_emulator/receipts/{id}", delete_receipt_rule)
+    r.add_get("/_emulator/webhooks", list_webhooks)
+    r.add_delete("/_emulator/webhooks", clear_webhooks)
+    r.add_get("/_emulator/webhooks/stats", webhook_stats)
+    r.add_get("/_emulator/sendgrid/public-key", sendgrid_public_key)

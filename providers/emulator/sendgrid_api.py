@@ -1,7 +1,8 @@
 """SendGrid v3 Mail Send: ``POST /v3/mail/send`` (providers.md §2(b)).
 
 Answers 202 with an empty body and ``X-Message-Id``, recording one message per personalization
-``to`` address, or an error body ``{"errors": [{"message", "field", "help"}]}``.
+``to`` address, or an error body ``{"errors": [{"message", "field", "help"}]}``. With an events URL
+configured, each accepted recipient later gets signed Event Webhook events (``receipts``, ``webhooks``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
+from providers.emulator import receipts
 from providers.emulator.context import bearer_token, emulator_of
 from providers.emulator.faults import Fault
 
@@ -85,12 +87,22 @@ async def send_mail(request: web.Request) -> web.Response:
         (c.get("value") for c in payload.get("content") or [] if c.get("type") == "text/plain"), None,
     )
     top_args = payload.get("custom_args") or {}
+    events = emu.webhooks.enabled and emu.webhooks.sendgrid_url is not None
+    categories = [str(c) for c in payload.get("categories") or [] if isinstance(c, str)]
     recorded = 0
     for p in personalizations:
         subject = p.get("subject") or payload.get("subject")
         notification_id = (p.get("custom_args") or {}).get("notification_id") or top_args.get("notification_id")
         for recipient in p["to"]:
             emu.store.add("sendgrid", recipient["email"], subject, text, message_id, notification_id)
+            if events:
+                rule = emu.receipts.match("sendgrid", recipient["email"])
+                custom_args = {**top_args, **(p.get("custom_args") or {})}
+                emu.webhooks.sendgrid(
+                    receipts.sendgrid_events(rule, recipient["email"], message_id, recorded, categories,
+                                             custom_args),
+                    rule.delay_ms / 1000.0, notification_id,
+                )
             recorded += 1
     emu.stats.accepted("sendgrid", recorded)
     return web.Response(status=202, headers={"X-Message-Id": message_id})

@@ -11,8 +11,10 @@ from aiosmtpd.smtp import SMTP
 
 from providers.emulator import fcm_api, inspection, sendgrid_api, twilio_api
 from providers.emulator.context import EMULATOR_KEY, Emulator
+from providers.emulator.signing import EventWebhookSigner
 from providers.emulator.smtp_sink import SmtpSink, authenticate_any
 from providers.emulator.store import MessageStore
+from providers.emulator.webhooks import Webhooks, is_loopback_url
 
 logger = logging.getLogger("providers.emulator")
 
@@ -29,7 +31,12 @@ def build_app(emulator: Emulator) -> web.Application:
     app[EMULATOR_KEY] = emulator
     for module in (twilio_api, sendgrid_api, fcm_api, inspection):
         module.add_routes(app)
+    app.on_cleanup.append(_close_webhooks)
     return app
+
+
+async def _close_webhooks(app: web.Application) -> None:
+    await app[EMULATOR_KEY].webhooks.close()
 
 
 async def serve(
@@ -38,15 +45,29 @@ async def serve(
     record_file: str | None = None,
     max_messages: int = 0,
     stop: asyncio.Event | None = None,
+    receipts: bool = True,
+    sendgrid_events_url: str | None = None,
+    sendgrid_signing_key_file: str | None = None,
 ) -> None:
     """Serve until SIGTERM/SIGINT (or until ``stop`` is set), then shut down cleanly.
 
+    ``receipts=False`` sends no status callbacks or events at all; ``sendgrid_events_url`` is where
+    SendGrid Event Webhook batches go (``None``: no events); ``sendgrid_signing_key_file`` is a PEM
+    P-256 private key to sign them with (``None``: a key generated at start).
+
     Raises:
-        OSError: a port is already in use.
+        OSError: a port is already in use, or the key file cannot be read.
+        SigningKeyError: the key file holds no unencrypted P-256 private key.
     """
     # aiosmtpd logs every SMTP command at INFO: far too costly per message.
     logging.getLogger("mail.log").setLevel(logging.WARNING)
-    emulator = Emulator(store=MessageStore(max_messages=max_messages, record_path=record_file))
+    signer = EventWebhookSigner.from_pem_file(sendgrid_signing_key_file) if sendgrid_signing_key_file else None
+    webhooks = Webhooks(enabled=receipts, sendgrid_url=sendgrid_events_url, signer=signer)
+    if receipts and sendgrid_events_url and not is_loopback_url(sendgrid_events_url):
+        logger.warning("EMULATOR_SENDGRID_EVENTS_URL %s is not a loopback URL: every event will be refused",
+                       sendgrid_events_url)
+    emulator = Emulator(store=MessageStore(max_messages=max_messages, record_path=record_file),
+                        webhooks=webhooks)
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
     runner = web.AppRunner(build_app(emulator), access_log=None, handle_signals=False,

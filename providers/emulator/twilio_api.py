@@ -2,7 +2,8 @@
 
 Answers 201 with a Message resource (``status: "queued"``) or an error body
 ``{"code", "message", "more_info", "status"}``; never ``type``/``title``, which would make the SDK
-raise ``TwilioServiceException`` instead of ``TwilioRestException``.
+raise ``TwilioServiceException`` instead of ``TwilioRestException``. An accepted message with a
+``StatusCallback`` later gets signed status callbacks there (``receipts``, ``webhooks``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from aiohttp import web
 
+from providers.emulator import receipts
 from providers.emulator.context import emulator_of
 from providers.emulator.faults import Fault
 
@@ -82,7 +84,8 @@ async def create_message(request: web.Request) -> web.Response:
     """Validate and accept one SMS; records it with notification id = ``nid`` of StatusCallback."""
     emu = emulator_of(request)
     sid = request.match_info["sid"]
-    if not _authorized(request, sid):
+    credentials = _credentials(request, sid)
+    if credentials is None:
         emu.stats.rejected("twilio")
         return error(401, 20003)
     form = await request.post()
@@ -98,11 +101,17 @@ async def create_message(request: web.Request) -> web.Response:
     body = str(form.get("Body", ""))
     message_sid = "SM" + secrets.token_hex(16)
     callback = form.get("StatusCallback")
-    emu.store.add("twilio", to, None, body, message_sid, _notification_id(callback))
+    notification_id = _notification_id(callback)
+    emu.store.add("twilio", to, None, body, message_sid, notification_id)
     emu.stats.accepted("twilio")
+    service_sid = form.get("MessagingServiceSid")
+    if callback and emu.webhooks.enabled:
+        rule = emu.receipts.match("twilio", to)
+        base = receipts.twilio_base(message_sid, sid, to, _str(form.get("From")), _str(service_sid))
+        emu.webhooks.twilio(str(callback), credentials[1], receipts.twilio_callbacks(rule, base),
+                            rule.delay_ms / 1000.0, notification_id)
     now = format_datetime(datetime.now(UTC))
     uri = f"/{API_VERSION}/Accounts/{sid}/Messages/{message_sid}"
-    service_sid = form.get("MessagingServiceSid")
     return web.json_response(
         {
             "sid": message_sid,
@@ -144,18 +153,26 @@ def _validate(form, to: str) -> web.Response | None:
     return None
 
 
-def _authorized(request: web.Request, sid: str) -> bool:
-    """HTTP Basic ``AccountSid:AuthToken`` (or ``ApiKeySid:Secret``) with a non-empty secret."""
+def _credentials(request: web.Request, sid: str) -> tuple[str, str] | None:
+    """``(user, secret)`` of HTTP Basic ``AccountSid:AuthToken`` (or ``ApiKeySid:Secret``), else ``None``.
+
+    The secret signs the status callbacks (with an API key, real Twilio would use the account's
+    AuthToken, which the emulator cannot know).
+    """
     scheme, _, encoded = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() != "basic":
-        return False
+        return None
     try:
         user, _, secret = base64.b64decode(encoded, validate=True).decode("utf-8").partition(":")
     except (binascii.Error, UnicodeDecodeError):
-        return False
+        return None
     if not user or not secret:
-        return False
-    return user == sid or user.startswith("SK")
+        return None
+    return (user, secret) if user == sid or user.startswith("SK") else None
+
+
+def _str(value: object) -> str | None:
+    return str(value) if value else None
 
 
 def _notification_id(callback: object) -> str | None:

@@ -180,7 +180,9 @@ class FcmPushBackend(PushBackend):
             raise ProviderConfigurationError(self.name, f"cannot load FCM credentials: {exc}") from exc
         app = firebase_admin.initialize_app(
             cred,
-            options={"projectId": project_id, "httpTimeout": timeout},
+            # firebase-admin's urllib3 Retry re-sends once after a read timeout, so one send() can
+            # take 2 x httpTimeout: give it half, making TIMEOUT the real deadline of a call.
+            options={"projectId": project_id, "httpTimeout": timeout / 2},
             name=f"notify-fcm-{os.getpid()}-{next(_app_numbers)}",
         )
         try:

@@ -38,18 +38,22 @@ def free_port() -> int:
 class EmulatorProcess:
     """One ``python -m providers.emulator`` subprocess plus a tiny JSON client for ``/_emulator/``."""
 
-    def __init__(self, record_file: Path | None = None) -> None:
+    def __init__(self, record_file: Path | None = None, env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.smtp_port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.record_file = record_file
+        self.extra_env = env or {}
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 15.0) -> EmulatorProcess:
         env = {**os.environ, "EMULATOR_LOG_LEVEL": "WARNING"}
-        env.pop("EMULATOR_RECORD_FILE", None)
+        for name in ("EMULATOR_RECORD_FILE", "EMULATOR_RECEIPTS", "EMULATOR_SENDGRID_EVENTS_URL",
+                     "EMULATOR_SENDGRID_SIGNING_KEY_FILE"):
+            env.pop(name, None)
         if self.record_file is not None:
             env["EMULATOR_RECORD_FILE"] = str(self.record_file)
+        env.update(self.extra_env)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "providers.emulator", "--port", str(self.port), "--smtp-port", str(self.smtp_port)],
             cwd=ROOT, env=env,
@@ -104,6 +108,8 @@ class EmulatorProcess:
         self.call("DELETE", "/_emulator/messages")
         self.call("DELETE", "/_emulator/faults")
         self.call("DELETE", "/_emulator/stats")
+        self.call("DELETE", "/_emulator/receipts")
+        self.call("DELETE", "/_emulator/webhooks")
 
 
 @pytest.fixture(scope="session")
