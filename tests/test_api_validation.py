@@ -289,3 +289,110 @@ def test_per_client_rate_limit_is_429_with_retry_after(user):
     assert r.json()["error"]["code"] == "throttled"
     assert 0 < int(r.headers["Retry-After"]) <= 60
     assert Notification.objects.count() == 3
+
+
+# --- hardening found by the adversarial run ------------------------------------------------------
+
+@pytest.mark.parametrize(("path", "body", "field"), [
+    ("/v1/users/alice/preferences", {"category_opt_outs": {"m\x00x": ["email"]}}, "category_opt_outs.m\\u0000x"),
+    ("/v1/users/alice", {"email": "a\x00@example.com"}, "email"),
+])
+def test_nul_characters_are_400_naming_the_field(http, user, path, body, field):
+    r = http.put(path, data=json.dumps(body), content_type="application/json")
+    assert r.status_code == 400
+    assert r.json()["error"]["code"] == "parse_error"
+    assert field in r.json()["error"]["message"]
+    assert not Preferences.objects.exists()
+
+
+def test_absurdly_nested_json_is_400(http, user):
+    r = http.post("/v1/notifications", data="[" * 100_000 + "]" * 100_000, content_type="application/json",
+                  headers={"Idempotency-Key": "deep"})
+    assert r.status_code == 400
+    assert_nothing_written()
+
+
+@pytest.mark.parametrize(("path", "body", "field"), [
+    ("/v1/users/alice/preferences", {"opt_out": ["sms"]}, "opt_out"),
+    ("/v1/users/alice", {"phon": "+4915112345678"}, "phon"),
+    ("/v1/notifications", sms(prio="high"), "prio"),
+])
+def test_unknown_fields_are_422_and_change_nothing(http, user, path, body, field):
+    method = http.post if path == "/v1/notifications" else http.put
+    r = method(path, data=json.dumps(body), content_type="application/json", headers={"Idempotency-Key": "u"})
+    assert r.status_code == 422
+    assert fields(r) == {(field, "unknown_field")}
+    assert Recipient.objects.get(pk="alice").phone == "+4915123456789"
+    assert_nothing_written()
+
+
+@pytest.mark.parametrize("user_id", ["y" * 256, "a%00b", "tab%09here"])
+def test_bad_user_id_in_path_is_422(http, user_id):
+    r = http.put(f"/v1/users/{user_id}", data=json.dumps({}), content_type="application/json")
+    assert r.status_code == 422
+    assert fields(r) == {("user_id", "invalid")}
+    assert not Recipient.objects.exists()
+
+
+def test_category_opt_out_keys_follow_the_category_rule(http, user):
+    r = http.put("/v1/users/alice/preferences", data=json.dumps({"category_opt_outs": {"Marketing Promo!": ["email"]}}),
+                 content_type="application/json")
+    assert r.status_code == 422
+    assert fields(r) == {("category_opt_outs", "invalid_category")}
+
+
+def test_overlong_push_token_is_422(http, user):
+    r = http.put("/v1/users/alice/devices", data=json.dumps({"platform": "ios", "push_token": "t" * 1025}),
+                 content_type="application/json")
+    assert r.status_code == 422
+    assert fields(r) == {("push_token", "max_length")}
+
+
+def test_unknown_api_path_and_bad_uuid_answer_json_404(http):
+    for path in ("/v1/notifications/not-a-uuid", "/v1/nothing-here"):
+        r = http.get(path)
+        assert r.status_code == 404
+        assert r.json()["error"]["code"] == "not_found"
+    r = http.get("/v1/users/ghost")
+    assert r.json()["error"]["code"] == "not_found"
+
+
+def test_invalid_stored_rate_limit_falls_back_to_default(user):
+    client, key = APIClient.objects.create_key(name="typo")
+    APIClient.objects.filter(pk=client.pk).update(rate_limit="lots")
+    r = post(Client(headers={"Authorization": f"Api-Key {key}"}), sms())
+    assert r.status_code == 202
+    with pytest.raises(Exception, match="rate like"):
+        APIClient(name="x", rate_limit="lots").full_clean()
+
+
+def test_fingerprint_ignores_spelled_out_defaults(http, user):
+    assert post(http, sms(), key="fp").status_code == 202
+    r = post(http, sms(priority="standard", sensitive=False, category=""), key="fp")
+    assert r.status_code == 202
+    assert r.headers["Idempotent-Replayed"] == "true"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_upserts_of_a_new_user_and_token_never_500(client_key):
+    import concurrent.futures
+
+    key = client_key[1]
+
+    def put(path, body):
+        from django.db import connection
+
+        c = Client(headers={"Authorization": f"Api-Key {key}"})
+        try:
+            return c.put(path, data=json.dumps(body), content_type="application/json").status_code
+        finally:
+            connection.close()  # each thread has its own connection
+
+    with concurrent.futures.ThreadPoolExecutor(10) as pool:
+        codes = list(pool.map(lambda i: put("/v1/users/racer", {"email": f"r{i}@example.com"}), range(20)))
+    assert set(codes) <= {200, 201} and codes.count(201) == 1
+    with concurrent.futures.ThreadPoolExecutor(10) as pool:
+        codes = list(pool.map(lambda i: put("/v1/users/racer/devices", {"platform": "ios", "push_token": "tok-race"}),
+                              range(20)))
+    assert set(codes) <= {200, 201} and codes.count(201) == 1
+    assert Device.objects.filter(push_token="tok-race").count() == 1

@@ -49,7 +49,9 @@ def json_error_view(status_code: int, code: str, message: str):
 
 def _flatten(detail, prefix: str = "") -> list[dict]:
     out: list[dict] = []
-    if isinstance(detail, dict):
+    if isinstance(detail, dict) and set(detail) == {"message", "code"}:
+        out.append({"field": prefix or None, "code": detail["code"], "message": str(detail["message"])})
+    elif isinstance(detail, dict):
         for key, value in detail.items():
             name = prefix if key == "non_field_errors" else (f"{prefix}.{key}" if prefix else str(key))
             out.extend(_flatten(value, name))

@@ -40,8 +40,8 @@ class RejectUnknownFields:
         if isinstance(data, dict):
             unknown = sorted(set(data) - set(self.fields))
             if unknown:
-                raise serializers.ValidationError({key: serializers.ErrorDetail(
-                    "unknown field", code="unknown_field") for key in unknown})
+                raise serializers.ValidationError({key: [serializers.ErrorDetail(
+                    "unknown field", code="unknown_field")] for key in unknown})
         return super().to_internal_value(data)
 
 
