@@ -15,7 +15,7 @@ export PORT
 PUBLIC_BASE_URL ?= http://127.0.0.1:$(PORT)
 export PUBLIC_BASE_URL
 
-.PHONY: run test test-fast stop setup services migrate lint clean
+.PHONY: run test test-fast test-chaos stop setup services migrate lint clean
 
 $(STAMP): requirements.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is needed (set PYTHON=python3.11)")'
@@ -47,6 +47,15 @@ test: migrate
 ## test-fast: only the tests that need no worker processes
 test-fast: migrate
 	$(PY) -m pytest -m "not e2e"
+
+## test-chaos: every fault scenario at full size (20,000 recipients) against the whole stack, on a
+## second, dedicated Postgres and Redis (it flushes and restarts them); writes docs/RELIABILITY.md
+test-chaos: migrate
+	@rm -rf test-artifacts/chaos
+	@DEVSERVICES_DIR=.run/chaos $(PY) scripts/devservices.py up
+	@set -a; . .run/chaos/env; set +a; export DEVSERVICES_DIR=.run/chaos CHAOS_FULL=1 CHAOS_DEDICATED_SERVICES=1; \
+	  $(PY) -m pytest tests/chaos -p no:cacheprovider -v; status=$$?; \
+	  $(PY) scripts/devservices.py down; $(PY) scripts/chaos_report.py; exit $$status
 
 ## stop: stop the project-local Postgres and Redis
 stop:
