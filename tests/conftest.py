@@ -14,6 +14,29 @@ from tests.stack import Stack
 
 
 @pytest.fixture(scope="session")
+def django_db_setup(request, django_test_environment, django_db_blocker, django_db_keepdb):
+    """Always create the test database for the default alias.
+
+    pytest-django creates only the databases that collected tests *mark* as used; end-to-end tests
+    use it through ``live_db`` without a mark, so a run of only those would otherwise talk to the
+    development database.
+    """
+    from django.test.utils import setup_databases, teardown_databases
+
+    with django_db_blocker.unblock():
+        config = setup_databases(verbosity=request.config.option.verbose, interactive=False,
+                                 keepdb=django_db_keepdb, aliases={"default"})
+    yield
+    with django_db_blocker.unblock():
+        try:
+            teardown_databases(config, verbosity=request.config.option.verbose)
+        except Exception as exc:  # a worker's connection still closing: leave it for next time  # noqa: BLE001
+            import warnings
+
+            warnings.warn(f"test database not dropped: {exc}", stacklevel=1)
+
+
+@pytest.fixture(scope="session")
 def stack(django_db_setup, django_db_blocker, tmp_path_factory):
     db = settings.DATABASES["default"]
     database_url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
