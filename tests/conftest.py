@@ -30,7 +30,7 @@ def django_db_setup(request, django_test_environment, django_db_blocker, django_
     with django_db_blocker.unblock():
         try:
             teardown_databases(config, verbosity=request.config.option.verbose)
-        except Exception as exc:  # a worker's connection still closing: leave it for next time  # noqa: BLE001
+        except Exception as exc:  # a worker's connection still closing: leave it for next time
             import warnings
 
             warnings.warn(f"test database not dropped: {exc}", stacklevel=1)
