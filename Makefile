@@ -37,12 +37,28 @@ run: migrate
 	@$(PY) manage.py check
 	@echo "API and admin: http://127.0.0.1:$(PORT)/  (docs: /api/docs/, admin: /admin/)"
 	@echo "Provider emulator: http://127.0.0.1:$${EMULATOR_PORT:-8900}/_emulator/messages"
+	@rm -f .run/prometheus/*.db  # multiprocess metric files of the previous run
 	@$(VENV)/bin/honcho start -f Procfile -p $(PORT) || test $$? -eq 130  # Ctrl-C is a normal stop
 
 ## test: set up, then run the whole test suite (unit + end-to-end with real processes)
-test: migrate
+test: migrate browser-deps
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest
+
+## browser-deps: Debian's Chromium for the real-browser admin tests (tests/browser), installed when
+## /usr/bin/chromium is missing; needs root (otherwise those tests are skipped, with the reason)
+.PHONY: browser-deps
+browser-deps:
+	@test -x /usr/bin/chromium || \
+	  if [ "$$(id -u)" != 0 ]; then \
+	    echo "browser-deps: /usr/bin/chromium is missing and this is not root: not installing it;" \
+	         "the browser tests will be skipped (as root: apt-get install -y chromium)"; \
+	  elif ! command -v apt-get >/dev/null 2>&1; then \
+	    echo "browser-deps: /usr/bin/chromium is missing and there is no apt-get (not Debian):" \
+	         "the browser tests will be skipped"; \
+	  else \
+	    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; \
+	  fi
 
 ## test-fast: only the tests that need no worker processes
 test-fast: migrate

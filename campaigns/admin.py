@@ -1,5 +1,6 @@
-"""Marketing admin for segments, templates and campaigns, and the campaign history support agents see
-on a recipient's page.
+"""Marketing admin for segments, templates and campaigns (the ``marketing`` group's pages; see
+:mod:`campaigns.roles`). A recipient's notifications, campaign ones included, are on the Recipient
+page (:class:`notifications.admin.RecipientNotificationInline`).
 
 * Segments: member counts, CSV upload of user ids, a link to the (paginated) members.
 * Templates: per-locale variants validated as templates; a preview rendered for one recipient.
@@ -8,7 +9,8 @@ on a recipient's page.
   cancelled, and its progress refreshes on the page. Launches and cancels go to the admin log.
 
 Priority ``high`` needs the permission ``campaigns.send_high_priority`` (see
-:func:`campaigns.forms.can_send_high`: today, superusers only).
+:func:`campaigns.forms.can_send_high`): superusers, and staff it is granted to one by one; the
+``marketing`` group does not have it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from django.contrib.admin.views.main import ChangeList
 from django.db import transaction
 from django.db.models import Count, IntegerField, OuterRef, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
-from django.forms.models import BaseInlineFormSet
 from django.urls import path, reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_GET, require_POST
@@ -45,10 +46,7 @@ from campaigns.models import (
     TemplateVariant,
 )
 from notifications import clock
-from notifications.models import Notification, Priority
-
-SUPPORT_HISTORY_LIMIT = 50
-
+from notifications.models import Priority
 
 # --- segments --------------------------------------------------------------------------------------
 
@@ -335,52 +333,3 @@ class CampaignAdmin(admin_views.CampaignLifecycleViews, admin.ModelAdmin):
                 extra.update(progress=admin_views.progress(campaign),
                              can_cancel=may_change and campaign.status in admin_views.ACTIVE_CAMPAIGN_STATUSES)
         return super().change_view(request, object_id, form_url, {**extra, **(extra_context or {})})
-
-
-# --- support: a recipient's campaign notifications ---------------------------------------------------
-
-class NewestCampaignNotifications(BaseInlineFormSet):
-    """The recipient's newest SUPPORT_HISTORY_LIMIT campaign notifications (inlines cannot slice
-    their queryset, so it is filtered to those ids)."""
-
-    def get_queryset(self):
-        if not hasattr(self, "_newest"):
-            qs = super().get_queryset().filter(campaign_id__isnull=False).order_by("-created_at")
-            ids = list(qs.values_list("pk", flat=True)[:SUPPORT_HISTORY_LIMIT])
-            self._newest = qs.filter(pk__in=ids)
-        return self._newest
-
-
-class RecipientCampaignNotificationInline(admin.TabularInline):
-    """Read-only: on the Recipient page, which campaigns reached this person and, if not, why."""
-
-    model = Notification
-    formset = NewestCampaignNotifications
-    fields = ["campaign_link", "channel", "status", "reason_shown", "created_at"]
-    readonly_fields = fields
-    extra = 0
-    can_delete = False
-    show_change_link = True
-    verbose_name = "campaign notification"
-    verbose_name_plural = f"Campaign notifications (newest {SUPPORT_HISTORY_LIMIT})"
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-    @admin.display(description="Campaign")
-    def campaign_link(self, obj):
-        url = reverse("admin:campaigns_campaign_change", args=[obj.campaign_id])
-        return format_html('<a href="{}">{}</a>', url, obj.campaign_id)
-
-    @admin.display(description="Reason")
-    def reason_shown(self, obj):
-        if not obj.reason:
-            return "—"
-        shown = format_html("<code>{}</code>: {}", obj.reason, obj.get_reason_display())
-        return format_html("{} ({})", shown, obj.reason_detail) if obj.reason_detail else shown

@@ -28,7 +28,7 @@ from django.db import connection, transaction
 from django.db.models import F
 
 from campaigns.models import Campaign, CampaignShard, CampaignStatus
-from notifications import clock
+from notifications import clock, metrics
 from notifications.enqueue import enqueue_on_commit
 from notifications.models import Reason, Status
 from preferences.wallclock import wall_time_to_utc
@@ -254,6 +254,8 @@ def _insert_page(campaign: Campaign, members: list[dict], now: datetime) -> list
             "statuses": statuses, "reasons": reasons, "dues": dues, "expires": expires,
         })
         inserted = cur.fetchall()
+    metrics.fanout_page_inserted(channel=campaign.channel, tier=campaign.priority, inserted=inserted,
+                                 reasons=dict(zip(ids, reasons, strict=True)))
     if planner.defaulted:
         Campaign.objects.filter(pk=campaign.pk).update(
             default_zone_count=F("default_zone_count") + planner.defaulted)

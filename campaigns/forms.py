@@ -168,8 +168,9 @@ class TemplateVariantFormSet(BaseInlineFormSet):
 def can_send_high(user) -> bool:
     """Whether ``user`` may give a campaign priority ``high``.
 
-    The rule is the permission ``campaigns.send_high_priority``. It is not declared on the model
-    (no migration yet), so today only superusers, who hold every permission, have it.
+    The rule is the permission ``campaigns.send_high_priority``, created by the migration
+    ``campaigns/0002_staff_groups`` (not declared on the model). Superusers hold it; staff get it
+    one by one (no group has it: not ``marketing``).
     """
     return user.has_perm("campaigns.send_high_priority")
 
@@ -188,7 +189,7 @@ class CampaignForm(forms.ModelForm):
         fields = ["name", *DEFINITION_FIELDS]
         help_texts = {
             "priority": "High skips quiet hours and uses the OTP queues: only users with the permission "
-                        "campaigns.send_high_priority (today: superusers) may choose it.",
+                        "campaigns.send_high_priority (superusers; not the marketing group) may choose it.",
             "category": "Matched against recipients' category opt-outs.",
             "template": "Either a template (rendered per recipient at send time)…",
             "title": "…or inline content: email subject / push title (Jinja2 variables allowed).",

@@ -7,6 +7,7 @@ provider credentials; with no provider credentials the platform talks to the loc
 emulator (``providers/emulator``), which is what ``make run`` and the tests use.
 """
 
+import os
 from pathlib import Path
 
 import environ
@@ -317,6 +318,14 @@ def _providers():
 
 # Ordered provider list per channel: the first is the primary (DESIGN.md §8 provider router).
 PROVIDERS = _providers()
+
+# --- Operations (docs/OPERATIONS.md) -----------------------------------------------------------
+# /metrics needs `Authorization: Bearer <METRICS_TOKEN>`; unset, it answers loopback requests only.
+METRICS_TOKEN = env("METRICS_TOKEN", default="")
+# prometheus-client multiprocess mode: each process writes its counters here, /metrics sums them.
+PROMETHEUS_MULTIPROC_DIR = env("PROMETHEUS_MULTIPROC_DIR", default=str(RUN_DIR / "prometheus"))
+os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", PROMETHEUS_MULTIPROC_DIR)
+Path(PROMETHEUS_MULTIPROC_DIR).mkdir(parents=True, exist_ok=True)
 
 # --- Logging ------------------------------------------------------------------------------------
 LOGGING = {

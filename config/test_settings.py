@@ -4,10 +4,19 @@ project-local Redis server. Two test sessions at once on one machine need differ
 ``TEST_REDIS_DB`` and ``TEST_DATABASE_NAME`` values."""
 
 import os
+import tempfile
 
-from config.settings import *  # noqa: F403
-from config.settings import REDIS_URL as _BASE_REDIS_URL
+# Read before config.settings defaults it to .run/prometheus.
+_GIVEN_PROM_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+
+from config.settings import *  # noqa: E402, F403
+from config.settings import REDIS_URL as _BASE_REDIS_URL  # noqa: E402
 
 REDIS_URL = _BASE_REDIS_URL.rsplit("/", 1)[0] + "/" + os.environ.get("TEST_REDIS_DB", "1")
 CELERY_BROKER_URL = REDIS_URL
 CACHES["default"]["LOCATION"] = REDIS_URL  # noqa: F405
+
+# Metric files of test processes (and of the e2e stack, which inherits the environment) never mix
+# with those of a `make run` stack.
+PROMETHEUS_MULTIPROC_DIR = os.environ["PROMETHEUS_MULTIPROC_DIR"] = (
+    _GIVEN_PROM_DIR or tempfile.mkdtemp(prefix="notify-prom-"))

@@ -7,14 +7,17 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from campaigns.api import views as campaign_views
+from notifications import health, metrics
 from notifications.api import views as notification_views
 from preferences.api import views as preference_views
+from providers import health_admin
 from providers.sendgrid import webhooks as sendgrid_webhooks
 from providers.twilio import webhooks as twilio_webhooks
 
 admin.site.site_header = "Notification platform"
 admin.site.site_title = "Notification platform admin"
 admin.site.index_title = "Delivery, recipients and campaigns"
+health_admin.install(admin.site)  # /admin/provider-health/, linked from the index
 
 urlpatterns = [
     path("v1/notifications", notification_views.NotificationListView.as_view(), name="notifications"),
@@ -36,6 +39,9 @@ urlpatterns = [
          name="campaign-cancel"),
     path("webhooks/twilio/status", twilio_webhooks.status_callback, name="webhook-twilio-status"),
     path("webhooks/sendgrid/events", sendgrid_webhooks.events, name="webhook-sendgrid-events"),
+    path("metrics", metrics.metrics_view, name="metrics"),
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
     path("admin/", admin.site.urls),

@@ -10,6 +10,8 @@ import uuid
 
 from django.contrib import admin
 from django.contrib.admin.utils import quote
+from django.core.exceptions import ValidationError
+from django.forms.models import BaseInlineFormSet
 from django.urls import reverse
 from django.utils.html import format_html
 from rest_framework_api_key.admin import APIKeyModelAdmin
@@ -17,8 +19,24 @@ from rest_framework_api_key.models import APIKey
 
 from notifications import services
 from notifications.models import APIClient, DeadLetter, DeliveryAttempt, DeliveryEvent, Notification
+from preferences.validation import normalize_phone
 
 HIDDEN = "•••• (sensitive: hidden)"
+RECIPIENT_HISTORY_LIMIT = 50
+
+
+def phone_search_term(term: str) -> str | None:
+    """The E.164 form of a phone number typed into an admin search box (``+49 151 1234 5678``,
+    ``+49 (151) 1234-5678``), or None when ``term`` is not a valid number in international format."""
+    term = term.strip()
+    if not term.startswith("+") or not any(c.isdigit() for c in term):
+        return None
+    if any(not (c.isdigit() or c in " +-./()") for c in term):
+        return None
+    try:
+        return normalize_phone(term)
+    except ValidationError:
+        return None
 
 
 class ReadOnlyInline(admin.TabularInline):
@@ -55,7 +73,8 @@ class NotificationAdmin(admin.ModelAdmin):
     list_filter = ["status", "channel", "priority", "reason", ("created_at", admin.DateFieldListFilter)]
     search_fields = ["recipient__user_id", "recipient__email", "recipient__phone", "idempotency_key",
                      "provider_message_id"]
-    search_help_text = "User id, email, phone (E.164), idempotency key, provider message id or notification id."
+    search_help_text = ("User id, email, phone (international format, e.g. +49 151 1234 5678), idempotency key, "
+                        "provider message id or notification id.")
     date_hierarchy = None
     ordering = ["-created_at"]
     list_select_related = ["recipient"]
@@ -92,9 +111,11 @@ class NotificationAdmin(admin.ModelAdmin):
         except ValueError:
             pass
         if term.startswith("+") or "@" in term:
-            # Exact contact lookups use the indexes instead of a LIKE scan.
-            field = "recipient__phone" if term.startswith("+") else "recipient__email__iexact"
-            return queryset.filter(**{field: term}), False
+            # Exact contact lookups use the indexes instead of a LIKE scan. A phone number may be
+            # typed with spaces or dashes: it is normalised to E.164 (as stored) first.
+            if term.startswith("+"):
+                return queryset.filter(recipient__phone=phone_search_term(term) or term), False
+            return queryset.filter(recipient__email__iexact=term), False
         return super().get_search_results(request, queryset, search_term)
 
     @admin.display(description="Status", ordering="status")
@@ -154,7 +175,7 @@ class DeadLetterAdmin(NotificationAdmin):
     def last_error(self, obj):
         return obj.reason_detail[:120]
 
-    @admin.action(description="Replay selected dead letters (same id; attempt budget reset)")
+    @admin.action(description="Replay selected dead letters (same id; attempt budget reset)", permissions=["replay"])
     def replay(self, request, queryset):
         ids = list(queryset.values_list("pk", flat=True))
         count = services.replay_dead_letters(ids, by=request.user.get_username())
@@ -162,9 +183,68 @@ class DeadLetterAdmin(NotificationAdmin):
             self.log_change(request, obj, "Replayed dead letter")
         self.message_user(request, f"Replayed {count} dead letter(s); they are queued again.")
 
+    def has_replay_permission(self, request):
+        # Declared by the migration campaigns/0002_staff_groups (the support group has it). The
+        # pages stay read-only: no change permission is needed or given.
+        return request.user.has_perm("notifications.replay_deadletter")
+
+
+# --- support: a recipient's notifications (an inline of the Recipient page) ---------------------------
+
+class NewestNotifications(BaseInlineFormSet):
+    """The recipient's newest RECIPIENT_HISTORY_LIMIT notifications (inlines cannot slice their
+    queryset, so it is filtered to those ids; the index on ``(recipient, -created_at)`` serves it)."""
+
+    def get_queryset(self):
+        if not hasattr(self, "_newest"):
+            qs = super().get_queryset().order_by("-created_at")
+            ids = list(qs.values_list("pk", flat=True)[:RECIPIENT_HISTORY_LIMIT])
+            self._newest = qs.filter(pk__in=ids)
+        return self._newest
+
+
+class RecipientNotificationInline(admin.TabularInline):
+    """Read-only, on the Recipient page: every notification of this person (API sends and campaign
+    sends), newest first, with status and reason, each linked to its page. No content is shown.
+    Shown to users with ``notifications.view_notification`` only (support, not marketing)."""
+
+    model = Notification
+    formset = NewestNotifications
+    readonly_fields = ["created_at", "channel", "priority", "category", "status", "reason_shown", "campaign_link",
+                       "campaign_id"]
+    extra = 0
+    can_delete = False
+    show_change_link = True
+    verbose_name = "notification"
+    verbose_name_plural = f"Notifications (newest {RECIPIENT_HISTORY_LIMIT}; all: “All notifications” above)"
+
+    def get_fields(self, request, obj=None):
+        # The campaign as a link only for those who may open campaign pages (support may not).
+        campaign = "campaign_link" if request.user.has_perm("campaigns.view_campaign") else "campaign_id"
+        return ["created_at", "channel", "priority", "category", "status", "reason_shown", campaign]
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
     def has_change_permission(self, request, obj=None):
-        # The replay action needs change permission; the form itself stays read-only.
-        return request.user.has_perm("notifications.change_notification")
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="Campaign")
+    def campaign_link(self, obj):
+        if obj.campaign_id is None:
+            return "—"
+        url = reverse("admin:campaigns_campaign_change", args=[obj.campaign_id])
+        return format_html('<a href="{}">{}</a>', url, obj.campaign_id)
+
+    @admin.display(description="Reason")
+    def reason_shown(self, obj):
+        if not obj.reason:
+            return "—"
+        shown = format_html("<code>{}</code>: {}", obj.reason, obj.get_reason_display())
+        return format_html("{} ({})", shown, obj.reason_detail) if obj.reason_detail else shown
 
 
 # One place for keys: the API clients below (the package's own "API keys" page would list the same

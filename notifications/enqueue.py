@@ -13,6 +13,8 @@ from collections.abc import Iterable
 
 from django.db import transaction
 
+from notifications import metrics
+
 log = logging.getLogger(__name__)
 
 # How many notification ids one standard-tier task carries. High-tier tasks carry one id each, so
@@ -41,6 +43,7 @@ def enqueue_rollback_unsafe(rows: Iterable[tuple], countdown: float | None = Non
             send_notifications.apply_async(args=[ids[start:start + size]], queue=queue,
                                            routing_key=queue, exchange="", countdown=countdown)
             published += 1
+            metrics.task_published(queue)
     return published
 
 
@@ -58,5 +61,6 @@ def _enqueue_or_log(rows: list[tuple], countdown: float | None) -> None:
     try:
         enqueue_rollback_unsafe(rows, countdown=countdown)
     except Exception as exc:  # kombu/redis raise many types; all mean "not published"
+        metrics.publish_failed(len(rows))
         log.warning("broker publish failed for %d notification(s); the reconciler will re-drive "
                     "them: %s", len(rows), exc)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
 
-from notifications import clock, markers
+from notifications import clock, markers, metrics
 from notifications.models import DeliveryEvent, Notification, Reason, Status
 from preferences.models import Preferences, Recipient, SmsStop
 
@@ -99,6 +99,8 @@ def apply_receipts(receipts: list[Receipt]) -> dict[str, int]:
     counts = {"applied": 0, "duplicate": 0, "unknown": 0}
     for receipt in receipts:
         counts[_apply_one(receipt)] += 1
+    if receipts:
+        metrics.receipts_counted(receipts[0].provider, counts)
     if counts["unknown"]:
         log.info("%d receipt(s) for unknown messages from %s", counts["unknown"], receipts[0].provider)
         try:
@@ -126,6 +128,7 @@ def _apply_one(receipt: Receipt) -> str:
                 status=Status.DELIVERED, delivered_at=now, lease_until=None, updated_at=now)
             if moved:
                 DeliveryEvent.objects.filter(pk=event.pk).update(status=Status.DELIVERED)
+                metrics.receipt_transitioned(n, Status.DELIVERED)
         elif receipt.kind == FAILED:
             reason = Reason.PROVIDER_BOUNCED if n.channel == "email" else Reason.PROVIDER_UNDELIVERED
             moved = Notification.objects.filter(pk=n.pk, status__in=[Status.SENT, Status.SENDING]).update(
@@ -133,7 +136,9 @@ def _apply_one(receipt: Receipt) -> str:
                 updated_at=now)
             if moved:
                 DeliveryEvent.objects.filter(pk=event.pk).update(status=Status.FAILED, reason=reason)
+                metrics.receipt_transitioned(n, Status.FAILED, reason)
         _contact_hygiene(n, receipt, now)
+        metrics.receipt_applied(n, receipt)
     return "applied"
 
 

@@ -20,7 +20,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import connection, transaction
 
-from notifications import clock
+from notifications import clock, metrics
 from notifications.enqueue import enqueue_on_commit
 from notifications.models import DeliveryEvent
 
@@ -92,6 +92,7 @@ def release_due(max_batches: int = 20) -> int:
         total += n
         if n < limit:
             break
+    metrics.scheduler_ran(total)  # also the heartbeat /readyz checks
     return total
 
 
@@ -107,4 +108,5 @@ def reconcile(limit: int = 1000) -> dict[str, int]:
                   "requeued", "queued", "broker message not consumed in time; enqueued again")
     if leases or stale:
         log.info("reconciler re-drove %d expired lease(s) and %d stale queued row(s)", leases, stale)
+    metrics.reconciled(leases, stale)
     return {"leases": leases, "stale_queued": stale}

@@ -23,7 +23,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from django.conf import settings
 from django.db import connection, transaction
 
-from notifications import clock, markers
+from notifications import clock, markers, metrics
 from notifications.enqueue import enqueue_on_commit
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
 from preferences.models import Device, Preferences, SmsStop
@@ -271,6 +271,7 @@ def _call_provider(n: Notification, devices: list[Device]) -> tuple[_Call, list[
             call.accepted.append(result)
         attempt.latency_ms = int((time.monotonic() - started) * 1000)
         attempts.append(attempt)
+        metrics.provider_call(n, attempt)
     return call, attempts
 
 
@@ -301,9 +302,12 @@ def _record(n: Notification, call: _Call, attempts: list[DeliveryAttempt], devic
         detail = ""
         if n.channel == "push":
             detail = f"accepted for {len(call.accepted)} of {len(devices)} device(s)"
-        _finish(n, Status.SENT, kind="sent", detail=detail, attempts=attempts, extra={
-            "sent_at": now, "provider": first.provider, "provider_message_id": first.provider_message_id[:255],
-        })
+        provider_fields = {"sent_at": now, "provider": first.provider,
+                           "provider_message_id": first.provider_message_id[:255]}
+        if not _finish(n, Status.SENT, kind="sent", detail=detail, attempts=attempts, extra=provider_fields):
+            # The provider's receipt arrived (and settled the row) before we recorded the call:
+            # keep what only we know.
+            Notification.objects.filter(pk=n.pk, provider_message_id="").update(**provider_fields)
         markers.mark_sent([n.pk])  # after the row says `sent` (committed in _finish)
         log.info("sent %s %s %s via %s (attempt %d, %s)", n.priority, n.channel, n.pk, first.provider, n.attempts,
                  first.provider_message_id)
@@ -389,6 +393,7 @@ def _transition(n: Notification, status: str, reason: str = "", *, kind: str, de
         DeliveryEvent.objects.create(notification=n, kind=kind, status=status, reason=reason, detail=detail[:500])
         for key, value in fields.items():
             setattr(n, key, value)
+        metrics.notification_transitioned(n)
     else:
         log.warning("notification %s changed hands before it could be recorded as %s", n.pk, status)
     return bool(moved)

@@ -1,13 +1,85 @@
-"""Recipients with their preferences and devices, for support agents."""
+"""Recipients with their preferences, devices and notifications, for support agents.
 
+The ``support`` group (see :mod:`campaigns.roles`) sees a recipient read-only except the preferences,
+which it edits on the user's behalf: ``preferences.change_preferences`` alone opens the page for
+saving, with the recipient's own fields (contacts) read-only. Every save goes to the admin log
+(LogEntry on the recipient, naming the preference fields changed).
+"""
+
+from urllib.parse import urlencode
+
+from django import forms
 from django.contrib import admin
+from django.db.models import Q
+from django.urls import reverse
+from django.utils.html import format_html
 
-from campaigns.admin import RecipientCampaignNotificationInline
+from notifications.admin import RecipientNotificationInline, phone_search_term
+from preferences.api.serializers import PreferencesSerializer
 from preferences.models import Device, Preferences, Recipient
+
+
+def _messages(detail) -> list[str]:
+    """Flatten a DRF error structure into its messages."""
+    if isinstance(detail, dict):
+        return [m for value in detail.values() for m in _messages(value)]
+    if isinstance(detail, list):
+        return [m for value in detail for m in _messages(value)]
+    return [str(detail)]
+
+
+class PreferencesForm(forms.ModelForm):
+    """The API's rules (``PUT /v1/users/{id}/preferences``) for edits made in the admin: channels from
+    sms/email/push, category keys as on sends, quiet hours as a start/end pair in an IANA zone."""
+
+    class Meta:
+        model = Preferences
+        fields = ["opt_outs", "category_opt_outs", "quiet_start", "quiet_end", "quiet_timezone"]
+        help_texts = {
+            "opt_outs": 'Channels opted out of entirely, e.g. ["sms"].',
+            "category_opt_outs": 'Per category, e.g. {"marketing": ["email", "push"]}.',
+            "quiet_timezone": "IANA zone; empty: the recipient's zone, then UTC.",
+        }
+
+    def clean(self):
+        cleaned = super().clean()
+        if self.errors:
+            return cleaned
+        start, end = cleaned.get("quiet_start"), cleaned.get("quiet_end")
+        quiet = None
+        if (start is None) != (end is None):
+            self.add_error("quiet_end" if end is None else "quiet_start", "Quiet hours need both a start and an end.")
+        elif start is not None:
+            quiet = {"start": start.strftime("%H:%M"), "end": end.strftime("%H:%M"),
+                     "timezone": cleaned.get("quiet_timezone") or ""}
+        opt_outs = cleaned.get("opt_outs")
+        categories = cleaned.get("category_opt_outs")
+        serializer = PreferencesSerializer(data={"opt_outs": [] if opt_outs is None else opt_outs,
+                                                 "category_opt_outs": {} if categories is None else categories,
+                                                 "quiet_hours": quiet})
+        if not serializer.is_valid():
+            fields = {"opt_outs": "opt_outs", "category_opt_outs": "category_opt_outs"}
+            quiet_fields = {"start": "quiet_start", "end": "quiet_end", "timezone": "quiet_timezone"}
+            for key, detail in serializer.errors.items():
+                if key == "quiet_hours" and isinstance(detail, dict):
+                    for sub, sub_detail in detail.items():
+                        for message in _messages(sub_detail):
+                            self.add_error(quiet_fields.get(sub), message)
+                else:
+                    for message in _messages(detail):
+                        self.add_error(fields.get(key), message)
+            return cleaned
+        if self.errors:
+            return cleaned
+        data = serializer.validated_data
+        cleaned["opt_outs"] = sorted(set(data["opt_outs"]))
+        cleaned["category_opt_outs"] = {k: sorted(set(v)) for k, v in data["category_opt_outs"].items()}
+        return cleaned
 
 
 class PreferencesInline(admin.StackedInline):
     model = Preferences
+    form = PreferencesForm
     can_delete = False
     fields = ["opt_outs", "category_opt_outs", "quiet_start", "quiet_end", "quiet_timezone"]
 
@@ -24,10 +96,47 @@ class RecipientAdmin(admin.ModelAdmin):
     list_display = ["user_id", "email", "phone", "timezone", "locale", "email_invalid_reason",
                     "phone_invalid_reason", "created_at"]
     search_fields = ["=user_id", "=phone", "email"]
-    search_help_text = "Exact user id or E.164 phone; email (contains)."
+    search_help_text = "Exact user id, or phone in international format (+49 151 1234 5678); email (contains)."
     readonly_fields = ["created_at", "updated_at", "email_invalid_at", "phone_invalid_at"]
-    inlines = [PreferencesInline, DeviceInline, RecipientCampaignNotificationInline]
+    inlines = [PreferencesInline, DeviceInline, RecipientNotificationInline]
     show_full_result_count = False
+
+    def get_search_results(self, request, queryset, search_term):
+        phone = phone_search_term(search_term)
+        if phone is not None:
+            # Typed with spaces or dashes: compare the E.164 form, as stored (indexed).
+            return queryset.filter(Q(phone=phone) | Q(user_id=search_term.strip())), False
+        return super().get_search_results(request, queryset, search_term)
+
+    # --- support: preferences editable, the recipient's own fields not ---
+
+    @staticmethod
+    def _may_change_contacts(request) -> bool:
+        return request.user.has_perm("preferences.change_recipient")
+
+    def has_change_permission(self, request, obj=None):
+        # Saving the page is how the preferences inline is saved: change_preferences is enough.
+        return super().has_change_permission(request, obj) or request.user.has_perm("preferences.change_preferences")
+
+    def get_readonly_fields(self, request, obj=None):
+        fields = list(super().get_readonly_fields(request, obj))
+        if obj is not None and not self._may_change_contacts(request):
+            own = [f.name for f in self.model._meta.fields]  # all of them, in the model's order
+            fields = own + [f for f in fields if f not in own]
+        if obj is not None and request.user.has_perm("notifications.view_notification"):
+            fields.append("notifications_link")
+        return fields
+
+    def save_model(self, request, obj, form, change):
+        if change and not self._may_change_contacts(request):
+            return  # only the inlines (preferences) can have changed: leave the recipient row alone
+        super().save_model(request, obj, form, change)
+
+    @admin.display(description="All notifications")
+    def notifications_link(self, obj):
+        url = reverse("admin:notifications_notification_changelist") + "?" + urlencode({"recipient__user_id": obj.pk})
+        return format_html('<a href="{}" id="recipient-notifications-link">Every notification of {} '
+                           "(filter by status, channel, priority, reason, date)</a>", url, obj.pk)
 
 
 @admin.register(Device)

@@ -131,7 +131,7 @@ class Stack:
             "worker_high": [*CELERY, "worker", "-n", "high@%h", "-Q", "high.sms,high.email,high.push",
                             "--concurrency", "2", "--prefetch-multiplier", "1", "-O", "fair", *WORKER_FLAGS],
             "worker_standard": [*CELERY, "worker", "-n", "standard@%h", "-Q",
-                                "standard.sms,standard.email,standard.push,fanout", "--concurrency", "1",
+                                "standard.sms,standard.email,standard.push,fanout", "--concurrency", "2",
                                 *WORKER_FLAGS],
             "worker_maintenance": [*CELERY, "worker", "-n", "maintenance@%h", "-Q", "maintenance",
                                    "--concurrency", "1", *WORKER_FLAGS],

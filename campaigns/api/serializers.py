@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from campaigns.models import Campaign, Segment, Template
@@ -12,6 +13,7 @@ from notifications.api.serializers import (
     AwareDateTimeField,
     ContentSerializer,
     RejectUnknownFields,
+    WallTimeSecondsField,
     channel_content_errors,
 )
 from notifications.models import Priority
@@ -90,8 +92,7 @@ class TemplateSerializer(RejectUnknownFields, serializers.Serializer):
 
 class LocalTimeSerializer(RejectUnknownFields, serializers.Serializer):
     date = serializers.DateField(help_text="Wall-clock date in each recipient's zone (YYYY-MM-DD).")
-    time = serializers.TimeField(format="%H:%M", input_formats=["%H:%M", "%H:%M:%S"],
-                                 help_text="Wall-clock time in each recipient's zone (HH:MM).")
+    time = WallTimeSecondsField(help_text="Wall-clock time in each recipient's zone (HH:MM).")
 
 
 class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
@@ -150,12 +151,35 @@ class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
         return attrs
 
 
+class ByStatusSerializer(serializers.Serializer):
+    """Notifications of the campaign in each status (every status present, 0 if none)."""
+
+    scheduled = serializers.IntegerField()
+    queued = serializers.IntegerField()
+    sending = serializers.IntegerField()
+    sent = serializers.IntegerField()
+    delivered = serializers.IntegerField()
+    failed = serializers.IntegerField()
+    suppressed = serializers.IntegerField()
+    expired = serializers.IntegerField()
+    cancelled = serializers.IntegerField()
+
+
+class CampaignCountsSerializer(serializers.Serializer):
+    total = serializers.IntegerField(help_text="Notifications created so far.")
+    by_status = ByStatusSerializer()
+    suppressed_by_reason = serializers.DictField(child=serializers.IntegerField(),
+                                                 help_text="Suppressed notifications by reason (no_phone, …).")
+    failed_by_reason = serializers.DictField(child=serializers.IntegerField(),
+                                             help_text="Failed notifications by reason.")
+
+
 class CampaignSerializer(serializers.ModelSerializer):
     """A campaign's definition, status and progress counts."""
 
-    segment_id = serializers.CharField()
-    template_id = serializers.CharField(allow_null=True)
-    scheduled_at = AwareDateTimeField()
+    segment_id = serializers.CharField(read_only=True)
+    template_id = serializers.CharField(allow_null=True, read_only=True)
+    scheduled_at = AwareDateTimeField(allow_null=True, read_only=True)
     local_time = serializers.SerializerMethodField()
     counts = serializers.SerializerMethodField()
 
@@ -165,12 +189,15 @@ class CampaignSerializer(serializers.ModelSerializer):
                   "scheduled_at", "local_time", "spread_seconds", "ttl_seconds", "fanout_at", "member_count",
                   "created_count", "default_zone_count", "started_at", "fanned_out_at", "completed_at",
                   "cancelled_at", "created_at", "counts"]
+        read_only_fields = fields  # a response: every field is always present
 
+    @extend_schema_field(LocalTimeSerializer(allow_null=True))
     def get_local_time(self, obj) -> dict | None:
         if obj.local_date is None:
             return None
         return {"date": obj.local_date.isoformat(), "time": obj.local_time.strftime("%H:%M")}
 
+    @extend_schema_field(CampaignCountsSerializer)
     def get_counts(self, obj) -> dict:
         from campaigns.selectors import campaign_counts
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -20,14 +20,22 @@ from campaigns.api.serializers import (
     TemplateSerializer,
 )
 from campaigns.models import Campaign, Segment, Template
-from notifications.api.errors import field_error
+from notifications.api.errors import BODY, error_responses, field_error, response_headers
 from notifications.api.serializers import AcceptedSerializer
-from notifications.api.views import IDEMPOTENCY_HEADER, MAX_KEY_LENGTH
+from notifications.api.views import IDEMPOTENCY_HEADER, IDEMPOTENCY_PARAMETERS, MAX_KEY_LENGTH
 from notifications.models import Priority
 from notifications.services import request_fingerprint
 
 _SLUG = re.compile(r"^[-a-zA-Z0-9_]{1,64}$")
-_ERROR = OpenApiResponse(description="`{error: {status, code, message, fields: [{field, code, message}]}}`")
+_SLUG_SCHEMA = {"type": "string", "pattern": _SLUG.pattern}
+_SEGMENT_ID = OpenApiParameter("segment_id", _SLUG_SCHEMA, OpenApiParameter.PATH,
+                               description="Letters, digits, '-' and '_'; at most 64.",
+                               examples=[OpenApiExample("segment", value="spring-sale")])
+_TEMPLATE_ID = OpenApiParameter("template_id", _SLUG_SCHEMA, OpenApiParameter.PATH,
+                                description="Letters, digits, '-' and '_'; at most 64.",
+                                examples=[OpenApiExample("template", value="welcome")])
+_SLUG_422 = "Validation failed (including a path id that is not 1–64 letters, digits, '-' or '_')."
+_CAMPAIGN_404 = "No campaign with this id for this API client."
 
 
 def _segment_payload(segment: Segment) -> dict:
@@ -36,7 +44,12 @@ def _segment_payload(segment: Segment) -> dict:
 
 
 class SegmentView(APIView):
-    @extend_schema(request=SegmentSerializer, responses={200: SegmentSerializer, 201: SegmentSerializer, 422: _ERROR},
+    @extend_schema(request=SegmentSerializer, parameters=[_SEGMENT_ID, *response_headers()],
+                   examples=[OpenApiExample("Segment", request_only=True, value={
+                       "name": "Spring sale", "description": "Opted-in buyers of the last 12 months"})],
+                   responses={200: OpenApiResponse(SegmentSerializer, description="Updated."),
+                              201: OpenApiResponse(SegmentSerializer, description="Created."),
+                              **error_responses(*BODY, 422, _422=_SLUG_422)},
                    summary="Create or rename a segment")
     def put(self, request, segment_id: str):
         if not _SLUG.match(segment_id):
@@ -46,13 +59,18 @@ class SegmentView(APIView):
         segment, created = services.upsert_segment(segment_id, **ser.validated_data)
         return Response(_segment_payload(segment), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
-    @extend_schema(responses={200: SegmentSerializer, 404: _ERROR}, summary="A segment and its member count")
+    @extend_schema(parameters=[_SEGMENT_ID, *response_headers()],
+                   responses={200: SegmentSerializer, **error_responses(404)},
+                   summary="A segment and its member count")
     def get(self, request, segment_id: str):
         return Response(_segment_payload(get_object_or_404(Segment, pk=segment_id)))
 
 
 class SegmentMembersView(APIView):
-    @extend_schema(request=MembersSerializer, responses={200: MembersResultSerializer, 404: _ERROR, 422: _ERROR},
+    @extend_schema(request=MembersSerializer, parameters=[_SEGMENT_ID, *response_headers()],
+                   examples=[OpenApiExample("Members", request_only=True,
+                                            value={"add": ["alice", "bob"], "remove": ["carol"]})],
+                   responses={200: MembersResultSerializer, **error_responses(*BODY, 404, 422)},
                    summary="Add and remove members (up to 10,000 ids a call)")
     def post(self, request, segment_id: str):
         segment = get_object_or_404(Segment, pk=segment_id)
@@ -64,8 +82,15 @@ class SegmentMembersView(APIView):
 
 
 class TemplateView(APIView):
-    @extend_schema(request=TemplateSerializer, responses={200: TemplateSerializer, 201: TemplateSerializer,
-                                                          422: _ERROR},
+    @extend_schema(request=TemplateSerializer, parameters=[_TEMPLATE_ID, *response_headers()],
+                   examples=[OpenApiExample("Template", request_only=True, value={
+                       "name": "Welcome", "default_locale": "en", "variants": [
+                           {"locale": "en", "title": "Welcome, {{ first_name }}", "body": "Hi {{ first_name }}!"},
+                           {"locale": "de", "title": "Willkommen, {{ first_name }}", "body": "Hallo {{ first_name }}!",
+                            "html": "<p>Hallo {{ first_name }}!</p>"}]})],
+                   responses={200: OpenApiResponse(TemplateSerializer, description="Replaced."),
+                              201: OpenApiResponse(TemplateSerializer, description="Created."),
+                              **error_responses(*BODY, 422, _422=_SLUG_422)},
                    summary="Create or replace a template and its locale variants")
     def put(self, request, template_id: str):
         if not _SLUG.match(template_id):
@@ -76,7 +101,9 @@ class TemplateView(APIView):
         template = services.upsert_template(template_id, **ser.validated_data)
         return Response(self._payload(template), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
-    @extend_schema(responses={200: TemplateSerializer, 404: _ERROR}, summary="A template and its variants")
+    @extend_schema(parameters=[_TEMPLATE_ID, *response_headers()],
+                   responses={200: TemplateSerializer, **error_responses(404)},
+                   summary="A template and its variants")
     def get(self, request, template_id: str):
         return Response(self._payload(get_object_or_404(Template, pk=template_id)))
 
@@ -92,8 +119,19 @@ class CampaignListView(APIView):
     @extend_schema(
         summary="Send one message to every member of a segment, now, at an instant, or at a local time",
         request=CampaignRequestSerializer,
-        parameters=[OpenApiParameter(IDEMPOTENCY_HEADER, str, OpenApiParameter.HEADER, required=True)],
-        responses={202: AcceptedSerializer, 400: _ERROR, 403: _ERROR, 422: _ERROR},
+        parameters=IDEMPOTENCY_PARAMETERS,
+        examples=[
+            OpenApiExample("Template, now, spread over an hour", request_only=True, value={
+                "name": "Spring sale", "segment_id": "spring-sale", "channel": "email", "template_id": "welcome",
+                "spread_seconds": 3600}),
+            OpenApiExample("Inline SMS at 10:00 in each recipient's zone", request_only=True, value={
+                "segment_id": "spring-sale", "channel": "sms", "content": {"body": "Spring sale: 20% off today"},
+                "local_time": {"date": "2030-03-01", "time": "10:00"}}),
+        ],
+        responses={202: OpenApiResponse(AcceptedSerializer, description="Accepted (or replayed: see "
+                                                                        "`Idempotent-Replayed`); `status` is "
+                                                                        "`scheduled`."),
+                   **error_responses(*BODY, 403, 422)},
     )
     def post(self, request):
         key = request.headers.get(IDEMPOTENCY_HEADER, "")
@@ -135,7 +173,9 @@ def _own_campaign(request, campaign_id):
 
 
 class CampaignDetailView(APIView):
-    @extend_schema(responses={200: CampaignSerializer, 404: _ERROR}, summary="Status and counts by status")
+    @extend_schema(parameters=response_headers(),
+                   responses={200: CampaignSerializer, **error_responses(404, _404=_CAMPAIGN_404)},
+                   summary="Status and counts by status")
     def get(self, request, campaign_id):
         campaign = _own_campaign(request, campaign_id)
         if campaign is None:
@@ -145,7 +185,10 @@ class CampaignDetailView(APIView):
 
 
 class CampaignCancelView(APIView):
-    @extend_schema(request=None, responses={200: CampaignSerializer, 404: _ERROR, 409: _ERROR},
+    @extend_schema(request=None, parameters=response_headers(),
+                   responses={200: CampaignSerializer,
+                              **error_responses(404, 409, _404=_CAMPAIGN_404,
+                                                _409="Already completed or cancelled.")},
                    summary="Stop fan-out and cancel every notification not yet claimed")
     def post(self, request, campaign_id):
         if _own_campaign(request, campaign_id) is None:

@@ -12,7 +12,9 @@ or ours, e.g. ``naive_datetime``, ``missing_contact``).
 
 from __future__ import annotations
 
-from rest_framework import exceptions, status
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
@@ -21,6 +23,67 @@ class UnprocessableEntity(exceptions.APIException):
     status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
     default_detail = "The request is well-formed but cannot be processed."
     default_code = "unprocessable"
+
+
+class FieldErrorSerializer(serializers.Serializer):
+    field = serializers.CharField(allow_null=True, help_text='Dotted path into the request ("content.body", '
+                                                              '"Idempotency-Key"); null for the body as a whole.')
+    code = serializers.CharField(help_text="The rule that failed: required, max_length, invalid_choice, …")
+    message = serializers.CharField()
+
+
+class ErrorBodySerializer(serializers.Serializer):
+    status = serializers.IntegerField(help_text="The HTTP status code again.")
+    code = serializers.CharField(help_text="validation_error, not_found, conflict, not_authenticated, throttled, …")
+    message = serializers.CharField()
+    fields = FieldErrorSerializer(many=True, required=False, help_text="Present for field-level errors.")
+
+
+class ErrorSerializer(serializers.Serializer):
+    """Every API error: ``{"error": {status, code, message, fields?}}``."""
+
+    error = ErrorBodySerializer()
+
+
+ERROR_DESCRIPTIONS = {
+    400: "Malformed JSON body, or a missing/invalid `Idempotency-Key` header.",
+    401: "No API key, or an unknown, revoked or expired one (`WWW-Authenticate: Api-Key`).",
+    403: "`priority: high` from an API client that may not send it.",
+    404: "Unknown id (or one of another API client).",
+    409: "Not cancellable any more.",
+    415: "The body is not `application/json`.",
+    422: "Validation failed; `fields` names each field and the rule it broke.",
+    429: "Over this API client's rate limit; retry after `Retry-After` seconds.",
+}
+
+# Every endpoint needs an API key and is rate limited.
+ALWAYS = (401, 429)
+# Endpoints that parse a JSON body can also answer 400 (malformed JSON) and 415 (not JSON).
+BODY = (400, 415)
+
+
+def error_responses(*codes: int, **descriptions: str) -> dict[int, OpenApiResponse]:
+    """``responses=`` entries for the given error statuses (plus 401 and 429) with the Error schema.
+    ``descriptions`` overrides a status's description: ``error_responses(404, _404="Unknown user")``."""
+    out = {}
+    for code in sorted(set(codes) | set(ALWAYS)):
+        out[code] = OpenApiResponse(ErrorSerializer, description=descriptions.get(f"_{code}", ERROR_DESCRIPTIONS[code]))
+    return out
+
+
+def response_headers(*, created: tuple[int, ...] = ()) -> list[OpenApiParameter]:
+    """Response headers common to every endpoint (``WWW-Authenticate`` on 401, ``Retry-After`` on 429)
+    and, for the statuses in ``created``, ``Location``."""
+    headers = [
+        OpenApiParameter("WWW-Authenticate", str, OpenApiParameter.HEADER, required=True, response=[401],
+                         description="`Api-Key`: the scheme to authenticate with."),
+        OpenApiParameter("Retry-After", OpenApiTypes.INT, OpenApiParameter.HEADER, response=[429],
+                         description="Seconds until the rate limit lets this client through again."),
+    ]
+    if created:
+        headers.append(OpenApiParameter("Location", str, OpenApiParameter.HEADER, required=True,
+                                        response=list(created), description="Where to read the resource."))
+    return headers
 
 
 def field_error(field: str, code: str, message: str, status_code: int = 422,

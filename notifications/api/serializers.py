@@ -71,6 +71,32 @@ class AwareDateTimeField(serializers.Field):
         return value.isoformat() if value else None
 
 
+@extend_schema_field({"type": "string", "pattern": r"^([a-z0-9][a-z0-9_.-]{0,63})?$", "maxLength": 64})
+class CategoryField(serializers.CharField):
+    """A category name (or empty); the pattern is checked by ``validate_category`` (``invalid_category``)."""
+
+
+@extend_schema_field({"type": "string", "pattern": r"^([01]?[0-9]|2[0-3]):[0-5]?[0-9]$", "example": "22:00"})
+class WallTimeField(serializers.TimeField):
+    """A wall-clock time written ``HH:MM`` (in and out). Documented with a pattern: the OpenAPI ``time``
+    format is RFC 3339's ``full-time`` (seconds and offset), which this is not."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("format", "%H:%M")
+        kwargs.setdefault("input_formats", ["%H:%M"])
+        super().__init__(**kwargs)
+
+
+@extend_schema_field({"type": "string", "pattern": r"^([01]?[0-9]|2[0-3]):[0-5]?[0-9](:[0-5]?[0-9])?$",
+                      "example": "09:30"})
+class WallTimeSecondsField(WallTimeField):
+    """:class:`WallTimeField` that also accepts ``HH:MM:SS`` (answered as ``HH:MM``)."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("input_formats", ["%H:%M", "%H:%M:%S"])
+        super().__init__(**kwargs)
+
+
 class ContentSerializer(RejectUnknownFields, serializers.Serializer):
     title = serializers.CharField(required=False, allow_blank=True, max_length=EMAIL_SUBJECT_MAX,
                                   help_text="Email subject (required for email) or push title.")
@@ -88,8 +114,8 @@ class SendRequestSerializer(RejectUnknownFields, serializers.Serializer):
     user_id = serializers.CharField(max_length=255)
     channel = serializers.ChoiceField(choices=Channel.choices)
     priority = serializers.ChoiceField(choices=Priority.choices, default=Priority.STANDARD)
-    category = serializers.CharField(required=False, allow_blank=True, default="", max_length=64,
-                                     help_text='e.g. "marketing", "security"; matched against category opt-outs.')
+    category = CategoryField(required=False, allow_blank=True, default="", max_length=64,
+                             help_text='e.g. "marketing", "security"; matched against category opt-outs.')
     content = ContentSerializer()
     scheduled_at = AwareDateTimeField(required=False, allow_null=True, default=None,
                                       help_text="Send at this instant (ISO 8601 with offset). Omit to send now.")
@@ -169,41 +195,52 @@ def _missing_contact(recipient: Recipient, channel: str) -> serializers.ErrorDet
 
 class AcceptedSerializer(serializers.Serializer):
     id = serializers.UUIDField()
-    status = serializers.CharField()
+    status = serializers.CharField(help_text="`queued` (due now) or `scheduled` (due later).")
+
+
+class CancelledSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    status = serializers.CharField(help_text="`cancelled`.")
 
 
 class EventSerializer(serializers.ModelSerializer):
-    at = serializers.DateTimeField(source="created_at")
+    at = serializers.DateTimeField(source="created_at", read_only=True)
 
     class Meta:
         model = DeliveryEvent
         fields = ["at", "kind", "status", "reason", "detail"]
+        read_only_fields = fields  # a response: every field is always present
+        extra_kwargs = {"status": {"allow_blank": True}}  # read-only drops it; "" is a value here
 
 
 class AttemptSerializer(serializers.ModelSerializer):
-    at = serializers.DateTimeField(source="created_at")
-    device_platform = serializers.CharField(source="device.platform", default=None)
+    at = serializers.DateTimeField(source="created_at", read_only=True)
+    device_platform = serializers.CharField(source="device.platform", default=None, allow_null=True, read_only=True,
+                                            help_text="Push only: the device's platform.")
 
     class Meta:
         model = DeliveryAttempt
         fields = ["number", "at", "provider", "outcome", "error_code", "error_message", "http_status",
                   "latency_ms", "provider_message_id", "device_platform"]
+        read_only_fields = fields
 
 
 class NotificationSerializer(serializers.ModelSerializer):
     """A notification with its status, reason and full timeline (content hidden when sensitive)."""
 
-    user_id = serializers.CharField(source="recipient_id")
-    content = serializers.SerializerMethodField()
-    timeline = EventSerializer(source="events", many=True)
-    attempts_log = AttemptSerializer(many=True)
-    scheduled_at = AwareDateTimeField()
+    user_id = serializers.CharField(source="recipient_id", read_only=True)
+    content = serializers.SerializerMethodField(help_text="null when the notification is `sensitive`.")
+    timeline = EventSerializer(source="events", many=True, read_only=True)
+    attempts_log = AttemptSerializer(many=True, read_only=True)
+    scheduled_at = AwareDateTimeField(allow_null=True, read_only=True)
 
     class Meta:
         model = Notification
         fields = ["id", "user_id", "channel", "priority", "category", "status", "reason", "reason_detail",
                   "sensitive", "content", "scheduled_at", "expires_at", "attempts", "provider",
                   "provider_message_id", "created_at", "sent_at", "delivered_at", "timeline", "attempts_log"]
+        read_only_fields = fields  # a response: every field is always present
+        extra_kwargs = {"reason": {"allow_blank": True}}  # read-only drops it; "" is a value here
 
     @extend_schema_field(ContentSerializer(allow_null=True))
     def get_content(self, obj: Notification):

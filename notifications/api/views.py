@@ -2,31 +2,62 @@
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from notifications import services
-from notifications.api.errors import field_error
-from notifications.api.serializers import AcceptedSerializer, NotificationSerializer, SendRequestSerializer
+from notifications.api.errors import error_responses, field_error, response_headers
+from notifications.api.serializers import (
+    AcceptedSerializer,
+    CancelledSerializer,
+    NotificationSerializer,
+    SendRequestSerializer,
+)
 from notifications.models import Notification, Priority
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 MAX_KEY_LENGTH = 255
 
-_ERROR = OpenApiResponse(description="`{error: {status, code, message, fields: [{field, code, message}]}}`")
+# What the server accepts is 1–255 printable characters; the schema documents the portable subset
+# (visible ASCII, inner spaces), which is what HTTP header values can carry unambiguously.
+IDEMPOTENCY_KEY_SCHEMA = {"type": "string", "minLength": 1, "maxLength": MAX_KEY_LENGTH,
+                          "pattern": r"^[!-~]([ -~]*[!-~])?$"}
+IDEMPOTENCY_PARAMETERS = [
+    OpenApiParameter(IDEMPOTENCY_HEADER, IDEMPOTENCY_KEY_SCHEMA, OpenApiParameter.HEADER, required=True,
+                     description="Unique per request you mean to make once (1–255 printable characters). "
+                                 "Same key + same body replays the original response; "
+                                 "same key + different body is 422.",
+                     examples=[OpenApiExample("key", value="signup-4711-otp")]),
+    *response_headers(created=(202,)),
+    OpenApiParameter("Idempotent-Replayed", str, OpenApiParameter.HEADER, enum=["true"], response=[202],
+                     description="Present when this answer replays the one given to an earlier request "
+                                 "with the same Idempotency-Key and body."),
+]
+_NOTIFICATION_404 = "No notification with this id for this API client."
 
 
 class NotificationListView(APIView):
     @extend_schema(
         summary="Send a notification to one user",
         request=SendRequestSerializer,
-        parameters=[OpenApiParameter(IDEMPOTENCY_HEADER, str, OpenApiParameter.HEADER, required=True,
-                                     description="Unique per request you mean to make once (≤ 255 chars). "
-                                                 "Same key + same body replays the original response; "
-                                                 "same key + different body is 422.")],
-        responses={202: AcceptedSerializer, 400: _ERROR, 401: _ERROR, 403: _ERROR, 422: _ERROR, 429: _ERROR},
+        parameters=IDEMPOTENCY_PARAMETERS,
+        examples=[
+            OpenApiExample("SMS one-time code", request_only=True, value={
+                "user_id": "alice", "channel": "sms", "priority": "high",
+                "content": {"body": "Your code is 123456"}, "sensitive": True, "ttl_seconds": 300}),
+            OpenApiExample("Email", request_only=True, value={
+                "user_id": "alice", "channel": "email", "category": "security",
+                "content": {"title": "New sign-in", "body": "You signed in from a new device.",
+                            "html": "<p>You signed in from a new device.</p>"}}),
+            OpenApiExample("Push", request_only=True, value={
+                "user_id": "alice", "channel": "push",
+                "content": {"title": "New message", "body": "Bob wrote to you", "data": {"screen": "inbox"}}}),
+        ],
+        responses={202: OpenApiResponse(AcceptedSerializer, description="Accepted (or replayed: see "
+                                                                        "`Idempotent-Replayed`)."),
+                   **error_responses(400, 403, 422)},
     )
     def post(self, request):
         key = request.headers.get(IDEMPOTENCY_HEADER, "")
@@ -67,8 +98,8 @@ def _own(request, notification_id):
 
 
 class NotificationDetailView(APIView):
-    @extend_schema(summary="A notification's status, reason and timeline",
-                   responses={200: NotificationSerializer, 404: _ERROR})
+    @extend_schema(summary="A notification's status, reason and timeline", parameters=response_headers(),
+                   responses={200: NotificationSerializer, **error_responses(404, _404=_NOTIFICATION_404)})
     def get(self, request, notification_id):
         n = (_own(request, notification_id).select_related("recipient")
              .prefetch_related("events", "attempts_log__device").first())
@@ -80,7 +111,10 @@ class NotificationDetailView(APIView):
 
 class NotificationCancelView(APIView):
     @extend_schema(summary="Cancel a notification no worker has claimed yet", request=None,
-                   responses={200: AcceptedSerializer, 404: _ERROR, 409: _ERROR})
+                   parameters=response_headers(),
+                   responses={200: CancelledSerializer,
+                              **error_responses(404, 409, _404=_NOTIFICATION_404,
+                                                _409="A worker has claimed it already, or it is final.")})
     def post(self, request, notification_id):
         try:
             n = services.cancel_notification(notification_id, client=request.auth)

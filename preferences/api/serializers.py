@@ -7,7 +7,7 @@ import re
 from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import serializers
 
-from notifications.api.serializers import CATEGORY_PATTERN, RejectUnknownFields
+from notifications.api.serializers import CATEGORY_PATTERN, RejectUnknownFields, WallTimeField
 from preferences.models import Channel, Device, Recipient
 from preferences.validation import normalize_phone, validate_iana_zone
 
@@ -61,11 +61,9 @@ class RecipientSerializer(RejectUnknownFields, serializers.Serializer):
 
 
 class QuietHoursSerializer(RejectUnknownFields, serializers.Serializer):
-    start = serializers.TimeField(format="%H:%M", input_formats=["%H:%M"],
-                                  help_text="Local wall-clock start, inclusive (HH:MM).")
-    end = serializers.TimeField(format="%H:%M", input_formats=["%H:%M"],
-                                help_text="Local wall-clock end, exclusive (HH:MM); may be before start "
-                                          "(the window crosses midnight).")
+    start = WallTimeField(help_text="Local wall-clock start, inclusive (HH:MM).")
+    end = WallTimeField(help_text="Local wall-clock end, exclusive (HH:MM); may be before start "
+                                  "(the window crosses midnight).")
     timezone = serializers.CharField(required=False, allow_blank=True, max_length=64, default="",
                                      help_text="IANA zone; defaults to the recipient's timezone, then UTC.")
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from notifications.api.errors import field_error
+from notifications.api.errors import BODY, error_responses, field_error, response_headers
 from preferences import services
 from preferences.api.serializers import (
     DeviceSerializer,
@@ -18,7 +18,15 @@ from preferences.api.serializers import (
 )
 from preferences.models import Preferences, Recipient
 
-_NOT_FOUND = OpenApiResponse(description="Unknown user_id (create it with PUT /v1/users/{user_id}).")
+# check_path_id: 1–255 (push tokens 1–4096) characters without control characters.
+_USER_ID = OpenApiParameter("user_id", {"type": "string", "pattern": r"^[^\u0000-\u001f\u007f]{1,255}$"},
+                            OpenApiParameter.PATH, description="The upstream service's user id (1–255 characters, "
+                                                               "no control characters).",
+                            examples=[OpenApiExample("user", value="alice")])
+_PUSH_TOKEN = OpenApiParameter("push_token", {"type": "string", "pattern": r"^[^\u0000-\u001f\u007f]{1,4096}$"},
+                               OpenApiParameter.PATH, examples=[OpenApiExample("token", value="fcm-token-1")])
+_404 = "Unknown user_id (create it with PUT /v1/users/{user_id})."
+_422_PATH = "Validation failed (including a path id that is empty, too long or has control characters)."
 
 
 class BadPathId(Exception):
@@ -49,7 +57,13 @@ class PathIdView(APIView):
 
 
 class RecipientView(PathIdView):
-    @extend_schema(request=RecipientSerializer, responses={200: RecipientSerializer, 201: RecipientSerializer},
+    @extend_schema(request=RecipientSerializer, parameters=[_USER_ID, *response_headers()],
+                   examples=[OpenApiExample("Contacts", request_only=True, value={
+                       "email": "alice@example.com", "phone": "+49 151 12345678", "timezone": "Europe/Berlin",
+                       "locale": "de-DE", "attributes": {"first_name": "Alice"}})],
+                   responses={200: OpenApiResponse(RecipientSerializer, description="Replaced."),
+                              201: OpenApiResponse(RecipientSerializer, description="Created."),
+                              **error_responses(*BODY, 422, _422=_422_PATH)},
                    summary="Create or replace a recipient's contacts")
     def put(self, request, user_id: str):
         check_path_id("user_id", user_id)
@@ -58,19 +72,28 @@ class RecipientView(PathIdView):
         recipient, created = services.upsert_recipient(user_id, **ser.validated_data)
         return Response(recipient_payload(recipient), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
-    @extend_schema(responses={200: RecipientSerializer, 404: _NOT_FOUND}, summary="Get a recipient")
+    @extend_schema(parameters=[_USER_ID, *response_headers()],
+                   responses={200: RecipientSerializer, **error_responses(404, 422, _404=_404, _422=_422_PATH)},
+                   summary="Get a recipient")
     def get(self, request, user_id: str):
         return Response(recipient_payload(_recipient(user_id)))
 
 
 class PreferencesView(PathIdView):
-    @extend_schema(responses={200: PreferencesSerializer, 404: _NOT_FOUND}, summary="Get a recipient's preferences")
+    @extend_schema(parameters=[_USER_ID, *response_headers()],
+                   responses={200: PreferencesSerializer, **error_responses(404, 422, _404=_404, _422=_422_PATH)},
+                   summary="Get a recipient's preferences")
     def get(self, request, user_id: str):
         recipient = _recipient(user_id)
         prefs = Preferences.objects.filter(recipient=recipient).first()
         return Response(PreferencesSerializer().to_representation(prefs))
 
-    @extend_schema(request=PreferencesSerializer, responses={200: PreferencesSerializer, 404: _NOT_FOUND},
+    @extend_schema(request=PreferencesSerializer, parameters=[_USER_ID, *response_headers()],
+                   examples=[OpenApiExample("Preferences", request_only=True, value={
+                       "opt_outs": ["sms"], "category_opt_outs": {"marketing": ["email"]},
+                       "quiet_hours": {"start": "22:00", "end": "07:00", "timezone": "Europe/Berlin"}})],
+                   responses={200: PreferencesSerializer,
+                              **error_responses(*BODY, 404, 422, _404=_404, _422=_422_PATH)},
                    summary="Replace a recipient's opt-outs and quiet hours")
     def put(self, request, user_id: str):
         recipient = _recipient(user_id)
@@ -81,13 +104,21 @@ class PreferencesView(PathIdView):
 
 
 class DevicesView(PathIdView):
-    @extend_schema(responses={200: DeviceSerializer(many=True), 404: _NOT_FOUND}, summary="List push devices")
+    @extend_schema(parameters=[_USER_ID, *response_headers()],
+                   responses={200: DeviceSerializer(many=True),
+                              **error_responses(404, 422, _404=_404, _422=_422_PATH)},
+                   summary="List push devices")
     def get(self, request, user_id: str):
         recipient = _recipient(user_id)
         return Response(DeviceSerializer(recipient.devices.order_by("id"), many=True).data)
 
-    @extend_schema(request=DeviceSerializer,
-                   responses={200: DeviceSerializer, 201: DeviceSerializer, 404: _NOT_FOUND},
+    @extend_schema(request=DeviceSerializer, parameters=[_USER_ID, *response_headers()],
+                   examples=[OpenApiExample("Android device", request_only=True,
+                                            value={"platform": "android", "push_token": "fcm-token-1"})],
+                   responses={200: OpenApiResponse(DeviceSerializer, description="Already registered (to this "
+                                                                                 "or another user): updated."),
+                              201: OpenApiResponse(DeviceSerializer, description="Registered."),
+                              **error_responses(*BODY, 404, 422, _404=_404, _422=_422_PATH)},
                    summary="Register a push token (moves it if another user had it)")
     def put(self, request, user_id: str):
         recipient = _recipient(user_id)
@@ -99,7 +130,11 @@ class DevicesView(PathIdView):
 
 
 class DeviceView(PathIdView):
-    @extend_schema(responses={204: None, 404: _NOT_FOUND}, summary="Remove a push token")
+    @extend_schema(parameters=[_USER_ID, _PUSH_TOKEN, *response_headers()],
+                   responses={204: OpenApiResponse(None, description="Removed (no body)."),
+                              **error_responses(404, 422, _404="Unknown user_id, or no device with this push_token "
+                                                               "for this user.", _422=_422_PATH)},
+                   summary="Remove a push token")
     def delete(self, request, user_id: str, push_token: str):
         recipient = _recipient(user_id)
         check_path_id("push_token", push_token, 4096)

@@ -1,0 +1,55 @@
+"""Staff roles: the permissions of the ``marketing`` and ``support`` groups (docs/OPERATIONS.md,
+"Staff roles").
+
+These lists are the current definition. The data migration ``campaigns/0002_staff_groups`` holds a
+frozen copy (migrations must not import code that changes later): to change a role, edit the lists
+here *and* add a migration that applies the change; ``tests/test_roles.py`` fails while the two
+disagree.
+
+Permissions are ``"app_label.codename"``. Two are not declared on any model (their ``Meta`` has
+no ``permissions``); the migration creates their rows:
+
+* ``campaigns.send_high_priority`` (content type campaigns.campaign): may give a campaign priority
+  ``high`` (see :func:`campaigns.forms.can_send_high`). No group has it; grant it to a person.
+* ``notifications.replay_deadletter`` (content type notifications.deadletter, the proxy): may use
+  the dead-letter admin's "Replay" action.
+"""
+
+from __future__ import annotations
+
+MARKETING = "marketing"
+SUPPORT = "support"
+
+CUSTOM_PERMISSIONS = [
+    # (app_label, model, codename, name)
+    ("campaigns", "campaign", "send_high_priority", "Can send campaigns with high priority"),
+    ("notifications", "deadletter", "replay_deadletter", "Can replay dead letters"),
+]
+
+
+def _manage(app_label: str, *models: str) -> list[str]:
+    return [f"{app_label}.{action}_{model}" for model in models for action in ("add", "change", "delete", "view")]
+
+
+GROUP_PERMISSIONS: dict[str, list[str]] = {
+    # Segments, members, templates and campaigns; recipients read-only (segment member lookups,
+    # template previews). No notification admin at all: campaign pages show counts, never content.
+    MARKETING: [
+        *_manage("campaigns", "segment", "segmentmember", "template", "templatevariant", "campaign"),
+        "preferences.view_recipient",
+    ],
+    # Look up people and what happened to their notifications; edit preferences on a user's behalf;
+    # replay dead letters. Contacts, devices and notifications stay read-only; no campaign pages.
+    SUPPORT: [
+        "preferences.view_recipient",
+        "preferences.view_device",
+        "preferences.view_preferences",
+        "preferences.add_preferences",
+        "preferences.change_preferences",
+        "notifications.view_notification",
+        "notifications.view_deliveryattempt",
+        "notifications.view_deliveryevent",
+        "notifications.view_deadletter",
+        "notifications.replay_deadletter",
+    ],
+}

@@ -1,0 +1,381 @@
+"""Health and readiness: ``/healthz``, ``/readyz``, and the probes they share with ``/metrics``, the
+provider-health admin page and ``manage.py doctor`` (docs/OPERATIONS.md).
+
+* ``/healthz`` — the process is up and serving: always ``200 {"status": "ok"}``. No dependency is
+  touched, so a Postgres outage never makes an orchestrator restart healthy web processes.
+* ``/readyz`` — the platform can do its job: Postgres answers, Redis answers, the Celery broker
+  answers, and the scheduler ran recently (``release_due`` writes a heartbeat to Redis on every run,
+  i.e. every second under beat; older than :data:`BEAT_MAX_AGE_SECONDS` = beat, the maintenance
+  worker or their path to Postgres/Redis is broken). ``200`` when every check passes, else ``503``
+  with a JSON body naming each failing check. Error details stay in the server log; the body only
+  says which check failed and a short reason (no URLs, no hostnames).
+
+Every probe here is bounded: 1 s socket timeouts on Redis, a 2 s ``statement_timeout`` on the
+Postgres snapshot, and only index-backed, ``LIMIT``-capped queries (see :func:`pipeline_snapshot`).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import threading
+import time
+import uuid
+from datetime import datetime
+
+import redis
+from django.conf import settings
+from django.db import connection, transaction
+from django.http import JsonResponse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+
+log = logging.getLogger(__name__)
+
+#: Redis key (in ``settings.REDIS_URL``) holding the unix time of the last scheduler run.
+HEARTBEAT_KEY = "ops:scheduler:heartbeat"
+#: How long the heartbeat lives if nothing refreshes it (a day: a stale value still shows its age).
+HEARTBEAT_TTL_SECONDS = 24 * 3600
+#: /readyz fails the ``beat`` check when the last scheduler run is older than this (seconds).
+BEAT_MAX_AGE_SECONDS = 30.0
+#: Counts in the Postgres snapshot stop at this many rows (a value equal to it means "at least").
+COUNT_CAP = 100_000
+#: Statement timeout for the Postgres snapshot (milliseconds).
+SNAPSHOT_TIMEOUT_MS = 2000
+
+# kombu's Redis transport keeps one list per priority step: ``name`` and ``name\x06\x16<step>``.
+_KOMBU_PRIORITY_SUFFIXES = ("", "\x06\x163", "\x06\x166", "\x06\x169")
+
+_clients: dict[str, redis.Redis] = {}
+_clients_lock = threading.Lock()
+
+
+# --- Redis ------------------------------------------------------------------------------------
+
+def redis_client(url: str) -> redis.Redis:
+    """A cached client for ``url`` with 1 s timeouts (one connection pool per URL and process)."""
+    with _clients_lock:
+        client = _clients.get(url)
+        if client is None:
+            client = redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1,
+                                          health_check_interval=30)
+            _clients[url] = client
+        return client
+
+
+def broker_redis_url() -> str | None:
+    """The broker URL if the broker is Redis (queue depths are read from it), else ``None``."""
+    url = settings.CELERY_BROKER_URL or ""
+    return url if url.startswith(("redis://", "rediss://", "unix://")) else None
+
+
+def write_beat_heartbeat() -> None:
+    """Record that the scheduler just ran (called by ``scheduler.release_due``). Never raises."""
+    from notifications.markers import get_redis
+
+    try:
+        get_redis().set(HEARTBEAT_KEY, f"{time.time():.3f}", ex=HEARTBEAT_TTL_SECONDS)
+    except redis.RedisError as exc:
+        log.warning("scheduler heartbeat not written, Redis unavailable: %s", exc)
+
+
+def beat_heartbeat_age(client: redis.Redis | None = None) -> float | None:
+    """Seconds since the scheduler last ran, ``None`` if it never did (or the key expired).
+
+    Raises:
+        redis.RedisError: Redis is unreachable.
+    """
+    client = client or redis_client(settings.REDIS_URL)
+    raw = client.get(HEARTBEAT_KEY)
+    if raw is None:
+        return None
+    try:
+        return max(0.0, time.time() - float(raw))
+    except ValueError:
+        return None
+
+
+def queue_snapshot() -> dict[str, dict]:
+    """Per Celery queue: ``{"depth": int, "oldest_age": float | None}``.
+
+    ``depth`` is the broker's list length (LLEN of every priority list of the queue). ``oldest_age``
+    is known for the send queues only: the age (``now - queued_at``) of the notifications carried by
+    the oldest message still waiting in that queue (``LINDEX -1``: kombu pushes left, pops right);
+    ``0`` for an empty queue, ``None`` when not known (not a send queue, or the message could not be
+    read). Costs one Redis pipeline and one primary-key query.
+
+    Raises:
+        redis.RedisError: the broker is unreachable. Returns ``{}`` if the broker is not Redis.
+    """
+    from config.celery import ALL_QUEUES, SEND_QUEUES
+
+    url = broker_redis_url()
+    if url is None:
+        return {}
+    client = redis_client(url)
+    pipe = client.pipeline(transaction=False)
+    for queue in ALL_QUEUES:
+        for suffix in _KOMBU_PRIORITY_SUFFIXES:
+            pipe.llen(queue + suffix)
+    for queue in SEND_QUEUES:
+        for suffix in _KOMBU_PRIORITY_SUFFIXES:
+            pipe.lindex(queue + suffix, -1)
+    results = pipe.execute()
+    n = len(_KOMBU_PRIORITY_SUFFIXES)
+    depths = {q: sum(results[i * n:(i + 1) * n]) for i, q in enumerate(ALL_QUEUES)}
+    heads = results[len(ALL_QUEUES) * n:]
+    oldest_ids: dict[str, list[uuid.UUID]] = {}
+    for i, queue in enumerate(SEND_QUEUES):
+        ids: list[uuid.UUID] = []
+        for raw in heads[i * n:(i + 1) * n]:
+            if raw is not None:
+                ids.extend(_notification_ids(raw))
+        oldest_ids[queue] = ids
+    try:
+        queued_at = _queued_at([i for ids in oldest_ids.values() for i in ids])
+    except Exception as exc:  # Postgres down: depths are still worth reporting
+        log.warning("queue ages unavailable: %s", exc)
+        queued_at = {}
+    now = time.time()
+    snapshot = {}
+    for queue in ALL_QUEUES:
+        age: float | None = None
+        if queue in oldest_ids:
+            if depths[queue] == 0:
+                age = 0.0
+            else:
+                instants = [queued_at[i] for i in oldest_ids[queue] if i in queued_at]
+                if instants:
+                    age = max(0.0, now - min(instants).timestamp())
+        snapshot[queue] = {"depth": int(depths[queue]), "oldest_age": age}
+    return snapshot
+
+
+def _notification_ids(raw: bytes) -> list[uuid.UUID]:
+    """Notification ids in one kombu/Celery message of the ``notifications.send`` task, or []."""
+    try:
+        payload = json.loads(raw)
+        if (payload.get("headers") or {}).get("task") != "notifications.send":
+            return []
+        body = payload["body"]
+        if (payload.get("properties") or {}).get("body_encoding") == "base64":
+            body = base64.b64decode(body)
+        args = json.loads(body)[0]
+        return [uuid.UUID(str(i)) for i in args[0][:100]]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return []
+
+
+def _queued_at(ids: list[uuid.UUID]) -> dict[uuid.UUID, datetime]:
+    if not ids:
+        return {}
+    with connection.cursor() as cur:
+        cur.execute("SELECT id, queued_at FROM notifications_notification "
+                    "WHERE id = ANY(%s::uuid[]) AND queued_at IS NOT NULL", [ids])
+        return dict(cur.fetchall())
+
+
+# --- Postgres ---------------------------------------------------------------------------------
+
+_SNAPSHOT_SQL = f"""
+SELECT
+  (SELECT count(*) FROM (SELECT 1 FROM notifications_notification
+                          WHERE status = 'scheduled' LIMIT {COUNT_CAP}) s) AS scheduled,
+  (SELECT count(*) FROM (SELECT 1 FROM notifications_notification
+                          WHERE status = 'queued' LIMIT {COUNT_CAP}) s) AS queued,
+  (SELECT count(*) FROM (SELECT 1 FROM notifications_notification
+                          WHERE status = 'sending' LIMIT {COUNT_CAP}) s) AS sending,
+  (SELECT count(*) FROM (SELECT 1 FROM notifications_notification
+                          WHERE status = 'scheduled' AND due_at <= %(now)s LIMIT {COUNT_CAP}) s) AS due,
+  (SELECT min(due_at) FROM notifications_notification WHERE status = 'scheduled') AS oldest_due,
+  (SELECT min(queued_at) FROM notifications_notification WHERE status = 'queued') AS oldest_queued,
+  (SELECT count(*) FROM (SELECT 1 FROM notifications_notification
+                          WHERE status = 'sending' AND lease_until < %(now)s LIMIT {COUNT_CAP}) s) AS expired_leases,
+  (SELECT count(*) FROM (SELECT 1 FROM notifications_notification
+                          WHERE dead_lettered_at IS NOT NULL AND status = 'failed' LIMIT {COUNT_CAP}) s) AS dead,
+  (SELECT min(dead_lettered_at) FROM notifications_notification
+    WHERE dead_lettered_at IS NOT NULL AND status = 'failed') AS oldest_dead
+"""
+
+
+def pipeline_snapshot(now: datetime | None = None) -> dict:
+    """Counts and ages of the delivery pipeline's non-terminal rows, from Postgres.
+
+    Every subquery is served by a partial index (``status`` = scheduled/queued/sending) or the
+    ``dead_lettered_at`` index, counts stop at :data:`COUNT_CAP`, and the whole statement runs
+    under a 2 s ``statement_timeout``. Returns::
+
+        {"pending": {"scheduled": n, "queued": n, "sending": n},
+         "due_unreleased": n, "scheduler_lag_seconds": s, "oldest_queued_age_seconds": s | None,
+         "expired_leases": n, "dead_letters": n, "dead_letters_oldest_age_seconds": s | None}
+
+    ``scheduler_lag_seconds`` is how long the oldest due ``scheduled`` row has been due (0 if none).
+    Raises the database's error when Postgres is unreachable or the timeout is hit.
+    """
+    from notifications import clock
+
+    now = now or clock.now()
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute(f"SET LOCAL statement_timeout = {int(SNAPSHOT_TIMEOUT_MS)}")
+        cur.execute(_SNAPSHOT_SQL, {"now": now})
+        row = dict(zip([c.name for c in cur.description], cur.fetchone(), strict=True))
+
+    def age(instant):
+        return None if instant is None else max(0.0, (now - instant).total_seconds())
+
+    return {
+        "pending": {"scheduled": row["scheduled"], "queued": row["queued"], "sending": row["sending"]},
+        "due_unreleased": row["due"],
+        "scheduler_lag_seconds": age(row["oldest_due"]) or 0.0,
+        "oldest_queued_age_seconds": age(row["oldest_queued"]),
+        "expired_leases": row["expired_leases"],
+        "dead_letters": row["dead"],
+        "dead_letters_oldest_age_seconds": age(row["oldest_dead"]),
+    }
+
+
+# --- Provider configuration -------------------------------------------------------------------
+
+#: Environment variables a real provider needs (the emulator needs none).
+PROVIDER_ENV = {
+    "twilio": ("TWILIO_ACCOUNT_SID", "TWILIO_AUTH_TOKEN", "TWILIO_FROM_NUMBER"),
+    "sendgrid": ("SENDGRID_API_KEY", "EMAIL_FROM"),
+    "smtp": ("SMTP_HOST", "EMAIL_FROM"),
+    "fcm": ("FCM_CREDENTIALS", "FCM_PROJECT_ID"),
+}
+
+
+def provider_mode(entry: dict) -> str:
+    """``"emulator"``, ``"real"`` or ``"custom"`` for one ``settings.PROVIDERS[channel]`` entry.
+
+    Read from the entry's OPTIONS as settings built them: Twilio/SendGrid/FCM point at the emulator
+    through ``BASE_URL``/``HOST``/``FCM_URL``; SMTP is the emulator's when it targets
+    ``127.0.0.1:EMULATOR_SMTP_PORT``.
+    """
+    name = entry.get("NAME")
+    options = entry.get("OPTIONS") or {}
+    if name == "twilio":
+        return "emulator" if options.get("BASE_URL") else "real"
+    if name == "sendgrid":
+        return "emulator" if options.get("HOST") else "real"
+    if name == "fcm":
+        return "emulator" if options.get("FCM_URL") else "real"
+    if name == "smtp":
+        local = str(options.get("HOST", "")) in ("127.0.0.1", "localhost", "::1")
+        return "emulator" if local and int(options.get("PORT") or 0) == settings.EMULATOR_SMTP_PORT else "real"
+    return "custom"
+
+
+def providers_overview(environ: dict | None = None) -> dict[str, list[dict]]:
+    """Per channel, the configured providers in order (primary first)::
+
+        {"sms": [{"name": "twilio", "primary": True, "mode": "emulator",
+                  "missing_env": ["TWILIO_ACCOUNT_SID", ...]}], ...}
+
+    ``missing_env`` lists what a *real* provider of that name needs and is not set in ``environ``
+    (default: the process environment, where settings read ``.run/env`` into).
+    """
+    import os
+
+    environ = os.environ if environ is None else environ
+    overview: dict[str, list[dict]] = {}
+    for channel, entries in (getattr(settings, "PROVIDERS", None) or {}).items():
+        rows = []
+        for index, entry in enumerate(entries or []):
+            name = entry.get("NAME", "?")
+            rows.append({"name": name, "primary": index == 0, "mode": provider_mode(entry),
+                         "missing_env": [v for v in PROVIDER_ENV.get(name, ()) if not environ.get(v)]})
+        overview[channel] = rows
+    return overview
+
+
+# --- Readiness checks -------------------------------------------------------------------------
+
+def check_postgres() -> str | None:
+    """``None`` when Postgres answers ``SELECT 1``, else a short reason."""
+    try:
+        with connection.cursor() as cur:
+            cur.execute("SELECT 1")
+            cur.fetchone()
+    except Exception as exc:
+        log.warning("readiness: Postgres check failed: %s", exc)
+        return f"Postgres unreachable ({type(exc).__name__})"
+    return None
+
+
+def _ping(url: str, what: str) -> str | None:
+    try:
+        redis_client(url).ping()
+    except redis.RedisError as exc:
+        log.warning("readiness: %s check failed: %s", what, exc)
+        return f"{what} unreachable ({type(exc).__name__})"
+    return None
+
+
+def check_redis() -> str | None:
+    return _ping(settings.REDIS_URL, "Redis")
+
+
+def check_broker() -> str | None:
+    url = broker_redis_url()
+    if url is not None:
+        return _ping(url, "broker")
+    from kombu import Connection
+
+    try:
+        with Connection(settings.CELERY_BROKER_URL, connect_timeout=1) as conn:
+            conn.ensure_connection(max_retries=1, interval_start=0, timeout=2)
+    except Exception as exc:
+        log.warning("readiness: broker check failed: %s", exc)
+        return f"broker unreachable ({type(exc).__name__})"
+    return None
+
+
+def check_beat() -> str | None:
+    limit = float(getattr(settings, "READYZ_BEAT_MAX_AGE_SECONDS", BEAT_MAX_AGE_SECONDS))
+    try:
+        age = beat_heartbeat_age()
+    except redis.RedisError as exc:
+        return f"heartbeat unreadable, Redis unreachable ({type(exc).__name__})"
+    if age is None:
+        return "no scheduler heartbeat: beat or the maintenance worker has not run release_due"
+    if age > limit:
+        return f"last scheduler heartbeat {age:.0f} s ago (limit {limit:.0f} s): beat or the maintenance worker is down"
+    return None
+
+
+READINESS_CHECKS = {"postgres": check_postgres, "redis": check_redis, "broker": check_broker, "beat": check_beat}
+
+
+def readiness() -> tuple[bool, dict]:
+    """Run every readiness check. Returns ``(ok, body)``; body names each failing check."""
+    checks = {}
+    for name, check in READINESS_CHECKS.items():
+        started = time.monotonic()
+        problem = check()
+        checks[name] = {"ok": problem is None, "ms": round((time.monotonic() - started) * 1000, 1)}
+        if problem:
+            checks[name]["error"] = problem
+    failing = [name for name, result in checks.items() if not result["ok"]]
+    body = {"status": "ok" if not failing else "unavailable", "checks": checks}
+    if failing:
+        body["failing"] = failing
+    return not failing, body
+
+
+# --- Views ------------------------------------------------------------------------------------
+
+@never_cache
+@require_GET
+def healthz(request):
+    """Liveness: the process is up. Touches no dependency."""
+    return JsonResponse({"status": "ok"})
+
+
+@never_cache
+@require_GET
+def readyz(request):
+    """Readiness: Postgres, Redis, the broker and a recent scheduler heartbeat; 503 naming failures."""
+    ok, body = readiness()
+    return JsonResponse(body, status=200 if ok else 503)

@@ -1,0 +1,563 @@
+"""Prometheus metrics: definitions, the small recording functions the pipeline calls, and ``/metrics``.
+
+Two kinds of series (docs/OPERATIONS.md lists every one):
+
+* **Events** (counters, histograms) are recorded where they happen — in Celery worker processes,
+  gunicorn workers, the scheduler — with prometheus-client's *multiprocess mode*: every process
+  writes its values to memory-mapped files in ``PROMETHEUS_MULTIPROC_DIR`` (settings default
+  ``.run/prometheus``) and ``/metrics`` sums the files of all processes at scrape time, so the
+  answer is the same whichever gunicorn worker serves the scrape.
+* **State** (gauges: queue depths, pending rows, dead letters, scheduler lag, heartbeat age) is
+  computed at scrape time from Redis and Postgres by :class:`OpsCollector`, with bounded queries
+  (``notifications.health``). Nothing is cached; a failing source is reported by
+  ``notify_scrape_source_up{source}`` = 0 and its gauges are left out.
+
+Recording functions never raise: a metrics bug must not fail a delivery. Events inside a database
+transaction are recorded ``on_commit``, so a rolled-back (and later re-driven) transition is counted
+once. Label values are bounded: channels, tiers, statuses and reasons come from fixed sets,
+provider names from ``settings.PROVIDERS`` (else ``other``), provider error codes from an allow-list
+(else the HTTP status class ``4xx``/``5xx``, else ``other``).
+
+Extension point — circuit breakers and token buckets (a later issue): define their series in
+:class:`_Metrics` (e.g. ``notify_provider_breaker_state{provider}`` as a gauge computed by
+:class:`OpsCollector` from wherever the breaker keeps its state, and
+``notify_provider_throttled_total{provider}`` as a counter) and add a recording function here;
+nothing is exported for them until they exist.
+"""
+
+from __future__ import annotations
+
+import functools
+import hmac
+import logging
+import os
+import re
+import threading
+import time
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+log = logging.getLogger(__name__)
+
+
+def _ensure_multiprocess_env() -> None:
+    """prometheus-client picks multiprocess mode from the environment when it is first imported."""
+    try:
+        path = getattr(settings, "PROMETHEUS_MULTIPROC_DIR", "")
+    except ImproperlyConfigured:  # imported without Django settings (tooling): single-process mode
+        return
+    if path:
+        os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(path))
+        os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
+
+
+_ensure_multiprocess_env()
+
+from django.db import transaction  # noqa: E402
+from django.http import HttpResponse, JsonResponse  # noqa: E402
+from django.views.decorators.cache import never_cache  # noqa: E402
+from django.views.decorators.http import require_GET  # noqa: E402
+from prometheus_client import (  # noqa: E402
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+    multiprocess,
+    values,
+)
+from prometheus_client.core import GaugeMetricFamily  # noqa: E402
+
+#: True when this process writes its metrics to PROMETHEUS_MULTIPROC_DIR files.
+MULTIPROCESS = bool(getattr(values.ValueClass, "_multiprocess", False))
+
+CHANNELS = ("sms", "email", "push")
+TIERS = ("high", "standard")
+OUTCOMES = ("accepted", "transient", "permanent", "contact_invalid", "configuration")
+#: Statuses counted by notify_notification_outcomes_total (the end of the send path, or a receipt's).
+#: Cancellations happen in the API/campaign services, which are not instrumented (yet).
+OUTCOME_STATUSES = ("sent", "delivered", "failed", "suppressed", "expired")
+DEFERRAL_REASONS = ("retry_scheduled", "quiet_hours")
+
+#: accept → provider-accept: sub-second for OTPs, minutes to an hour for retried/deferred sends.
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
+#: One provider call (bounded by PROVIDER_TIMEOUT_SECONDS, 10 s by default).
+CALL_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+
+#: Provider error codes kept as they are; any other code becomes its HTTP status class or "other".
+KNOWN_PROVIDER_CODES = frozenset({
+    # Twilio (providers/twilio/backend.py tables)
+    "21211", "21610", "21614", "20003", "21606", "21659", "21408", "20429",
+    # FCM v1 ErrorCode and Google API canonical codes (firebase_admin.exceptions)
+    "UNREGISTERED", "SENDER_ID_MISMATCH", "QUOTA_EXCEEDED", "THIRD_PARTY_AUTH_ERROR", "UNSPECIFIED_ERROR",
+    "INVALID_ARGUMENT", "FAILED_PRECONDITION", "OUT_OF_RANGE", "UNAUTHENTICATED", "PERMISSION_DENIED",
+    "NOT_FOUND", "CONFLICT", "ABORTED", "ALREADY_EXISTS", "RESOURCE_EXHAUSTED", "CANCELLED", "DATA_LOSS",
+    "UNKNOWN", "INTERNAL", "UNAVAILABLE", "DEADLINE_EXCEEDED",
+})
+_OUR_CODE = re.compile(r"^[a-z][a-z_]{0,31}$")  # ours: timeout, connection_error, missing_option, …
+_STATUS_CODE = re.compile(r"^[1-5][0-9][0-9]$")  # HTTP (SendGrid, FCM) and SMTP reply codes
+
+
+class _Metrics:
+    """Every event series, in their own registry (exposed through the multiprocess files)."""
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.accept_to_provider = Histogram(
+            "notify_accept_to_provider_seconds",
+            "From acceptance (or the requested send time, if later) to the provider accepting the "
+            "notification (its first accepted provider call, when it becomes sent).",
+            ["tier", "channel"], buckets=LATENCY_BUCKETS, registry=r)
+        self.provider_calls = Counter(
+            "notify_provider_calls_total", "Provider calls (one per device for push) by outcome and error code.",
+            ["provider", "outcome", "code"], registry=r)
+        self.provider_call_seconds = Histogram(
+            "notify_provider_call_duration_seconds", "Duration of one provider call.",
+            ["provider"], buckets=CALL_BUCKETS, registry=r)
+        self.outcomes = Counter(
+            "notify_notification_outcomes_total",
+            "Notifications moving to sent, delivered, failed, suppressed or expired, with the reason.",
+            ["status", "reason", "channel", "tier"], registry=r)
+        self.deferrals = Counter(
+            "notify_notification_deferrals_total",
+            "Notifications put back to wait: retry after a transient error, or the recipient's quiet hours.",
+            ["reason", "channel", "tier"], registry=r)
+        self.tokens_invalidated = Counter(
+            "notify_push_tokens_invalidated_total",
+            "Push tokens the provider called dead (FCM UNREGISTERED…); the device is deactivated.",
+            ["provider", "code"], registry=r)
+        self.email_bounces = Counter(
+            "notify_email_bounces_total",
+            "Email bounces from delivery receipts: hard (address marked invalid), soft (blocked), dropped_invalid.",
+            ["provider", "type"], registry=r)
+        self.receipts = Counter(
+            "notify_receipts_total", "Delivery receipts received, by result: applied, duplicate, unknown.",
+            ["provider", "result"], registry=r)
+        self.released = Counter(
+            "notify_scheduler_released_total", "Scheduled notifications released to the queues by the scheduler.",
+            registry=r)
+        self.redriven = Counter(
+            "notify_reconciler_redriven_total",
+            "Notifications re-driven by the reconciler: expired worker leases, stale queued rows.",
+            ["kind"], registry=r)
+        self.published = Counter(
+            "notify_tasks_published_total", "Send tasks published to the broker, by queue.", ["queue"], registry=r)
+        self.publish_failures = Counter(
+            "notify_publish_failures_total",
+            "Notifications whose send task could not be published (broker down); the reconciler re-drives them.",
+            registry=r)
+
+
+_metrics: _Metrics | None = None
+_metrics_lock = threading.Lock()
+
+
+def _m() -> _Metrics:
+    """The metrics, created on first use: a process that records nothing (``manage.py`` commands, the
+    scrape itself) writes no file into the multiprocess directory."""
+    global _metrics
+    if _metrics is None:
+        with _metrics_lock:
+            if _metrics is None:
+                _metrics = _Metrics()
+    return _metrics
+
+
+def use_multiprocess_dir(path: str | None) -> None:
+    """Re-point this process's metric files at ``path`` and start its values from that directory.
+
+    For tests and tools (a fresh, private directory); the platform itself only ever uses the
+    directory from settings. Closes this process's open metric files first.
+    """
+    global _metrics
+    with _metrics_lock:
+        if MULTIPROCESS:
+            values.ValueClass.close_all_files()  # this process's open files; later values open anew
+            if path:
+                os.makedirs(path, exist_ok=True)
+                os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
+        _metrics = None
+
+
+# --- label hygiene ----------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=1)
+def _known_providers(_providers_id: int) -> frozenset[str]:
+    providers = getattr(settings, "PROVIDERS", None) or {}
+    return frozenset(e.get("NAME", "") for entries in providers.values() for e in entries or [])
+
+
+def provider_label(name: str | None) -> str:
+    """A configured provider name, else ``other``."""
+    name = name or ""
+    return name if name in _known_providers(id(getattr(settings, "PROVIDERS", None))) else "other"
+
+
+def code_label(code: str | None, http_status: int | None = None) -> str:
+    """Bounded error-code label: a known provider code, one of our own words, an HTTP/SMTP status,
+    else the HTTP status class (``4xx``), else ``other``; ``""`` when there is no error."""
+    code = str(code or "").strip()
+    if not code:
+        return ""
+    if code in KNOWN_PROVIDER_CODES or _OUR_CODE.match(code) or _STATUS_CODE.match(code):
+        return code
+    if http_status and 100 <= int(http_status) <= 599:
+        return f"{int(http_status) // 100}xx"
+    return "other"
+
+
+def _one_of(value: str | None, allowed, default: str = "other") -> str:
+    return value if value in allowed else default
+
+
+def _reason_label(reason: str | None) -> str:
+    from notifications.models import Reason
+
+    return reason if (reason or "") in Reason.values or not reason else "other"
+
+
+def _safe(func):
+    """Recording must never break the caller."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except Exception:
+            log.warning("metrics: %s failed", func.__name__, exc_info=True)
+            return None
+
+    return wrapper
+
+
+def _on_commit(func) -> None:
+    """Run ``func`` once the current transaction commits (at once outside a transaction)."""
+    transaction.on_commit(_safe(func), robust=True)
+
+
+# --- recording: primitives --------------------------------------------------------------------
+
+@_safe
+def record_provider_call(*, provider: str, channel: str, outcome: str, code: str = "",
+                         http_status: int | None = None, seconds: float | None = None) -> None:
+    """One provider call and its outcome (accepted, transient, permanent, contact_invalid, configuration)."""
+    if outcome not in OUTCOMES:
+        return
+    provider = provider_label(provider)
+    code = code_label(code, http_status) if outcome != "accepted" else ""
+    _m().provider_calls.labels(provider, outcome, code).inc()
+    if seconds is not None:
+        _m().provider_call_seconds.labels(provider).observe(max(0.0, seconds))
+    if channel == "push" and outcome == "contact_invalid":
+        _m().tokens_invalidated.labels(provider, code).inc()
+
+
+@_safe
+def record_outcome(*, status: str, reason: str, channel: str, tier: str, count: int = 1) -> None:
+    """``count`` notifications moved to ``status`` (sent, delivered, failed, suppressed, expired)."""
+    if status not in OUTCOME_STATUSES:
+        return
+    _m().outcomes.labels(status, _reason_label(reason), _one_of(channel, CHANNELS), _one_of(tier, TIERS)).inc(count)
+
+
+@_safe
+def record_accept_to_provider(*, tier: str, channel: str, seconds: float) -> None:
+    _m().accept_to_provider.labels(_one_of(tier, TIERS), _one_of(channel, CHANNELS)).observe(max(0.0, seconds))
+
+
+# --- recording: call sites --------------------------------------------------------------------
+
+@_safe
+def provider_call(n, attempt) -> None:
+    """``sending._call_provider``: one DeliveryAttempt was made (recorded at once: the call happened).
+
+    The first accepted call of a notification also observes accept → provider-accept latency: from
+    ``max(created_at, scheduled_at)`` (acceptance, or the requested send time if later) to now,
+    the instant the provider accepted it and the worker records ``sent``.
+    """
+    record_provider_call(
+        provider=attempt.provider, channel=n.channel, outcome=attempt.outcome, code=attempt.error_code,
+        http_status=attempt.http_status,
+        seconds=attempt.latency_ms / 1000 if attempt.latency_ms is not None else None)
+    if attempt.outcome == "accepted" and not getattr(n, "_metrics_accept_observed", False):
+        from notifications import clock
+
+        n._metrics_accept_observed = True
+        start = n.created_at
+        if n.scheduled_at and (start is None or n.scheduled_at > start):
+            start = n.scheduled_at
+        if start is not None:
+            record_accept_to_provider(tier=n.priority, channel=n.channel,
+                                      seconds=(clock.now() - start).total_seconds())
+
+
+@_safe
+def notification_transitioned(n) -> None:
+    """``sending._transition``: the claimed row ``n`` (fields already updated) moved to ``n.status``;
+    counts the outcome (sent, failed, suppressed, expired) or the deferral (retry, quiet hours)."""
+    status, reason, channel, tier = n.status, n.reason, n.channel, n.priority
+
+    def record():
+        if status in OUTCOME_STATUSES:
+            record_outcome(status=status, reason=reason, channel=channel, tier=tier)
+        elif reason in DEFERRAL_REASONS:
+            _m().deferrals.labels(reason, _one_of(channel, CHANNELS), _one_of(tier, TIERS)).inc()
+
+    _on_commit(record)
+
+
+@_safe
+def receipt_transitioned(n, status: str, reason: str = "") -> None:
+    """``receipts._apply_one``: a receipt moved ``n`` to ``delivered`` or ``failed``."""
+    channel, tier = n.channel, n.priority
+    _on_commit(lambda: record_outcome(status=status, reason=reason, channel=channel, tier=tier))
+
+
+@_safe
+def receipt_applied(n, receipt) -> None:
+    """``receipts._apply_one``: a (non-duplicate) receipt was stored; counts email bounces."""
+    if n.channel != "email" or receipt.raw not in ("bounce", "dropped"):
+        return
+    if receipt.raw == "bounce":
+        kind = "hard" if receipt.invalid_address else "soft"
+    elif receipt.invalid_address:
+        kind = "dropped_invalid"
+    else:
+        return
+    provider = provider_label(receipt.provider)
+    _on_commit(lambda: _m().email_bounces.labels(provider, kind).inc())
+
+
+@_safe
+def receipts_counted(provider: str, counts: dict[str, int]) -> None:
+    """``receipts.apply_receipts``: ``{"applied": n, "duplicate": n, "unknown": n}`` for one request."""
+    provider = provider_label(provider)
+    for result in ("applied", "duplicate", "unknown"):
+        if counts.get(result):
+            _m().receipts.labels(provider, result).inc(counts[result])
+
+
+@_safe
+def scheduler_ran(released: int) -> None:
+    """``scheduler.release_due``: one scheduler run; writes the heartbeat /readyz checks."""
+    from notifications.health import write_beat_heartbeat
+
+    write_beat_heartbeat()
+    # Also brings the label-less counters into existence (at 0) as soon as the scheduler runs, so
+    # increase() sees their first events.
+    _m().released.inc(released)
+
+
+@_safe
+def reconciled(leases: int, stale_queued: int) -> None:
+    """``scheduler.reconcile``: rows re-driven."""
+    if leases:
+        _m().redriven.labels("expired_lease").inc(leases)
+    if stale_queued:
+        _m().redriven.labels("stale_queued").inc(stale_queued)
+
+
+@_safe
+def task_published(queue: str) -> None:
+    """``enqueue.enqueue_rollback_unsafe``: one send task published."""
+    from config.celery import ALL_QUEUES
+
+    _m().published.labels(_one_of(queue, ALL_QUEUES)).inc()
+
+
+@_safe
+def publish_failed(rows: int) -> None:
+    """``enqueue._enqueue_or_log``: publishing ``rows`` notifications failed (broker unreachable)."""
+    _m().publish_failures.inc(rows)
+
+
+@_safe
+def fanout_page_inserted(*, channel: str, tier: str, inserted, reasons: dict) -> None:
+    """``campaigns.fanout._insert_page``: rows created by one page; counts the pre-filtered
+    ``suppressed`` ones by reason (rows that already existed are not returned, so never twice)."""
+    by_reason: dict[str, int] = {}
+    for nid, status in inserted:
+        if status == "suppressed":
+            reason = reasons.get(nid, "")
+            by_reason[reason] = by_reason.get(reason, 0) + 1
+    if by_reason:
+        def record():
+            for reason, count in by_reason.items():
+                record_outcome(status="suppressed", reason=reason, channel=channel, tier=tier, count=count)
+
+        _on_commit(record)
+
+
+# --- process lifecycle ------------------------------------------------------------------------
+
+def _mark_process_dead(pid=None, **_kwargs) -> None:
+    """Celery ``worker_process_shutdown``: drop this pool process's live-gauge files.
+
+    Counter and histogram files of dead processes are kept on purpose: they hold counts already
+    reported, and removing them would make the summed counters go backwards. The whole directory
+    is wiped only before the whole stack starts (docs/OPERATIONS.md).
+    """
+    if MULTIPROCESS and os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        try:
+            multiprocess.mark_process_dead(pid or os.getpid())
+        except OSError:
+            log.debug("mark_process_dead failed", exc_info=True)
+
+
+try:
+    from celery.signals import worker_process_shutdown
+
+    worker_process_shutdown.connect(_mark_process_dead, weak=False)
+except ImportError:  # pragma: no cover - celery is a dependency
+    pass
+
+
+# --- scrape-time gauges -----------------------------------------------------------------------
+
+class OpsCollector:
+    """Gauges computed at scrape time from Redis (queues, heartbeat) and Postgres (pipeline state)."""
+
+    def describe(self):
+        return []  # do not collect at registration
+
+    def collect(self):
+        from django.conf import settings as dj_settings
+
+        from notifications import health
+
+        started = time.monotonic()
+        up = GaugeMetricFamily("notify_scrape_source_up",
+                               "1 if the source answered this scrape, 0 if not (its gauges are then missing).",
+                               labels=["source"])
+
+        # Broker: queue depths and the age of the oldest waiting message per send queue.
+        try:
+            queues = health.queue_snapshot()
+            depth = GaugeMetricFamily("notify_queue_depth", "Messages waiting in the Celery queue (broker LLEN).",
+                                      labels=["queue"])
+            oldest = GaugeMetricFamily(
+                "notify_queue_oldest_age_seconds",
+                "Age (now - queued_at) of the notifications in the oldest message waiting in a send queue; "
+                "0 when the queue is empty.", labels=["queue"])
+            for queue, info in queues.items():
+                depth.add_metric([queue], info["depth"])
+                if info["oldest_age"] is not None:
+                    oldest.add_metric([queue], info["oldest_age"])
+            yield depth
+            yield oldest
+            up.add_metric(["broker"], 1)
+        except Exception as exc:
+            log.warning("metrics: broker gauges unavailable: %s", exc)
+            up.add_metric(["broker"], 0)
+
+        # Redis: the scheduler heartbeat.
+        try:
+            age = health.beat_heartbeat_age(health.redis_client(dj_settings.REDIS_URL))
+            if age is not None:
+                yield GaugeMetricFamily("notify_scheduler_heartbeat_age_seconds",
+                                        "Seconds since the scheduler (release_due, run by beat) last ran.", value=age)
+            up.add_metric(["redis"], 1)
+        except Exception as exc:
+            log.warning("metrics: heartbeat gauge unavailable: %s", exc)
+            up.add_metric(["redis"], 0)
+
+        # Postgres: pending rows, scheduler lag, expired leases, dead letters.
+        try:
+            snap = health.pipeline_snapshot()
+            pending = GaugeMetricFamily(
+                "notify_notifications_pending",
+                f"Notifications waiting in a non-terminal status (counted up to {health.COUNT_CAP}).",
+                labels=["status"])
+            for status, count in snap["pending"].items():
+                pending.add_metric([status], count)
+            yield pending
+            yield GaugeMetricFamily("notify_scheduler_due_unreleased",
+                                    "Scheduled notifications already due but not yet released.",
+                                    value=snap["due_unreleased"])
+            yield GaugeMetricFamily("notify_scheduler_lag_seconds",
+                                    "How long the oldest due scheduled notification has been due (0 if none).",
+                                    value=snap["scheduler_lag_seconds"])
+            if snap["oldest_queued_age_seconds"] is not None:
+                yield GaugeMetricFamily("notify_queued_oldest_age_seconds",
+                                        "Age of the oldest queued notification in Postgres (whatever the broker "
+                                        "holds).",
+                                        value=snap["oldest_queued_age_seconds"])
+            yield GaugeMetricFamily("notify_expired_leases",
+                                    "Notifications in sending whose worker lease ran out (the reconciler "
+                                    "re-drives them).",
+                                    value=snap["expired_leases"])
+            yield GaugeMetricFamily("notify_dead_letters", "Dead letters waiting for a person (admin › Dead letters).",
+                                    value=snap["dead_letters"])
+            yield GaugeMetricFamily("notify_dead_letters_oldest_age_seconds",
+                                    "Age of the oldest dead letter (0 if none).",
+                                    value=snap["dead_letters_oldest_age_seconds"] or 0.0)
+            up.add_metric(["postgres"], 1)
+        except Exception as exc:
+            log.warning("metrics: Postgres gauges unavailable: %s", exc)
+            up.add_metric(["postgres"], 0)
+        yield up
+        yield GaugeMetricFamily("notify_scrape_duration_seconds", "Time this scrape spent computing the gauges.",
+                                value=time.monotonic() - started)
+
+
+class _LocalCollector:
+    """Single-process fallback (PROMETHEUS_MULTIPROC_DIR unset when prometheus-client was imported)."""
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        yield from _m().registry.collect()
+
+
+def registry_for_scrape() -> CollectorRegistry:
+    """A fresh registry: every process's event series (summed) plus the scrape-time gauges."""
+    registry = CollectorRegistry()
+    if MULTIPROCESS:
+        multiprocess.MultiProcessCollector(registry, path=os.environ["PROMETHEUS_MULTIPROC_DIR"])
+    else:
+        registry.register(_LocalCollector())
+    registry.register(OpsCollector())
+    return registry
+
+
+# --- /metrics -----------------------------------------------------------------------------------
+
+_LOOPBACK = frozenset({"127.0.0.1", "::1", "::ffff:127.0.0.1"})
+_PROXY_HEADERS = ("HTTP_X_FORWARDED_FOR", "HTTP_FORWARDED", "HTTP_X_REAL_IP")
+
+
+def _refusal(request):
+    """``None`` if the request may read /metrics, else the response refusing it.
+
+    With ``METRICS_TOKEN`` set: ``Authorization: Bearer <METRICS_TOKEN>`` is required from anywhere
+    (401 otherwise). Unset: only loopback clients that did not come through a proxy (no
+    X-Forwarded-For/Forwarded/X-Real-IP header) are answered (403 otherwise).
+    """
+    token = getattr(settings, "METRICS_TOKEN", "") or ""
+    if token:
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode()):
+            return None
+        response = JsonResponse({"error": {"status": 401, "code": "unauthorized",
+                                           "message": "send Authorization: Bearer <METRICS_TOKEN>"}}, status=401)
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
+    local = request.META.get("REMOTE_ADDR") in _LOOPBACK
+    if local and not any(request.META.get(h) for h in _PROXY_HEADERS):
+        return None
+    return JsonResponse({"error": {"status": 403, "code": "forbidden",
+                                   "message": "METRICS_TOKEN is not set: /metrics answers local requests only"}},
+                        status=403)
+
+
+@never_cache
+@require_GET
+def metrics_view(request):
+    """Prometheus text exposition of every series (docs/OPERATIONS.md)."""
+    refused = _refusal(request)
+    if refused is not None:
+        return refused
+    return HttpResponse(generate_latest(registry_for_scrape()), content_type=CONTENT_TYPE_LATEST)
+

@@ -1,0 +1,215 @@
+"""Provider health: an admin page for the on-call engineer (staff only), linked from the admin index.
+
+Per channel: the configured providers in order (primary first), emulator or real, and their calls
+in the last N minutes (default 15, at most 60) by outcome from ``DeliveryAttempt``; the Celery queue
+depths; the pipeline's pending rows, scheduler lag and dead letters. Circuit breakers and send
+budgets do not exist yet: their columns say so.
+
+Installed on an :class:`~django.contrib.admin.AdminSite` by :func:`install` (``config/urls.py``):
+one URL before the site's own (``admin:provider_health``, ``/admin/provider-health/``) and an
+"Operations" entry in the index and the sidebar for staff users.
+
+The attempts query is bounded twice: it reads at most :data:`ATTEMPT_SCAN_CAP` of the newest
+attempts by primary key (a backward index scan; ``DeliveryAttempt`` has no index on
+``created_at``) and keeps those inside the window; the page says when the window held more.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.contrib import admin
+from django.db import connection
+from django.template import engines
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils import timezone
+
+log = logging.getLogger(__name__)
+
+WINDOW_MINUTES = 15
+WINDOW_MAX_MINUTES = 60
+ATTEMPT_SCAN_CAP = 50_000
+OUTCOMES = ("accepted", "transient", "permanent", "contact_invalid", "configuration")
+#: Outcomes that count against the provider (contact_invalid is about the recipient, not the provider).
+ERROR_OUTCOMES = ("transient", "permanent", "configuration")
+NOT_YET = "not configured yet"
+
+_RECENT_SQL = """
+WITH recent AS (
+    SELECT provider, outcome, created_at FROM notifications_deliveryattempt ORDER BY id DESC LIMIT %(cap)s
+)
+SELECT provider, outcome, count(*) FILTER (WHERE created_at >= %(since)s), NULL::timestamptz
+  FROM recent GROUP BY provider, outcome
+UNION ALL
+SELECT NULL, NULL, count(*), min(created_at) FROM recent
+"""
+
+
+def recent_calls(minutes: int) -> tuple[dict[tuple[str, str], int], bool]:
+    """``({(provider, outcome): count}, truncated)`` for calls made in the last ``minutes``."""
+    since = timezone.now() - timedelta(minutes=minutes)
+    counts: dict[tuple[str, str], int] = {}
+    truncated = False
+    with connection.cursor() as cur:
+        cur.execute(_RECENT_SQL, {"cap": ATTEMPT_SCAN_CAP, "since": since})
+        for provider, outcome, count, oldest in cur.fetchall():
+            if provider is None:
+                truncated = count >= ATTEMPT_SCAN_CAP and oldest is not None and oldest >= since
+            elif count:
+                counts[(provider, outcome)] = count
+    return counts, truncated
+
+
+def provider_rows(minutes: int) -> tuple[list[dict], bool]:
+    """One row per configured provider (channel order, primary first) with its recent calls."""
+    from notifications.health import providers_overview
+
+    counts, truncated = recent_calls(minutes)
+    rows = []
+    for channel, providers in providers_overview().items():
+        for position, p in enumerate(providers, start=1):
+            by_outcome = [counts.get((p["name"], o), 0) for o in OUTCOMES]
+            total = sum(by_outcome)
+            errors = sum(counts.get((p["name"], o), 0) for o in ERROR_OUTCOMES)
+            rows.append({
+                "channel": channel, "position": position, "name": p["name"], "primary": p["primary"],
+                "mode": p["mode"], "missing_env": p["missing_env"], "by_outcome": by_outcome, "total": total,
+                "error_ratio": f"{errors / total:.1%}" if total else "–",
+                "breaker": NOT_YET, "budget": NOT_YET,
+            })
+    return rows, truncated
+
+
+def _queues() -> tuple[list[dict], str]:
+    from notifications.health import queue_snapshot
+
+    try:
+        snapshot = queue_snapshot()
+    except Exception as exc:
+        log.warning("provider health: queue depths unavailable: %s", exc)
+        return [], f"broker unreachable ({type(exc).__name__})"
+    if not snapshot:
+        return [], "the broker is not Redis: depths not available"
+    return [{"name": q, "depth": info["depth"],
+             "oldest": "–" if info["oldest_age"] is None else f"{info['oldest_age']:.1f} s"}
+            for q, info in snapshot.items()], ""
+
+
+def _pipeline() -> tuple[dict | None, str]:
+    from notifications.health import pipeline_snapshot
+
+    try:
+        return pipeline_snapshot(), ""
+    except Exception as exc:
+        log.warning("provider health: pipeline snapshot unavailable: %s", exc)
+        return None, f"Postgres query failed ({type(exc).__name__})"
+
+
+_TEMPLATE = engines["django"].from_string("""{% extends "admin/base_site.html" %}
+{% block title %}Provider health | {{ site_title|default:"Django site admin" }}{% endblock %}
+{% block breadcrumbs %}<div class="breadcrumbs"><a href="{% url 'admin:index' %}">Home</a> › Provider health</div>
+{% endblock %}
+{% block content %}<div id="content-main">
+<p>Provider calls in the last <b>{{ minutes }} min</b> (window:
+{% for m in windows %}<a href="?minutes={{ m }}">{{ m }} min</a>{% if not forloop.last %} · {% endif %}{% endfor %}),
+from the delivery log. Error ratio = (transient + permanent + configuration) / all calls; contact_invalid is about
+the recipient, not the provider.{% if truncated %} <b>More than {{ cap }} calls in this window: only the newest
+{{ cap }} are counted.</b>{% endif %}</p>
+<h2>Providers</h2>
+<table id="providers">
+<thead><tr><th>Channel</th><th>Order</th><th>Provider</th><th>Mode</th>
+{% for o in outcomes %}<th>{{ o }}</th>{% endfor %}<th>All calls</th><th>Error ratio</th>
+<th>Circuit breaker</th><th>Send budget</th></tr></thead>
+<tbody>{% for p in providers %}
+<tr><td>{{ p.channel }}</td><td>{{ p.position }}{% if p.primary %} (primary){% endif %}</td><td>{{ p.name }}</td>
+<td>{{ p.mode }}{% if p.mode == "emulator" and p.missing_env %}
+<br><small>real needs: {{ p.missing_env|join:", " }}</small>
+{% elif p.mode == "real" and p.missing_env %}
+<br><small style="color:#cf222e">missing: {{ p.missing_env|join:", " }}</small>{% endif %}</td>
+{% for c in p.by_outcome %}<td>{{ c }}</td>{% endfor %}<td>{{ p.total }}</td><td>{{ p.error_ratio }}</td>
+<td>{{ p.breaker }}</td><td>{{ p.budget }}</td></tr>
+{% endfor %}</tbody></table>
+<h2>Queues</h2>
+{% if queues_error %}<p class="errornote">{{ queues_error }}</p>{% else %}
+<table id="queues"><thead><tr><th>Queue</th><th>Depth</th><th>Oldest message</th></tr></thead>
+<tbody>{% for q in queues %}<tr><td>{{ q.name }}</td><td>{{ q.depth }}</td><td>{{ q.oldest }}</td></tr>{% endfor %}
+</tbody></table>{% endif %}
+<h2>Pipeline</h2>
+{% if pipeline_error %}<p class="errornote">{{ pipeline_error }}</p>{% else %}
+<table id="pipeline"><tbody>
+<tr><th>Dead letters</th><td>
+<a href="{% url 'admin:notifications_deadletter_changelist' %}">{{ pipeline.dead_letters }}</a>
+{% if pipeline.dead_letters_oldest_age_seconds is not None %}(oldest {{ dead_oldest }}){% endif %}</td></tr>
+<tr><th>Scheduled / queued / sending</th><td>{{ pipeline.pending.scheduled }} / {{ pipeline.pending.queued }} /
+{{ pipeline.pending.sending }}</td></tr>
+<tr><th>Due but not released (scheduler lag)</th><td>{{ pipeline.due_unreleased }} ({{ lag }})</td></tr>
+<tr><th>Expired worker leases</th><td>{{ pipeline.expired_leases }}</td></tr>
+</tbody></table>{% endif %}
+</div>{% endblock %}
+""")
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def make_view(site: admin.AdminSite):
+    def provider_health(request):
+        try:
+            minutes = int(request.GET.get("minutes", WINDOW_MINUTES))
+        except ValueError:
+            minutes = WINDOW_MINUTES
+        minutes = min(max(minutes, 1), WINDOW_MAX_MINUTES)
+        providers, truncated = provider_rows(minutes)
+        queues, queues_error = _queues()
+        pipeline, pipeline_error = _pipeline()
+        context = {
+            **site.each_context(request), "title": "Provider health", "minutes": minutes,
+            "windows": (5, 15, 60), "outcomes": OUTCOMES, "providers": providers, "truncated": truncated,
+            "cap": ATTEMPT_SCAN_CAP, "queues": queues, "queues_error": queues_error, "pipeline": pipeline,
+            "pipeline_error": pipeline_error,
+            "dead_oldest": _age(pipeline["dead_letters_oldest_age_seconds"]) if pipeline else "",
+            "lag": _age(pipeline["scheduler_lag_seconds"]) if pipeline else "",
+        }
+        return TemplateResponse(request, _TEMPLATE, context)
+
+    return provider_health
+
+
+def install(site: admin.AdminSite = admin.site) -> None:
+    """Add the page's URL to ``site`` and an "Operations › Provider health" entry to its index.
+
+    Call before ``site.urls`` is read (``config/urls.py`` does). Idempotent.
+    """
+    if getattr(site, "_provider_health_installed", False):
+        return
+    site_get_urls = site.get_urls
+    site_get_app_list = site.get_app_list
+
+    def get_urls():
+        page = path("provider-health/", site.admin_view(make_view(site)), name="provider_health")
+        return [page, *site_get_urls()]
+
+    def get_app_list(request, app_label=None):
+        apps = site_get_app_list(request, app_label)
+        user = getattr(request, "user", None)
+        if app_label is None and user is not None and user.is_active and user.is_staff:
+            url = reverse("admin:provider_health", current_app=site.name)
+            apps = [*apps, {
+                "name": "Operations", "app_label": "operations", "app_url": url, "has_module_perms": True,
+                "models": [{"name": "Provider health", "object_name": "ProviderHealth", "admin_url": url,
+                            "add_url": None, "view_only": True, "perms": {"view": True}}],
+            }]
+        return apps
+
+    site.get_urls = get_urls
+    site.get_app_list = get_app_list
+    site._provider_health_installed = True

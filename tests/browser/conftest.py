@@ -1,0 +1,125 @@
+"""Real-browser admin tests: Playwright for Python drives Debian's Chromium (``/usr/bin/chromium``,
+installed by ``make browser-deps``), headless, against pytest-django's ``live_server`` (an in-process
+server on a free loopback port; each test runs with ``transactional_db``).
+
+* Skipped, with the reason, when ``/usr/bin/chromium`` or the ``playwright`` package is missing.
+  Playwright never downloads a browser here (no ``playwright install``): it launches that executable.
+* A failing test leaves a screenshot of its page in ``test-artifacts/screenshots/<test>.png``.
+* ``transactional_db`` flushes every table after each test; the staff groups and the two custom
+  permissions of the migration ``campaigns/0002_staff_groups`` are put back right after the flush
+  (a ``post_migrate`` receiver running that migration's own code), so later tests still find them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+from pathlib import Path
+
+import pytest
+from django.apps import apps as global_apps
+from django.conf import settings
+from django.db.models.signals import post_migrate
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+SCREENSHOTS = Path(settings.BASE_DIR) / "test-artifacts" / "screenshots"
+TIMEOUT_MS = 10_000
+
+
+def _restore_staff_groups(sender, using, **kwargs):
+    if sender.label == "campaigns":
+        importlib.import_module("campaigns.migrations.0002_staff_groups").sync(global_apps, using)
+
+
+post_migrate.connect(_restore_staff_groups, weak=False, dispatch_uid="tests.browser.restore_staff_groups")
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    """Keep each phase's report on the item, for the screenshot-on-failure in ``page``."""
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report
+
+
+@pytest.fixture(scope="package")
+def browser():
+    """One headless Chromium for the package's tests."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing: `make browser-deps` installs Debian's chromium (as root)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="the pip package `playwright` is not installed")
+    # While Playwright's sync API is active its event loop counts as running in this thread, and Django
+    # refuses ORM calls from "async" code; the test's own ORM calls are plain synchronous code.
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    playwright = sync_api.sync_playwright().start()
+    try:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+    finally:
+        playwright.stop()
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings):
+    """Users log in through the login page: skip PBKDF2's deliberate slowness (in-process server)."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def page(request, browser, live_server):
+    """A fresh browser context (no cookies) on the live server; screenshot on failure."""
+    context = browser.new_context(base_url=live_server.url, viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(TIMEOUT_MS)
+    page = context.new_page()
+    try:
+        yield page
+    finally:
+        reports = (getattr(request.node, f"rep_{when}", None) for when in ("setup", "call"))
+        if any(report is not None and report.failed for report in reports):
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)
+            try:
+                page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+            except Exception as exc:  # a crashed page: keep the test's own failure
+                print(f"screenshot of {name} failed: {exc}")
+        context.close()
+
+
+@pytest.fixture
+def staff_member():
+    """Make a staff user (not superuser) in one of the staff groups; returns (username, password)."""
+    from django.contrib.auth.models import Group, User
+
+    def make(username: str, group: str) -> tuple[str, str]:
+        password = f"pw-{username}-0123"
+        user = User.objects.create_user(username, password=password, is_staff=True)
+        user.groups.add(Group.objects.get(name=group))
+        return username, password
+
+    return make
+
+
+@pytest.fixture
+def log_in(page):
+    """Log in through the admin's login page, as a person would."""
+
+    def log_in(username: str, password: str) -> None:
+        page.goto("/admin/")
+        page.fill("#id_username", username)
+        page.fill("#id_password", password)
+        page.click("input[type=submit]")
+        page.wait_for_selector("#user-tools")
+        assert "/admin/login/" not in page.url
+
+    return log_in
