@@ -148,6 +148,9 @@ class Notification(models.Model):
             # Campaign completion: does the campaign still have unfinished notifications?
             models.Index(fields=["campaign_id"], name="notification_campaign_open_idx",
                          condition=models.Q(status__in=["scheduled", "queued", "sending"])),
+            # Support: the notification list, newest first (and by status), without sorting the table.
+            models.Index(fields=["-created_at"], name="notification_created_idx"),
+            models.Index(fields=["status", "-created_at"], name="notification_status_time_idx"),
             # Support: a recipient's history, newest first.
             models.Index(fields=["recipient", "-created_at"], name="notification_recipient_idx"),
         ]
