@@ -9,13 +9,13 @@ from __future__ import annotations
 import uuid
 
 from django.contrib import admin
-from django.core.paginator import Paginator
-from django.db import connection
-from django.utils.functional import cached_property
 from django.contrib.admin.utils import quote
 from django.core.exceptions import ValidationError
+from django.core.paginator import Paginator
+from django.db import connection
 from django.forms.models import BaseInlineFormSet
 from django.urls import reverse
+from django.utils.functional import cached_property
 from django.utils.html import format_html
 from rest_framework_api_key.admin import APIKeyModelAdmin
 from rest_framework_api_key.models import APIKey
