@@ -6,7 +6,7 @@
   and the UPDATE only moves rows still ``scheduled``.
 * :func:`reconcile` (beat, every few seconds) re-drives rows whose worker died (``sending`` with an
   expired lease) and rows whose broker message was lost (``queued`` for longer than
-  ``QUEUED_STALE_SECONDS``: Redis flushed or restarted).
+  ``QUEUED_STALE_SECONDS`` while their queue is empty in the broker: Redis flushed or restarted).
 
 Long delays therefore live in Postgres, never in Celery ETAs: a Redis broker re-delivers unacked
 messages after its visibility timeout, so an hour-long ETA would fire several times.
@@ -60,6 +60,7 @@ WITH stale AS (
     SELECT id FROM notifications_notification
      WHERE status = 'queued'
        AND queued_at < CASE WHEN priority = 'high' THEN %(high_before)s ELSE %(standard_before)s END
+       AND (priority || '.' || channel) = ANY(%(drained)s)
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
 )
@@ -96,13 +97,40 @@ def release_due(max_batches: int = 20) -> int:
     return total
 
 
+def drained_queues() -> list[str]:
+    """Send queues with no message waiting in the broker.
+
+    Only their stale ``queued`` rows are re-enqueued: when a queue still holds messages, an old
+    ``queued`` row is most likely waiting its turn behind a backlog (a big campaign), and enqueueing
+    it again would only pile duplicates onto that backlog. A lost message (Redis flushed or
+    restarted) empties the queue, so it is re-driven as soon as the queue has drained. If the broker
+    cannot be read, every queue counts as drained (re-driving is always safe: the claim de-duplicates).
+    """
+    from config.celery import SEND_QUEUES
+    from notifications import health
+
+    url = health.broker_redis_url()
+    if url is None:
+        return list(SEND_QUEUES)
+    try:
+        pipe = health.redis_client(url).pipeline(transaction=False)
+        for queue in SEND_QUEUES:
+            pipe.llen(queue)
+        lengths = pipe.execute()
+    except Exception as exc:
+        log.warning("broker queue lengths unavailable (%s); re-driving stale rows of every queue", exc)
+        return list(SEND_QUEUES)
+    return [q for q, n in zip(SEND_QUEUES, lengths, strict=True) if n == 0]
+
+
 def reconcile(limit: int = 1000) -> dict[str, int]:
     """Re-drive expired leases and stale queued rows. Returns ``{"leases": n, "stale_queued": m}``."""
     now = clock.now()
     leases = _move(_EXPIRED_LEASES_SQL, {"now": now, "limit": limit}, "lease_expired", "queued",
                    "worker lease ran out; re-driven")
     stale_after = settings.NOTIFY["QUEUED_STALE_SECONDS"]
-    stale = _move(_STALE_QUEUED_SQL, {"now": now, "limit": limit,
+    drained = drained_queues()
+    stale = 0 if not drained else _move(_STALE_QUEUED_SQL, {"now": now, "limit": limit, "drained": drained,
                                       "high_before": now - timedelta(seconds=stale_after["high"]),
                                       "standard_before": now - timedelta(seconds=stale_after["standard"])},
                   "requeued", "queued", "broker message not consumed in time; enqueued again")
