@@ -293,13 +293,13 @@ def test_8_scheduled_3h_ahead_with_short_visibility_timeout(chaos_stack, api, em
     time.sleep(1)
     assert emulator.messages(notification_id=nid) == []
     wait_until(lambda: emulator.messages(notification_id=nid), 15, message="delivery")
-    released = Notification.objects.get(pk=nid).events.get(kind="released").created_at
+    assert Notification.objects.get(pk=nid).events.filter(kind="released").count() == 1
     time.sleep(7)  # another visibility timeout: no re-delivery
     got = emulator.messages(notification_id=nid)
     rep = Report(scenario="8-scheduled-3h-short-visibility-timeout", recipients=0, otps=1, expected=1,
                  delivered=len(got), lost=0 if got else 1, duplicated=max(0, len(got) - 1))
-    rep.notes.append(f"released {(released - datetime.now(UTC)).total_seconds():+.1f}s vs wall clock "
-                     "(clock moved 3 h)")
+    rep.notes.append("not sent before its time (6 s > visibility timeout waited first), sent once when the "
+                     "clock reached it, no re-delivery in the next 7 s")
     _save(rep)
     assert len(got) == 1
 
