@@ -126,16 +126,19 @@ class Fault:
     to: str | None
 
 
-class FaultBook:
-    """The active rules, in creation order."""
+class RuleBook:
+    """Active rules of one kind (``rule_class``, which has ``from_json(id, data)``, ``as_json()``
+    and ``id``), in creation order: the inspection API's add / list / remove / clear."""
+
+    rule_class: Any = None
 
     def __init__(self) -> None:
-        self._rules: list[FaultRule] = []
+        self._rules: list = []
         self._next_id = 1
 
-    def add(self, data: Any) -> FaultRule:
-        """Validate and append a rule; raises FaultRuleError."""
-        rule = FaultRule.from_json(self._next_id, data)
+    def add(self, data: Any):
+        """Validate and append a rule; raises the rule class's validation error."""
+        rule = self.rule_class.from_json(self._next_id, data)
         self._next_id += 1
         self._rules.append(rule)
         return rule
@@ -150,6 +153,12 @@ class FaultBook:
 
     def clear(self) -> None:
         self._rules.clear()
+
+
+class FaultBook(RuleBook):
+    """The active fault rules, in creation order."""
+
+    rule_class = FaultRule
 
     def match(self, provider: str, destinations: Iterable[str], smtp_phase: str | None = None) -> Fault | None:
         """The fault for one request to ``provider`` addressed to ``destinations``, or ``None``.

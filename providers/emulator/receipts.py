@@ -39,6 +39,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from providers.emulator.faults import RuleBook
+
 TWILIO_OUTCOMES = ("delivered", "undelivered", "failed", "none")
 SENDGRID_OUTCOMES = ("delivered", "bounce", "dropped", "deferred", "spamreport", "unsubscribe", "none")
 OUTCOMES = {"twilio": TWILIO_OUTCOMES, "sendgrid": SENDGRID_OUTCOMES, "*": ("delivered", "none")}
@@ -136,30 +138,10 @@ class ReceiptRule:
 DEFAULT_RULE = ReceiptRule(id=0)
 
 
-class ReceiptBook:
-    """The active receipts rules, in creation order."""
+class ReceiptBook(RuleBook):
+    """The active receipt rules, in creation order."""
 
-    def __init__(self) -> None:
-        self._rules: list[ReceiptRule] = []
-        self._next_id = 1
-
-    def add(self, data: Any) -> ReceiptRule:
-        """Validate and append a rule; raises ReceiptRuleError."""
-        rule = ReceiptRule.from_json(self._next_id, data)
-        self._next_id += 1
-        self._rules.append(rule)
-        return rule
-
-    def list(self) -> list[dict[str, Any]]:
-        return [rule.as_json() for rule in self._rules]
-
-    def remove(self, rule_id: int) -> bool:
-        before = len(self._rules)
-        self._rules = [r for r in self._rules if r.id != rule_id]
-        return len(self._rules) != before
-
-    def clear(self) -> None:
-        self._rules.clear()
+    rule_class = ReceiptRule
 
     def match(self, provider: str, to: str) -> ReceiptRule:
         """The rule deciding the receipts of one message to ``to`` (consumes one of its ``times``)."""
