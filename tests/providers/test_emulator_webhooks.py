@@ -257,11 +257,16 @@ def test_sendgrid_batches_a_request_and_merges_custom_args(wh, receiver):
 
     message_id = response.headers["X-Message-Id"]
     hits = [h for h in receiver.received(EVENTS_PATH) if h.events[0]["sg_message_id"].startswith(message_id)]
-    assert [[(e["event"], e["email"]) for e in h.events] for h in hits] == [
-        [("processed", "a@example.org"), ("processed", "b@example.org"), ("processed", "c@example.org")],
-        [("delivered", "a@example.org"), ("delivered", "b@example.org"), ("delivered", "c@example.org")],
-    ]
-    first = hits[0].events
+    # Events due in the same event-loop step share a POST; how they group depends on timing (a loaded
+    # machine splits them), so check the events and each recipient's order, not the grouping.
+    events = [(e["event"], e["email"]) for h in hits for e in h.events]
+    assert sorted(events) == sorted((kind, f"{who}@example.org") for kind in ("processed", "delivered")
+                                    for who in "abc")
+    for who in "abc":
+        mine = [kind for kind, email in events if email == f"{who}@example.org"]
+        assert mine == ["processed", "delivered"]
+    assert all(len(h.events) <= 100 for h in hits)
+    first = sorted((e for h in hits for e in h.events if e["event"] == "processed"), key=lambda e: e["email"])
     assert [(e["notification_id"], e["campaign"], e["category"]) for e in first] == [
         ("n-ab", "spring", "digest"), ("n-ab", "spring", "digest"), ("n-c", "spring", "digest")]
     assert [e["sg_message_id"].rsplit(".", 1)[1] for e in first] == ["0", "1", "2"]
@@ -345,7 +350,7 @@ def test_handlers_do_not_wait_for_webhooks(wh, receiver):
     send_sms(wh, receiver)
     elapsed = time.monotonic() - started
 
-    assert elapsed < 0.5
+    assert elapsed < 1.2  # waiting for the receiver would take >= 1.6 s (two sends x 0.8 s)
     settle(wh)
     assert [h.form["MessageStatus"] for h in receiver.received(path)] == ["sent", "delivered"]
 
