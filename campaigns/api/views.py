@@ -22,8 +22,13 @@ from campaigns.api.serializers import (
 from campaigns.models import Campaign, Segment, Template
 from notifications.api.errors import BODY, error_responses, field_error, response_headers
 from notifications.api.serializers import AcceptedSerializer
-from notifications.api.views import IDEMPOTENCY_HEADER, IDEMPOTENCY_PARAMETERS, MAX_KEY_LENGTH
-from notifications.models import Priority
+from notifications.api.views import (
+    IDEMPOTENCY_PARAMETERS,
+    accepted,
+    high_priority_refused,
+    idempotency_key_problem,
+    key_reused,
+)
 from notifications.services import request_fingerprint
 
 _SLUG = re.compile(r"^[-a-zA-Z0-9_]{1,64}$")
@@ -134,17 +139,15 @@ class CampaignListView(APIView):
                    **error_responses(*BODY, 403, 422)},
     )
     def post(self, request):
-        key = request.headers.get(IDEMPOTENCY_HEADER, "")
-        if not key or len(key) > MAX_KEY_LENGTH or not key.isprintable():
-            return field_error(IDEMPOTENCY_HEADER, "required" if not key else "invalid",
-                               f"the Idempotency-Key header is required (1–{MAX_KEY_LENGTH} printable characters)",
-                               400)
+        key, problem = idempotency_key_problem(request)
+        if problem:
+            return problem
         ser = CampaignRequestSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         data = ser.validated_data
-        if data["priority"] == Priority.HIGH and not request.auth.allow_high:
-            return field_error("priority", "not_permitted", "this API client may not send priority=high", 403,
-                               error_code="permission_denied")
+        refused = high_priority_refused(request, data["priority"])
+        if refused:
+            return refused
         content = data.get("content") or {}
         local = data.get("local_time")
         try:
@@ -158,14 +161,10 @@ class CampaignListView(APIView):
                 local_time=local["time"] if local else None, spread_seconds=data["spread_seconds"],
                 ttl_seconds=data["ttl_seconds"])
         except services.CampaignKeyReused:
-            return field_error(IDEMPOTENCY_HEADER, "idempotency_key_reused",
-                               "this Idempotency-Key was already used with a different request body", 422)
+            return key_reused()
         campaign = result.campaign
-        headers = {"Location": f"/v1/campaigns/{campaign.pk}"}
-        if result.replayed:
-            headers["Idempotent-Replayed"] = "true"
-        return Response({"id": str(campaign.pk), "status": "scheduled"}, status=status.HTTP_202_ACCEPTED,
-                        headers=headers)
+        return accepted({"id": str(campaign.pk), "status": "scheduled"}, f"/v1/campaigns/{campaign.pk}",
+                        result.replayed)
 
 
 def _own_campaign(request, campaign_id):

@@ -38,6 +38,40 @@ IDEMPOTENCY_PARAMETERS = [
 _NOTIFICATION_404 = "No notification with this id for this API client."
 
 
+# --- the idempotent-accept protocol, shared by POST /v1/notifications and POST /v1/campaigns -----
+
+def idempotency_key_problem(request) -> tuple[str, Response | None]:
+    """The request's Idempotency-Key, and the 400 to answer instead when it is missing or invalid."""
+    key = request.headers.get(IDEMPOTENCY_HEADER, "")
+    if not key:
+        return key, field_error(IDEMPOTENCY_HEADER, "required", "the Idempotency-Key header is required", 400)
+    if len(key) > MAX_KEY_LENGTH or not key.isprintable():
+        return key, field_error(IDEMPOTENCY_HEADER, "invalid", f"must be 1–{MAX_KEY_LENGTH} printable characters",
+                                400)
+    return key, None
+
+
+def high_priority_refused(request, priority: str) -> Response | None:
+    """403 when the API client asks for priority=high without being allowed it."""
+    if priority == Priority.HIGH and not request.auth.allow_high:
+        return field_error("priority", "not_permitted", "this API client may not send priority=high", 403,
+                           error_code="permission_denied")
+    return None
+
+
+def key_reused() -> Response:
+    return field_error(IDEMPOTENCY_HEADER, "idempotency_key_reused",
+                       "this Idempotency-Key was already used with a different request body", 422)
+
+
+def accepted(body: dict, location: str, replayed: bool) -> Response:
+    """202 with ``Location``, and ``Idempotent-Replayed: true`` when it replays an earlier answer."""
+    headers = {"Location": location}
+    if replayed:
+        headers["Idempotent-Replayed"] = "true"
+    return Response(body, status=status.HTTP_202_ACCEPTED, headers=headers)
+
+
 class NotificationListView(APIView):
     @extend_schema(
         summary="Send a notification to one user",
@@ -60,19 +94,16 @@ class NotificationListView(APIView):
                    **error_responses(400, 403, 422)},
     )
     def post(self, request):
-        key = request.headers.get(IDEMPOTENCY_HEADER, "")
-        if not key:
-            return field_error(IDEMPOTENCY_HEADER, "required", "the Idempotency-Key header is required", 400)
-        if len(key) > MAX_KEY_LENGTH or not key.isprintable():
-            return field_error(IDEMPOTENCY_HEADER, "invalid",
-                               f"must be 1–{MAX_KEY_LENGTH} printable characters", 400)
+        key, problem = idempotency_key_problem(request)
+        if problem:
+            return problem
         ser = SendRequestSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         data = ser.validated_data
         client = request.auth
-        if data["priority"] == Priority.HIGH and not client.allow_high:
-            return field_error("priority", "not_permitted", "this API client may not send priority=high", 403,
-                               error_code="permission_denied")
+        refused = high_priority_refused(request, data["priority"])
+        if refused:
+            return refused
         try:
             result = services.accept_notification(
                 client=client, idempotency_key=key,
@@ -83,14 +114,10 @@ class NotificationListView(APIView):
                 content=data["content"], category=data["category"], scheduled_at=data["scheduled_at"],
                 ttl_seconds=data["ttl_seconds"], sensitive=data["sensitive"])
         except services.IdempotencyKeyReused:
-            return field_error(IDEMPOTENCY_HEADER, "idempotency_key_reused",
-                               "this Idempotency-Key was already used with a different request body", 422)
+            return key_reused()
         n = result.notification
-        headers = {"Location": f"/v1/notifications/{n.pk}"}
-        if result.replayed:
-            headers["Idempotent-Replayed"] = "true"
-        return Response({"id": str(n.pk), "status": n.accepted_status}, status=status.HTTP_202_ACCEPTED,
-                        headers=headers)
+        return accepted({"id": str(n.pk), "status": n.accepted_status}, f"/v1/notifications/{n.pk}",
+                        result.replayed)
 
 
 def _own(request, notification_id):
