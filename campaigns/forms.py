@@ -21,7 +21,12 @@ from django.utils import timezone
 from campaigns.api.serializers import MAX_SPREAD_SECONDS
 from campaigns.models import Campaign, TemplateVariant
 from campaigns.rendering import RenderError, validate_source
-from notifications.api.serializers import MAX_SCHEDULE_AHEAD, MAX_TTL_SECONDS, channel_content_errors
+from notifications.api.serializers import (
+    MAX_SCHEDULE_AHEAD,
+    MAX_SCHEDULE_BEHIND,
+    MAX_TTL_SECONDS,
+    channel_content_errors,
+)
 from preferences.models import Channel
 
 MAX_UPLOAD_IDS = 100_000
@@ -276,5 +281,9 @@ class CampaignForm(forms.ModelForm):
         now = timezone.now()
         if scheduled_at and scheduled_at - now > MAX_SCHEDULE_AHEAD:
             self.add_error("scheduled_at", "At most 366 days ahead.")
+        if scheduled_at and now - scheduled_at > MAX_SCHEDULE_BEHIND:
+            self.add_error("scheduled_at", "At most 366 days in the past (a past instant means now).")
         if local_date and local_date - now.date() > MAX_SCHEDULE_AHEAD + timedelta(days=1):
             self.add_error("local_date", "At most 366 days ahead.")
+        if local_date and now.date() - local_date > MAX_SCHEDULE_BEHIND:
+            self.add_error("local_date", "At most 366 days in the past.")

@@ -109,6 +109,7 @@ def test_overlong_idempotency_key_is_400(http, user):
         (sms(scheduled_at="2030-01-01T09:00:00"), {("scheduled_at", "naive_datetime")}),
         (sms(scheduled_at="tomorrow"), {("scheduled_at", "invalid")}),
         (sms(scheduled_at="2099-01-01T09:00:00Z"), {("scheduled_at", "too_far_ahead")}),
+        (sms(scheduled_at="0001-01-01T00:00:00+05:00"), {("scheduled_at", "too_far_past")}),
         (sms(ttl_seconds=0), {("ttl_seconds", "min_value")}),
         (sms(ttl_seconds="soon"), {("ttl_seconds", "invalid")}),
         (sms(category="Not A Slug"), {("category", "invalid_category")}),

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from campaigns.models import Campaign, Segment, Template
 from campaigns.rendering import RenderError, validate_source
 from notifications.api.serializers import (
-    MAX_SCHEDULE_AHEAD,
     MAX_TTL_SECONDS,
     AwareDateTimeField,
     ContentSerializer,
     RejectUnknownFields,
     WallTimeSecondsField,
     channel_content_errors,
+    check_schedule_window,
 )
 from notifications.models import Priority
 from preferences.models import Channel
@@ -123,8 +125,18 @@ class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
         if attrs.get("scheduled_at") and attrs.get("local_time"):
             errors["local_time"] = serializers.ErrorDetail("give at most one of scheduled_at or local_time",
                                                            code="schedule_conflict")
-        if attrs.get("scheduled_at") and attrs["scheduled_at"] - clock.now() > MAX_SCHEDULE_AHEAD:
-            errors["scheduled_at"] = serializers.ErrorDetail("at most 366 days ahead", code="too_far_ahead")
+        try:
+            check_schedule_window(attrs.get("scheduled_at"), clock.now())
+        except serializers.ValidationError as exc:
+            errors["scheduled_at"] = exc.detail[0]
+        local = attrs.get("local_time")
+        if local:
+            # The wall time is reached somewhere between UTC+14 and UTC-12 of that date.
+            start = datetime.combine(local["date"], local["time"], tzinfo=UTC)
+            try:
+                check_schedule_window(start, clock.now())
+            except serializers.ValidationError as exc:
+                errors["local_time.date"] = exc.detail[0]
         if has_content and not has_template:
             errors.update(channel_content_errors(attrs["channel"], attrs["content"]))
             for name in ("title", "body", "html"):

@@ -28,6 +28,9 @@ SMS_MAX_CHARS = 1600
 PUSH_MAX_BYTES = 4096
 EMAIL_SUBJECT_MAX = 998
 MAX_SCHEDULE_AHEAD = timedelta(days=366)
+# A past instant means "now"; but not any past: an instant before year 1 in UTC (0001-01-01+05:00)
+# cannot even be read back from Postgres, so anything older than this is refused.
+MAX_SCHEDULE_BEHIND = timedelta(days=366)
 MAX_TTL_SECONDS = 28 * 24 * 3600  # FCM's maximum TTL (4 weeks)
 CATEGORY_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 
@@ -97,6 +100,19 @@ class WallTimeSecondsField(WallTimeField):
         super().__init__(**kwargs)
 
 
+def check_schedule_window(value, now=None):
+    """``value`` if it is within 366 days of now either way; ValidationError otherwise."""
+    if value is None:
+        return value
+    now = now or timezone.now()
+    if value - now > MAX_SCHEDULE_AHEAD:
+        raise serializers.ValidationError("at most 366 days ahead", code="too_far_ahead")
+    if now - value > MAX_SCHEDULE_BEHIND:
+        raise serializers.ValidationError("at most 366 days in the past (a past instant means now)",
+                                          code="too_far_past")
+    return value
+
+
 class ContentSerializer(RejectUnknownFields, serializers.Serializer):
     title = serializers.CharField(required=False, allow_blank=True, max_length=EMAIL_SUBJECT_MAX,
                                   help_text="Email subject (required for email) or push title.")
@@ -132,9 +148,7 @@ class SendRequestSerializer(RejectUnknownFields, serializers.Serializer):
         return value
 
     def validate_scheduled_at(self, value):
-        if value and value - timezone.now() > MAX_SCHEDULE_AHEAD:
-            raise serializers.ValidationError("at most 366 days ahead", code="too_far_ahead")
-        return value
+        return check_schedule_window(value)
 
     def validate(self, attrs):
         errors = channel_content_errors(attrs["channel"], attrs["content"])
