@@ -26,12 +26,14 @@ class Emulator:
 
     async def fault_for(
         self, provider: str, destinations: Iterable[str], smtp_phase: str | None = None,
+        account: str | None = None,
     ) -> Fault | None:
         """Apply the first matching fault rule: sleep its latency, return it if it is an error.
 
+        ``account``: Twilio AccountSid or FCM project id of the request (see ``FaultBook.match``).
         Returns ``None`` when no rule fired or the rule only adds latency (slow success).
         """
-        fault = self.faults.match(provider, destinations, smtp_phase)
+        fault = self.faults.match(provider, destinations, smtp_phase, account)
         if fault is None:
             return None
         if fault.latency_s > 0:

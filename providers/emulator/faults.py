@@ -5,6 +5,9 @@ A rule is a JSON object (``POST /_emulator/faults``)::
     {
       "provider": "twilio" | "sendgrid" | "fcm" | "smtp" | "*",  # default "*"
       "to": "+15551234567",          # optional exact destination (number, email or push token)
+      "account": null,               # optional account the request is for: Twilio AccountSid of the
+                                     #   URL path, FCM project id; a rule with an account never
+                                     #   matches SendGrid or SMTP (they have no account in the request)
       "status": 503,                 # HTTP status to answer (SMTP: reply code, see below)
       "code": 21211,                 # provider error code (Twilio int, FCM errorCode, SendGrid text,
                                      #   SMTP reply text)
@@ -35,7 +38,7 @@ from dataclasses import field as dataclass_field
 from typing import Any
 
 PROVIDERS = ("twilio", "sendgrid", "fcm", "smtp", "*")
-_FIELDS = {"provider", "to", "status", "code", "latency_ms", "times", "retry_after",
+_FIELDS = {"provider", "to", "account", "status", "code", "latency_ms", "times", "retry_after",
            "rate_limit_per_s", "probability", "field", "smtp_phase"}
 
 
@@ -50,6 +53,7 @@ class FaultRule:
     id: int
     provider: str = "*"
     to: str | None = None
+    account: str | None = None
     status: int | None = None
     code: int | str | None = None
     latency_ms: int = 0
@@ -80,6 +84,7 @@ class FaultRule:
         if rule.provider not in PROVIDERS:
             raise FaultRuleError(f"provider must be one of {', '.join(PROVIDERS)}")
         rule.to = _opt(data, "to", str)
+        rule.account = _opt(data, "account", str)
         rule.status = _opt(data, "status", int)
         if rule.status is not None and not 100 <= rule.status <= 599:
             raise FaultRuleError("status must be between 100 and 599")
@@ -160,11 +165,16 @@ class FaultBook(RuleBook):
 
     rule_class = FaultRule
 
-    def match(self, provider: str, destinations: Iterable[str], smtp_phase: str | None = None) -> Fault | None:
+    def match(
+        self, provider: str, destinations: Iterable[str], smtp_phase: str | None = None, account: str | None = None,
+    ) -> Fault | None:
         """The fault for one request to ``provider`` addressed to ``destinations``, or ``None``.
 
         Consumes one of the rule's ``times``. ``smtp_phase`` (SMTP only) restricts matching to rules
-        of that phase; every rule's phase defaults to ``"rcpt"``.
+        of that phase; every rule's phase defaults to ``"rcpt"``. ``account`` is the request's
+        account (Twilio AccountSid, FCM project id; ``None`` for SendGrid and SMTP): a rule with an
+        ``account`` only matches requests for that account. ``destinations`` may be a lazy iterable:
+        it is only consumed when there are rules.
         """
         if not self._rules:
             return None
@@ -173,6 +183,8 @@ class FaultBook(RuleBook):
             if rule.provider not in ("*", provider):
                 continue
             if rule.times is not None and rule.fired >= rule.times:
+                continue
+            if rule.account is not None and rule.account != account:
                 continue
             if rule.to is not None and rule.to not in destinations:
                 continue

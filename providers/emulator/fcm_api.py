@@ -125,7 +125,8 @@ async def token(request: web.Request) -> web.Response:
 
 
 async def send(request: web.Request) -> web.Response:
-    """Validate one FCM message; record it unless ``validate_only`` (dry run)."""
+    """Validate one FCM message; record it unless ``validate_only`` (dry run), with account = the
+    project id of the path (also what fault rules with ``account`` match)."""
     emu = emulator_of(request)
     if bearer_token(request) is None:
         emu.stats.rejected("fcm")
@@ -140,7 +141,8 @@ async def send(request: web.Request) -> web.Response:
         return error(400, "INVALID_ARGUMENT", "Invalid JSON payload received.", "INVALID_ARGUMENT")
     targets = [t for t in TARGETS if message.get(t) is not None]
     destination = str(message[targets[0]]) if len(targets) == 1 else ""
-    fault = await emu.fault_for("fcm", (destination,))
+    project = request.match_info["project"]
+    fault = await emu.fault_for("fcm", (destination,), account=project)
     if fault is not None:
         emu.stats.rejected("fcm")
         return fault_response(fault)
@@ -148,13 +150,12 @@ async def send(request: web.Request) -> web.Response:
     if problem is not None:
         emu.stats.rejected("fcm")
         return problem
-    project = request.match_info["project"]
     name = f"projects/{project}/messages/0:{time.time_ns() // 1000}%{secrets.token_hex(8)}"
     if not payload.get("validate_only"):
         notification = message.get("notification") or {}
         data = message.get("data") or {}
         emu.store.add("fcm", destination, notification.get("title"), notification.get("body"), name,
-                      data.get("notification_id"))
+                      data.get("notification_id"), project)
     emu.stats.accepted("fcm", 0 if payload.get("validate_only") else 1)
     return web.json_response({"name": name})
 

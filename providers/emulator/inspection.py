@@ -1,10 +1,31 @@
 """Inspection and control API of the emulator, under ``/_emulator/``.
 
 * ``GET /_emulator/health`` -> ``{"status": "ok"}``
-* ``GET /_emulator/messages[?to=&channel=&provider=&notification_id=]`` -> list of
-  ``{"provider", "channel", "to", "title", "body", "provider_message_id", "notification_id",
-  "received_at_ms"}`` (UTC epoch ms), oldest first; ``GET /_emulator/messages/count`` ->
-  ``{"count": n}`` with the same filters; ``DELETE /_emulator/messages`` clears memory only.
+* ``GET /_emulator/messages[?to=&channel=&provider=&account=&notification_id=]`` -> list of
+  ``{"provider", "account", "channel", "to", "title", "body", "provider_message_id",
+  "notification_id", "received_at_ms"}`` (UTC epoch ms), oldest first; ``account`` is the Twilio
+  AccountSid of the request path or the FCM project id, ``null`` for SendGrid and SMTP. Filters match
+  exactly and never match a null field. ``GET /_emulator/messages/count`` -> ``{"count": n}`` with the
+  same filters; ``DELETE /_emulator/messages`` clears memory only.
+* ``POST /_emulator/analysis`` with ``{"notification_ids": [...], "bucket_ms": 1000}`` (both optional;
+  an empty body means all defaults) -> a benchmark summary of the in-memory messages, computed in
+  linear time off the event loop (about a second per million messages; run with
+  ``EMULATOR_MAX_MESSAGES=0`` so memory keeps them all)::
+
+      {"total": 3,                                  # messages in memory
+       "by_provider": {"twilio": 2, "sendgrid": 1, "fcm": 0, "smtp": 0},
+       "by_account": {"AC00…00": 2, "": 1},         # "" = no account (SendGrid, SMTP)
+       "unique_notification_ids": 2,                # distinct non-null notification ids
+       "duplicates": {"messages": 1,                # messages beyond the first per notification id
+                      "ids": 1,                     # notification ids received more than once
+                      "examples": ["n1"]},          # up to 20 of them, in order of first arrival
+       "received_at_ms": {"n1": [1700000000123, 1700000000456]},  # requested ids that arrived, each
+                                                    #   with its arrival times (epoch ms UTC, in order)
+       "per_bucket": {"twilio": [[1700000000000, 2]], "sendgrid": [[1700000000000, 1]],
+                      "fcm": [], "smtp": []},       # [bucket start ms (multiple of bucket_ms), count]
+       "first_ms": 1700000000123, "last_ms": 1700000000456}   # null when there are no messages
+
+  A bad body answers 400 ``{"error": "..."}`` naming the key (unknown keys are refused too).
 * ``POST /_emulator/faults`` (rule JSON, see ``faults.py``) -> 201 rule with ``id``;
   ``GET /_emulator/faults``; ``DELETE /_emulator/faults``; ``DELETE /_emulator/faults/{id}``.
 * ``GET /_emulator/stats`` -> ``{provider: {"requests", "accepted", "rejected", "messages"}}``
@@ -22,16 +43,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+from typing import Any
 
 from aiohttp import web
 
 from providers.emulator.context import emulator_of
 from providers.emulator.faults import FaultRuleError
 from providers.emulator.receipts import ReceiptRuleError
-from providers.emulator.store import FILTERS
+from providers.emulator.store import FILTERS, analyse
 
 WEBHOOK_FILTERS = ("provider", "kind", "notification_id")
+ANALYSIS_KEYS = ("notification_ids", "bucket_ms")
+DEFAULT_BUCKET_MS = 1000
 
 
 async def health(request: web.Request) -> web.Response:
@@ -49,6 +74,46 @@ async def count_messages(request: web.Request) -> web.Response:
 async def clear_messages(request: web.Request) -> web.Response:
     emulator_of(request).store.clear()
     return web.Response(status=204)
+
+
+async def analysis(request: web.Request) -> web.Response:
+    """Benchmark summary of the in-memory messages (see the module docstring)."""
+    try:
+        notification_ids, bucket_ms = _analysis_options(await request.read())
+    except ValueError as exc:
+        return web.json_response({"error": str(exc)}, status=400)
+    items = emulator_of(request).store.snapshot()
+    # The pass over a million messages takes about a second: off the event loop, so providers answer meanwhile.
+    body = await asyncio.to_thread(lambda: json.dumps(analyse(items, notification_ids, bucket_ms)))
+    return web.Response(text=body, content_type="application/json")
+
+
+def _analysis_options(raw: bytes) -> tuple[list[str], int]:
+    """``(notification_ids, bucket_ms)`` of an analysis request body.
+
+    Raises:
+        ValueError: not a JSON object, an unknown key, or a value of the wrong type.
+    """
+    try:
+        data: Any = json.loads(raw) if raw.strip() else {}
+    except ValueError:
+        raise ValueError("the body must be a JSON object") from None
+    if not isinstance(data, dict):
+        raise ValueError("the body must be a JSON object")
+    unknown = set(data) - set(ANALYSIS_KEYS)
+    if unknown:
+        raise ValueError(f"unknown key(s): {', '.join(sorted(unknown))}")
+    ids = data.get("notification_ids")
+    if ids is None:
+        ids = []
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise ValueError("notification_ids must be a list of strings or null")
+    bucket_ms = data.get("bucket_ms")
+    if bucket_ms is None:
+        bucket_ms = DEFAULT_BUCKET_MS
+    if not isinstance(bucket_ms, int) or isinstance(bucket_ms, bool) or bucket_ms < 1:
+        raise ValueError("bucket_ms must be a positive integer or null")
+    return ids, bucket_ms
 
 
 async def add_fault(request: web.Request) -> web.Response:
@@ -145,6 +210,7 @@ def add_routes(app: web.Application) -> None:
     r.add_get("/_emulator/messages", list_messages)
     r.add_get("/_emulator/messages/count", count_messages)
     r.add_delete("/_emulator/messages", clear_messages)
+    r.add_post("/_emulator/analysis", analysis)
     r.add_post("/_emulator/faults", add_fault)
     r.add_get("/_emulator/faults", list_faults)
     r.add_delete("/_emulator/faults", clear_faults)

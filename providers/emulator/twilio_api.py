@@ -81,7 +81,8 @@ def segments(body: str) -> int:
 
 
 async def create_message(request: web.Request) -> web.Response:
-    """Validate and accept one SMS; records it with notification id = ``nid`` of StatusCallback."""
+    """Validate and accept one SMS; records it with notification id = ``nid`` of StatusCallback and
+    account = the AccountSid of the path (also what fault rules with ``account`` match)."""
     emu = emulator_of(request)
     sid = request.match_info["sid"]
     credentials = _credentials(request, sid)
@@ -90,7 +91,7 @@ async def create_message(request: web.Request) -> web.Response:
         return error(401, 20003)
     form = await request.post()
     to = str(form.get("To", ""))
-    fault = await emu.fault_for("twilio", (to,))
+    fault = await emu.fault_for("twilio", (to,), account=sid)
     if fault is not None:
         emu.stats.rejected("twilio")
         return fault_response(fault)
@@ -102,7 +103,7 @@ async def create_message(request: web.Request) -> web.Response:
     message_sid = "SM" + secrets.token_hex(16)
     callback = form.get("StatusCallback")
     notification_id = _notification_id(callback)
-    emu.store.add("twilio", to, None, body, message_sid, notification_id)
+    emu.store.add("twilio", to, None, body, message_sid, notification_id, sid)
     emu.stats.accepted("twilio")
     service_sid = form.get("MessagingServiceSid")
     if callback and emu.webhooks.enabled:

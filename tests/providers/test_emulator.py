@@ -64,8 +64,8 @@ def test_fault_rules_crud(emu):
     first = emu.fault(provider="twilio", status=503, times=2)
     second = emu.fault(provider="fcm", code="UNREGISTERED", to="tok")
 
-    assert first == {"id": first["id"], "provider": "twilio", "to": None, "status": 503, "code": None,
-                     "latency_ms": 0, "times": 2, "retry_after": None, "rate_limit_per_s": None,
+    assert first == {"id": first["id"], "provider": "twilio", "to": None, "account": None, "status": 503,
+                     "code": None, "latency_ms": 0, "times": 2, "retry_after": None, "rate_limit_per_s": None,
                      "probability": 1.0, "field": None, "smtp_phase": "rcpt", "fired": 0}
     assert [r["id"] for r in emu.call("GET", "/_emulator/faults")] == [first["id"], second["id"]]
     emu.call("DELETE", f"/_emulator/faults/{first['id']}")
@@ -233,5 +233,6 @@ def test_record_file_survives_a_restart(tmp_path):
 
     lines = [json.loads(line) for line in record.read_text().splitlines()]
     assert [(r["notification_id"], r["provider_message_id"]) for r in lines] == [("n0", ids[0]), ("n1", ids[1])]
-    assert set(lines[0]) == {"provider", "channel", "to", "title", "body", "provider_message_id",
-                             "notification_id", "received_at_ms"}
+    assert list(lines[0]) == ["provider", "account", "channel", "to", "title", "body", "provider_message_id",
+                              "notification_id", "received_at_ms"]
+    assert lines[0]["account"] == "AC" + "0" * 32

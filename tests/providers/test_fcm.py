@@ -33,7 +33,8 @@ def test_send_records_exactly_one_message(fcm, emu, notification_id):
     assert result.provider_message_id.startswith(f"projects/{PROJECT_ID}/messages/0:")
     [recorded] = emu.messages()
     assert recorded == {
-        "provider": "fcm", "channel": "push", "to": TOKEN, "title": "Order shipped", "body": "Arrives Tuesday",
+        "provider": "fcm", "account": PROJECT_ID, "channel": "push", "to": TOKEN, "title": "Order shipped",
+        "body": "Arrives Tuesday",
         "provider_message_id": result.provider_message_id, "notification_id": notification_id,
         "received_at_ms": recorded["received_at_ms"],
     }

@@ -33,7 +33,8 @@ def test_send_records_exactly_one_message(sendgrid, emu, notification_id):
     assert result.provider == "sendgrid"
     assert len(result.provider_message_id) == 22
     assert emu.messages() == [{
-        "provider": "sendgrid", "channel": "email", "to": TO, "title": "Welcome", "body": "Hello Ada",
+        "provider": "sendgrid", "account": None, "channel": "email", "to": TO, "title": "Welcome",
+        "body": "Hello Ada",
         "provider_message_id": result.provider_message_id, "notification_id": notification_id,
         "received_at_ms": emu.messages()[0]["received_at_ms"],
     }]

@@ -31,7 +31,8 @@ def test_send_records_exactly_one_message(smtp, emu, notification_id):
     assert result.provider_message_id.startswith("<") and result.provider_message_id.endswith("@example.com>")
     [recorded] = emu.messages()
     assert recorded == {
-        "provider": "smtp", "channel": "email", "to": TO, "title": "Your receipt", "body": "Thanks, Grace",
+        "provider": "smtp", "account": None, "channel": "email", "to": TO, "title": "Your receipt",
+        "body": "Thanks, Grace",
         "provider_message_id": result.provider_message_id, "notification_id": notification_id,
         "received_at_ms": recorded["received_at_ms"],
     }

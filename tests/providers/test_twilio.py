@@ -34,7 +34,8 @@ def test_send_records_exactly_one_message(twilio, emu, notification_id):
     assert result.provider_message_id.startswith("SM") and len(result.provider_message_id) == 34
     [recorded] = emu.messages()
     assert recorded == {
-        "provider": "twilio", "channel": "sms", "to": TO, "title": None, "body": "Your code is 123456",
+        "provider": "twilio", "account": "AC" + "0" * 32, "channel": "sms", "to": TO, "title": None,
+        "body": "Your code is 123456",
         "provider_message_id": result.provider_message_id, "notification_id": notification_id,
         "received_at_ms": recorded["received_at_ms"],
     }
