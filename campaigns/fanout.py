@@ -29,7 +29,7 @@ from django.db.models import F
 
 from campaigns.models import Campaign, CampaignShard, CampaignStatus
 from notifications import clock, metrics
-from notifications.enqueue import enqueue_on_commit
+from notifications.enqueue import enqueue_on_commit, fanout_queue
 from notifications.models import Reason, Status
 from preferences.wallclock import wall_time_to_utc
 
@@ -128,7 +128,8 @@ def _enqueue_page_on_commit(campaign_id, shard_number: int) -> None:
 
     def publish():
         try:
-            fan_out_page.apply_async(args=[str(campaign_id), shard_number], queue="fanout", routing_key="fanout",
+            queue = fanout_queue()
+            fan_out_page.apply_async(args=[str(campaign_id), shard_number], queue=queue, routing_key=queue,
                                      exchange="")
         except Exception as exc:  # the shard reconciler re-drives it
             log.warning("fan-out page of %s/%d not published: %s", campaign_id, shard_number, exc)

@@ -221,6 +221,44 @@ NOTIFY = {
     # Test-only: a file holding a clock offset in seconds (see notifications/clock.py). Unset in
     # production.
     "CLOCK_OFFSET_FILE": env("CLOCK_OFFSET_FILE", default=None),
+    # "tiered" (DESIGN.md §6/§8: queues per tier and channel, batched standard path) or "naive": the
+    # textbook design kept as the benchmark's baseline (one task per notification, one shared queue
+    # `naive`, no batching, no reserved budget). Never run naive in production.
+    "PIPELINE": env("NOTIFY_PIPELINE", default="tiered"),
+    # Standard tier: notifications per send task (one claim, one recipient query, one marker MGET,
+    # one bucket call, bulk records). Email goes out as one SendGrid request per batch (≤ 1,000
+    # personalizations, SendGrid's limit); SMS and push as one SDK call per message.
+    "BATCH_SIZE": {"email": env.int("BATCH_SIZE_EMAIL", default=500),
+                   "sms": env.int("BATCH_SIZE_SMS", default=200),
+                   "push": env.int("BATCH_SIZE_PUSH", default=200)},
+    # Standard tier: concurrent SDK calls per worker process for providers without a batch API
+    # (threads, each with its own SDK client); also bounded by the provider's bulkhead.
+    "SEND_CONCURRENCY": {"email": env.int("SEND_CONCURRENCY_EMAIL", default=4),
+                         "sms": env.int("SEND_CONCURRENCY_SMS", default=8),
+                         "push": env.int("SEND_CONCURRENCY_PUSH", default=8)},
+}
+
+# Provider budgets, circuit breakers and bulkheads (DESIGN.md §8, providers/isolation.py), per provider
+# NAME; "DEFAULT" applies to every provider and each provider's dict overrides keys of it.
+# PROVIDER_RATE_PER_S sets one budget for every provider (the benchmark uses it).
+_rate_override = env.float("PROVIDER_RATE_PER_S", default=0) or None
+PROVIDER_LIMITS = {
+    "DEFAULT": {
+        "RATE_PER_S": _rate_override or 1000.0,     # messages/s, both tiers together
+        "HIGH_RESERVED_FRACTION": env.float("PROVIDER_HIGH_RESERVED_FRACTION", default=0.1),
+        "BURST_SECONDS": 1.0,                       # bucket capacity = rate × this
+        "MAX_CONCURRENCY": {"high": env.int("BULKHEAD_HIGH", default=6),
+                            "standard": env.int("BULKHEAD_STANDARD", default=32)},
+        "BREAKER": {
+            "WINDOW_SECONDS": env.int("BREAKER_WINDOW_SECONDS", default=10),
+            "MIN_CALLS": env.int("BREAKER_MIN_CALLS", default=20),
+            "FAILURE_RATE": env.float("BREAKER_FAILURE_RATE", default=0.5),
+            "OPEN_SECONDS": env.float("BREAKER_OPEN_SECONDS", default=15),
+        },
+    },
+    # SendGrid counts recipients, not requests, against our budget; SMTP is a slow backup.
+    "sendgrid": {"RATE_PER_S": _rate_override or 10000.0},
+    "smtp": {"RATE_PER_S": _rate_override or 100.0},
 }
 
 # --- Campaigns ----------------------------------------------------------------------------------
@@ -238,6 +276,10 @@ CAMPAIGNS = {
 EMULATOR_URL = env("EMULATOR_URL", default=f"http://127.0.0.1:{env.int('EMULATOR_PORT', default=8900)}")
 EMULATOR_SMTP_PORT = env.int("EMULATOR_SMTP_PORT", default=8925)
 PROVIDER_TIMEOUT_SECONDS = env.float("PROVIDER_TIMEOUT_SECONDS", default=10.0)
+# High tier (OTPs): a provider slower than this is treated as failing (the breaker counts it and the
+# router fails over), since an OTP that takes longer is of little use.
+PROVIDER_TIMEOUT_SECONDS_HIGH = env.float("PROVIDER_TIMEOUT_SECONDS_HIGH",
+                                          default=min(3.0, PROVIDER_TIMEOUT_SECONDS))
 # The URL at which providers reach this platform's webhooks (behind a proxy: the public one).
 PUBLIC_BASE_URL = env("PUBLIC_BASE_URL", default=f"http://127.0.0.1:{env('PORT', default='8000')}")
 # SendGrid Event Webhook verification key: base64 DER (SendGrid's console; `make run` generates one
@@ -307,9 +349,21 @@ def _providers():
             "TIMEOUT": timeout,
         },
     }
-    by_name = {"twilio": twilio, "sendgrid": sendgrid, "smtp": smtp, "fcm": fcm}
+    # A second Twilio account (own sub-account and sender) as the SMS backup: with the emulator it
+    # is a distinct account on the same server, so a brownout of the primary can be injected alone.
+    twilio_backup = {
+        "NAME": "twilio_backup",
+        "BACKEND": "providers.twilio.backend.TwilioSmsBackend",
+        "OPTIONS": {
+            **twilio["OPTIONS"],
+            "ACCOUNT_SID": env("TWILIO_BACKUP_ACCOUNT_SID", default="AC" + "1" * 32),
+            "AUTH_TOKEN": env("TWILIO_BACKUP_AUTH_TOKEN", default="emulator-auth-token"),
+            "FROM_NUMBER": env("TWILIO_BACKUP_FROM_NUMBER", default="+15005550007"),
+        },
+    }
+    by_name = {"twilio": twilio, "twilio_backup": twilio_backup, "sendgrid": sendgrid, "smtp": smtp, "fcm": fcm}
     order = {
-        "sms": env.list("SMS_PROVIDERS", default=["twilio"]),
+        "sms": env.list("SMS_PROVIDERS", default=["twilio", "twilio_backup"] if USING_EMULATOR["sms"] else ["twilio"]),
         "email": env.list("EMAIL_PROVIDERS", default=["sendgrid", "smtp"]),
         "push": env.list("PUSH_PROVIDERS", default=["fcm"]),
     }

@@ -11,19 +11,37 @@ import logging
 from collections import defaultdict
 from collections.abc import Iterable
 
+from django.conf import settings
 from django.db import transaction
 
 from notifications import metrics
 
 log = logging.getLogger(__name__)
 
-# How many notification ids one standard-tier task carries. High-tier tasks carry one id each, so
-# the high worker's processes work on different OTPs in parallel.
-STANDARD_CHUNK = 50
+#: The one shared queue of the naive pipeline (``NOTIFY["PIPELINE"] == "naive"``, the benchmark's
+#: baseline): every send and fan-out task of every tier goes there.
+NAIVE_QUEUE = "naive"
+
+
+def naive() -> bool:
+    return settings.NOTIFY["PIPELINE"] == "naive"
 
 
 def queue_for(priority: str, channel: str) -> str:
-    return f"{priority}.{channel}"
+    """``{tier}.{channel}`` (DESIGN.md §6 step 2), or the shared ``naive`` queue in naive mode."""
+    return NAIVE_QUEUE if naive() else f"{priority}.{channel}"
+
+
+def fanout_queue() -> str:
+    return NAIVE_QUEUE if naive() else "fanout"
+
+
+def chunk_size(priority: str, channel: str) -> int:
+    """Notification ids per send task: one for the high tier (the high worker's threads work on
+    different OTPs in parallel) and in naive mode; ``NOTIFY["BATCH_SIZE"][channel]`` for standard."""
+    if priority == "high" or naive():
+        return 1
+    return max(1, int(settings.NOTIFY["BATCH_SIZE"][channel]))
 
 
 def enqueue_rollback_unsafe(rows: Iterable[tuple], countdown: float | None = None) -> int:
@@ -33,12 +51,11 @@ def enqueue_rollback_unsafe(rows: Iterable[tuple], countdown: float | None = Non
     """
     from notifications.tasks import send_notifications
 
-    by_queue: dict[str, list[str]] = defaultdict(list)
+    by_queue: dict[tuple[str, int], list[str]] = defaultdict(list)
     for nid, priority, channel in rows:
-        by_queue[queue_for(priority, channel)].append(str(nid))
+        by_queue[(queue_for(priority, channel), chunk_size(priority, channel))].append(str(nid))
     published = 0
-    for queue, ids in by_queue.items():
-        size = 1 if queue.startswith("high.") else STANDARD_CHUNK
+    for (queue, size), ids in by_queue.items():
         for start in range(0, len(ids), size):
             send_notifications.apply_async(args=[ids[start:start + size]], queue=queue,
                                            routing_key=queue, exchange="", countdown=countdown)

@@ -255,7 +255,8 @@ def provider_mode(entry: dict) -> str:
     """
     name = entry.get("NAME")
     options = entry.get("OPTIONS") or {}
-    if name == "twilio":
+    backend = str(entry.get("BACKEND", ""))
+    if name == "twilio" or backend.endswith("TwilioSmsBackend"):
         return "emulator" if options.get("BASE_URL") else "real"
     if name == "sendgrid":
         return "emulator" if options.get("HOST") else "real"

@@ -143,6 +143,23 @@ class _Metrics:
             ["kind"], registry=r)
         self.published = Counter(
             "notify_tasks_published_total", "Send tasks published to the broker, by queue.", ["queue"], registry=r)
+        self.budget_waits = Counter(
+            "notify_budget_wait_seconds_total",
+            "Seconds senders waited for provider budget (token bucket), by provider and tier.",
+            ["provider", "tier"], registry=r)
+        self.breaker_fast_fails = Counter(
+            "notify_breaker_fast_fails_total",
+            "Calls not made because the provider's circuit breaker was open (high: failed over or retried; "
+            "standard: deferred).", ["provider", "tier"], registry=r)
+        self.breaker_opened = Counter(
+            "notify_breaker_opened_total", "Times a provider's circuit breaker opened.", ["provider"], registry=r)
+        self.bulkhead_full = Counter(
+            "notify_bulkhead_full_total", "Times a sender found every concurrent-call slot of a provider taken.",
+            ["provider", "tier"], registry=r)
+        self.failovers = Counter(
+            "notify_provider_failovers_total",
+            "High-tier sends that went to a backup provider because the primary was unavailable.",
+            ["channel", "provider"], registry=r)
         self.publish_failures = Counter(
             "notify_publish_failures_total",
             "Notifications whose send task could not be published (broker down); the reconciler re-drives them.",
@@ -264,6 +281,40 @@ def record_outcome(*, status: str, reason: str, channel: str, tier: str, count: 
 @_safe
 def record_accept_to_provider(*, tier: str, channel: str, seconds: float) -> None:
     _m().accept_to_provider.labels(_one_of(tier, TIERS), _one_of(channel, CHANNELS)).observe(max(0.0, seconds))
+
+
+@_safe
+def isolation_event(kind: str, provider: str, tier: str = "", seconds: float = 0.0, channel: str = "") -> None:
+    """Isolation mechanisms (providers/isolation.py): ``kind`` is ``budget_wait`` (with ``seconds``),
+    ``breaker_fast_fail``, ``breaker_opened``, ``bulkhead_full`` or ``failover`` (to ``provider``)."""
+    p, t = provider_label(provider), _one_of(tier, TIERS)
+    if kind == "budget_wait":
+        _m().budget_waits.labels(p, t).inc(max(0.0, seconds))
+    elif kind == "breaker_fast_fail":
+        _m().breaker_fast_fails.labels(p, t).inc()
+    elif kind == "breaker_opened":
+        _m().breaker_opened.labels(p).inc()
+    elif kind == "bulkhead_full":
+        _m().bulkhead_full.labels(p, t).inc()
+    elif kind == "failover":
+        _m().failovers.labels(_one_of(channel, CHANNELS), p).inc()
+
+
+@_safe
+def batch_recorded(*, channel: str, tier: str, provider: str, sent: int, calls: int, call_seconds: float,
+                   accept_latencies: list[float]) -> None:
+    """The standard batch path recorded ``sent`` notifications as sent after ``calls`` accepted
+    provider calls that took ``call_seconds`` in all (one histogram observation per batch: the mean
+    call time); ``accept_latencies`` are the accept → provider seconds of each."""
+    p = provider_label(provider)
+    if calls:
+        _m().provider_calls.labels(p, "accepted", "").inc(calls)
+        _m().provider_call_seconds.labels(p).observe(max(0.0, call_seconds / calls))
+    if sent:
+        _m().outcomes.labels("sent", "", _one_of(channel, CHANNELS), _one_of(tier, TIERS)).inc(sent)
+    histogram = _m().accept_to_provider.labels(_one_of(tier, TIERS), _one_of(channel, CHANNELS))
+    for seconds in accept_latencies:
+        histogram.observe(max(0.0, seconds))
 
 
 # --- recording: call sites --------------------------------------------------------------------

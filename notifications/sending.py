@@ -28,6 +28,7 @@ from notifications.enqueue import enqueue_on_commit
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
 from preferences.models import Device, Preferences, SmsStop
 from preferences.quiet_hours import window_end
+from providers import isolation
 from providers.base import (
     ContactInvalidError,
     OutboundMessage,
@@ -35,7 +36,7 @@ from providers.base import (
     ProviderError,
     TransientProviderError,
 )
-from providers.registry import get_backend
+from providers.registry import get_backend, provider_names
 
 log = logging.getLogger(__name__)
 Outcome = DeliveryAttempt.Outcome
@@ -83,23 +84,39 @@ class _Call:
 
 def send_notifications(ids: Iterable[str]) -> None:
     """Deliver the given notifications (one worker task's worth). Never raises for provider errors;
-    every outcome is recorded on the rows."""
+    every outcome is recorded on the rows.
+
+    High-tier rows go one by one through the provider router (failover while the primary's breaker
+    is open); standard rows go through the batch path (:func:`deliver_batch`) unless
+    ``NOTIFY["PIPELINE"]`` is ``"naive"`` (the benchmark's baseline: one by one, no reserve).
+    """
     now = clock.now()
     claimed = claim(ids, now)
     if not claimed:
         return
     already_sent = markers.find_sent(claimed)
-    rows = (Notification.objects.filter(pk__in=claimed)
-            .select_related("recipient", "recipient__preferences"))
+    rows = list(Notification.objects.filter(pk__in=claimed)
+                .select_related("recipient", "recipient__preferences"))
     content = _CampaignContent()
-    for notification in rows:
+    naive = settings.NOTIFY["PIPELINE"] == "naive"
+    batch = [n for n in rows if n.priority == "standard" and not naive]
+    for n in rows:
+        if n.priority == "standard" and not naive:
+            continue
         try:
-            _deliver(notification, already_sent, content)
+            _deliver(n, already_sent, content)
         except Exception:
             # A bug or an unreachable database must not lose the row: it stays `sending` and the
             # reconciler re-drives it when the lease runs out.
-            log.exception("delivery of %s crashed; the lease will expire and it will be retried",
-                          notification.pk)
+            log.exception("delivery of %s crashed; the lease will expire and it will be retried", n.pk)
+    if batch:
+        from notifications.batch import deliver_batch
+
+        try:
+            deliver_batch(batch, already_sent, content)
+        except Exception:
+            log.exception("batch delivery of %d notification(s) crashed; their leases will expire and "
+                          "they will be retried", len(batch))
 
 
 class _CampaignContent:
@@ -120,27 +137,43 @@ class _CampaignContent:
 
 
 def _deliver(n: Notification, already_sent: set[str], content: _CampaignContent) -> None:
+    devices = prepare(n, already_sent, content)
+    if devices is None:
+        return
+    call, attempts = _call_provider(n, devices)
+    _record(n, call, attempts, devices)
+
+
+def prepare(n: Notification, already_sent: set[str], content: _CampaignContent,
+            stopped_phones: set[str] | None = None, devices: list[Device] | None = None) -> list[Device] | None:
+    """The checks before a provider call (DESIGN.md §6 steps 4–5) for the claimed row ``n``.
+
+    Returns ``None`` when the row was settled here (sent marker found, expired, suppressed, deferred
+    for quiet hours, template error); otherwise the active push devices to send to (``[]`` for SMS
+    and email). ``stopped_phones`` / ``devices`` are preloaded by the batch path (one query per
+    batch instead of one per row); ``None`` = look them up.
+    """
     now = clock.now()
     if str(n.pk) in already_sent:
         _finish(n, Status.SENT, kind="sent", detail="sent marker found: an earlier attempt was accepted",
                 extra={"sent_at": now}, attempt=DeliveryAttempt(
                     number=n.attempts, provider=n.provider or "-", outcome=Outcome.DUPLICATE_SKIPPED))
-        return
+        return None
     if n.expires_at and now >= n.expires_at:
         _finish(n, Status.EXPIRED, Reason.TTL_EXPIRED, kind="expired",
                 detail=f"expired at {n.expires_at.isoformat()}")
-        return
-    reason = suppression_reason(n)
+        return None
+    reason = suppression_reason(n, stopped_phones)
     if reason:
         _finish(n, Status.SUPPRESSED, reason, kind="suppressed", detail=_suppression_detail(n, reason))
-        return
+        return None
     if n.priority == "standard":
         until = quiet_hours_end(n, now)
         if until:
             # A deferral is not a delivery attempt: give back the attempt the claim counted.
             _defer(n, until, Reason.QUIET_HOURS, kind="deferred",
                    detail=f"quiet hours until {until.isoformat()}", extra={"attempts": n.attempts - 1})
-            return
+            return None
     if n.campaign_id:
         from campaigns.rendering import RenderError
 
@@ -149,22 +182,23 @@ def _deliver(n: Notification, already_sent: set[str], content: _CampaignContent)
         except RenderError as exc:
             _finish(n, Status.FAILED, Reason.TEMPLATE_ERROR, kind="dead_lettered", detail=str(exc)[:500],
                     extra={"dead_lettered_at": now})
-            return
-    devices = []
-    if n.channel == "push":
+            return None
+    if n.channel != "push":
+        return []
+    if devices is None:
         devices = list(Device.objects.filter(recipient_id=n.recipient_id, active=True).order_by("id"))
-        if not devices:
-            _finish(n, Status.SUPPRESSED, Reason.NO_ACTIVE_DEVICE, kind="suppressed",
-                    detail=Reason.NO_ACTIVE_DEVICE.label)
-            return
-    call, attempts = _call_provider(n, devices)
-    _record(n, call, attempts, devices)
+    if not devices:
+        _finish(n, Status.SUPPRESSED, Reason.NO_ACTIVE_DEVICE, kind="suppressed",
+                detail=Reason.NO_ACTIVE_DEVICE.label)
+        return None
+    return devices
 
 
-def suppression_reason(n: Notification) -> str:
+def suppression_reason(n: Notification, stopped_phones: set[str] | None = None) -> str:
     """Why this notification must not be sent at all (opt-outs, missing or dead contact), or ''.
 
-    Checked at send time, never only at acceptance (DESIGN.md §6 step 4).
+    Checked at send time, never only at acceptance (DESIGN.md §6 step 4). ``stopped_phones``: the
+    numbers that replied STOP to our sender, preloaded for a batch (``None`` = query).
     """
     recipient = n.recipient
     try:
@@ -181,7 +215,10 @@ def suppression_reason(n: Notification) -> str:
             return Reason.NO_PHONE
         if recipient.phone_invalid_reason:
             return Reason.PHONE_INVALID
-        if SmsStop.objects.filter(phone=recipient.phone, sender=sms_sender()).exists():
+        if stopped_phones is not None:
+            if recipient.phone in stopped_phones:
+                return Reason.SMS_STOPPED
+        elif SmsStop.objects.filter(phone=recipient.phone, sender=sms_sender()).exists():
             return Reason.SMS_STOPPED
     elif n.channel == "email":
         if not recipient.email:
@@ -226,7 +263,8 @@ def quiet_hours_end(n: Notification, now: datetime) -> datetime | None:
     return window_end(now, prefs.quiet_start, prefs.quiet_end, tz)
 
 
-def _message(n: Notification, to: str, platform: str | None = None) -> OutboundMessage:
+def message_for(n: Notification, to: str, platform: str | None = None) -> OutboundMessage:
+    """The OutboundMessage of ``n`` for one destination (phone, address or push token)."""
     data = {str(k): str(v) for k, v in (n.data or {}).items()} or None
     ttl = None
     if n.expires_at:
@@ -239,7 +277,7 @@ def _message(n: Notification, to: str, platform: str | None = None) -> OutboundM
 
 
 def _call_provider(n: Notification, devices: list[Device]) -> tuple[_Call, list[DeliveryAttempt]]:
-    """Call the channel's primary provider: once, or once per active device for push."""
+    """Call the provider the router picks (:func:`_route`): once, or once per active device for push."""
     if n.channel == "sms":
         targets = [(n.recipient.phone, None)]
     elif n.channel == "email":
@@ -248,31 +286,131 @@ def _call_provider(n: Notification, devices: list[Device]) -> tuple[_Call, list[
         targets = [(d.push_token, d) for d in devices]
     call = _Call()
     attempts: list[DeliveryAttempt] = []
-    backend = None
-    for index, (to, device) in enumerate(targets):
-        if index:
-            _renew_lease(n)
-        started = time.monotonic()
-        attempt = DeliveryAttempt(notification=n, number=n.attempts, device=device)
-        try:
-            backend = backend or get_backend(n.channel)
-            attempt.provider = backend.name
-            result = backend.send(_message(n, to, device.platform if device else None))
-        except (ProviderError, ProviderConfigurationError) as exc:
-            attempt.provider = attempt.provider or getattr(exc, "provider", "?")
-            attempt.outcome = _outcome_of(exc)
-            attempt.error_code = exc.code[:64]
-            attempt.error_message = (exc.message or str(exc))[:500]
-            attempt.http_status = getattr(exc, "http_status", None)
-            call.errors.append((exc, device))
-        else:
-            attempt.outcome = Outcome.ACCEPTED
-            attempt.provider_message_id = result.provider_message_id[:255]
-            call.accepted.append(result)
-        attempt.latency_ms = int((time.monotonic() - started) * 1000)
+    try:
+        route = _route(n, len(targets))
+    except (ProviderError, ProviderConfigurationError) as exc:
+        # No provider may be called now (breaker open, budget or bulkhead exhausted, misconfigured):
+        # an attempt that made no call, retried like any transient error.
+        attempt = DeliveryAttempt(notification=n, number=n.attempts, provider=exc.provider[:32],
+                                  outcome=_outcome_of(exc), error_code=exc.code[:64],
+                                  error_message=(exc.message or str(exc))[:500], latency_ms=0)
+        call.errors.append((exc, None))
         attempts.append(attempt)
         metrics.provider_call(n, attempt)
+        return call, attempts
+    try:
+        for index, (to, device) in enumerate(targets):
+            if index:
+                _renew_lease(n)
+            started = time.monotonic()
+            attempt = DeliveryAttempt(notification=n, number=n.attempts, device=device, provider=route.name)
+            try:
+                result = route.backend.send(message_for(n, to, device.platform if device else None))
+            except (ProviderError, ProviderConfigurationError) as exc:
+                attempt.outcome = _outcome_of(exc)
+                attempt.error_code = exc.code[:64]
+                attempt.error_message = (exc.message or str(exc))[:500]
+                attempt.http_status = getattr(exc, "http_status", None)
+                call.errors.append((exc, device))
+                failed = isolation.is_failure(exc)
+            else:
+                attempt.outcome = Outcome.ACCEPTED
+                attempt.provider_message_id = result.provider_message_id[:255]
+                call.accepted.append(result)
+                failed = False
+            attempt.latency_ms = int((time.monotonic() - started) * 1000)
+            attempts.append(attempt)
+            metrics.provider_call(n, attempt)
+            if route.guarded and isolation.record_calls(
+                    route.name, ok=0 if failed else 1, failed=1 if failed else 0, probe=route.probe) == "open":
+                metrics.isolation_event("breaker_opened", route.name)
+            route = route.after_probe()
+    finally:
+        isolation.release_slots(route.name, n.priority, route.slots)
     return call, attempts
+
+
+@dataclass
+class _Route:
+    """The provider a single send goes to: its backend, bulkhead slots held, and whether the call
+    is the breaker's half-open probe. ``guarded``: breaker bookkeeping applies (not in naive mode)."""
+
+    name: str
+    backend: object
+    slots: list = field(default_factory=list)
+    probe: bool = False
+    guarded: bool = True
+
+    def after_probe(self) -> _Route:
+        return _Route(self.name, self.backend, self.slots, False, self.guarded)
+
+
+def _route(n: Notification, needed: int) -> _Route:
+    """Pick the provider for a single (high-tier, or naive-mode) send (DESIGN.md §8 provider router).
+
+    High tier: the channel's providers in order; one is skipped while its circuit breaker is open,
+    its high-tier bulkhead is full, or its budget (reserved high share, then the standard share)
+    has no token within ``HIGH_BUDGET_WAIT_SECONDS``; the first usable one is taken (a backup =
+    failover). Standard tier: only the primary, since standard traffic waits for it. Naive mode:
+    the primary, one shared budget, no breaker or bulkhead.
+
+    Raises:
+        TransientProviderError: no provider can be called now (``code`` ``circuit_open``,
+            ``bulkhead_full`` or ``budget_exhausted`` of the last one tried).
+        ProviderConfigurationError: the channel has no provider configured.
+    """
+    tier = n.priority
+    names = provider_names(n.channel)
+    if settings.NOTIFY["PIPELINE"] == "naive":
+        _wait_for_tokens(names[0], "high", needed, max_wait=settings.NOTIFY["LEASE_SECONDS"] / 2)
+        return _Route(names[0], get_backend(n.channel, names[0]), guarded=False)
+    if tier != "high":
+        names = names[:1]
+    lease = float(settings.PROVIDER_TIMEOUT_SECONDS) * 2 * max(1, needed)
+    last: Exception | None = None
+    for index, name in enumerate(names):
+        verdict = isolation.breaker_allows(name)
+        if not verdict.allowed:
+            metrics.isolation_event("breaker_fast_fail", name, tier)
+            last = TransientProviderError(name, "circuit_open",
+                                          f"circuit breaker open; next probe in {verdict.retry_in:.1f} s",
+                                          retry_after=verdict.retry_in if tier != "high" else None)
+            continue
+        slots = isolation.acquire_slots(name, tier, 1, lease)
+        if not slots:
+            metrics.isolation_event("bulkhead_full", name, tier)
+            last = TransientProviderError(name, "bulkhead_full", "every concurrent-call slot is taken")
+            continue
+        if not _wait_for_tokens(name, tier, needed, max_wait=HIGH_BUDGET_WAIT_SECONDS):
+            isolation.release_slots(name, tier, slots)
+            last = TransientProviderError(name, "budget_exhausted", "no provider budget left this second")
+            continue
+        if index:
+            metrics.isolation_event("failover", name, tier, channel=n.channel)
+            log.warning("%s %s %s fails over to %s: %s", tier, n.channel, n.pk, name, last)
+        return _Route(name, get_backend(n.channel, name, tier), slots, verdict.probe)
+    raise last or ProviderConfigurationError(n.channel, "no provider configured", code="not_configured")
+
+
+#: How long a high-tier send waits for a budget token before trying the next provider (seconds).
+HIGH_BUDGET_WAIT_SECONDS = 1.0
+
+
+def _wait_for_tokens(provider: str, tier: str, needed: int, max_wait: float) -> bool:
+    """Take ``needed`` tokens (all or none), waiting up to ``max_wait`` seconds. True if taken."""
+    deadline = time.monotonic() + max_wait
+    waited = 0.0
+    while True:
+        granted, wait = isolation.take_tokens(provider, tier, needed, partial=False)
+        if granted:
+            if waited:
+                metrics.isolation_event("budget_wait", provider, tier, seconds=waited)
+            return True
+        pause = min(wait, deadline - time.monotonic())
+        if pause <= 0:
+            return False
+        time.sleep(pause)
+        waited += pause
 
 
 def _renew_lease(n: Notification) -> None:

@@ -201,6 +201,27 @@ class ProviderBackend:
         raise NotImplementedError
 
 
+    def send_batch(self, messages: list[OutboundMessage], concurrency: int = 1) -> list[SendResult | Exception]:
+        """Send several messages; the standard tier's batch path and the benchmark's raw ceiling.
+
+        Returns one ``SendResult`` or the exception ``send`` raised, per message, in input order;
+        never raises for a single message's failure. This default makes one ``send`` per message,
+        up to ``concurrency`` at a time (providers/batching.py); providers with a batch API
+        (SendGrid personalizations) override it.
+        """
+        from providers.batching import send_concurrently
+
+        if concurrency <= 1:
+            results: list[SendResult | Exception] = []
+            for message in messages:
+                try:
+                    results.append(self.send(message))
+                except Exception as exc:  # returned per message
+                    results.append(exc)
+            return results
+        return send_concurrently(self.channel, self.name, messages, concurrency)
+
+
 class SmsBackend(ProviderBackend):
     channel = "sms"
 

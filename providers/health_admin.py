@@ -2,8 +2,8 @@
 
 Per channel: the configured providers in order (primary first), emulator or real, and their calls
 in the last N minutes (default 15, at most 60) by outcome from ``DeliveryAttempt``; the Celery queue
-depths; the pipeline's pending rows, scheduler lag and dead letters. Circuit breakers and send
-budgets do not exist yet: their columns say so.
+depths; the pipeline's pending rows, scheduler lag and dead letters; each provider's circuit
+breaker state (shared in Redis) and its send budget (rate, reserved high share, bulkhead caps).
 
 Installed on an :class:`~django.contrib.admin.AdminSite` by :func:`install` (``config/urls.py``):
 one URL before the site's own (``admin:provider_health``, ``/admin/provider-health/``) and an
@@ -34,7 +34,6 @@ ATTEMPT_SCAN_CAP = 50_000
 OUTCOMES = ("accepted", "transient", "permanent", "contact_invalid", "configuration")
 #: Outcomes that count against the provider (contact_invalid is about the recipient, not the provider).
 ERROR_OUTCOMES = ("transient", "permanent", "configuration")
-NOT_YET = "not configured yet"
 
 _RECENT_SQL = """
 WITH recent AS (
@@ -62,6 +61,32 @@ def recent_calls(minutes: int) -> tuple[dict[tuple[str, str], int], bool]:
     return counts, truncated
 
 
+def breaker_text(name: str) -> str:
+    """``closed``, ``open (12 s to the next probe)``, ``half-open (probing)`` plus how often it opened."""
+    import time
+
+    from providers.isolation import breaker_state
+
+    state = breaker_state(name)
+    text = {"half_open": "half-open (probing)"}.get(state["state"], state["state"])
+    if state["state"] == "open":
+        left = max(0.0, state["until_ms"] / 1000 - time.time())
+        text = f"open ({left:.0f} s to the next probe)" if left else "open (probe due)"
+    if state["opened"]:
+        text += f"; opened {state['opened']}×"
+    return text
+
+
+def budget_text(name: str) -> str:
+    """``1,000/s (100/s reserved for high); ≤ 6 high / 32 standard calls at once``."""
+    from providers.isolation import limits_for
+
+    limits = limits_for(name)
+    return (f"{limits.rate_per_s:,.0f}/s ({limits.high_reserved_per_s:,.0f}/s reserved for high); "
+            f"≤ {limits.max_concurrency.get('high')} high / {limits.max_concurrency.get('standard')} "
+            "standard calls at once")
+
+
 def provider_rows(minutes: int) -> tuple[list[dict], bool]:
     """One row per configured provider (channel order, primary first) with its recent calls."""
     from notifications.health import providers_overview
@@ -77,7 +102,7 @@ def provider_rows(minutes: int) -> tuple[list[dict], bool]:
                 "channel": channel, "position": position, "name": p["name"], "primary": p["primary"],
                 "mode": p["mode"], "missing_env": p["missing_env"], "by_outcome": by_outcome, "total": total,
                 "error_ratio": f"{errors / total:.1%}" if total else "–",
-                "breaker": NOT_YET, "budget": NOT_YET,
+                "breaker": breaker_text(p["name"]), "budget": budget_text(p["name"]),
             })
     return rows, truncated
 

@@ -44,8 +44,12 @@ def provider_names(channel: str) -> list[str]:
     return [entry["NAME"] for entry in _entries(channel)]
 
 
-def get_backend(channel: str, name: str | None = None) -> ProviderBackend:
+def get_backend(channel: str, name: str | None = None, tier: str = "standard") -> ProviderBackend:
     """Return this thread's opened backend for ``channel`` (``name=None``: the primary provider).
+
+    ``tier="high"`` gets an instance whose TIMEOUT is at most ``settings.PROVIDER_TIMEOUT_SECONDS_HIGH``
+    (an OTP waits on a slow provider only that long; the breaker then fails it over). The instance's
+    ``name`` is the entry's NAME (two accounts of one provider are two names).
 
     Raises:
         ProviderConfigurationError: the channel or name is not in ``settings.PROVIDERS``, the
@@ -62,10 +66,16 @@ def get_backend(channel: str, name: str | None = None) -> ProviderBackend:
                 code="not_configured",
             )
     cache = _thread_cache()
-    key = (channel, entry["NAME"])
+    tier = "high" if tier == "high" else "standard"
+    key = (channel, entry["NAME"], tier)
     backend = cache.get(key)
     if backend is None:
         backend = _build(channel, entry)
+        if tier == "high":
+            high = float(getattr(settings, "PROVIDER_TIMEOUT_SECONDS_HIGH", 0) or 0)
+            current = float(backend.options.get("TIMEOUT") or high or 0)
+            if high and current:
+                backend.options["TIMEOUT"] = min(current, high)
         backend.open()
         cache[key] = backend
     return backend
@@ -156,10 +166,13 @@ def _build(channel: str, entry: dict) -> ProviderBackend:
             name, f'settings.PROVIDERS["{channel}"] entry "{name}": BACKEND cannot be imported ({exc})',
             code="not_configured",
         ) from exc
-    return cls(options=dict(entry.get("OPTIONS") or {}))
+    backend = cls(options=dict(entry.get("OPTIONS") or {}))
+    if entry.get("NAME") and entry["NAME"] != cls.name:
+        backend.name = entry["NAME"]  # instance attribute shadows the class's provider name
+    return backend
 
 
-def _thread_cache() -> dict[tuple[str, str], ProviderBackend]:
+def _thread_cache() -> dict[tuple[str, str, str], ProviderBackend]:
     pid = os.getpid()
     if getattr(_local, "pid", None) != pid:
         # Fresh thread, or inherited across fork: never close the parent's connections.
@@ -173,7 +186,7 @@ def _thread_cache() -> dict[tuple[str, str], ProviderBackend]:
     return _local.backends
 
 
-def _close_all(backends: dict[tuple[str, str], ProviderBackend]) -> None:
+def _close_all(backends: dict[tuple[str, str, str], ProviderBackend]) -> None:
     for backend in backends.values():
         try:
             backend.close()

@@ -117,6 +117,9 @@ class Stack:
             "EMULATOR_SENDGRID_SIGNING_KEY_FILE": str(self.sendgrid_key_file),
             "SENDGRID_WEBHOOK_PUBLIC_KEY": self.sendgrid_public_key,
             "API_DEFAULT_RATE_LIMIT": "100000/min",
+            # Circuit breakers trip and recover within a test: 5 failing calls, open 3 s.
+            "BREAKER_MIN_CALLS": "5",
+            "BREAKER_OPEN_SECONDS": "3",
             "PYTHONUNBUFFERED": "1",
         })
         env.update(self.extra_env)
@@ -129,10 +132,11 @@ class Stack:
             "web": [sys.executable, "-m", "gunicorn", "config.wsgi", "--bind", f"127.0.0.1:{self.api_port}",
                     "--workers", "1", "--threads", "8", "--log-level", "warning"],
             "worker_high": [*CELERY, "worker", "-n", "high@%h", "-Q", "high.sms,high.email,high.push",
-                            "--concurrency", "2", "--prefetch-multiplier", "1", "-O", "fair", *WORKER_FLAGS],
+                            "--pool", "threads", "--concurrency", "8", "--prefetch-multiplier", "1", "-O", "fair",
+                            *WORKER_FLAGS],
             "worker_standard": [*CELERY, "worker", "-n", "standard@%h", "-Q",
                                 "standard.sms,standard.email,standard.push,fanout", "--concurrency", "2",
-                                *WORKER_FLAGS],
+                                "--prefetch-multiplier", "1", "-O", "fair", *WORKER_FLAGS],
             "worker_maintenance": [*CELERY, "worker", "-n", "maintenance@%h", "-Q", "maintenance",
                                    "--concurrency", "1", *WORKER_FLAGS],
             "beat": [*CELERY, "beat", "-l", "info"],

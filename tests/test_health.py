@@ -136,7 +136,7 @@ def test_doctor_passes_a_good_configuration(good_config):
     assert code == 0, out
     assert "FAIL" not in out
     assert "OK    SENDGRID_WEBHOOK_PUBLIC_KEY decodes (secp256r1 ECDSA key)" in out
-    assert "OK    providers: sms: twilio (emulator); primary twilio" in out
+    assert "OK    providers: sms: twilio (emulator) → twilio_backup (emulator); primary twilio" in out
     assert "OK    providers: email: sendgrid (emulator) → smtp (emulator); primary sendgrid" in out
     assert "INFO  providers: sms: twilio talks to the local emulator; for the real service set " \
            "TWILIO_ACCOUNT_SID, TWILIO_AUTH_TOKEN, TWILIO_FROM_NUMBER" in out
@@ -239,20 +239,22 @@ def test_provider_health_page_shows_providers_calls_queues_and_dead_letters(admi
     assert response.status_code == 200
     ctx = response.context_data
     rows = {(p["channel"], p["name"]): p for p in ctx["providers"]}
-    assert list(rows) == [("sms", "twilio"), ("email", "sendgrid"), ("email", "smtp"), ("push", "fcm")]
+    assert list(rows) == [("sms", "twilio"), ("sms", "twilio_backup"), ("email", "sendgrid"), ("email", "smtp"),
+                          ("push", "fcm")]
     twilio = rows[("sms", "twilio")]
     assert (twilio["primary"], twilio["mode"], twilio["by_outcome"], twilio["total"], twilio["error_ratio"]) == (
         True, "emulator", [2, 1, 0, 1, 0], 4, "25.0%")
     assert rows[("email", "smtp")]["primary"] is False
     assert rows[("email", "sendgrid")]["by_outcome"] == [0, 0, 0, 0, 0]
-    assert twilio["breaker"] == twilio["budget"] == "not configured yet"
+    assert twilio["breaker"] == "closed"
+    assert twilio["budget"] == "1,000/s (100/s reserved for high); ≤ 6 high / 32 standard calls at once"
     assert ctx["minutes"] == 15 and ctx["truncated"] is False
     assert ctx["pipeline"]["dead_letters"] == 1
     from config.celery import ALL_QUEUES
 
     assert [q["name"] for q in ctx["queues"]] == list(ALL_QUEUES)
     html = response.content.decode()
-    assert "Provider health" in html and "not configured yet" in html and "high.sms" in html
+    assert "Provider health" in html and "reserved for high" in html and "high.sms" in html
 
     assert admin_client.get("/admin/provider-health/?minutes=999").context_data["minutes"] == 60
     index = admin_client.get("/admin/").content.decode()

@@ -1,0 +1,321 @@
+"""The standard tier's batch path: one task's claimed rows sent and recorded in bulk.
+
+Per batch (a send task carries up to ``NOTIFY["BATCH_SIZE"][channel]`` ids; the claim, the row and
+recipient query and the sent-marker MGET are done once by :func:`notifications.sending.send_notifications`):
+
+1. checks per row (:func:`notifications.sending.prepare`), with the SMS STOP list and the push
+   devices of the whole batch loaded in one query each;
+2. the primary provider only: standard traffic waits for it rather than failing over. While its
+   circuit breaker is open the rows go back to ``scheduled`` until the next probe is due, without
+   spending an attempt;
+3. tokens for the batch from the provider's standard budget (never the high tier's reserve), as
+   many as the bucket grants at once, waiting for the rest;
+4. concurrent-call slots from the provider's bulkhead, then one ``send_batch`` call per grant:
+   SendGrid sends up to 1,000 recipients per request; Twilio and FCM one SDK call per message,
+   several in flight (``NOTIFY["SEND_CONCURRENCY"]``);
+5. the accepted rows recorded in one transaction (one UPDATE … FROM unnest, attempt and event rows
+   in bulk), then their sent markers in one pipeline. Anything else (provider errors, partial push
+   results) goes through the single-row recording of :mod:`notifications.sending`, so retries,
+   dead letters and contact hygiene behave exactly as for single sends.
+
+Leases of rows still waiting are renewed as the batch goes, so a slow budget never lets the
+reconciler hand them to another worker mid-batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+
+from notifications import clock, markers, metrics
+from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
+from notifications.sending import (
+    _Call,
+    _CampaignContent,
+    _outcome_of,
+    _record,
+    message_for,
+    prepare,
+    sms_sender,
+)
+from preferences.models import Device, SmsStop
+from providers import isolation
+from providers.base import ProviderConfigurationError, ProviderError, TransientProviderError
+from providers.registry import get_backend, provider_names
+
+log = logging.getLogger(__name__)
+Outcome = DeliveryAttempt.Outcome
+
+_SENT_SQL = """
+UPDATE notifications_notification AS n
+   SET status = 'sent', reason = '', reason_detail = v.detail, lease_until = NULL, updated_at = %s,
+       sent_at = %s, provider = %s, provider_message_id = v.pmid
+  FROM unnest(%s::uuid[], %s::int[], %s::text[], %s::text[]) AS v(id, attempts, pmid, detail)
+ WHERE n.id = v.id AND n.status = 'sending' AND n.attempts = v.attempts
+RETURNING n.id
+"""
+
+_WAIT_SQL = """
+UPDATE notifications_notification AS n
+   SET status = 'scheduled', reason = %s, reason_detail = %s, lease_until = NULL, updated_at = %s,
+       due_at = %s, attempts = n.attempts - 1
+  FROM unnest(%s::uuid[], %s::int[]) AS v(id, attempts)
+ WHERE n.id = v.id AND n.status = 'sending' AND n.attempts = v.attempts
+RETURNING n.id
+"""
+
+_RENEW_SQL = """
+UPDATE notifications_notification SET lease_until = %s
+ WHERE id = ANY(%s::uuid[]) AND status = 'sending'
+"""
+
+
+def deliver_batch(rows: list[Notification], already_sent: set[str], content: _CampaignContent) -> None:
+    """Deliver claimed standard-tier rows (``sending``, with recipient and preferences loaded)."""
+    by_channel: dict[str, list[Notification]] = defaultdict(list)
+    for n in rows:
+        by_channel[n.channel].append(n)
+    for channel, group in by_channel.items():
+        _Batch(channel, group).deliver(already_sent, content)
+
+
+class _Batch:
+    """One channel's rows of one task, from checks to records."""
+
+    def __init__(self, channel: str, rows: list[Notification]) -> None:
+        self.channel = channel
+        self.rows = rows
+        self.provider = provider_names(channel)[0]
+        self.lease_renewed = time.monotonic()
+        # (notification, device or None, OutboundMessage) per provider call to make
+        self.items: list[tuple] = []
+        # item index -> (SendResult or exception, latency ms)
+        self.results: dict[int, tuple] = {}
+
+    def deliver(self, already_sent: set[str], content: _CampaignContent) -> None:
+        stopped = self._stopped_phones() if self.channel == "sms" else None
+        devices = self._devices() if self.channel == "push" else None
+        ready = []
+        for n in self.rows:
+            try:
+                found = prepare(n, already_sent, content, stopped,
+                                devices.get(n.recipient_id, []) if devices is not None else None)
+            except Exception:
+                log.exception("checks of %s crashed; the lease will expire and it will be retried", n.pk)
+                continue
+            if found is not None:
+                ready.append((n, found))
+        if not ready:
+            return
+        for n, found in ready:
+            if self.channel == "sms":
+                self.items.append((n, None, message_for(n, n.recipient.phone)))
+            elif self.channel == "email":
+                self.items.append((n, None, message_for(n, n.recipient.email)))
+            else:
+                self.items.extend((n, d, message_for(n, d.push_token, d.platform)) for d in found)
+        waiting_until = self._send()
+        self._record(ready, waiting_until)
+
+    # --- preloading ---------------------------------------------------------------------------
+
+    def _stopped_phones(self) -> set[str]:
+        phones = {n.recipient.phone for n in self.rows if n.recipient.phone}
+        if not phones:
+            return set()
+        return set(SmsStop.objects.filter(sender=sms_sender(), phone__in=phones).values_list("phone", flat=True))
+
+    def _devices(self) -> dict[int, list[Device]]:
+        found: dict[int, list[Device]] = defaultdict(list)
+        recipients = {n.recipient_id for n in self.rows}
+        for device in Device.objects.filter(recipient_id__in=recipients, active=True).order_by("recipient_id", "id"):
+            found[device.recipient_id].append(device)
+        return found
+
+    # --- sending ------------------------------------------------------------------------------
+
+    def _send(self):
+        """Send every item the budget, breaker and bulkhead allow. Returns ``None``, or the instant
+        (UTC) until which the rest must wait because the provider's breaker is open."""
+        name = self.provider
+        backend = get_backend(self.channel, name)
+        concurrency = max(1, int(settings.NOTIFY["SEND_CONCURRENCY"][self.channel]))
+        call_lease = float(settings.PROVIDER_TIMEOUT_SECONDS) * 2 + 5
+        pending = list(range(len(self.items)))
+        budget_waited = 0.0
+        while pending:
+            verdict = isolation.breaker_allows(name)
+            if not verdict.allowed:
+                metrics.isolation_event("breaker_fast_fail", name, "standard")
+                return clock.now() + timedelta(seconds=max(1.0, verdict.retry_in))
+            want = 1 if verdict.probe else len(pending)
+            granted, wait = isolation.take_tokens(name, "standard", want)
+            if not granted:
+                pause = min(max(wait, 0.01), 1.0)
+                time.sleep(pause)
+                budget_waited += pause
+                self._renew_leases_if_due(pending)
+                continue
+            chunk, pending = pending[:granted], pending[granted:]
+            slots = isolation.acquire_slots(name, "standard", concurrency, call_lease)
+            while not slots:
+                metrics.isolation_event("bulkhead_full", name, "standard")
+                time.sleep(0.05)
+                self._renew_leases_if_due(chunk + pending)
+                slots = isolation.acquire_slots(name, "standard", concurrency, call_lease)
+            started = time.monotonic()
+            try:
+                outcomes = backend.send_batch([self.items[i][2] for i in chunk], concurrency=len(slots))
+            finally:
+                isolation.release_slots(name, "standard", slots)
+            latency_ms = int((time.monotonic() - started) * 1000)
+            failed = 0
+            for index, outcome in zip(chunk, outcomes, strict=True):
+                self.results[index] = (outcome, latency_ms)
+                failed += isinstance(outcome, Exception) and isolation.is_failure(outcome)
+            if getattr(backend, "batch_api", False):
+                # One request carried the chunk: the breaker counts requests, not recipients.
+                ok_calls, failed_calls = (0, 1) if failed else (1, 0)
+            else:
+                ok_calls, failed_calls = len(chunk) - failed, failed
+            if isolation.record_calls(name, ok=ok_calls, failed=failed_calls, probe=verdict.probe) == "open":
+                metrics.isolation_event("breaker_opened", name)
+            self._renew_leases_if_due(pending)
+        if budget_waited:
+            metrics.isolation_event("budget_wait", name, "standard", seconds=budget_waited)
+        return None
+
+    def _renew_leases_if_due(self, pending: list[int]) -> None:
+        lease = settings.NOTIFY["LEASE_SECONDS"]
+        if time.monotonic() - self.lease_renewed < lease / 3:
+            return
+        ids = list({str(self.items[i][0].pk) for i in pending})
+        if ids:
+            with connection.cursor() as cur:
+                cur.execute(_RENEW_SQL, [clock.now() + timedelta(seconds=lease), ids])
+        self.lease_renewed = time.monotonic()
+
+    # --- recording ----------------------------------------------------------------------------
+
+    def _record(self, ready: list[tuple], waiting_until) -> None:
+        by_row: dict = defaultdict(list)
+        for index, (n, device, _message) in enumerate(self.items):
+            by_row[n.pk].append((index, device))
+        sent, wait, single = [], [], []
+        for n, devices in ready:
+            entries = by_row.get(n.pk, [])
+            done = [(self.results[i], device) for i, device in entries if i in self.results]
+            if not done:
+                if waiting_until is not None:
+                    wait.append(n)
+                continue
+            if any(not isinstance(r, (ProviderError, ProviderConfigurationError)) and isinstance(r, Exception)
+                   for (r, _ms), _d in done):
+                log.error("send of %s raised an unexpected error; the lease will expire and it will be "
+                          "retried", n.pk, exc_info=next(r for (r, _ms), _d in done if isinstance(r, Exception)))
+                continue
+            if len(done) == len(entries) and all(not isinstance(r, Exception) for (r, _ms), _d in done):
+                sent.append((n, done))
+            else:
+                single.append((n, devices, done, len(entries) - len(done)))
+        if sent:
+            self._record_sent(sent)
+        if wait:
+            self._record_waiting(wait, waiting_until)
+        for n, devices, done, skipped in single:
+            try:
+                self._record_single(n, devices, done, skipped)
+            except Exception:
+                log.exception("recording %s crashed; the lease will expire and it will be retried", n.pk)
+
+    def _record_sent(self, sent: list[tuple]) -> None:
+        """Every call of these rows was accepted: ``sending → sent`` in bulk, then the markers."""
+        now = clock.now()
+        ids, attempt_numbers, message_ids, details, attempts = [], [], [], [], []
+        for n, done in sent:
+            ids.append(str(n.pk))
+            attempt_numbers.append(n.attempts)
+            message_ids.append(done[0][0][0].provider_message_id[:255])
+            details.append(f"accepted for {len(done)} of {len(done)} device(s)" if self.channel == "push" else "")
+            for (result, latency_ms), device in done:
+                attempts.append(DeliveryAttempt(
+                    notification_id=n.pk, number=n.attempts, provider=result.provider[:32], device=device,
+                    outcome=Outcome.ACCEPTED, provider_message_id=result.provider_message_id[:255],
+                    latency_ms=latency_ms))
+        provider = sent[0][1][0][0][0].provider[:32]
+        with transaction.atomic():
+            with connection.cursor() as cur:
+                cur.execute(_SENT_SQL, [now, now, provider, ids, attempt_numbers, message_ids, details])
+                moved = {str(row[0]) for row in cur.fetchall()}
+            DeliveryAttempt.objects.bulk_create(attempts, batch_size=1000)
+            DeliveryEvent.objects.bulk_create(
+                [DeliveryEvent(notification_id=i, kind="sent", status=Status.SENT, detail=d)
+                 for i, d in zip(ids, details, strict=True) if i in moved], batch_size=1000)
+            late = [i for i in ids if i not in moved]
+            for i in late:
+                # The receipt settled the row before we recorded the call (or it changed hands):
+                # keep what only we know.
+                index = ids.index(i)
+                Notification.objects.filter(pk=i, provider_message_id="").update(
+                    provider=provider, provider_message_id=message_ids[index], sent_at=now)
+        markers.mark_sent(moved)  # after the rows say `sent` (committed above)
+        latencies = []
+        for n, _done in sent:
+            if str(n.pk) in moved:
+                start = n.created_at
+                if n.scheduled_at and (start is None or n.scheduled_at > start):
+                    start = n.scheduled_at
+                if start is not None:
+                    latencies.append((now - start).total_seconds())
+        metrics.batch_recorded(channel=self.channel, tier="standard", provider=provider, sent=len(moved),
+                               calls=len(attempts), call_seconds=sum(a.latency_ms or 0 for a in attempts) / 1000,
+                               accept_latencies=latencies)
+        log.info("sent %d standard %s notification(s) via %s in one batch", len(moved), self.channel, provider)
+
+    def _record_waiting(self, rows: list[Notification], until) -> None:
+        """The provider's breaker is open: back to ``scheduled`` until its next probe, attempt given back."""
+        now = clock.now()
+        detail = f"{self.provider} unavailable (circuit breaker open); waiting until {until.isoformat()}"
+        with transaction.atomic():
+            with connection.cursor() as cur:
+                cur.execute(_WAIT_SQL, [Reason.RETRY_SCHEDULED, detail[:500], now, until,
+                                        [str(n.pk) for n in rows], [n.attempts for n in rows]])
+                moved = {str(row[0]) for row in cur.fetchall()}
+            DeliveryEvent.objects.bulk_create(
+                [DeliveryEvent(notification_id=n.pk, kind="deferred", status=Status.SCHEDULED,
+                               reason=Reason.RETRY_SCHEDULED, detail=detail[:500])
+                 for n in rows if str(n.pk) in moved], batch_size=1000)
+        for n in rows:
+            if str(n.pk) in moved:
+                n.status, n.reason = Status.SCHEDULED, Reason.RETRY_SCHEDULED
+                metrics.notification_transitioned(n)
+
+    def _record_single(self, n: Notification, devices: list, done: list, skipped: int) -> None:
+        """Errors, or a push partly sent: the single-row recording (retries, dead letters, hygiene)."""
+        call = _Call()
+        attempts = []
+        for (outcome, latency_ms), device in done:
+            attempt = DeliveryAttempt(notification=n, number=n.attempts, device=device, latency_ms=latency_ms)
+            if isinstance(outcome, Exception):
+                attempt.provider = outcome.provider[:32]
+                attempt.outcome = _outcome_of(outcome)
+                attempt.error_code = outcome.code[:64]
+                attempt.error_message = (outcome.message or str(outcome))[:500]
+                attempt.http_status = getattr(outcome, "http_status", None)
+                call.errors.append((outcome, device))
+            else:
+                attempt.provider = outcome.provider[:32]
+                attempt.outcome = Outcome.ACCEPTED
+                attempt.provider_message_id = outcome.provider_message_id[:255]
+                call.accepted.append(outcome)
+            attempts.append(attempt)
+            metrics.provider_call(n, attempt)
+        if skipped and not call.accepted:
+            call.errors.append((TransientProviderError(self.provider, "circuit_open",
+                                                       "circuit breaker opened during the batch"), None))
+        _record(n, call, attempts, devices)

@@ -1,0 +1,359 @@
+"""Isolation under load and provider trouble (DESIGN.md §8), with shared state in Redis.
+
+Three mechanisms, each keyed by provider name (``settings.PROVIDERS[...]["NAME"]``) and shared by
+every worker process through Redis, so the limits hold for the whole platform, not per process:
+
+* **Token bucket** (:func:`take_tokens`): a provider's budget in messages per second, split into a
+  reserved share for the high tier and the rest for standard. One atomic Lua call takes up to N
+  tokens. Standard traffic only ever draws from the standard bucket; high traffic draws from its
+  reserved bucket first and may then borrow from the standard bucket. So standard can never spend
+  the reserve, and an OTP never waits behind a campaign for budget.
+* **Circuit breaker** (:func:`breaker_allows`, :func:`record_calls`): counts failures (timeouts,
+  connection errors, 5xx) and successes in one-second buckets over a sliding window; past the
+  failure-rate threshold (with a minimum number of calls) it opens for ``OPEN_SECONDS``: callers
+  fail fast. Then it is half-open: one probe call at a time is let through; a successful probe
+  closes it, a failed one opens it again.
+* **Bulkhead** (:func:`acquire_slots`, :func:`release_slots`): a cap on concurrent calls per
+  provider and tier, a Redis sorted set of leased slots (each slot expires, so a killed worker
+  cannot leak one for longer than its lease).
+
+Limits come from ``settings.PROVIDER_LIMITS`` (see :func:`limits_for`). Every function fails *open*
+when Redis is unreachable (logged): Redis is also the broker, so without it there is no traffic to
+limit, and refusing to send would turn a Redis outage into lost time for OTPs.
+
+Units: rates in messages per second, times in seconds unless the name says ``_ms``; all instants
+come from Redis ``TIME`` so worker clocks do not matter.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+
+import redis
+from django.conf import settings
+
+from notifications.markers import get_redis
+
+log = logging.getLogger(__name__)
+
+TIERS = ("high", "standard")
+
+# KEYS: high bucket, standard bucket. ARGV: high rate/s, high capacity, standard rate/s, standard
+# capacity, tokens wanted, tier, partial (1 = grant what is there). Returns {granted, wait_ms}.
+_TAKE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function load(key, rate, cap)
+  local v = redis.call('HMGET', key, 't', 'ts')
+  local tokens, ts = tonumber(v[1]), tonumber(v[2])
+  if tokens == nil then tokens, ts = cap, now end
+  tokens = math.min(cap, tokens + math.max(0, now - ts) * rate / 1000)
+  return tokens
+end
+local hrate, hcap = tonumber(ARGV[1]), tonumber(ARGV[2])
+local srate, scap = tonumber(ARGV[3]), tonumber(ARGV[4])
+local want, tier, partial = tonumber(ARGV[5]), ARGV[6], ARGV[7] == '1'
+local high = load(KEYS[1], hrate, hcap)
+local std = load(KEYS[2], srate, scap)
+local granted = 0
+if tier == 'high' then
+  local from_high = math.min(want, math.floor(high))
+  local from_std = math.min(want - from_high, math.floor(std))
+  if partial or from_high + from_std == want then
+    granted = from_high + from_std
+    high = high - from_high
+    std = std - from_std
+  end
+else
+  local avail = math.floor(std)
+  if partial then granted = math.min(want, avail) elseif avail >= want then granted = want end
+  std = std - granted
+end
+redis.call('HSET', KEYS[1], 't', high, 'ts', now)
+redis.call('PEXPIRE', KEYS[1], 60000)
+redis.call('HSET', KEYS[2], 't', std, 'ts', now)
+redis.call('PEXPIRE', KEYS[2], 60000)
+local wait = 0
+if granted < want then
+  local missing = math.max(1, math.min(want - granted, scap))
+  if tier == 'high' then
+    local rate = hrate + srate
+    if rate > 0 then wait = math.ceil(1000 * (missing - high - std) / rate) end
+  elseif srate > 0 then
+    wait = math.ceil(1000 * (missing - std) / srate)
+  else
+    wait = 1000
+  end
+end
+return {granted, math.max(wait, 1)}
+"""
+
+# KEYS: state hash, probe key. ARGV: probe lease ms. Returns {allowed, wait_ms, probe}.
+_ALLOW = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local v = redis.call('HMGET', KEYS[1], 'state', 'until')
+local state, untl = v[1], tonumber(v[2] or '0')
+if not state or state == 'closed' then return {1, 0, 0} end
+if state == 'open' and now < untl then return {0, untl - now, 0} end
+if state == 'open' then redis.call('HSET', KEYS[1], 'state', 'half_open') end
+if redis.call('SET', KEYS[2], '1', 'NX', 'PX', tonumber(ARGV[1])) then return {1, 0, 1} end
+return {0, 500, 0}
+"""
+
+# KEYS: state hash, probe key, window key prefix. ARGV: successes, failures, window s,
+# min calls, failure rate, open ms, probe (1/0). Returns {state after, failure rate * 1000}.
+_RECORD = """
+local t = redis.call('TIME')
+local sec = tonumber(t[1])
+local now = sec * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ok, fail = tonumber(ARGV[1]), tonumber(ARGV[2])
+local window, min_calls, threshold = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local open_ms, probe = tonumber(ARGV[6]), ARGV[7] == '1'
+local state = redis.call('HGET', KEYS[1], 'state') or 'closed'
+if state == 'half_open' or probe then
+  redis.call('DEL', KEYS[2])
+  if fail > 0 then
+    redis.call('HSET', KEYS[1], 'state', 'open', 'until', now + open_ms)
+    redis.call('HINCRBY', KEYS[1], 'opened', 1)
+    return {'open', 1000}
+  end
+  if ok > 0 then
+    redis.call('HSET', KEYS[1], 'state', 'closed', 'until', 0)
+    for i = 0, window - 1 do redis.call('DEL', KEYS[3] .. (sec - i)) end
+    return {'closed', 0}
+  end
+  return {state, 0}
+end
+if state == 'open' then return {state, 0} end
+local key = KEYS[3] .. sec
+if ok > 0 then redis.call('HINCRBY', key, 'ok', ok) end
+if fail > 0 then redis.call('HINCRBY', key, 'fail', fail) end
+redis.call('EXPIRE', key, window + 2)
+if fail == 0 then return {'closed', 0} end
+local total_ok, total_fail = 0, 0
+for i = 0, window - 1 do
+  local c = redis.call('HMGET', KEYS[3] .. (sec - i), 'ok', 'fail')
+  total_ok = total_ok + tonumber(c[1] or '0')
+  total_fail = total_fail + tonumber(c[2] or '0')
+end
+local calls = total_ok + total_fail
+local rate = total_fail / calls
+if calls >= min_calls and rate >= threshold then
+  redis.call('HSET', KEYS[1], 'state', 'open', 'until', now + open_ms)
+  redis.call('HINCRBY', KEYS[1], 'opened', 1)
+  return {'open', math.floor(rate * 1000)}
+end
+return {'closed', math.floor(rate * 1000)}
+"""
+
+# KEYS: slots zset. ARGV: wanted, limit, lease ms, slot id prefix. Returns granted slot ids.
+_ACQUIRE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local free = tonumber(ARGV[2]) - redis.call('ZCARD', KEYS[1])
+local n = math.min(tonumber(ARGV[1]), free)
+local ids = {}
+for i = 1, n do
+  local id = ARGV[4] .. ':' .. i
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), id)
+  ids[i] = id
+end
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]) + 1000)
+return ids
+"""
+
+_scripts: dict[str, redis.commands.core.Script] = {}
+
+
+def _script(name: str, source: str):
+    client = get_redis()
+    script = _scripts.get(name)
+    if script is None or script.registered_client is not client:
+        script = _scripts[name] = client.register_script(source)
+    return script
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Effective limits of one provider (from ``settings.PROVIDER_LIMITS``).
+
+    Attributes:
+        rate_per_s: total budget, messages per second (both tiers).
+        high_reserved_per_s: share of ``rate_per_s`` only the high tier may spend.
+        burst_seconds: bucket capacity = rate × this (how long a burst at full rate the bucket holds).
+        max_concurrency: concurrent calls per tier, ``{"high": n, "standard": n}``.
+        breaker_window_seconds / breaker_min_calls / breaker_failure_rate / breaker_open_seconds:
+            the circuit breaker (see the module docstring).
+    """
+
+    rate_per_s: float
+    high_reserved_per_s: float
+    burst_seconds: float
+    max_concurrency: dict
+    breaker_window_seconds: int
+    breaker_min_calls: int
+    breaker_failure_rate: float
+    breaker_open_seconds: float
+
+    @property
+    def standard_rate_per_s(self) -> float:
+        return max(0.0, self.rate_per_s - self.high_reserved_per_s)
+
+
+def limits_for(provider: str) -> Limits:
+    """``settings.PROVIDER_LIMITS["DEFAULT"]`` updated with ``settings.PROVIDER_LIMITS[provider]``."""
+    config = dict(settings.PROVIDER_LIMITS["DEFAULT"])
+    config.update(settings.PROVIDER_LIMITS.get(provider, {}))
+    rate = float(config["RATE_PER_S"])
+    reserved = config.get("HIGH_RESERVED_PER_S")
+    if reserved is None:
+        reserved = rate * float(config["HIGH_RESERVED_FRACTION"])
+    breaker = config["BREAKER"]
+    return Limits(
+        rate_per_s=rate, high_reserved_per_s=min(rate, float(reserved)),
+        burst_seconds=float(config["BURST_SECONDS"]), max_concurrency=dict(config["MAX_CONCURRENCY"]),
+        breaker_window_seconds=int(breaker["WINDOW_SECONDS"]), breaker_min_calls=int(breaker["MIN_CALLS"]),
+        breaker_failure_rate=float(breaker["FAILURE_RATE"]), breaker_open_seconds=float(breaker["OPEN_SECONDS"]),
+    )
+
+
+# --- token bucket ---------------------------------------------------------------------------------
+
+def take_tokens(provider: str, tier: str, wanted: int, *, partial: bool = True) -> tuple[int, float]:
+    """Take up to ``wanted`` tokens (messages) from ``provider``'s budget for ``tier``.
+
+    Returns ``(granted, wait_seconds)``: ``granted`` tokens were taken (``0..wanted``; with
+    ``partial=False`` either all or none); ``wait_seconds`` is when more are expected if fewer than
+    wanted were granted. Redis unreachable → ``(wanted, 0)`` (fail open, logged).
+    """
+    if wanted <= 0:
+        return 0, 0.0
+    limits = limits_for(provider)
+    capacity = max(1.0, limits.burst_seconds)
+    try:
+        granted, wait_ms = _script("take", _TAKE)(
+            keys=[f"bucket:{provider}:high", f"bucket:{provider}:standard"],
+            args=[limits.high_reserved_per_s, max(1.0, limits.high_reserved_per_s * capacity),
+                  limits.standard_rate_per_s, max(1.0, limits.standard_rate_per_s * capacity),
+                  int(wanted), "high" if tier == "high" else "standard", "1" if partial else "0"])
+    except redis.RedisError as exc:
+        log.warning("token bucket for %s skipped, Redis unavailable: %s", provider, exc)
+        return wanted, 0.0
+    granted = int(granted)
+    return granted, (int(wait_ms) / 1000.0 if granted < wanted else 0.0)
+
+
+# --- circuit breaker ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BreakerVerdict:
+    """``allowed``: the call may go ahead; ``probe``: it is the half-open probe (report its outcome
+    with ``record_calls(..., probe=True)``); ``retry_in``: seconds until the breaker may let calls
+    through again (when not allowed)."""
+
+    allowed: bool
+    retry_in: float = 0.0
+    probe: bool = False
+
+
+def breaker_allows(provider: str) -> BreakerVerdict:
+    """May we call ``provider`` now? Closed → yes; open → no (``retry_in`` = time left); after the
+    open period → half-open: one probe at a time. Redis unreachable → yes."""
+    lease_ms = int(max(1.0, float(settings.PROVIDER_TIMEOUT_SECONDS)) * 2000)
+    try:
+        allowed, wait_ms, probe = _script("allow", _ALLOW)(
+            keys=[f"breaker:{provider}", f"breaker:{provider}:probe"], args=[lease_ms])
+    except redis.RedisError as exc:
+        log.warning("circuit breaker for %s skipped, Redis unavailable: %s", provider, exc)
+        return BreakerVerdict(True)
+    return BreakerVerdict(bool(allowed), int(wait_ms) / 1000.0, bool(probe))
+
+
+def record_calls(provider: str, *, ok: int = 0, failed: int = 0, probe: bool = False) -> str:
+    """Report ``ok`` healthy answers and ``failed`` failures (timeout, connection error, 5xx) of
+    ``provider``. Returns the breaker state afterwards (``"closed"``, ``"open"``, ``"half_open"``).
+
+    A permanent error about one message (bad number, 4xx) is a healthy answer. 429 counts as
+    neither (it is the budget's job). Redis unreachable → ``"closed"``.
+    """
+    if ok <= 0 and failed <= 0 and not probe:
+        return "closed"
+    limits = limits_for(provider)
+    try:
+        state, _rate = _script("record", _RECORD)(
+            keys=[f"breaker:{provider}", f"breaker:{provider}:probe", f"breaker:{provider}:w:"],
+            args=[int(ok), int(failed), limits.breaker_window_seconds, limits.breaker_min_calls,
+                  limits.breaker_failure_rate, int(limits.breaker_open_seconds * 1000), "1" if probe else "0"])
+    except redis.RedisError as exc:
+        log.warning("circuit breaker for %s not updated, Redis unavailable: %s", provider, exc)
+        return "closed"
+    state = state.decode() if isinstance(state, bytes) else str(state)
+    if state == "open":
+        log.warning("circuit breaker for provider %s is open: failing fast for %.0f s",
+                    provider, limits.breaker_open_seconds)
+    return state
+
+
+def breaker_state(provider: str) -> dict:
+    """``{"state", "until_ms", "opened"}`` for admin pages and metrics (``closed`` if unknown)."""
+    try:
+        raw = get_redis().hgetall(f"breaker:{provider}")
+    except redis.RedisError:
+        return {"state": "unknown", "until_ms": 0, "opened": 0}
+    raw = {k.decode(): v.decode() for k, v in raw.items()}
+    return {"state": raw.get("state", "closed"), "until_ms": int(float(raw.get("until", 0) or 0)),
+            "opened": int(raw.get("opened", 0) or 0)}
+
+
+def is_failure(exc: BaseException) -> bool:
+    """Does this error count against the provider's health? Timeouts, connection errors and 5xx do;
+    429 (our budget's job), 4xx and configuration errors do not."""
+    from providers.base import TransientProviderError
+
+    if not isinstance(exc, TransientProviderError):
+        return False
+    status = getattr(exc, "http_status", None)
+    return status != 429 and exc.code not in ("429", "20429", "QUOTA_EXCEEDED", "circuit_open")
+
+
+# --- bulkhead -------------------------------------------------------------------------------------
+
+def acquire_slots(provider: str, tier: str, wanted: int, lease_seconds: float) -> list[str]:
+    """Take up to ``wanted`` of ``provider``'s concurrent-call slots for ``tier``.
+
+    Returns the slot ids granted (possibly none); give them back with :func:`release_slots`. A slot
+    not released expires after ``lease_seconds``. Redis unreachable → ``wanted`` local ids.
+    """
+    limit = int(limits_for(provider).max_concurrency.get(tier, 1))
+    prefix = uuid.uuid4().hex
+    try:
+        ids = _script("acquire", _ACQUIRE)(
+            keys=[f"bulkhead:{provider}:{tier}"], args=[int(wanted), limit, int(lease_seconds * 1000), prefix])
+    except redis.RedisError as exc:
+        log.warning("bulkhead for %s skipped, Redis unavailable: %s", provider, exc)
+        return [f"{prefix}:{i}" for i in range(wanted)]
+    return [i.decode() if isinstance(i, bytes) else str(i) for i in ids]
+
+
+def release_slots(provider: str, tier: str, slots: list[str]) -> None:
+    """Give back slots taken with :func:`acquire_slots` (errors are logged, the lease expires)."""
+    if not slots:
+        return
+    try:
+        get_redis().zrem(f"bulkhead:{provider}:{tier}", *slots)
+    except redis.RedisError as exc:
+        log.warning("bulkhead slots for %s not released (they expire): %s", provider, exc)
+
+
+def slots_in_use(provider: str, tier: str) -> int:
+    """Concurrent calls currently holding a slot (expired leases not counted)."""
+    import time
+
+    try:
+        return int(get_redis().zcount(f"bulkhead:{provider}:{tier}", int(time.time() * 1000), "+inf"))
+    except redis.RedisError:
+        return 0
