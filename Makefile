@@ -73,6 +73,17 @@ test-chaos: migrate
 	  $(PY) -m pytest tests/chaos -p no:cacheprovider -v; status=$$?; \
 	  $(PY) scripts/devservices.py down; $(PY) scripts/chaos_report.py; exit $$status
 
+## bench: the whole platform under a 1M-recipient campaign blast plus OTPs, with the raw ceiling and the
+## naive baseline; writes bench/results/<UTC timestamp>.json and .png (docs/PERFORMANCE.md). BENCH_ARGS adds options.
+.PHONY: bench bench-smoke
+bench: migrate
+	$(PY) manage.py bench $(BENCH_ARGS)
+
+## bench-smoke: the same with 50,000 recipients (a few minutes); exits non-zero if anything was lost
+## or an OTP was not delivered
+bench-smoke: migrate
+	$(PY) manage.py bench --recipients 50000 $(BENCH_ARGS)
+
 ## stop: stop the project-local Postgres and Redis
 stop:
 	@test -x $(PY) && $(PY) scripts/devservices.py down || true

@@ -264,6 +264,16 @@ def _insert_page(campaign: Campaign, members: list[dict], now: datetime) -> list
 
 
 def _finish_fan_out_if_complete(campaign: Campaign, now: datetime) -> None:
+    """Mark the campaign fanned out once every shard is done (inside the page's transaction).
+
+    A transaction-scoped advisory lock per campaign serializes this check: two shards finishing at
+    once in two processes would otherwise each see the other still running (neither committed) and
+    neither would finish the campaign. With the lock the second waits for the first to commit, then
+    sees its shard done. (Not a row lock: each page already holds the campaign row FOR SHARE, and two
+    pages upgrading to FOR UPDATE at once deadlock.)
+    """
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"campaign-finish:{campaign.pk}"])
     if CampaignShard.objects.filter(campaign=campaign, done=False).exists():
         return
     created = sum(CampaignShard.objects.filter(campaign=campaign).values_list("created", flat=True))
@@ -290,6 +300,12 @@ def reconcile_campaigns() -> dict[str, int]:
             redriven += 1
     if redriven:
         log.warning("re-drove %d stalled fan-out shard(s)", redriven)
+    # Belt and braces for the lock in _finish_fan_out_if_complete: a campaign whose shards are all
+    # done but which still says fanning_out is finished here.
+    for campaign in (Campaign.objects.filter(status=CampaignStatus.FANNING_OUT, shards__isnull=False)
+                     .exclude(shards__done=False).distinct()):
+        with transaction.atomic():
+            _finish_fan_out_if_complete(campaign, now)
     completed = 0
     for campaign_id in Campaign.objects.filter(status=CampaignStatus.SENDING).values_list("pk", flat=True):
         with connection.cursor() as cur:

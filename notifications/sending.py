@@ -22,8 +22,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models.expressions import RawSQL
 
 from notifications import clock, markers, metrics
+from notifications.bulk import array_literal
 from notifications.enqueue import enqueue_on_commit
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
 from preferences.models import Device, Preferences, SmsStop
@@ -58,7 +60,7 @@ def claim(ids: Iterable[str], now: datetime) -> list:
     """
     lease = now + timedelta(seconds=settings.NOTIFY["LEASE_SECONDS"])
     with connection.cursor() as cur:
-        cur.execute(_CLAIM_SQL, [lease, now, now, [str(i) for i in ids]])
+        cur.execute(_CLAIM_SQL, [lease, now, now, array_literal(ids)])
         return [row[0] for row in cur.fetchall()]
 
 
@@ -82,6 +84,13 @@ class _Call:
     errors: list = field(default_factory=list)  # ProviderError / ProviderConfigurationError
 
 
+#: Columns the send path never reads (loaded lazily if a rare path does): parsing them is a good
+#: share of the per-row cost of a 500-row batch.
+_NOT_NEEDED_TO_SEND = ("updated_at", "queued_at", "lease_until", "due_at", "sent_at", "dead_lettered_at",
+                       "delivered_at", "accepted_status", "reason_detail", "recipient__created_at",
+                       "recipient__updated_at", "recipient__preferences__updated_at")
+
+
 def send_notifications(ids: Iterable[str]) -> None:
     """Deliver the given notifications (one worker task's worth). Never raises for provider errors;
     every outcome is recorded on the rows.
@@ -95,8 +104,8 @@ def send_notifications(ids: Iterable[str]) -> None:
     if not claimed:
         return
     already_sent = markers.find_sent(claimed)
-    rows = list(Notification.objects.filter(pk__in=claimed)
-                .select_related("recipient", "recipient__preferences"))
+    rows = list(Notification.objects.filter(id__in=RawSQL("SELECT unnest(%s::uuid[])", [array_literal(claimed)]))
+                .select_related("recipient", "recipient__preferences").defer(*_NOT_NEEDED_TO_SEND))
     content = _CampaignContent()
     naive = settings.NOTIFY["PIPELINE"] == "naive"
     batch = [n for n in rows if n.priority == "standard" and not naive]
@@ -286,18 +295,35 @@ def _call_provider(n: Notification, devices: list[Device]) -> tuple[_Call, list[
         targets = [(d.push_token, d) for d in devices]
     call = _Call()
     attempts: list[DeliveryAttempt] = []
-    try:
-        route = _route(n, len(targets))
-    except (ProviderError, ProviderConfigurationError) as exc:
-        # No provider may be called now (breaker open, budget or bulkhead exhausted, misconfigured):
-        # an attempt that made no call, retried like any transient error.
-        attempt = DeliveryAttempt(notification=n, number=n.attempts, provider=exc.provider[:32],
-                                  outcome=_outcome_of(exc), error_code=exc.code[:64],
-                                  error_message=(exc.message or str(exc))[:500], latency_ms=0)
-        call.errors.append((exc, None))
-        attempts.append(attempt)
-        metrics.provider_call(n, attempt)
-        return call, attempts
+    tried: list[str] = []
+    while True:
+        try:
+            route = _route(n, len(targets), exclude=tried)
+        except (ProviderError, ProviderConfigurationError) as exc:
+            if attempts:
+                return call, attempts  # the failed call(s) above are the outcome
+            # No provider may be called now (breaker open, budget or bulkhead exhausted, misconfigured):
+            # an attempt that made no call, retried like any transient error.
+            attempt = DeliveryAttempt(notification=n, number=n.attempts, provider=exc.provider[:32],
+                                      outcome=_outcome_of(exc), error_code=exc.code[:64],
+                                      error_message=(exc.message or str(exc))[:500], latency_ms=0)
+            call.errors.append((exc, None))
+            attempts.append(attempt)
+            metrics.provider_call(n, attempt)
+            return call, attempts
+        tried.append(route.name)
+        provider_failed = _call_route(n, route, targets, call, attempts)
+        # High tier: a provider that just timed out or failed (not a bad number) is not retried
+        # after a backoff; the next provider gets the same attempt at once (a rare duplicate if the
+        # timed-out call was in fact accepted: acceptable for an OTP, a late one is not).
+        if not (provider_failed and not call.accepted and n.priority == "high" and route.guarded):
+            return call, attempts
+
+
+def _call_route(n: Notification, route: _Route, targets: list, call: _Call, attempts: list) -> bool:
+    """Send to every target through ``route``; True if a call failed in a way that counts against
+    the provider's health (timeout, connection error, 5xx)."""
+    provider_failed = False
     try:
         for index, (to, device) in enumerate(targets):
             if index:
@@ -318,6 +344,7 @@ def _call_provider(n: Notification, devices: list[Device]) -> tuple[_Call, list[
                 attempt.provider_message_id = result.provider_message_id[:255]
                 call.accepted.append(result)
                 failed = False
+            provider_failed = provider_failed or failed
             attempt.latency_ms = int((time.monotonic() - started) * 1000)
             attempts.append(attempt)
             metrics.provider_call(n, attempt)
@@ -327,7 +354,7 @@ def _call_provider(n: Notification, devices: list[Device]) -> tuple[_Call, list[
             route = route.after_probe()
     finally:
         isolation.release_slots(route.name, n.priority, route.slots)
-    return call, attempts
+    return provider_failed
 
 
 @dataclass
@@ -345,14 +372,16 @@ class _Route:
         return _Route(self.name, self.backend, self.slots, False, self.guarded)
 
 
-def _route(n: Notification, needed: int) -> _Route:
+def _route(n: Notification, needed: int, exclude: list[str] = ()) -> _Route:
     """Pick the provider for a single (high-tier, or naive-mode) send (DESIGN.md §8 provider router).
 
     High tier: the channel's providers in order; one is skipped while its circuit breaker is open,
     its high-tier bulkhead is full, or its budget (reserved high share, then the standard share)
     has no token within ``HIGH_BUDGET_WAIT_SECONDS``; the first usable one is taken (a backup =
-    failover). Standard tier: only the primary, since standard traffic waits for it. Naive mode:
-    the primary, one shared budget, no breaker or bulkhead.
+    failover). A half-open primary is probed by high traffic only when no other provider is
+    usable. Standard tier: only the primary, since standard traffic waits for it (and probes it).
+    Naive mode: the primary, one shared budget, no breaker or bulkhead. ``exclude``: providers
+    already tried in this attempt.
 
     Raises:
         TransientProviderError: no provider can be called now (``code`` ``circuit_open``,
@@ -368,8 +397,13 @@ def _route(n: Notification, needed: int) -> _Route:
         names = names[:1]
     lease = float(settings.PROVIDER_TIMEOUT_SECONDS) * 2 * max(1, needed)
     last: Exception | None = None
-    for index, name in enumerate(names):
-        verdict = isolation.breaker_allows(name)
+    candidates = [(i, name, False) for i, name in enumerate(names) if name not in exclude]
+    if tier == "high":
+        candidates += [(i, name, True) for i, name, _ in candidates]  # second pass: may probe
+    else:
+        candidates = [(i, name, True) for i, name, _ in candidates]
+    for index, name, may_probe in candidates:
+        verdict = isolation.breaker_allows(name, may_probe=may_probe)
         if not verdict.allowed:
             metrics.isolation_event("breaker_fast_fail", name, tier)
             last = TransientProviderError(name, "circuit_open",

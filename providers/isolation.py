@@ -90,7 +90,7 @@ end
 return {granted, math.max(wait, 1)}
 """
 
-# KEYS: state hash, probe key. ARGV: probe lease ms. Returns {allowed, wait_ms, probe}.
+# KEYS: state hash, probe key. ARGV: probe lease ms, may probe (1/0). Returns {allowed, wait_ms, probe}.
 _ALLOW = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -98,6 +98,7 @@ local v = redis.call('HMGET', KEYS[1], 'state', 'until')
 local state, untl = v[1], tonumber(v[2] or '0')
 if not state or state == 'closed' then return {1, 0, 0} end
 if state == 'open' and now < untl then return {0, untl - now, 0} end
+if ARGV[2] ~= '1' then return {0, 500, 0} end
 if state == 'open' then redis.call('HSET', KEYS[1], 'state', 'half_open') end
 if redis.call('SET', KEYS[2], '1', 'NX', 'PX', tonumber(ARGV[1])) then return {1, 0, 1} end
 return {0, 500, 0}
@@ -260,13 +261,14 @@ class BreakerVerdict:
     probe: bool = False
 
 
-def breaker_allows(provider: str) -> BreakerVerdict:
+def breaker_allows(provider: str, *, may_probe: bool = True) -> BreakerVerdict:
     """May we call ``provider`` now? Closed → yes; open → no (``retry_in`` = time left); after the
-    open period → half-open: one probe at a time. Redis unreachable → yes."""
+    open period → half-open: one probe at a time, and only for callers with ``may_probe`` (an OTP
+    would rather go to a healthy backup than test a sick primary). Redis unreachable → yes."""
     lease_ms = int(max(1.0, float(settings.PROVIDER_TIMEOUT_SECONDS)) * 2000)
     try:
         allowed, wait_ms, probe = _script("allow", _ALLOW)(
-            keys=[f"breaker:{provider}", f"breaker:{provider}:probe"], args=[lease_ms])
+            keys=[f"breaker:{provider}", f"breaker:{provider}:probe"], args=[lease_ms, "1" if may_probe else "0"])
     except redis.RedisError as exc:
         log.warning("circuit breaker for %s skipped, Redis unavailable: %s", provider, exc)
         return BreakerVerdict(True)

@@ -58,14 +58,27 @@ def live_db(django_db_blocker):
         yield
 
 
+def reset_isolation() -> None:
+    """Forget every circuit breaker, bulkhead and token bucket (Redis), so one test's injected
+    provider outage never leaves a breaker open for the next."""
+    from notifications.markers import get_redis
+
+    r = get_redis()
+    keys = [k for pattern in ("breaker:*", "bulkhead:*", "bucket:*") for k in r.scan_iter(pattern)]
+    if keys:
+        r.delete(*keys)
+
+
 @pytest.fixture
 def emulator(stack):
-    """The stack's emulator with no faults and an empty message list."""
+    """The stack's emulator with no faults and an empty message list; breakers closed."""
     stack.clear_faults()
     stack.set_clock_offset(0)
+    reset_isolation()
     yield stack
     stack.clear_faults()
     stack.set_clock_offset(0)
+    reset_isolation()
 
 
 class Api:

@@ -135,8 +135,10 @@ class Stack:
                             "--pool", "threads", "--concurrency", "8", "--prefetch-multiplier", "1", "-O", "fair",
                             *WORKER_FLAGS],
             "worker_standard": [*CELERY, "worker", "-n", "standard@%h", "-Q",
-                                "standard.sms,standard.email,standard.push,fanout", "--concurrency", "2",
+                                "standard.sms,standard.email,standard.push", "--concurrency", "4",
                                 "--prefetch-multiplier", "1", "-O", "fair", *WORKER_FLAGS],
+            "worker_fanout": [*CELERY, "worker", "-n", "fanout@%h", "-Q", "fanout", "--concurrency", "2",
+                              "--prefetch-multiplier", "1", "-O", "fair", *WORKER_FLAGS],
             "worker_maintenance": [*CELERY, "worker", "-n", "maintenance@%h", "-Q", "maintenance",
                                    "--concurrency", "1", *WORKER_FLAGS],
             "beat": [*CELERY, "beat", "-l", "info"],
@@ -166,7 +168,7 @@ class Stack:
         self.procs = {}
         self.start_all()
 
-    def wait_for_workers(self, names=("high@", "standard@", "maintenance@"), timeout: float = 60) -> None:
+    def wait_for_workers(self, names=("high@", "standard@", "fanout@", "maintenance@"), timeout: float = 60) -> None:
         from config.celery import app
 
         def ready():

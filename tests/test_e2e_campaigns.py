@@ -107,10 +107,10 @@ def test_fan_out_killed_halfway_resumes_and_creates_each_member_once(api, emulat
     Campaign.objects.filter(pk=cid).update(fanout_at=at)  # fan out now, send in an hour
     wait_until(lambda: sum(CampaignShard.objects.filter(campaign_id=cid).values_list("pages", flat=True)) >= 3,
                60, interval=0.05, message="a few fan-out pages")
-    stack.kill("worker_standard")  # SIGKILL mid fan-out
+    stack.kill("worker_fanout")  # SIGKILL mid fan-out
     pages_at_kill = sum(CampaignShard.objects.filter(campaign_id=cid).values_list("pages", flat=True))
     assert Campaign.objects.get(pk=cid).status == "fanning_out"
-    stack.start("worker_standard")
+    stack.start("worker_fanout")
     try:
         campaign = wait_until(lambda: (c := Campaign.objects.get(pk=cid)).status == "sending" and c, 120,
                               interval=0.5, message="fan-out to finish")

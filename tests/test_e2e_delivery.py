@@ -12,6 +12,7 @@ import pytest
 from notifications.markers import get_redis
 from notifications.models import DeliveryAttempt, Notification
 from preferences.models import Device, Recipient
+from tests.conftest import reset_isolation
 from tests.e2e import SENT, events, make_user, send, wait_status
 from tests.stack import wait_until
 
@@ -271,28 +272,44 @@ def test_503_then_success_is_delivered_once_after_retry(api, emulator, uid, chan
     nid = send(api, uid, channel, priority="high")
     n = wait_status(nid, timeout=30)
     assert n.status in SENT
-    assert n.attempts == 2
-    outcomes = list(DeliveryAttempt.objects.filter(notification_id=nid).order_by("number")
-                    .values_list("number", "outcome"))
-    assert outcomes == [(1, "transient"), (2, "accepted")]
-    assert "retry" in events(nid)
+    outcomes = list(DeliveryAttempt.objects.filter(notification_id=nid).order_by("number", "id")
+                    .values_list("number", "provider", "outcome"))
+    if channel == "push":
+        # One provider: retried after a backoff.
+        assert n.attempts == 2
+        assert outcomes == [(1, "fcm", "transient"), (2, "fcm", "accepted")]
+        assert "retry" in events(nid)
+    else:
+        # High tier with a backup: the failed call goes to the next provider in the same attempt.
+        backup = {"sms": "twilio_backup", "email": "smtp"}[channel]
+        assert n.attempts == 1
+        assert outcomes == [(1, provider, "transient"), (1, backup, "accepted")]
+        assert n.provider == backup
     time.sleep(0.5)
     assert len(emulator.messages(notification_id=nid)) == 1
 
 
 def test_attempts_exhausted_is_dead_lettered(api, emulator, uid):
     user = make_user(api, uid)
+    # Both email providers fail (the high tier would otherwise fail over to SMTP).
     emulator.add_fault(provider="sendgrid", to=user["email"], status=503)
+    emulator.add_fault(provider="smtp", to=user["email"], status=451)
     nid = send(api, uid, "email", priority="high")
     n = wait_status(nid, timeout=40)
     assert (n.status, n.reason) == ("failed", "attempts_exhausted")
     assert n.dead_lettered_at is not None
     assert n.attempts == 5  # MAX_ATTEMPTS_HIGH
-    assert DeliveryAttempt.objects.filter(notification_id=nid, outcome="transient").count() == 5
+    log = DeliveryAttempt.objects.filter(notification_id=nid)
+    assert set(log.values_list("outcome", flat=True)) == {"transient"}
+    assert set(log.values_list("number", flat=True)) == {1, 2, 3, 4, 5}
+    # Each attempt tried SMTP (and SendGrid too, until SendGrid's breaker opened: 5 failed calls).
+    assert set(log.filter(provider="smtp").values_list("number", flat=True)) == {1, 2, 3, 4, 5}
     assert emulator.messages(notification_id=nid) == []
 
-    # Found in the admin's dead-letter view and replayed from there: delivered once.
+    # Found in the admin's dead-letter view and replayed from there (the providers have recovered,
+    # their breakers closed): delivered once.
     emulator.clear_faults()
+    reset_isolation()
     from django.contrib.auth.models import User
     from django.test import Client
 

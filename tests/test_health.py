@@ -235,6 +235,9 @@ def test_provider_health_page_shows_providers_calls_queues_and_dead_letters(admi
     old = DeliveryAttempt.objects.create(notification=n, number=1, provider="twilio", outcome="permanent")
     DeliveryAttempt.objects.filter(pk=old.pk).update(created_at=old.created_at.replace(year=2020))  # outside
 
+    from tests.conftest import reset_isolation
+
+    reset_isolation()
     response = admin_client.get("/admin/provider-health/")
     assert response.status_code == 200
     ctx = response.context_data

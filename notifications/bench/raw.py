@@ -1,0 +1,165 @@
+"""The raw ceiling: the same provider SDK calls against the same emulator, with the platform's batch
+size and send concurrency, in a tight loop with no database and no queue.
+
+:func:`run_raw_ceiling` starts as many processes as the standard worker has (2), each running
+``python -m notifications.bench.raw`` (Django settings only, for the provider registry): it builds
+its messages up front, waits for a common start instant, then loops ``send_batch`` until the end
+instant and prints one JSON line. The parent samples the emulator's CPU over the same window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+DEFAULT_BATCH = {"email": 500, "sms": 100, "push": 100}
+
+
+def batch_size_and_concurrency(channel: str) -> tuple[int, int]:
+    """``settings.NOTIFY["BATCH_SIZE"][channel]`` and ``["SEND_CONCURRENCY"][channel]``; before the
+    pipeline defines them: the standard chunk and 1."""
+    from django.conf import settings
+
+    notify = settings.NOTIFY
+    if "BATCH_SIZE" in notify:
+        size = int(notify["BATCH_SIZE"][channel])
+    else:
+        from notifications import enqueue
+
+        size = int(getattr(enqueue, "STANDARD_CHUNK", DEFAULT_BATCH[channel]))
+    concurrency = int(notify.get("SEND_CONCURRENCY", {}).get(channel, 1))
+    return size, concurrency
+
+
+def build_messages(channel: str, count: int, tag: str) -> list:
+    from providers.base import OutboundMessage
+
+    out = []
+    for i in range(count):
+        nid = str(uuid.uuid4())
+        if channel == "email":
+            out.append(OutboundMessage(notification_id=nid, channel="email", to=f"raw-{tag}-{i}@example.com",
+                                       title="Hello", body=f"Hello U{i}", data={"notification_id": nid}))
+        elif channel == "sms":
+            out.append(OutboundMessage(notification_id=nid, channel="sms", to=f"+49152{i % 10**8:08d}",
+                                       body=f"Hello U{i}"))
+        else:
+            out.append(OutboundMessage(notification_id=nid, channel="push", to=f"raw-token-{tag}-{i}",
+                                       title="Hello", body=f"Hello U{i}", platform="android", collapse_key=nid))
+    return out
+
+
+def send_batch_fallback(channel: str, batch: list, concurrency: int) -> list:
+    """``[backend.send(m) for m in batch]`` (on ``concurrency`` threads, one backend per thread):
+    used only while the backends have no ``send_batch``."""
+    from providers.registry import get_backend
+
+    def one(message):
+        try:
+            return get_backend(channel).send(message)
+        except Exception as exc:  # results in input order, errors in place
+            return exc
+
+    if concurrency <= 1:
+        return [one(m) for m in batch]
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        return list(pool.map(one, batch))
+
+
+def sender(channel: str):
+    """``(function(batch) -> results, "native" | "fallback")``. The one line to change once every
+    backend has ``send_batch``: return ``backend.send_batch``."""
+    from providers.registry import get_backend
+
+    backend = get_backend(channel)
+    if hasattr(backend, "send_batch"):
+        return backend.send_batch, "native"
+    _, concurrency = batch_size_and_concurrency(channel)
+    return (lambda batch: send_batch_fallback(channel, batch, concurrency)), "fallback"
+
+
+def child_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--channel", required=True)
+    parser.add_argument("--start-at", type=float, required=True)
+    parser.add_argument("--seconds", type=float, required=True)
+    parser.add_argument("--tag", default="0")
+    parser.add_argument("--prebuild", type=int, default=0)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    import django
+
+    django.setup()
+    size, concurrency = batch_size_and_concurrency(args.channel)
+    send, kind = sender(args.channel)
+    prebuild = args.prebuild or (200_000 if args.channel == "email" else 20_000)
+    messages = build_messages(args.channel, prebuild, args.tag)
+    batches = [messages[i:i + size] for i in range(0, len(messages), size)]
+    send(batches[0][:1])  # open connections / fetch tokens before the clock starts
+    time.sleep(max(0.0, args.start_at - time.time()))
+    end = args.start_at + args.seconds
+    cpu0, t0 = time.process_time(), time.time()
+    sent = ok = errors = 0
+    first_error = None
+    i = 0
+    while time.time() < end:
+        batch = batches[i % len(batches)]
+        i += 1
+        for result in send(batch):
+            sent += 1
+            if isinstance(result, Exception):
+                errors += 1
+                first_error = first_error or repr(result)[:300]
+            else:
+                ok += 1
+    print(json.dumps({"messages": sent, "ok": ok, "errors": errors, "first_error": first_error,
+                      "seconds": round(time.time() - t0, 3), "cpu_s": round(time.process_time() - cpu0, 3),
+                      "batch_size": size, "concurrency": concurrency, "send_batch": kind}), flush=True)
+    return 0
+
+
+def run_raw_ceiling(channel: str, env: dict[str, str], monitor, seconds: float = 15.0, processes: int = 2) -> dict:
+    """Run the raw loop in ``processes`` processes for ``seconds`` (``monitor``: a ProcessMonitor
+    watching the emulator). Returns msgs/s and CPU-µs per message (client, emulator)."""
+    start_at = time.time() + 12.0  # Django setup and message building happen before
+    procs = [subprocess.Popen([sys.executable, "-m", "notifications.bench.raw", "--channel", channel,
+                               "--start-at", str(start_at), "--seconds", str(seconds), "--tag", str(i)],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(processes)]
+    time.sleep(max(0.0, start_at - time.time()))
+    monitor.mark("raw_start")
+    time.sleep(seconds)
+    monitor.mark("raw_end")
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=seconds + 120)
+        lines = [line for line in out.splitlines() if line.startswith("{")]
+        if proc.returncode != 0 or not lines:
+            raise RuntimeError(f"raw ceiling process failed ({proc.returncode}): {err[-2000:]}")
+        results.append(json.loads(lines[-1]))
+    cpu = monitor.cpu_between("raw_start", "raw_end")
+    messages = sum(r["messages"] for r in results)
+    ok = sum(r["ok"] for r in results)
+    wall = max(r["seconds"] for r in results)
+    client_cpu = sum(r["cpu_s"] for r in results)
+    return {
+        "channel": channel, "processes": processes, "seconds": round(wall, 2),
+        "batch_size": results[0]["batch_size"], "concurrency": results[0]["concurrency"],
+        "send_batch": results[0]["send_batch"], "messages": messages, "accepted": ok,
+        "errors": messages - ok, "first_error": next((r["first_error"] for r in results if r["first_error"]), None),
+        "msgs_per_s": round(ok / wall, 1) if wall else None,
+        "client_cpu_us_per_msg": round(client_cpu * 1e6 / ok, 1) if ok else None,
+        "emulator_cpu_us_per_msg": round(cpu.get("emulator", 0.0) * 1e6 / ok, 1) if ok else None,
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(child_main(sys.argv[1:]))

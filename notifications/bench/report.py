@@ -1,0 +1,383 @@
+"""The bench's figures, targets, sanity checks, summary table and the docs table: pure functions of
+what a run collected (tested in ``tests/test_bench_report.py``)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+from notifications.bench.stats import (
+    bucket_series,
+    cpu_us_per_message,
+    growth,
+    latency_summary,
+    otp_latencies,
+    rate_summary,
+    series_from_times,
+    subtract_series,
+)
+
+MILLION = 1_000_000
+ACTIVE = ("scheduled", "queued", "sending")
+SENT = ("sent", "delivered")
+WORKER_KINDS = ("worker_high", "worker_standard", "worker_fanout", "worker_naive", "worker_maintenance")
+MB = 1024 * 1024
+
+
+def _seconds_since(instant: datetime | None, launch_ms: float) -> float | None:
+    return None if instant is None else round(instant.timestamp() - launch_ms / 1000, 2)
+
+
+def summarize_run(*, launch_ms: float, end_ms: float, campaign: dict, statuses: dict[str, int], analysis: dict,
+                  otp_records: Sequence[dict], channel: str, campaign_provider: str, bucket_ms: int,
+                  cpu: dict[str, float],
+                  rss: dict[str, list[tuple[float, int]]], platform_kinds: Iterable[str], timed_out: bool = False,
+                  brownout_ms: float | None = None, otp_providers: dict[str, str] | None = None,
+                  backup_account: str = "") -> dict:
+    """Every figure of one blast run.
+
+    ``channel``/``campaign_provider``: the campaign's; ``launch_ms``: client clock when the campaign
+    was POSTed; ``end_ms``: when the bench saw it
+    drained; ``campaign``: the Campaign row's ``started_at``, ``fanned_out_at``, ``member_count``,
+    ``created_count``; ``statuses``: campaign notifications per status; ``analysis``: the emulator's
+    analysis (``received_at_ms`` for the OTP ids) with buckets of ``bucket_ms``; ``otp_records``: the
+    OTP sender's records; ``cpu``: CPU seconds per process kind over launch → end; ``rss``: RSS
+    samples per kind over the same window.
+    """
+    received = analysis.get("received_at_ms") or {}
+    accepted = [r for r in otp_records if r.get("id")]
+    # Series: the campaign's provider minus the OTPs it carried = the standard tier.
+    otp_first = {r["id"]: min(received[r["id"]]) for r in accepted if received.get(r["id"])}
+    high_series = series_from_times(otp_first.values(), bucket_ms)
+    same_channel = [otp_first[r["id"]] for r in accepted if r["id"] in otp_first
+                    and r["channel"] == channel]
+    provider_series = (analysis.get("per_bucket") or {}).get(campaign_provider, [])
+    standard_series = subtract_series(provider_series, series_from_times(same_channel, bucket_ms))
+    # A time-boxed (timed-out) run keeps sending while the bench collects: count only up to end_ms.
+    standard_series = [b for b in standard_series if b[0] < end_ms]
+    in_window = sum(count for _, count in standard_series)
+    first_ms = standard_series[0][0] if standard_series else None
+    last_ms = standard_series[-1][0] + bucket_ms if standard_series else None
+
+    sent_rows = sum(statuses.get(s, 0) for s in SENT)
+    not_sent = sum(statuses.get(s, 0) for s in ACTIVE)
+    otp_seen = len(otp_first)
+    campaign_seen = max(0, analysis.get("unique_notification_ids", 0) - otp_seen)
+    unseen = max(0, sent_rows - campaign_seen)
+
+    drain_s = round((last_ms - launch_ms) / 1000, 2) if last_ms else None
+    per_second = bucket_series(_rebucket(standard_series, 1000), first_ms, last_ms - 1, 1000) if last_ms else []
+    fanout = {
+        "seconds": _seconds_since(campaign.get("fanned_out_at"), launch_ms),
+        "scheduler_pickup_seconds": _seconds_since(campaign.get("started_at"), launch_ms),
+        "members": campaign.get("member_count"),
+        "created": campaign.get("created_count"),
+    }
+    if fanout["seconds"] is not None and fanout["scheduler_pickup_seconds"] is not None:
+        fanout["shards_seconds"] = round(fanout["seconds"] - fanout["scheduler_pickup_seconds"], 2)
+
+    during = [r for r in accepted if launch_ms <= r["accept_ms"] <= end_ms]
+    before = [r for r in accepted if r["accept_ms"] < launch_ms]
+    lat_during, missing_during = otp_latencies(during, received)
+    lat_all, missing = otp_latencies(accepted, received)
+    by_channel = {}
+    for channel in sorted({r["channel"] for r in accepted}):
+        lat, _ = otp_latencies([r for r in during if r["channel"] == channel], received)
+        by_channel[channel] = latency_summary(lat)
+    refused = [r for r in otp_records if not r.get("id")]
+    otp = {
+        "sent": len(otp_records), "accepted": len(accepted), "refused": len(refused),
+        "refused_examples": [r.get("error") or r.get("status") for r in refused[:3]],
+        "delivered": otp_seen, "missing": len(missing), "missing_examples": missing[:5],
+        "latency_ms": latency_summary(lat_during),
+        "latency_ms_before_launch": latency_summary(otp_latencies(before, received)[0]),
+        "latency_ms_all": latency_summary(lat_all),
+        "latency_ms_by_channel": by_channel,
+        "api_ms": latency_summary([r["api_ms"] for r in during if r.get("api_ms") is not None]),
+        "missing_during_blast": len(missing_during),
+    }
+
+    delivered_total = sent_rows + otp_seen
+    kinds = [k for k in platform_kinds if k in cpu]
+    cpu_block = {
+        "seconds_by_kind": cpu,
+        "platform_seconds": round(sum(cpu.get(k, 0.0) for k in kinds), 2),
+        "platform_cpu_us_per_notification": cpu_us_per_message(cpu, kinds, delivered_total),
+        "emulator_cpu_us_per_notification": cpu_us_per_message(cpu, ["emulator"], delivered_total),
+        "notifications_counted": delivered_total,
+    }
+    memory = _memory(rss, launch_ms / 1000, end_ms / 1000)
+
+    result = {
+        "timed_out": timed_out,
+        "fanout": fanout,
+        "drain": {"seconds": drain_s, "delivered": sent_rows,
+                  "received_in_window": in_window,
+                  "deliveries_per_s": rate_summary(in_window, drain_s, per_second),
+                  "first_delivery_seconds": round((first_ms - launch_ms) / 1000, 2) if first_ms else None},
+        "statuses": dict(sorted(statuses.items())),
+        "otp": otp,
+        "lost": {"total": not_sent + unseen, "not_sent": not_sent, "sent_not_seen_by_provider": unseen,
+                 "failed": statuses.get("failed", 0)},
+        "duplicates": analysis.get("duplicates") or {"messages": 0, "ids": 0, "examples": []},
+        "emulator": {"total": analysis.get("total"), "by_provider": analysis.get("by_provider"),
+                     "by_account": analysis.get("by_account")},
+        "cpu": cpu_block,
+        "memory": memory,
+        "timeline": {
+            "standard_per_s": bucket_series(_rebucket(standard_series, 1000), int(launch_ms), int(end_ms), 1000),
+            "high_per_s": bucket_series(_rebucket(high_series, 1000), int(launch_ms), int(end_ms), 1000),
+            "start_s": round(int(launch_ms) // 1000 * 1000 / 1000 - launch_ms / 1000, 3),
+            "otp": [[round((r["accept_ms"] - launch_ms) / 1000, 2), round(otp_first[r["id"]] - r["accept_ms"], 1),
+                     r["channel"]] for r in accepted if r["id"] in otp_first],
+            "brownout_s": round((brownout_ms - launch_ms) / 1000, 2) if brownout_ms else None,
+        },
+    }
+    if brownout_ms:
+        result["brownout"] = brownout_summary(brownout_ms, accepted, received, otp_providers or {},
+                                              (analysis.get("by_account") or {}).get(backup_account, 0))
+    return result
+
+
+def _rebucket(series: Sequence[Sequence[int]], bucket_ms: int) -> list[list[int]]:
+    return series_from_times_weighted((start // bucket_ms * bucket_ms, count) for start, count in series)
+
+
+def series_from_times_weighted(pairs: Iterable[tuple[int, int]]) -> list[list[int]]:
+    out: dict[int, int] = {}
+    for start, count in pairs:
+        out[start] = out.get(start, 0) + count
+    return [[s, out[s]] for s in sorted(out)]
+
+
+def _memory(rss: dict[str, list[tuple[float, int]]], t0: float, t1: float) -> dict:
+    """Peak RSS (MB) per kind, and for workers the change from a quarter into the run to its end
+    (the first quarter is warm-up: imports, connection pools)."""
+    peak = {kind: round(max(v for _, v in series) / MB, 1) for kind, series in rss.items() if series}
+    workers = {}
+    settle = t0 + (t1 - t0) / 4
+    for kind, series in rss.items():
+        if kind not in WORKER_KINDS:
+            continue
+        later = [v for t, v in series if t >= settle]
+        if len(later) >= 2:
+            workers[kind] = {"settled_mb": round(later[0] / MB, 1), "end_mb": round(later[-1] / MB, 1),
+                             "growth": growth(later[0], later[-1])}
+    return {"peak_rss_mb": peak, "workers": workers}
+
+
+def brownout_summary(brownout_ms: float, accepted: Sequence[dict], received: dict[str, list[int]],
+                     providers: dict[str, str], backup_messages: int) -> dict:
+    """After the primary SMS provider slowed down: how fast high-tier SMS moved to the backup, and
+    the OTP latency per channel (email and push should not notice)."""
+    after = [r for r in accepted if r["accept_ms"] >= brownout_ms]
+    sms_after = [r for r in after if r["channel"] == "sms"]
+    via_backup = [r for r in sms_after if providers.get(r["id"]) == "twilio_backup"]
+    first_backup = min((min(received[r["id"]]) for r in via_backup if received.get(r["id"])), default=None)
+    by_channel = {}
+    for channel in sorted({r["channel"] for r in after}):
+        lat, missing = otp_latencies([r for r in after if r["channel"] == channel], received)
+        by_channel[channel] = {**latency_summary(lat), "missing": len(missing)}
+    return {
+        "at_ms": round(brownout_ms),
+        "sms_otps_after": len(sms_after),
+        "sms_otps_via_backup": len(via_backup),
+        "failover_seconds": round((first_backup - brownout_ms) / 1000, 2) if first_backup else None,
+        "backup_account_messages": backup_messages,
+        "latency_ms_after_by_channel": by_channel,
+    }
+
+
+# --- targets and sanity ------------------------------------------------------------------------
+
+def target(name: str, value: float | None, op: str, limit: float, unit: str, note: str = "") -> dict:
+    """One target: ``met`` and, when missed, ``shortfall`` = how far off relative to the target."""
+    if value is None:
+        return {"name": name, "target": f"{op} {limit:g} {unit}".strip(), "value": None, "unit": unit, "met": None,
+                "shortfall": "not measured", "note": note}
+    met = value < limit if op == "<" else value <= limit if op == "≤" else value >= limit
+    shortfall = None
+    if not met:
+        off = (value - limit) / limit if op in ("<", "≤") else (limit - value) / limit
+        shortfall = f"{'over' if op in ('<', '≤') else 'under'} by {off:.0%} ({_fmt(value)} vs {op} {_fmt(limit)})"
+    return {"name": name, "target": f"{op} {_fmt(limit)} {unit}".strip(), "value": value, "unit": unit, "met": met,
+            "shortfall": shortfall, "note": note}
+
+
+def _fmt(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:,.2f}".rstrip("0").rstrip(".")
+
+
+def evaluate_targets(tiered: dict, naive: dict | None, raw: dict | None, recipients: int, channel: str) -> list[dict]:
+    run = tiered["run"]
+    projected = recipients != MILLION
+    note = f"projected from {recipients:,} recipients" if projected else ""
+    p50 = run["drain"]["deliveries_per_s"]["p50"]
+    mean = run["drain"]["deliveries_per_s"]["mean"]
+    targets = [target("OTP accept→provider p99 during the blast", run["otp"]["latency_ms"]["p99"], "<", 1000, "ms")]
+    if channel == "email":
+        drain_1m = (run["drain"]["seconds"] if not projected else round(MILLION / mean, 1) if mean else None)
+        targets.append(target("1M email drained", drain_1m, "≤", 200, "s",
+                              f"{note}: 1,000,000 / mean rate" if projected else ""))
+    fan = run["fanout"]["seconds"]
+    fan_1m = fan if not projected or fan is None else round(fan * MILLION / recipients, 1)
+    targets.append(target("fan-out of 1M", fan_1m, "≤", 60, "s", f"{note}, linear" if projected else ""))
+    raw_rate = raw.get("msgs_per_s") if raw else None
+    targets.append(target("platform vs raw ceiling (p50 rate / raw msgs/s)",
+                          round(p50 / raw_rate, 3) if p50 and raw_rate else None, "≥", 0.7, "×"))
+    naive_p50 = naive["run"]["drain"]["deliveries_per_s"]["p50"] if naive else None
+    if channel == "email":
+        targets.append(target("tiered vs naive (p50 rates)", round(p50 / naive_p50, 1) if p50 and naive_p50 else None,
+                              "≥", 10, "×"))
+    growths = [w["growth"] for w in run["memory"]["workers"].values() if w.get("growth") is not None]
+    targets.append(target("worker memory growth after warm-up (largest worker)", max(growths) if growths else None,
+                          "≤", 0.1, "", "RSS a quarter into the run → end"))
+    return targets
+
+
+def sanity_problems(tiered: dict | None) -> list[str]:
+    """What makes ``manage.py bench`` exit 1: anything lost, or an OTP of the tiered run not delivered."""
+    if tiered is None:
+        return ["the tiered run did not complete"]
+    run = tiered["run"]
+    problems = []
+    if run["timed_out"]:
+        problems.append("the campaign did not drain before the timeout")
+    if run["lost"]["total"]:
+        problems.append(f"lost {run['lost']['total']} notifications ({run['lost']})")
+    otp = run["otp"]
+    if otp["refused"]:
+        problems.append(f"{otp['refused']} OTP(s) refused by the API: {otp['refused_examples']}")
+    if otp["missing"]:
+        problems.append(f"{otp['missing']} OTP(s) never reached the provider: {otp['missing_examples']}")
+    if not otp["accepted"] and otp["sent"]:
+        problems.append("no OTP accepted")
+    return problems
+
+
+# --- text ---------------------------------------------------------------------------------------
+
+def headline(report: dict) -> list[tuple[str, str, str]]:
+    """``(figure, tiered, naive)`` rows of the summary table."""
+    def get(run: dict | None, *path, fmt="{:,.1f}"):
+        node = run
+        for key in path:
+            if not isinstance(node, dict) or node.get(key) is None:
+                return "–"
+            node = node[key]
+        return fmt.format(node) if isinstance(node, (int, float)) else str(node)
+
+    t = (report.get("tiered") or {}).get("run")
+    n = (report.get("naive") or {}).get("run")
+    return [
+        ("recipients", get(report.get("tiered"), "recipients", fmt="{:,}"),
+         get(report.get("naive"), "recipients", fmt="{:,}")),
+        ("fan-out (s)", get(t, "fanout", "seconds"), get(n, "fanout", "seconds")),
+        ("drain (s)", get(t, "drain", "seconds"), get(n, "drain", "seconds")),
+        ("deliveries/s mean", get(t, "drain", "deliveries_per_s", "mean"), get(n, "drain", "deliveries_per_s", "mean")),
+        ("deliveries/s p50", get(t, "drain", "deliveries_per_s", "p50"), get(n, "drain", "deliveries_per_s", "p50")),
+        ("OTP p50 (ms)", get(t, "otp", "latency_ms", "p50"), get(n, "otp", "latency_ms", "p50")),
+        ("OTP p95 (ms)", get(t, "otp", "latency_ms", "p95"), get(n, "otp", "latency_ms", "p95")),
+        ("OTP p99 (ms)", get(t, "otp", "latency_ms", "p99"), get(n, "otp", "latency_ms", "p99")),
+        ("OTP max (ms)", get(t, "otp", "latency_ms", "max"), get(n, "otp", "latency_ms", "max")),
+        ("OTPs delivered / accepted", _ratio(t, "otp"), _ratio(n, "otp")),
+        ("platform CPU-µs / notification", get(t, "cpu", "platform_cpu_us_per_notification"),
+         get(n, "cpu", "platform_cpu_us_per_notification")),
+        ("emulator CPU-µs / notification", get(t, "cpu", "emulator_cpu_us_per_notification"),
+         get(n, "cpu", "emulator_cpu_us_per_notification")),
+        ("lost", _lost(t), _lost(n)),
+        ("duplicates (messages)", get(t, "duplicates", "messages", fmt="{:,}"),
+         get(n, "duplicates", "messages", fmt="{:,}")),
+        ("peak RSS worker_standard / naive (MB)", get(t, "memory", "peak_rss_mb", "worker_standard"),
+         get(n, "memory", "peak_rss_mb", "worker_naive")),
+    ]
+
+
+def _lost(run: dict | None) -> str:
+    if not run:
+        return "–"
+    if run.get("timed_out"):
+        return f"{run['lost']['not_sent']:,} unsent (time-boxed)"
+    return f"{run['lost']['total']:,}"
+
+
+def _ratio(run: dict | None, key: str) -> str:
+    if not run:
+        return "–"
+    return f"{run[key]['delivered']:,} / {run[key]['accepted']:,}"
+
+
+def summary_text(report: dict) -> str:
+    rows = headline(report)
+    width = max(len(r[0]) for r in rows)
+    lines = [f"{'':{width}}  {'tiered':>14}  {'naive':>14}"]
+    lines += [f"{a:{width}}  {b:>14}  {c:>14}" for a, b, c in rows]
+    raw = report.get("raw_ceiling")
+    if raw:
+        lines.append(f"raw ceiling: {raw['msgs_per_s']:,} msgs/s ({raw['channel']}, {raw['processes']} processes, "
+                     f"batch {raw['batch_size']}, concurrency {raw['concurrency']}, {raw['send_batch']}); client "
+                     f"{raw['client_cpu_us_per_msg']} CPU-µs/msg, emulator {raw['emulator_cpu_us_per_msg']}")
+    for t in report.get("targets", []):
+        mark = "ok " if t["met"] else "-- " if t["met"] is None else "MISS"
+        value = "–" if t["value"] is None else _fmt(t["value"])
+        extra = f"  {t['shortfall']}" if t["shortfall"] and t["met"] is False else ""
+        lines.append(f"[{mark}] {t['name']}: {value} {t['unit']} (target {t['target']}){extra}"
+                     + (f"  ({t['note']})" if t.get("note") else ""))
+    b = (report.get("tiered") or {}).get("run", {}).get("brownout")
+    if b:
+        lines.append(f"brownout: SMS OTPs after {b['sms_otps_after']}, via backup {b['sms_otps_via_backup']}, "
+                     f"failover after {b['failover_seconds']} s; latency after by channel: "
+                     + ", ".join(f"{c} p99 {v['p99']} ms" for c, v in b["latency_ms_after_by_channel"].items()))
+    for problem in report.get("sanity", {}).get("problems", []):
+        lines.append(f"SANITY: {problem}")
+    return "\n".join(lines)
+
+
+DOCS_START = "<!-- bench:results:start -->"
+DOCS_END = "<!-- bench:results:end -->"
+
+
+def docs_section(report: dict, json_name: str, png_name: str) -> str:
+    """The results block of docs/PERFORMANCE.md for one report."""
+    machine = report.get("machine", {})
+    git = report.get("git", {})
+    opts = report.get("options", {})
+    steal = ((report.get("tiered") or {}).get("machine_window") or {}).get("steal_pct", "?")
+    lines = [
+        DOCS_START,
+        f"Run `{json_name}`: {report.get('started_at', '?')}, commit `{git.get('commit', '?')[:12]}`"
+        f"{' (uncommitted changes)' if git.get('dirty') else ''}, {machine.get('cores', '?')} cores, "
+        f"host steal during the tiered blast {steal} %.",
+        f"Command: `python manage.py bench {opts.get('argv', '')}`".rstrip() + ".",
+        "",
+        "| figure | tiered | naive |",
+        "|---|---:|---:|",
+    ]
+    lines += [f"| {a} | {b} | {c} |" for a, b, c in headline(report)]
+    raw = report.get("raw_ceiling")
+    if raw:
+        lines += ["", f"Raw ceiling ({raw['channel']}, {raw['processes']} processes, batch {raw['batch_size']}, "
+                      f"concurrency {raw['concurrency']}, `send_batch` {raw['send_batch']}): "
+                      f"**{raw['msgs_per_s']:,} msgs/s**, client {raw['client_cpu_us_per_msg']} CPU-µs/msg, "
+                      f"emulator {raw['emulator_cpu_us_per_msg']} CPU-µs/msg."]
+    lines += ["", "| target | value | met | by how much |", "|---|---:|:-:|---|"]
+    for t in report.get("targets", []):
+        value = "–" if t["value"] is None else f"{_fmt(t['value'])} {t['unit']}".strip()
+        met = "yes" if t["met"] else "–" if t["met"] is None else "**no**"
+        detail = (t["shortfall"] or "") if t["met"] is False else ""
+        if t.get("note"):
+            detail = f"{detail} ({t['note']})".strip()
+        lines.append(f"| {t['name']} (target {t['target']}) | {value} | {met} | {detail} |")
+    for note in report.get("notes", []):
+        lines += ["", f"Note: {note}"]
+    lines += ["", f"![deliveries/s per tier and OTP latency]({png_name})", DOCS_END]
+    return "\n".join(lines)
+
+
+def replace_docs_section(text: str, section: str) -> str:
+    """``text`` with its results block replaced by ``section`` (appended when there is none)."""
+    pattern = re.compile(re.escape(DOCS_START) + r".*?" + re.escape(DOCS_END), re.S)
+    if pattern.search(text):
+        return pattern.sub(lambda _m: section, text)
+    return text.rstrip("\n") + "\n\n" + section + "\n"

@@ -1,0 +1,254 @@
+"""One measured run: start the bench stack, (optionally) the raw ceiling, then a campaign blast with
+an OTP stream through the API, until the campaign is drained; collect what the database, the
+emulator and the process monitor saw. The figures are computed by :mod:`notifications.bench.report`.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import requests
+from django.db import connection
+
+from campaigns.models import Campaign
+from notifications.bench import procs, report, seed
+from notifications.bench.emulator import BACKUP_SMS_ACCOUNT, PRIMARY_SMS_ACCOUNT, PROVIDER_OF_CHANNEL, Emulator
+from notifications.bench.otp import OtpSender
+from notifications.bench.raw import run_raw_ceiling
+from notifications.bench.stack import BenchStack
+from notifications.models import APIClient
+
+BUCKET_MS = 100
+#: Brownout: OTPs keep flowing at least this long after the primary SMS provider slowed down.
+BROWNOUT_OBSERVE_MS = 30_000
+OTP_USERS = 1000
+#: Tables emptied before each run (the bench database is the bench's alone): notifications and
+#: campaigns with everything that references them. Recipients, devices and segments stay.
+RESET_TABLES = ("notifications_notification", "campaigns_campaign")
+PLATFORM_KINDS = ("web", "worker_high", "worker_standard", "worker_fanout", "worker_naive", "worker_maintenance",
+                  "beat", "postgres", "redis")
+
+
+@dataclass
+class RunConfig:
+    pipeline: str  # "tiered" | "naive"
+    recipients: int
+    channel: str
+    otp_rate: float
+    otp_channels: list[str]
+    provider_rate: float | None = None
+    provider_latency_ms: int | None = None
+    brownout: bool = False
+    raw_seconds: float = 0.0  # > 0: measure the raw ceiling first on this stack's emulator
+    drain_timeout: float | None = None
+    stall_timeout: float = 180.0
+    label: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+
+    def timeout(self) -> float:
+        return self.drain_timeout or max(300.0, self.recipients / 100.0)
+
+    @property
+    def stall(self) -> float:
+        return min(self.stall_timeout, self.timeout())
+
+
+def reset_state(redis_url: str) -> None:
+    """Empty the bench database's notification and campaign tables and the bench Redis database."""
+    with connection.cursor() as cur:
+        cur.execute(f"TRUNCATE {', '.join(RESET_TABLES)} CASCADE")
+    import redis
+
+    redis.Redis.from_url(redis_url).flushdb()
+
+
+def _port(url: str) -> int | None:
+    return urlsplit(url).port
+
+
+def run_blast(cfg: RunConfig, database_url: str, redis_url: str, work_dir: Path,
+              progress: Callable[[str], None]) -> dict:
+    label = cfg.label or cfg.pipeline
+    reset_state(redis_url)
+    segment, seed_seconds = seed.ensure_segment(cfg.recipients, progress)
+    otp_users = seed.ensure_otp_recipients(OTP_USERS)
+    _, campaign_key = APIClient.objects.create_key(name=f"bench-campaigns-{uuid.uuid4().hex[:6]}")
+    _, otp_key = APIClient.objects.create_key(name=f"bench-otp-{uuid.uuid4().hex[:6]}", allow_high=True)
+
+    env = dict(cfg.env)
+    if cfg.provider_rate:
+        env["PROVIDER_RATE_PER_S"] = str(cfg.provider_rate)
+    stack = BenchStack(database_url, redis_url, work_dir / label,
+                       pipeline="naive" if cfg.pipeline == "naive" else "tiered", env=env, log_dir=work_dir)
+    pg_pid, redis_pid = procs.listening_pid(_port(database_url)), procs.listening_pid(_port(redis_url))
+    kinds = {name: (lambda n=name: stack.pids(n)) for name in stack.commands()}
+    kinds["postgres"] = lambda: [pg_pid] if pg_pid else []
+    kinds["redis"] = lambda: [redis_pid] if redis_pid else []
+    monitor = procs.ProcessMonitor(kinds, postgres_database=urlsplit(database_url).path.lstrip("/"))
+    progress(f"[{label}] starting the stack ({', '.join(stack.commands())})…")
+    stack.start_all()
+    monitor.start()
+    emulator = Emulator(stack.emulator)
+    result: dict = {"label": label, "pipeline": cfg.pipeline, "recipients": cfg.recipients, "channel": cfg.channel,
+                    "segment": segment.segment_id, "seed_seconds": round(seed_seconds, 1),
+                    "otp_channels": cfg.otp_channels, "otp_rate": cfg.otp_rate,
+                    "commands": {n: " ".join(c) for n, c in stack.commands().items()},
+                    "env": {k: v for k, v in stack.env().items()
+                            if k in ("NOTIFY_PIPELINE", "PROVIDER_RATE_PER_S", "PROVIDER_HIGH_RESERVED_FRACTION",
+                                     "EMULATOR_RECEIPTS", "LOG_LEVEL", "API_DEFAULT_RATE_LIMIT")}}
+    try:
+        faults = _apply_faults(emulator, cfg)
+        result["faults"] = faults
+        if cfg.raw_seconds > 0:
+            progress(f"[{label}] raw ceiling: {cfg.channel} SDK calls in a loop for {cfg.raw_seconds:.0f} s…")
+            result["raw_ceiling"] = run_raw_ceiling(cfg.channel, stack.env(), monitor, seconds=cfg.raw_seconds)
+            progress(f"[{label}] raw ceiling: {result['raw_ceiling']['msgs_per_s']} msgs/s")
+        sender = OtpSender(stack.api, otp_key, otp_users, cfg.otp_channels, cfg.otp_rate)
+        _warm_up(stack, emulator, sender, cfg, campaign_key, progress)
+        _clear_messages(emulator)
+        result.update(_blast(cfg, stack, emulator, monitor, sender, segment.segment_id, campaign_key, progress, label))
+    finally:
+        monitor.stop()
+        result["dead_processes"] = stack.dead()
+        stack.stop_all()
+    return result
+
+
+def _apply_faults(emulator: Emulator, cfg: RunConfig) -> list[dict]:
+    """Emulator rules: rate limits first (they fire only when their bucket is empty), then latency."""
+    rules = []
+    if cfg.provider_rate:
+        for provider in ("twilio", "sendgrid", "fcm"):
+            rules.append({"provider": provider, "status": 429, "rate_limit_per_s": cfg.provider_rate})
+    if cfg.provider_latency_ms:
+        rules.append({"provider": "*", "latency_ms": int(cfg.provider_latency_ms)})
+    return [emulator.add_fault(**rule) for rule in rules]
+
+
+def _clear_messages(emulator: Emulator) -> None:
+    for path in ("messages", "stats"):
+        emulator.http.delete(f"{emulator.base}/_emulator/{path}", timeout=30).raise_for_status()
+
+
+def _warm_up(stack, emulator: Emulator, sender: OtpSender, cfg: RunConfig, campaign_key: str, progress) -> None:
+    """A few OTPs per channel, one after another, so first-request costs (imports, connections,
+    OAuth tokens) are not measured."""
+    before = emulator.count()
+    records = [sender.send_one(ch, sender.user_ids[i]) for i in range(3) for ch in sorted(set(cfg.otp_channels))]
+    bad = [r for r in records if r["id"] is None]
+    if bad:
+        raise RuntimeError(f"warm-up OTP refused by the API: {bad[0]}")
+    deadline = time.monotonic() + 60
+    while emulator.count() < before + len(records):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"warm-up OTPs did not reach the emulator within 60 s (dead: {stack.dead()})")
+        time.sleep(0.2)
+
+
+def _blast(cfg: RunConfig, stack, emulator: Emulator, monitor, sender: OtpSender, segment_id: str,
+           campaign_key: str, progress, label: str) -> dict:
+    provider = PROVIDER_OF_CHANNEL[cfg.channel]
+    monitor.mark("start")
+    sender.start()
+    time.sleep(2.0)  # OTPs before the blast: the unloaded baseline
+    monitor.mark("launch")
+    steal0, busy0 = procs.steal_seconds(), procs.busy_seconds()
+    launch_ms = time.time() * 1000
+    r = requests.post(f"{stack.api}/v1/campaigns", timeout=60,
+                      headers={"Authorization": f"Api-Key {campaign_key}", "Idempotency-Key": uuid.uuid4().hex},
+                      json={"segment_id": segment_id, "channel": cfg.channel, "name": f"bench {label}",
+                            "content": {"title": "Bench", "body": "Hello {{ first_name }}"}})
+    if r.status_code != 202:
+        raise RuntimeError(f"campaign refused: {r.status_code} {r.text[:500]}")
+    campaign_id = r.json()["id"]
+    progress(f"[{label}] campaign {campaign_id} launched to {cfg.recipients:,} recipients ({cfg.channel})")
+    brownout_ms = None
+    last_count, last_progress = -1, time.monotonic()
+    deadline = time.monotonic() + cfg.timeout()
+    timed_out = False
+    next_report = time.monotonic() + 10
+    drained_at = None
+    while True:
+        time.sleep(1.0)
+        c = Campaign.objects.values("status", "member_count", "created_count", "fanned_out_at").get(pk=campaign_id)
+        count = emulator.count(provider)
+        if count != last_count:
+            last_count, last_progress = count, time.monotonic()
+        expected = c["member_count"] or cfg.recipients
+        if cfg.brownout and brownout_ms is None and count >= expected / 3:
+            emulator.add_fault(provider="twilio", account=PRIMARY_SMS_ACCOUNT, latency_ms=30_000)
+            brownout_ms = time.time() * 1000
+            progress(f"[{label}] brownout: primary SMS provider now answers after 30 s")
+        if time.monotonic() >= next_report:
+            next_report += 10
+            progress(f"[{label}] {time.time() - launch_ms / 1000:.0f} s: {c['status']}, {provider} received {count:,}"
+                     f" (campaign {expected:,}), OTPs sent {len(sender.sent)}")
+        observed = not cfg.brownout or (brownout_ms is not None
+                                        and time.time() * 1000 >= brownout_ms + BROWNOUT_OBSERVE_MS)
+        if observed and (c["status"] == "completed"
+                         or (c["fanned_out_at"] and count >= expected and not _busy(campaign_id))):
+            drained_at = time.time()
+            break
+        if stack.dead():
+            raise RuntimeError(f"platform process(es) exited during the run: {stack.dead()}")
+        if time.monotonic() > deadline or time.monotonic() - last_progress > cfg.stall:
+            timed_out = True
+            drained_at = time.time()
+            progress(f"[{label}] drain timed out ({'no progress' if time.monotonic() < deadline else 'deadline'})")
+            break
+    monitor.mark("end")
+    steal1, busy1 = procs.steal_seconds(), procs.busy_seconds()
+    sender.stop()
+    records = sender.records()
+    otp_ids = [rec["id"] for rec in records if rec["id"]]
+    last_accept = max((rec["accept_ms"] for rec in records), default=0) / 1000
+    analysis = emulator.analysis(otp_ids, BUCKET_MS)
+    while len(analysis["received_at_ms"]) < len(set(otp_ids)) and time.time() < max(last_accept, drained_at) + 35:
+        time.sleep(2.0)
+        analysis = emulator.analysis(otp_ids, BUCKET_MS)
+    statuses = _statuses(campaign_id)
+    campaign = Campaign.objects.values("started_at", "fanned_out_at", "member_count", "created_count",
+                                       "status").get(pk=campaign_id)
+    window = monitor.marks["end"][0] - monitor.marks["launch"][0]
+    otp_providers = _otp_providers(otp_ids) if cfg.brownout else {}
+    return {
+        "campaign_id": campaign_id,
+        "run": report.summarize_run(
+            launch_ms=launch_ms, end_ms=drained_at * 1000, campaign=campaign, statuses=statuses,
+            analysis=analysis, otp_records=records, channel=cfg.channel, campaign_provider=provider,
+            bucket_ms=BUCKET_MS,
+            cpu=monitor.cpu_between("launch", "end"), rss=monitor.rss_between(monitor.marks["launch"][0],
+                                                                               monitor.marks["end"][0]),
+            platform_kinds=PLATFORM_KINDS, timed_out=timed_out, brownout_ms=brownout_ms,
+            otp_providers=otp_providers, backup_account=BACKUP_SMS_ACCOUNT),
+        "analysis_source": emulator.analysis_source,
+        "machine_window": {"seconds": round(window, 1),
+                           "steal_pct": round(100 * (steal1 - steal0) / max(1e-9, window * procs.cores()), 1),
+                           "busy_pct": round(100 * (busy1 - busy0) / max(1e-9, window * procs.cores()), 1)},
+    }
+
+
+def _busy(campaign_id: str) -> bool:
+    with connection.cursor() as cur:
+        cur.execute("SELECT EXISTS (SELECT 1 FROM notifications_notification WHERE campaign_id = %s "
+                    "AND status IN ('scheduled', 'queued', 'sending'))", [campaign_id])
+        return cur.fetchone()[0]
+
+
+def _statuses(campaign_id: str) -> dict[str, int]:
+    with connection.cursor() as cur:
+        cur.execute("SELECT status, count(*) FROM notifications_notification WHERE campaign_id = %s GROUP BY status",
+                    [campaign_id])
+        return dict(cur.fetchall())
+
+
+def _otp_providers(ids: list[str]) -> dict[str, str]:
+    """Provider that sent each OTP (brownout: which SMS went to the backup)."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT id::text, provider FROM notifications_notification WHERE id = ANY(%s::uuid[])", [ids])
+        return dict(cur.fetchall())

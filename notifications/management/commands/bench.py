@@ -1,0 +1,223 @@
+"""``manage.py bench``: the whole platform under a campaign blast and an OTP stream (docs/PERFORMANCE.md).
+
+Starts its own stack (emulator, gunicorn, workers, beat) on free ports against the database
+``notify_bench`` on the project Postgres (created and migrated here) and Redis database 3 (flushed),
+so it never touches ``make run`` data. One ``blast`` run: raw ceiling → tiered blast → naive baseline
+on a smaller campaign. ``--scenario brownout``: the tiered blast with OTPs round-robin over SMS, email
+and push, and the primary SMS provider answering after 30 s from a third of the way on.
+
+Writes ``bench/results/<UTC timestamp>.json`` and ``.png``, prints a summary, and exits 1 when
+something was lost or an OTP of the tiered run never reached the provider.
+``--write-docs RESULTS.json`` only rewrites the results block of docs/PERFORMANCE.md (and its plot).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+
+BENCH_DATABASE = "notify_bench"
+BENCH_REDIS_DB = 3
+INNER = "BENCH_INNER"
+
+
+def with_path(url: str, path: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, parts.fragment))
+
+
+class Command(BaseCommand):
+    help = "Benchmark the whole platform: campaign blast + OTPs, raw ceiling, naive baseline (docs/PERFORMANCE.md)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--recipients", type=int, default=1_000_000, help="campaign size (default 1,000,000)")
+        parser.add_argument("--channel", choices=["email", "sms", "push"], default="email")
+        parser.add_argument("--otp-rate", type=float, default=10.0,
+                            help="high-priority sends per second through the API during the blast (default 10)")
+        parser.add_argument("--provider-rate", type=float, default=None,
+                            help="budget per provider per second: the platform's PROVIDER_RATE_PER_S and an "
+                                 "emulator 429 rule per provider (default: the settings' budgets, no emulator limit)")
+        parser.add_argument("--provider-latency-ms", type=int, default=None,
+                            help="every provider answers after this many ms (emulator fault rule)")
+        parser.add_argument("--scenario", choices=["blast", "brownout"], default="blast")
+        parser.add_argument("--naive-recipients", type=int, default=None,
+                            help="campaign size of the naive baseline (default min(recipients, 20,000))")
+        parser.add_argument("--naive-max-seconds", type=float, default=180.0,
+                            help="time box of the naive run: its rates are measured over this window if it has "
+                                 "not drained by then (default 180)")
+        parser.add_argument("--skip-naive", action="store_true", help="no naive baseline")
+        parser.add_argument("--skip-raw", action="store_true", help="no raw ceiling")
+        parser.add_argument("--raw-seconds", type=float, default=15.0, help="length of the raw-ceiling loop")
+        parser.add_argument("--drain-timeout", type=float, default=None,
+                            help="seconds to wait for a campaign to drain (default max(300, recipients/100))")
+        parser.add_argument("--out", default=str(settings.BASE_DIR / "bench" / "results"))
+        parser.add_argument("--write-docs", metavar="RESULTS_JSON", default=None,
+                            help="do not run: rewrite the results block of docs/PERFORMANCE.md from this file")
+
+    def handle(self, *args, **options):
+        if options["write_docs"]:
+            return self.write_docs(Path(options["write_docs"]))
+        if os.environ.get(INNER) != "1":
+            return self.reexec()
+        return self.run(options)
+
+    # --- parent: database, then the same command against it ------------------------------------
+    def reexec(self):
+        import psycopg
+
+        base = os.environ.get("DATABASE_URL") or settings.DATABASES["default"].get("NAME")
+        redis_base = os.environ.get("REDIS_URL") or settings.REDIS_URL
+        if not base or "://" not in base:
+            raise CommandError("DATABASE_URL is not set (run `make bench`, which starts the project Postgres)")
+        database_url = with_path(base, f"/{BENCH_DATABASE}")
+        redis_url = with_path(redis_base, f"/{BENCH_REDIS_DB}")
+        admin_url = with_path(base, "/postgres")
+        try:
+            with psycopg.connect(admin_url.replace("postgres://", "postgresql://", 1), autocommit=True) as conn:
+                if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [BENCH_DATABASE]).fetchone():
+                    conn.execute(f'CREATE DATABASE "{BENCH_DATABASE}"')
+                    self.stdout.write(f"created database {BENCH_DATABASE}")
+        except psycopg.Error as exc:
+            raise CommandError(f"cannot reach Postgres at {admin_url} (is `scripts/devservices.py up` done?): "
+                               f"{exc}") from None
+        prometheus = settings.BASE_DIR / "test-artifacts" / "bench" / "prometheus"
+        env = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": redis_url, "CELERY_BROKER_URL": redis_url,
+               INNER: "1", "PROMETHEUS_MULTIPROC_DIR": str(prometheus)}
+        Path(env["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
+        argv = sys.argv[1:] if len(sys.argv) > 1 and sys.argv[1] == "bench" else ["bench"]
+        self.stdout.flush()
+        child = subprocess.Popen([sys.executable, str(settings.BASE_DIR / "manage.py"), *argv], env=env)
+        # SIGTERM/SIGINT reach the run, which stops its stack before exiting (never SIGKILL it).
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
+        returncode = child.wait()
+        if returncode:
+            sys.exit(returncode)
+
+    # --- inner: the run -------------------------------------------------------------------------
+    def run(self, o):
+        # SIGTERM unwinds like Ctrl-C, so the stack this run started is stopped (finally blocks).
+        signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(143))
+        from notifications.bench import plot, report
+        from notifications.bench.runner import RunConfig, run_blast
+        from notifications.bench.stack import naive_pipeline_available
+
+        database_url, redis_url = os.environ["DATABASE_URL"], os.environ["REDIS_URL"]
+        self.say(f"database {BENCH_DATABASE}: migrating…")
+        call_command("migrate", interactive=False, verbosity=0)
+        started = datetime.now(UTC)
+        stamp = started.strftime("%Y%m%dT%H%M%SZ")
+        out = Path(o["out"])
+        out.mkdir(parents=True, exist_ok=True)
+        work = settings.BASE_DIR / "test-artifacts" / "bench" / stamp
+        argv = sys.argv[2:] if len(sys.argv) > 2 and sys.argv[1] == "bench" else []
+        brownout = o["scenario"] == "brownout"
+        result: dict = {
+            "schema": 1, "scenario": o["scenario"], "started_at": started.isoformat(timespec="seconds"),
+            "git": git_info(), "machine": machine_info(),
+            "options": {k: o[k] for k in ("recipients", "channel", "otp_rate", "provider_rate", "provider_latency_ms",
+                                          "scenario", "naive_recipients", "naive_max_seconds", "skip_naive",
+                                          "skip_raw", "raw_seconds", "drain_timeout")} | {"argv": " ".join(argv)},
+            "notes": [], "raw_ceiling": None, "tiered": None, "naive": None,
+        }
+        common = {"channel": o["channel"], "otp_rate": o["otp_rate"], "provider_rate": o["provider_rate"],
+                  "provider_latency_ms": o["provider_latency_ms"], "drain_timeout": o["drain_timeout"]}
+        otp_channels = ["sms", "email", "push"] if brownout else [o["channel"]]
+        error = None
+        try:
+            tiered = run_blast(RunConfig(pipeline="tiered", recipients=o["recipients"], otp_channels=otp_channels,
+                                         brownout=brownout,
+                                         raw_seconds=0 if (o["skip_raw"] or brownout) else o["raw_seconds"],
+                                         **common),
+                               database_url, redis_url, work, self.say)
+            result["raw_ceiling"] = tiered.pop("raw_ceiling", None)
+            result["tiered"] = tiered
+            if not brownout and not o["skip_naive"]:
+                size = o["naive_recipients"] or min(o["recipients"], 20_000)
+                available = naive_pipeline_available(dict(os.environ))
+                if not available:
+                    result["notes"].append("NOTIFY_PIPELINE=naive is not implemented in this checkout: the "
+                                           "'naive' run used the current (tiered) pipeline")
+                naive_common = {**common, "drain_timeout": o["naive_max_seconds"]}
+                result["naive"] = run_blast(
+                    RunConfig(pipeline="naive" if available else "tiered", label="naive", recipients=size,
+                              otp_channels=[o["channel"]], **naive_common),
+                    database_url, redis_url, work, self.say)
+                result["naive"]["naive_pipeline"] = available
+        except Exception as exc:  # still write what was measured
+            error = f"{type(exc).__name__}: {exc}"
+            result["error"] = error
+            result["traceback"] = traceback.format_exc()
+            self.stderr.write(result["traceback"])
+        if result["tiered"]:
+            result["targets"] = report.evaluate_targets(result["tiered"], result["naive"], result["raw_ceiling"],
+                                                        o["recipients"], o["channel"])
+        problems = report.sanity_problems(result["tiered"]) + ([f"bench error: {error}"] if error else [])
+        result["sanity"] = {"ok": not problems, "problems": problems}
+        result["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+        json_path = out / f"{stamp}.json"
+        png_path = out / f"{stamp}.png"
+        json_path.write_text(json.dumps(result, indent=1, default=str))
+        try:
+            plot.write_plot(result, png_path)
+        except Exception as exc:
+            self.stderr.write(f"plot not written: {exc}")
+        self.stdout.write("\n" + report.summary_text(result))
+        self.stdout.write(f"\nwritten: {json_path} and {png_path.name}; logs in {work}")
+        if problems:
+            self.stderr.write("bench sanity checks failed:\n  " + "\n  ".join(problems))
+            sys.exit(1)
+
+    def write_docs(self, path: Path):
+        from notifications.bench import report
+
+        data = json.loads(path.read_text())
+        docs = settings.BASE_DIR / "docs" / "PERFORMANCE.md"
+        png = path.with_suffix(".png")
+        target_png = docs.with_suffix(".png")
+        if png.exists():
+            shutil.copyfile(png, target_png)
+        section = report.docs_section(data, path.name, target_png.name)
+        docs.write_text(report.replace_docs_section(docs.read_text() if docs.exists() else "", section))
+        self.stdout.write(f"rewrote the results block of {docs} from {path}")
+
+    def say(self, message: str) -> None:
+        self.stdout.write(f"{time.strftime('%H:%M:%S')} {message}")
+        self.stdout.flush()
+
+
+def git_info() -> dict:
+    def git(*args):
+        try:
+            return subprocess.run(["git", *args], cwd=settings.BASE_DIR, capture_output=True, text=True,
+                                  timeout=20).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+
+
+def machine_info() -> dict:
+    import psutil
+
+    model = ""
+    with contextlib.suppress(OSError):
+        model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                      if line.startswith("model name")), "")
+    return {"cores": os.cpu_count(), "cpu_model": model, "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+            "python": platform.python_version(), "load_avg_at_start": [round(x, 2) for x in os.getloadavg()]}

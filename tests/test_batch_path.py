@@ -1,0 +1,149 @@
+"""The standard tier's batch path in-process (notifications/batch.py) against a real emulator
+subprocess, Postgres and Redis: bulk records, the bulkhead's cap on concurrent calls, the budget,
+and the per-row fallbacks for errors."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+
+from notifications.markers import find_sent, get_redis
+from notifications.models import DeliveryAttempt, DeliveryEvent, Notification
+from notifications.sending import send_notifications
+from preferences.models import Recipient
+from providers import isolation
+from providers.registry import reset_backends
+from tests.providers.conftest import EmulatorProcess, sendgrid_options, twilio_options
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
+
+
+@pytest.fixture(scope="module")
+def emulator():
+    server = EmulatorProcess(env={"EMULATOR_RECEIPTS": "0"}).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def providers(settings, emulator):
+    """SMS and email providers of their own names on the emulator; bulkhead of 2 standard calls."""
+    emulator.reset()
+    tag = uuid.uuid4().hex[:6]
+    sms, email = f"tw{tag}", f"sg{tag}"
+    settings.PROVIDERS = {
+        **settings.PROVIDERS,
+        "sms": [{"NAME": sms, "BACKEND": "providers.twilio.backend.TwilioSmsBackend",
+                 "OPTIONS": twilio_options(emulator, STATUS_CALLBACK_URL=None)}],
+        "email": [{"NAME": email, "BACKEND": "providers.sendgrid.backend.SendGridEmailBackend",
+                   "OPTIONS": sendgrid_options(emulator)}],
+    }
+    settings.PROVIDER_LIMITS = {**settings.PROVIDER_LIMITS,
+                                sms: {"MAX_CONCURRENCY": {"high": 1, "standard": 2}},
+                                email: {"RATE_PER_S": 100000.0}}
+    settings.NOTIFY = {**settings.NOTIFY, "SEND_CONCURRENCY": {"sms": 8, "email": 4, "push": 8}}
+    reset_backends()
+    yield sms, email
+    reset_backends()
+    r = get_redis()
+    for name in (sms, email):
+        keys = list(r.scan_iter(f"*:{name}*"))
+        if keys:
+            r.delete(*keys)
+
+
+def queued(channel: str, count: int, **recipient) -> list[str]:
+    tag = uuid.uuid4().hex[:8]
+    ids = []
+    for i in range(count):
+        r = Recipient.objects.create(user_id=f"b-{tag}-{i}", phone=f"+1555{i:07d}", email=f"b{tag}{i}@example.org",
+                                     **recipient)
+        n = Notification.objects.create(id=uuid.uuid4(), recipient=r, channel=channel, priority="standard",
+                                        title=f"Hi {i}", body=f"Hello {i}", status="queued")
+        ids.append(str(n.pk))
+    return ids
+
+
+def test_email_batch_is_one_request_and_is_recorded_in_bulk(providers, emulator):
+    _sms, email = providers
+    ids = queued("email", 30)
+
+    send_notifications(ids)
+
+    rows = Notification.objects.filter(pk__in=ids)
+    assert sorted(set(rows.values_list("status", "provider", "attempts"))) == [("sent", email, 1)]
+    message_ids = set(rows.values_list("provider_message_id", flat=True))
+    assert len(message_ids) == 1 and "" not in message_ids  # one request, one X-Message-Id
+    assert emulator.stats("sendgrid") == {"requests": 1, "accepted": 1, "rejected": 0, "messages": 30}
+    assert {(m["notification_id"], m["body"]) for m in emulator.messages()} == {
+        (str(n.pk), n.body) for n in rows}
+    assert DeliveryAttempt.objects.filter(notification_id__in=ids, outcome="accepted", provider=email).count() == 30
+    assert DeliveryEvent.objects.filter(notification_id__in=ids, kind="sent", status="sent").count() == 30
+    assert find_sent(ids) == set(ids)
+
+
+def test_bulkhead_caps_concurrent_calls_of_a_batch(providers, emulator):
+    sms, _email = providers
+    emulator.fault(provider="twilio", latency_ms=150)  # slow answers: calls overlap if allowed
+    ids = queued("sms", 12)
+    seen: list[int] = []
+    done = threading.Event()
+
+    def watch():
+        while not done.is_set():
+            seen.append(isolation.slots_in_use(sms, "standard"))
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        send_notifications(ids)  # 8 threads wanted; the bulkhead grants 2
+    finally:
+        done.set()
+        watcher.join()
+
+    assert max(seen) == 2
+    assert isolation.slots_in_use(sms, "standard") == 0  # all given back
+    assert Notification.objects.filter(pk__in=ids, status="sent").count() == 12
+    assert emulator.count() == 12
+
+
+def test_errors_in_a_batch_are_recorded_row_by_row(providers, emulator):
+    ids = queued("sms", 5)
+    bad = Notification.objects.select_related("recipient").get(pk=ids[2])
+    emulator.fault(provider="twilio", to=bad.recipient.phone, status=400, code=21211)
+    slow = Notification.objects.select_related("recipient").get(pk=ids[4])
+    emulator.fault(provider="twilio", to=slow.recipient.phone, status=503)
+
+    send_notifications(ids)
+
+    status = dict(Notification.objects.filter(pk__in=ids).values_list("id", "status"))
+    # 503: a transient error, retried after a full-jitter backoff of 0–10 s: a short one waits as a
+    # Celery countdown (`queued`), a longer one in Postgres (`scheduled`).
+    assert [status[uuid.UUID(i)] for i in ids[:4]] == ["sent", "sent", "failed", "sent"]
+    assert status[uuid.UUID(ids[4])] in ("queued", "scheduled")
+    failed = Notification.objects.get(pk=ids[2])
+    assert failed.reason == "contact_invalid"
+    assert Recipient.objects.get(pk=failed.recipient_id).phone_invalid_reason == "invalid_number"
+    retry = Notification.objects.get(pk=ids[4])
+    assert (retry.reason, retry.attempts) == ("retry_scheduled", 1)
+    assert emulator.count() == 3
+
+
+def test_standard_waits_without_spending_an_attempt_while_the_breaker_is_open(providers, emulator, settings):
+    sms, _email = providers
+    settings.PROVIDER_LIMITS[sms]["BREAKER"] = {"WINDOW_SECONDS": 10, "MIN_CALLS": 2, "FAILURE_RATE": 0.5,
+                                                "OPEN_SECONDS": 30}
+    assert isolation.record_calls(sms, failed=2) == "open"
+    ids = queued("sms", 3)
+
+    send_notifications(ids)
+
+    rows = Notification.objects.filter(pk__in=ids)
+    assert sorted(set(rows.values_list("status", "reason", "attempts"))) == [("scheduled", "retry_scheduled", 0)]
+    assert all("circuit breaker open" in d for d in rows.values_list("reason_detail", flat=True))
+    assert emulator.count() == 0
+    assert DeliveryEvent.objects.filter(notification_id__in=ids, kind="deferred").count() == 3
