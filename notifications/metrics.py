@@ -466,6 +466,21 @@ except ImportError:  # pragma: no cover - celery is a dependency
 
 # --- scrape-time gauges -----------------------------------------------------------------------
 
+def _breaker_gauge(dj_settings) -> GaugeMetricFamily:
+    """``notify_provider_breaker_state{provider}``: 0 closed, 1 half-open, 2 open (shared in Redis)."""
+    from providers.isolation import breaker_state
+
+    gauge = GaugeMetricFamily("notify_provider_breaker_state",
+                              "Circuit breaker of each configured provider: 0 closed, 1 half-open (probing), 2 open.",
+                              labels=["provider"])
+    names = [e["NAME"] for entries in (getattr(dj_settings, "PROVIDERS", None) or {}).values() for e in entries]
+    for name in dict.fromkeys(names):
+        state = breaker_state(name)["state"]
+        if state != "unknown":
+            gauge.add_metric([provider_label(name)], {"closed": 0, "half_open": 1, "open": 2}.get(state, 0))
+    return gauge
+
+
 class OpsCollector:
     """Gauges computed at scrape time from Redis (queues, heartbeat) and Postgres (pipeline state)."""
 
@@ -508,6 +523,7 @@ class OpsCollector:
             if age is not None:
                 yield GaugeMetricFamily("notify_scheduler_heartbeat_age_seconds",
                                         "Seconds since the scheduler (release_due, run by beat) last ran.", value=age)
+            yield _breaker_gauge(dj_settings)
             up.add_metric(["redis"], 1)
         except Exception as exc:
             log.warning("metrics: heartbeat gauge unavailable: %s", exc)

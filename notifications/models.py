@@ -90,15 +90,17 @@ class Notification(models.Model):
     """
 
     id = models.UUIDField(primary_key=True, editable=False)
+    # No FK index of its own (nor on recipient below): every index is maintained on each of a row's
+    # three writes (fan-out insert, claim, sent); the composite indexes in Meta cover the lookups.
     client = models.ForeignKey(APIClient, on_delete=models.PROTECT, null=True, blank=True,
-                               related_name="notifications")
+                               related_name="notifications", db_index=False)
     # NULL for campaign sends (no key): the unique constraint only covers API sends.
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
     request_fingerprint = models.CharField(max_length=64, blank=True, default="",
                                            help_text="SHA-256 of the canonical request body.")
     campaign_id = models.UUIDField(null=True, blank=True, db_index=True)
     recipient = models.ForeignKey(Recipient, on_delete=models.PROTECT, related_name="notifications",
-                                  db_constraint=True)
+                                  db_constraint=True, db_index=False)
     channel = models.CharField(max_length=8, choices=Channel.choices)
     priority = models.CharField(max_length=8, choices=Priority.choices, default=Priority.STANDARD)
     category = models.CharField(max_length=64, blank=True, default="")
@@ -122,10 +124,10 @@ class Notification(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     first_attempt_at = models.DateTimeField(null=True, blank=True)
     provider = models.CharField(max_length=32, blank=True, default="")
-    provider_message_id = models.CharField(max_length=255, blank=True, default="", db_index=True)
+    provider_message_id = models.CharField(max_length=255, blank=True, default="")  # indexed in Meta
     sent_at = models.DateTimeField(null=True, blank=True)
-    dead_lettered_at = models.DateTimeField(
-        null=True, blank=True, db_index=True,
+    dead_lettered_at = models.DateTimeField(  # indexed in Meta (partial)
+        null=True, blank=True,
         help_text="Set when it failed for a reason a person must look at (attempts ran out, our config).")
     delivered_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -153,6 +155,12 @@ class Notification(models.Model):
             models.Index(fields=["status", "-created_at"], name="notification_status_time_idx"),
             # Support: a recipient's history, newest first.
             models.Index(fields=["recipient", "-created_at"], name="notification_recipient_idx"),
+            # Receipts find their notification by the provider's message id; only sent rows have one.
+            models.Index(fields=["provider_message_id"], name="notification_pmid_idx",
+                         condition=~models.Q(provider_message_id="")),
+            # Dead letters (admin list, depth gauge): a handful of rows in a big table.
+            models.Index(fields=["dead_lettered_at"], name="notification_dead_letter_idx",
+                         condition=models.Q(dead_lettered_at__isnull=False)),
         ]
 
     def __str__(self) -> str:
@@ -184,7 +192,9 @@ class DeliveryAttempt(models.Model):
         CONFIGURATION = "configuration", "Configuration error"
         DUPLICATE_SKIPPED = "duplicate_skipped", "Skipped: already sent (sent marker)"
 
-    notification = models.ForeignKey(Notification, on_delete=models.CASCADE, related_name="attempts_log")
+    # No FK index of its own: attempt_notification_idx (notification, created_at) serves it.
+    notification = models.ForeignKey(Notification, on_delete=models.CASCADE, related_name="attempts_log",
+                                     db_index=False)
     number = models.PositiveIntegerField(help_text="The notification's attempt number (1-based).")
     provider = models.CharField(max_length=32)
     device = models.ForeignKey(Device, on_delete=models.SET_NULL, null=True, blank=True)
@@ -207,18 +217,24 @@ class DeliveryAttempt(models.Model):
 class DeliveryEvent(models.Model):
     """A state change or receipt in a notification's timeline, in order."""
 
-    notification = models.ForeignKey(Notification, on_delete=models.CASCADE, related_name="events")
+    # No FK index of its own: event_notification_idx (notification, created_at) serves it.
+    notification = models.ForeignKey(Notification, on_delete=models.CASCADE, related_name="events", db_index=False)
     kind = models.CharField(max_length=32, help_text="accepted, released, claimed, sent, suppressed, …")
     status = models.CharField(max_length=12, choices=Status.choices, blank=True, default="")
     reason = models.CharField(max_length=32, blank=True, default="")
     detail = models.CharField(max_length=500, blank=True, default="")
     # Receipts only: "<provider>:<provider event id>"; the unique index stores a duplicate receipt once.
-    dedup_key = models.CharField(max_length=200, null=True, blank=True, unique=True)
+    dedup_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001 - unique where set (Meta)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["created_at", "id"]
         indexes = [models.Index(fields=["notification", "created_at"], name="event_notification_idx")]
+        constraints = [
+            # Only receipts carry a key; state-change events (most rows) stay out of the index.
+            models.UniqueConstraint(fields=["dedup_key"], name="event_dedup_key_uniq",
+                                    condition=models.Q(dedup_key__isnull=False)),
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind} ({self.status})"

@@ -387,3 +387,26 @@ def test_counts_of_several_processes_are_summed_at_scrape(client, prom):
     assert found[key(latency + "_bucket", tier="high", channel="sms", le="0.25")] == 0.0
     assert found[key(latency + "_bucket", tier="high", channel="sms", le="0.5")] == 1.0
     assert found[key(latency + "_bucket", tier="high", channel="sms", le="0.75")] == 2.0
+
+
+def test_breaker_state_gauge_and_isolation_counters(client, settings):
+    from providers import isolation
+    from tests.conftest import reset_isolation
+
+    reset_isolation()
+    settings.PROVIDER_LIMITS = {**settings.PROVIDER_LIMITS, "twilio": {
+        "BREAKER": {"WINDOW_SECONDS": 10, "MIN_CALLS": 2, "FAILURE_RATE": 0.5, "OPEN_SECONDS": 30}}}
+    try:
+        assert isolation.record_calls("twilio", failed=2) == "open"
+        metrics.isolation_event("breaker_opened", "twilio")
+        metrics.isolation_event("failover", "twilio_backup", "high", channel="sms")
+        metrics.isolation_event("budget_wait", "sendgrid", "standard", seconds=1.5)
+        found = scrape(client)
+    finally:
+        reset_isolation()
+    state = "notify_provider_breaker_state"
+    assert only(found, state) == {key(state, provider=p): (2.0 if p == "twilio" else 0.0)
+                                  for p in ("twilio", "twilio_backup", "sendgrid", "smtp", "fcm")}
+    assert found[key("notify_breaker_opened_total", provider="twilio")] == 1.0
+    assert found[key("notify_provider_failovers_total", channel="sms", provider="twilio_backup")] == 1.0
+    assert found[key("notify_budget_wait_seconds_total", provider="sendgrid", tier="standard")] == 1.5

@@ -1,7 +1,7 @@
 """The raw ceiling: the same provider SDK calls against the same emulator, with the platform's batch
 size and send concurrency, in a tight loop with no database and no queue.
 
-:func:`run_raw_ceiling` starts as many processes as the standard worker has (2), each running
+:func:`run_raw_ceiling` starts as many processes as the standard worker has (:data:`STANDARD_PROCESSES`), each running
 ``python -m notifications.bench.raw`` (Django settings only, for the provider registry): it builds
 its messages up front, waits for a common start instant, then loops ``send_batch`` until the end
 instant and prints one JSON line. The parent samples the emulator's CPU over the same window.
@@ -16,7 +16,6 @@ import subprocess
 import sys
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -57,33 +56,59 @@ def build_messages(channel: str, count: int, tag: str) -> list:
     return out
 
 
-def send_batch_fallback(channel: str, batch: list, concurrency: int) -> list:
-    """``[backend.send(m) for m in batch]`` (on ``concurrency`` threads, one backend per thread):
-    used only while the backends have no ``send_batch``."""
-    from providers.registry import get_backend
-
-    def one(message):
-        try:
-            return get_backend(channel).send(message)
-        except Exception as exc:  # results in input order, errors in place
-            return exc
-
-    if concurrency <= 1:
-        return [one(m) for m in batch]
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        return list(pool.map(one, batch))
-
-
 def sender(channel: str):
-    """``(function(batch) -> results, "native" | "fallback")``. The one line to change once every
-    backend has ``send_batch``: return ``backend.send_batch``."""
+    """``(function(batch) -> results, "native")``: the backend's ``send_batch`` with the platform's
+    send concurrency, exactly as the standard worker calls it."""
     from providers.registry import get_backend
 
     backend = get_backend(channel)
-    if hasattr(backend, "send_batch"):
-        return backend.send_batch, "native"
     _, concurrency = batch_size_and_concurrency(channel)
-    return (lambda batch: send_batch_fallback(channel, batch, concurrency)), "fallback"
+    return (lambda batch: backend.send_batch(batch, concurrency=concurrency)), "native"
+
+
+def http_sender(channel: str, concurrency: int):
+    """What would lift the SMS/push ceiling, measured: the same requests the SDKs make (Twilio's
+    form POST, FCM's JSON ``messages:send``) over one pooled keep-alive aiohttp session with
+    ``concurrency`` in flight, without the SDKs' requests/urllib3/google-auth stacks. Returns
+    ``(function(batch) -> results, "aiohttp")``; results are True or an exception."""
+    import asyncio
+
+    import aiohttp
+    from django.conf import settings
+
+    entry = settings.PROVIDERS[channel][0]
+    options = entry["OPTIONS"]
+    loop = asyncio.new_event_loop()
+    session = None
+
+    async def open_session():
+        return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency))
+
+    def request_for(m):
+        if channel == "sms":
+            url = f"{options['BASE_URL']}/2010-04-01/Accounts/{options['ACCOUNT_SID']}/Messages.json"
+            return url, {"data": {"To": m.to, "From": options["FROM_NUMBER"], "Body": m.body},
+                         "auth": aiohttp.BasicAuth(options["ACCOUNT_SID"], options["AUTH_TOKEN"])}
+        url = options["FCM_URL"].format(options["PROJECT_ID"])
+        body = {"message": {"token": m.to, "notification": {"title": m.title, "body": m.body},
+                            "data": {"notification_id": m.notification_id},
+                            "android": {"collapse_key": m.collapse_key, "priority": "normal"}}}
+        return url, {"json": body, "headers": {"Authorization": "Bearer raw-probe"}}
+
+    async def one(m):
+        url, kwargs = request_for(m)
+        try:
+            async with session.post(url, **kwargs) as response:
+                await response.read()
+                return True if response.status < 300 else RuntimeError(f"HTTP {response.status}")
+        except Exception as exc:
+            return exc
+
+    async def many(batch):
+        return await asyncio.gather(*(one(m) for m in batch))
+
+    session = loop.run_until_complete(open_session())
+    return (lambda batch: loop.run_until_complete(many(batch))), "aiohttp"
 
 
 def child_main(argv: list[str]) -> int:
@@ -93,13 +118,17 @@ def child_main(argv: list[str]) -> int:
     parser.add_argument("--seconds", type=float, required=True)
     parser.add_argument("--tag", default="0")
     parser.add_argument("--prebuild", type=int, default=0)
+    parser.add_argument("--transport", choices=("sdk", "http"), default="sdk")
     args = parser.parse_args(argv)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     import django
 
     django.setup()
     size, concurrency = batch_size_and_concurrency(args.channel)
-    send, kind = sender(args.channel)
+    if args.transport == "http":
+        send, kind = http_sender(args.channel, max(concurrency, 8))
+    else:
+        send, kind = sender(args.channel)
     prebuild = args.prebuild or (200_000 if args.channel == "email" else 20_000)
     messages = build_messages(args.channel, prebuild, args.tag)
     batches = [messages[i:i + size] for i in range(0, len(messages), size)]
@@ -126,12 +155,19 @@ def child_main(argv: list[str]) -> int:
     return 0
 
 
-def run_raw_ceiling(channel: str, env: dict[str, str], monitor, seconds: float = 15.0, processes: int = 2) -> dict:
+#: Pool processes of the standard worker (Procfile / tests/stack.py: --concurrency 4).
+STANDARD_PROCESSES = 4
+
+
+def run_raw_ceiling(channel: str, env: dict[str, str], monitor, seconds: float = 15.0,
+                    processes: int = STANDARD_PROCESSES, transport: str = "sdk") -> dict:
     """Run the raw loop in ``processes`` processes for ``seconds`` (``monitor``: a ProcessMonitor
-    watching the emulator). Returns msgs/s and CPU-µs per message (client, emulator)."""
+    watching the emulator). Returns msgs/s and CPU-µs per message (client, emulator).
+    ``transport="http"``: the SMS/push requests over pooled aiohttp instead of the SDKs."""
     start_at = time.time() + 12.0  # Django setup and message building happen before
     procs = [subprocess.Popen([sys.executable, "-m", "notifications.bench.raw", "--channel", channel,
-                               "--start-at", str(start_at), "--seconds", str(seconds), "--tag", str(i)],
+                               "--start-at", str(start_at), "--seconds", str(seconds), "--tag", str(i),
+                               "--transport", transport],
                               cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i in range(processes)]
     time.sleep(max(0.0, start_at - time.time()))
@@ -151,7 +187,7 @@ def run_raw_ceiling(channel: str, env: dict[str, str], monitor, seconds: float =
     wall = max(r["seconds"] for r in results)
     client_cpu = sum(r["cpu_s"] for r in results)
     return {
-        "channel": channel, "processes": processes, "seconds": round(wall, 2),
+        "channel": channel, "transport": transport, "processes": processes, "seconds": round(wall, 2),
         "batch_size": results[0]["batch_size"], "concurrency": results[0]["concurrency"],
         "send_batch": results[0]["send_batch"], "messages": messages, "accepted": ok,
         "errors": messages - ok, "first_error": next((r["first_error"] for r in results if r["first_error"]), None),

@@ -108,6 +108,11 @@ def run_blast(cfg: RunConfig, database_url: str, redis_url: str, work_dir: Path,
             progress(f"[{label}] raw ceiling: {cfg.channel} SDK calls in a loop for {cfg.raw_seconds:.0f} s…")
             result["raw_ceiling"] = run_raw_ceiling(cfg.channel, stack.env(), monitor, seconds=cfg.raw_seconds)
             progress(f"[{label}] raw ceiling: {result['raw_ceiling']['msgs_per_s']} msgs/s")
+            if cfg.channel in ("sms", "push"):
+                progress(f"[{label}] what would lift it: the same requests over pooled aiohttp, no SDK…")
+                result["raw_http_transport"] = run_raw_ceiling(cfg.channel, stack.env(), monitor,
+                                                               seconds=min(cfg.raw_seconds, 10.0), transport="http")
+                progress(f"[{label}] pooled aiohttp: {result['raw_http_transport']['msgs_per_s']} msgs/s")
         sender = OtpSender(stack.api, otp_key, otp_users, cfg.otp_channels, cfg.otp_rate)
         _warm_up(stack, emulator, sender, cfg, campaign_key, progress)
         _clear_messages(emulator)

@@ -146,6 +146,7 @@ class Command(BaseCommand):
                                          **common),
                                database_url, redis_url, work, self.say)
             result["raw_ceiling"] = tiered.pop("raw_ceiling", None)
+            result["raw_http_transport"] = tiered.pop("raw_http_transport", None)
             result["tiered"] = tiered
             if not brownout and not o["skip_naive"]:
                 size = o["naive_recipients"] or min(o["recipients"], 20_000)
