@@ -161,21 +161,25 @@ class _Batch:
             if not verdict.allowed:
                 metrics.isolation_event("breaker_fast_fail", name, "standard")
                 return clock.now() + timedelta(seconds=max(1.0, verdict.retry_in))
-            want = 1 if verdict.probe else len(pending)
+            # One send_batch call must finish well inside the lease (renewed between calls): a
+            # provider without a batch API gets a few messages per thread per call.
+            per_call = len(pending) if getattr(backend, "batch_api", False) else concurrency * 4
+            want = 1 if verdict.probe else min(len(pending), per_call)
             granted, wait = isolation.take_tokens(name, "standard", want)
             if not granted:
                 pause = min(max(wait, 0.01), 1.0)
                 time.sleep(pause)
                 budget_waited += pause
-                self._renew_leases_if_due(pending)
+                self._renew_leases_if_due()
                 continue
             chunk, pending = pending[:granted], pending[granted:]
             slots = isolation.acquire_slots(name, "standard", concurrency, call_lease)
             while not slots:
                 metrics.isolation_event("bulkhead_full", name, "standard")
                 time.sleep(0.05)
-                self._renew_leases_if_due(chunk + pending)
+                self._renew_leases_if_due()
                 slots = isolation.acquire_slots(name, "standard", concurrency, call_lease)
+            self._renew_leases_if_due()
             started = time.monotonic()
             try:
                 outcomes = backend.send_batch([self.items[i][2] for i in chunk], concurrency=len(slots))
@@ -193,16 +197,17 @@ class _Batch:
                 ok_calls, failed_calls = len(chunk) - failed, failed
             if isolation.record_calls(name, ok=ok_calls, failed=failed_calls, probe=verdict.probe) == "open":
                 metrics.isolation_event("breaker_opened", name)
-            self._renew_leases_if_due(pending)
         if budget_waited:
             metrics.isolation_event("budget_wait", name, "standard", seconds=budget_waited)
         return None
 
-    def _renew_leases_if_due(self, pending: list[int]) -> None:
+    def _renew_leases_if_due(self) -> None:
+        """Extend the lease of every row of the batch (none is recorded before the batch ends) once a
+        third of it has passed, so the reconciler never hands a row still being sent to another worker."""
         lease = settings.NOTIFY["LEASE_SECONDS"]
         if time.monotonic() - self.lease_renewed < lease / 3:
             return
-        ids = list({str(self.items[i][0].pk) for i in pending})
+        ids = list({str(item[0].pk) for item in self.items})
         if ids:
             with connection.cursor() as cur:
                 cur.execute(_RENEW_SQL, [clock.now() + timedelta(seconds=lease), array_literal(ids)])

@@ -28,6 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 LOG_DIR = ROOT / "test-artifacts" / "logs"
 CELERY = [sys.executable, "-m", "celery", "-A", "config"]
 WORKER_FLAGS = ["--without-gossip", "--without-mingle", "-l", "info"]
+#: Pool processes of the standard worker, as in the Procfile (the benchmark's A/B overrides it).
+STANDARD_CONCURRENCY = os.environ.get("STANDARD_WORKER_CONCURRENCY", "4")
 
 
 def free_port() -> int:
@@ -135,7 +137,7 @@ class Stack:
                             "--pool", "threads", "--concurrency", "8", "--prefetch-multiplier", "1", "-O", "fair",
                             *WORKER_FLAGS],
             "worker_standard": [*CELERY, "worker", "-n", "standard@%h", "-Q",
-                                "standard.sms,standard.email,standard.push", "--concurrency", "4",
+                                "standard.sms,standard.email,standard.push", "--concurrency", STANDARD_CONCURRENCY,
                                 "--prefetch-multiplier", "1", "-O", "fair", *WORKER_FLAGS],
             "worker_fanout": [*CELERY, "worker", "-n", "fanout@%h", "-Q", "fanout", "--concurrency", "2",
                               "--prefetch-multiplier", "1", "-O", "fair", *WORKER_FLAGS],

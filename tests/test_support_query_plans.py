@@ -38,7 +38,7 @@ def table():
     ("search by phone", lambda r: Notification.objects.filter(recipient__phone=r.phone).order_by("-created_at")[:50],
      "preferences_recipient_phone"),
     ("dead letters", lambda r: Notification.objects.filter(status="failed", dead_lettered_at__isnull=False)
-     .order_by("-dead_lettered_at")[:100], "dead_lettered_at"),
+     .order_by("-dead_lettered_at")[:100], "notification_dead_letter_idx"),
 ])
 def test_support_queries_use_an_index(table, name, queryset, index):
     plan = queryset(table).explain()
