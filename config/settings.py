@@ -236,15 +236,18 @@ NOTIFY = {
     "SEND_CONCURRENCY": {"email": env.int("SEND_CONCURRENCY_EMAIL", default=4),
                          "sms": env.int("SEND_CONCURRENCY_SMS", default=8),
                          "push": env.int("SEND_CONCURRENCY_PUSH", default=8)},
+    # A standard batch that cannot get budget tokens or bulkhead slots for this long (seconds) puts
+    # the rest back to `scheduled` (no attempt spent) and frees its worker.
+    "BATCH_MAX_WAIT_SECONDS": env.float("BATCH_MAX_WAIT_SECONDS", default=60),
 }
 
 # Provider budgets, circuit breakers and bulkheads (DESIGN.md §8, providers/isolation.py), per provider
 # NAME; "DEFAULT" applies to every provider and each provider's dict overrides keys of it.
 # PROVIDER_RATE_PER_S sets one budget for every provider (the benchmark uses it).
-_rate_override = env.float("PROVIDER_RATE_PER_S", default=0) or None
+_rate_override = env.float("PROVIDER_RATE_PER_S", default=None)
 PROVIDER_LIMITS = {
     "DEFAULT": {
-        "RATE_PER_S": _rate_override or 1000.0,     # messages/s, both tiers together
+        "RATE_PER_S": 1000.0 if _rate_override is None else _rate_override,  # messages/s, both tiers
         "HIGH_RESERVED_FRACTION": env.float("PROVIDER_HIGH_RESERVED_FRACTION", default=0.1),
         "BURST_SECONDS": 1.0,                       # bucket capacity = rate × this
         "MAX_CONCURRENCY": {"high": env.int("BULKHEAD_HIGH", default=6),
@@ -257,8 +260,8 @@ PROVIDER_LIMITS = {
         },
     },
     # SendGrid counts recipients, not requests, against our budget; SMTP is a slow backup.
-    "sendgrid": {"RATE_PER_S": _rate_override or 10000.0},
-    "smtp": {"RATE_PER_S": _rate_override or 100.0},
+    "sendgrid": {"RATE_PER_S": 10000.0 if _rate_override is None else _rate_override},
+    "smtp": {"RATE_PER_S": 100.0 if _rate_override is None else _rate_override},
 }
 
 # --- Campaigns ----------------------------------------------------------------------------------

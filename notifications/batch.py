@@ -38,8 +38,10 @@ from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, R
 from notifications.sending import (
     _Call,
     _CampaignContent,
+    _error_detail,
     _outcome_of,
     _record,
+    backoff_seconds,
     message_for,
     prepare,
     sms_sender,
@@ -71,16 +73,28 @@ _EVENT_COLUMNS = ("notification_id", "kind", "status", "reason", "detail", "crea
 _WAIT_SQL = """
 UPDATE notifications_notification AS n
    SET status = 'scheduled', reason = %s, reason_detail = %s, lease_until = NULL, updated_at = %s,
-       due_at = %s, attempts = n.attempts - 1
+       due_at = %s, attempts = n.attempts - %s
   FROM unnest(%s::uuid[], %s::int[]) AS v(id, attempts)
  WHERE n.id = v.id AND n.status = 'sending' AND n.attempts = v.attempts
 RETURNING n.id
 """
 
 _RENEW_SQL = """
-UPDATE notifications_notification SET lease_until = %s
- WHERE id = ANY(%s::uuid[]) AND status = 'sending'
+UPDATE notifications_notification AS n SET lease_until = %s
+  FROM unnest(%s::uuid[], %s::int[]) AS v(id, attempts)
+ WHERE n.id = v.id AND n.status = 'sending' AND n.attempts = v.attempts
+RETURNING n.id
 """
+
+#: SendGrid v3 mail/send: recipients per request (one send_batch call is one request).
+MAX_PER_REQUEST = 1000
+
+
+def _attempts_spent(n: Notification) -> bool:
+    """Would a transient failure now dead-letter ``n`` (the single-row rule in sending.py)?"""
+    window = timedelta(seconds=settings.NOTIFY["MIN_RETRY_WINDOW_SECONDS"][n.priority])
+    return (n.attempts >= settings.NOTIFY["MAX_ATTEMPTS"][n.priority]
+            and clock.now() - (n.first_attempt_at or clock.now()) >= window)
 
 
 def deliver_batch(rows: list[Notification], already_sent: set[str], content: _CampaignContent) -> None:
@@ -104,6 +118,8 @@ class _Batch:
         self.items: list[tuple] = []
         # item index -> (SendResult or exception, latency ms)
         self.results: dict[int, tuple] = {}
+        # rows whose lease lapsed and that another worker claimed: not ours to record
+        self.lost_rows: set = set()
 
     def deliver(self, already_sent: set[str], content: _CampaignContent) -> None:
         stopped = self._stopped_phones() if self.channel == "sms" else None
@@ -127,8 +143,8 @@ class _Batch:
                 self.items.append((n, None, message_for(n, n.recipient.email)))
             else:
                 self.items.extend((n, d, message_for(n, d.push_token, d.platform)) for d in found)
-        waiting_until = self._send()
-        self._record(ready, waiting_until)
+        waiting = self._send()
+        self._record([(n, d) for n, d in ready if n.pk not in self.lost_rows], waiting)
 
     # --- preloading ---------------------------------------------------------------------------
 
@@ -148,41 +164,58 @@ class _Batch:
     # --- sending ------------------------------------------------------------------------------
 
     def _send(self):
-        """Send every item the budget, breaker and bulkhead allow. Returns ``None``, or the instant
-        (UTC) until which the rest must wait because the provider's breaker is open."""
+        """Send every item the budget, breaker and bulkhead allow. Returns ``None``, or
+        ``(until, detail)``: the rest must wait until ``until`` (UTC) because the provider's breaker
+        is open, or because budget or bulkhead slots did not come within ``BATCH_MAX_WAIT_SECONDS``.
+
+        Each ``send_batch`` call is bounded by one provider timeout (one message per thread, or one
+        SendGrid request) and the batch's leases are renewed between calls, so a slow provider can
+        never outlast the lease of a row still being sent.
+        """
         name = self.provider
         backend = get_backend(self.channel, name)
+        batch_api = getattr(backend, "batch_api", False)
         concurrency = max(1, int(settings.NOTIFY["SEND_CONCURRENCY"][self.channel]))
         call_lease = float(settings.PROVIDER_TIMEOUT_SECONDS) * 2 + 5
+        deadline = time.monotonic() + float(settings.NOTIFY["BATCH_MAX_WAIT_SECONDS"])
         pending = list(range(len(self.items)))
         budget_waited = 0.0
         while pending:
+            pending = self._renew_leases_if_due(pending)
+            if not pending:
+                break
             verdict = isolation.breaker_allows(name)
             if not verdict.allowed:
                 metrics.isolation_event("breaker_fast_fail", name, "standard")
-                return clock.now() + timedelta(seconds=max(1.0, verdict.retry_in))
-            # One send_batch call must finish well inside the lease (renewed between calls): a
-            # provider without a batch API gets a few messages per thread per call.
-            per_call = len(pending) if getattr(backend, "batch_api", False) else concurrency * 4
-            want = 1 if verdict.probe else min(len(pending), per_call)
-            granted, wait = isolation.take_tokens(name, "standard", want)
-            if not granted:
-                pause = min(max(wait, 0.01), 1.0)
-                time.sleep(pause)
-                budget_waited += pause
-                self._renew_leases_if_due()
-                continue
-            chunk, pending = pending[:granted], pending[granted:]
-            slots = isolation.acquire_slots(name, "standard", concurrency, call_lease)
-            while not slots:
+                until = clock.now() + timedelta(seconds=max(1.0, verdict.retry_in))
+                return until, f"{name} unavailable (circuit breaker open); waiting until {until.isoformat()}"
+            if time.monotonic() > deadline:
+                until = clock.now() + timedelta(seconds=5)
+                return until, (f"no {name} budget or call slot for {settings.NOTIFY['BATCH_MAX_WAIT_SECONDS']} s; "
+                               f"waiting until {until.isoformat()}")
+            slots = isolation.acquire_slots(name, "standard", 1 if batch_api else concurrency, call_lease)
+            if not slots:
                 metrics.isolation_event("bulkhead_full", name, "standard")
                 time.sleep(0.05)
-                self._renew_leases_if_due()
-                slots = isolation.acquire_slots(name, "standard", concurrency, call_lease)
-            self._renew_leases_if_due()
+                continue
+            if verdict.probe:
+                want = 1
+            elif batch_api:
+                want = min(len(pending), MAX_PER_REQUEST)
+            else:
+                want = min(len(pending), len(slots))
+            granted, wait = isolation.take_tokens(name, "standard", want)
+            if not granted:
+                isolation.release_slots(name, "standard", slots)
+                pause = min(max(wait, 0.01), 1.0, max(0.0, deadline - time.monotonic()) + 0.01)
+                time.sleep(pause)
+                budget_waited += pause
+                continue
+            chunk, pending = pending[:granted], pending[granted:]
             started = time.monotonic()
             try:
-                outcomes = backend.send_batch([self.items[i][2] for i in chunk], concurrency=len(slots))
+                outcomes = backend.send_batch([self.items[i][2] for i in chunk],
+                                              concurrency=min(len(slots), len(chunk)))
             finally:
                 isolation.release_slots(name, "standard", slots)
             latency_ms = int((time.monotonic() - started) * 1000)
@@ -190,7 +223,7 @@ class _Batch:
             for index, outcome in zip(chunk, outcomes, strict=True):
                 self.results[index] = (outcome, latency_ms)
                 failed += isinstance(outcome, Exception) and isolation.is_failure(outcome)
-            if getattr(backend, "batch_api", False):
+            if batch_api:
                 # One request carried the chunk: the breaker counts requests, not recipients.
                 ok_calls, failed_calls = (0, 1) if failed else (1, 0)
             else:
@@ -201,30 +234,39 @@ class _Batch:
             metrics.isolation_event("budget_wait", name, "standard", seconds=budget_waited)
         return None
 
-    def _renew_leases_if_due(self) -> None:
+    def _renew_leases_if_due(self, pending: list[int]) -> list[int]:
         """Extend the lease of every row of the batch (none is recorded before the batch ends) once a
-        third of it has passed, so the reconciler never hands a row still being sent to another worker."""
+        third of it has passed, so the reconciler never hands a row still being sent to another
+        worker. Returns ``pending`` without the items of rows that are no longer ours (their lease
+        ran out anyway and another worker claimed them): those are never sent twice from here."""
         lease = settings.NOTIFY["LEASE_SECONDS"]
         if time.monotonic() - self.lease_renewed < lease / 3:
-            return
-        ids = list({str(item[0].pk) for item in self.items})
-        if ids:
-            with connection.cursor() as cur:
-                cur.execute(_RENEW_SQL, [clock.now() + timedelta(seconds=lease), array_literal(ids)])
+            return pending
+        rows = {str(item[0].pk): item[0].attempts for item in self.items}
+        with connection.cursor() as cur:
+            cur.execute(_RENEW_SQL, [clock.now() + timedelta(seconds=lease), array_literal(rows),
+                                     array_literal(rows.values())])
+            owned = {str(row[0]) for row in cur.fetchall()}
         self.lease_renewed = time.monotonic()
+        lost = [i for i in pending if str(self.items[i][0].pk) not in owned]
+        if lost:
+            log.warning("%d notification(s) of a batch changed hands before they were sent; skipped here",
+                        len({self.items[i][0].pk for i in lost}))
+            self.lost_rows.update(self.items[i][0].pk for i in lost)
+        return [i for i in pending if str(self.items[i][0].pk) in owned]
 
     # --- recording ----------------------------------------------------------------------------
 
-    def _record(self, ready: list[tuple], waiting_until) -> None:
+    def _record(self, ready: list[tuple], waiting) -> None:
         by_row: dict = defaultdict(list)
         for index, (n, device, _message) in enumerate(self.items):
             by_row[n.pk].append((index, device))
-        sent, wait, single = [], [], []
+        sent, wait, retry, single = [], [], [], []
         for n, devices in ready:
             entries = by_row.get(n.pk, [])
             done = [(self.results[i], device) for i, device in entries if i in self.results]
             if not done:
-                if waiting_until is not None:
+                if waiting is not None:
                     wait.append(n)
                 continue
             if any(not isinstance(r, (ProviderError, ProviderConfigurationError)) and isinstance(r, Exception)
@@ -234,12 +276,17 @@ class _Batch:
                 continue
             if len(done) == len(entries) and all(not isinstance(r, Exception) for (r, _ms), _d in done):
                 sent.append((n, done))
+            elif (len(done) == len(entries) and all(isinstance(r, TransientProviderError) for (r, _ms), _d in done)
+                  and not _attempts_spent(n)):
+                retry.append((n, done))
             else:
                 single.append((n, devices, done, len(entries) - len(done)))
         if sent:
             self._record_sent(sent)
         if wait:
-            self._record_waiting(wait, waiting_until)
+            self._record_waiting(wait, *waiting)
+        if retry:
+            self._record_retry(retry)
         for n, devices, done, skipped in single:
             try:
                 self._record_single(n, devices, done, skipped)
@@ -289,19 +336,42 @@ class _Batch:
                                accept_latencies=latencies)
         log.info("sent %d standard %s notification(s) via %s in one batch", len(moved), self.channel, provider)
 
-    def _record_waiting(self, rows: list[Notification], until) -> None:
-        """The provider's breaker is open: back to ``scheduled`` until its next probe, attempt given back."""
+    def _record_waiting(self, rows: list[Notification], until, detail: str) -> None:
+        """Not sent (breaker open, or no budget/slot in time): back to ``scheduled`` until ``until``,
+        the attempt given back."""
+        self._reschedule(rows, until, detail, kind="deferred", give_back_attempt=True)
+
+    def _record_retry(self, retry: list[tuple]) -> None:
+        """Every call of these rows failed transiently (a refused SendGrid request: all its
+        recipients): one backoff for the group, back to ``scheduled`` together, so the scheduler
+        releases them as batches again instead of one retry task per row."""
+        exc = retry[0][1][0][0][0]
+        attempts = []
+        for n, done in retry:
+            for (error, latency_ms), device in done:
+                attempts.append((n.pk, n.attempts, error.provider[:32], device.pk if device else None,
+                                 _outcome_of(error), error.code[:64], (error.message or str(error))[:500],
+                                 getattr(error, "http_status", None), latency_ms, "", clock.now()))
+                metrics.record_provider_call(provider=error.provider, channel=n.channel, outcome=_outcome_of(error),
+                                             code=error.code, http_status=getattr(error, "http_status", None))
+        delay = backoff_seconds(max(n.attempts for n, _ in retry), "standard", exc.retry_after)
+        until = clock.now() + timedelta(seconds=delay)
+        detail = f"attempt failed ({_error_detail(exc)}); retry in {delay:.1f}s"
+        self._reschedule([n for n, _ in retry], until, detail, kind="retry", give_back_attempt=False,
+                         attempts=attempts)
+
+    def _reschedule(self, rows: list[Notification], until, detail: str, *, kind: str, give_back_attempt: bool,
+                    attempts: list[tuple] = ()) -> None:
         now = clock.now()
-        detail = f"{self.provider} unavailable (circuit breaker open); waiting until {until.isoformat()}"
         with transaction.atomic():
             with connection.cursor() as cur:
-                cur.execute(_WAIT_SQL, [Reason.RETRY_SCHEDULED, detail[:500], now, until,
+                cur.execute(_WAIT_SQL, [Reason.RETRY_SCHEDULED, detail[:500], now, until, 1 if give_back_attempt else 0,
                                         array_literal(n.pk for n in rows), array_literal(n.attempts for n in rows)])
                 moved = {str(row[0]) for row in cur.fetchall()}
-            DeliveryEvent.objects.bulk_create(
-                [DeliveryEvent(notification_id=n.pk, kind="deferred", status=Status.SCHEDULED,
-                               reason=Reason.RETRY_SCHEDULED, detail=detail[:500])
-                 for n in rows if str(n.pk) in moved], batch_size=1000)
+            copy_rows(DeliveryAttempt._meta.db_table, _ATTEMPT_COLUMNS, list(attempts))
+            copy_rows(DeliveryEvent._meta.db_table, _EVENT_COLUMNS,
+                      [(n.pk, kind, Status.SCHEDULED.value, Reason.RETRY_SCHEDULED.value, detail[:500], now)
+                       for n in rows if str(n.pk) in moved])
         for n in rows:
             if str(n.pk) in moved:
                 n.status, n.reason = Status.SCHEDULED, Reason.RETRY_SCHEDULED

@@ -359,3 +359,61 @@ def slots_in_use(provider: str, tier: str) -> int:
         return int(get_redis().zcount(f"bulkhead:{provider}:{tier}", int(time.time() * 1000), "+inf"))
     except redis.RedisError:
         return 0
+
+
+def check_isolation_settings() -> list[str]:
+    """Problems with ``settings.PROVIDER_LIMITS``, ``NOTIFY["BATCH_SIZE"|"SEND_CONCURRENCY"]`` and
+    the lease, each naming the setting and the rule (empty when all is well)."""
+    problems: list[str] = []
+    names = {e.get("NAME") for entries in (getattr(settings, "PROVIDERS", None) or {}).values()
+             for e in entries if isinstance(e, dict)}
+    for name in sorted(n for n in names if n):
+        try:
+            limits = limits_for(name)
+        except (KeyError, TypeError, ValueError) as exc:
+            problems.append(f'PROVIDER_LIMITS for "{name}": incomplete or not a number ({exc})')
+            continue
+        where = f'PROVIDER_LIMITS["{name}"]'
+        if limits.rate_per_s <= 0:
+            problems.append(f"{where} RATE_PER_S (PROVIDER_RATE_PER_S) must be > 0 messages/s, "
+                            f"got {limits.rate_per_s:g}")
+        config = {**settings.PROVIDER_LIMITS["DEFAULT"], **settings.PROVIDER_LIMITS.get(name, {})}
+        fraction = config.get("HIGH_RESERVED_FRACTION")
+        if config.get("HIGH_RESERVED_PER_S") is None and not 0 <= float(fraction) < 1:
+            problems.append(f"{where} HIGH_RESERVED_FRACTION (PROVIDER_HIGH_RESERVED_FRACTION) must be in "
+                            f"[0, 1): standard traffic needs a share, got {fraction}")
+        elif limits.rate_per_s > 0 and not 0 <= limits.high_reserved_per_s < limits.rate_per_s:
+            problems.append(f"{where} HIGH_RESERVED_PER_S must be in [0, RATE_PER_S), got "
+                            f"{limits.high_reserved_per_s:g}")
+        if limits.burst_seconds <= 0:
+            problems.append(f"{where} BURST_SECONDS must be > 0, got {limits.burst_seconds:g}")
+        for tier in TIERS:
+            if int(limits.max_concurrency.get(tier, 0)) < 1:
+                problems.append(f"{where} MAX_CONCURRENCY[{tier!r}] (BULKHEAD_{tier.upper()}) must be >= 1, "
+                                f"got {limits.max_concurrency.get(tier)}")
+        if limits.breaker_window_seconds < 1:
+            problems.append(f"{where} BREAKER WINDOW_SECONDS must be >= 1, got {limits.breaker_window_seconds}")
+        if limits.breaker_min_calls < 1:
+            problems.append(f"{where} BREAKER MIN_CALLS must be >= 1, got {limits.breaker_min_calls}")
+        if not 0 < limits.breaker_failure_rate <= 1:
+            problems.append(f"{where} BREAKER FAILURE_RATE must be in (0, 1], got {limits.breaker_failure_rate:g}")
+        if limits.breaker_open_seconds <= 0:
+            problems.append(f"{where} BREAKER OPEN_SECONDS must be > 0, got {limits.breaker_open_seconds:g}")
+    notify = settings.NOTIFY
+    for channel, size in notify.get("BATCH_SIZE", {}).items():
+        top = 1000 if channel == "email" else 10_000
+        if not 1 <= int(size) <= top:
+            problems.append(f'NOTIFY["BATCH_SIZE"]["{channel}"] (BATCH_SIZE_{channel.upper()}) must be in 1..{top}'
+                            + (" (SendGrid takes at most 1,000 recipients per request)" if channel == "email" else "")
+                            + f", got {size}")
+    for channel, value in notify.get("SEND_CONCURRENCY", {}).items():
+        if int(value) < 1:
+            problems.append(f'NOTIFY["SEND_CONCURRENCY"]["{channel}"] (SEND_CONCURRENCY_{channel.upper()}) must be '
+                            f">= 1, got {value}")
+    timeout = float(settings.PROVIDER_TIMEOUT_SECONDS)
+    if float(notify["LEASE_SECONDS"]) < 2 * timeout:
+        problems.append(f"LEASE_SECONDS ({notify['LEASE_SECONDS']}) must be at least twice "
+                        f"PROVIDER_TIMEOUT_SECONDS ({timeout:g}): a lease must outlast one provider call")
+    if float(notify.get("BATCH_MAX_WAIT_SECONDS", 1)) <= 0:
+        problems.append("BATCH_MAX_WAIT_SECONDS must be > 0")
+    return problems

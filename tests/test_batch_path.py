@@ -147,3 +147,43 @@ def test_standard_waits_without_spending_an_attempt_while_the_breaker_is_open(pr
     assert all("circuit breaker open" in d for d in rows.values_list("reason_detail", flat=True))
     assert emulator.count() == 0
     assert DeliveryEvent.objects.filter(notification_id__in=ids, kind="deferred").count() == 3
+
+
+def test_a_refused_sendgrid_request_is_retried_as_one_group(providers, emulator):
+    emulator.fault(provider="sendgrid", status=503)
+    ids = queued("email", 20)
+
+    send_notifications(ids)
+
+    rows = Notification.objects.filter(pk__in=ids)
+    assert sorted(set(rows.values_list("status", "reason", "attempts"))) == [("scheduled", "retry_scheduled", 1)]
+    assert len(set(rows.values_list("due_at", flat=True))) == 1  # one backoff: released as one batch again
+    assert emulator.stats("sendgrid")["requests"] == 1  # not one retry request per recipient
+    attempts = DeliveryAttempt.objects.filter(notification_id__in=ids)
+    assert sorted(set(attempts.values_list("outcome", "error_code"))) == [("transient", "503")]
+    assert attempts.count() == 20
+    assert DeliveryEvent.objects.filter(notification_id__in=ids, kind="retry").count() == 20
+
+
+def test_a_row_whose_lease_lapsed_and_changed_hands_is_not_sent_or_recorded(providers, emulator, settings):
+    from notifications import batch
+
+    settings.NOTIFY = {**settings.NOTIFY, "LEASE_SECONDS": 0}  # renew before every call
+    ids = queued("sms", 3)
+    original = batch._Batch._renew_leases_if_due
+
+    def steal_then_renew(self, pending):
+        # Another worker re-claimed the first row (its lease ran out): attempts moved on.
+        Notification.objects.filter(pk=ids[0]).update(attempts=7)
+        return original(self, pending)
+
+    batch._Batch._renew_leases_if_due = steal_then_renew
+    try:
+        send_notifications(ids)
+    finally:
+        batch._Batch._renew_leases_if_due = original
+
+    assert Notification.objects.get(pk=ids[0]).status == "sending"  # left to its new owner
+    assert emulator.count() == 2
+    phones = dict(Notification.objects.filter(pk__in=ids).values_list("id", "recipient__phone"))
+    assert sorted(m["to"] for m in emulator.messages()) == sorted(phones[uuid.UUID(i)] for i in ids[1:])

@@ -167,7 +167,8 @@ def _blast(cfg: RunConfig, stack, emulator: Emulator, monitor, sender: OtpSender
     r = requests.post(f"{stack.api}/v1/campaigns", timeout=60,
                       headers={"Authorization": f"Api-Key {campaign_key}", "Idempotency-Key": uuid.uuid4().hex},
                       json={"segment_id": segment_id, "channel": cfg.channel, "name": f"bench {label}",
-                            "content": {"title": "Bench", "body": "Hello {{ first_name }}"}})
+                            "content": ({"body": "Hello {{ first_name }}"} if cfg.channel == "sms"
+                                        else {"title": "Bench", "body": "Hello {{ first_name }}"})})
     if r.status_code != 202:
         raise RuntimeError(f"campaign refused: {r.status_code} {r.text[:500]}")
     campaign_id = r.json()["id"]
