@@ -47,14 +47,15 @@ def make_notification(channel: str, status: str = "sent", category: str = "") ->
 # --- Twilio --------------------------------------------------------------------------------------
 
 def twilio_post(n: Notification, status: str, *, code: str = "", sign_url: str | None = None,
-                signature: str | None = None, tamper: bool = False):
+                signature: str | None = None, tamper: bool = False, account: str = "AC" + "0" * 32,
+                token: str = TWILIO_TOKEN):
     path = f"/webhooks/twilio/status?nid={n.pk}"
     params = {"MessageSid": n.provider_message_id, "SmsSid": n.provider_message_id, "MessageStatus": status,
-              "SmsStatus": status, "AccountSid": "AC" + "0" * 32, "From": SENDER, "To": "+4915112345678",
+              "SmsStatus": status, "AccountSid": account, "From": SENDER, "To": "+4915112345678",
               "ApiVersion": "2010-04-01"}
     if code:
         params["ErrorCode"] = code
-    sig = RequestValidator(TWILIO_TOKEN).compute_signature(sign_url or PUBLIC + path, params)
+    sig = RequestValidator(token).compute_signature(sign_url or PUBLIC + path, params)
     if tamper:
         params["MessageStatus"] = "delivered"
     headers = {} if signature == "" else {"X-Twilio-Signature": signature or sig}
@@ -69,6 +70,21 @@ def test_twilio_valid_signature_delivers(client=None):
     assert n.status == "delivered"
     assert n.delivered_at is not None
     assert list(n.events.values_list("kind", "status")) == [("receipt:delivered", "delivered")]
+
+
+def test_twilio_backup_account_callbacks_are_verified_with_its_own_token(settings):
+    backup = "AC" + "1" * 32
+    sms = [dict(e, OPTIONS={**e["OPTIONS"], "AUTH_TOKEN": "backup-token"}) if e["NAME"] == "twilio_backup" else e
+           for e in settings.PROVIDERS["sms"]]
+    settings.PROVIDERS = {**settings.PROVIDERS, "sms": sms}
+    n = make_notification("sms")
+    # Signed with the primary's token but claiming the backup account: refused.
+    assert twilio_post(n, "delivered", account=backup).status_code == 403
+    n.refresh_from_db()
+    assert n.status == "sent"
+    assert twilio_post(n, "delivered", account=backup, token="backup-token").status_code == 204
+    n.refresh_from_db()
+    assert n.status == "delivered"
 
 
 @pytest.mark.parametrize("attack", ["missing", "wrong_url", "tampered", "forged"])

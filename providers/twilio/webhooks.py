@@ -26,10 +26,18 @@ STATUS_KINDS = {
 }
 
 
-def _auth_token() -> str:
+def _auth_token(account_sid: str) -> str:
+    """The AuthToken of the configured Twilio account ``account_sid`` (the primary or a backup such
+    as ``twilio_backup``: each account signs its own callbacks), else the primary ``twilio`` entry's.
+    The request still has to carry a valid signature made with that token."""
     from django.conf import settings
 
-    for entry in settings.PROVIDERS.get("sms", []):
+    entries = [e for e in settings.PROVIDERS.get("sms", [])
+               if e.get("NAME") == "twilio" or str(e.get("BACKEND", "")).endswith("TwilioSmsBackend")]
+    for entry in entries:
+        if account_sid and entry["OPTIONS"].get("ACCOUNT_SID") == account_sid:
+            return str(entry["OPTIONS"].get("AUTH_TOKEN") or "")
+    for entry in entries:
         if entry.get("NAME") == "twilio":
             return str(entry["OPTIONS"].get("AUTH_TOKEN") or "")
     return ""
@@ -39,7 +47,7 @@ def _auth_token() -> str:
 @require_POST
 def status_callback(request):
     signature = request.headers.get("X-Twilio-Signature", "")
-    token = _auth_token()
+    token = _auth_token(request.POST.get("AccountSid", ""))
     if not signature:
         return forbidden("twilio", "missing X-Twilio-Signature header")
     if not token or not RequestValidator(token).validate(public_url(request), request.POST, signature):
