@@ -188,6 +188,9 @@ def test_local_time_on_dst_transitions_resolves_by_rule_and_sends_once(api, emul
 
 def test_cancel_mid_send_leaves_nothing_sendable_and_counts_show_what_went(api, emulator):
     segment_id, _users, _ = make_segment(api, 3000, channel="sms")
+    # 200 ms a call: the batched path would otherwise send all 3,000 in about a second, before the
+    # cancel can land mid-send.
+    emulator.add_fault(provider="twilio", latency_ms=200)
     cid = create_campaign(api, {"segment_id": segment_id, "channel": "sms", "content": {"body": "Flash sale"}})
     wait_until(lambda: Notification.objects.filter(campaign_id=cid, status__in=SENT).count() >= 50, 60,
                interval=0.1, message="some sends")
