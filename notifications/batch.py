@@ -39,8 +39,8 @@ from notifications.sending import (
     _Call,
     _CampaignContent,
     _error_detail,
-    _outcome_of,
     _record,
+    attempt_for,
     backoff_seconds,
     message_for,
     prepare,
@@ -323,14 +323,8 @@ class _Batch:
                     Notification.objects.filter(pk=i, provider_message_id="").update(
                         provider=provider, provider_message_id=message_ids[index], sent_at=now)
         markers.mark_sent(moved)  # after the rows say `sent` (committed above)
-        latencies = []
-        for n, _done in sent:
-            if str(n.pk) in moved:
-                start = n.created_at
-                if n.scheduled_at and (start is None or n.scheduled_at > start):
-                    start = n.scheduled_at
-                if start is not None:
-                    latencies.append((now - start).total_seconds())
+        starts = (metrics.accept_started_at(n) for n, _done in sent if str(n.pk) in moved)
+        latencies = [(now - start).total_seconds() for start in starts if start is not None]
         metrics.batch_recorded(channel=self.channel, tier="standard", provider=provider, sent=len(moved),
                                calls=len(attempts), call_seconds=sum(a[8] or 0 for a in attempts) / 1000,
                                accept_latencies=latencies)
@@ -346,14 +340,14 @@ class _Batch:
         recipients): one backoff for the group, back to ``scheduled`` together, so the scheduler
         releases them as batches again instead of one retry task per row."""
         exc = retry[0][1][0][0][0]
+        now = clock.now()
         attempts = []
         for n, done in retry:
             for (error, latency_ms), device in done:
-                attempts.append((n.pk, n.attempts, error.provider[:32], device.pk if device else None,
-                                 _outcome_of(error), error.code[:64], (error.message or str(error))[:500],
-                                 getattr(error, "http_status", None), latency_ms, "", clock.now()))
-                metrics.record_provider_call(provider=error.provider, channel=n.channel, outcome=_outcome_of(error),
-                                             code=error.code, http_status=getattr(error, "http_status", None))
+                a = attempt_for(n, error, device=device, latency_ms=latency_ms)
+                attempts.append((n.pk, a.number, a.provider, a.device_id, a.outcome, a.error_code, a.error_message,
+                                 a.http_status, a.latency_ms, a.provider_message_id, now))
+                metrics.provider_call(n, a)
         delay = backoff_seconds(max(n.attempts for n, _ in retry), "standard", exc.retry_after)
         until = clock.now() + timedelta(seconds=delay)
         detail = f"attempt failed ({_error_detail(exc)}); retry in {delay:.1f}s"
@@ -382,19 +376,11 @@ class _Batch:
         call = _Call()
         attempts = []
         for (outcome, latency_ms), device in done:
-            attempt = DeliveryAttempt(notification=n, number=n.attempts, device=device, latency_ms=latency_ms)
             if isinstance(outcome, Exception):
-                attempt.provider = outcome.provider[:32]
-                attempt.outcome = _outcome_of(outcome)
-                attempt.error_code = outcome.code[:64]
-                attempt.error_message = (outcome.message or str(outcome))[:500]
-                attempt.http_status = getattr(outcome, "http_status", None)
                 call.errors.append((outcome, device))
             else:
-                attempt.provider = outcome.provider[:32]
-                attempt.outcome = Outcome.ACCEPTED
-                attempt.provider_message_id = outcome.provider_message_id[:255]
                 call.accepted.append(outcome)
+            attempt = attempt_for(n, outcome, device=device, latency_ms=latency_ms)
             attempts.append(attempt)
             metrics.provider_call(n, attempt)
         if skipped and not call.accepted:

@@ -16,8 +16,8 @@ from django.conf import settings
 
 log = logging.getLogger(__name__)
 _client: redis.Redis | None = None
+_scripts: dict = {}
 _MARK_SENT = "for _, key in ipairs(KEYS) do redis.call('SET', key, '1', 'EX', ARGV[1]) end"
-_mark_script = None
 
 
 def get_redis() -> redis.Redis:
@@ -27,6 +27,16 @@ def get_redis() -> redis.Redis:
         _client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1, socket_connect_timeout=1,
                                        health_check_interval=30)
     return _client
+
+
+def script(source: str):
+    """A redis-py ``Script`` for the Lua ``source`` on :func:`get_redis`'s client, registered once
+    per process (it runs as EVALSHA, loading the script again after a Redis restart or flush)."""
+    client = get_redis()
+    found = _scripts.get(source)
+    if found is None or found.registered_client is not client:
+        found = _scripts[source] = client.register_script(source)
+    return found
 
 
 def _key(notification_id) -> str:
@@ -54,11 +64,8 @@ def mark_sent(ids: Iterable) -> None:
     ttl = settings.NOTIFY["SENT_MARKER_TTL_SECONDS"]
     try:
         # One script call sets them all: a pipeline of SET EX costs ~60 µs a key in redis-py.
-        client = get_redis()
-        global _mark_script
-        if _mark_script is None or _mark_script.registered_client is not client:
-            _mark_script = client.register_script(_MARK_SENT)
+        mark = script(_MARK_SENT)
         for start in range(0, len(ids), 1000):
-            _mark_script(keys=[_key(i) for i in ids[start:start + 1000]], args=[ttl])
+            mark(keys=[_key(i) for i in ids[start:start + 1000]], args=[ttl])
     except redis.RedisError as exc:
         log.warning("sent marker not written, Redis unavailable: %s", exc)

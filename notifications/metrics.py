@@ -319,6 +319,14 @@ def batch_recorded(*, channel: str, tier: str, provider: str, sent: int, calls: 
 
 # --- recording: call sites --------------------------------------------------------------------
 
+def accept_started_at(n):
+    """Where accept → provider latency starts: the later of ``created_at`` and ``scheduled_at``."""
+    start = n.created_at
+    if n.scheduled_at and (start is None or n.scheduled_at > start):
+        start = n.scheduled_at
+    return start
+
+
 @_safe
 def provider_call(n, attempt) -> None:
     """``sending._call_provider``: one DeliveryAttempt was made (recorded at once: the call happened).
@@ -335,9 +343,7 @@ def provider_call(n, attempt) -> None:
         from notifications import clock
 
         n._metrics_accept_observed = True
-        start = n.created_at
-        if n.scheduled_at and (start is None or n.scheduled_at > start):
-            start = n.scheduled_at
+        start = accept_started_at(n)
         if start is not None:
             record_accept_to_provider(tier=n.priority, channel=n.channel,
                                       seconds=(clock.now() - start).total_seconds())

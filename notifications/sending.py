@@ -304,9 +304,7 @@ def _call_provider(n: Notification, devices: list[Device]) -> tuple[_Call, list[
                 return call, attempts  # the failed call(s) above are the outcome
             # No provider may be called now (breaker open, budget or bulkhead exhausted, misconfigured):
             # an attempt that made no call, retried like any transient error.
-            attempt = DeliveryAttempt(notification=n, number=n.attempts, provider=exc.provider[:32],
-                                      outcome=_outcome_of(exc), error_code=exc.code[:64],
-                                      error_message=(exc.message or str(exc))[:500], latency_ms=0)
+            attempt = attempt_for(n, exc, latency_ms=0)
             call.errors.append((exc, None))
             attempts.append(attempt)
             metrics.provider_call(n, attempt)
@@ -329,23 +327,16 @@ def _call_route(n: Notification, route: _Route, targets: list, call: _Call, atte
             if index:
                 _renew_lease(n)
             started = time.monotonic()
-            attempt = DeliveryAttempt(notification=n, number=n.attempts, device=device, provider=route.name)
             try:
-                result = route.backend.send(message_for(n, to, device.platform if device else None))
+                outcome = route.backend.send(message_for(n, to, device.platform if device else None))
             except (ProviderError, ProviderConfigurationError) as exc:
-                attempt.outcome = _outcome_of(exc)
-                attempt.error_code = exc.code[:64]
-                attempt.error_message = (exc.message or str(exc))[:500]
-                attempt.http_status = getattr(exc, "http_status", None)
+                outcome = exc
                 call.errors.append((exc, device))
-                failed = isolation.is_failure(exc)
             else:
-                attempt.outcome = Outcome.ACCEPTED
-                attempt.provider_message_id = result.provider_message_id[:255]
-                call.accepted.append(result)
-                failed = False
+                call.accepted.append(outcome)
+            failed = isinstance(outcome, Exception) and isolation.is_failure(outcome)
             provider_failed = provider_failed or failed
-            attempt.latency_ms = int((time.monotonic() - started) * 1000)
+            attempt = attempt_for(n, outcome, device=device, latency_ms=int((time.monotonic() - started) * 1000))
             attempts.append(attempt)
             metrics.provider_call(n, attempt)
             if route.guarded and isolation.record_calls(
@@ -355,6 +346,23 @@ def _call_route(n: Notification, route: _Route, targets: list, call: _Call, atte
     finally:
         isolation.release_slots(route.name, n.priority, route.slots)
     return provider_failed
+
+
+def attempt_for(n: Notification, outcome, *, device: Device | None = None, latency_ms: int | None = None
+                ) -> DeliveryAttempt:
+    """The (unsaved) DeliveryAttempt of one provider call of ``n``: ``outcome`` is the SendResult or
+    the ProviderError / ProviderConfigurationError it ended with."""
+    attempt = DeliveryAttempt(notification=n, number=n.attempts, device=device, latency_ms=latency_ms,
+                              provider=outcome.provider[:32])
+    if isinstance(outcome, Exception):
+        attempt.outcome = _outcome_of(outcome)
+        attempt.error_code = outcome.code[:64]
+        attempt.error_message = (outcome.message or str(outcome))[:500]
+        attempt.http_status = getattr(outcome, "http_status", None)
+    else:
+        attempt.outcome = Outcome.ACCEPTED
+        attempt.provider_message_id = outcome.provider_message_id[:255]
+    return attempt
 
 
 @dataclass

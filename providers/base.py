@@ -211,15 +211,16 @@ class ProviderBackend:
         """
         from providers.batching import send_concurrently
 
-        if concurrency <= 1:
-            results: list[SendResult | Exception] = []
-            for message in messages:
-                try:
-                    results.append(self.send(message))
-                except Exception as exc:  # returned per message
-                    results.append(exc)
-            return results
+        if concurrency <= 1 or len(messages) <= 1:
+            return [self.send_or_error(m) for m in messages]
         return send_concurrently(self.channel, self.name, messages, concurrency)
+
+    def send_or_error(self, message: OutboundMessage) -> SendResult | Exception:
+        """:meth:`send`, with the exception it raised returned instead (batch results are per message)."""
+        try:
+            return self.send(message)
+        except Exception as exc:
+            return exc
 
 
 class SmsBackend(ProviderBackend):

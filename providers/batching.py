@@ -32,12 +32,11 @@ def send_concurrently(channel: str, name: str, messages: list, concurrency: int)
 
     def one(message):
         try:
-            return get_backend(channel, name).send(message)
-        except Exception as exc:  # returned to the caller, per message
+            backend = get_backend(channel, name)  # this pool thread's own instance
+        except Exception as exc:  # a configuration error is every message's answer
             return exc
+        return backend.send_or_error(message)
 
-    if concurrency <= 1 or len(messages) <= 1:
-        return [one(m) for m in messages]
     return list(_pool(concurrency).map(one, messages))
 
 

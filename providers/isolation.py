@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import redis
 from django.conf import settings
 
-from notifications.markers import get_redis
+from notifications.markers import get_redis, script
 
 log = logging.getLogger(__name__)
 
@@ -167,17 +167,6 @@ redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]) + 1000)
 return ids
 """
 
-_scripts: dict[str, redis.commands.core.Script] = {}
-
-
-def _script(name: str, source: str):
-    client = get_redis()
-    script = _scripts.get(name)
-    if script is None or script.registered_client is not client:
-        script = _scripts[name] = client.register_script(source)
-    return script
-
-
 @dataclass(frozen=True)
 class Limits:
     """Effective limits of one provider (from ``settings.PROVIDER_LIMITS``).
@@ -236,7 +225,7 @@ def take_tokens(provider: str, tier: str, wanted: int, *, partial: bool = True) 
     limits = limits_for(provider)
     capacity = max(1.0, limits.burst_seconds)
     try:
-        granted, wait_ms = _script("take", _TAKE)(
+        granted, wait_ms = script(_TAKE)(
             keys=[f"bucket:{provider}:high", f"bucket:{provider}:standard"],
             args=[limits.high_reserved_per_s, max(1.0, limits.high_reserved_per_s * capacity),
                   limits.standard_rate_per_s, max(1.0, limits.standard_rate_per_s * capacity),
@@ -267,7 +256,7 @@ def breaker_allows(provider: str, *, may_probe: bool = True) -> BreakerVerdict:
     would rather go to a healthy backup than test a sick primary). Redis unreachable → yes."""
     lease_ms = int(max(1.0, float(settings.PROVIDER_TIMEOUT_SECONDS)) * 2000)
     try:
-        allowed, wait_ms, probe = _script("allow", _ALLOW)(
+        allowed, wait_ms, probe = script(_ALLOW)(
             keys=[f"breaker:{provider}", f"breaker:{provider}:probe"], args=[lease_ms, "1" if may_probe else "0"])
     except redis.RedisError as exc:
         log.warning("circuit breaker for %s skipped, Redis unavailable: %s", provider, exc)
@@ -286,7 +275,7 @@ def record_calls(provider: str, *, ok: int = 0, failed: int = 0, probe: bool = F
         return "closed"
     limits = limits_for(provider)
     try:
-        state, _rate = _script("record", _RECORD)(
+        state, _rate = script(_RECORD)(
             keys=[f"breaker:{provider}", f"breaker:{provider}:probe", f"breaker:{provider}:w:"],
             args=[int(ok), int(failed), limits.breaker_window_seconds, limits.breaker_min_calls,
                   limits.breaker_failure_rate, int(limits.breaker_open_seconds * 1000), "1" if probe else "0"])
@@ -333,7 +322,7 @@ def acquire_slots(provider: str, tier: str, wanted: int, lease_seconds: float) -
     limit = int(limits_for(provider).max_concurrency.get(tier, 1))
     prefix = uuid.uuid4().hex
     try:
-        ids = _script("acquire", _ACQUIRE)(
+        ids = script(_ACQUIRE)(
             keys=[f"bulkhead:{provider}:{tier}"], args=[int(wanted), limit, int(lease_seconds * 1000), prefix])
     except redis.RedisError as exc:
         log.warning("bulkhead for %s skipped, Redis unavailable: %s", provider, exc)

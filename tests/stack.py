@@ -148,8 +148,11 @@ class Stack:
             "beat2": [*CELERY, "beat", "-l", "info"],
         }
 
+    def log_path(self, name: str) -> Path:
+        return LOG_DIR / f"{name}.log"
+
     def start(self, name: str) -> None:
-        log = open(LOG_DIR / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
+        log = open(self.log_path(name), "ab")  # noqa: SIM115 - closed with the process
         log.write(f"\n==== start {time.strftime('%H:%M:%S')} ====\n".encode())
         log.flush()
         self.procs[name] = subprocess.Popen(self.commands()[name], cwd=ROOT, env=self.env(), stdout=log,

@@ -308,6 +308,11 @@ def _ratio(run: dict | None, key: str) -> str:
     return f"{run[key]['delivered']:,} / {run[key]['accepted']:,}"
 
 
+def _costs(raw: dict) -> str:
+    """``client X CPU-µs/msg, emulator Y CPU-µs/msg`` of a raw-ceiling measurement."""
+    return f"client {raw['client_cpu_us_per_msg']} CPU-µs/msg, emulator {raw['emulator_cpu_us_per_msg']} CPU-µs/msg"
+
+
 def summary_text(report: dict) -> str:
     rows = headline(report)
     width = max(len(r[0]) for r in rows)
@@ -316,12 +321,12 @@ def summary_text(report: dict) -> str:
     raw = report.get("raw_ceiling")
     if raw:
         lines.append(f"raw ceiling: {raw['msgs_per_s']:,} msgs/s ({raw['channel']}, {raw['processes']} processes, "
-                     f"batch {raw['batch_size']}, concurrency {raw['concurrency']}, {raw['send_batch']}); client "
-                     f"{raw['client_cpu_us_per_msg']} CPU-µs/msg, emulator {raw['emulator_cpu_us_per_msg']}")
+                     f"batch {raw['batch_size']}, concurrency {raw['concurrency']}, {raw['send_batch']}); "
+                     f"{_costs(raw)}")
     http = report.get("raw_http_transport")
     if http:
-        lines.append(f"what would lift it, pooled aiohttp instead of the SDK: {http['msgs_per_s']:,} msgs/s, client "
-                     f"{http['client_cpu_us_per_msg']} CPU-µs/msg, emulator {http['emulator_cpu_us_per_msg']}")
+        lines.append(f"what would lift it, pooled aiohttp instead of the SDK: {http['msgs_per_s']:,} msgs/s, "
+                     f"{_costs(http)}")
     for t in report.get("targets", []):
         mark = "ok " if t["met"] else "-- " if t["met"] is None else "MISS"
         value = "–" if t["value"] is None else _fmt(t["value"])
@@ -363,14 +368,12 @@ def docs_section(report: dict, json_name: str, png_name: str) -> str:
     if raw:
         lines += ["", f"Raw ceiling ({raw['channel']}, {raw['processes']} processes, batch {raw['batch_size']}, "
                       f"concurrency {raw['concurrency']}, `send_batch` {raw['send_batch']}): "
-                      f"**{raw['msgs_per_s']:,} msgs/s**, client {raw['client_cpu_us_per_msg']} CPU-µs/msg, "
-                      f"emulator {raw['emulator_cpu_us_per_msg']} CPU-µs/msg."]
+                      f"**{raw['msgs_per_s']:,} msgs/s**, {_costs(raw)}."]
     http = report.get("raw_http_transport")
     if http:
         lines += ["", f"What would lift that ceiling, measured in the same run: the same requests over one pooled "
                       f"aiohttp session instead of the SDK ({http['processes']} processes): "
-                      f"**{http['msgs_per_s']:,} msgs/s**, client {http['client_cpu_us_per_msg']} CPU-µs/msg, "
-                      f"emulator {http['emulator_cpu_us_per_msg']} CPU-µs/msg."]
+                      f"**{http['msgs_per_s']:,} msgs/s**, {_costs(http)}."]
     lines += ["", "| target | value | met | by how much |", "|---|---:|:-:|---|"]
     for t in report.get("targets", []):
         value = "–" if t["value"] is None else f"{_fmt(t['value'])} {t['unit']}".strip()

@@ -13,7 +13,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from tests.stack import CELERY, Stack, wait_until
@@ -74,12 +73,8 @@ class BenchStack(Stack):
                                     "--prefetch-multiplier", "1", "-O", "fair", *WORKER_FLAGS]
         return {name: commands[name] for name in PROCESSES[self.pipeline]}
 
-    def start(self, name: str) -> None:
-        log = open(self.log_dir / f"{self.pipeline}-{name}.log", "ab")  # noqa: SIM115 - closed with the process
-        log.write(f"\n==== start {time.strftime('%H:%M:%S')} ====\n".encode())
-        log.flush()
-        self.procs[name] = subprocess.Popen(self.commands()[name], cwd=ROOT, env=self.env(), stdout=log,
-                                            stderr=subprocess.STDOUT, start_new_session=True)
+    def log_path(self, name: str) -> Path:
+        return self.log_dir / f"{self.pipeline}-{name}.log"
 
     def start_all(self) -> None:
         for name in self.commands():

@@ -173,7 +173,7 @@ class SendGridEmailBackend(EmailBackend):
         groups: dict[bool, list[int]] = {False: [], True: []}
         for index, m in enumerate(messages):
             if substitution_bytes(m) > MAX_SUBSTITUTION_BYTES:
-                results[index] = self._send_captured(m)
+                results[index] = self.send_or_error(m)
             else:
                 groups[bool(m.html)].append(index)
         for with_html, indexes in groups.items():
@@ -182,17 +182,11 @@ class SendGridEmailBackend(EmailBackend):
                 outcome = self._post_batch([messages[i] for i in chunk], with_html)
                 if isinstance(outcome, PermanentProviderError) and len(chunk) > 1:
                     for i in chunk:
-                        results[i] = self._send_captured(messages[i])
+                        results[i] = self.send_or_error(messages[i])
                     continue
                 for i in chunk:
                     results[i] = outcome
         return results  # type: ignore[return-value]
-
-    def _send_captured(self, message: OutboundMessage) -> SendResult | Exception:
-        try:
-            return self.send(message)
-        except Exception as exc:  # returned per message
-            return exc
 
     def _post_batch(self, messages: list[OutboundMessage], with_html: bool) -> SendResult | Exception:
         """One request for ``messages``: the shared SendResult, or the error for all of them."""
