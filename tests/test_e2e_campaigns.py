@@ -95,7 +95,15 @@ def test_campaigns_to_5000_members_deliver_once_per_eligible_member_on_every_cha
 
 
 def _cancel_quietly(api, cid: str) -> None:
-    api.request("POST", f"/v1/campaigns/{cid}/cancel")
+    """Clean-up after a test: stop the campaign so later tests do not share the machine with it.
+    Best effort: cancelling tens of thousands of rows on a loaded CI machine may outlast the API
+    client's 10 s timeout (the cancel still completes server-side), which must not fail the test."""
+    import contextlib
+
+    import requests
+
+    with contextlib.suppress(requests.RequestException):
+        api.request("POST", f"/v1/campaigns/{cid}/cancel")
 
 
 def test_fan_out_killed_halfway_resumes_and_creates_each_member_once(api, emulator, stack):
