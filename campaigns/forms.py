@@ -21,6 +21,8 @@ from django.utils import timezone
 from campaigns.api.serializers import MAX_SPREAD_SECONDS
 from campaigns.models import Campaign, TemplateVariant
 from campaigns.rendering import RenderError, validate_source
+from campaigns.services import local_time_problem
+from notifications import clock
 from notifications.api.serializers import (
     MAX_SCHEDULE_AHEAD,
     MAX_SCHEDULE_BEHIND,
@@ -182,7 +184,7 @@ def can_send_high(user) -> bool:
 
 CONTENT_FIELDS = ["title", "body", "html", "data"]
 DEFINITION_FIELDS = ["segment", "channel", "priority", "category", "template", *CONTENT_FIELDS,
-                     "scheduled_at", "local_date", "local_time", "spread_seconds", "ttl_seconds"]
+                     "scheduled_at", "local_date", "local_time", "missed_policy", "spread_seconds", "ttl_seconds"]
 
 
 class CampaignForm(forms.ModelForm):
@@ -201,7 +203,11 @@ class CampaignForm(forms.ModelForm):
             "body": "Plain-text body (SMS text).",
             "html": "Email only.",
             "data": 'Push data / email custom args: a JSON object of strings, e.g. {"screen": "offers"}.',
-            "local_date": "Local-time campaign: this date and time in each recipient's own time zone.",
+            "local_date": "Local-time campaign: this date and time in each recipient's own time zone; it must "
+                          "still be ahead in the earliest zone (UTC+14) when the campaign is saved and launched.",
+            "missed_policy": "Local-time campaigns: members whose wall time had already passed when fan-out reached "
+                             "them (e.g. fan-out ran late) are skipped (counted as missed), sent at once, or sent "
+                             "at that wall time the next day.",
             "spread_seconds": f"Smear sends uniformly over this many seconds (at most {MAX_SPREAD_SECONDS:,}).",
             "ttl_seconds": "Drop a notification not sent this many seconds after its send time.",
         }
@@ -287,3 +293,7 @@ class CampaignForm(forms.ModelForm):
             self.add_error("local_date", "At most 366 days ahead.")
         if local_date and now.date() - local_date > MAX_SCHEDULE_BEHIND:
             self.add_error("local_date", "At most 366 days in the past.")
+        elif local_date and local_time:
+            problem = local_time_problem(local_date, local_time, clock.now())
+            if problem:
+                self.add_error("local_time", problem[0].upper() + problem[1:] + ".")
