@@ -19,7 +19,7 @@ from django.forms.models import BaseInlineFormSet
 from django.utils import timezone
 
 from campaigns.api.serializers import MAX_SPREAD_SECONDS
-from campaigns.models import Campaign, TemplateVariant
+from campaigns.models import Campaign, MissedPolicy, TemplateVariant
 from campaigns.rendering import RenderError, validate_source
 from campaigns.services import local_time_problem
 from notifications import clock
@@ -223,6 +223,11 @@ class CampaignForm(forms.ModelForm):
         for name in ("body", "html"):
             if name in self.fields:
                 self.fields[name].strip = False
+        if "missed_policy" in self.fields:
+            self.fields["missed_policy"].required = False  # absent: the default, skip
+
+    def clean_missed_policy(self) -> str:
+        return self.cleaned_data.get("missed_policy") or MissedPolicy.SKIP
 
     def clean_category(self) -> str:
         category = self.cleaned_data["category"]
@@ -284,7 +289,7 @@ class CampaignForm(forms.ModelForm):
                            "A local-time campaign needs both a date and a time.")
         if scheduled_at and (local_date or local_time):
             self.add_error("scheduled_at", "Give either an absolute send instant or a local date and time, not both.")
-        now = timezone.now()
+        now = clock.now()  # the platform clock, as the API's rules use
         if scheduled_at and scheduled_at - now > MAX_SCHEDULE_AHEAD:
             self.add_error("scheduled_at", "At most 366 days ahead.")
         if scheduled_at and now - scheduled_at > MAX_SCHEDULE_BEHIND:
@@ -294,6 +299,6 @@ class CampaignForm(forms.ModelForm):
         if local_date and now.date() - local_date > MAX_SCHEDULE_BEHIND:
             self.add_error("local_date", "At most 366 days in the past.")
         elif local_date and local_time:
-            problem = local_time_problem(local_date, local_time, clock.now())
+            problem = local_time_problem(local_date, local_time, now)
             if problem:
                 self.add_error("local_time", problem[0].upper() + problem[1:] + ".")

@@ -39,12 +39,11 @@ def local_time_problem(local_date: date | None, local_time: time | None, now: da
     campaign without a local time), else the message naming the rule."""
     if local_date is None or local_time is None:
         return None
-    earliest = datetime.combine(local_date, local_time, tzinfo=UTC) - MAX_UTC_OFFSET
-    if earliest > now:
+    if datetime.combine(local_date, local_time, tzinfo=UTC) - now > MAX_UTC_OFFSET:
         return None
-    return (f"{local_date.isoformat()} {local_time.strftime('%H:%M')} local has already been reached in the "
-            f"earliest zone (UTC+14, at {earliest:%Y-%m-%d %H:%M} UTC; now {now:%Y-%m-%d %H:%M} UTC): a "
-            "local_time must still be in the future in every zone")
+    return (f"{local_date.isoformat()} {local_time.strftime('%H:%M')} has already been reached in the earliest "
+            f"zone (UTC+14, where it is now {now + MAX_UTC_OFFSET:%Y-%m-%d %H:%M}): a local_time must still be "
+            "in the future in every zone")
 
 
 class CampaignNotCancellable(Exception):
