@@ -7,7 +7,8 @@
 2. :func:`fan_out_page` (one task per page on the ``fanout`` queue) reads the shard's next keyset
    page of ~1,000 members after its cursor, pre-filters opt-outs and missing contacts (recorded as
    ``suppressed`` with the reason; preferences are re-checked at send time anyway), computes each
-   member's due instant (local wall time in their zone, plus a deterministic spread offset), inserts
+   member's due instant (local wall time in their zone, plus a deterministic spread offset; a wall
+   time already missed is handled by the campaign's ``missed_policy``, see :meth:`_Planner.plan`), inserts
    the notifications in one statement with deterministic ids ``uuid5(campaign, user, channel)`` and
    ``ON CONFLICT DO NOTHING``, advances the cursor, and commits; then enqueues what is due now and the
    next page. Nothing holds the whole segment in memory, and running a page twice creates nothing new.
