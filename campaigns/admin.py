@@ -311,7 +311,7 @@ class CampaignAdmin(admin_views.CampaignLifecycleViews, admin.ModelAdmin):
         outcome = getattr(obj, "outcome", None)
         if outcome is None or obj.member_count is None:
             return "—"
-        return format_html('<progress max="{}" value="{}" title="sent"></progress> {}', obj.member_count or 1,
+        return format_html('<meter min="0" max="{}" value="{}" title="sent"></meter> {}', obj.member_count or 1,
                            outcome["sent"], admin_views.outcome_summary(outcome))
 
     @admin.display(description="Scheduled at")

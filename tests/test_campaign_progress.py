@@ -17,9 +17,13 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from campaigns import fanout, services, tasks
 from campaigns.models import Campaign, CampaignShard, CampaignStatus
+from campaigns.selectors import STATUSES, outcome
 from notifications import clock
 from notifications.models import APIClient, Notification, Reason, Status
 from preferences.models import Recipient
@@ -187,9 +191,9 @@ def test_progress_shows_sent_and_delivered_apart_from_suppressed_failed_expired(
     assert counts["total"] == 50
 
     listing = admin_client.get(reverse("admin:campaigns_campaign_changelist")).content.decode()
-    assert ('<progress max="50" value="15" title="sent"></progress> sent 15 (delivered 5) · not sent 35: '
+    assert ('<meter min="0" max="50" value="15" title="sent"></meter> sent 15 (delivered 5) · not sent 35: '
             'suppressed 30, failed 3, expired 2 · pending 0') in listing
-    assert ('<progress max="2" value="0" title="sent"></progress> sent 0 (delivered 0) · not sent 2: '
+    assert ('<meter min="0" max="2" value="0" title="sent"></meter> sent 0 (delivered 0) · not sent 2: '
             'suppressed 2, failed 0, expired 0 · pending 0') in listing
 
     page = admin_client.get(reverse("admin:campaigns_campaign_change", args=[c.pk])).content.decode()
@@ -207,3 +211,13 @@ def test_progress_shows_sent_and_delivered_apart_from_suppressed_failed_expired(
         "sent": 15, "delivered": 5, "not_sent": 35, "suppressed": 30, "failed": 3, "expired": 2, "pending": 0,
         "sent_percent": 30.0, "done": 50, "percent": 100.0}
     assert json.loads(json.dumps(progress))  # JSON-ready for the page's refresh
+
+
+@hypothesis_settings(max_examples=100, deadline=None)
+@given(counts=st.fixed_dictionaries({s: st.integers(0, 10**6) for s in STATUSES}))
+def test_outcome_partitions_every_notification_into_sent_not_sent_and_pending(counts):
+    result = outcome(counts)
+    assert result["sent"] + result["not_sent"] + result["pending"] == sum(counts.values())
+    assert result["sent"] == counts["sent"] + counts["delivered"] and result["delivered"] == counts["delivered"]
+    assert result["not_sent"] == sum(result[s] for s in ("suppressed", "failed", "expired", "cancelled"))
+    assert all(result[s] == counts[s] for s in ("suppressed", "failed", "expired", "cancelled"))
