@@ -264,6 +264,10 @@ PROVIDER_LIMITS = {
     "smtp": {"RATE_PER_S": 100.0 if _rate_override is None else _rate_override},
 }
 
+# Categories sent during a recipient's quiet hours whatever their priority; `priority: high` is only
+# accepted with one of them (or with no category). Marketing may never be one (system check).
+QUIET_HOURS_BYPASS_CATEGORIES = tuple(env.list("QUIET_HOURS_BYPASS_CATEGORIES", default=["security", "transactional"]))
+
 # --- Campaigns ----------------------------------------------------------------------------------
 CAMPAIGNS = {
     # Members per fan-out page (one task each) and the most shards one campaign is split into.

@@ -92,7 +92,7 @@ class Preferences(models.Model):
     ``opt_outs``: list of channels (``["sms"]``). ``category_opt_outs``: ``{category: [channel…]}``.
     Quiet hours: local wall-clock ``quiet_start`` (inclusive) to ``quiet_end`` (exclusive) in
     ``quiet_timezone`` (IANA; falls back to the recipient's zone, then UTC). A window may cross
-    midnight (start > end). Quiet hours defer ``standard`` sends only; ``high`` ignores them.
+    midnight (start > end). Which sends they defer: :mod:`notifications.quiet_hours_policy`.
     """
 
     recipient = models.OneToOneField(Recipient, on_delete=models.CASCADE, primary_key=True,

@@ -17,6 +17,7 @@ from notifications.api.serializers import (
     WallTimeSecondsField,
     channel_content_errors,
     check_schedule_window,
+    priority_category_errors,
 )
 from notifications.models import Priority
 from preferences.models import Channel
@@ -122,6 +123,7 @@ class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
         if has_content == has_template:
             errors["content"] = serializers.ErrorDetail("give exactly one of content or template_id",
                                                         code="content_xor_template")
+        errors.update(priority_category_errors(attrs["priority"], attrs["category"]))
         if attrs.get("scheduled_at") and attrs.get("local_time"):
             errors["local_time"] = serializers.ErrorDetail("give at most one of scheduled_at or local_time",
                                                            code="schedule_conflict")

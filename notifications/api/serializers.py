@@ -22,6 +22,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Priority
+from notifications.quiet_hours_policy import priority_category_problem
 from preferences.models import Channel, Recipient
 
 SMS_MAX_CHARS = 1600
@@ -152,6 +153,7 @@ class SendRequestSerializer(RejectUnknownFields, serializers.Serializer):
 
     def validate(self, attrs):
         errors = channel_content_errors(attrs["channel"], attrs["content"])
+        errors.update(priority_category_errors(attrs["priority"], attrs["category"]))
         if errors:
             raise serializers.ValidationError(errors)
         recipient = Recipient.objects.filter(pk=attrs["user_id"]).first()
@@ -163,6 +165,13 @@ class SendRequestSerializer(RejectUnknownFields, serializers.Serializer):
             raise serializers.ValidationError({"user_id": missing})
         attrs["recipient"] = recipient
         return attrs
+
+
+def priority_category_errors(priority: str, category: str) -> dict:
+    """Accept-time quiet-hours rule (:mod:`notifications.quiet_hours_policy`): ``{"priority": ErrorDetail}``
+    when this priority and category may not go together (``marketing_not_high``, ``category_not_high``)."""
+    problem = priority_category_problem(priority, category)
+    return {"priority": serializers.ErrorDetail(problem[1], code=problem[0])} if problem else {}
 
 
 def channel_content_errors(channel: str, content: dict, prefix: str = "content") -> dict:
