@@ -1,6 +1,7 @@
 """URL map: the REST API under /v1, the admin, the OpenAPI schema and its interactive docs."""
 
 from django.contrib import admin
+from django.core.exceptions import RequestDataTooBig
 from django.urls import path
 from django.views import defaults
 from django.views.generic import RedirectView
@@ -57,6 +58,10 @@ def _json_or_html(status_code: int, code: str, message: str, html_view):
 
     def view(request, exception=None, **kwargs):
         if request.path.startswith(("/v1/", "/webhooks/", "/api/")):
+            if isinstance(exception, RequestDataTooBig):  # outside DRF's views (webhooks)
+                from notifications.api.errors import json_error_view, too_large_message
+
+                return json_error_view(413, "payload_too_large", too_large_message())(request, exception)
             return json_view(request, exception)
         return html_view(request, exception, **kwargs) if exception is not None else html_view(request, **kwargs)
 

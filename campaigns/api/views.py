@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 
-from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
@@ -20,7 +19,7 @@ from campaigns.api.serializers import (
     TemplateSerializer,
 )
 from campaigns.models import Campaign, Segment, Template
-from notifications.api.errors import BODY, error_responses, field_error, response_headers
+from notifications.api.errors import BODY, NotFoundError, error_responses, field_error, response_headers
 from notifications.api.serializers import AcceptedSerializer
 from notifications.api.views import (
     IDEMPOTENCY_PARAMETERS,
@@ -41,6 +40,20 @@ _TEMPLATE_ID = OpenApiParameter("template_id", _SLUG_SCHEMA, OpenApiParameter.PA
                                 examples=[OpenApiExample("template", value="welcome")])
 _SLUG_422 = "Validation failed (including a path id that is not 1–64 letters, digits, '-' or '_')."
 _CAMPAIGN_404 = "No campaign with this id for this API client."
+
+
+def _segment(segment_id: str) -> Segment:
+    segment = Segment.objects.filter(pk=segment_id).first()
+    if segment is None:
+        raise NotFoundError("segment_id", f"no segment with this id; create it with PUT /v1/segments/{segment_id}")
+    return segment
+
+
+def _template(template_id: str) -> Template:
+    template = Template.objects.filter(pk=template_id).first()
+    if template is None:
+        raise NotFoundError("template_id", f"no template with this id; create it with PUT /v1/templates/{template_id}")
+    return template
 
 
 def _segment_payload(segment: Segment) -> dict:
@@ -68,7 +81,7 @@ class SegmentView(APIView):
                    responses={200: SegmentSerializer, **error_responses(404)},
                    summary="A segment and its member count")
     def get(self, request, segment_id: str):
-        return Response(_segment_payload(get_object_or_404(Segment, pk=segment_id)))
+        return Response(_segment_payload(_segment(segment_id)))
 
 
 class SegmentMembersView(APIView):
@@ -78,7 +91,7 @@ class SegmentMembersView(APIView):
                    responses={200: MembersResultSerializer, **error_responses(*BODY, 404, 422)},
                    summary="Add and remove members (up to 10,000 ids a call)")
     def post(self, request, segment_id: str):
-        segment = get_object_or_404(Segment, pk=segment_id)
+        segment = _segment(segment_id)
         ser = MembersSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         result = services.change_members(segment, **ser.validated_data)
@@ -110,7 +123,7 @@ class TemplateView(APIView):
                    responses={200: TemplateSerializer, **error_responses(404)},
                    summary="A template and its variants")
     def get(self, request, template_id: str):
-        return Response(self._payload(get_object_or_404(Template, pk=template_id)))
+        return Response(self._payload(_template(template_id)))
 
     @staticmethod
     def _payload(template: Template) -> dict:
@@ -178,7 +191,7 @@ class CampaignDetailView(APIView):
     def get(self, request, campaign_id):
         campaign = _own_campaign(request, campaign_id)
         if campaign is None:
-            return field_error("id", "not_found", "no campaign with this id for this API client", 404,
+            return field_error("campaign_id", "not_found", "no campaign with this id for this API client", 404,
                                error_code="not_found")
         return Response(CampaignSerializer(campaign).data)
 
@@ -191,7 +204,7 @@ class CampaignCancelView(APIView):
                    summary="Stop fan-out and cancel every notification not yet claimed")
     def post(self, request, campaign_id):
         if _own_campaign(request, campaign_id) is None:
-            return field_error("id", "not_found", "no campaign with this id for this API client", 404,
+            return field_error("campaign_id", "not_found", "no campaign with this id for this API client", 404,
                                error_code="not_found")
         try:
             campaign, _ = services.cancel_campaign(campaign_id)

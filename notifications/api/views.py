@@ -131,7 +131,7 @@ class NotificationDetailView(APIView):
         n = (_own(request, notification_id).select_related("recipient")
              .prefetch_related("events", "attempts_log__device").first())
         if n is None:
-            return field_error("id", "not_found", "no notification with this id for this API client", 404,
+            return field_error("notification_id", "not_found", "no notification with this id for this API client", 404,
                                error_code="not_found")
         return Response(NotificationSerializer(n).data)
 
@@ -146,7 +146,7 @@ class NotificationCancelView(APIView):
         try:
             n = services.cancel_notification(notification_id, client=request.auth)
         except Notification.DoesNotExist:
-            return field_error("id", "not_found", "no notification with this id for this API client", 404,
+            return field_error("notification_id", "not_found", "no notification with this id for this API client", 404,
                                error_code="not_found")
         except services.NotCancellable as exc:
             return field_error("status", "not_cancellable", str(exc), 409, error_code="conflict")

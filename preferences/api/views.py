@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from notifications.api.errors import BODY, error_responses, field_error, response_headers
+from notifications.api.errors import BODY, NotFoundError, error_responses, field_error, response_headers
 from preferences import services
 from preferences.api.serializers import (
     DeviceSerializer,
@@ -43,8 +42,12 @@ def check_path_id(name: str, value: str, max_length: int = 255) -> None:
 
 
 def _recipient(user_id: str) -> Recipient:
+    """The recipient, or a 404 naming ``user_id``."""
     check_path_id("user_id", user_id)
-    return get_object_or_404(Recipient, pk=user_id)
+    recipient = Recipient.objects.filter(pk=user_id).first()
+    if recipient is None:
+        raise NotFoundError("user_id", f"no user with this id; create it with PUT /v1/users/{user_id}")
+    return recipient
 
 
 class PathIdView(APIView):
@@ -139,7 +142,5 @@ class DeviceView(PathIdView):
         recipient = _recipient(user_id)
         check_path_id("push_token", push_token, 4096)
         if not services.remove_device(recipient, push_token):
-            return Response({"error": {"status": 404, "code": "not_found",
-                                       "message": "this user has no device with that push_token"}},
-                            status=status.HTTP_404_NOT_FOUND)
+            raise NotFoundError("push_token", "this user has no device with this push_token")
         return Response(status=status.HTTP_204_NO_CONTENT)
