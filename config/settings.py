@@ -140,6 +140,7 @@ SPECTACULAR_SETTINGS = {
         "ChannelEnum": "preferences.models.Channel.choices",
         "PriorityEnum": "notifications.models.Priority.choices",
         "NotificationStatusEnum": "notifications.models.Status.choices",
+        "CampaignStatusEnum": "campaigns.models.CampaignStatus.choices",
     },
 }
 

@@ -317,3 +317,17 @@ class NotificationSerializer(serializers.ModelSerializer):
         if obj.data:
             content["data"] = obj.data
         return content
+
+
+class NotificationSummarySerializer(NotificationSerializer):
+    """A notification in a list: status, reason and content (null when sensitive), no timeline
+    (``GET /v1/notifications/{id}`` has it)."""
+
+    campaign_id = serializers.UUIDField(allow_null=True, read_only=True,
+                                        help_text="The campaign that sent it; null for a single send.")
+
+    class Meta(NotificationSerializer.Meta):
+        fields = ["id", "user_id", "campaign_id", "channel", "priority", "category", "status", "reason",
+                  "reason_detail", "sensitive", "content", "scheduled_at", "attempts", "provider", "created_at",
+                  "sent_at", "delivered_at"]
+        read_only_fields = fields

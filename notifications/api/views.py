@@ -8,14 +8,18 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from notifications import services
-from notifications.api.errors import error_responses, field_error, response_headers
+from notifications.api.errors import BODY, error_responses, field_error, response_headers
+from notifications.api.pagination import Ordering, page, page_parameters, page_serializer, read_query
 from notifications.api.serializers import (
     AcceptedSerializer,
     CancelledSerializer,
     NotificationSerializer,
+    NotificationSummarySerializer,
     SendRequestSerializer,
 )
-from notifications.models import Notification, Priority
+from notifications.models import Notification, Priority, Status
+from preferences.api.views import PathIdView, recipient_or_404
+from preferences.models import Channel
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 MAX_KEY_LENGTH = 255
@@ -91,7 +95,7 @@ class NotificationListView(APIView):
         ],
         responses={202: OpenApiResponse(AcceptedSerializer, description="Accepted (or replayed: see "
                                                                         "`Idempotent-Replayed`)."),
-                   **error_responses(400, 403, 422)},
+                   **error_responses(*BODY, 403, 422)},
     )
     def post(self, request):
         key, problem = idempotency_key_problem(request)
@@ -151,3 +155,31 @@ class NotificationCancelView(APIView):
         except services.NotCancellable as exc:
             return field_error("status", "not_cancellable", str(exc), 409, error_code="conflict")
         return Response({"id": str(n.pk), "status": n.status})
+
+
+_NEWEST_FIRST = Ordering(("created_at", "id"), descending=True)
+_USER_NOTIFICATION_FILTERS = {"status": Status.values, "channel": Channel.values, "category": None}
+
+
+class UserNotificationsView(PathIdView):
+    """What was sent to one user: every notification to them (single sends of every API client and
+    campaign sends), newest first."""
+
+    @extend_schema(
+        operation_id="v1_users_notifications_list",
+        summary="A user's notifications, newest first (keyset pagination)",
+        parameters=[*page_parameters(status=(Status.values, "Only notifications in this status."),
+                                     channel=(Channel.values, "Only this channel."),
+                                     category=(None, "Only this category.")), *response_headers()],
+        responses={200: page_serializer("NotificationPage", NotificationSummarySerializer()),
+                   **error_responses(404, 422, _404="Unknown user_id.",
+                                     _422="A bad query parameter or path id; `field` names it.")})
+    def get(self, request, user_id: str):
+        recipient = recipient_or_404(user_id)
+        query = read_query(request.query_params, _USER_NOTIFICATION_FILTERS)
+        qs = Notification.objects.filter(recipient=recipient)
+        for name in _USER_NOTIFICATION_FILTERS:
+            if name in query:
+                qs = qs.filter(**{name: query[name]})
+        rows, next_cursor = page(qs, _NEWEST_FIRST, limit=query["limit"], cursor=query["cursor"])
+        return Response({"items": NotificationSummarySerializer(rows, many=True).data, "next_cursor": next_cursor})
