@@ -193,3 +193,32 @@ def test_every_field_error_message_starts_with_its_field(http, alice):
     r = send(http, {"user_id": "nobody", "channel": "sms", "content": {"body": "x"}})
     assert r.status_code == 422
     assert error(r)["message"].startswith("user_id: ")
+
+
+# --- found by the generated-body tests (tests/test_api_generated.py) ------------------------------
+
+@pytest.mark.parametrize(("path", "body", "field"), [
+    ("/v1/notifications", {"\ud800": 1}, "\\ud800"),
+    ("/v1/users/alice/preferences", {"category_opt_outs": {"\ud800": ["sms"]}}, "category_opt_outs.\\ud800"),
+    ("/v1/users/alice", {"attributes": {"first_name": "a\udfffb"}}, "attributes.first_name"),
+    ("/v1/notifications", {"user_id": "alice", "channel": "push", "content": {"body": "x", "data": {"\ud800": "v"}}},
+     "content.data.\\ud800"),
+])
+def test_lone_surrogates_are_400_naming_the_field_not_500(http, alice, path, body, field):
+    method = http.post if path == "/v1/notifications" else http.put
+    r = method(path, data=json.dumps(body), content_type="application/json", headers={"Idempotency-Key": "s"})
+    assert r.status_code == 400
+    assert error(r)["code"] == "parse_error"
+    assert fields(r) == {(field, "unstorable_character")}
+    assert error(r)["message"].startswith(f"{field}: a lone UTF-16 surrogate")
+    assert Notification.objects.count() == 0
+    assert not Preferences.objects.exists()
+    assert Recipient.objects.get(pk="alice").attributes == {}
+
+
+@pytest.mark.parametrize(("name", "field"), [("", '""'), ("non_field_errors", '"non_field_errors"')])
+def test_unknown_empty_or_drf_reserved_key_is_still_named(http, alice, name, field):
+    r = send(http, {"user_id": "alice", "channel": "sms", "content": {"body": "x"}, name: 1})
+    assert r.status_code == 422
+    assert fields(r) == {(field, "unknown_field")}
+    assert Notification.objects.count() == 0

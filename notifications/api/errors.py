@@ -162,6 +162,10 @@ def exception_handler(exc, context):
     response = drf_exception_handler(exc, context)
     if response is None:
         return None
+    if isinstance(exc, exceptions.ParseError) and getattr(exc, "field", None):  # notifications.api.parsers
+        response.data = _body(400, "parse_error", str(exc.detail),
+                              [{"field": exc.field, "code": "unstorable_character", "message": exc.rule}])
+        return response
     if isinstance(exc, NotFoundError):
         response.data = _body(404, "not_found", f"{exc.field}: {exc.detail}",
                               [{"field": exc.field, "code": "not_found", "message": str(exc.detail)}])

@@ -20,6 +20,7 @@ from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
+from rest_framework.settings import api_settings
 
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Priority
 from notifications.quiet_hours_policy import priority_category_problem
@@ -93,8 +94,11 @@ class RejectUnknownFields:
         if isinstance(data, dict):
             unknown = sorted(set(data) - set(self.fields))
             if unknown:
-                raise serializers.ValidationError({key: [serializers.ErrorDetail(
-                    "unknown field", code="unknown_field")] for key in unknown})
+                # An empty key, or one spelled like DRF's own "non_field_errors", is quoted so that the
+                # error still names it (found by tests/test_api_generated.py: the field came out null).
+                raise serializers.ValidationError({
+                    json.dumps(key) if key in ("", api_settings.NON_FIELD_ERRORS_KEY) else key:
+                    [serializers.ErrorDetail("unknown field", code="unknown_field")] for key in unknown})
             errors: dict[str, serializers.ErrorDetail] = {}
             for name, value in data.items():
                 field = self.fields[name]
