@@ -222,3 +222,12 @@ def test_unknown_empty_or_drf_reserved_key_is_still_named(http, alice, name, fie
     assert r.status_code == 422
     assert fields(r) == {(field, "unknown_field")}
     assert Notification.objects.count() == 0
+
+
+def test_wrong_content_type_is_415_naming_the_header(http, alice):
+    r = http.post("/v1/notifications", data="user_id=alice", content_type="application/x-www-form-urlencoded",
+                  headers={"Idempotency-Key": "ct"})
+    assert r.status_code == 415
+    assert fields(r) == {("Content-Type", "unsupported_media_type")}
+    assert error(r)["message"] == "Content-Type: must be application/json, not application/x-www-form-urlencoded"
+    assert Notification.objects.count() == 0

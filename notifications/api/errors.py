@@ -166,6 +166,12 @@ def exception_handler(exc, context):
         response.data = _body(400, "parse_error", str(exc.detail),
                               [{"field": exc.field, "code": "unstorable_character", "message": exc.rule}])
         return response
+    if isinstance(exc, exceptions.UnsupportedMediaType):
+        got = getattr(context.get("request"), "content_type", "") or "none"
+        message = f"must be application/json, not {got[:100]}"
+        response.data = _body(415, "unsupported_media_type", f"Content-Type: {message}",
+                              [{"field": "Content-Type", "code": "unsupported_media_type", "message": message}])
+        return response
     if isinstance(exc, NotFoundError):
         response.data = _body(404, "not_found", f"{exc.field}: {exc.detail}",
                               [{"field": exc.field, "code": "not_found", "message": str(exc.detail)}])
