@@ -287,3 +287,24 @@ def test_erasure_is_visible_to_support_on_the_recipient_page(http, alice):
     page = c.get(reverse("admin:preferences_recipient_change", args=["alice"])).content.decode()
     assert "Personal-data erasures" in page
     assert "UTC by api client support-backend: 0 notification(s) emptied" in page
+
+
+def test_a_campaign_send_listed_for_a_user_can_be_opened(http, alice, segment):
+    """The list shows campaign sends too; their timeline opens for clients that may read the campaign."""
+    made = campaign_services.create_campaign(client=None, idempotency_key=None, name="admin-made", segment=segment,
+                                             channel="sms", body="Sale").campaign
+    row = Notification.objects.create(id=uuid.uuid4(), recipient=alice, channel="sms", body="", campaign_id=made.pk,
+                                      status="suppressed", reason="opted_out_channel")
+    items = http.get("/v1/users/alice/notifications").json()["items"]
+    assert [(i["id"], i["campaign_id"]) for i in items] == [(str(row.pk), str(made.pk))]
+    r = http.get(f"/v1/notifications/{row.pk}")
+    assert r.status_code == 200
+    assert (r.json()["status"], r.json()["reason"]) == ("suppressed", "opted_out_channel")
+    # Another client's campaign: listed for the user (what we sent them), but not openable.
+    other, _ = APIClient.objects.create_key(name="other")
+    theirs = campaign_services.create_campaign(client=other, idempotency_key="k", name="theirs", segment=segment,
+                                               channel="sms", body="x").campaign
+    hidden = Notification.objects.create(id=uuid.uuid4(), recipient=alice, channel="sms", body="",
+                                         campaign_id=theirs.pk)
+    assert http.get(f"/v1/notifications/{hidden.pk}").status_code == 404
+    assert http.post(f"/v1/notifications/{row.pk}/cancel").status_code == 404  # cancel: own single sends only

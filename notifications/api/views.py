@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.db.models import Q
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
@@ -39,7 +40,8 @@ IDEMPOTENCY_PARAMETERS = [
                      description="Present when this answer replays the one given to an earlier request "
                                  "with the same Idempotency-Key and body."),
 ]
-_NOTIFICATION_404 = "No notification with this id for this API client."
+_NOTIFICATION_404 = ("No notification with this id that this API client may read (its own single sends, and "
+                     "the sends of its own campaigns and of those made in the admin).")
 
 
 # --- the idempotent-accept protocol, shared by POST /v1/notifications and POST /v1/campaigns -----
@@ -128,14 +130,24 @@ def _own(request, notification_id):
     return Notification.objects.filter(pk=notification_id, client=request.auth)
 
 
+def _readable(request, notification_id):
+    """A client reads its own single sends and the sends of campaigns it may read (its own and those
+    made in the admin), so a row found in ``GET /v1/users/{id}/notifications`` can be opened."""
+    from campaigns.models import Campaign
+
+    campaigns = Campaign.objects.filter(Q(client=request.auth) | Q(client__isnull=True)).values("id")
+    return Notification.objects.filter(Q(client=request.auth) | Q(campaign_id__in=campaigns), pk=notification_id)
+
+
 class NotificationDetailView(APIView):
     @extend_schema(summary="A notification's status, reason and timeline", parameters=response_headers(),
                    responses={200: NotificationSerializer, **error_responses(404, _404=_NOTIFICATION_404)})
     def get(self, request, notification_id):
-        n = (_own(request, notification_id).select_related("recipient")
+        n = (_readable(request, notification_id).select_related("recipient")
              .prefetch_related("events", "attempts_log__device").first())
         if n is None:
-            return field_error("notification_id", "not_found", "no notification with this id for this API client", 404,
+            return field_error("notification_id", "not_found",
+                               "no notification with this id that this API client may read", 404,
                                error_code="not_found")
         return Response(NotificationSerializer(n).data)
 
@@ -144,7 +156,7 @@ class NotificationCancelView(APIView):
     @extend_schema(summary="Cancel a notification no worker has claimed yet", request=None,
                    parameters=response_headers(),
                    responses={200: CancelledSerializer,
-                              **error_responses(404, 409, _404=_NOTIFICATION_404,
+                              **error_responses(404, 409, _404="No single send with this id by this API client.",
                                                 _409="A worker has claimed it already, or it is final.")})
     def post(self, request, notification_id):
         try:
