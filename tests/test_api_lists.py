@@ -11,6 +11,8 @@ import pytest
 from django.contrib.auth.models import Group, Permission, User
 from django.test import Client
 from django.urls import reverse
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from campaigns import roles
 from campaigns import services as campaign_services
@@ -308,3 +310,34 @@ def test_a_campaign_send_listed_for_a_user_can_be_opened(http, alice, segment):
                                          campaign_id=theirs.pk)
     assert http.get(f"/v1/notifications/{hidden.pk}").status_code == 404
     assert http.post(f"/v1/notifications/{row.pk}/cancel").status_code == 404  # cancel: own single sends only
+
+
+_users = iter(range(10**9))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(stamps=st.lists(st.integers(0, 4), max_size=25), statuses=st.lists(st.sampled_from(["queued", "sent"]),
+                                                                             min_size=25, max_size=25),
+       limit=st.integers(1, 7), status=st.sampled_from([None, "queued", "sent"]))
+def test_keyset_pages_return_every_row_once_in_order(http, stamps, statuses, limit, status):
+    """Generated histories with many equal creation instants (ties broken by id), any page size and
+    filter: walking the pages yields exactly the matching rows, each once, newest first."""
+    uid = f"walker-{next(_users)}"
+    recipient = Recipient.objects.create(user_id=uid)
+    base = clock.now()
+    rows = Notification.objects.bulk_create([
+        Notification(id=uuid.uuid4(), recipient=recipient, channel="sms", body="x", status=statuses[i])
+        for i in range(len(stamps))])
+    for row, stamp in zip(rows, stamps, strict=True):
+        Notification.objects.filter(pk=row.pk).update(created_at=base - timedelta(seconds=stamp))
+    items, cursor = [], None
+    for _ in range(30):
+        query = {"limit": limit, **({"cursor": cursor} if cursor else {}), **({"status": status} if status else {})}
+        body = http.get(f"/v1/users/{uid}/notifications", query).json()
+        items += body["items"]
+        cursor = body["next_cursor"]
+        if cursor is None:
+            break
+    expected = sorted(((base - timedelta(seconds=stamp)), str(row.pk)) for row, stamp, row_status in
+                      zip(rows, stamps, statuses, strict=False) if status in (None, row_status))
+    assert [i["id"] for i in items] == [pk for _, pk in reversed(expected)]
