@@ -29,6 +29,7 @@ from notifications.api.serializers import (
     MAX_TTL_SECONDS,
     channel_content_errors,
 )
+from notifications.quiet_hours_policy import priority_category_problem
 from preferences.models import Channel
 
 MAX_UPLOAD_IDS = 100_000
@@ -195,7 +196,7 @@ class CampaignForm(forms.ModelForm):
         model = Campaign
         fields = ["name", *DEFINITION_FIELDS]
         help_texts = {
-            "priority": "High skips quiet hours and uses the OTP queues: only users with the permission "
+            "priority": "High uses the OTP queues (never with category marketing): only users with the permission "
                         "campaigns.send_high_priority (superusers; not the marketing group) may choose it.",
             "category": "Matched against recipients' category opt-outs.",
             "template": "Either a template (rendered per recipient at send time)…",
@@ -259,7 +260,14 @@ class CampaignForm(forms.ModelForm):
         cleaned = super().clean()
         self._clean_content(cleaned)
         self._clean_schedule(cleaned)
+        self._clean_priority(cleaned)
         return cleaned
+
+    def _clean_priority(self, cleaned: dict) -> None:
+        """Marketing is never high priority; high only with a category that may bypass quiet hours."""
+        problem = priority_category_problem(cleaned.get("priority") or "", cleaned.get("category") or "")
+        if problem and "priority" not in self.errors:
+            self.add_error("priority", problem[1])
 
     def _clean_content(self, cleaned: dict) -> None:
         channel, template = cleaned.get("channel"), cleaned.get("template")

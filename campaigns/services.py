@@ -86,6 +86,14 @@ def change_members(segment: Segment, *, add: list[str], remove: list[str]) -> di
     return {"added": len(add) - before, "removed": removed, "created_recipients": len(new)}
 
 
+def remove_from_every_segment(recipient_id: str) -> int:
+    """Personal-data erasure, this layer's part: the recipient leaves every segment. Returns how many
+    memberships were removed. (Campaigns already fanning out keep the rows they created; those are
+    cancelled or stripped of content by :func:`notifications.services.erase_notification_content`.)"""
+    removed, _ = SegmentMember.objects.filter(recipient_id=recipient_id).delete()
+    return removed
+
+
 # --- templates -----------------------------------------------------------------------------------
 
 def upsert_template(template_id: str, *, name: str, default_locale: str, variants: list[dict]) -> Template:

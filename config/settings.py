@@ -140,6 +140,7 @@ SPECTACULAR_SETTINGS = {
         "ChannelEnum": "preferences.models.Channel.choices",
         "PriorityEnum": "notifications.models.Priority.choices",
         "NotificationStatusEnum": "notifications.models.Status.choices",
+        "CampaignStatusEnum": "campaigns.models.CampaignStatus.choices",
     },
 }
 
@@ -263,6 +264,10 @@ PROVIDER_LIMITS = {
     "sendgrid": {"RATE_PER_S": 10000.0 if _rate_override is None else _rate_override},
     "smtp": {"RATE_PER_S": 100.0 if _rate_override is None else _rate_override},
 }
+
+# Categories sent during a recipient's quiet hours whatever their priority; `priority: high` is only
+# accepted with one of them (or with no category). Marketing may never be one (system check).
+QUIET_HOURS_BYPASS_CATEGORIES = tuple(env.list("QUIET_HOURS_BYPASS_CATEGORIES", default=["security", "transactional"]))
 
 # --- Campaigns ----------------------------------------------------------------------------------
 CAMPAIGNS = {

@@ -1,6 +1,7 @@
 """URL map: the REST API under /v1, the admin, the OpenAPI schema and its interactive docs."""
 
 from django.contrib import admin
+from django.core.exceptions import RequestDataTooBig
 from django.urls import path
 from django.views import defaults
 from django.views.generic import RedirectView
@@ -26,10 +27,14 @@ urlpatterns = [
     path("v1/notifications/<uuid:notification_id>/cancel", notification_views.NotificationCancelView.as_view(),
          name="notification-cancel"),
     path("v1/users/<str:user_id>", preference_views.RecipientView.as_view(), name="user"),
+    path("v1/users/<str:user_id>/notifications", notification_views.UserNotificationsView.as_view(),
+         name="user-notifications"),
     path("v1/users/<str:user_id>/preferences", preference_views.PreferencesView.as_view(), name="user-preferences"),
     path("v1/users/<str:user_id>/devices", preference_views.DevicesView.as_view(), name="user-devices"),
     path("v1/users/<str:user_id>/devices/<path:push_token>", preference_views.DeviceView.as_view(),
          name="user-device"),
+    path("v1/segments", campaign_views.SegmentListView.as_view(), name="segments"),
+    path("v1/templates", campaign_views.TemplateListView.as_view(), name="templates"),
     path("v1/segments/<str:segment_id>", campaign_views.SegmentView.as_view(), name="segment"),
     path("v1/segments/<str:segment_id>/members", campaign_views.SegmentMembersView.as_view(), name="segment-members"),
     path("v1/templates/<str:template_id>", campaign_views.TemplateView.as_view(), name="template"),
@@ -57,6 +62,10 @@ def _json_or_html(status_code: int, code: str, message: str, html_view):
 
     def view(request, exception=None, **kwargs):
         if request.path.startswith(("/v1/", "/webhooks/", "/api/")):
+            if isinstance(exception, RequestDataTooBig):  # outside DRF's views (webhooks)
+                from notifications.api.errors import json_error_view, too_large_message
+
+                return json_error_view(413, "payload_too_large", too_large_message())(request, exception)
             return json_view(request, exception)
         return html_view(request, exception, **kwargs) if exception is not None else html_view(request, **kwargs)
 

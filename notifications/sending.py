@@ -28,6 +28,7 @@ from notifications import clock, markers, metrics
 from notifications.bulk import array_literal
 from notifications.enqueue import enqueue_on_commit
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
+from notifications.quiet_hours_policy import bypasses_quiet_hours
 from preferences.models import Device, Preferences, SmsStop
 from preferences.quiet_hours import window_end
 from providers import isolation
@@ -176,7 +177,7 @@ def prepare(n: Notification, already_sent: set[str], content: _CampaignContent,
     if reason:
         _finish(n, Status.SUPPRESSED, reason, kind="suppressed", detail=_suppression_detail(n, reason))
         return None
-    if n.priority == "standard":
+    if not bypasses_quiet_hours(n.priority, n.category):
         until = quiet_hours_end(n, now)
         if until:
             # A deferral is not a delivery attempt: give back the attempt the claim counted.

@@ -19,6 +19,7 @@ from notifications.enqueue import enqueue_on_commit
 from notifications.models import (
     NOTIFICATION_ID_NAMESPACE,
     APIClient,
+    DeliveryAttempt,
     DeliveryEvent,
     Notification,
     Reason,
@@ -184,3 +185,42 @@ def replay_dead_letters(notification_ids, *, by: str) -> int:
                           detail=f"dead letter replayed by {by} at {now.isoformat()}") for i in ids])
         enqueue_on_commit(rows)
     return len(rows)
+
+
+ERASED = "[erased]"
+
+
+def erase_notification_content(recipient_id: str, contacts: list[str], *, by: str) -> dict[str, int]:
+    """Personal-data erasure, this layer's part (inside the erasure's transaction): cancel the
+    recipient's notifications no worker has claimed (``cancelled_by_client``, with a timeline event
+    saying why), remove every notification's content (title, body, html, data), and replace the
+    recipient's ``contacts`` wherever a provider echoed them into a reason, attempt error or event
+    detail. Rows, statuses and timelines stay, so counts by status, channel and reason survive.
+
+    Returns ``{"notifications_erased": rows whose content was removed, "notifications_cancelled": n}``.
+    """
+    from django.db.models import Q, Value
+    from django.db.models.functions import Replace
+
+    now = clock.now()
+    mine = Notification.objects.filter(recipient_id=recipient_id)
+    pending = list(mine.filter(status__in=[Status.SCHEDULED, Status.QUEUED]).values_list("pk", flat=True))
+    if pending:
+        Notification.objects.filter(pk__in=pending, status__in=[Status.SCHEDULED, Status.QUEUED]).update(
+            status=Status.CANCELLED, reason=Reason.CANCELLED_BY_CLIENT, due_at=None, lease_until=None,
+            updated_at=now)
+        DeliveryEvent.objects.bulk_create([
+            DeliveryEvent(notification_id=pk, kind="cancelled", status=Status.CANCELLED,
+                          reason=Reason.CANCELLED_BY_CLIENT, detail=f"recipient's personal data erased by {by}"[:500])
+            for pk in pending])
+    erased = mine.filter(~Q(title="") | ~Q(body="") | ~Q(html="") | Q(data__isnull=False)).update(
+        title="", body="", html="", data=None, updated_at=now)
+    for contact in contacts:
+        mine.filter(reason_detail__contains=contact).update(
+            reason_detail=Replace("reason_detail", Value(contact), Value(ERASED)))
+        DeliveryAttempt.objects.filter(notification__recipient_id=recipient_id,
+                                       error_message__contains=contact).update(
+            error_message=Replace("error_message", Value(contact), Value(ERASED)))
+        DeliveryEvent.objects.filter(notification__recipient_id=recipient_id, detail__contains=contact).update(
+            detail=Replace("detail", Value(contact), Value(ERASED)))
+    return {"notifications_erased": erased, "notifications_cancelled": len(pending)}

@@ -12,11 +12,11 @@ from django import forms
 from django.contrib import admin
 from django.db.models import Q
 from django.urls import reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from notifications.admin import RecipientNotificationInline, phone_search_term
 from preferences.api.serializers import PreferencesSerializer
-from preferences.models import Device, Preferences, Recipient
+from preferences.models import Device, Erasure, Preferences, Recipient
 
 
 def _messages(detail) -> list[str]:
@@ -91,13 +91,31 @@ class DeviceInline(admin.TabularInline):
     readonly_fields = ["deactivated_at", "registered_at"]
 
 
+@admin.register(Erasure)
+class ErasureAdmin(admin.ModelAdmin):
+    list_display = ["recipient", "erased_at", "requested_by", "notifications_erased", "notifications_cancelled",
+                    "devices_deleted", "segment_memberships_removed"]
+    search_fields = ["=recipient__user_id", "requested_by"]
+    date_hierarchy = "erased_at"
+    readonly_fields = [f.name for f in Erasure._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # the record of an erasure is kept
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
 @admin.register(Recipient)
 class RecipientAdmin(admin.ModelAdmin):
     list_display = ["user_id", "email", "phone", "timezone", "locale", "email_invalid_reason",
                     "phone_invalid_reason", "created_at"]
     search_fields = ["=user_id", "=phone", "email"]
     search_help_text = "Exact user id, or phone in international format (+49 151 1234 5678); email (contains)."
-    readonly_fields = ["created_at", "updated_at", "email_invalid_at", "phone_invalid_at"]
+    readonly_fields = ["created_at", "updated_at", "email_invalid_at", "phone_invalid_at", "erasure_history"]
     inlines = [PreferencesInline, DeviceInline, RecipientNotificationInline]
     show_full_result_count = False
 
@@ -131,6 +149,19 @@ class RecipientAdmin(admin.ModelAdmin):
         if change and not self._may_change_contacts(request):
             return  # only the inlines (preferences) can have changed: leave the recipient row alone
         super().save_model(request, obj, form, change)
+
+    @admin.display(description="Personal-data erasures")
+    def erasure_history(self, obj):
+        """Who erased this recipient's personal data and when (DELETE /v1/users/{id}), shown to whoever may
+        view the recipient (support), so "why is this user empty?" has its answer on the page."""
+        erasures = list(obj.erasures.order_by("-erased_at")[:20]) if obj is not None and obj.pk else []
+        if not erasures:
+            return "none"
+        return format_html_join(
+            "", "<div>{} UTC by {}: {} notification(s) emptied, {} cancelled, {} device(s), "
+                "{} segment membership(s)</div>",
+            ((f"{e.erased_at:%Y-%m-%d %H:%M:%S}", e.requested_by, e.notifications_erased, e.notifications_cancelled,
+              e.devices_deleted, e.segment_memberships_removed) for e in erasures))
 
     @admin.display(description="All notifications")
     def notifications_link(self, obj):

@@ -92,7 +92,7 @@ class Preferences(models.Model):
     ``opt_outs``: list of channels (``["sms"]``). ``category_opt_outs``: ``{category: [channel…]}``.
     Quiet hours: local wall-clock ``quiet_start`` (inclusive) to ``quiet_end`` (exclusive) in
     ``quiet_timezone`` (IANA; falls back to the recipient's zone, then UTC). A window may cross
-    midnight (start > end). Quiet hours defer ``standard`` sends only; ``high`` ignores them.
+    midnight (start > end). Which sends they defer: :mod:`notifications.quiet_hours_policy`.
     """
 
     recipient = models.OneToOneField(Recipient, on_delete=models.CASCADE, primary_key=True,
@@ -109,3 +109,28 @@ class Preferences(models.Model):
 
     def __str__(self) -> str:
         return f"preferences of {self.recipient_id}"
+
+
+class Erasure(models.Model):
+    """A recipient's personal data erased on request (GDPR art. 17; ``DELETE /v1/users/{user_id}``).
+
+    The record keeps who asked and when, and anonymised counts of what was erased; none of the
+    erased data. The recipient row stays, bare (no contacts, devices, attributes or preferences),
+    so the notifications keep their status history for counts with their content removed.
+    """
+
+    recipient = models.ForeignKey(Recipient, on_delete=models.PROTECT, related_name="erasures", db_index=False)
+    requested_by = models.CharField(max_length=200, help_text='Who asked: "api client <name>" or "admin <user>".')
+    erased_at = models.DateTimeField(auto_now_add=True)
+    notifications_erased = models.PositiveIntegerField(default=0, help_text="Notifications whose content was removed.")
+    notifications_cancelled = models.PositiveIntegerField(default=0, help_text="Pending notifications cancelled.")
+    devices_deleted = models.PositiveIntegerField(default=0)
+    segment_memberships_removed = models.PositiveIntegerField(default=0)
+    preferences_deleted = models.BooleanField(default=False)
+    contacts_erased = models.BooleanField(default=False, help_text="Contacts, zone, locale or attributes were held.")
+
+    class Meta:
+        indexes = [models.Index(fields=["recipient", "-erased_at"], name="erasure_recipient_idx")]
+
+    def __str__(self) -> str:
+        return f"erasure of {self.recipient_id} at {self.erased_at:%Y-%m-%d %H:%M:%S} UTC"

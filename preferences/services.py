@@ -96,3 +96,26 @@ def remove_device(recipient: Recipient, push_token: str) -> bool:
     """Delete the recipient's device with this token. Returns False if it had no such device."""
     deleted, _ = Device.objects.filter(recipient=recipient, push_token=push_token).delete()
     return bool(deleted)
+
+
+def erase_personal_data(recipient: Recipient) -> dict:
+    """Remove what this layer holds about ``recipient`` (call inside the erasure's transaction, with the
+    recipient row locked): contacts and their invalid marks, zone, locale, attributes, devices,
+    preferences. The row stays, bare. SMS STOPs (keyed by phone) are kept: they are the suppression
+    list that keeps the number from being texted again.
+
+    Returns ``{"contacts_erased": bool, "devices_deleted": n, "preferences_deleted": bool,
+    "contacts": [the email/phone it held]}`` (the contacts, to scrub them from delivery logs).
+    """
+    contacts = [c for c in (recipient.email, recipient.phone) if c]
+    held = bool(contacts or recipient.timezone or recipient.locale or recipient.attributes
+                or recipient.email_invalid_reason or recipient.phone_invalid_reason)
+    recipient.email = recipient.phone = recipient.timezone = recipient.locale = ""
+    recipient.email_invalid_reason = recipient.phone_invalid_reason = ""
+    recipient.email_invalid_at = recipient.phone_invalid_at = None
+    recipient.attributes = {}
+    recipient.save()
+    devices, _ = Device.objects.filter(recipient=recipient).delete()
+    prefs, _ = Preferences.objects.filter(recipient=recipient).delete()
+    return {"contacts_erased": held, "devices_deleted": devices, "preferences_deleted": bool(prefs),
+            "contacts": contacts}

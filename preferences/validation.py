@@ -15,6 +15,16 @@ from django.core.exceptions import ValidationError
 
 _ALLOWED_BARE_ZONES = {"UTC"}
 
+_NOT_A_NUMBER = "not a phone number: write it in international format, + and country code, e.g. +4915123456789"
+_PARSE_ERRORS = {
+    phonenumbers.NumberParseException.INVALID_COUNTRY_CODE:
+        "must start with + and a valid country code (international format, e.g. +4915123456789)",
+    phonenumbers.NumberParseException.NOT_A_NUMBER: _NOT_A_NUMBER,
+    phonenumbers.NumberParseException.TOO_SHORT_AFTER_IDD: "too short after the country code",
+    phonenumbers.NumberParseException.TOO_SHORT_NSN: "too short after the country code",
+    phonenumbers.NumberParseException.TOO_LONG: "too long: an E.164 number has at most 15 digits",
+}
+
 
 def normalize_phone(value: str) -> str:
     """Parse ``value`` (international format, leading ``+``) and return it in E.164.
@@ -25,10 +35,11 @@ def normalize_phone(value: str) -> str:
     try:
         parsed = phonenumbers.parse(value, None)
     except phonenumbers.NumberParseException as exc:
-        raise ValidationError(f"not a phone number in international format (+<country code>…): {exc}",
-                              code="invalid_phone") from None
+        # Our own words, never libphonenumber's ("(1) The string supplied did not seem to be…").
+        raise ValidationError(_PARSE_ERRORS.get(exc.error_type, _NOT_A_NUMBER), code="invalid_phone") from None
     if not phonenumbers.is_valid_number(parsed):
-        raise ValidationError("not a valid phone number for its country", code="invalid_phone")
+        raise ValidationError("not a valid phone number for its country (E.164, e.g. +4915123456789)",
+                              code="invalid_phone")
     return phonenumbers.format_number(parsed, phonenumbers.PhoneNumberFormat.E164)
 
 

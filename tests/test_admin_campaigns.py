@@ -242,6 +242,7 @@ def test_add_form_local_time_campaign(admin_client, segment):
     ({"scheduled_at_0": (TODAY + timedelta(days=400)).isoformat(), "scheduled_at_1": "09:00"}, "scheduled_at",
      "At most 366 days ahead"),
     ({"category": "Not Valid"}, "category", "Lower-case letters"),
+    ({"priority": "high"}, "priority", "marketing is never high priority"),
     ({"data": '{"n": 1}'}, "data", "values are strings"),
 ])
 def test_add_form_rejects_invalid_definitions(admin_client, segment, over, field, fragment):

@@ -4,10 +4,11 @@ them to the Django app in-process (WSGI) and checks every answer against the sam
 Checks: all that schemathesis has for OpenAPI (``not_a_server_error``, ``status_code_conformance``,
 ``content_type_conformance``, ``response_schema_conformance``, ``response_headers_conformance``,
 ``negative_data_rejection``, ``missing_required_header``, ``unsupported_method``, ``ignored_auth``,
-…) except those in ``EXCLUDED_CHECKS``, each with its reason, and one narrow tolerance
-(:func:`_coerced_type_only`). Phases: examples (the schema's own examples), coverage (boundary and
-negative values, unexpected methods and media types) and fuzzing, at most ``MAX_EXAMPLES`` generated
-cases per operation, derandomized with a fixed seed so a failure reproduces.
+…) except those in ``EXCLUDED_CHECKS``, each with its reason. JSON types are strict (a ``0`` for a
+string is a 422, not coerced), so a type-changed body must be refused like any other. Phases:
+examples (the schema's own examples), coverage (boundary and negative values, unexpected methods
+and media types) and fuzzing, at most ``MAX_EXAMPLES`` generated cases per operation, derandomized
+with a fixed seed so a failure reproduces.
 
 The database is real (``transactional_db``: requests commit, as in production). Objects are seeded
 through the API first (``alice`` with phone, email and a device; a segment with members; a template;
@@ -34,9 +35,6 @@ from django.test import Client  # noqa: E402
 from django.utils import timezone  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 from schemathesis.config import SchemathesisConfig  # noqa: E402
-from schemathesis.core.mutations import OperatorKind  # noqa: E402
-from schemathesis.generation.meta import CoveragePhaseData, CoverageScenario  # noqa: E402
-from schemathesis.specs.openapi.checks import negative_data_rejection  # noqa: E402
 
 from notifications.models import APIClient  # noqa: E402
 
@@ -161,30 +159,13 @@ def _negative(case, location: str) -> bool:
     return any(loc.value == location and info.mode.is_negative for loc, info in components.items())
 
 
-def _coerced_type_only(case) -> bool:
-    """Whether the only thing wrong with this negative case is a JSON type that DRF coerces.
-
-    DRF's fields convert scalars: a ``CharField`` takes ``0`` as ``"0"``, a ``BooleanField`` takes
-    ``0``/``1``/``"true"``. Refusing them would change what the API accepts today, so
-    negative_data_rejection is skipped for cases whose only mutation is a type change; every other
-    negative case (lengths, patterns, enums, required and unknown fields…) is checked.
-    """
-    data = case.meta.phase.data if case.meta is not None else None
-    if isinstance(data, CoveragePhaseData):
-        return data.scenario == CoverageScenario.INCORRECT_TYPE
-    mutations = getattr(data, "mutations", ())
-    return bool(mutations) and all(m.operator == OperatorKind.CHANGE_TYPE for m in mutations)
-
-
 @schema.parametrize()
 # The fixtures (database, seeded rows, API key) are set up once per operation, not per example: the
 # examples of one operation share them, which is what we want (state accumulates as in production).
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_api_contract(case, seeded, api_key):
     seeded.use_seeded_ids(case)
-    response = case.call_and_validate(
-        headers={"Authorization": f"Api-Key {api_key}"},
-        excluded_checks=[negative_data_rejection] if _coerced_type_only(case) else [])
+    response = case.call_and_validate(headers={"Authorization": f"Api-Key {api_key}"})
     if os.environ.get("CONTRACT_STATS"):
         phase = case.meta.phase.name.value if case.meta is not None else "-"
         with open(os.environ["CONTRACT_STATS"], "a") as f:

@@ -105,13 +105,14 @@ def test_overlong_idempotency_key_is_400(http, user):
         (sms(channel="email", content={"body": "x"}), {("content.title", "required")}),
         (sms(channel="push", content={"body": "x", "html": "<b>"}), {("content.html", "not_allowed_for_channel")}),
         (sms(channel="push", content={"body": "x", "data": {"k": "v" * 4100}}), {("content", "payload_too_large")}),
-        (sms(channel="push", content={"body": "x", "data": {"k": {"nested": 1}}}), {("content.data.k", "invalid")}),
+        (sms(channel="push", content={"body": "x", "data": {"k": {"nested": 1}}}),
+         {("content.data.k", "invalid_type")}),
         (sms(scheduled_at="2030-01-01T09:00:00"), {("scheduled_at", "naive_datetime")}),
         (sms(scheduled_at="tomorrow"), {("scheduled_at", "invalid")}),
         (sms(scheduled_at="2099-01-01T09:00:00Z"), {("scheduled_at", "too_far_ahead")}),
         (sms(scheduled_at="0001-01-01T00:00:00+05:00"), {("scheduled_at", "too_far_past")}),
         (sms(ttl_seconds=0), {("ttl_seconds", "min_value")}),
-        (sms(ttl_seconds="soon"), {("ttl_seconds", "invalid")}),
+        (sms(ttl_seconds="soon"), {("ttl_seconds", "invalid_type")}),
         (sms(category="Not A Slug"), {("category", "invalid_category")}),
         (sms(user_id="nobody"), {("user_id", "unknown_user")}),
     ],
@@ -124,15 +125,24 @@ def test_invalid_send_is_422_naming_field_and_rule(http, user, body, expected):
     assert_nothing_written()
 
 
-@pytest.mark.parametrize(("channel", "code"), [("sms", "missing_phone"), ("email", "missing_email"),
-                                               ("push", "missing_push_device")])
-def test_recipient_without_contact_for_channel_is_422(http, channel, code):
+@pytest.mark.parametrize("channel", ["sms", "email", "push"])
+def test_recipient_without_contact_for_channel_is_accepted_and_suppressed_at_send_time(http, channel):
+    """One rule at accept and send time (README "Errors"): a missing contact is not a request error; the
+    send is accepted and suppressed with the reason when it is due, as when the contact is removed later."""
     Recipient.objects.create(user_id="bare")
     content = {"body": "x", "title": "t"} if channel != "sms" else {"body": "x"}
     r = post(http, {"user_id": "bare", "channel": channel, "content": content})
-    assert r.status_code == 422
-    assert fields(r) == {("user_id", code)}
-    assert_nothing_written()
+    assert r.status_code == 202, r.content
+    n = Notification.objects.get()
+    assert (n.status, n.recipient_id) == ("queued", "bare")
+    from notifications.sending import _CampaignContent, prepare
+
+    Notification.objects.filter(pk=n.pk).update(status="sending", attempts=1)
+    n = Notification.objects.select_related("recipient").get(pk=n.pk)
+    assert prepare(n, set(), _CampaignContent(), stopped_phones=set()) is None
+    n.refresh_from_db()
+    reason = {"sms": "no_phone", "email": "no_email", "push": "no_active_device"}[channel]
+    assert (n.status, n.reason) == ("suppressed", reason)
 
 
 def test_malformed_json_is_400(http, user):

@@ -111,7 +111,8 @@ def test_invalid_campaign_is_422_and_not_written(http, segment, body, expected):
 
 
 def test_campaign_high_priority_needs_permission(http, segment):
-    r = call(http, "post", "/v1/campaigns", campaign(priority="high"), **{"Idempotency-Key": "c1"})
+    r = call(http, "post", "/v1/campaigns", campaign(priority="high", category="security"),
+             **{"Idempotency-Key": "c1"})
     assert r.status_code == 403
     assert fields(r) == {("priority", "not_permitted")}
     assert not Campaign.objects.exists()

@@ -230,16 +230,18 @@ def test_push_goes_to_every_device_and_unregistered_deactivates_only_that_one(ap
     assert Device.objects.filter(recipient_id=uid, active=True).count() == 2
 
 
-def test_push_to_only_dead_device_fails_and_next_push_is_rejected(api, emulator, uid):
+def test_push_to_only_dead_device_fails_and_next_push_is_suppressed(api, emulator, uid):
     user = make_user(api, uid, devices=1)
     emulator.add_fault(provider="fcm", to=user["tokens"][0], status=404, code="UNREGISTERED")
     nid = send(api, uid, "push")
     n = wait_status(nid)
     assert (n.status, n.reason) == ("failed", "contact_invalid")
     assert Device.objects.get(push_token=user["tokens"][0]).active is False
-    r = api.send({"user_id": uid, "channel": "push", "content": {"title": "t", "body": "b"}})
-    assert r.status_code == 422
-    assert r.json()["error"]["fields"][0]["code"] == "missing_push_device"
+    # A missing contact is not a request error (README "Errors"): accepted, then suppressed with the reason.
+    nid2 = send(api, uid, "push")
+    n2 = wait_status(nid2)
+    assert (n2.status, n2.reason) == ("suppressed", "no_active_device")
+    assert emulator.messages(notification_id=nid2) == []
 
 
 def test_twilio_21211_fails_permanently_without_retry(api, emulator, uid):

@@ -19,8 +19,20 @@ def test_schema_documents_the_api(schema):
         "/v1/users/{user_id}/devices/{push_token}",
         "/v1/segments/{segment_id}", "/v1/segments/{segment_id}/members", "/v1/templates/{template_id}",
         "/v1/campaigns", "/v1/campaigns/{campaign_id}", "/v1/campaigns/{campaign_id}/cancel",
+        "/v1/users/{user_id}/notifications", "/v1/segments", "/v1/templates",
     }
+    lists = {"/v1/users/{user_id}/notifications": {"status", "channel", "category"}, "/v1/segments": set(),
+             "/v1/segments/{segment_id}/members": set(), "/v1/templates": set(),
+             "/v1/campaigns": {"status", "channel", "segment_id"}}
+    for path, filters in lists.items():
+        get = schema["paths"][path]["get"]
+        assert {p["name"] for p in get["parameters"] if p["in"] == "query"} == {"limit", "cursor", *filters}, path
+        ref = get["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
+        assert set(schema["components"]["schemas"][ref]["properties"]) == {"items", "next_cursor"}
+        assert "422" in get["responses"]
+    erase = schema["paths"]["/v1/users/{user_id}"]["delete"]
+    assert set(erase["responses"]) == {"200", "401", "404", "422", "429"}
     send = schema["paths"]["/v1/notifications"]["post"]
     assert {p["name"] for p in send["parameters"]} == {"Idempotency-Key"}
-    assert set(send["responses"]) == {"202", "400", "401", "403", "422", "429"}
+    assert set(send["responses"]) == {"202", "400", "401", "403", "413", "415", "422", "429"}
     assert schema["components"]["securitySchemes"]["ApiKeyAuth"]["name"] == "Authorization"

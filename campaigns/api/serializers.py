@@ -18,6 +18,7 @@ from notifications.api.serializers import (
     WallTimeSecondsField,
     channel_content_errors,
     check_schedule_window,
+    priority_category_errors,
 )
 from notifications.models import Priority
 from preferences.models import Channel
@@ -129,6 +130,7 @@ class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
         if has_content == has_template:
             errors["content"] = serializers.ErrorDetail("give exactly one of content or template_id",
                                                         code="content_xor_template")
+        errors.update(priority_category_errors(attrs["priority"], attrs["category"]))
         if attrs.get("scheduled_at") and attrs.get("local_time"):
             errors["local_time"] = serializers.ErrorDetail("give at most one of scheduled_at or local_time",
                                                            code="schedule_conflict")
@@ -245,3 +247,38 @@ class CampaignSerializer(serializers.ModelSerializer):
         from campaigns.selectors import campaign_counts
 
         return campaign_counts(obj)
+
+
+class CampaignSummarySerializer(CampaignSerializer):
+    """A campaign in a list: its definition and status, without the counts (``GET /v1/campaigns/{id}``)."""
+
+    created_via = serializers.SerializerMethodField(help_text="`api` (this client's POST) or `admin` (marketing's "
+                                                              "admin pages).")
+
+    class Meta(CampaignSerializer.Meta):
+        fields = [f for f in CampaignSerializer.Meta.fields if f != "counts"] + ["created_via"]
+        read_only_fields = fields
+
+    def get_created_via(self, obj) -> str:
+        return "api" if obj.client_id else "admin"
+
+
+class SegmentMemberSerializer(serializers.Serializer):
+    user_id = serializers.CharField(source="recipient_id")
+    added_at = serializers.DateTimeField()
+
+
+class TemplateVariantOutSerializer(serializers.Serializer):
+    locale = serializers.CharField()
+    title = serializers.CharField(allow_blank=True)
+    body = serializers.CharField()
+    html = serializers.CharField(allow_blank=True)
+
+
+class TemplateOutSerializer(serializers.Serializer):
+    """A template as read: ``{template_id, name, default_locale, variants: [{locale, title, body, html}]}``."""
+
+    template_id = serializers.CharField()
+    name = serializers.CharField()
+    default_locale = serializers.CharField()
+    variants = TemplateVariantOutSerializer(many=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from django.shortcuts import get_object_or_404
+from django.db.models import Count, Q
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
@@ -14,13 +14,17 @@ from campaigns import services
 from campaigns.api.serializers import (
     CampaignRequestSerializer,
     CampaignSerializer,
+    CampaignSummarySerializer,
     MembersResultSerializer,
     MembersSerializer,
+    SegmentMemberSerializer,
     SegmentSerializer,
+    TemplateOutSerializer,
     TemplateSerializer,
 )
-from campaigns.models import Campaign, MissedPolicy, Segment, Template
-from notifications.api.errors import BODY, error_responses, field_error, response_headers
+from campaigns.models import Campaign, CampaignStatus, MissedPolicy, Segment, SegmentMember, Template
+from notifications.api.errors import BODY, NotFoundError, error_responses, field_error, response_headers
+from notifications.api.pagination import Ordering, page, page_parameters, page_serializer, read_query
 from notifications.api.serializers import AcceptedSerializer
 from notifications.api.views import (
     IDEMPOTENCY_PARAMETERS,
@@ -30,6 +34,7 @@ from notifications.api.views import (
     key_reused,
 )
 from notifications.services import request_fingerprint
+from preferences.models import Channel
 
 _SLUG = re.compile(r"^[-a-zA-Z0-9_]{1,64}$")
 _SLUG_SCHEMA = {"type": "string", "pattern": _SLUG.pattern}
@@ -40,7 +45,23 @@ _TEMPLATE_ID = OpenApiParameter("template_id", _SLUG_SCHEMA, OpenApiParameter.PA
                                 description="Letters, digits, '-' and '_'; at most 64.",
                                 examples=[OpenApiExample("template", value="welcome")])
 _SLUG_422 = "Validation failed (including a path id that is not 1–64 letters, digits, '-' or '_')."
-_CAMPAIGN_404 = "No campaign with this id for this API client."
+_CAMPAIGN_404 = "No campaign with this id that this API client may read (its own, or one made in the admin)."
+_LIST_422 = "A bad query parameter; `field` names it."
+_BY_ID = Ordering(("pk",))
+
+
+def _segment(segment_id: str) -> Segment:
+    segment = Segment.objects.filter(pk=segment_id).first()
+    if segment is None:
+        raise NotFoundError("segment_id", f"no segment with this id; create it with PUT /v1/segments/{segment_id}")
+    return segment
+
+
+def _template(template_id: str) -> Template:
+    template = Template.objects.filter(pk=template_id).first()
+    if template is None:
+        raise NotFoundError("template_id", f"no template with this id; create it with PUT /v1/templates/{template_id}")
+    return template
 
 
 def _segment_payload(segment: Segment) -> dict:
@@ -68,17 +89,45 @@ class SegmentView(APIView):
                    responses={200: SegmentSerializer, **error_responses(404)},
                    summary="A segment and its member count")
     def get(self, request, segment_id: str):
-        return Response(_segment_payload(get_object_or_404(Segment, pk=segment_id)))
+        return Response(_segment_payload(_segment(segment_id)))
+
+
+class SegmentListView(APIView):
+    @extend_schema(parameters=[*page_parameters(), *response_headers()],
+                   responses={200: page_serializer("SegmentPage", SegmentSerializer()),
+                              **error_responses(422, _422=_LIST_422)},
+                   operation_id="v1_segments_list",
+                   summary="Segments by segment_id, with member counts (keyset pagination)")
+    def get(self, request):
+        query = read_query(request.query_params, {})
+        rows, next_cursor = page(Segment.objects.all(), _BY_ID, limit=query["limit"], cursor=query["cursor"])
+        counts = dict(SegmentMember.objects.filter(segment_id__in=[r.pk for r in rows]).values("segment_id")
+                      .annotate(n=Count("id")).order_by().values_list("segment_id", "n"))
+        items = [{"segment_id": r.segment_id, "name": r.name, "description": r.description,
+                  "member_count": counts.get(r.segment_id, 0)} for r in rows]
+        return Response({"items": items, "next_cursor": next_cursor})
 
 
 class SegmentMembersView(APIView):
+    @extend_schema(parameters=[_SEGMENT_ID, *page_parameters(), *response_headers()],
+                   responses={200: page_serializer("SegmentMemberPage", SegmentMemberSerializer()),
+                              **error_responses(404, 422, _422=_LIST_422)},
+                   operation_id="v1_segments_members_list",
+                   summary="A segment's members by user_id (keyset pagination)")
+    def get(self, request, segment_id: str):
+        segment = _segment(segment_id)
+        query = read_query(request.query_params, {})
+        rows, next_cursor = page(SegmentMember.objects.filter(segment=segment), Ordering(("recipient_id",)),
+                                 limit=query["limit"], cursor=query["cursor"])
+        return Response({"items": SegmentMemberSerializer(rows, many=True).data, "next_cursor": next_cursor})
+
     @extend_schema(request=MembersSerializer, parameters=[_SEGMENT_ID, *response_headers()],
                    examples=[OpenApiExample("Members", request_only=True,
                                             value={"add": ["alice", "bob"], "remove": ["carol"]})],
                    responses={200: MembersResultSerializer, **error_responses(*BODY, 404, 422)},
                    summary="Add and remove members (up to 10,000 ids a call)")
     def post(self, request, segment_id: str):
-        segment = get_object_or_404(Segment, pk=segment_id)
+        segment = _segment(segment_id)
         ser = MembersSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         result = services.change_members(segment, **ser.validated_data)
@@ -110,7 +159,7 @@ class TemplateView(APIView):
                    responses={200: TemplateSerializer, **error_responses(404)},
                    summary="A template and its variants")
     def get(self, request, template_id: str):
-        return Response(self._payload(get_object_or_404(Template, pk=template_id)))
+        return Response(self._payload(_template(template_id)))
 
     @staticmethod
     def _payload(template: Template) -> dict:
@@ -120,7 +169,41 @@ class TemplateView(APIView):
                              for v in template.variants.order_by("locale")]}
 
 
+class TemplateListView(APIView):
+    @extend_schema(parameters=[*page_parameters(), *response_headers()],
+                   responses={200: page_serializer("TemplatePage", TemplateOutSerializer()),
+                              **error_responses(422, _422=_LIST_422)},
+                   operation_id="v1_templates_list",
+                   summary="Templates by template_id, with their variants (keyset pagination)")
+    def get(self, request):
+        query = read_query(request.query_params, {})
+        rows, next_cursor = page(Template.objects.prefetch_related("variants"), _BY_ID, limit=query["limit"],
+                                 cursor=query["cursor"])
+        return Response({"items": [TemplateView._payload(t) for t in rows], "next_cursor": next_cursor})
+
+
+_CAMPAIGN_FILTERS = {"status": CampaignStatus.values, "channel": Channel.values, "segment_id": None}
+
+
 class CampaignListView(APIView):
+    @extend_schema(
+        operation_id="v1_campaigns_list",
+        summary="Campaigns this client may read (its own and those made in the admin), newest first",
+        parameters=[*page_parameters(status=(CampaignStatus.values, "Only campaigns in this status."),
+                                     channel=(Channel.values, "Only this channel."),
+                                     segment_id=(None, "Only campaigns to this segment.")), *response_headers()],
+        responses={200: page_serializer("CampaignPage", CampaignSummarySerializer()),
+                   **error_responses(422, _422=_LIST_422)})
+    def get(self, request):
+        query = read_query(request.query_params, _CAMPAIGN_FILTERS)
+        qs = _readable_campaigns(request)
+        for name in _CAMPAIGN_FILTERS:
+            if name in query:
+                qs = qs.filter(**{name: query[name]})
+        rows, next_cursor = page(qs, Ordering(("created_at", "id"), descending=True), limit=query["limit"],
+                                 cursor=query["cursor"])
+        return Response({"items": CampaignSummarySerializer(rows, many=True).data, "next_cursor": next_cursor})
+
     @extend_schema(
         summary="Send one message to every member of a segment, now, at an instant, or at a local time",
         request=CampaignRequestSerializer,
@@ -168,6 +251,11 @@ class CampaignListView(APIView):
                         result.replayed)
 
 
+def _readable_campaigns(request):
+    """What a client may read: its own campaigns and those created in the admin (no client)."""
+    return Campaign.objects.filter(Q(client=request.auth) | Q(client__isnull=True))
+
+
 def _own_campaign(request, campaign_id):
     return Campaign.objects.filter(pk=campaign_id, client=request.auth).first()
 
@@ -175,11 +263,12 @@ def _own_campaign(request, campaign_id):
 class CampaignDetailView(APIView):
     @extend_schema(parameters=response_headers(),
                    responses={200: CampaignSerializer, **error_responses(404, _404=_CAMPAIGN_404)},
-                   summary="Status and counts by status")
+                   summary="Status and counts by status (this client's campaigns and those made in the admin)")
     def get(self, request, campaign_id):
-        campaign = _own_campaign(request, campaign_id)
+        campaign = _readable_campaigns(request).filter(pk=campaign_id).first()
         if campaign is None:
-            return field_error("id", "not_found", "no campaign with this id for this API client", 404,
+            return field_error("campaign_id", "not_found", "no campaign with this id that this API client may read",
+                               404,
                                error_code="not_found")
         return Response(CampaignSerializer(campaign).data)
 
@@ -187,12 +276,13 @@ class CampaignDetailView(APIView):
 class CampaignCancelView(APIView):
     @extend_schema(request=None, parameters=response_headers(),
                    responses={200: CampaignSerializer,
-                              **error_responses(404, 409, _404=_CAMPAIGN_404,
+                              **error_responses(404, 409, _404="No campaign with this id for this API client "
+                                                                    "(only its own campaigns can be cancelled).",
                                                 _409="Already completed or cancelled.")},
                    summary="Stop fan-out and cancel every notification not yet claimed")
     def post(self, request, campaign_id):
         if _own_campaign(request, campaign_id) is None:
-            return field_error("id", "not_found", "no campaign with this id for this API client", 404,
+            return field_error("campaign_id", "not_found", "no campaign with this id for this API client", 404,
                                error_code="not_found")
         try:
             campaign, _ = services.cancel_campaign(campaign_id)

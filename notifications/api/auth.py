@@ -17,15 +17,25 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
     keyword = "Api-Key"
 
     def authenticate(self, request):
+        header = request._request.headers.get("Authorization", "")
+        scheme = header.split(" ", 1)[0] if header else ""
+        if header and scheme.lower() != self.keyword.lower():
+            shown = scheme[:20] if scheme.isprintable() else "?"
+            raise exceptions.AuthenticationFailed(
+                f"the scheme must be Api-Key: send `Authorization: Api-Key <key>` (got '{shown}')",
+                code="wrong_auth_scheme")
         key = KeyParser().get(request._request)
         if not key:
+            if header:
+                raise exceptions.AuthenticationFailed("no key after Api-Key: send `Authorization: Api-Key <key>`",
+                                                      code="invalid_api_key")
             return None
         try:
             client = APIClient.objects.get_from_key(key)
         except APIClient.DoesNotExist:
-            raise exceptions.AuthenticationFailed("Invalid API key.", code="invalid_api_key") from None
+            raise exceptions.AuthenticationFailed("unknown API key", code="invalid_api_key") from None
         if client.revoked or client.has_expired:
-            raise exceptions.AuthenticationFailed("API key revoked or expired.", code="revoked_api_key")
+            raise exceptions.AuthenticationFailed("this API key is revoked or expired", code="revoked_api_key")
         return (None, client)
 
     def authenticate_header(self, request) -> str:

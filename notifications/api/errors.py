@@ -12,6 +12,8 @@ or ours, e.g. ``naive_datetime``, ``missing_contact``).
 
 from __future__ import annotations
 
+from django.core.exceptions import RequestDataTooBig
+from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import exceptions, serializers, status
@@ -23,6 +25,27 @@ class UnprocessableEntity(exceptions.APIException):
     status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
     default_detail = "The request is well-formed but cannot be processed."
     default_code = "unprocessable"
+
+
+class NotFoundError(exceptions.NotFound):
+    """404 naming the path field that matched nothing: ``NotFoundError("user_id", "no user 'bob'")``."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message, code="not_found")
+        self.field = field
+
+
+class PayloadTooLarge(exceptions.APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_code = "payload_too_large"
+
+
+def too_large_message() -> str:
+    """The 413 message, naming the limit (``settings.DATA_UPLOAD_MAX_MEMORY_SIZE``)."""
+    from django.conf import settings
+
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return f"the request body is larger than the limit of {limit:,} bytes ({limit / 2**20:g} MiB)"
 
 
 class FieldErrorSerializer(serializers.Serializer):
@@ -51,6 +74,7 @@ ERROR_DESCRIPTIONS = {
     403: "`priority: high` from an API client that may not send it.",
     404: "Unknown id (or one of another API client).",
     409: "Not cancellable any more.",
+    413: "The body is larger than the limit (5 MiB, `DATA_UPLOAD_MAX_MEMORY_SIZE`); the message names it.",
     415: "The body is not `application/json`.",
     422: "Validation failed; `fields` names each field and the rule it broke.",
     429: "Over this API client's rate limit; retry after `Retry-After` seconds.",
@@ -58,8 +82,8 @@ ERROR_DESCRIPTIONS = {
 
 # Every endpoint needs an API key and is rate limited.
 ALWAYS = (401, 429)
-# Endpoints that parse a JSON body can also answer 400 (malformed JSON) and 415 (not JSON).
-BODY = (400, 415)
+# Endpoints that parse a JSON body can also answer 400 (malformed JSON), 413 (too large) and 415 (not JSON).
+BODY = (400, 413, 415)
 
 
 def error_responses(*codes: int, **descriptions: str) -> dict[int, OpenApiResponse]:
@@ -88,9 +112,9 @@ def response_headers(*, created: tuple[int, ...] = ()) -> list[OpenApiParameter]
 
 def field_error(field: str, code: str, message: str, status_code: int = 422,
                 error_code: str = "validation_error") -> Response:
-    """A ready response for one field error."""
-    return Response(_body(status_code, error_code, message, [{"field": field, "code": code, "message": message}]),
-                    status=status_code)
+    """A ready response for one field error; the top-level message starts with the field's name."""
+    return Response(_body(status_code, error_code, f"{field}: {message}",
+                          [{"field": field, "code": code, "message": message}]), status=status_code)
 
 
 def _body(status_code: int, code: str, message: str, fields: list[dict] | None = None) -> dict:
@@ -130,9 +154,35 @@ def _flatten(detail, prefix: str = "") -> list[dict]:
 
 
 def exception_handler(exc, context):
+    if isinstance(exc, RequestDataTooBig):
+        exc = PayloadTooLarge(too_large_message())
+    elif isinstance(exc, Http404):
+        # Django's own text ("No Recipient matches the given query.") never reaches a client.
+        exc = exceptions.NotFound("no such resource; see /api/docs/", code="not_found")
     response = drf_exception_handler(exc, context)
     if response is None:
         return None
+    if isinstance(exc, exceptions.ParseError) and getattr(exc, "field", None):  # notifications.api.parsers
+        response.data = _body(400, "parse_error", str(exc.detail),
+                              [{"field": exc.field, "code": "unstorable_character", "message": exc.rule}])
+        return response
+    if isinstance(exc, exceptions.UnsupportedMediaType):
+        got = getattr(context.get("request"), "content_type", "") or "none"
+        message = f"must be application/json, not {got[:100]}"
+        response.data = _body(415, "unsupported_media_type", f"Content-Type: {message}",
+                              [{"field": "Content-Type", "code": "unsupported_media_type", "message": message}])
+        return response
+    if isinstance(exc, NotFoundError):
+        response.data = _body(404, "not_found", f"{exc.field}: {exc.detail}",
+                              [{"field": exc.field, "code": "not_found", "message": str(exc.detail)}])
+        return response
+    if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
+        code = exc.get_codes() if isinstance(exc.get_codes(), str) else "not_authenticated"
+        message = (str(exc.detail) if isinstance(exc, exceptions.AuthenticationFailed)
+                   else "required: send `Authorization: Api-Key <key>`")
+        response.data = _body(response.status_code, code, f"Authorization: {message}",
+                              [{"field": "Authorization", "code": code, "message": message}])
+        return response
     if isinstance(exc, exceptions.ValidationError):
         fields = _flatten(exc.get_full_details())
         first = fields[0] if fields else {"field": None, "message": "invalid request"}

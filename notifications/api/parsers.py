@@ -1,30 +1,55 @@
-"""The API's JSON parser: DRF's, plus two refusals that would otherwise surface as 500s.
+"""The API's JSON parser: DRF's, plus three refusals that would otherwise surface as 500s.
 
 * ``\\u0000`` anywhere (keys or values): PostgreSQL text cannot store NUL, so it is refused up
   front with the path of the offending field.
+* A lone UTF-16 surrogate (``"\\ud800"``) anywhere: valid JSON, but no UTF-8 can encode it, so
+  echoing it in an error (an unknown key) or storing it (a ``data`` key) failed with a 500. Found by
+  the generated-body tests (tests/test_api_generated.py).
 * Nesting deep enough to exhaust Python's recursion limit (``[[[[…]]]]``).
 """
 
 from __future__ import annotations
 
+import re
+
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
-def _find_nul(value, path: str = "") -> str | None:
+
+def _unstorable(text: str) -> str | None:
+    """What in ``text`` cannot be stored or echoed: ``"NUL characters (\\u0000)"``, ``"a lone UTF-16
+    surrogate (\\udXXX)"``, or None."""
+    match = _UNSTORABLE.search(text)
+    if match is None:
+        return None
+    if match.group() == "\x00":
+        return "NUL characters (\\u0000)"
+    return f"a lone UTF-16 surrogate (\\u{ord(match.group()):04x})"
+
+
+def _printable(path: str) -> str:
+    return "".join(f"\\u{ord(c):04x}" if c == "\x00" or 0xD800 <= ord(c) <= 0xDFFF else c for c in path)
+
+
+def _find_unstorable(value, path: str = "") -> tuple[str, str] | None:
+    """``(path, what)`` of the first key or string value that cannot be stored, or None."""
     if isinstance(value, str):
-        return path or "(body)" if "\x00" in value else None
+        what = _unstorable(value)
+        return (path or "(body)", what) if what else None
     if isinstance(value, dict):
         for key, item in value.items():
             here = f"{path}.{key}" if path else str(key)
-            if "\x00" in str(key):
-                return here.replace("\x00", "\\u0000")
-            found = _find_nul(item, here)
+            what = _unstorable(str(key))
+            if what:
+                return here, what
+            found = _find_unstorable(item, here)
             if found:
                 return found
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            found = _find_nul(item, f"{path}.{index}" if path else str(index))
+            found = _find_unstorable(item, f"{path}.{index}" if path else str(index))
             if found:
                 return found
     return None
@@ -36,7 +61,9 @@ class StrictJSONParser(JSONParser):
             data = super().parse(stream, media_type, parser_context)
         except RecursionError:
             raise ParseError("JSON nested too deeply") from None
-        where = _find_nul(data)
-        if where:
-            raise ParseError(f"{where}: NUL characters (\\u0000) are not allowed")
+        found = _find_unstorable(data)
+        if found:
+            error = ParseError(f"{_printable(found[0])}: {found[1]} not allowed")
+            error.field, error.rule = _printable(found[0]), f"{found[1]} not allowed"
+            raise error
         return data

@@ -20,8 +20,10 @@ from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
+from rest_framework.settings import api_settings
 
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Priority
+from notifications.quiet_hours_policy import priority_category_problem
 from preferences.models import Channel, Recipient
 
 SMS_MAX_CHARS = 1600
@@ -35,16 +37,75 @@ MAX_TTL_SECONDS = 28 * 24 * 3600  # FCM's maximum TTL (4 weeks)
 CATEGORY_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 
 
+def _json_type(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    return {str: "string", list: "array", dict: "object"}.get(type(value), type(value).__name__)
+
+
+def _expected_json_type(field) -> str | None:
+    """The JSON type a field takes (``string``, ``integer``, ``boolean``, ``array``, ``object``), or None
+    when the field checks its input itself (nested serializers, date-times, times…)."""
+    if isinstance(field, serializers.BooleanField):
+        return "boolean"
+    if isinstance(field, serializers.IntegerField):
+        return "integer"
+    if isinstance(field, serializers.ListField | serializers.ListSerializer):
+        return "array"
+    if isinstance(field, serializers.DictField):
+        return "object"
+    if isinstance(field, serializers.CharField | serializers.ChoiceField):
+        return "string"
+    return None
+
+
+def strict_type_errors(field, value, path: str) -> dict[str, serializers.ErrorDetail]:
+    """``{path: ErrorDetail(code="invalid_type")}`` for every value (recursing into arrays and objects of
+    plain fields) whose JSON type is not the field's. DRF alone coerces: ``"sensitive": "yes"`` is True,
+    ``"user_id": 123`` is ``"123"``, ``"ttl_seconds": "60"`` is 60; this API takes none of that."""
+    if value is None:
+        return {}  # allow_null / required rules are DRF's
+    expected = _expected_json_type(field)
+    if expected is None:
+        return {}
+    got = _json_type(value)
+    if got != expected and not (expected == "integer" and got == "number" and isinstance(value, int)):
+        shown = "a number with a fraction" if expected == "integer" and got == "number" else got
+        return {path: serializers.ErrorDetail(f"must be a JSON {expected}, not {shown}", code="invalid_type")}
+    errors: dict[str, serializers.ErrorDetail] = {}
+    child = getattr(field, "child", None)
+    if child is not None and not isinstance(child, serializers.BaseSerializer):
+        items = enumerate(value) if expected == "array" else value.items()
+        for key, item in items:
+            errors.update(strict_type_errors(child, item, f"{path}.{key}"))
+    return errors
+
+
 class RejectUnknownFields:
-    """Serializer mixin: a key the serializer does not know is a 422 naming it (``unknown_field``),
-    so a typo (``opt_out`` for ``opt_outs``) can never silently replace data with defaults."""
+    """Serializer mixin for request bodies: a key the serializer does not know is a 422 naming it
+    (``unknown_field``), so a typo (``opt_out`` for ``opt_outs``) can never silently replace data with
+    defaults; and JSON types are strict (:func:`strict_type_errors`, ``invalid_type``)."""
 
     def to_internal_value(self, data):
         if isinstance(data, dict):
             unknown = sorted(set(data) - set(self.fields))
             if unknown:
-                raise serializers.ValidationError({key: [serializers.ErrorDetail(
-                    "unknown field", code="unknown_field")] for key in unknown})
+                # An empty key, or one spelled like DRF's own "non_field_errors", is quoted so that the
+                # error still names it (found by tests/test_api_generated.py: the field came out null).
+                raise serializers.ValidationError({
+                    json.dumps(key) if key in ("", api_settings.NON_FIELD_ERRORS_KEY) else key:
+                    [serializers.ErrorDetail("unknown field", code="unknown_field")] for key in unknown})
+            errors: dict[str, serializers.ErrorDetail] = {}
+            for name, value in data.items():
+                field = self.fields[name]
+                if not field.read_only:
+                    errors.update(strict_type_errors(field, value, name))
+            if errors:
+                raise serializers.ValidationError(errors)
         return super().to_internal_value(data)
 
 
@@ -152,17 +213,22 @@ class SendRequestSerializer(RejectUnknownFields, serializers.Serializer):
 
     def validate(self, attrs):
         errors = channel_content_errors(attrs["channel"], attrs["content"])
+        errors.update(priority_category_errors(attrs["priority"], attrs["category"]))
         if errors:
             raise serializers.ValidationError(errors)
         recipient = Recipient.objects.filter(pk=attrs["user_id"]).first()
         if recipient is None:
             raise serializers.ValidationError({"user_id": serializers.ErrorDetail(
                 f"unknown user; create it with PUT /v1/users/{attrs['user_id']}", code="unknown_user")})
-        missing = _missing_contact(recipient, attrs["channel"])
-        if missing:
-            raise serializers.ValidationError({"user_id": missing})
         attrs["recipient"] = recipient
         return attrs
+
+
+def priority_category_errors(priority: str, category: str) -> dict:
+    """Accept-time quiet-hours rule (:mod:`notifications.quiet_hours_policy`): ``{"priority": ErrorDetail}``
+    when this priority and category may not go together (``marketing_not_high``, ``category_not_high``)."""
+    problem = priority_category_problem(priority, category)
+    return {"priority": serializers.ErrorDetail(problem[1], code=problem[0])} if problem else {}
 
 
 def channel_content_errors(channel: str, content: dict, prefix: str = "content") -> dict:
@@ -194,17 +260,6 @@ def channel_content_errors(channel: str, content: dict, prefix: str = "content")
                 f"push payload (title+body+data as JSON) is {size} bytes; at most {PUSH_MAX_BYTES}",
                 code="payload_too_large")
     return errors
-
-
-def _missing_contact(recipient: Recipient, channel: str) -> serializers.ErrorDetail | None:
-    if channel == Channel.SMS and not recipient.phone:
-        return serializers.ErrorDetail("this user has no phone number, which SMS needs", code="missing_phone")
-    if channel == Channel.EMAIL and not recipient.email:
-        return serializers.ErrorDetail("this user has no email address, which email needs", code="missing_email")
-    if channel == Channel.PUSH and not recipient.devices.filter(active=True).exists():
-        return serializers.ErrorDetail("this user has no active push device, which push needs",
-                                       code="missing_push_device")
-    return None
 
 
 class AcceptedSerializer(serializers.Serializer):
@@ -266,3 +321,17 @@ class NotificationSerializer(serializers.ModelSerializer):
         if obj.data:
             content["data"] = obj.data
         return content
+
+
+class NotificationSummarySerializer(NotificationSerializer):
+    """A notification in a list: status, reason and content (null when sensitive), no timeline
+    (``GET /v1/notifications/{id}`` has it)."""
+
+    campaign_id = serializers.UUIDField(allow_null=True, read_only=True,
+                                        help_text="The campaign that sent it; null for a single send.")
+
+    class Meta(NotificationSerializer.Meta):
+        fields = ["id", "user_id", "campaign_id", "channel", "priority", "category", "status", "reason",
+                  "reason_detail", "sensitive", "content", "scheduled_at", "attempts", "provider", "created_at",
+                  "sent_at", "delivered_at"]
+        read_only_fields = fields

@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+from django.db.models import Q
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from notifications import services
-from notifications.api.errors import error_responses, field_error, response_headers
+from notifications.api.errors import BODY, error_responses, field_error, response_headers
+from notifications.api.pagination import Ordering, page, page_parameters, page_serializer, read_query
 from notifications.api.serializers import (
     AcceptedSerializer,
     CancelledSerializer,
     NotificationSerializer,
+    NotificationSummarySerializer,
     SendRequestSerializer,
 )
-from notifications.models import Notification, Priority
+from notifications.models import Notification, Priority, Status
+from preferences.api.views import PathIdView, recipient_or_404
+from preferences.models import Channel
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 MAX_KEY_LENGTH = 255
@@ -35,7 +40,8 @@ IDEMPOTENCY_PARAMETERS = [
                      description="Present when this answer replays the one given to an earlier request "
                                  "with the same Idempotency-Key and body."),
 ]
-_NOTIFICATION_404 = "No notification with this id for this API client."
+_NOTIFICATION_404 = ("No notification with this id that this API client may read (its own single sends, and "
+                     "the sends of its own campaigns and of those made in the admin).")
 
 
 # --- the idempotent-accept protocol, shared by POST /v1/notifications and POST /v1/campaigns -----
@@ -91,7 +97,7 @@ class NotificationListView(APIView):
         ],
         responses={202: OpenApiResponse(AcceptedSerializer, description="Accepted (or replayed: see "
                                                                         "`Idempotent-Replayed`)."),
-                   **error_responses(400, 403, 422)},
+                   **error_responses(*BODY, 403, 422)},
     )
     def post(self, request):
         key, problem = idempotency_key_problem(request)
@@ -124,14 +130,24 @@ def _own(request, notification_id):
     return Notification.objects.filter(pk=notification_id, client=request.auth)
 
 
+def _readable(request, notification_id):
+    """A client reads its own single sends and the sends of campaigns it may read (its own and those
+    made in the admin), so a row found in ``GET /v1/users/{id}/notifications`` can be opened."""
+    from campaigns.models import Campaign
+
+    campaigns = Campaign.objects.filter(Q(client=request.auth) | Q(client__isnull=True)).values("id")
+    return Notification.objects.filter(Q(client=request.auth) | Q(campaign_id__in=campaigns), pk=notification_id)
+
+
 class NotificationDetailView(APIView):
     @extend_schema(summary="A notification's status, reason and timeline", parameters=response_headers(),
                    responses={200: NotificationSerializer, **error_responses(404, _404=_NOTIFICATION_404)})
     def get(self, request, notification_id):
-        n = (_own(request, notification_id).select_related("recipient")
+        n = (_readable(request, notification_id).select_related("recipient")
              .prefetch_related("events", "attempts_log__device").first())
         if n is None:
-            return field_error("id", "not_found", "no notification with this id for this API client", 404,
+            return field_error("notification_id", "not_found",
+                               "no notification with this id that this API client may read", 404,
                                error_code="not_found")
         return Response(NotificationSerializer(n).data)
 
@@ -140,14 +156,42 @@ class NotificationCancelView(APIView):
     @extend_schema(summary="Cancel a notification no worker has claimed yet", request=None,
                    parameters=response_headers(),
                    responses={200: CancelledSerializer,
-                              **error_responses(404, 409, _404=_NOTIFICATION_404,
+                              **error_responses(404, 409, _404="No single send with this id by this API client.",
                                                 _409="A worker has claimed it already, or it is final.")})
     def post(self, request, notification_id):
         try:
             n = services.cancel_notification(notification_id, client=request.auth)
         except Notification.DoesNotExist:
-            return field_error("id", "not_found", "no notification with this id for this API client", 404,
+            return field_error("notification_id", "not_found", "no notification with this id for this API client", 404,
                                error_code="not_found")
         except services.NotCancellable as exc:
             return field_error("status", "not_cancellable", str(exc), 409, error_code="conflict")
         return Response({"id": str(n.pk), "status": n.status})
+
+
+_NEWEST_FIRST = Ordering(("created_at", "id"), descending=True)
+_USER_NOTIFICATION_FILTERS = {"status": Status.values, "channel": Channel.values, "category": None}
+
+
+class UserNotificationsView(PathIdView):
+    """What was sent to one user: every notification to them (single sends of every API client and
+    campaign sends), newest first."""
+
+    @extend_schema(
+        operation_id="v1_users_notifications_list",
+        summary="A user's notifications, newest first (keyset pagination)",
+        parameters=[*page_parameters(status=(Status.values, "Only notifications in this status."),
+                                     channel=(Channel.values, "Only this channel."),
+                                     category=(None, "Only this category.")), *response_headers()],
+        responses={200: page_serializer("NotificationPage", NotificationSummarySerializer()),
+                   **error_responses(404, 422, _404="Unknown user_id.",
+                                     _422="A bad query parameter or path id; `field` names it.")})
+    def get(self, request, user_id: str):
+        recipient = recipient_or_404(user_id)
+        query = read_query(request.query_params, _USER_NOTIFICATION_FILTERS)
+        qs = Notification.objects.filter(recipient=recipient)
+        for name in _USER_NOTIFICATION_FILTERS:
+            if name in query:
+                qs = qs.filter(**{name: query[name]})
+        rows, next_cursor = page(qs, _NEWEST_FIRST, limit=query["limit"], cursor=query["cursor"])
+        return Response({"items": NotificationSummarySerializer(rows, many=True).data, "next_cursor": next_cursor})

@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import serializers
 
 from notifications.api.serializers import CATEGORY_PATTERN, RejectUnknownFields, WallTimeField
-from preferences.models import Channel, Device, Recipient
+from preferences.models import Channel, Device, Erasure, Recipient
 from preferences.validation import normalize_phone, validate_iana_zone
 
 _LOCALE = re.compile(r"^[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{2,8})*$")
@@ -120,3 +120,20 @@ class DeviceSerializer(RejectUnknownFields, serializers.ModelSerializer):
 
 def recipient_payload(recipient: Recipient) -> dict:
     return RecipientSerializer(recipient).data | {"user_id": recipient.user_id}
+
+
+class ErasureSerializer(serializers.ModelSerializer):
+    """The record of an erasure: who asked, when, and what was removed (counts only)."""
+
+    user_id = serializers.CharField(source="recipient_id", read_only=True)
+    replayed = serializers.SerializerMethodField(help_text="true when nothing was left to erase and this is the "
+                                                           "record of the earlier erasure.")
+
+    class Meta:
+        model = Erasure
+        fields = ["user_id", "erased_at", "requested_by", "contacts_erased", "devices_deleted", "preferences_deleted",
+                  "segment_memberships_removed", "notifications_erased", "notifications_cancelled", "replayed"]
+        read_only_fields = fields
+
+    def get_replayed(self, obj) -> bool:
+        return bool(self.context.get("replayed"))

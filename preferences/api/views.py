@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from notifications.api.errors import BODY, error_responses, field_error, response_headers
+from notifications.api.errors import BODY, NotFoundError, error_responses, field_error, response_headers
 from preferences import services
+from preferences.api.erasure import erase_user
 from preferences.api.serializers import (
     DeviceSerializer,
+    ErasureSerializer,
     PreferencesSerializer,
     RecipientSerializer,
     recipient_payload,
@@ -42,9 +43,13 @@ def check_path_id(name: str, value: str, max_length: int = 255) -> None:
                                                      "characters", 422))
 
 
-def _recipient(user_id: str) -> Recipient:
+def recipient_or_404(user_id: str) -> Recipient:
+    """The recipient, or a 422 (bad path id) / 404 naming ``user_id`` (raised)."""
     check_path_id("user_id", user_id)
-    return get_object_or_404(Recipient, pk=user_id)
+    recipient = Recipient.objects.filter(pk=user_id).first()
+    if recipient is None:
+        raise NotFoundError("user_id", f"no user with this id; create it with PUT /v1/users/{user_id}")
+    return recipient
 
 
 class PathIdView(APIView):
@@ -76,7 +81,18 @@ class RecipientView(PathIdView):
                    responses={200: RecipientSerializer, **error_responses(404, 422, _404=_404, _422=_422_PATH)},
                    summary="Get a recipient")
     def get(self, request, user_id: str):
-        return Response(recipient_payload(_recipient(user_id)))
+        return Response(recipient_payload(recipient_or_404(user_id)))
+
+    @extend_schema(parameters=[_USER_ID, *response_headers()],
+                   responses={200: OpenApiResponse(ErasureSerializer, description="Erased (or, with `replayed`, "
+                                                                                  "erased before: nothing left)."),
+                              **error_responses(404, 422, _404=_404, _422=_422_PATH)},
+                   summary="Erase a recipient's personal data (GDPR): contacts, devices, attributes, preferences, "
+                           "segment memberships, notification content")
+    def delete(self, request, user_id: str):
+        recipient = recipient_or_404(user_id)
+        erasure, replayed = erase_user(recipient, requested_by=f"api client {request.auth.name}")
+        return Response(ErasureSerializer(erasure, context={"replayed": replayed}).data)
 
 
 class PreferencesView(PathIdView):
@@ -84,7 +100,7 @@ class PreferencesView(PathIdView):
                    responses={200: PreferencesSerializer, **error_responses(404, 422, _404=_404, _422=_422_PATH)},
                    summary="Get a recipient's preferences")
     def get(self, request, user_id: str):
-        recipient = _recipient(user_id)
+        recipient = recipient_or_404(user_id)
         prefs = Preferences.objects.filter(recipient=recipient).first()
         return Response(PreferencesSerializer().to_representation(prefs))
 
@@ -96,7 +112,7 @@ class PreferencesView(PathIdView):
                               **error_responses(*BODY, 404, 422, _404=_404, _422=_422_PATH)},
                    summary="Replace a recipient's opt-outs and quiet hours")
     def put(self, request, user_id: str):
-        recipient = _recipient(user_id)
+        recipient = recipient_or_404(user_id)
         ser = PreferencesSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         prefs = services.set_preferences(recipient, **ser.validated_data)
@@ -109,7 +125,7 @@ class DevicesView(PathIdView):
                               **error_responses(404, 422, _404=_404, _422=_422_PATH)},
                    summary="List push devices")
     def get(self, request, user_id: str):
-        recipient = _recipient(user_id)
+        recipient = recipient_or_404(user_id)
         return Response(DeviceSerializer(recipient.devices.order_by("id"), many=True).data)
 
     @extend_schema(request=DeviceSerializer, parameters=[_USER_ID, *response_headers()],
@@ -121,7 +137,7 @@ class DevicesView(PathIdView):
                               **error_responses(*BODY, 404, 422, _404=_404, _422=_422_PATH)},
                    summary="Register a push token (moves it if another user had it)")
     def put(self, request, user_id: str):
-        recipient = _recipient(user_id)
+        recipient = recipient_or_404(user_id)
         ser = DeviceSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         device, created = services.register_device(recipient, **ser.validated_data)
@@ -136,10 +152,8 @@ class DeviceView(PathIdView):
                                                                "for this user.", _422=_422_PATH)},
                    summary="Remove a push token")
     def delete(self, request, user_id: str, push_token: str):
-        recipient = _recipient(user_id)
+        recipient = recipient_or_404(user_id)
         check_path_id("push_token", push_token, 4096)
         if not services.remove_device(recipient, push_token):
-            return Response({"error": {"status": 404, "code": "not_found",
-                                       "message": "this user has no device with that push_token"}},
-                            status=status.HTTP_404_NOT_FOUND)
+            raise NotFoundError("push_token", "this user has no device with this push_token")
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -1,0 +1,159 @@
+"""Keyset (cursor) pagination for the API's list endpoints.
+
+A page is ``{"items": [...], "next_cursor": "…" | null}``. The cursor is opaque to clients
+(URL-safe base64 of the last item's sort key as JSON); the next page is the rows strictly after it
+in the list's fixed order, found with an index range scan: no OFFSET, so page 1,000 costs what
+page 1 does and rows inserted meanwhile never shift or repeat what a client already saw.
+
+Query parameters every list takes: ``limit`` (1–200, default 50) and ``cursor``; each list adds its
+own filters (choices checked). An unknown parameter, a bad value or a cursor that was not ours is a
+422 naming the parameter.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import Q, QuerySet
+from drf_spectacular.utils import OpenApiParameter
+from rest_framework import serializers
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 200
+
+
+class QueryError(serializers.ValidationError):
+    """A bad query parameter (a 422 naming it): codes ``unknown_parameter``, ``invalid``,
+    ``invalid_choice``, ``min_value``, ``max_value``, ``invalid_cursor``."""
+
+    def __init__(self, field: str, code: str, message: str) -> None:
+        super().__init__({field: [serializers.ErrorDetail(message, code=code)]})
+
+
+@dataclass(frozen=True)
+class Ordering:
+    """A list's order: model field names, most significant first, all ascending or all descending.
+    The last field must be unique (the primary key) so the order is total."""
+
+    fields: tuple[str, ...]
+    descending: bool = False
+
+    def order_by(self) -> list[str]:
+        return [f"-{f}" if self.descending else f for f in self.fields]
+
+    def after(self, values: Sequence) -> Q:
+        """Rows strictly after the row whose sort key is ``values`` (lexicographic)."""
+        op = "lt" if self.descending else "gt"
+        q = Q()
+        for i, name in enumerate(self.fields):
+            term = Q(**{f"{name}__{op}": values[i]})
+            for prev, value in zip(self.fields[:i], values[:i], strict=True):
+                term &= Q(**{prev: value})
+            q |= term
+        return q
+
+
+def encode_cursor(values: Sequence) -> str:
+    raw = json.dumps([v.isoformat() if hasattr(v, "isoformat") else str(v) for v in values], separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, size: int) -> list[str]:
+    """The sort key in ``cursor``. Raises QueryError(``invalid_cursor``)."""
+    try:
+        values = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        values = None
+    if not isinstance(values, list) or len(values) != size or not all(isinstance(v, str) for v in values):
+        raise QueryError("cursor", "invalid_cursor", "not a cursor from this list's next_cursor")
+    return values
+
+
+def read_query(params, filters: dict[str, Sequence[str] | None]) -> dict:
+    """Validate ``params`` (a QueryDict): ``limit``, ``cursor`` and the given ``filters``
+    (``{name: allowed values}``; ``None`` = any string of 1–255 characters). Returns
+    ``{"limit": int, "cursor": str | None, <filter>: str…}`` (absent filters left out).
+
+    Raises:
+        QueryError: unknown parameter, repeated parameter, bad limit, value not among the choices.
+    """
+    allowed = {"limit", "cursor", *filters}
+    for name in params:
+        if name not in allowed:
+            raise QueryError(name, "unknown_parameter", f"unknown query parameter; this list takes "
+                                                       f"{', '.join(sorted(allowed))}")
+        if len(params.getlist(name)) > 1:
+            raise QueryError(name, "invalid", "give this parameter at most once")
+    out: dict = {"cursor": params.get("cursor") or None}
+    raw_limit = params.get("limit", str(DEFAULT_LIMIT))
+    if not raw_limit.isdigit():
+        raise QueryError("limit", "invalid", f"must be a whole number from 1 to {MAX_LIMIT}")
+    out["limit"] = int(raw_limit)
+    if out["limit"] < 1:
+        raise QueryError("limit", "min_value", "must be at least 1")
+    if out["limit"] > MAX_LIMIT:
+        raise QueryError("limit", "max_value", f"must be at most {MAX_LIMIT}")
+    for name, choices in filters.items():
+        if name not in params:
+            continue
+        value = params[name]
+        if choices is not None and value not in choices:
+            raise QueryError(name, "invalid_choice", f"must be one of {', '.join(choices)}")
+        if choices is None and not 1 <= len(value) <= 255:
+            raise QueryError(name, "invalid", "must be 1–255 characters")
+        out[name] = value
+    return out
+
+
+def page(qs: QuerySet, ordering: Ordering, *, limit: int, cursor: str | None,
+         key: Callable[[object], Sequence] | None = None) -> tuple[list, str | None]:
+    """One page of ``qs`` in ``ordering`` after ``cursor``: ``(rows, next_cursor)``; ``next_cursor``
+    is None on the last page. ``key(row)`` gives a row's sort values (default: the ordering's
+    attributes). Raises QueryError for a cursor that is not ours."""
+    if cursor:
+        values = decode_cursor(cursor, len(ordering.fields))
+        try:
+            qs = qs.filter(ordering.after(values))
+            rows = list(qs.order_by(*ordering.order_by())[:limit + 1])
+        except (ValueError, TypeError, DjangoValidationError) as exc:
+            raise QueryError("cursor", "invalid_cursor", "not a cursor from this list's next_cursor") from exc
+    else:
+        rows = list(qs.order_by(*ordering.order_by())[:limit + 1])
+    more = len(rows) > limit
+    rows = rows[:limit]
+    if not more or not rows:
+        return rows, None
+    last = rows[-1]
+    values = key(last) if key else [getattr(last, f) for f in ordering.fields]
+    return rows, encode_cursor(values)
+
+
+def page_parameters(**filters: tuple[Sequence[str] | None, str]) -> list[OpenApiParameter]:
+    """OpenAPI query parameters: ``limit``, ``cursor`` and ``filters`` (``name=(choices, description)``)."""
+    params = [
+        OpenApiParameter("limit", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT},
+                         OpenApiParameter.QUERY, description=f"Items per page (1–{MAX_LIMIT})."),
+        OpenApiParameter("cursor", {"type": "string", "maxLength": 1000}, OpenApiParameter.QUERY,
+                         description="`next_cursor` of the previous page; omit for the first page."),
+    ]
+    for name, (choices, description) in filters.items():
+        schema = {"type": "string", "enum": list(choices)} if choices else {"type": "string", "minLength": 1,
+                                                                            "maxLength": 255}
+        params.append(OpenApiParameter(name, schema, OpenApiParameter.QUERY, description=description))
+    return params
+
+
+def page_serializer(name: str, item: serializers.BaseSerializer) -> serializers.Serializer:
+    """The documented shape of a page of ``item``: ``{items: [item…], next_cursor}``."""
+    from drf_spectacular.utils import inline_serializer
+
+    return inline_serializer(name, fields={
+        "items": item.__class__(many=True),
+        "next_cursor": serializers.CharField(allow_null=True, help_text="Pass as `cursor` for the next page; "
+                                                                         "null on the last page."),
+    })

@@ -1,0 +1,61 @@
+"""Which notifications may skip a recipient's quiet hours, and which priority/category pairs are allowed.
+
+Quiet hours follow the **category**, not only the priority (issue 10, finding 12):
+
+* ``settings.QUIET_HOURS_BYPASS_CATEGORIES`` (env ``QUIET_HOURS_BYPASS_CATEGORIES``, default
+  ``security,transactional``) lists the categories that are sent during a recipient's quiet hours,
+  whatever their priority.
+* ``priority: high`` is only accepted with one of those categories, or with no category at all.
+  ``marketing`` is never high priority.
+* A ``high`` notification **without a category** is an uncategorised urgent message (the OTP of the
+  quick start): it bypasses quiet hours, as ``high`` always did. Category opt-outs cannot match it
+  (it has no category). A caller that wants a category opt-out to apply must name the category.
+* Anything else (``standard`` without a bypass category; a ``high`` row with a non-bypass category
+  written before this rule, e.g. by an older admin form) waits for the end of the quiet window.
+
+Both the accept-time check (:func:`priority_category_problem`, 422 in the API, a form error in the
+admin) and the send-time rule (:func:`bypasses_quiet_hours`) read the same setting.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+MARKETING = "marketing"
+
+
+def bypass_categories() -> frozenset[str]:
+    """The categories sent during quiet hours (``settings.QUIET_HOURS_BYPASS_CATEGORIES``)."""
+    return frozenset(getattr(settings, "QUIET_HOURS_BYPASS_CATEGORIES", ("security", "transactional")))
+
+
+def bypasses_quiet_hours(priority: str, category: str) -> bool:
+    """True when a notification of this ``priority`` (``high``/``standard``) and ``category`` ('' = none)
+    is sent during the recipient's quiet hours instead of waiting for the window's end."""
+    if category:
+        return category in bypass_categories()
+    return priority == "high"
+
+
+def priority_category_problem(priority: str, category: str) -> tuple[str, str] | None:
+    """Accept-time rule: ``(code, message)`` when ``priority`` and ``category`` may not go together,
+    else ``None``. Codes: ``marketing_not_high``, ``category_not_high``."""
+    if priority != "high" or not category:
+        return None
+    allowed = ", ".join(sorted(bypass_categories())) or "(none configured)"
+    if category == MARKETING:
+        return ("marketing_not_high",
+                f"marketing is never high priority (high may skip quiet hours); use priority standard, "
+                f"or a category that may bypass quiet hours: {allowed}")
+    if category not in bypass_categories():
+        return ("category_not_high",
+                f"category '{category}' may not be sent at priority high: high is for categories that may "
+                f"bypass quiet hours ({allowed}, setting QUIET_HOURS_BYPASS_CATEGORIES) or for no category")
+    return None
+
+
+def check_bypass_setting() -> list[str]:
+    """Problems with ``QUIET_HOURS_BYPASS_CATEGORIES`` (for ``manage.py check``)."""
+    if MARKETING in bypass_categories():
+        return ["QUIET_HOURS_BYPASS_CATEGORIES: marketing may never bypass quiet hours"]
+    return []
