@@ -164,6 +164,11 @@ class _Metrics:
             "notify_publish_failures_total",
             "Notifications whose send task could not be published (broker down); the reconciler re-drives them.",
             registry=r)
+        self.invalid_zones = Counter(
+            "notify_invalid_zone_fallbacks_total",
+            "Stored time zone names that are not IANA zones (set before validation or by SQL), replaced by "
+            "the fallback zone: fan-out (local-time campaigns) or quiet hours at send time.",
+            ["where"], registry=r)
 
 
 _metrics: _Metrics | None = None
@@ -444,6 +449,14 @@ def fanout_page_inserted(*, channel: str, tier: str, inserted, reasons: dict) ->
                 record_outcome(status="suppressed", reason=reason, channel=channel, tier=tier, count=count)
 
         _on_commit(record)
+
+
+@_safe
+def invalid_zone_fell_back(where: str, count: int = 1) -> None:
+    """A stored zone name was not an IANA zone and the fallback zone was used instead; ``where``:
+    ``fanout`` or ``quiet_hours``."""
+    if count:
+        _m().invalid_zones.labels(_one_of(where, ("fanout", "quiet_hours"))).inc(count)
 
 
 # --- process lifecycle ------------------------------------------------------------------------
