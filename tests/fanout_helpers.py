@@ -50,3 +50,17 @@ def run_fan_out(campaign: Campaign) -> list[Notification]:
                 break
     return list(Notification.objects.filter(campaign_id=campaign.pk).select_related(
         "recipient", "recipient__preferences").order_by("recipient_id"))
+
+
+def send_time_outcome(notification_id) -> tuple[str, str]:
+    """Claim a ``queued`` row and run the send path's checks (``prepare``) without calling a
+    provider. Returns ``("ready", "")`` when the row would go to the provider, else the row's new
+    ``(status, reason)`` (suppressed, deferred to ``scheduled`` for quiet hours…)."""
+    from notifications.sending import _CampaignContent, claim, prepare
+
+    assert claim([str(notification_id)], clock.now()) == [uuid.UUID(str(notification_id))]
+    n = Notification.objects.select_related("recipient", "recipient__preferences").get(pk=notification_id)
+    if prepare(n, set(), _CampaignContent()) is not None:
+        return "ready", ""
+    n.refresh_from_db()
+    return n.status, n.reason
