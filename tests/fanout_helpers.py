@@ -29,11 +29,17 @@ def make_recipient(user_id: str, *, phone: str = "+4915112345678", email: str = 
     return r
 
 
+def make_segment_of(user_ids: list[str]) -> Segment:
+    """A new segment whose members are ``user_ids`` (existing recipients)."""
+    segment = Segment.objects.create(segment_id=f"s-{uuid.uuid4().hex[:12]}", name="generated")
+    SegmentMember.objects.bulk_create([SegmentMember(segment=segment, recipient_id=u) for u in user_ids])
+    return segment
+
+
 def make_campaign(user_ids: list[str], *, channel: str, category: str = "marketing",
                   local: tuple[date, time] | None = None, status: str = CampaignStatus.SCHEDULED) -> Campaign:
     """A campaign over a new segment of ``user_ids``, due now (or at a local wall time)."""
-    segment = Segment.objects.create(segment_id=f"s-{uuid.uuid4().hex[:12]}", name="generated")
-    SegmentMember.objects.bulk_create([SegmentMember(segment=segment, recipient_id=u) for u in user_ids])
+    segment = make_segment_of(user_ids)
     now = clock.now()
     return Campaign.objects.create(
         segment=segment, channel=channel, category=category, title="Sale", body="20% off today",
