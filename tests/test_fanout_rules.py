@@ -64,7 +64,8 @@ def test_api_shows_the_eligible_reach_before_fan_out_and_fan_out_creates_exactly
     http = Client(headers={"Authorization": f"Api-Key {key}"})
     r = http.post("/v1/campaigns", data=json.dumps({
         "segment_id": segment.pk, "channel": "sms", "content": {"body": "Sale!"},
-        "scheduled_at": (clock.now() + timedelta(days=30)).isoformat()}), content_type="application/json", headers={"Idempotency-Key": "r"})
+        "scheduled_at": (clock.now() + timedelta(days=30)).isoformat()}), content_type="application/json",
+        headers={"Idempotency-Key": "r"})
     assert r.status_code == 202, r.content
     cid = r.json()["id"]
     before = http.get(f"/v1/campaigns/{cid}").json()
