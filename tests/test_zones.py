@@ -123,3 +123,14 @@ def test_quiet_hours_with_a_bad_stored_zone_defer_in_the_fallback_zone(quiet_tz,
     assert rows[0].due_at == expected and rows[0].due_at.tzinfo is not None
     assert Campaign.objects.get(pk=rows[0].campaign_id).default_zone_count == 0  # not a local-time campaign
     assert rows[0].due_at > now.astimezone(UTC)
+
+
+@pytest.mark.parametrize(("value", "errors"), [
+    ("Europe/Lisbon", []),
+    ("America", ["CAMPAIGN_DEFAULT_TIMEZONE: 'America' is a region of the tz database, not a zone; give an IANA "
+                 "time zone name such as 'Europe/Berlin'"])])
+def test_the_default_campaign_zone_is_checked_at_start(settings, value, errors):
+    from campaigns.apps import check_default_timezone
+
+    settings.CAMPAIGNS = {**settings.CAMPAIGNS, "DEFAULT_TIMEZONE": value}
+    assert [e.msg for e in check_default_timezone()] == errors
