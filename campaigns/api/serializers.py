@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from campaigns.audience import reach
+from campaigns.audience import cached_reach
 from campaigns.models import Campaign, CampaignStatus, Segment, Template
 from campaigns.rendering import RenderError, validate_source
 from notifications import clock
@@ -224,11 +224,11 @@ class CampaignSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(ReachSerializer(allow_null=True))
     def get_reach(self, obj) -> dict | None:
-        """Before fan-out (draft, scheduled) the pre-launch reach, computed now; after, ``null``
+        """Before fan-out (draft, scheduled) the pre-launch reach, at most 30 s old; after, ``null``
         (``member_count`` and ``counts`` tell what happened)."""
         if obj.status not in (CampaignStatus.DRAFT, CampaignStatus.SCHEDULED):
             return None
-        return reach(obj, clock.now()).as_dict()
+        return cached_reach(obj, clock.now()).as_dict()
 
     @extend_schema_field(CampaignCountsSerializer)
     def get_counts(self, obj) -> dict:
