@@ -26,7 +26,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_GET, require_POST
 
-from campaigns import admin_views, audience, services
+from campaigns import admin_views, audience, selectors, services
 from campaigns.forms import (
     DEFINITION_FIELDS,
     SNAPSHOT_NOTE,
@@ -175,13 +175,21 @@ class TemplateAdmin(admin.ModelAdmin):
 # --- campaigns -------------------------------------------------------------------------------------
 
 STATUS_FIELDS = ["status", "created_by", "created_at", "fanout_utc"]
-RUN_FIELDS = ["snapshot_at", "member_count", "created_count", "default_zone_count", "started_at",
-              "fanned_out_at", "completed_at", "cancelled_at"]
+RUN_FIELDS = ["snapshot_at", "member_count", "created_count", "default_zone_count", "missed_count", "started_at",
+              "fanned_out_at", "completed_at", "cancelled_at", "fanout_failures", "last_error", "last_error_at"]
 
 
 class CampaignChangeList(ChangeList):
     """Adds the notifications created so far (the shards' counters: ``created_count`` is only set
     once fan-out finishes) for the rows on the page."""
+
+    def get_results(self, request):
+        """Also the outcome (sent vs not sent) of the campaigns on this page: one grouped query."""
+        super().get_results(request)
+        page = list(self.result_list)  # evaluated once; the template iterates the cached rows
+        outcomes = selectors.outcomes_for([c.pk for c in page])
+        for campaign in page:
+            campaign.outcome = outcomes[campaign.pk]
 
     def get_queryset(self, request, exclude_parameters=None):
         created = (CampaignShard.objects.filter(campaign=OuterRef("pk")).order_by().values("campaign")
@@ -196,7 +204,7 @@ class CampaignAdmin(admin_views.CampaignLifecycleViews, admin.ModelAdmin):
     except the name; progress and Cancel on the change page, "Cancel selected campaigns" in the list."""
 
     form = CampaignForm
-    list_display = ["__str__", "segment", "channel", "status", "schedule", "fanout_progress"]
+    list_display = ["__str__", "segment", "channel", "status", "schedule", "fanout_progress", "outcome"]
     list_filter = ["status", "channel"]
     list_select_related = ["segment"]
     search_fields = ["name", "=segment__segment_id"]
@@ -213,7 +221,7 @@ class CampaignAdmin(admin_views.CampaignLifecycleViews, admin.ModelAdmin):
 
     def get_fieldsets(self, request, obj=None):
         launched = obj is not None and obj.status != CampaignStatus.DRAFT
-        schedule = ["scheduled_utc" if launched else "scheduled_at", ("local_date", "local_time"),
+        schedule = ["scheduled_utc" if launched else "scheduled_at", ("local_date", "local_time"), "missed_policy",
                     "spread_seconds", "ttl_seconds"]
         fieldsets = [
             (None, {"fields": ["name", "segment", "channel", "priority", "category"]}),
@@ -298,6 +306,14 @@ class CampaignAdmin(admin_views.CampaignLifecycleViews, admin.ModelAdmin):
         return format_html('<progress max="{}" value="{}"></progress> {} / {}', obj.member_count or 1,
                            created, created, obj.member_count)
 
+    @admin.display(description="Outcome")
+    def outcome(self, obj):
+        outcome = getattr(obj, "outcome", None)
+        if outcome is None or obj.member_count is None:
+            return "—"
+        return format_html('<meter min="0" max="{}" value="{}" title="sent"></meter> {}', obj.member_count or 1,
+                           outcome["sent"], admin_views.outcome_summary(outcome))
+
     @admin.display(description="Scheduled at")
     def scheduled_utc(self, obj):
         return admin_views.utc(obj.scheduled_at) if obj.scheduled_at else "—"
@@ -328,6 +344,7 @@ class CampaignAdmin(admin_views.CampaignLifecycleViews, admin.ModelAdmin):
                      "progress_url": reverse("admin:campaigns_campaign_progress", args=[campaign.pk])}
             if campaign.status == CampaignStatus.DRAFT:
                 extra.update(reach=audience.reach(campaign, clock.now()), sms=admin_views.sms_estimates(campaign),
+                             local_check=admin_views.local_time_check(campaign),
                              can_launch=may_change and self._may_send(request, campaign))
             else:
                 extra.update(progress=admin_views.progress(campaign),

@@ -17,12 +17,13 @@ from django.http import Http404, JsonResponse
 from django.shortcuts import redirect
 from django.urls import reverse
 
-from campaigns import services
+from campaigns import fanout, services
 from campaigns.forms import MemberUploadForm, can_send_high
 from campaigns.models import Campaign, CampaignStatus, Segment, Template
 from campaigns.rendering import Rendered, RenderError, pick_variant, render_template
 from campaigns.selectors import campaign_counts
 from campaigns.sms_encoding import SmsInfo, sms_info
+from notifications import clock
 from notifications.models import Priority
 from preferences.models import Channel, Recipient
 
@@ -104,13 +105,41 @@ def progress(campaign: Campaign) -> dict:
         percent = round(100 * done / denominator, 1)
     else:
         percent = 100.0 if campaign.status == CampaignStatus.COMPLETED else 0.0
+    outcome = counts["outcome"]
     return {
         "id": str(campaign.pk), "status": campaign.status, "status_label": campaign.get_status_display(),
         "member_count": campaign.member_count, "created_count": counts["total"], "done": done,
         "denominator": denominator, "percent": percent, "by_status": by_status,
+        # Sent and not sent apart: "done" alone counts a suppressed row like a sent one.
+        **outcome,
+        "sent_percent": round(100 * outcome["sent"] / denominator, 1) if denominator else 0.0,
         "suppressed_by_reason": counts["suppressed_by_reason"], "failed_by_reason": counts["failed_by_reason"],
+        "missed_count": campaign.missed_count, "missed_policy": campaign.missed_policy,
+        "fanout_failures": campaign.fanout_failures, "last_error": campaign.last_error or None,
+        "last_error_at": utc(campaign.last_error_at) if campaign.last_error_at else None,
         "active": campaign.status in ACTIVE_CAMPAIGN_STATUSES or open_ > 0,
     }
+
+
+def outcome_summary(outcome: dict) -> str:
+    """One line for the campaign list: ``sent 3 (delivered 1) · not sent 2: suppressed 2, failed 0,
+    expired 0 · pending 1`` (cancelled named only when there are some)."""
+    cancelled = f", cancelled {outcome['cancelled']:,}" if outcome["cancelled"] else ""
+    return (f"sent {outcome['sent']:,} (delivered {outcome['delivered']:,}) · not sent {outcome['not_sent']:,}: "
+            f"suppressed {outcome['suppressed']:,}, failed {outcome['failed']:,}, expired {outcome['expired']:,}"
+            f"{cancelled} · pending {outcome['pending']:,}")
+
+
+def local_time_check(campaign: Campaign) -> dict | None:
+    """A local-time draft's before-launch check at the platform's now: ``{"passed": members whose zone
+    already passed the wall time, "members": n, "problem": the launch refusal or None, "now": str}``;
+    ``None`` for a campaign without a local time."""
+    if not campaign.is_local_time:
+        return None
+    now = clock.now()
+    passed, total = fanout.local_time_passed(campaign, now)
+    return {"passed": passed, "members": total, "now": utc(now), "policy": campaign.get_missed_policy_display(),
+            "problem": services.local_time_problem(campaign.local_date, campaign.local_time, now)}
 
 
 # --- views (ModelAdmin mixins) ---------------------------------------------------------------------
@@ -172,7 +201,11 @@ class CampaignLifecycleViews:
         if campaign.status != CampaignStatus.DRAFT:
             messages.warning(request, f"Not launched: the campaign is already {campaign.get_status_display()}.")
             return redirect(change_url)
-        campaign = services.launch_campaign(campaign)
+        try:
+            campaign = services.launch_campaign(campaign)
+        except services.LocalTimePassed as exc:
+            messages.error(request, f"Not launched: {exc}. Change the local date or time.")
+            return redirect(change_url)
         if campaign.status != CampaignStatus.SCHEDULED:
             messages.warning(request, f"Not launched: the campaign is {campaign.get_status_display()}.")
             return redirect(change_url)

@@ -7,6 +7,10 @@ class CampaignsConfig(AppConfig):
     verbose_name = "Campaigns"
 
     def ready(self) -> None:
+        from campaigns.selectors import stalled_campaigns
+        from notifications.health import register_progress_check
+
+        register_progress_check("campaigns", stalled_campaigns)
         checks.register(check_default_timezone, checks.Tags.compatibility)
 
 

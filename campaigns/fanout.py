@@ -7,7 +7,8 @@
 2. :func:`fan_out_page` (one task per page on the ``fanout`` queue) reads the shard's next keyset
    page of ~1,000 members after its cursor, pre-filters opt-outs and missing contacts (recorded as
    ``suppressed`` with the reason; preferences are re-checked at send time anyway), computes each
-   member's due instant (local wall time in their zone, plus a deterministic spread offset), inserts
+   member's due instant (local wall time in their zone, plus a deterministic spread offset; a wall
+   time already missed is handled by the campaign's ``missed_policy``, see :meth:`_Planner.plan`), inserts
    the notifications in one statement with deterministic ids ``uuid5(campaign, user, channel)`` and
    ``ON CONFLICT DO NOTHING``, advances the cursor, and commits; then enqueues what is due now and the
    next page. Nothing holds the whole segment in memory, and running a page twice creates nothing new.
@@ -21,17 +22,18 @@ import hashlib
 import logging
 import uuid
 from datetime import datetime, timedelta
+from typing import NamedTuple
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import Count, F
 
 from campaigns import audience
-from campaigns.models import Campaign, CampaignShard, CampaignStatus
+from campaigns.models import Campaign, CampaignShard, CampaignStatus, MissedPolicy
 from notifications import clock, metrics
 from notifications.enqueue import enqueue_on_commit, fanout_queue
-from notifications.models import Status
+from notifications.models import Reason, Status
 from preferences.validation import stored_zone
 from preferences.wallclock import wall_time_to_utc
 
@@ -141,6 +143,15 @@ def _enqueue_page_on_commit(campaign_id, shard_number: int) -> None:
 
 # --- one page ----------------------------------------------------------------------------------
 
+class Plan(NamedTuple):
+    """One member's row as fan-out inserts it; ``missed`` = its local wall time had already passed."""
+
+    status: str
+    reason: str
+    due: datetime
+    missed: bool
+
+
 class _Planner:
     """Per-page helper: due instants (cached per zone) and suppression reasons."""
 
@@ -150,6 +161,7 @@ class _Planner:
         self.zone_cache: dict[str, tuple[datetime, bool]] = {}
         self.default_zone = ZoneInfo(conf("DEFAULT_TIMEZONE"))
         self.defaulted = 0
+        self.zones: dict[str, tuple[ZoneInfo, bool]] = {}
         self.invalid_zones: set[str] = set()
 
     def base_instant(self, zone_name: str) -> datetime:
@@ -158,22 +170,60 @@ class _Planner:
             return c.scheduled_at or c.fanout_at or self.now
         cached = self.zone_cache.get(zone_name)
         if cached is None:
-            zone, fallback = self.zone(zone_name)
+            zone, fallback = self.zone_and_fallback(zone_name)
             cached = (wall_time_to_utc(c.local_date, c.local_time, zone), fallback)
             self.zone_cache[zone_name] = cached
         if cached[1]:
             self.defaulted += 1
         return cached[0]
 
-    def zone(self, zone_name: str) -> tuple[ZoneInfo, bool]:
+    def zone(self, zone_name: str) -> ZoneInfo:
+        """The member's zone, or the default zone for a missing or unusable name (never raises)."""
+        return self.zone_and_fallback(zone_name)[0]
+
+    def zone_and_fallback(self, zone_name: str) -> tuple[ZoneInfo, bool]:
         """A member's stored zone, or the default zone (``True``: fell back) when it is empty or not
-        an IANA zone (``America``, ``+03:00``: never raises); invalid names are remembered."""
-        zone, fallback = stored_zone(zone_name, conf("DEFAULT_TIMEZONE"))
-        if fallback and zone_name:
-            self.invalid_zones.add(zone_name)
-            log.warning("campaign %s: stored zone %r is not an IANA zone; using %s", self.campaign.pk,
-                        zone_name, zone.key)
-        return zone, fallback
+        an IANA zone by the one zone rule (``America``, ``+03:00``: never raises); invalid names are
+        remembered for the metric."""
+        resolved = self.zones.get(zone_name)
+        if resolved is None:
+            resolved = self.zones[zone_name] = stored_zone(zone_name, conf("DEFAULT_TIMEZONE"))
+            if resolved[1] and zone_name:
+                self.invalid_zones.add(zone_name)
+                log.warning("campaign %s: stored zone %r is not an IANA zone; using %s", self.campaign.pk,
+                            zone_name, resolved[0].key)
+        return resolved
+
+    def plan(self, zone_name: str, due: datetime, offset: timedelta, reason: str) -> Plan:
+        """Status, reason and due instant of one member's row, given its pre-filter ``reason`` and its
+        ``due`` instant (wall time in its zone + spread ``offset``).
+
+        A local-time member whose ``due`` is more than ``CAMPAIGN_MISSED_GRACE_SECONDS`` before this
+        page's ``now`` is *missed* and handled by the campaign's ``missed_policy``: ``skip`` →
+        ``suppressed`` / ``local_time_passed`` (due kept: the instant it was meant for); ``send_now``
+        → ``queued``, due now; ``next_day`` → the same wall time on the first later day whose instant
+        is not missed, in their zone (DST rule of :func:`wall_time_to_utc`), plus the same offset.
+        """
+        if reason:
+            return Plan(Status.SUPPRESSED, reason, due, False)
+        c = self.campaign
+        missed = c.is_local_time and due < self.now - timedelta(seconds=conf("MISSED_GRACE_SECONDS"))
+        if missed:
+            if c.missed_policy == MissedPolicy.SEND_NOW:
+                return Plan(Status.QUEUED, "", self.now, True)
+            if c.missed_policy != MissedPolicy.NEXT_DAY:
+                return Plan(Status.SUPPRESSED, Reason.LOCAL_TIME_PASSED, due, True)
+            due = self.next_day_instant(zone_name, offset)
+        return Plan(Status.SCHEDULED if due > self.now else Status.QUEUED, "", due, missed)
+
+    def next_day_instant(self, zone_name: str, offset: timedelta) -> datetime:
+        """The campaign's wall time (+ ``offset``) on the first day after its date not already missed."""
+        c, zone = self.campaign, self.zone(zone_name)
+        floor = self.now - timedelta(seconds=conf("MISSED_GRACE_SECONDS"))
+        day = c.local_date + timedelta(days=1)
+        while (instant := wall_time_to_utc(day, c.local_time, zone) + offset) < floor:
+            day += timedelta(days=1)
+        return instant
 
     def suppression(self, row: dict) -> str:
         """The one suppression rule (preferences.suppression) over the member row's facts."""
@@ -209,9 +259,9 @@ def fan_out_page(campaign_id: str, shard_number: int) -> str:
         shard.cursor = members[-1]["recipient_id"] if members else shard.cursor
         shard.pages += 1
         shard.created += len(inserted)
-        shard.heartbeat_at = now
+        shard.heartbeat_at = shard.progressed_at = now
         shard.done = len(members) < page_size
-        shard.save(update_fields=["cursor", "pages", "created", "heartbeat_at", "done"])
+        shard.save(update_fields=["cursor", "pages", "created", "heartbeat_at", "progressed_at", "done"])
         queued = [(nid, campaign.priority, campaign.channel) for nid, status in inserted if status == Status.QUEUED]
         enqueue_on_commit(queued)
         if shard.done:
@@ -225,17 +275,16 @@ def _insert_page(campaign: Campaign, members: list[dict], now: datetime) -> list
     planner = _Planner(campaign, now)
     ids, recipients, statuses, reasons, dues, expires = [], [], [], [], [], []
     ttl = timedelta(seconds=campaign.ttl_seconds) if campaign.ttl_seconds else None
+    missed = set()
     for m in members:
         user_id = m["recipient_id"]
-        reason = planner.suppression(m)
-        base = planner.base_instant(m["timezone"]) + spread_offset(campaign.pk, user_id, campaign.spread_seconds)
-        if reason:
-            status = Status.SUPPRESSED
-        elif base > now:
-            status = Status.SCHEDULED
-        else:
-            status = Status.QUEUED
-        ids.append(notification_id_for(campaign.pk, user_id, campaign.channel))
+        offset = spread_offset(campaign.pk, user_id, campaign.spread_seconds)
+        base = planner.base_instant(m["timezone"]) + offset
+        status, reason, base, was_missed = planner.plan(m["timezone"], base, offset, planner.suppression(m))
+        nid = notification_id_for(campaign.pk, user_id, campaign.channel)
+        if was_missed:
+            missed.add(nid)
+        ids.append(nid)
         recipients.append(user_id)
         statuses.append(status)
         reasons.append(reason)
@@ -255,6 +304,11 @@ def _insert_page(campaign: Campaign, members: list[dict], now: datetime) -> list
     if planner.defaulted:
         Campaign.objects.filter(pk=campaign.pk).update(
             default_zone_count=F("default_zone_count") + planner.defaulted)
+    missed_inserted = sum(1 for nid, _ in inserted if nid in missed)  # rows that existed are not counted again
+    if missed_inserted:
+        Campaign.objects.filter(pk=campaign.pk).update(missed_count=F("missed_count") + missed_inserted)
+        log.warning("campaign %s: %d member(s) whose local time had passed, missed_policy %s", campaign.pk,
+                    missed_inserted, campaign.missed_policy)
     return inserted
 
 
@@ -275,6 +329,41 @@ def _finish_fan_out_if_complete(campaign: Campaign, now: datetime) -> None:
     Campaign.objects.filter(pk=campaign.pk, status=CampaignStatus.FANNING_OUT).update(
         status=CampaignStatus.SENDING, fanned_out_at=now, created_count=created, updated_at=now)
     log.info("campaign %s: fan-out complete, %d notifications", campaign.pk, created)
+
+
+def record_page_failure(campaign_id: str, shard_number: int, exc: BaseException) -> None:
+    """A fan-out page raised (its transaction rolled back; the reconciler re-drives the shard after
+    ``CAMPAIGN_SHARD_STALE_SECONDS``): store ``"<ExceptionType>: <message>"`` (≤ 2,000 characters)
+    and the time on the shard and the campaign, and count the failure on both. Never raises."""
+    now = clock.now()
+    text = f"{type(exc).__name__}: {exc}"[:2000]
+    try:
+        with transaction.atomic():
+            CampaignShard.objects.filter(campaign_id=campaign_id, number=shard_number).update(
+                failures=F("failures") + 1, last_error=text, last_error_at=now)
+            Campaign.objects.filter(pk=campaign_id).update(
+                fanout_failures=F("fanout_failures") + 1, last_error=f"shard {shard_number}: {text}",
+                last_error_at=now)
+    except Exception:
+        log.exception("campaign %s: fan-out error of shard %s not recorded", campaign_id, shard_number)
+    log.error("campaign %s: fan-out page of shard %s failed: %s", campaign_id, shard_number, text)
+
+
+def local_time_passed(campaign: Campaign, now: datetime) -> tuple[int, int]:
+    """``(passed, members)`` for a local-time campaign: how many current segment members' zones have
+    already passed its wall time at ``now`` (each zone resolved as fan-out does; spread ignored).
+    ``(0, members)`` for other campaigns. One grouped query over the members' zones."""
+    members = campaign.segment.members.all()
+    if not campaign.is_local_time:
+        return 0, members.count()
+    planner = _Planner(campaign, now)
+    passed = total = 0
+    for row in members.values("recipient__timezone").annotate(n=Count("*")).order_by():
+        total += row["n"]
+        zone = planner.zone(row["recipient__timezone"] or "")
+        if wall_time_to_utc(campaign.local_date, campaign.local_time, zone) <= now:
+            passed += row["n"]
+    return passed, total
 
 
 # --- reconcile ---------------------------------------------------------------------------------

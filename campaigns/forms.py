@@ -19,8 +19,10 @@ from django.forms.models import BaseInlineFormSet
 from django.utils import timezone
 
 from campaigns.api.serializers import MAX_SPREAD_SECONDS
-from campaigns.models import Campaign, TemplateVariant
+from campaigns.models import Campaign, MissedPolicy, TemplateVariant
 from campaigns.rendering import RenderError, validate_source
+from campaigns.services import local_time_problem
+from notifications import clock
 from notifications.api.serializers import (
     MAX_SCHEDULE_AHEAD,
     MAX_SCHEDULE_BEHIND,
@@ -182,7 +184,7 @@ def can_send_high(user) -> bool:
 
 CONTENT_FIELDS = ["title", "body", "html", "data"]
 DEFINITION_FIELDS = ["segment", "channel", "priority", "category", "template", *CONTENT_FIELDS,
-                     "scheduled_at", "local_date", "local_time", "spread_seconds", "ttl_seconds"]
+                     "scheduled_at", "local_date", "local_time", "missed_policy", "spread_seconds", "ttl_seconds"]
 
 
 class CampaignForm(forms.ModelForm):
@@ -201,7 +203,11 @@ class CampaignForm(forms.ModelForm):
             "body": "Plain-text body (SMS text).",
             "html": "Email only.",
             "data": 'Push data / email custom args: a JSON object of strings, e.g. {"screen": "offers"}.',
-            "local_date": "Local-time campaign: this date and time in each recipient's own time zone.",
+            "local_date": "Local-time campaign: this date and time in each recipient's own time zone; it must "
+                          "still be ahead in the earliest zone (UTC+14) when the campaign is saved and launched.",
+            "missed_policy": "Local-time campaigns: members whose wall time had already passed when fan-out reached "
+                             "them (e.g. fan-out ran late) are skipped (counted as missed), sent at once, or sent "
+                             "at that wall time the next day.",
             "spread_seconds": f"Smear sends uniformly over this many seconds (at most {MAX_SPREAD_SECONDS:,}).",
             "ttl_seconds": "Drop a notification not sent this many seconds after its send time.",
         }
@@ -217,6 +223,11 @@ class CampaignForm(forms.ModelForm):
         for name in ("body", "html"):
             if name in self.fields:
                 self.fields[name].strip = False
+        if "missed_policy" in self.fields:
+            self.fields["missed_policy"].required = False  # absent: the default, skip
+
+    def clean_missed_policy(self) -> str:
+        return self.cleaned_data.get("missed_policy") or MissedPolicy.SKIP
 
     def clean_category(self) -> str:
         category = self.cleaned_data["category"]
@@ -278,7 +289,7 @@ class CampaignForm(forms.ModelForm):
                            "A local-time campaign needs both a date and a time.")
         if scheduled_at and (local_date or local_time):
             self.add_error("scheduled_at", "Give either an absolute send instant or a local date and time, not both.")
-        now = timezone.now()
+        now = clock.now()  # the platform clock, as the API's rules use
         if scheduled_at and scheduled_at - now > MAX_SCHEDULE_AHEAD:
             self.add_error("scheduled_at", "At most 366 days ahead.")
         if scheduled_at and now - scheduled_at > MAX_SCHEDULE_BEHIND:
@@ -287,3 +298,7 @@ class CampaignForm(forms.ModelForm):
             self.add_error("local_date", "At most 366 days ahead.")
         if local_date and now.date() - local_date > MAX_SCHEDULE_BEHIND:
             self.add_error("local_date", "At most 366 days in the past.")
+        elif local_date and local_time:
+            problem = local_time_problem(local_date, local_time, now)
+            if problem:
+                self.add_error("local_time", problem[0].upper() + problem[1:] + ".")

@@ -81,6 +81,15 @@ class CampaignStatus(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
 
 
+class MissedPolicy(models.TextChoices):
+    """What a local-time campaign does for members whose wall time had already passed in their zone
+    when their fan-out page ran (more than ``CAMPAIGN_MISSED_GRACE_SECONDS`` before)."""
+
+    SKIP = "skip", "Skip them (suppressed, reason local_time_passed)"
+    SEND_NOW = "send_now", "Send to them at once"
+    NEXT_DAY = "next_day", "Send at the same wall time on the next day"
+
+
 class Campaign(models.Model):
     """The same message to every member of a segment, at one instant or at a local wall time in each
     recipient's zone, optionally smeared over ``spread_seconds``."""
@@ -105,6 +114,10 @@ class Campaign(models.Model):
     scheduled_at = models.DateTimeField(null=True, blank=True, help_text="Absolute send instant (UTC).")
     local_date = models.DateField(null=True, blank=True, help_text="Local-time campaigns: the wall-clock date…")
     local_time = models.TimeField(null=True, blank=True, help_text="…and time, in each recipient's zone.")
+    missed_policy = models.CharField(
+        max_length=8, choices=MissedPolicy.choices, default=MissedPolicy.SKIP,
+        help_text="Local-time campaigns: members whose wall time had already passed in their zone at fan-out "
+                  "are skipped, sent at once, or sent at that wall time the next day.")
     spread_seconds = models.PositiveIntegerField(default=0, help_text="Smear sends uniformly over this window.")
     ttl_seconds = models.PositiveIntegerField(null=True, blank=True)
 
@@ -117,6 +130,12 @@ class Campaign(models.Model):
     created_count = models.PositiveIntegerField(default=0, help_text="Notifications created by fan-out.")
     default_zone_count = models.PositiveIntegerField(
         default=0, help_text="Local-time recipients with a missing/invalid zone, sent in the default zone.")
+    missed_count = models.PositiveIntegerField(
+        default=0, help_text="Local-time members whose wall time had already passed at fan-out (handled by "
+                             "missed_policy).")
+    last_error = models.TextField(blank=True, default="", help_text="The last error of a fan-out page.")
+    last_error_at = models.DateTimeField(null=True, blank=True)
+    fanout_failures = models.PositiveIntegerField(default=0, help_text="Fan-out pages that failed (each is retried).")
     started_at = models.DateTimeField(null=True, blank=True)
     fanned_out_at = models.DateTimeField(null=True, blank=True)
     completed_at = models.DateTimeField(null=True, blank=True)
@@ -156,6 +175,11 @@ class CampaignShard(models.Model):
     pages = models.PositiveIntegerField(default=0)
     created = models.PositiveIntegerField(default=0)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
+    progressed_at = models.DateTimeField(null=True, blank=True,
+                                         help_text="When a page of this shard last committed (re-drives do not count).")
+    failures = models.PositiveIntegerField(default=0, help_text="Pages of this shard that failed.")
+    last_error = models.TextField(blank=True, default="")
+    last_error_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["campaign", "number"], name="campaign_shard_uniq")]

@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 
-from django.db.models import Count
+from django.conf import settings
+from django.db.models import Count, Max, Sum
 
-from campaigns.models import Campaign, Template
+from campaigns.models import Campaign, CampaignStatus, Template
 from campaigns.rendering import Rendered, render_strings, render_template
+from notifications import clock
 from notifications.models import Notification
 
 STATUSES = ["scheduled", "queued", "sending", "sent", "delivered", "failed", "suppressed", "expired", "cancelled"]
 
 
 def campaign_counts(campaign: Campaign) -> dict:
-    """``{"total": n, "by_status": {status: n…}, "suppressed_by_reason": {reason: n…},
-    "failed_by_reason": {…}}`` over the campaign's notifications (every status key present)."""
+    """``{"total": n, "outcome": outcome(by_status), "by_status": {status: n…},
+    "suppressed_by_reason": {reason: n…}, "failed_by_reason": {…}}`` over the campaign's notifications
+    (every status key present)."""
     rows = (Notification.objects.filter(campaign_id=campaign.pk).values("status", "reason")
             .annotate(n=Count("id")).order_by())
     by_status = dict.fromkeys(STATUSES, 0)
@@ -27,8 +31,29 @@ def campaign_counts(campaign: Campaign) -> dict:
             suppressed[row["reason"]] = suppressed.get(row["reason"], 0) + row["n"]
         elif row["status"] == "failed":
             failed[row["reason"]] = failed.get(row["reason"], 0) + row["n"]
-    return {"total": sum(by_status.values()), "by_status": by_status, "suppressed_by_reason": suppressed,
-            "failed_by_reason": failed}
+    return {"total": sum(by_status.values()), "outcome": outcome(by_status), "by_status": by_status,
+            "suppressed_by_reason": suppressed, "failed_by_reason": failed}
+
+
+def outcome(by_status: dict) -> dict:
+    """Sent and not sent kept apart: ``{"sent": sent + delivered, "delivered", "not_sent": suppressed +
+    failed + expired + cancelled, "suppressed", "failed", "expired", "cancelled", "pending": scheduled +
+    queued + sending}`` (counts of notifications)."""
+    n = {s: by_status.get(s, 0) for s in STATUSES}
+    return {"sent": n["sent"] + n["delivered"], "delivered": n["delivered"],
+            "not_sent": n["suppressed"] + n["failed"] + n["expired"] + n["cancelled"],
+            "suppressed": n["suppressed"], "failed": n["failed"], "expired": n["expired"],
+            "cancelled": n["cancelled"], "pending": n["scheduled"] + n["queued"] + n["sending"]}
+
+
+def outcomes_for(campaign_ids) -> dict:
+    """``{campaign_id: outcome(...)}`` for several campaigns in one grouped query (the admin list)."""
+    by_campaign: dict = {cid: dict.fromkeys(STATUSES, 0) for cid in campaign_ids}
+    rows = (Notification.objects.filter(campaign_id__in=list(by_campaign)).values("campaign_id", "status")
+            .annotate(n=Count("id")).order_by())
+    for row in rows:
+        by_campaign[row["campaign_id"]][row["status"]] = row["n"]
+    return {cid: outcome(counts) for cid, counts in by_campaign.items()}
 
 
 class ContentCache:
@@ -59,3 +84,31 @@ class ContentCache:
 
     def data(self, notification: Notification) -> dict | None:
         return self._campaign(notification.campaign_id)[0].data
+
+
+def stalled_campaigns(now=None) -> list[str]:
+    """One line per campaign that made no progress for ``CAMPAIGN_STALL_MINUTES``: a ``scheduled`` one
+    whose fan-out should have started that long ago, or a ``fanning_out`` one whose last committed
+    page (any shard; the start if none) is that old. Each line names the campaign, what it is stuck
+    at, and its last fan-out error. Used by ``manage.py doctor`` (registered in CampaignsConfig.ready)."""
+    now = now or clock.now()
+    limit = settings.CAMPAIGNS["STALL_MINUTES"]
+    before = now - timedelta(minutes=limit)
+    lines = []
+    for c in Campaign.objects.filter(status=CampaignStatus.SCHEDULED, fanout_at__lt=before).order_by("fanout_at")[:20]:
+        minutes = int((now - c.fanout_at).total_seconds() // 60)
+        lines.append(f"campaign {c.pk} ({c}): fan-out due at {c.fanout_at:%Y-%m-%d %H:%M:%S} UTC has not started "
+                     f"for {minutes} min (limit {limit}): is beat or the maintenance worker down?")
+    fanning = (Campaign.objects.filter(status=CampaignStatus.FANNING_OUT)
+               .annotate(progressed=Max("shards__progressed_at"), created=Sum("shards__created"))
+               .order_by("started_at"))
+    for c in fanning[:100]:
+        last = c.progressed or c.started_at
+        if last is None or last >= before:
+            continue
+        minutes = int((now - last).total_seconds() // 60)
+        error = (f"; {c.fanout_failures} failed page(s), last at {c.last_error_at:%Y-%m-%d %H:%M:%S} UTC: "
+                 f"{c.last_error}") if c.last_error_at else "; no page error recorded (is the fan-out worker running?)"
+        lines.append(f"campaign {c.pk} ({c}): fanning out, no progress for {minutes} min (limit {limit}), "
+                     f"{c.created or 0} of {c.member_count} notifications created{error}")
+    return lines

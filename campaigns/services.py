@@ -29,6 +29,23 @@ class CampaignKeyReused(Exception):
     """The idempotency key was already used by this client for a different campaign request."""
 
 
+class LocalTimePassed(Exception):
+    """A local-time campaign's wall time has already been reached in the earliest zone (UTC+14)."""
+
+
+def local_time_problem(local_date: date | None, local_time: time | None, now: datetime) -> str | None:
+    """The rule for a local-time campaign at creation and launch: its wall time must still be ahead in
+    the earliest zone (UTC+14), i.e. ahead for every recipient. Returns ``None`` when it is (or for a
+    campaign without a local time), else the message naming the rule."""
+    if local_date is None or local_time is None:
+        return None
+    if datetime.combine(local_date, local_time, tzinfo=UTC) - now > MAX_UTC_OFFSET:
+        return None
+    return (f"{local_date.isoformat()} {local_time.strftime('%H:%M')} has already been reached in the earliest "
+            f"zone (UTC+14, where it is now {now + MAX_UTC_OFFSET:%Y-%m-%d %H:%M}): a local_time must still be "
+            "in the future in every zone")
+
+
 class CampaignNotCancellable(Exception):
     def __init__(self, campaign: Campaign) -> None:
         super().__init__(f"campaign is {campaign.status}; it can no longer be cancelled")
@@ -120,8 +137,16 @@ def create_campaign(*, client: APIClient | None, idempotency_key: str | None, fi
 
 
 def launch_campaign(campaign: Campaign) -> Campaign:
-    """Admin: move a draft to ``scheduled`` (fan-out starts when due)."""
+    """Admin: move a draft to ``scheduled`` (fan-out starts when due).
+
+    Raises:
+        LocalTimePassed: a local-time draft whose wall time the earliest zone has already reached
+        (see :func:`local_time_problem`); nothing is changed.
+    """
     now = clock.now()
+    problem = local_time_problem(campaign.local_date, campaign.local_time, now)
+    if problem:
+        raise LocalTimePassed(problem)
     campaign.fanout_at = fanout_instant(scheduled_at=campaign.scheduled_at, local_date=campaign.local_date,
                                         local_time=campaign.local_time, now=now)
     Campaign.objects.filter(pk=campaign.pk, status=CampaignStatus.DRAFT).update(

@@ -12,8 +12,14 @@ def start_due() -> list[str]:
 
 @notification_task("campaigns.fan_out_page")
 def fan_out_page(campaign_id: str, shard_number: int) -> str:
-    """Fan out the next page of one shard (``fanout`` queue)."""
-    return fanout.fan_out_page(campaign_id, shard_number)
+    """Fan out the next page of one shard (``fanout`` queue). A page that raises is recorded on the
+    shard and campaign (last error, failures) and re-raised, so Celery's ``task_failure`` counts it
+    (``notify_task_failures_total``); the reconciler re-drives the shard."""
+    try:
+        return fanout.fan_out_page(campaign_id, shard_number)
+    except Exception as exc:
+        fanout.record_page_failure(campaign_id, shard_number, exc)
+        raise
 
 
 @notification_task("campaigns.reconcile")

@@ -273,6 +273,12 @@ CAMPAIGNS = {
     "SHARD_STALE_SECONDS": env.int("CAMPAIGN_SHARD_STALE_SECONDS", default=30),
     # Local-time campaigns: the zone used for recipients whose zone is missing or invalid.
     "DEFAULT_TIMEZONE": env("CAMPAIGN_DEFAULT_TIMEZONE", default="UTC"),
+    # Local-time campaigns: a member whose send instant passed more than this long (seconds) before
+    # their fan-out page ran is "missed" and handled by the campaign's missed_policy; within it they
+    # are sent at once (normal fan-out pace: 1M members take minutes).
+    "MISSED_GRACE_SECONDS": env.int("CAMPAIGN_MISSED_GRACE_SECONDS", default=600),
+    # manage.py doctor fails for a campaign that made no progress for this many minutes.
+    "STALL_MINUTES": env.int("CAMPAIGN_STALL_MINUTES", default=10),
 }
 
 # --- Providers ----------------------------------------------------------------------------------

@@ -365,6 +365,19 @@ def readiness() -> tuple[bool, dict]:
     return not failing, body
 
 
+# --- Checks registered by apps above this one ------------------------------------------------
+
+#: ``name -> callable() -> list of problem lines`` (empty = fine), registered by apps that sit above
+#: notifications (campaigns) from their ``AppConfig.ready``, so this module never imports them.
+#: ``manage.py doctor`` reports each line as a FAIL.
+PROGRESS_CHECKS: dict = {}
+
+
+def register_progress_check(name: str, check) -> None:
+    """Register ``check`` (no arguments; returns problem lines) under ``name`` for ``manage.py doctor``."""
+    PROGRESS_CHECKS[name] = check
+
+
 # --- Views ------------------------------------------------------------------------------------
 
 @never_cache

@@ -160,6 +160,12 @@ class _Metrics:
             "notify_provider_failovers_total",
             "High-tier sends that went to a backup provider because the primary was unavailable.",
             ["channel", "provider"], registry=r)
+        self.task_failures = Counter(
+            "notify_task_failures_total",
+            "Celery tasks that raised (periodic scheduler/reconciler ticks, fan-out pages, sends), by task name.",
+            ["task"], registry=r)
+        self.task_retries = Counter(
+            "notify_task_retries_total", "Celery task retries requested, by task name.", ["task"], registry=r)
         self.publish_failures = Counter(
             "notify_publish_failures_total",
             "Notifications whose send task could not be published (broker down); the reconciler re-drives them.",
@@ -451,6 +457,26 @@ def fanout_page_inserted(*, channel: str, tier: str, inserted, reasons: dict) ->
         _on_commit(record)
 
 
+_TASK_NAME = re.compile(r"^(notifications|campaigns)\.[a-z_]{1,40}$")  # our own tasks (notification_task)
+
+
+def task_label(name: str | None) -> str:
+    """A task name of ours (``campaigns.fan_out_page``, ``notifications.reconcile``…), else ``other``."""
+    return name if name and _TASK_NAME.match(name) else "other"
+
+
+@_safe
+def task_failed(sender=None, **_kwargs) -> None:
+    """Celery ``task_failure``: one task run raised (counted whatever the task; its name bounded)."""
+    _m().task_failures.labels(task_label(getattr(sender, "name", None))).inc()
+
+
+@_safe
+def task_retried(sender=None, **_kwargs) -> None:
+    """Celery ``task_retry``."""
+    _m().task_retries.labels(task_label(getattr(sender, "name", None))).inc()
+
+
 @_safe
 def invalid_zone_fell_back(where: str, count: int = 1) -> None:
     """A stored zone name was not an IANA zone and the fallback zone was used instead; ``where``:
@@ -476,9 +502,11 @@ def _mark_process_dead(pid=None, **_kwargs) -> None:
 
 
 try:
-    from celery.signals import worker_process_shutdown
+    from celery.signals import task_failure, task_retry, worker_process_shutdown
 
     worker_process_shutdown.connect(_mark_process_dead, weak=False)
+    task_failure.connect(task_failed, weak=False)
+    task_retry.connect(task_retried, weak=False)
 except ImportError:  # pragma: no cover - celery is a dependency
     pass
 

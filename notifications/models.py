@@ -68,6 +68,8 @@ class Reason(models.TextChoices):
     TTL_EXPIRED = "ttl_expired", "Time to live ran out before it could be sent"
     CANCELLED_BY_CLIENT = "cancelled_by_client", "Cancelled through the API"
     CAMPAIGN_CANCELLED = "campaign_cancelled", "Its campaign was cancelled"
+    LOCAL_TIME_PASSED = "local_time_passed", ("The campaign's local send time had already passed in the "
+                                              "recipient's zone when it fanned out (missed_policy skip)")
     TEMPLATE_ERROR = "template_error", "The template could not be rendered"
     SMS_STOPPED = "sms_stopped", "Recipient replied STOP to this sender"
     PROVIDER_UNDELIVERED = "provider_undelivered", "Provider reported it undelivered (receipt)"

@@ -168,25 +168,39 @@ def test_fan_out_killed_halfway_resumes_and_creates_each_member_once(api, emulat
     assert Notification.objects.filter(campaign_id=cid, status="scheduled").count() == 0
 
 
+def upcoming(*candidates: date) -> date:
+    """The first candidate at least two days ahead: a local_time must still be ahead in every zone
+    (issue 10 #4), and dates must stay within 366 days, whenever the suite runs."""
+    return next(d for d in sorted(candidates) if d > datetime.now(UTC).date() + timedelta(days=1))
+
+
+def nth_sunday(year: int, month: int, n: int) -> date:
+    first = date(year, month, 1)
+    return first + timedelta(days=(6 - first.weekday()) % 7 + 7 * (n - 1))
+
+
 def test_local_time_campaign_gives_each_zone_its_own_instant(api, emulator, stack):
     zones = ["Pacific/Auckland", "Europe/London", "America/Los_Angeles", "Not/AZone"]
     segment_id, _users, _ = make_segment(api, 8, channel="sms", zones=zones)
+    year = datetime.now(UTC).year
+    day = upcoming(date(year, 12, 15), date(year + 1, 1, 15), date(year + 1, 12, 15))  # NZDT, GMT, PST
     cid = create_campaign(api, {"segment_id": segment_id, "channel": "sms", "content": {"body": "Good morning"},
-                                "local_time": {"date": "2026-12-15", "time": "09:00"}})
+                                "local_time": {"date": day.isoformat(), "time": "09:00"}})
     campaign = Campaign.objects.get(pk=cid)
-    assert campaign.fanout_at == datetime(2026, 12, 14, 19, 0, tzinfo=UTC)  # 09:00 at UTC+14
-    stack.set_clock_offset((datetime(2026, 12, 14, 19, 0, 5, tzinfo=UTC) - datetime.now(UTC)).total_seconds())
+    at = datetime.combine(day, datetime.min.time(), tzinfo=UTC)
+    assert campaign.fanout_at == at - timedelta(hours=5)  # 09:00 at UTC+14
+    stack.set_clock_offset((at - timedelta(hours=5) + timedelta(seconds=5) - datetime.now(UTC)).total_seconds())
     wait_campaign(api, cid, "sending", timeout=30)
     due = {n.recipient.timezone: n.due_at for n in
            Notification.objects.filter(campaign_id=cid).select_related("recipient")}
     assert due == {
-        "Pacific/Auckland": datetime(2026, 12, 14, 20, 0, tzinfo=UTC),  # NZDT, UTC+13
-        "Europe/London": datetime(2026, 12, 15, 9, 0, tzinfo=UTC),  # GMT
-        "America/Los_Angeles": datetime(2026, 12, 15, 17, 0, tzinfo=UTC),  # PST, UTC-8
-        "Not/AZone": datetime(2026, 12, 15, 9, 0, tzinfo=UTC),  # the default zone (UTC)
+        "Pacific/Auckland": at - timedelta(hours=4),  # NZDT, UTC+13
+        "Europe/London": at + timedelta(hours=9),  # GMT
+        "America/Los_Angeles": at + timedelta(hours=17),  # PST, UTC-8
+        "Not/AZone": at + timedelta(hours=9),  # the default zone (UTC)
     }
     assert Campaign.objects.get(pk=cid).default_zone_count == 2
-    stack.set_clock_offset((datetime(2026, 12, 15, 17, 0, 2, tzinfo=UTC) - datetime.now(UTC)).total_seconds())
+    stack.set_clock_offset((at + timedelta(hours=17, seconds=2) - datetime.now(UTC)).total_seconds())
     body = wait_campaign(api, cid, "completed", timeout=40)
     assert sent(body["counts"]) == 8
     ids = {str(i) for i in Notification.objects.filter(campaign_id=cid).values_list("id", flat=True)}
@@ -194,14 +208,20 @@ def test_local_time_campaign_gives_each_zone_its_own_instant(api, emulator, stac
                    if m["notification_id"] in ids) == dict.fromkeys(ids, 1)
 
 
-@pytest.mark.parametrize(("day", "wall", "expected_utc"), [
-    # Spring forward: 02:30 does not exist in Los Angeles on 2027-03-14 → the end of the gap, 03:00 PDT.
-    (date(2027, 3, 14), "02:30", datetime(2027, 3, 14, 10, 0, tzinfo=UTC)),
-    # Fall back: 01:30 happens twice on 2027-11-07 → its first occurrence, 01:30 PDT (UTC-7).
-    (date(2027, 11, 7), "01:30", datetime(2027, 11, 7, 8, 30, tzinfo=UTC)),
+@pytest.mark.parametrize(("month", "sunday", "wall", "expected_utc_time"), [
+    # Spring forward (second Sunday of March): 02:30 does not exist in Los Angeles → the end of the
+    # gap, 03:00 PDT (10:00 UTC).
+    (3, 2, "02:30", (10, 0)),
+    # Fall back (first Sunday of November): 01:30 happens twice → its first occurrence, 01:30 PDT
+    # (UTC-7, 08:30 UTC).
+    (11, 1, "01:30", (8, 30)),
 ])
-def test_local_time_on_dst_transitions_resolves_by_rule_and_sends_once(api, emulator, stack, day, wall,
-                                                                       expected_utc):
+def test_local_time_on_dst_transitions_resolves_by_rule_and_sends_once(api, emulator, stack, month, sunday, wall,
+                                                                       expected_utc_time):
+    year = datetime.now(UTC).year
+    day = upcoming(nth_sunday(year, month, sunday), nth_sunday(year + 1, month, sunday))
+    expected_utc = datetime.combine(day, datetime.min.time(), tzinfo=UTC).replace(
+        hour=expected_utc_time[0], minute=expected_utc_time[1])
     segment_id, _users, _ = make_segment(api, 2, channel="sms", zones=["America/Los_Angeles"])
     cid = create_campaign(api, {"segment_id": segment_id, "channel": "sms", "content": {"body": "Hi"},
                                 "local_time": {"date": day.isoformat(), "time": wall}})

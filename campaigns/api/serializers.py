@@ -8,8 +8,9 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from campaigns.audience import cached_reach
-from campaigns.models import Campaign, CampaignStatus, Segment, Template
+from campaigns.models import Campaign, CampaignStatus, MissedPolicy, Segment, Template
 from campaigns.rendering import RenderError, validate_source
+from campaigns.services import local_time_problem
 from notifications import clock
 from notifications.api.serializers import (
     MAX_TTL_SECONDS,
@@ -112,6 +113,12 @@ class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
     template_id = serializers.CharField(required=False, allow_null=True, max_length=64)
     scheduled_at = AwareDateTimeField(required=False, allow_null=True, default=None)
     local_time = LocalTimeSerializer(required=False, allow_null=True, default=None)
+    missed_policy = serializers.ChoiceField(
+        choices=MissedPolicy.choices, required=False, allow_null=True, default=None,
+        help_text="local_time campaigns only: members whose wall time had already passed in their zone when "
+                  "their fan-out page ran (more than CAMPAIGN_MISSED_GRACE_SECONDS, 10 min, before) are "
+                  "`skip`ped (default: suppressed, reason `local_time_passed`, counted in `missed_count`), "
+                  "sent at once (`send_now`), or sent at that wall time the next day (`next_day`).")
     spread_seconds = serializers.IntegerField(required=False, default=0, min_value=0, max_value=MAX_SPREAD_SECONDS)
     ttl_seconds = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1,
                                            max_value=MAX_TTL_SECONDS)
@@ -133,12 +140,21 @@ class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
             errors["scheduled_at"] = exc.detail[0]
         local = attrs.get("local_time")
         if local:
-            # The wall time is reached somewhere between UTC+14 and UTC-12 of that date.
+            # The wall time is reached somewhere between UTC+14 and UTC-12 of that date: it must still be
+            # ahead in the earliest zone (else some recipients' send time has already passed).
+            passed = local_time_problem(local["date"], local["time"], clock.now())
             start = datetime.combine(local["date"], local["time"], tzinfo=UTC)
-            try:
-                check_schedule_window(start, clock.now())
-            except serializers.ValidationError as exc:
-                errors["local_time.date"] = exc.detail[0]
+            if passed:
+                errors["local_time"] = serializers.ErrorDetail(passed, code="local_time_passed")
+            else:
+                try:
+                    check_schedule_window(start, clock.now())
+                except serializers.ValidationError as exc:
+                    errors["local_time.date"] = exc.detail[0]
+        elif attrs.get("missed_policy") is not None:
+            errors["missed_policy"] = serializers.ErrorDetail("applies to local_time campaigns only; give "
+                                                              "local_time or leave missed_policy out",
+                                                              code="local_time_only")
         if has_content and not has_template:
             errors.update(channel_content_errors(attrs["channel"], attrs["content"]))
             for name in ("title", "body", "html"):
@@ -179,8 +195,22 @@ class ByStatusSerializer(serializers.Serializer):
     cancelled = serializers.IntegerField()
 
 
+class OutcomeSerializer(serializers.Serializer):
+    """What became of the campaign's notifications so far, sent and not sent kept apart."""
+
+    sent = serializers.IntegerField(help_text="Accepted by a provider: by_status.sent + by_status.delivered.")
+    delivered = serializers.IntegerField(help_text="Of those, confirmed delivered by a receipt.")
+    not_sent = serializers.IntegerField(help_text="Ended without a send: suppressed + failed + expired + cancelled.")
+    suppressed = serializers.IntegerField()
+    failed = serializers.IntegerField()
+    expired = serializers.IntegerField()
+    cancelled = serializers.IntegerField()
+    pending = serializers.IntegerField(help_text="Not finished yet: scheduled + queued + sending.")
+
+
 class CampaignCountsSerializer(serializers.Serializer):
-    total = serializers.IntegerField(help_text="Notifications created so far.")
+    total = serializers.IntegerField(help_text="Notifications created so far (whatever became of them).")
+    outcome = OutcomeSerializer()
     by_status = ByStatusSerializer()
     suppressed_by_reason = serializers.DictField(child=serializers.IntegerField(),
                                                  help_text="Suppressed notifications by reason (no_phone, …).")
@@ -211,8 +241,9 @@ class CampaignSerializer(serializers.ModelSerializer):
     class Meta:
         model = Campaign
         fields = ["id", "name", "status", "segment_id", "channel", "priority", "category", "template_id",
-                  "scheduled_at", "local_time", "spread_seconds", "ttl_seconds", "fanout_at", "member_count",
-                  "reach", "created_count", "default_zone_count", "started_at", "fanned_out_at", "completed_at",
+                  "scheduled_at", "local_time", "missed_policy", "spread_seconds", "ttl_seconds", "fanout_at",
+                  "member_count", "reach", "created_count", "default_zone_count", "missed_count", "fanout_failures",
+                  "last_error", "last_error_at", "started_at", "fanned_out_at", "completed_at",
                   "cancelled_at", "created_at", "counts"]
         read_only_fields = fields  # a response: every field is always present
 

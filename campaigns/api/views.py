@@ -19,7 +19,7 @@ from campaigns.api.serializers import (
     SegmentSerializer,
     TemplateSerializer,
 )
-from campaigns.models import Campaign, Segment, Template
+from campaigns.models import Campaign, MissedPolicy, Segment, Template
 from notifications.api.errors import BODY, error_responses, field_error, response_headers
 from notifications.api.serializers import AcceptedSerializer
 from notifications.api.views import (
@@ -158,7 +158,8 @@ class CampaignListView(APIView):
                 category=data["category"], template=data["template"], title=content.get("title", ""),
                 body=content.get("body", ""), html=content.get("html", ""), data=content.get("data"),
                 scheduled_at=data["scheduled_at"], local_date=local["date"] if local else None,
-                local_time=local["time"] if local else None, spread_seconds=data["spread_seconds"],
+                local_time=local["time"] if local else None,
+                missed_policy=data["missed_policy"] or MissedPolicy.SKIP, spread_seconds=data["spread_seconds"],
                 ttl_seconds=data["ttl_seconds"])
         except services.CampaignKeyReused:
             return key_reused()

@@ -14,6 +14,9 @@ Checks (``--skip NAME`` leaves one out; names in brackets):
 * [migrations] every migration is applied.
 * [redis] Redis and the broker answer PING.
 * [metrics] the metrics directory is writable; whether ``METRICS_TOKEN`` protects /metrics.
+* [progress] the checks other apps register in ``notifications.health.PROGRESS_CHECKS``: campaigns
+  that made no progress for ``CAMPAIGN_STALL_MINUTES`` (not started, or no fan-out page committed),
+  with their last fan-out error.
 
 Prints ``OK``/``WARN``/``FAIL`` lines and exits 1 when any check failed (warnings do not fail).
 """
@@ -27,7 +30,8 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-CHECKS = ("providers", "public-url", "sendgrid-key", "timezone", "workers", "migrations", "redis", "metrics")
+CHECKS = ("providers", "public-url", "sendgrid-key", "timezone", "workers", "migrations", "redis", "metrics",
+          "progress")
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "0.0.0.0")  # noqa: S104 - compared, not bound
 
 
@@ -239,3 +243,17 @@ class Command(BaseCommand):
                               "(set it for a remote Prometheus)")
         else:
             self.line("INFO", "metrics: METRICS_TOKEN is not set; /metrics answers local requests only")
+
+    def check_progress(self) -> None:
+        from notifications.health import PROGRESS_CHECKS
+
+        for name, check in PROGRESS_CHECKS.items():
+            try:
+                problems = check()
+            except Exception as exc:
+                self.line("FAIL", f"{name}: progress could not be checked ({type(exc).__name__}: {exc})")
+                continue
+            for problem in problems:
+                self.line("FAIL", f"{name}: {problem}")
+            if not problems:
+                self.line("OK", f"{name}: nothing stalled")
