@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from preferences.models import Preferences
+
 OPTED_OUT_CHANNEL = "opted_out_channel"
 OPTED_OUT_CATEGORY = "opted_out_category"
 NO_PHONE = "no_phone"
@@ -106,8 +108,6 @@ def facts_of(recipient, *, sms_stopped: bool | None = None, has_active_device: b
              ) -> RecipientFacts:
     """:class:`RecipientFacts` of a ``preferences.models.Recipient`` loaded through the ORM (its
     ``preferences`` row, if any, read through the relation: ``select_related`` it for many rows)."""
-    from preferences.models import Preferences
-
     try:
         prefs = recipient.preferences
     except Preferences.DoesNotExist:
