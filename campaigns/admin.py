@@ -26,7 +26,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_GET, require_POST
 
-from campaigns import admin_views, selectors, services
+from campaigns import admin_views, audience, selectors, services
 from campaigns.forms import (
     DEFINITION_FIELDS,
     SNAPSHOT_NOTE,
@@ -343,7 +343,7 @@ class CampaignAdmin(admin_views.CampaignLifecycleViews, admin.ModelAdmin):
                      "cancel_url": reverse("admin:campaigns_campaign_cancel", args=[campaign.pk]),
                      "progress_url": reverse("admin:campaigns_campaign_progress", args=[campaign.pk])}
             if campaign.status == CampaignStatus.DRAFT:
-                extra.update(reach=campaign.segment.members.count(), sms=admin_views.sms_estimates(campaign),
+                extra.update(reach=audience.reach(campaign, clock.now()), sms=admin_views.sms_estimates(campaign),
                              local_check=admin_views.local_time_check(campaign),
                              can_launch=may_change and self._may_send(request, campaign))
             else:

@@ -23,24 +23,24 @@ import logging
 import uuid
 from datetime import datetime, timedelta
 from typing import NamedTuple
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Count, F
 
+from campaigns import audience
 from campaigns.models import Campaign, CampaignShard, CampaignStatus, MissedPolicy
 from notifications import clock, metrics
 from notifications.enqueue import enqueue_on_commit, fanout_queue
 from notifications.models import Reason, Status
+from preferences.validation import stored_zone
 from preferences.wallclock import wall_time_to_utc
 
 log = logging.getLogger(__name__)
 
 _MEMBERS_SQL = """
-SELECT m.recipient_id, r.email, r.phone, r.timezone, r.email_invalid_reason, r.phone_invalid_reason,
-       p.opt_outs, p.category_opt_outs,
-       {device_count} AS devices
+SELECT m.recipient_id, r.timezone, {facts}
   FROM campaigns_segmentmember m
   JOIN preferences_recipient r ON r.user_id = m.recipient_id
   LEFT JOIN preferences_preferences p ON p.recipient_id = m.recipient_id
@@ -54,8 +54,6 @@ SELECT m.recipient_id, r.email, r.phone, r.timezone, r.email_invalid_reason, r.p
  ORDER BY m.recipient_id
  LIMIT %(limit)s
 """
-_DEVICE_COUNT = ("(SELECT count(*) FROM preferences_device d "
-                 "WHERE d.recipient_id = m.recipient_id AND d.active)")
 
 _INSERT_SQL = """
 INSERT INTO notifications_notification
@@ -163,7 +161,8 @@ class _Planner:
         self.zone_cache: dict[str, tuple[datetime, bool]] = {}
         self.default_zone = ZoneInfo(conf("DEFAULT_TIMEZONE"))
         self.defaulted = 0
-        self.zones: dict[str, ZoneInfo] = {}
+        self.zones: dict[str, tuple[ZoneInfo, bool]] = {}
+        self.invalid_zones: set[str] = set()
 
     def base_instant(self, zone_name: str) -> datetime:
         c = self.campaign
@@ -171,12 +170,7 @@ class _Planner:
             return c.scheduled_at or c.fanout_at or self.now
         cached = self.zone_cache.get(zone_name)
         if cached is None:
-            try:
-                zone, fallback = ZoneInfo(zone_name), False
-            except (ZoneInfoNotFoundError, ValueError):
-                zone, fallback = self.default_zone, True
-            if not zone_name:
-                zone, fallback = self.default_zone, True
+            zone, fallback = self.zone_and_fallback(zone_name)
             cached = (wall_time_to_utc(c.local_date, c.local_time, zone), fallback)
             self.zone_cache[zone_name] = cached
         if cached[1]:
@@ -185,14 +179,20 @@ class _Planner:
 
     def zone(self, zone_name: str) -> ZoneInfo:
         """The member's zone, or the default zone for a missing or unusable name (never raises)."""
-        zone = self.zones.get(zone_name)
-        if zone is None:
-            try:
-                zone = ZoneInfo(zone_name) if zone_name else self.default_zone
-            except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a tzdata folder ("America")
-                zone = self.default_zone
-            self.zones[zone_name] = zone
-        return zone
+        return self.zone_and_fallback(zone_name)[0]
+
+    def zone_and_fallback(self, zone_name: str) -> tuple[ZoneInfo, bool]:
+        """A member's stored zone, or the default zone (``True``: fell back) when it is empty or not
+        an IANA zone by the one zone rule (``America``, ``+03:00``: never raises); invalid names are
+        remembered for the metric."""
+        resolved = self.zones.get(zone_name)
+        if resolved is None:
+            resolved = self.zones[zone_name] = stored_zone(zone_name, conf("DEFAULT_TIMEZONE"))
+            if resolved[1] and zone_name:
+                self.invalid_zones.add(zone_name)
+                log.warning("campaign %s: stored zone %r is not an IANA zone; using %s", self.campaign.pk,
+                            zone_name, resolved[0].key)
+        return resolved
 
     def plan(self, zone_name: str, due: datetime, offset: timedelta, reason: str) -> Plan:
         """Status, reason and due instant of one member's row, given its pre-filter ``reason`` and its
@@ -226,24 +226,8 @@ class _Planner:
         return instant
 
     def suppression(self, row: dict) -> str:
-        c = self.campaign
-        if c.channel in (row["opt_outs"] or []):
-            return Reason.OPTED_OUT_CHANNEL
-        if c.channel in (row["category_opt_outs"] or {}).get(c.category, []):
-            return Reason.OPTED_OUT_CATEGORY
-        if c.channel == "sms":
-            if not row["phone"]:
-                return Reason.NO_PHONE
-            if row["phone_invalid_reason"]:
-                return Reason.PHONE_INVALID
-        elif c.channel == "email":
-            if not row["email"]:
-                return Reason.NO_EMAIL
-            if row["email_invalid_reason"]:
-                return Reason.EMAIL_INVALID
-        elif not row["devices"]:
-            return Reason.NO_ACTIVE_DEVICE
-        return ""
+        """The one suppression rule (preferences.suppression) over the member row's facts."""
+        return audience.reason_for(row, self.campaign)
 
 
 def fan_out_page(campaign_id: str, shard_number: int) -> str:
@@ -264,10 +248,11 @@ def fan_out_page(campaign_id: str, shard_number: int) -> str:
             return "busy"
         campaign = Campaign.objects.get(pk=campaign_id)
         now = clock.now()
-        sql = _MEMBERS_SQL.format(device_count=_DEVICE_COUNT if campaign.channel == "push" else "0")
+        sql = _MEMBERS_SQL.format(facts=audience.fact_columns(campaign.channel))
         with connection.cursor() as cur:
             cur.execute(sql, {"segment": campaign.segment_id, "snapshot": campaign.snapshot_at,
-                              "after": shard.cursor, "upper": shard.upper, "limit": page_size})
+                              "after": shard.cursor, "upper": shard.upper, "limit": page_size,
+                              **audience.fact_params(campaign)})
             columns = [c.name for c in cur.description]
             members = [dict(zip(columns, r, strict=True)) for r in cur.fetchall()]
         inserted = _insert_page(campaign, members, now) if members else []
@@ -314,6 +299,8 @@ def _insert_page(campaign: Campaign, members: list[dict], now: datetime) -> list
         inserted = cur.fetchall()
     metrics.fanout_page_inserted(channel=campaign.channel, tier=campaign.priority, inserted=inserted,
                                  reasons=dict(zip(ids, reasons, strict=True)))
+    if planner.invalid_zones:
+        metrics.invalid_zone_fell_back("fanout", sum(m["timezone"] in planner.invalid_zones for m in members))
     if planner.defaulted:
         Campaign.objects.filter(pk=campaign.pk).update(
             default_zone_count=F("default_zone_count") + planner.defaulted)

@@ -170,6 +170,11 @@ class _Metrics:
             "notify_publish_failures_total",
             "Notifications whose send task could not be published (broker down); the reconciler re-drives them.",
             registry=r)
+        self.invalid_zones = Counter(
+            "notify_invalid_zone_fallbacks_total",
+            "Stored time zone names that are not IANA zones (set before validation or by SQL), replaced by "
+            "the fallback zone: fan-out (local-time campaigns) or quiet hours at send time.",
+            ["where"], registry=r)
 
 
 _metrics: _Metrics | None = None
@@ -470,6 +475,14 @@ def task_failed(sender=None, **_kwargs) -> None:
 def task_retried(sender=None, **_kwargs) -> None:
     """Celery ``task_retry``."""
     _m().task_retries.labels(task_label(getattr(sender, "name", None))).inc()
+
+
+@_safe
+def invalid_zone_fell_back(where: str, count: int = 1) -> None:
+    """A stored zone name was not an IANA zone and the fallback zone was used instead; ``where``:
+    ``fanout`` or ``quiet_hours``."""
+    if count:
+        _m().invalid_zones.labels(_one_of(where, ("fanout", "quiet_hours"))).inc(count)
 
 
 # --- process lifecycle ------------------------------------------------------------------------

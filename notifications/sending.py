@@ -18,7 +18,6 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -29,8 +28,9 @@ from notifications.bulk import array_literal
 from notifications.enqueue import enqueue_on_commit
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
 from notifications.quiet_hours_policy import bypasses_quiet_hours
+from preferences import suppression
 from preferences.models import Device, Preferences, SmsStop
-from preferences.quiet_hours import window_end
+from preferences.quiet_hours import quiet_zone, window_end
 from providers import isolation
 from providers.base import (
     ContactInvalidError,
@@ -211,31 +211,12 @@ def suppression_reason(n: Notification, stopped_phones: set[str] | None = None) 
     numbers that replied STOP to our sender, preloaded for a batch (``None`` = query).
     """
     recipient = n.recipient
-    try:
-        prefs: Preferences | None = recipient.preferences
-    except Preferences.DoesNotExist:
-        prefs = None
-    if prefs is not None:
-        if n.channel in (prefs.opt_outs or []):
-            return Reason.OPTED_OUT_CHANNEL
-        if n.category and n.channel in (prefs.category_opt_outs or {}).get(n.category, []):
-            return Reason.OPTED_OUT_CATEGORY
-    if n.channel == "sms":
-        if not recipient.phone:
-            return Reason.NO_PHONE
-        if recipient.phone_invalid_reason:
-            return Reason.PHONE_INVALID
-        if stopped_phones is not None:
-            if recipient.phone in stopped_phones:
-                return Reason.SMS_STOPPED
-        elif SmsStop.objects.filter(phone=recipient.phone, sender=sms_sender()).exists():
-            return Reason.SMS_STOPPED
-    elif n.channel == "email":
-        if not recipient.email:
-            return Reason.NO_EMAIL
-        if recipient.email_invalid_reason:
-            return Reason.EMAIL_INVALID
-    return ""
+    stopped = None
+    if n.channel == "sms" and recipient.phone:
+        stopped = (recipient.phone in stopped_phones if stopped_phones is not None
+                   else SmsStop.objects.filter(phone=recipient.phone, sender=sms_sender()).exists())
+    return suppression.suppression_reason(suppression.facts_of(recipient, sms_stopped=stopped), n.channel,
+                                          n.category)
 
 
 def _suppression_detail(n: Notification, reason: str) -> str:
@@ -265,11 +246,11 @@ def quiet_hours_end(n: Notification, now: datetime) -> datetime | None:
         return None
     if prefs.quiet_start is None or prefs.quiet_end is None:
         return None
-    zone_name = prefs.quiet_timezone or n.recipient.timezone or "UTC"
-    try:
-        tz = ZoneInfo(zone_name)
-    except (ZoneInfoNotFoundError, ValueError):
-        tz = ZoneInfo("UTC")
+    tz, invalid = quiet_zone(prefs.quiet_timezone, n.recipient.timezone)
+    if invalid:
+        log.warning("notification %s: stored zone(s) %s of %s are not IANA zones; quiet hours in %s",
+                    n.pk, invalid, n.recipient_id, tz.key)
+        metrics.invalid_zone_fell_back("quiet_hours", len(invalid))
     return window_end(now, prefs.quiet_start, prefs.quiet_end, tz)
 
 

@@ -17,6 +17,7 @@ from django.utils.html import format_html, format_html_join
 from notifications.admin import RecipientNotificationInline, phone_search_term
 from preferences.api.serializers import PreferencesSerializer
 from preferences.models import Device, Erasure, Preferences, Recipient
+from preferences.validation import validate_iana_zone
 
 
 def _messages(detail) -> list[str]:
@@ -109,8 +110,23 @@ class ErasureAdmin(admin.ModelAdmin):
         return False
 
 
+class RecipientForm(forms.ModelForm):
+    """The recipient's own fields, with the API's zone rule (``PUT /v1/users/{id}``): an IANA zone
+    name or empty; ``America``, ``Mars/Olympus`` or ``+03:00`` are refused with the reason."""
+
+    class Meta:
+        model = Recipient
+        fields = ["user_id", "email", "phone", "timezone", "locale", "attributes", "email_invalid_reason",
+                  "phone_invalid_reason"]
+
+    def clean_timezone(self) -> str:
+        value = (self.cleaned_data.get("timezone") or "").strip()
+        return validate_iana_zone(value) if value else ""
+
+
 @admin.register(Recipient)
 class RecipientAdmin(admin.ModelAdmin):
+    form = RecipientForm
     list_display = ["user_id", "email", "phone", "timezone", "locale", "email_invalid_reason",
                     "phone_invalid_reason", "created_at"]
     search_fields = ["=user_id", "=phone", "email"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 from datetime import datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
+from preferences.validation import stored_zone
 from preferences.wallclock import wall_time_to_utc
 
 
@@ -48,3 +49,21 @@ def window_end(now_utc: datetime, start: time, end: time, tz: ZoneInfo) -> datet
         # offset; the window is effectively over.
         return None
     return result
+
+
+def quiet_zone(quiet_timezone: str, recipient_timezone: str) -> tuple[ZoneInfo, list[str]]:
+    """The zone a quiet window is in: ``quiet_timezone``, else the recipient's zone, else UTC.
+
+    A stored name that is not a valid IANA zone (``America``, ``+03:00``: see
+    :func:`preferences.validation.validate_iana_zone`) counts as empty and the next one is used.
+    Returns ``(zone, invalid_names)``: the names skipped as invalid, for the caller to count. Never
+    raises.
+    """
+    invalid = []
+    for name in (quiet_timezone, recipient_timezone):
+        if name:
+            zone, fell_back = stored_zone(name)
+            if not fell_back:
+                return zone, invalid
+            invalid.append(name)
+    return ZoneInfo("UTC"), invalid

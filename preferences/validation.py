@@ -8,6 +8,7 @@ zone must be an ``Area/Location`` name (or ``UTC``) so DST rules follow the reci
 
 from __future__ import annotations
 
+import re
 import zoneinfo
 
 import phonenumbers
@@ -44,20 +45,62 @@ def normalize_phone(value: str) -> str:
 
 
 def validate_iana_zone(value: str) -> str:
-    """Return ``value`` if it is an IANA zone name such as ``Europe/Berlin``.
+    """Return ``value`` if it is an IANA zone name such as ``Europe/Berlin`` (or ``UTC``).
+
+    The one zone rule: the API (recipient ``timezone``, ``quiet_hours.timezone``), the admin's
+    recipient and preferences forms, and every read of a stored zone (:func:`stored_zone`) use it.
 
     Raises:
-        ValidationError(code="invalid_timezone"): unknown zone, UTC offset or abbreviation.
+        ValidationError(code="invalid_timezone"): empty, a tz database folder (``America``), a UTC
+            offset (``+03:00``), an abbreviation (``EST``), ``Etc/…`` or not in the database
+            (``Mars/Olympus``); the message says which.
     """
     if value in _ALLOWED_BARE_ZONES:
         return value
-    if "/" not in value or value.startswith(("Etc/", "SystemV/")) or value not in _available():
-        raise ValidationError(
-            f"'{value}' is not an IANA time zone name like 'Europe/Berlin' (UTC offsets and "
-            "abbreviations such as EST are not accepted)", code="invalid_timezone")
+    problem = _zone_problem(value)
+    if problem:
+        raise ValidationError(f"{problem}; give an IANA time zone name such as 'Europe/Berlin'",
+                              code="invalid_timezone")
     return value
 
 
+def _zone_problem(value) -> str:
+    """Why ``value`` is not an acceptable zone name, or ''."""
+    if not isinstance(value, str) or not value.strip():
+        return "no zone given (empty)"
+    zones = _available()
+    if _OFFSET.match(value):
+        return f"'{value}' is a UTC offset, not a zone (an offset does not follow daylight saving time)"
+    if value.startswith(("Etc/", "SystemV/")):
+        return f"'{value}' is a fixed-offset zone (it does not follow daylight saving time)"
+    if value not in zones:
+        if any(z.startswith(value.rstrip("/") + "/") for z in zones):
+            return f"'{value}' is a region of the tz database, not a zone"
+        return f"'{value}' is not in the IANA time zone database"
+    if "/" not in value:
+        return f"'{value}' is a legacy abbreviation or alias, not an Area/Location zone name"
+    try:
+        zoneinfo.ZoneInfo(value)
+    except Exception:  # an unreadable or odd data file: not a usable zone either
+        return f"'{value}' cannot be loaded from the time zone data"
+    return ""
+
+
+def stored_zone(value: str, default: str = "UTC") -> tuple[zoneinfo.ZoneInfo, bool]:
+    """The zone a stored zone name stands for, never raising.
+
+    Returns ``(ZoneInfo(value), False)`` when ``value`` passes :func:`validate_iana_zone`, else
+    ``(ZoneInfo(default), True)``: an empty value, or one stored before the rule (or past it, by
+    SQL), falls back to ``default`` and the caller counts the fallback. ``default`` must itself be
+    a valid zone name (settings are checked at start).
+    """
+    try:
+        return zoneinfo.ZoneInfo(validate_iana_zone(value)), False
+    except ValidationError:
+        return zoneinfo.ZoneInfo(default), True
+
+
+_OFFSET = re.compile(r"^(?:UTC|GMT)?\s*[+\-\u2212]\d{1,2}(?::?\d{2})?$", re.IGNORECASE)
 _zones: set[str] | None = None
 
 

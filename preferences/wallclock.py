@@ -16,17 +16,36 @@ from zoneinfo import ZoneInfo
 
 def wall_time_to_utc(day: date, wall: time, tz: ZoneInfo) -> datetime:
     """The UTC instant at which the clock in ``tz`` first reads ``wall`` on ``day``, or, if that wall
-    time does not exist (DST gap), the end of the gap."""
+    time does not exist (DST gap), the end of the gap: the instant the clock jumps.
+
+    Args:
+        day, wall: the local date and wall-clock time (``wall`` naive; seconds and microseconds
+            count: 02:30:30 in a 02:00–03:00 gap resolves to 03:00:00, not 03:00:30).
+        tz: the zone.
+    Returns: an aware UTC datetime. Never raises for a date Python can represent (a gap of a whole
+    day, such as Pacific/Apia's 30 December 2011, resolves to the next midnight).
+    """
     naive = datetime.combine(day, wall.replace(tzinfo=None))
-    candidate = naive.replace(tzinfo=tz, fold=0)
-    as_utc = candidate.astimezone(UTC)
-    if as_utc.astimezone(tz).replace(tzinfo=None) == naive:
-        return as_utc
-    # Non-existent wall time: zoneinfo resolved it with the pre-transition offset, which lands
-    # after the gap. The first instant whose wall time is >= the requested one is the transition
-    # itself: step back minute by minute (gaps are at most a few hours; transitions fall on
-    # whole minutes) while the previous minute still reads >= the requested wall time.
-    t = as_utc
-    while (t - timedelta(minutes=1)).astimezone(tz).replace(tzinfo=None) >= naive:
-        t -= timedelta(minutes=1)
-    return t
+    earlier, later = sorted(naive.replace(tzinfo=tz, fold=fold).astimezone(UTC) for fold in (0, 1))
+    for candidate in (earlier, later):  # first occurrence (fold), else the only one
+        if _wall(candidate, tz) == naive:
+            return candidate
+    # A gap: zoneinfo gave the wall time the offsets on both sides of the jump, so the clock reads
+    # before `naive` at `earlier` and after it at `later`. The end of the gap is the first instant
+    # that reads `naive` or later; bisect to the microsecond (a few dozen steps for a day-long gap).
+    lo, hi = earlier, later
+    while hi - lo > _TICK:
+        mid = lo + (hi - lo) // 2
+        if _wall(mid, tz) >= naive:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+_TICK = timedelta(microseconds=1)
+
+
+def _wall(instant: datetime, tz: ZoneInfo) -> datetime:
+    """The naive wall-clock reading of ``instant`` in ``tz``."""
+    return instant.astimezone(tz).replace(tzinfo=None)

@@ -285,7 +285,9 @@ def test_draft_page_shows_reach_and_sms_encoding(admin_client, segment):
     services.change_members(segment, add=["a", "b", "c"], remove=[])
     gsm = make_campaign(segment, body="hello")
     page = admin_client.get(reverse("admin:campaigns_campaign_change", args=[gsm.pk])).content.decode()
-    assert re.search(r'id="campaign-reach">3 members', page)
+    assert re.search(r'id="campaign-reach"><strong data-field="eligible">0</strong> eligible of\s+'
+                     r'<span data-field="members">3</span> members', page)  # bare recipients: no phone
+    assert re.search(r'id="campaign-reach-suppressed">no_phone: 3\n', page)
     assert "GSM-7, 5 septets,\n      1 segment per message" in page
     assert "Launch campaign" in page and "Cancel campaign" not in page
 

@@ -210,6 +210,7 @@ def test_a_client_cannot_read_or_cancel_another_clients_notification(http, user)
         ({"timezone": "+03:00"}, {("timezone", "invalid_timezone")}),
         ({"timezone": "EST"}, {("timezone", "invalid_timezone")}),
         ({"timezone": "Mars/Olympus_Mons"}, {("timezone", "invalid_timezone")}),
+        ({"timezone": "America"}, {("timezone", "invalid_timezone")}),  # a tzdata folder
         ({"email": "not-an-email"}, {("email", "invalid")}),
         ({"locale": "english please"}, {("locale", "invalid_locale")}),
     ],
@@ -241,6 +242,8 @@ def test_user_phone_normalised_to_e164(http):
         ({"quiet_hours": {"start": "25:00", "end": "07:00"}}, {("quiet_hours.start", "invalid")}),
         ({"quiet_hours": {"start": "22:00", "end": "22:00"}}, {("quiet_hours.end", "empty_window")}),
         ({"quiet_hours": {"start": "22:00", "end": "07:00", "timezone": "+01:00"}},
+         {("quiet_hours.timezone", "invalid_timezone")}),
+        ({"quiet_hours": {"start": "22:00", "end": "07:00", "timezone": "America"}},
          {("quiet_hours.timezone", "invalid_timezone")}),
     ],
 )

@@ -11,7 +11,7 @@ import pytest
 
 from campaigns.models import Campaign, CampaignShard
 from notifications.models import Notification
-from preferences.models import Recipient
+from preferences.models import Preferences, Recipient
 from tests.e2e import SENT, make_segment
 from tests.stack import wait_until
 
@@ -92,6 +92,29 @@ def test_campaigns_to_5000_members_deliver_once_per_eligible_member_on_every_cha
         assert set(per_to.values()) == {1}, channel
         assert set(per_to) == {expected_to[channel](i, u) for i, u in enumerate(users) if u not in opted}
         assert all(m["body"].startswith("Hi User") for m in received)
+
+
+def test_members_whose_saved_preferences_allow_the_campaign_are_sent_to(api, emulator):
+    """Finding 1 of issue 10: any preferences row (here a category opt-out on another channel, quiet
+    hours that are not now, an opt-out of other channels) made every fan-out page fail, and the
+    campaign stayed fanning_out with nothing created."""
+    segment_id, users, _ = make_segment(api, 5, channel="sms")
+    later = datetime.now(UTC) + timedelta(hours=3)
+    Preferences.objects.bulk_create([
+        Preferences(recipient_id=users[0], category_opt_outs={"marketing": ["email"]}),
+        Preferences(recipient_id=users[1], quiet_timezone="UTC", quiet_start=later.time().replace(microsecond=0),
+                    quiet_end=(later + timedelta(hours=1)).time().replace(microsecond=0)),
+        Preferences(recipient_id=users[2], opt_outs=["email", "push"]),
+        Preferences(recipient_id=users[3], opt_outs=["sms"]),
+    ])
+    cid = create_campaign(api, {"segment_id": segment_id, "channel": "sms", "content": content_for("sms")})
+    body = wait_campaign(api, cid, "completed", timeout=60)
+    assert (sent(body["counts"]), body["counts"]["total"]) == (4, 5)
+    assert body["counts"]["suppressed_by_reason"] == {"opted_out_channel": 1}
+    ids = {str(i) for i in Notification.objects.filter(campaign_id=cid).values_list("id", flat=True)}
+    received = Counter(m["to"] for m in emulator.messages(channel="sms") if m["notification_id"] in ids)
+    phones = dict(Recipient.objects.filter(pk__in=users).values_list("user_id", "phone"))
+    assert received == {phones[u]: 1 for u in (users[0], users[1], users[2], users[4])}
 
 
 def _cancel_quietly(api, cid: str) -> None:

@@ -7,9 +7,11 @@ from datetime import UTC, datetime
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from campaigns.models import Campaign, MissedPolicy, Segment, Template
+from campaigns.audience import cached_reach
+from campaigns.models import Campaign, CampaignStatus, MissedPolicy, Segment, Template
 from campaigns.rendering import RenderError, validate_source
 from campaigns.services import local_time_problem
+from notifications import clock
 from notifications.api.serializers import (
     MAX_TTL_SECONDS,
     AwareDateTimeField,
@@ -218,6 +220,16 @@ class CampaignCountsSerializer(serializers.Serializer):
                                              help_text="Failed notifications by reason.")
 
 
+class ReachSerializer(serializers.Serializer):
+    members = serializers.IntegerField(help_text="Members of the segment now.")
+    eligible = serializers.IntegerField(
+        help_text="Members the suppression rule lets through now: not opted out of the channel or of the "
+                  "campaign's category on it, with a usable contact (phone / email / active push device), no "
+                  "SMS STOP. What fan-out will create as not suppressed if nothing changes.")
+    suppressed_by_reason = serializers.DictField(child=serializers.IntegerField(),
+                                                 help_text="The other members by reason (no_phone, …).")
+
+
 class CampaignSerializer(serializers.ModelSerializer):
     """A campaign's definition, status and progress counts."""
 
@@ -226,12 +238,13 @@ class CampaignSerializer(serializers.ModelSerializer):
     scheduled_at = AwareDateTimeField(allow_null=True, read_only=True)
     local_time = serializers.SerializerMethodField()
     counts = serializers.SerializerMethodField()
+    reach = serializers.SerializerMethodField()
 
     class Meta:
         model = Campaign
         fields = ["id", "name", "status", "segment_id", "channel", "priority", "category", "template_id",
                   "scheduled_at", "local_time", "missed_policy", "spread_seconds", "ttl_seconds", "fanout_at",
-                  "member_count", "created_count", "default_zone_count", "missed_count", "fanout_failures",
+                  "member_count", "reach", "created_count", "default_zone_count", "missed_count", "fanout_failures",
                   "last_error", "last_error_at", "started_at", "fanned_out_at", "completed_at",
                   "cancelled_at", "created_at", "counts"]
         read_only_fields = fields  # a response: every field is always present
@@ -241,6 +254,14 @@ class CampaignSerializer(serializers.ModelSerializer):
         if obj.local_date is None:
             return None
         return {"date": obj.local_date.isoformat(), "time": obj.local_time.strftime("%H:%M")}
+
+    @extend_schema_field(ReachSerializer(allow_null=True))
+    def get_reach(self, obj) -> dict | None:
+        """Before fan-out (draft, scheduled) the pre-launch reach, at most 30 s old; after, ``null``
+        (``member_count`` and ``counts`` tell what happened)."""
+        if obj.status not in (CampaignStatus.DRAFT, CampaignStatus.SCHEDULED):
+            return None
+        return cached_reach(obj, clock.now()).as_dict()
 
     @extend_schema_field(CampaignCountsSerializer)
     def get_counts(self, obj) -> dict:

@@ -71,12 +71,15 @@ def test_marketer_builds_launches_and_watches_a_templated_campaign(page, log_in,
     page.fill("#id_scheduled_at_0", scheduled.strftime("%Y-%m-%d"))  # the admin's zone is UTC
     page.fill("#id_scheduled_at_1", scheduled.strftime("%H:%M:%S"))
     page.click("input[name=_continue]")
-    expect(page.locator("#campaign-reach")).to_contain_text("3 members")
+    expect(page.locator("#campaign-reach")).to_contain_text("2 eligible of 3 members")  # u3 opted out of SMS
+    expect(page.locator("#campaign-reach-suppressed")).to_contain_text("opted_out_channel: 1")
 
-    page.once("dialog", lambda dialog: dialog.accept())  # "Launch this campaign to 3 members?"
+    dialogs = []
+    page.once("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.accept()))
     page.click("#campaign-launch input[type=submit]")
     expect(page.locator(".messagelist .success")).to_contain_text("Launched. Fan-out starts at "
                                                                    + scheduled.strftime("%Y-%m-%d %H:%M:%S UTC"))
+    assert dialogs == ["Launch this campaign to 2 eligible members (of 3)?"]
     progress = page.locator("#campaign-progress")
     expect(progress.locator("[data-field=status_label]")).to_have_text("Scheduled")
     expect(progress.locator("[data-field=percent]")).to_have_text("0.0")

@@ -1,0 +1,120 @@
+"""The suppression rule: may a message on ``channel`` in ``category`` go to this recipient at all?
+
+One pure function, :func:`suppression_reason`, over what is known about the recipient
+(:class:`RecipientFacts`: contacts, provider marks, push devices, SMS STOP, preferences). Every
+place that decides it uses this function:
+
+* the send path at send time (``notifications.sending.suppression_reason``, per claimed row),
+* campaign fan-out's pre-filter (``campaigns.fanout``, per member row of the raw member query),
+* a campaign's pre-launch reach (``campaigns.audience.reach``, per distinct combination of facts).
+
+Order of the checks (the first that applies is the reason): channel opt-out, category opt-out on
+that channel, then the channel's contact: SMS — no phone, phone marked invalid by the provider,
+STOP replied to our sender; email — no address, address marked invalid; push — no active device.
+
+The reason codes are the values of ``notifications.models.Reason`` (this module sits below
+``notifications`` and cannot import it; a test keeps the two in step). Quiet hours never suppress:
+they defer ``standard`` sends (see :mod:`preferences.quiet_hours`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from preferences.models import Preferences
+
+OPTED_OUT_CHANNEL = "opted_out_channel"
+OPTED_OUT_CATEGORY = "opted_out_category"
+NO_PHONE = "no_phone"
+PHONE_INVALID = "phone_invalid"
+SMS_STOPPED = "sms_stopped"
+NO_EMAIL = "no_email"
+EMAIL_INVALID = "email_invalid"
+NO_ACTIVE_DEVICE = "no_active_device"
+
+#: Every reason :func:`suppression_reason` can return.
+REASONS = (OPTED_OUT_CHANNEL, OPTED_OUT_CATEGORY, NO_PHONE, PHONE_INVALID, SMS_STOPPED, NO_EMAIL, EMAIL_INVALID,
+           NO_ACTIVE_DEVICE)
+
+
+@dataclass(frozen=True)
+class RecipientFacts:
+    """What the rule needs to know about one recipient.
+
+    ``has_active_device`` / ``sms_stopped``: ``None`` means "not known here" and the check is skipped
+    (the send path looks devices up after quiet hours, and STOPs with a query of its own).
+    ``opt_outs``: channels opted out of entirely. ``category_opt_outs``: ``{category: channels}``.
+    Build the preference fields with :func:`channels` / :func:`category_channels` from stored JSON.
+    """
+
+    has_phone: bool = False
+    phone_invalid: bool = False
+    has_email: bool = False
+    email_invalid: bool = False
+    has_active_device: bool | None = None
+    sms_stopped: bool | None = None
+    opt_outs: frozenset[str] = frozenset()
+    category_opt_outs: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+
+def suppression_reason(facts: RecipientFacts, channel: str, category: str = "") -> str:
+    """The reason code why a ``channel`` message in ``category`` (``""``: none) must not be sent to the
+    recipient described by ``facts``, or ``""`` if it may be. Pure: no I/O, never raises."""
+    if channel in facts.opt_outs:
+        return OPTED_OUT_CHANNEL
+    if category and channel in facts.category_opt_outs.get(category, ()):
+        return OPTED_OUT_CATEGORY
+    if channel == "sms":
+        if not facts.has_phone:
+            return NO_PHONE
+        if facts.phone_invalid:
+            return PHONE_INVALID
+        if facts.sms_stopped:
+            return SMS_STOPPED
+    elif channel == "email":
+        if not facts.has_email:
+            return NO_EMAIL
+        if facts.email_invalid:
+            return EMAIL_INVALID
+    elif channel == "push" and facts.has_active_device is False:
+        return NO_ACTIVE_DEVICE
+    return ""
+
+
+def channels(value) -> frozenset[str]:
+    """Channel names from a stored (parsed) opt-out value: a list of strings, or ``None``.
+
+    Names are matched whole (``"sms"`` is not in ``["smsx"]``); a bare string is one channel;
+    anything else (a number, an object, ``None``) names no channel. Raw SQL reads ``jsonb`` as
+    text (psycopg 3 with Django's loader): parse it with :func:`json.loads` first.
+    """
+    if isinstance(value, str):
+        return frozenset([value])
+    if isinstance(value, list | tuple | set | frozenset):
+        return frozenset(v for v in value if isinstance(v, str))
+    return frozenset()
+
+
+def category_channels(value) -> dict[str, frozenset[str]]:
+    """``{category: channels}`` from a stored (parsed) ``category_opt_outs`` object or ``None``;
+    each value is read with :func:`channels`."""
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): channels(v) for k, v in value.items()}
+
+
+def facts_of(recipient, *, sms_stopped: bool | None = None, has_active_device: bool | None = None
+             ) -> RecipientFacts:
+    """:class:`RecipientFacts` of a ``preferences.models.Recipient`` loaded through the ORM (its
+    ``preferences`` row, if any, read through the relation: ``select_related`` it for many rows)."""
+    try:
+        prefs = recipient.preferences
+    except Preferences.DoesNotExist:
+        prefs = None
+    return RecipientFacts(
+        has_phone=bool(recipient.phone), phone_invalid=bool(recipient.phone_invalid_reason),
+        has_email=bool(recipient.email), email_invalid=bool(recipient.email_invalid_reason),
+        has_active_device=has_active_device, sms_stopped=sms_stopped,
+        opt_outs=channels(prefs.opt_outs) if prefs is not None else frozenset(),
+        category_opt_outs=category_channels(prefs.category_opt_outs) if prefs is not None else {})

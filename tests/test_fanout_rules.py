@@ -1,0 +1,86 @@
+"""Fan-out against the real member query (in the test's transaction, no stack): preferences rows,
+zones, and the pre-launch reach."""
+
+from __future__ import annotations
+
+from datetime import time, timedelta
+
+import pytest
+
+from campaigns.models import Campaign
+from notifications import clock
+from tests.fanout_helpers import make_campaign, make_recipient, run_fan_out
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize("prefs", [
+    {"category_opt_outs": {"marketing": ["email"]}},  # a category opt-out on another channel
+    {"quiet_start": time(22), "quiet_end": time(7), "quiet_timezone": "Europe/Berlin"},
+    {"opt_outs": ["email"]},  # an opt-out of another channel
+    {},  # a row with nothing in it
+], ids=["category-other-channel", "quiet-hours", "other-channel", "empty-row"])
+def test_members_with_saved_preferences_are_created_and_queued(prefs):
+    make_recipient("pref-1", prefs=prefs)
+    make_recipient("pref-2")  # no preferences row
+    campaign = make_campaign(["pref-1", "pref-2"], channel="sms")
+    rows = run_fan_out(campaign)
+    assert [(n.recipient_id, n.status, n.reason) for n in rows] == [
+        ("pref-1", "queued", ""), ("pref-2", "queued", "")]
+    assert Campaign.objects.get(pk=campaign.pk).status == "sending"
+
+
+def test_channel_names_are_matched_exactly_not_as_substrings():
+    # '["smsx"]' contains "sms" as text; the opt-out is of no channel we send on.
+    make_recipient("sub-1", prefs={"opt_outs": ["smsx"], "category_opt_outs": {"marketing": ["xsms"]}})
+    make_recipient("sub-2", prefs={"category_opt_outs": {"marketing": ["sms"]}})
+    make_recipient("sub-3", prefs={"opt_outs": ["sms"]})
+    rows = run_fan_out(make_campaign(["sub-1", "sub-2", "sub-3"], channel="sms"))
+    assert [(n.recipient_id, n.status, n.reason) for n in rows] == [
+        ("sub-1", "queued", ""), ("sub-2", "suppressed", "opted_out_category"),
+        ("sub-3", "suppressed", "opted_out_channel")]
+
+
+def test_api_shows_the_eligible_reach_before_fan_out_and_fan_out_creates_exactly_that_many():
+    import json
+
+    from django.test import Client
+
+    from notifications.models import APIClient
+    from notifications.sending import sms_sender
+    from preferences.models import SmsStop
+    from tests.fanout_helpers import make_segment_of
+
+    make_recipient("r-ok")
+    make_recipient("r-ok-prefs", prefs={"opt_outs": ["email"], "category_opt_outs": {"news": ["sms"]}})
+    make_recipient("r-out", prefs={"opt_outs": ["sms"]})
+    make_recipient("r-cat", prefs={"category_opt_outs": {"marketing": ["sms", "push"]}})
+    make_recipient("r-nophone", phone="")
+    make_recipient("r-invalid", phone_invalid=True)
+    make_recipient("r-stopped", phone="+4915199999999")
+    SmsStop.objects.create(phone="+4915199999999", sender=sms_sender(), source="twilio 21610")
+    segment = make_segment_of(["r-ok", "r-ok-prefs", "r-out", "r-cat", "r-nophone", "r-invalid", "r-stopped"])
+    _, key = APIClient.objects.create_key(name="reach", allow_high=False)
+    http = Client(headers={"Authorization": f"Api-Key {key}"})
+    r = http.post("/v1/campaigns", data=json.dumps({
+        "segment_id": segment.pk, "channel": "sms", "content": {"body": "Sale!"},
+        "scheduled_at": (clock.now() + timedelta(days=30)).isoformat()}), content_type="application/json",
+        headers={"Idempotency-Key": "r"})
+    assert r.status_code == 202, r.content
+    cid = r.json()["id"]
+    before = http.get(f"/v1/campaigns/{cid}").json()
+    assert (before["status"], before["member_count"]) == ("scheduled", None)
+    assert before["reach"] == {"members": 7, "eligible": 2, "suppressed_by_reason": {
+        "no_phone": 1, "opted_out_category": 1, "opted_out_channel": 1, "phone_invalid": 1, "sms_stopped": 1}}
+
+    campaign = Campaign.objects.get(pk=cid)
+    Campaign.objects.filter(pk=cid).update(fanout_at=campaign.created_at, scheduled_at=campaign.created_at)
+    rows = run_fan_out(campaign)  # due now
+    assert sorted((n.recipient_id, n.status, n.reason) for n in rows) == [
+        ("r-cat", "suppressed", "opted_out_category"), ("r-invalid", "suppressed", "phone_invalid"),
+        ("r-nophone", "suppressed", "no_phone"), ("r-ok", "queued", ""), ("r-ok-prefs", "queued", ""),
+        ("r-out", "suppressed", "opted_out_channel"), ("r-stopped", "suppressed", "sms_stopped")]
+    after = http.get(f"/v1/campaigns/{cid}").json()
+    assert (after["status"], after["member_count"], after["reach"]) == ("sending", 7, None)
+    assert after["counts"]["by_status"]["queued"] == before["reach"]["eligible"]
+    assert after["counts"]["suppressed_by_reason"] == before["reach"]["suppressed_by_reason"]
