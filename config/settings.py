@@ -46,6 +46,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Static files (admin CSS/JS, Swagger UI) served by the app itself under gunicorn: WhiteNoise,
+    # from STATIC_ROOT (filled by `manage.py collectstatic`, which `make run` and `make test` run).
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -102,7 +105,13 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / ".run" / "static"
+# `manage.py collectstatic --noinput` writes here (the Makefile's `static` target); WhiteNoise serves
+# it with far-future cache headers (hashed names from the manifest) and pre-compressed .gz copies.
+STATIC_ROOT = Path(env("STATIC_ROOT", default=str(BASE_DIR / ".run" / "static")))
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- REST API ---------------------------------------------------------------------------------
