@@ -43,8 +43,9 @@ run: migrate static
 	@$(PY) manage.py check
 	@echo "API and admin: http://127.0.0.1:$(PORT)/  (docs: /api/docs/, admin: /admin/)"
 	@echo "Provider emulator: http://127.0.0.1:$${EMULATOR_PORT:-8900}/_emulator/messages"
+	@test "$$(id -u)" != 0 || echo "Running as root: fine in a local sandbox; in production run the workers as an unprivileged user."
 	@rm -f .run/prometheus/*.db  # multiprocess metric files of the previous run
-	@$(VENV)/bin/honcho start -f Procfile -p $(PORT) || test $$? -eq 130  # Ctrl-C is a normal stop
+	@NOTIFY_ROOT_NOTED=1 $(VENV)/bin/honcho start -f Procfile -p $(PORT) || test $$? -eq 130  # Ctrl-C is a normal stop
 
 ## test: set up, then run the whole test suite (unit + end-to-end with real processes)
 test: migrate static browser-deps

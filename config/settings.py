@@ -103,6 +103,8 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# Admin dates as "2030-03-01 09:00:00 UTC" (config/formats/en/formats.py), not "March 1, 2030, 9 a.m.".
+FORMAT_MODULE_PATH = ["config.formats"]
 
 STATIC_URL = "static/"
 # `manage.py collectstatic --noinput` writes here (the Makefile's `static` target); WhiteNoise serves
@@ -272,6 +274,10 @@ PROVIDER_LIMITS = {
     "sendgrid": {"RATE_PER_S": 10000.0 if _rate_override is None else _rate_override},
     "smtp": {"RATE_PER_S": 100.0 if _rate_override is None else _rate_override},
 }
+
+# Categories offered as rows of the admin's per-category opt-out checkboxes (support agents can
+# type any other category name; a recipient's own categories are always shown).
+PREFERENCE_CATEGORIES = env.list("PREFERENCE_CATEGORIES", default=["marketing"])
 
 # --- Campaigns ----------------------------------------------------------------------------------
 CAMPAIGNS = {

@@ -115,9 +115,17 @@ def web_server(django_db_setup, static_root):
 
 
 @pytest.fixture
-def page(request, browser, web_server, transactional_db):
+def timezone_id() -> str:
+    """The browser's IANA zone (the viewer's zone); a test overrides it with
+    ``@pytest.mark.parametrize("timezone_id", [...])``."""
+    return "UTC"
+
+
+@pytest.fixture
+def page(request, browser, web_server, transactional_db, timezone_id):
     """A fresh browser context (no cookies) on the web server; screenshot on failure."""
-    context = browser.new_context(base_url=web_server, viewport={"width": 1280, "height": 900})
+    context = browser.new_context(base_url=web_server, viewport={"width": 1280, "height": 900},
+                                  timezone_id=timezone_id)
     context.set_default_timeout(TIMEOUT_MS)
     page = context.new_page()
     try:
