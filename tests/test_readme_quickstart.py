@@ -18,8 +18,11 @@ import uuid
 from pathlib import Path
 
 import pytest
+import requests
 
-from tests.e2e import SENT
+from notifications.models import Notification
+from preferences.models import Recipient
+from tests.e2e import SENT, TERMINAL
 from tests.stack import ROOT, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -133,3 +136,42 @@ def test_the_readme_quick_start_works_as_written(emulator, live_db, tmp_path):
     detail = calls(trace)[-1]
     assert (detail["status"], detail["answer"]["id"], detail["answer"]["attempts"]) == (200, sms_id, 1)
     assert "sent" in [event["status"] for event in detail["answer"]["timeline"]]
+
+
+FAULTS_SECTION = "### Provider faults on demand (the emulator)"
+
+
+def test_the_readme_fault_examples_work_as_written(api, emulator, tmp_path):
+    stack = emulator
+    text = README.read_text()
+    assert FAULTS_SECTION in text
+    block = re.findall(r"```sh\n(.*?)```", text.split(FAULTS_SECTION, 1)[1], flags=re.S)[0]
+    assert EMULATOR in block
+    *rules_and_list, clear = [line for line in block.splitlines() if line.strip()]
+    assert "-X DELETE" in clear
+
+    # Every example rule is accepted as written and listed back as posted.
+    (trace := tmp_path / "faults").mkdir()
+    run(stack, "\n".join(rules_and_list), trace)
+    made = calls(trace)
+    posted = [c for c in made if c["method"] == "POST"]
+    assert len(posted) >= 5 and [c["status"] for c in posted] == [201] * len(posted), posted
+    listed = next(c for c in made if c["method"] == "GET")["answer"]
+    assert [{k: rule[k] for k in c["sent"]} for rule, c in zip(listed, posted, strict=True)] == [c["sent"] for c in
+                                                                                               posted]
+
+    # The first example does what its comment says: Twilio refuses that number with 21211, so the SMS
+    # fails (no retry) and the number is marked invalid.
+    number = posted[0]["sent"]["to"]
+    api.put_user("readme-faults", phone=number)
+    r = api.send({"user_id": "readme-faults", "channel": "sms", "content": {"body": "hello"}})
+    assert r.status_code == 202, r.text
+    n = wait_until(lambda: Notification.objects.filter(pk=r.json()["id"], status__in=TERMINAL).first(), 30,
+                   message="the SMS to end")
+    assert (n.status, n.reason, n.attempts) == ("failed", "contact_invalid", 1)
+    assert Recipient.objects.get(pk="readme-faults").phone_invalid_reason == "invalid_number"
+    assert stack.messages(notification_id=str(n.pk)) == []
+
+    # The last line removes them all.
+    run(stack, clear, trace)
+    assert requests.get(f"{stack.emulator}/_emulator/faults", timeout=5).json() == []
