@@ -15,7 +15,7 @@ export PORT
 PUBLIC_BASE_URL ?= http://127.0.0.1:$(PORT)
 export PUBLIC_BASE_URL
 
-.PHONY: run test test-fast test-chaos stop setup services migrate lint clean
+.PHONY: run test test-fast test-chaos stop setup services migrate static lint clean
 
 $(STAMP): requirements.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is needed (set PYTHON=python3.11)")'
@@ -32,16 +32,23 @@ services: setup
 migrate: services
 	@$(PY) manage.py migrate --noinput -v 0
 
+## static: collect the admin's and the API docs' (Swagger UI) static files into .run/static, which
+## gunicorn serves through WhiteNoise (hashed names, compressed copies); needed by everything that
+## starts the web process
+static: services
+	@$(PY) manage.py collectstatic --noinput -v 0
+
 ## run: set up, then start the API/admin, emulator, workers and beat in the foreground (Ctrl-C stops all)
-run: migrate
+run: migrate static
 	@$(PY) manage.py check
 	@echo "API and admin: http://127.0.0.1:$(PORT)/  (docs: /api/docs/, admin: /admin/)"
 	@echo "Provider emulator: http://127.0.0.1:$${EMULATOR_PORT:-8900}/_emulator/messages"
+	@test "$$(id -u)" != 0 || echo "Running as root: fine in a local sandbox; in production run the workers as an unprivileged user."
 	@rm -f .run/prometheus/*.db  # multiprocess metric files of the previous run
-	@$(VENV)/bin/honcho start -f Procfile -p $(PORT) || test $$? -eq 130  # Ctrl-C is a normal stop
+	@NOTIFY_ROOT_NOTED=1 $(VENV)/bin/honcho start -f Procfile -p $(PORT) || test $$? -eq 130  # Ctrl-C is a normal stop
 
 ## test: set up, then run the whole test suite (unit + end-to-end with real processes)
-test: migrate browser-deps
+test: migrate static browser-deps
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest
 
@@ -61,12 +68,12 @@ browser-deps:
 	  fi
 
 ## test-fast: only the tests that need no worker processes
-test-fast: migrate
+test-fast: migrate static
 	$(PY) -m pytest -m "not e2e"
 
 ## test-chaos: every fault scenario at full size (20,000 recipients) against the whole stack, on a
 ## second, dedicated Postgres and Redis (it flushes and restarts them); writes docs/RELIABILITY.md
-test-chaos: migrate
+test-chaos: migrate static
 	@rm -rf test-artifacts/chaos
 	@DEVSERVICES_DIR=.run/chaos $(PY) scripts/devservices.py up
 	@set -a; . .run/chaos/env; set +a; export DEVSERVICES_DIR=.run/chaos CHAOS_FULL=1 CHAOS_DEDICATED_SERVICES=1; \
@@ -76,12 +83,12 @@ test-chaos: migrate
 ## bench: the whole platform under a 1M-recipient campaign blast plus OTPs, with the raw ceiling and the
 ## naive baseline; writes bench/results/<UTC timestamp>.json and .png (docs/PERFORMANCE.md). BENCH_ARGS adds options.
 .PHONY: bench bench-smoke
-bench: migrate
+bench: migrate static
 	$(PY) manage.py bench $(BENCH_ARGS)
 
 ## bench-smoke: the same with 50,000 recipients (a few minutes); exits non-zero if anything was lost
 ## or an OTP was not delivered
-bench-smoke: migrate
+bench-smoke: migrate static
 	$(PY) manage.py bench --recipients 50000 $(BENCH_ARGS)
 
 ## stop: stop the project-local Postgres and Redis

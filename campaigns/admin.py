@@ -174,6 +174,8 @@ class TemplateAdmin(admin.ModelAdmin):
 
 # --- campaigns -------------------------------------------------------------------------------------
 
+#: While a campaign is active, the campaign list reloads itself this often (seconds).
+LIST_REFRESH_SECONDS = 5
 STATUS_FIELDS = ["status", "created_by", "created_at", "fanout_utc"]
 RUN_FIELDS = ["snapshot_at", "member_count", "created_count", "default_zone_count", "missed_count", "started_at",
               "fanned_out_at", "completed_at", "cancelled_at", "fanout_failures", "last_error", "last_error_at"]
@@ -331,6 +333,12 @@ class CampaignAdmin(admin_views.CampaignLifecycleViews, admin.ModelAdmin):
 
         return [view("launch", require_POST(self.launch_view)), view("cancel", require_POST(self.cancel_view)),
                 view("progress", require_GET(self.progress_view)), *super().get_urls()]
+
+    def changelist_view(self, request, extra_context=None):
+        """The list reloads itself while any campaign is active (template ``change_list.html``)."""
+        active = Campaign.objects.filter(status__in=admin_views.ACTIVE_CAMPAIGN_STATUSES).exists()
+        extra = {"campaigns_active": active, "refresh_seconds": LIST_REFRESH_SECONDS}
+        return super().changelist_view(request, {**extra, **(extra_context or {})})
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         """Adds the before-launch panel (draft) or the progress panel (launched) to the page."""

@@ -9,12 +9,22 @@ restart without persistence) cannot turn later publishes into silently dropped m
 """
 
 import os
+import warnings
 
 from celery import Celery
+from celery.exceptions import SecurityWarning
 from celery.signals import worker_process_init
 from kombu import Exchange, Queue
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+if os.environ.get("NOTIFY_ROOT_NOTED") == "1":
+    # `make run` started as root (a local container or sandbox) says so once, in one line; without
+    # this each of the four workers prints Celery's eight-line superuser warning. Anything started
+    # otherwise (a deployment) still gets Celery's warning. Only JSON is accepted (no pickle), the
+    # case Celery itself lets run as root.
+    warnings.filterwarnings("ignore", message="You're running the worker with superuser privileges",
+                            category=SecurityWarning)
 
 app = Celery("notify")
 app.config_from_object("django.conf:settings", namespace="CELERY")

@@ -46,6 +46,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Static files (admin CSS/JS, Swagger UI) served by the app itself under gunicorn: WhiteNoise,
+    # from STATIC_ROOT (filled by `manage.py collectstatic`, which `make run` and `make test` run).
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -100,9 +103,17 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# Admin dates as "2030-03-01 09:00:00 UTC" (config/formats/en/formats.py), not "March 1, 2030, 9 a.m.".
+FORMAT_MODULE_PATH = ["config.formats"]
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / ".run" / "static"
+# `manage.py collectstatic --noinput` writes here (the Makefile's `static` target); WhiteNoise serves
+# it with far-future cache headers (hashed names from the manifest) and pre-compressed .gz copies.
+STATIC_ROOT = Path(env("STATIC_ROOT", default=str(BASE_DIR / ".run" / "static")))
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- REST API ---------------------------------------------------------------------------------
@@ -268,6 +279,9 @@ PROVIDER_LIMITS = {
 # Categories sent during a recipient's quiet hours whatever their priority; `priority: high` is only
 # accepted with one of them (or with no category). Marketing may never be one (system check).
 QUIET_HOURS_BYPASS_CATEGORIES = tuple(env.list("QUIET_HOURS_BYPASS_CATEGORIES", default=["security", "transactional"]))
+# Categories offered as rows of the admin's per-category opt-out checkboxes (support agents can
+# type any other category name; a recipient's own categories are always shown).
+PREFERENCE_CATEGORIES = env.list("PREFERENCE_CATEGORIES", default=["marketing"])
 
 # --- Campaigns ----------------------------------------------------------------------------------
 CAMPAIGNS = {

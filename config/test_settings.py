@@ -20,3 +20,11 @@ CACHES["default"]["LOCATION"] = REDIS_URL  # noqa: F405
 # with those of a `make run` stack.
 PROMETHEUS_MULTIPROC_DIR = os.environ["PROMETHEUS_MULTIPROC_DIR"] = (
     _GIVEN_PROM_DIR or tempfile.mkdtemp(prefix="notify-prom-"))
+
+# In-process tests (Django's test client) render pages without a collected STATIC_ROOT: plain
+# storage, and no STATIC_ROOT for WhiteNoise to scan. Pages served as in production (gunicorn,
+# WhiteNoise, the hashed manifest) are tested by the browser tests and the end-to-end stack, which
+# run `collectstatic` first (tests/stack.py: collect_static).
+STATIC_ROOT = None
+STORAGES = {"default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+            "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}}

@@ -2,6 +2,8 @@
 
 from django.contrib import admin
 from django.core.exceptions import RequestDataTooBig
+from django.http import HttpResponsePermanentRedirect
+from django.templatetags.static import static
 from django.urls import path
 from django.views import defaults
 from django.views.generic import RedirectView
@@ -20,7 +22,14 @@ admin.site.site_title = "Notification platform admin"
 admin.site.index_title = "Delivery, recipients and campaigns"
 health_admin.install(admin.site)  # /admin/provider-health/, linked from the index
 
+
+def favicon(request):
+    """Browsers ask every site for /favicon.ico: the Swagger UI icon (collected static file)."""
+    return HttpResponsePermanentRedirect(static("drf_spectacular_sidecar/swagger-ui-dist/favicon-32x32.png"))
+
+
 urlpatterns = [
+    path("favicon.ico", favicon),
     path("v1/notifications", notification_views.NotificationListView.as_view(), name="notifications"),
     path("v1/notifications/<uuid:notification_id>", notification_views.NotificationDetailView.as_view(),
          name="notification-detail"),

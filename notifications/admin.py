@@ -21,7 +21,8 @@ from rest_framework_api_key.admin import APIKeyModelAdmin
 from rest_framework_api_key.models import APIKey
 
 from notifications import services
-from notifications.models import APIClient, DeadLetter, DeliveryAttempt, DeliveryEvent, Notification
+from notifications.admin_time import INSTANTS_JS, instant_display
+from notifications.models import APIClient, DeadLetter, DeliveryAttempt, DeliveryEvent, Notification, Status
 from preferences.validation import normalize_phone
 
 HIDDEN = "•••• (sensitive: hidden)"
@@ -74,17 +75,23 @@ class ReadOnlyInline(admin.TabularInline):
 
 class EventInline(ReadOnlyInline):
     model = DeliveryEvent
-    fields = ["created_at", "kind", "status", "reason", "detail"]
+    fields = ["at", "kind", "status", "reason", "detail"]
     readonly_fields = fields
     verbose_name_plural = "Timeline (state changes, receipts)"
+    at = instant_display("created_at", "At")
 
 
 class AttemptInline(ReadOnlyInline):
     model = DeliveryAttempt
-    fields = ["created_at", "number", "provider", "device", "outcome", "error_code", "error_message",
+    fields = ["at", "number", "provider", "device", "outcome", "error_code", "error_message",
               "http_status", "latency_ms", "provider_message_id"]
     readonly_fields = fields
     verbose_name_plural = "Provider calls"
+    at = instant_display("created_at", "At")
+
+# The notification page's instants (UTC, and the viewer's zone in the browser), to the millisecond.
+TIMES = ["created_at", "scheduled_at", "due_at", "queued_at", "lease_until", "expires_at", "sent_at",
+         "delivered_at", "dead_lettered_at", "updated_at"]
 
 
 @admin.register(Notification)
@@ -104,18 +111,29 @@ class NotificationAdmin(admin.ModelAdmin):
     inlines = [EventInline, AttemptInline]
     readonly_fields = ["id", "client", "idempotency_key", "recipient_link", "channel", "priority", "category",
                        "status", "reason", "reason_detail", "shown_title", "shown_body", "shown_html",
-                       "shown_data", "sensitive", "scheduled_at", "due_at", "expires_at", "queued_at",
-                       "lease_until", "attempts", "provider", "provider_message_id", "sent_at",
-                       "dead_lettered_at", "delivered_at", "campaign_id", "created_at", "updated_at"]
+                       "shown_data", "sensitive", "attempts_shown", "provider", "provider_message_id",
+                       "campaign_id", *(f"{f}_instant" for f in TIMES)]
     fieldsets = [
-        ("Status", {"fields": ["id", "status", "reason", "reason_detail", "attempts", "provider",
+        ("Status", {"fields": ["id", "status", "reason", "reason_detail", "attempts_shown", "provider",
                                "provider_message_id"]}),
         ("Recipient and request", {"fields": ["recipient_link", "channel", "priority", "category", "client",
                                               "idempotency_key", "campaign_id"]}),
         ("Content", {"fields": ["sensitive", "shown_title", "shown_body", "shown_html", "shown_data"]}),
-        ("Times (UTC)", {"fields": ["created_at", "scheduled_at", "due_at", "queued_at", "lease_until",
-                                    "expires_at", "sent_at", "delivered_at", "dead_lettered_at", "updated_at"]}),
+        ("Times (UTC, and your browser's zone)", {"fields": [f"{f}_instant" for f in TIMES]}),
     ]
+    created_at_instant = instant_display("created_at", "Created")
+    scheduled_at_instant = instant_display("scheduled_at", "Scheduled (requested send time)")
+    due_at_instant = instant_display("due_at", "Due")
+    queued_at_instant = instant_display("queued_at", "Queued")
+    lease_until_instant = instant_display("lease_until", "Lease until")
+    expires_at_instant = instant_display("expires_at", "Expires")
+    sent_at_instant = instant_display("sent_at", "Sent")
+    delivered_at_instant = instant_display("delivered_at", "Delivered")
+    dead_lettered_at_instant = instant_display("dead_lettered_at", "Dead-lettered")
+    updated_at_instant = instant_display("updated_at", "Updated")
+
+    class Media:
+        js = [INSTANTS_JS]
 
     def has_add_permission(self, request):
         return False
@@ -145,6 +163,18 @@ class NotificationAdmin(admin.ModelAdmin):
         colors = {"delivered": "#1a7f37", "sent": "#1a7f37", "failed": "#cf222e", "suppressed": "#9a6700",
                   "expired": "#9a6700", "cancelled": "#6e7781"}
         return format_html('<b style="color:{}">{}</b>', colors.get(obj.status, "#0969da"), obj.status)
+
+    @admin.display(description="Attempts")
+    def attempts_shown(self, obj):
+        """The attempt count with the provider calls made; "No provider call" when none was made (a
+        notification suppressed, expired or cancelled before sending is claimed once but never sent)."""
+        calls = obj.attempts_log.count()
+        if calls:
+            return f"{obj.attempts} ({calls} provider call{'s' if calls != 1 else ''})"
+        if obj.status in (Status.SUPPRESSED, Status.EXPIRED, Status.CANCELLED):
+            why = obj.get_reason_display() if obj.reason else obj.get_status_display()
+            return f"No provider call ({obj.get_status_display().lower()} before sending: {why})"
+        return "No provider call"
 
     @admin.display(description="Recipient")
     def recipient_link(self, obj):
@@ -232,7 +262,7 @@ class RecipientNotificationInline(admin.TabularInline):
 
     model = Notification
     formset = NewestNotifications
-    readonly_fields = ["created_at", "channel", "priority", "category", "status", "reason_shown", "campaign_link",
+    readonly_fields = ["created", "channel", "priority", "category", "status", "reason_shown", "campaign_link",
                        "campaign_id"]
     extra = 0
     can_delete = False
@@ -243,7 +273,12 @@ class RecipientNotificationInline(admin.TabularInline):
     def get_fields(self, request, obj=None):
         # The campaign as a link only for those who may open campaign pages (support may not).
         campaign = "campaign_link" if request.user.has_perm("campaigns.view_campaign") else "campaign_id"
-        return ["created_at", "channel", "priority", "category", "status", "reason_shown", campaign]
+        return ["created", "channel", "priority", "category", "status", "reason_shown", campaign]
+
+    created = instant_display("created_at", "Created")
+
+    class Media:
+        js = [INSTANTS_JS]
 
     def has_add_permission(self, request, obj=None):
         return False

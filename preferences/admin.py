@@ -15,6 +15,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from notifications.admin import RecipientNotificationInline, phone_search_term
+from preferences.admin_widgets import CategoryOptOutsField, channel_checkboxes
 from preferences.api.serializers import PreferencesSerializer
 from preferences.models import Device, Erasure, Preferences, Recipient
 from preferences.validation import validate_iana_zone
@@ -31,26 +32,34 @@ def _messages(detail) -> list[str]:
 
 class PreferencesForm(forms.ModelForm):
     """The API's rules (``PUT /v1/users/{id}/preferences``) for edits made in the admin: channels from
-    sms/email/push, category keys as on sends, quiet hours as a start/end pair in an IANA zone."""
+    sms/email/push, category keys as on sends, quiet hours as a start/end pair in an IANA zone.
+    Opt-outs are checkboxes (per channel, and per category and channel), see
+    :mod:`preferences.admin_widgets`."""
+
+    opt_outs = channel_checkboxes()
+    category_opt_outs = CategoryOptOutsField()
 
     class Meta:
         model = Preferences
         fields = ["opt_outs", "category_opt_outs", "quiet_start", "quiet_end", "quiet_timezone"]
+        # Plain HH:MM inputs: the admin's clock widget would offer "Now" in the server's zone and
+        # note the viewer's offset from it, but quiet hours are wall times in the quiet-hours zone.
+        widgets = {"quiet_start": forms.TimeInput(format="%H:%M", attrs={"size": 6}),
+                   "quiet_end": forms.TimeInput(format="%H:%M", attrs={"size": 6})}
         help_texts = {
-            "opt_outs": 'Channels opted out of entirely, e.g. ["sms"].',
-            "category_opt_outs": 'Per category, e.g. {"marketing": ["email", "push"]}.',
+            "quiet_start": "Local wall time (HH:MM) in the quiet-hours zone; the window may cross midnight.",
             "quiet_timezone": "IANA zone; empty: the recipient's zone, then UTC.",
         }
 
     def clean(self):
         cleaned = super().clean()
+        start, end = cleaned.get("quiet_start"), cleaned.get("quiet_end")
+        if (start is None) != (end is None) and not {"quiet_start", "quiet_end"} & set(self.errors):
+            self.add_error("quiet_end" if end is None else "quiet_start", "Quiet hours need both a start and an end.")
         if self.errors:
             return cleaned
-        start, end = cleaned.get("quiet_start"), cleaned.get("quiet_end")
         quiet = None
-        if (start is None) != (end is None):
-            self.add_error("quiet_end" if end is None else "quiet_start", "Quiet hours need both a start and an end.")
-        elif start is not None:
+        if start is not None:
             quiet = {"start": start.strftime("%H:%M"), "end": end.strftime("%H:%M"),
                      "timezone": cleaned.get("quiet_timezone") or ""}
         opt_outs = cleaned.get("opt_outs")

@@ -10,7 +10,7 @@ import pytest
 import requests
 from django.conf import settings
 
-from tests.stack import Stack
+from tests.stack import Stack, collect_static
 
 
 @pytest.fixture(scope="session")
@@ -36,14 +36,24 @@ def django_db_setup(request, django_test_environment, django_db_blocker, django_
             warnings.warn(f"test database not dropped: {exc}", stacklevel=1)
 
 
-@pytest.fixture(scope="session")
-def stack(django_db_setup, django_db_blocker, tmp_path_factory):
+def server_database_url() -> str:
+    """The pytest test database as a URL, for server processes started by the tests."""
     db = settings.DATABASES["default"]
-    database_url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    return f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+
+
+@pytest.fixture(scope="session")
+def static_root(tmp_path_factory):
+    """The static files collected once per session, as `make run` collects them (tests/stack.py)."""
+    return collect_static(tmp_path_factory.mktemp("static"))
+
+
+@pytest.fixture(scope="session")
+def stack(django_db_setup, django_db_blocker, tmp_path_factory, static_root):
     from notifications.markers import get_redis
 
     get_redis().flushdb()  # Redis db 1 is the tests' own: drop tasks and markers of earlier runs
-    s = Stack(database_url, settings.REDIS_URL, tmp_path_factory.mktemp("stack"))
+    s = Stack(server_database_url(), settings.REDIS_URL, tmp_path_factory.mktemp("stack"), static_root=static_root)
     try:
         s.start_all()
         yield s

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -36,6 +37,27 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def collect_static(dest: Path) -> Path:
+    """``manage.py collectstatic --noinput`` into ``dest`` with the production settings (hashed
+    manifest, compressed copies), as the Makefile's ``static`` target does into ``.run/static``.
+    Servers started with ``STATIC_ROOT=dest`` then serve static files exactly as ``make run``'s do."""
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings", "STATIC_ROOT": str(dest)}
+    subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "-v", "0"], cwd=ROOT, env=env,
+                   check=True)
+    return dest
+
+
+def procfile_command(name: str, port: int) -> list[str]:
+    """The ``Procfile``'s command for process ``name`` (as honcho runs it for ``make run``), split into
+    arguments, with ``$PORT`` replaced by ``port``. Relative paths (``.venv/bin/...``) are relative
+    to the repository root."""
+    for line in (ROOT / "Procfile").read_text().splitlines():
+        key, sep, command = line.partition(":")
+        if sep and key.strip() == name:
+            return [arg.replace("$PORT", str(port)) for arg in shlex.split(command)]
+    raise KeyError(f"no process {name!r} in the Procfile")
 
 
 def wait_until(predicate, timeout: float = 20.0, interval: float = 0.1, message: str = "condition"):
@@ -67,8 +89,10 @@ def _webhook_key_pair(tmp_dir: Path) -> tuple[Path, str]:
 
 
 class Stack:
-    def __init__(self, database_url: str, redis_url: str, tmp_dir: Path) -> None:
+    def __init__(self, database_url: str, redis_url: str, tmp_dir: Path, static_root: Path | None = None) -> None:
         self.database_url = database_url
+        #: Collected static files the API server serves (None: the settings' default, .run/static).
+        self.static_root = static_root
         self.redis_url = redis_url
         self.tmp_dir = tmp_dir
         self.api_port = free_port()
@@ -124,6 +148,8 @@ class Stack:
             "BREAKER_OPEN_SECONDS": "3",
             "PYTHONUNBUFFERED": "1",
         })
+        if self.static_root is not None:
+            env["STATIC_ROOT"] = str(self.static_root)
         env.update(self.extra_env)
         return env
 

@@ -262,16 +262,24 @@ def test_viewing_dead_letters_without_the_replay_permission_cannot_replay(client
     assert dead.status == "failed" and not LogEntry.objects.exists()
 
 
-def recipient_post(recipient, **preferences) -> dict:
+def category_grid(category_opt_outs: dict[str, list[str]]) -> dict:
+    """The per-category checkbox grid's POST fields (preferences/admin_widgets.py) for these opt-outs."""
+    data = {"preferences-0-category_opt_outs-rows": str(len(category_opt_outs))}
+    for i, (category, channels) in enumerate(category_opt_outs.items()):
+        data[f"preferences-0-category_opt_outs-{i}-category"] = category
+        data[f"preferences-0-category_opt_outs-{i}-channels"] = channels
+    return data
+
+
+def recipient_post(recipient, *, opt_outs=(), category_opt_outs=None, **preferences) -> dict:
     """The recipient page's POST as the browser sends it for a support agent (no recipient fields:
-    they are read-only) plus what is given for the preferences form."""
+    they are read-only) plus what is given for the preferences form: the channels checked, the
+    per-category grid's checked boxes, the other fields as typed."""
     n = recipient.notifications.count()
     data = {"preferences-TOTAL_FORMS": "1", "preferences-INITIAL_FORMS": "0", "preferences-MIN_NUM_FORMS": "0",
             "preferences-MAX_NUM_FORMS": "1", "preferences-0-recipient": recipient.pk,
-            "preferences-0-opt_outs": "[]", "preferences-0-category_opt_outs": "{}", "preferences-0-quiet_start": "",
-            "preferences-0-quiet_end": "", "preferences-0-quiet_timezone": "",
-            # JSON fields with callable defaults carry their initial value in a hidden input.
-            "initial-preferences-0-opt_outs": "[]", "initial-preferences-0-category_opt_outs": "{}",
+            "preferences-0-opt_outs": list(opt_outs), **category_grid(category_opt_outs or {}),
+            "preferences-0-quiet_start": "", "preferences-0-quiet_end": "", "preferences-0-quiet_timezone": "",
             "devices-TOTAL_FORMS": "0", "devices-INITIAL_FORMS": "0",
             "notifications-TOTAL_FORMS": str(n), "notifications-INITIAL_FORMS": str(n),
             # Contacts are read-only for support: posted values are ignored.
@@ -290,12 +298,12 @@ def test_support_changes_preferences_on_a_users_behalf_and_it_is_logged(client, 
     assert page.status_code == 200 and 'name="preferences-0-opt_outs"' in page.content.decode()
     assert 'name="email"' not in page.content.decode()  # contacts read-only
 
-    bad = client.post(url, recipient_post(alice, opt_outs='["fax"]', quiet_start="22:00"))
+    bad = client.post(url, recipient_post(alice, opt_outs=["fax"], quiet_start="22:00"))
     assert bad.status_code == 200 and not Preferences.objects.exists()
     errors = str(bad.context["inline_admin_formsets"][0].formset.errors)
-    assert "not a valid choice" in errors and "Quiet hours need both a start and an end." in errors
+    assert "fax is not one of the available choices" in errors and "Quiet hours need both a start and an end." in errors
 
-    r = client.post(url, recipient_post(alice, opt_outs='["sms", "sms"]', category_opt_outs='{"marketing": ["email"]}',
+    r = client.post(url, recipient_post(alice, opt_outs=["sms", "sms"], category_opt_outs={"marketing": ["email"]},
                                         quiet_start="22:00", quiet_end="07:00", quiet_timezone="Europe/Berlin"))
     assert r.status_code == 302, r.context and [f.errors for f in r.context["inline_admin_formsets"][0].formset]
     prefs = Preferences.objects.get(recipient=alice)
@@ -307,14 +315,13 @@ def test_support_changes_preferences_on_a_users_behalf_and_it_is_logged(client, 
     assert (entry.action_flag, entry.object_id, entry.content_type.model) == (CHANGE, "alice", "recipient")
     assert entry.get_change_message() == "Added preferences “preferences of alice”."
 
-    r = client.post(url, {**recipient_post(alice, opt_outs="[]", category_opt_outs='{"marketing": ["email"]}',
+    r = client.post(url, {**recipient_post(alice, opt_outs=[], category_opt_outs={"marketing": ["email"]},
                                            quiet_start="22:00", quiet_end="07:00", quiet_timezone="Europe/Berlin"),
-                          "preferences-INITIAL_FORMS": "1", "initial-preferences-0-opt_outs": '["sms"]',
-                          "initial-preferences-0-category_opt_outs": '{"marketing": ["email"]}'})
+                          "preferences-INITIAL_FORMS": "1"})
     assert r.status_code == 302
     assert Preferences.objects.get(recipient=alice).opt_outs == []
     latest = LogEntry.objects.filter(user=supporter).latest("action_time")
-    assert latest.get_change_message() == "Changed Opt outs for preferences “preferences of alice”."
+    assert latest.get_change_message() == "Changed Opted out of channels for preferences “preferences of alice”."
 
 
 def test_support_never_sees_sensitive_content(client, supporter, marketer, alice):

@@ -1,6 +1,9 @@
 """Real-browser admin tests: Playwright for Python drives Debian's Chromium (``/usr/bin/chromium``,
-installed by ``make browser-deps``), headless, against pytest-django's ``live_server`` (an in-process
-server on a free loopback port; each test runs with ``transactional_db``).
+installed by ``make browser-deps``), headless, against the web server ``make run`` starts: the
+``Procfile``'s ``web`` command (gunicorn, production settings, static files collected and served by
+WhiteNoise as in production), run as a separate process on a free loopback port against the test
+database and the tests' Redis database. Each test runs with ``transactional_db``: what the test
+writes is committed, so the server sees it.
 
 * Skipped, with the reason, when ``/usr/bin/chromium`` or the ``playwright`` package is missing.
   Playwright never downloads a browser here (no ``playwright install``): it launches that executable.
@@ -15,12 +18,17 @@ from __future__ import annotations
 import importlib
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
+import requests
 from django.apps import apps as global_apps
 from django.conf import settings
 from django.db.models.signals import post_migrate
+
+from tests.conftest import server_database_url
+from tests.stack import LOG_DIR, ROOT, free_port, procfile_command, wait_until
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -70,16 +78,54 @@ def browser():
             os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
 
 
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    """Users log in through the login page: skip PBKDF2's deliberate slowness (in-process server)."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+@pytest.fixture(scope="session")
+def web_server(django_db_setup, static_root):
+    """The ``Procfile``'s ``web`` process (gunicorn) on a free port: the production settings
+    (``config.settings``) against the test database; returns its base URL. Log:
+    ``test-artifacts/logs/browser-web.log``."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TWILIO_", "SENDGRID_", "FCM_", "SMTP_"))}
+    env.update({"DJANGO_SETTINGS_MODULE": "config.settings", "PORT": str(port), "DATABASE_URL": server_database_url(),
+                "REDIS_URL": settings.REDIS_URL, "CELERY_BROKER_URL": settings.REDIS_URL,
+                "STATIC_ROOT": str(static_root), "PUBLIC_BASE_URL": f"http://127.0.0.1:{port}"})
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    with open(LOG_DIR / "browser-web.log", "ab") as log:
+        proc = subprocess.Popen(procfile_command("web", port), cwd=ROOT, env=env, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+
+    def up():
+        if proc.poll() is not None:
+            raise AssertionError(f"the web process exited with {proc.returncode}: see {LOG_DIR / 'browser-web.log'}")
+        try:
+            return requests.get(f"{base}/admin/login/", timeout=2).status_code == 200
+        except requests.RequestException:
+            return False
+
+    try:
+        wait_until(up, 60, interval=0.2, message="the Procfile's web process")
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 @pytest.fixture
-def page(request, browser, live_server):
-    """A fresh browser context (no cookies) on the live server; screenshot on failure."""
-    context = browser.new_context(base_url=live_server.url, viewport={"width": 1280, "height": 900})
+def timezone_id() -> str:
+    """The browser's IANA zone (the viewer's zone); a test overrides it with
+    ``@pytest.mark.parametrize("timezone_id", [...])``."""
+    return "UTC"
+
+
+@pytest.fixture
+def page(request, browser, web_server, transactional_db, timezone_id):
+    """A fresh browser context (no cookies) on the web server; screenshot on failure."""
+    context = browser.new_context(base_url=web_server, viewport={"width": 1280, "height": 900},
+                                  timezone_id=timezone_id)
     context.set_default_timeout(TIMEOUT_MS)
     page = context.new_page()
     try:
