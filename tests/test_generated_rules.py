@@ -115,11 +115,14 @@ def _is_zone(name: str) -> bool:
     return name in ("Europe/Berlin", "Asia/Tokyo", "America/New_York")
 
 
-def _expected_send_time(member: dict, now: datetime) -> tuple[str, str, datetime | None]:
+def _expected_send_time(member: dict, now: datetime, category: str) -> tuple[str, str, datetime | None]:
     """What the send path does with a queued row (standard priority): defer for quiet hours (until
-    when) or go to the provider. Oracle on ordinary days (no offset change in the next 26 h)."""
+    when) or go to the provider. Oracle on ordinary days (no offset change in the next 26 h).
+    A category listed in ``QUIET_HOURS_BYPASS_CATEGORIES`` (``security``) is never deferred."""
+    from django.conf import settings as django_settings
+
     prefs = member["prefs"]
-    if not prefs or not prefs["quiet"]:
+    if not prefs or not prefs["quiet"] or category in django_settings.QUIET_HOURS_BYPASS_CATEGORIES:
         return "ready", "", None
     start, end, quiet_tz = prefs["quiet"]
     name = next((z for z in (quiet_tz, member["timezone"]) if _is_zone(z)), "UTC")
@@ -200,7 +203,7 @@ def test_fan_out_reach_and_send_time_agree_with_the_oracle(members_, channel, ca
                     at_send = "no_active_device"
                 assert at_send == reason, member  # send time decides as fan-out did
                 if not reason:
-                    status, why, until = _expected_send_time(member, now)
+                    status, why, until = _expected_send_time(member, now, category)
                     assert send_time_outcome(n.pk) == (status, why), member
                     if until is not None:
                         n.refresh_from_db()
