@@ -11,6 +11,10 @@ writes is committed, so the server sees it.
 * ``transactional_db`` flushes every table after each test; the staff groups and the two custom
   permissions of the migration ``campaigns/0002_staff_groups`` are put back right after the flush
   (a ``post_migrate`` receiver running that migration's own code), so later tests still find them.
+* The flush also empties ``django_content_type``, which ``post_migrate`` refills with new ids, while
+  the web server keeps the ids it read (Django's per-process ContentType cache): its next admin log
+  entry then named a content type that no longer existed (a 500 on save, depending on test order).
+  :func:`_keep_content_type_ids` gives each content type back the id it had when the server started.
 """
 
 from __future__ import annotations
@@ -43,6 +47,37 @@ def _restore_staff_groups(sender, using, **kwargs):
 
 
 post_migrate.connect(_restore_staff_groups, weak=False, dispatch_uid="tests.browser.restore_staff_groups")
+
+# {(app_label, model): id} as the web server read them; filled when the server starts.
+CONTENT_TYPE_IDS: dict[tuple[str, str], int] = {}
+
+
+def _keep_content_type_ids(sender, using, **kwargs):
+    """Once ``post_migrate`` has (re)created every app's content types and permissions (the last app's
+    signal), move the content types to the ids the running web server has cached, in one transaction
+    (the foreign keys are deferred; through negative ids so that no two rows meet), and the id
+    sequence past every id in use."""
+    from django.contrib.contenttypes.models import ContentType
+    from django.db import connections, transaction
+
+    last = [config for config in global_apps.get_app_configs() if config.models_module is not None][-1]
+    if not CONTENT_TYPE_IDS or sender.label != last.label:
+        return
+    with transaction.atomic(using=using), connections[using].cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL DEFERRED")
+        cursor.execute("SELECT id, app_label, model FROM django_content_type")
+        moves = [(pk, CONTENT_TYPE_IDS[(label, model)]) for pk, label, model in cursor.fetchall()
+                 if CONTENT_TYPE_IDS.get((label, model), pk) != pk]
+        for pairs in ([(old, -new) for old, new in moves], [(-new, new) for _, new in moves]):
+            for a, b in pairs:
+                cursor.execute("UPDATE django_content_type SET id = %s WHERE id = %s", [b, a])
+                cursor.execute("UPDATE auth_permission SET content_type_id = %s WHERE content_type_id = %s", [b, a])
+        cursor.execute("SELECT setval(pg_get_serial_sequence('django_content_type', 'id'), "
+                       "(SELECT GREATEST(MAX(id), %s) FROM django_content_type))", [max(CONTENT_TYPE_IDS.values())])
+    ContentType.objects.clear_cache()
+
+
+post_migrate.connect(_keep_content_type_ids, weak=False, dispatch_uid="tests.browser.keep_content_type_ids")
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -79,10 +114,14 @@ def browser():
 
 
 @pytest.fixture(scope="session")
-def web_server(django_db_setup, static_root):
+def web_server(django_db_setup, django_db_blocker, static_root):
     """The ``Procfile``'s ``web`` process (gunicorn) on a free port: the production settings
     (``config.settings``) against the test database; returns its base URL. Log:
     ``test-artifacts/logs/browser-web.log``."""
+    from django.contrib.contenttypes.models import ContentType
+
+    with django_db_blocker.unblock():
+        CONTENT_TYPE_IDS.update({(ct.app_label, ct.model): ct.pk for ct in ContentType.objects.all()})
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TWILIO_", "SENDGRID_", "FCM_", "SMTP_"))}
     env.update({"DJANGO_SETTINGS_MODULE": "config.settings", "PORT": str(port), "DATABASE_URL": server_database_url(),
