@@ -131,3 +131,20 @@ def api(stack, live_db) -> Api:
 def uid() -> str:
     """A fresh user id, so end-to-end tests never see each other's rows."""
     return f"u-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def fast_password_hashing(settings):
+    """Users created with a password (admin_client, staff logins) skip PBKDF2's deliberate slowness."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def frozen(request, monkeypatch):
+    """The platform clock (``notifications.clock.now``) stands at the test module's ``NOW`` (an aware
+    UTC datetime); returns a one-item list, so a test moves the clock with ``frozen[0] = …``."""
+    from notifications import clock
+
+    current = [request.module.NOW]
+    monkeypatch.setattr(clock, "now", lambda: current[0])
+    return current

@@ -24,18 +24,13 @@ from campaigns.models import Campaign, CampaignShard, CampaignStatus, SegmentMem
 from notifications.models import Notification, Reason, Status
 from preferences.models import Recipient
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fast_password_hashing")]
 
 # Dates the forms accept (at most 366 days ahead), whenever the tests run.
 TODAY = timezone.now().date()
 NEXT_JANUARY = date(TODAY.year + 1, 1, 15)
 SOON = TODAY + timedelta(days=30)
 
-
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    """admin_client's superuser is created with a password: skip PBKDF2's deliberate slowness."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 def msgs(response) -> list[str]:

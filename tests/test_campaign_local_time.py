@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 
 from campaigns import fanout, services
 from campaigns.models import Campaign, CampaignShard, CampaignStatus, MissedPolicy
-from notifications import clock
 from notifications.models import APIClient, Notification, Reason, Status
 from preferences.models import Recipient
 from preferences.wallclock import wall_time_to_utc
@@ -27,17 +26,6 @@ NOW = datetime(2030, 1, 10, 11, 30, tzinfo=UTC)
 GRACE = timedelta(seconds=600)
 
 
-@pytest.fixture
-def frozen(monkeypatch):
-    """The platform clock stands at NOW (a list so a test can move it)."""
-    current = [NOW]
-    monkeypatch.setattr(clock, "now", lambda: current[0])
-    return current
-
-
-@pytest.fixture
-def fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 # --- the API rule: a local_time must still be ahead in the earliest zone (UTC+14) ------------------

@@ -24,28 +24,17 @@ from hypothesis import strategies as st
 from campaigns import fanout, services, tasks
 from campaigns.models import Campaign, CampaignShard, CampaignStatus
 from campaigns.selectors import STATUSES, outcome
-from notifications import clock
 from notifications.models import APIClient, Notification, Reason, Status
 from preferences.models import Recipient
 from tests.test_metrics import key, prom, scrape  # noqa: F401 - prom: private metrics directory (autouse)
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fast_password_hashing")]
 
 NOW = datetime(2030, 1, 10, 11, 30, tzinfo=UTC)
 OTHER_DOCTOR_CHECKS = ["providers", "public-url", "sendgrid-key", "timezone", "workers", "migrations", "redis",
                        "metrics"]
 
 
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
-@pytest.fixture
-def frozen(monkeypatch):
-    current = [NOW]
-    monkeypatch.setattr(clock, "now", lambda: current[0])
-    return current
 
 
 @pytest.fixture

@@ -65,10 +65,6 @@ def recipient_add_post(**fields) -> dict:
     return data
 
 
-@pytest.fixture
-def fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(("value", "message"), [z for z in NOT_ZONES if z[0]])

@@ -24,7 +24,7 @@ from campaigns.api.serializers import (
 )
 from campaigns.models import Campaign, CampaignStatus, MissedPolicy, Segment, SegmentMember, Template
 from notifications.api.errors import BODY, NotFoundError, error_responses, field_error, response_headers
-from notifications.api.pagination import Ordering, page, page_parameters, page_serializer, read_query
+from notifications.api.pagination import Ordering, list_page, page_parameters, page_serializer
 from notifications.api.serializers import AcceptedSerializer
 from notifications.api.views import (
     IDEMPOTENCY_PARAMETERS,
@@ -99,13 +99,13 @@ class SegmentListView(APIView):
                    operation_id="v1_segments_list",
                    summary="Segments by segment_id, with member counts (keyset pagination)")
     def get(self, request):
-        query = read_query(request.query_params, {})
-        rows, next_cursor = page(Segment.objects.all(), _BY_ID, limit=query["limit"], cursor=query["cursor"])
-        counts = dict(SegmentMember.objects.filter(segment_id__in=[r.pk for r in rows]).values("segment_id")
-                      .annotate(n=Count("id")).order_by().values_list("segment_id", "n"))
-        items = [{"segment_id": r.segment_id, "name": r.name, "description": r.description,
-                  "member_count": counts.get(r.segment_id, 0)} for r in rows]
-        return Response({"items": items, "next_cursor": next_cursor})
+        def items(rows):
+            counts = dict(SegmentMember.objects.filter(segment_id__in=[r.pk for r in rows]).values("segment_id")
+                          .annotate(n=Count("id")).order_by().values_list("segment_id", "n"))
+            return [{"segment_id": r.segment_id, "name": r.name, "description": r.description,
+                     "member_count": counts.get(r.segment_id, 0)} for r in rows]
+
+        return Response(list_page(request.query_params, Segment.objects.all(), _BY_ID, items))
 
 
 class SegmentMembersView(APIView):
@@ -116,10 +116,9 @@ class SegmentMembersView(APIView):
                    summary="A segment's members by user_id (keyset pagination)")
     def get(self, request, segment_id: str):
         segment = _segment(segment_id)
-        query = read_query(request.query_params, {})
-        rows, next_cursor = page(SegmentMember.objects.filter(segment=segment), Ordering(("recipient_id",)),
-                                 limit=query["limit"], cursor=query["cursor"])
-        return Response({"items": SegmentMemberSerializer(rows, many=True).data, "next_cursor": next_cursor})
+        return Response(list_page(request.query_params, SegmentMember.objects.filter(segment=segment),
+                                  Ordering(("recipient_id",)),
+                                  lambda rows: SegmentMemberSerializer(rows, many=True).data))
 
     @extend_schema(request=MembersSerializer, parameters=[_SEGMENT_ID, *response_headers()],
                    examples=[OpenApiExample("Members", request_only=True,
@@ -176,10 +175,8 @@ class TemplateListView(APIView):
                    operation_id="v1_templates_list",
                    summary="Templates by template_id, with their variants (keyset pagination)")
     def get(self, request):
-        query = read_query(request.query_params, {})
-        rows, next_cursor = page(Template.objects.prefetch_related("variants"), _BY_ID, limit=query["limit"],
-                                 cursor=query["cursor"])
-        return Response({"items": [TemplateView._payload(t) for t in rows], "next_cursor": next_cursor})
+        return Response(list_page(request.query_params, Template.objects.prefetch_related("variants"), _BY_ID,
+                                  lambda rows: [TemplateView._payload(t) for t in rows]))
 
 
 _CAMPAIGN_FILTERS = {"status": CampaignStatus.values, "channel": Channel.values, "segment_id": None}
@@ -195,14 +192,9 @@ class CampaignListView(APIView):
         responses={200: page_serializer("CampaignPage", CampaignSummarySerializer()),
                    **error_responses(422, _422=_LIST_422)})
     def get(self, request):
-        query = read_query(request.query_params, _CAMPAIGN_FILTERS)
-        qs = _readable_campaigns(request)
-        for name in _CAMPAIGN_FILTERS:
-            if name in query:
-                qs = qs.filter(**{name: query[name]})
-        rows, next_cursor = page(qs, Ordering(("created_at", "id"), descending=True), limit=query["limit"],
-                                 cursor=query["cursor"])
-        return Response({"items": CampaignSummarySerializer(rows, many=True).data, "next_cursor": next_cursor})
+        return Response(list_page(request.query_params, _readable_campaigns(request),
+                                  Ordering(("created_at", "id"), descending=True),
+                                  lambda rows: CampaignSummarySerializer(rows, many=True).data, _CAMPAIGN_FILTERS))
 
     @extend_schema(
         summary="Send one message to every member of a segment, now, at an instant, or at a local time",

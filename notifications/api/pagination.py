@@ -133,6 +133,18 @@ def page(qs: QuerySet, ordering: Ordering, *, limit: int, cursor: str | None,
     return rows, encode_cursor(values)
 
 
+def list_page(params, qs: QuerySet, ordering: Ordering, items: Callable[[list], list],
+              filters: dict[str, Sequence[str] | None] | None = None) -> dict:
+    """A list endpoint's answer, ``{"items": items(rows), "next_cursor": str | None}``: ``params``
+    (the request's QueryDict) read by :func:`read_query`, each given filter applied to ``qs`` as
+    an equality on the field of the same name, then one :func:`page`. Raises QueryError."""
+    filters = filters or {}
+    query = read_query(params, filters)
+    qs = qs.filter(**{name: query[name] for name in filters if name in query})
+    rows, next_cursor = page(qs, ordering, limit=query["limit"], cursor=query["cursor"])
+    return {"items": items(rows), "next_cursor": next_cursor}
+
+
 def page_parameters(**filters: tuple[Sequence[str] | None, str]) -> list[OpenApiParameter]:
     """OpenAPI query parameters: ``limit``, ``cursor`` and ``filters`` (``name=(choices, description)``)."""
     params = [

@@ -10,7 +10,7 @@ from rest_framework.views import APIView
 
 from notifications import services
 from notifications.api.errors import BODY, error_responses, field_error, response_headers
-from notifications.api.pagination import Ordering, page, page_parameters, page_serializer, read_query
+from notifications.api.pagination import Ordering, list_page, page_parameters, page_serializer
 from notifications.api.serializers import (
     AcceptedSerializer,
     CancelledSerializer,
@@ -188,10 +188,6 @@ class UserNotificationsView(PathIdView):
                                      _422="A bad query parameter or path id; `field` names it.")})
     def get(self, request, user_id: str):
         recipient = recipient_or_404(user_id)
-        query = read_query(request.query_params, _USER_NOTIFICATION_FILTERS)
-        qs = Notification.objects.filter(recipient=recipient)
-        for name in _USER_NOTIFICATION_FILTERS:
-            if name in query:
-                qs = qs.filter(**{name: query[name]})
-        rows, next_cursor = page(qs, _NEWEST_FIRST, limit=query["limit"], cursor=query["cursor"])
-        return Response({"items": NotificationSummarySerializer(rows, many=True).data, "next_cursor": next_cursor})
+        return Response(list_page(request.query_params, Notification.objects.filter(recipient=recipient),
+                                  _NEWEST_FIRST, lambda rows: NotificationSummarySerializer(rows, many=True).data,
+                                  _USER_NOTIFICATION_FILTERS))
