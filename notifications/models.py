@@ -8,6 +8,7 @@ from django.core.validators import RegexValidator
 from django.db import models
 from rest_framework_api_key.models import AbstractAPIKey
 
+from notifications import clock
 from preferences.models import Channel, Device, Recipient
 
 # Namespace for deterministic notification ids: uuid5(NS, f"{client_id}:{idempotency_key}").
@@ -79,6 +80,13 @@ class Reason(models.TextChoices):
     CONFIGURATION_ERROR = "configuration_error", "Provider configuration error"
     ATTEMPTS_EXHAUSTED = "attempts_exhausted", "Transient errors until the attempt budget ran out"
     RETRY_SCHEDULED = "retry_scheduled", "Transient provider error; retry scheduled"
+    OUTCOME_UNKNOWN = "outcome_unknown", ("The provider did not answer in time: it may have accepted the "
+                                          "message, so it is looked up or waited for before any re-send")
+    LEASE_EXPIRED = "lease_expired", ("The worker sending it stopped renewing its lease (killed or stalled); "
+                                      "re-driven after a wait, as its call may have been made")
+    WORKER_ERROR = "worker_error", "The worker failed on this notification (a bug); retried a bounded number of times"
+    WORKER_LOST = "worker_lost", ("Its worker died or stalled on it repeatedly (poison message): dead-lettered "
+                                  "after the attempt budget")
 
 
 class Notification(models.Model):
@@ -132,7 +140,7 @@ class Notification(models.Model):
         null=True, blank=True,
         help_text="Set when it failed for a reason a person must look at (attempts ran out, our config).")
     delivered_at = models.DateTimeField(null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
+    created_at = models.DateTimeField(default=clock.now, editable=False)  # the platform clock (one clock)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -193,6 +201,9 @@ class DeliveryAttempt(models.Model):
         CONTACT_INVALID = "contact_invalid", "Contact invalid"
         CONFIGURATION = "configuration", "Configuration error"
         DUPLICATE_SKIPPED = "duplicate_skipped", "Skipped: already sent (sent marker)"
+        UNKNOWN = "unknown", "No answer in time: the provider may have accepted it"
+        FOUND_BY_LOOKUP = "found_by_lookup", "Found at the provider: an earlier call had been accepted"
+        LEARNED_FROM_RECEIPT = "from_receipt", "Accepted: learned from the provider's receipt (no answer recorded)"
 
     # No FK index of its own: attempt_notification_idx (notification, created_at) serves it.
     notification = models.ForeignKey(Notification, on_delete=models.CASCADE, related_name="attempts_log",
@@ -206,7 +217,7 @@ class DeliveryAttempt(models.Model):
     http_status = models.PositiveSmallIntegerField(null=True, blank=True)
     latency_ms = models.PositiveIntegerField(null=True, blank=True)
     provider_message_id = models.CharField(max_length=255, blank=True, default="")
-    created_at = models.DateTimeField(auto_now_add=True)
+    created_at = models.DateTimeField(default=clock.now, editable=False)  # the platform clock (one clock)
 
     class Meta:
         ordering = ["created_at", "id"]
@@ -227,7 +238,7 @@ class DeliveryEvent(models.Model):
     detail = models.CharField(max_length=500, blank=True, default="")
     # Receipts only: "<provider>:<provider event id>"; the unique index stores a duplicate receipt once.
     dedup_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001 - unique where set (Meta)
-    created_at = models.DateTimeField(auto_now_add=True)
+    created_at = models.DateTimeField(default=clock.now, editable=False)  # the platform clock (one clock)
 
     class Meta:
         ordering = ["created_at", "id"]
