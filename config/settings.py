@@ -204,9 +204,22 @@ DJANGO_CELERY_BEAT_TZ_AWARE = True
 
 # --- Delivery pipeline --------------------------------------------------------------------------
 NOTIFY = {
-    # A claimed row is re-driven by the reconciler once its lease (seconds) has run out.
-    # Renewed before every provider call, so it only has to cover one call (PROVIDER_TIMEOUT_SECONDS).
+    # A claimed row is re-driven by the reconciler once its lease (seconds) has run out. A heartbeat
+    # thread in every worker renews the leases of the rows it holds every LEASE_SECONDS / 4 for as
+    # long as they are in flight, and every provider call first extends its rows' lease past the
+    # call's deadline (notifications/leases.py): a lease only runs out when the worker died or hung.
     "LEASE_SECONDS": env.int("LEASE_SECONDS", default=30),
+    "LEASE_HEARTBEAT": env.bool("LEASE_HEARTBEAT", default=True),
+    # A task holding rows for longer than this (seconds) is taken to be stuck: its rows' leases are
+    # no longer renewed, and the reconciler takes them over.
+    "LEASE_MAX_HOLD_SECONDS": env.int("LEASE_MAX_HOLD_SECONDS", default=900),
+    # After a call whose outcome is unknown (the provider did not answer within the timeout; the
+    # message may have been accepted) or a lost lease (the worker died mid-call), how long (seconds)
+    # the row waits before it is looked up at the provider (Twilio) and only then sent again. The
+    # provider's receipt, or the first worker's late record, settles it meanwhile. The high tier
+    # does not wait (an OTP that is late is worse than a rare duplicate); standard waits generously.
+    "OUTCOME_UNKNOWN_WAIT_SECONDS": {"high": env.float("OUTCOME_UNKNOWN_WAIT_HIGH", default=0),
+                                     "standard": env.float("OUTCOME_UNKNOWN_WAIT_STANDARD", default=120)},
     # A `queued` row whose broker message has not been consumed after this long (seconds) is
     # enqueued again (the broker may have lost it: Redis flushed or restarted).
     "QUEUED_STALE_SECONDS": {"high": env.int("QUEUED_STALE_SECONDS_HIGH", default=10),

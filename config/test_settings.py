@@ -28,3 +28,8 @@ PROMETHEUS_MULTIPROC_DIR = os.environ["PROMETHEUS_MULTIPROC_DIR"] = (
 STATIC_ROOT = None
 STORAGES = {"default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
             "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}}
+
+# In-process tests run the send path inside the test's transaction, which a heartbeat thread (its
+# own connection) cannot see: leases are renewed in the caller's thread only (notifications/leases.py).
+# The end-to-end stack's workers use config.settings, heartbeat on.
+NOTIFY = {**NOTIFY, "LEASE_HEARTBEAT": False}  # noqa: F405

@@ -20,6 +20,7 @@ failure of the message *and* logs it loudly.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, ClassVar
 
 _REQUIRED: Any = object()
@@ -200,6 +201,21 @@ class ProviderBackend:
         """
         raise NotImplementedError
 
+
+    def find_accepted(self, message: OutboundMessage, since: datetime) -> SendResult | None:
+        """Look up, at the provider, a message an earlier call for ``message`` may have created
+        although its answer never reached us (a timeout, a worker killed mid-call): the provider's
+        record of the same destination and content created at or after ``since`` (UTC).
+
+        Returns its ``SendResult`` if found, ``None`` if not found *or* if this provider offers no
+        lookup (this default; :attr:`supports_lookup` says which). Never raises for the provider's
+        errors: a failed lookup is ``None`` (the caller then sends again: at-least-once).
+        """
+        return None
+
+    #: Whether :meth:`find_accepted` can find anything (Twilio's message list can; SendGrid, SMTP
+    #: and FCM offer no lookup by destination and content).
+    supports_lookup: ClassVar[bool] = False
 
     def send_batch(self, messages: list[OutboundMessage], concurrency: int = 1) -> list[SendResult | Exception]:
         """Send several messages; the standard tier's batch path and the benchmark's raw ceiling.
