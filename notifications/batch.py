@@ -18,8 +18,9 @@ recipient query and the sent-marker MGET are done once by :func:`notifications.s
    results) goes through the single-row recording of :mod:`notifications.sending`, so retries,
    dead letters and contact hygiene behave exactly as for single sends.
 
-Leases of rows still waiting are renewed as the batch goes, so a slow budget never lets the
-reconciler hand them to another worker mid-batch.
+Leases: the process's lease keeper renews the lease of every row of the batch for as long as the
+task runs (notifications/leases.py), and before each ``send_batch`` call the rows it carries get a
+lease that covers the call's deadline; a row that changed hands meanwhile is dropped, never sent.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import connection, transaction
 
-from notifications import clock, markers, metrics
+from notifications import clock, leases, markers, metrics
 from notifications.bulk import array_literal, copy_rows
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
 from notifications.sending import (
@@ -41,10 +42,12 @@ from notifications.sending import (
     _error_detail,
     _record,
     attempt_for,
-    backoff_seconds,
+    call_deadline_seconds,
     message_for,
     prepare,
+    retry_delay,
     sms_sender,
+    worker_error,
 )
 from preferences.models import Device, SmsStop
 from providers import isolation
@@ -58,10 +61,11 @@ Outcome = DeliveryAttempt.Outcome
 # otherwise quote every element in Python (~60 µs per row measured on a 500-row batch).
 _SENT_SQL = """
 UPDATE notifications_notification AS n
-   SET status = 'sent', reason = '', reason_detail = v.detail, lease_until = NULL, updated_at = %s,
+   SET status = 'sent', reason = '', reason_detail = v.detail, lease_until = NULL, due_at = NULL, updated_at = %s,
        sent_at = %s, provider = %s, provider_message_id = v.pmid
   FROM unnest(%s::uuid[], %s::int[], %s::text[], %s::text[]) AS v(id, attempts, pmid, detail)
- WHERE n.id = v.id AND n.status = 'sending' AND n.attempts = v.attempts
+ WHERE n.id = v.id AND n.attempts = v.attempts
+   AND (n.status = 'sending' OR (n.status IN ('scheduled', 'queued') AND n.reason = 'lease_expired'))
 RETURNING n.id
 """
 
@@ -74,13 +78,6 @@ _WAIT_SQL = """
 UPDATE notifications_notification AS n
    SET status = 'scheduled', reason = %s, reason_detail = %s, lease_until = NULL, updated_at = %s,
        due_at = %s, attempts = n.attempts - %s
-  FROM unnest(%s::uuid[], %s::int[]) AS v(id, attempts)
- WHERE n.id = v.id AND n.status = 'sending' AND n.attempts = v.attempts
-RETURNING n.id
-"""
-
-_RENEW_SQL = """
-UPDATE notifications_notification AS n SET lease_until = %s
   FROM unnest(%s::uuid[], %s::int[]) AS v(id, attempts)
  WHERE n.id = v.id AND n.status = 'sending' AND n.attempts = v.attempts
 RETURNING n.id
@@ -113,7 +110,6 @@ class _Batch:
         self.channel = channel
         self.rows = rows
         self.provider = provider_names(channel)[0]
-        self.lease_renewed = time.monotonic()
         # (notification, device or None, OutboundMessage) per provider call to make
         self.items: list[tuple] = []
         # item index -> (SendResult or exception, latency ms)
@@ -129,8 +125,8 @@ class _Batch:
             try:
                 found = prepare(n, already_sent, content, stopped,
                                 devices.get(n.recipient_id, []) if devices is not None else None)
-            except Exception:
-                log.exception("checks of %s crashed; the lease will expire and it will be retried", n.pk)
+            except Exception as exc:
+                worker_error(n, exc)
                 continue
             if found is not None:
                 ready.append((n, found))
@@ -144,7 +140,10 @@ class _Batch:
             else:
                 self.items.extend((n, d, message_for(n, d.push_token, d.platform)) for d in found)
         waiting = self._send()
-        self._record([(n, d) for n, d in ready if n.pk not in self.lost_rows], waiting)
+        # A row lost before any call is not ours to record; one lost after a call was made is
+        # recorded (attempts, sent marker, and `sent` if nobody has claimed it again).
+        called = {self.items[i][0].pk for i in self.results}
+        self._record([(n, d) for n, d in ready if n.pk not in self.lost_rows or n.pk in called], waiting)
 
     # --- preloading ---------------------------------------------------------------------------
 
@@ -169,21 +168,18 @@ class _Batch:
         is open, or because budget or bulkhead slots did not come within ``BATCH_MAX_WAIT_SECONDS``.
 
         Each ``send_batch`` call is bounded by one provider timeout (one message per thread, or one
-        SendGrid request) and the batch's leases are renewed between calls, so a slow provider can
-        never outlast the lease of a row still being sent.
+        SendGrid request), and the rows it carries get a lease covering that before it starts (the
+        heartbeat renews them meanwhile too), so no call outlives the lease of a row it sends.
         """
         name = self.provider
         backend = get_backend(self.channel, name)
         batch_api = getattr(backend, "batch_api", False)
         concurrency = max(1, int(settings.NOTIFY["SEND_CONCURRENCY"][self.channel]))
-        call_lease = float(settings.PROVIDER_TIMEOUT_SECONDS) * 2 + 5
+        call_lease = call_deadline_seconds()
         deadline = time.monotonic() + float(settings.NOTIFY["BATCH_MAX_WAIT_SECONDS"])
         pending = list(range(len(self.items)))
         budget_waited = 0.0
         while pending:
-            pending = self._renew_leases_if_due(pending)
-            if not pending:
-                break
             verdict = isolation.breaker_allows(name)
             if not verdict.allowed:
                 metrics.isolation_event("breaker_fast_fail", name, "standard")
@@ -212,6 +208,14 @@ class _Batch:
                 budget_waited += pause
                 continue
             chunk, pending = pending[:granted], pending[granted:]
+            # Budget and slots can take a while on a loaded machine: the chunk's leases must cover
+            # the call from here (no call outlives its row's lease).
+            owned = set(self._still_ours(chunk, call_lease))
+            if len(owned) < len(chunk):
+                chunk = [i for i in chunk if i in owned]
+                if not chunk:
+                    isolation.release_slots(name, "standard", slots)
+                    continue
             started = time.monotonic()
             try:
                 outcomes = backend.send_batch([self.items[i][2] for i in chunk],
@@ -234,25 +238,15 @@ class _Batch:
             metrics.isolation_event("budget_wait", name, "standard", seconds=budget_waited)
         return None
 
-    def _renew_leases_if_due(self, pending: list[int]) -> list[int]:
-        """Extend the lease of every row of the batch (none is recorded before the batch ends) once a
-        third of it has passed, so the reconciler never hands a row still being sent to another
-        worker. Returns ``pending`` without the items of rows that are no longer ours (their lease
-        ran out anyway and another worker claimed them): those are never sent twice from here."""
-        lease = settings.NOTIFY["LEASE_SECONDS"]
-        if time.monotonic() - self.lease_renewed < lease / 3:
-            return pending
-        rows = {str(item[0].pk): item[0].attempts for item in self.items}
-        with connection.cursor() as cur:
-            cur.execute(_RENEW_SQL, [clock.now() + timedelta(seconds=lease), array_literal(rows),
-                                     array_literal(rows.values())])
-            owned = {str(row[0]) for row in cur.fetchall()}
-        self.lease_renewed = time.monotonic()
-        lost = [i for i in pending if str(self.items[i][0].pk) not in owned]
+    def _still_ours(self, pending: list[int], seconds: float) -> list[int]:
+        """``pending`` without the items of rows that are no longer ours, after making the leases of
+        the rest cover ``seconds`` more (notifications/leases.py). A lost row (the reconciler took
+        it over because this process stalled, or a cancel settled it) is never sent from here."""
+        rows = {str(self.items[i][0].pk) for i in pending}
+        owned = leases.keeper().ensure(rows, seconds)
+        lost = rows - owned
         if lost:
-            log.warning("%d notification(s) of a batch changed hands before they were sent; skipped here",
-                        len({self.items[i][0].pk for i in lost}))
-            self.lost_rows.update(self.items[i][0].pk for i in lost)
+            self.lost_rows.update(self.items[i][0].pk for i in pending if str(self.items[i][0].pk) in lost)
         return [i for i in pending if str(self.items[i][0].pk) in owned]
 
     # --- recording ----------------------------------------------------------------------------
@@ -341,6 +335,7 @@ class _Batch:
         releases them as batches again instead of one retry task per row."""
         exc = retry[0][1][0][0][0]
         now = clock.now()
+        slowest = max((n for n, _ in retry), key=lambda n: n.attempts)
         attempts = []
         for n, done in retry:
             for (error, latency_ms), device in done:
@@ -348,27 +343,29 @@ class _Batch:
                 attempts.append((n.pk, a.number, a.provider, a.device_id, a.outcome, a.error_code, a.error_message,
                                  a.http_status, a.latency_ms, a.provider_message_id, now))
                 metrics.provider_call(n, a)
-        delay = backoff_seconds(max(n.attempts for n, _ in retry), "standard", exc.retry_after)
+        delay, reason = retry_delay(slowest, exc)
         until = clock.now() + timedelta(seconds=delay)
         detail = f"attempt failed ({_error_detail(exc)}); retry in {delay:.1f}s"
+        if reason == Reason.OUTCOME_UNKNOWN:
+            detail += " (it may have been accepted: waited for first)"
         self._reschedule([n for n, _ in retry], until, detail, kind="retry", give_back_attempt=False,
-                         attempts=attempts)
+                         attempts=attempts, reason=reason)
 
     def _reschedule(self, rows: list[Notification], until, detail: str, *, kind: str, give_back_attempt: bool,
-                    attempts: list[tuple] = ()) -> None:
+                    attempts: list[tuple] = (), reason: str = Reason.RETRY_SCHEDULED) -> None:
         now = clock.now()
         with transaction.atomic():
             with connection.cursor() as cur:
-                cur.execute(_WAIT_SQL, [Reason.RETRY_SCHEDULED, detail[:500], now, until, 1 if give_back_attempt else 0,
+                cur.execute(_WAIT_SQL, [reason, detail[:500], now, until, 1 if give_back_attempt else 0,
                                         array_literal(n.pk for n in rows), array_literal(n.attempts for n in rows)])
                 moved = {str(row[0]) for row in cur.fetchall()}
             copy_rows(DeliveryAttempt._meta.db_table, _ATTEMPT_COLUMNS, list(attempts))
             copy_rows(DeliveryEvent._meta.db_table, _EVENT_COLUMNS,
-                      [(n.pk, kind, Status.SCHEDULED.value, Reason.RETRY_SCHEDULED.value, detail[:500], now)
+                      [(n.pk, kind, Status.SCHEDULED.value, str(reason), detail[:500], now)
                        for n in rows if str(n.pk) in moved])
         for n in rows:
             if str(n.pk) in moved:
-                n.status, n.reason = Status.SCHEDULED, Reason.RETRY_SCHEDULED
+                n.status, n.reason = Status.SCHEDULED, reason
                 metrics.notification_transitioned(n)
 
     def _record_single(self, n: Notification, devices: list, done: list, skipped: int) -> None:

@@ -168,6 +168,8 @@ class LeaseKeeper:
             try:
                 if self.held_count():
                     self.renew_all()
+                elif connection.connection is not None:
+                    connection.close()  # idle: no connection kept open between tasks
             except Exception as exc:
                 # The database is unreachable or the connection broke: try again next beat with a
                 # fresh connection. Rows keep the lease last written; if the outage outlasts it the

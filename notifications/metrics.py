@@ -78,7 +78,7 @@ OUTCOMES = ("accepted", "transient", "permanent", "contact_invalid", "configurat
 #: Statuses counted by notify_notification_outcomes_total (the end of the send path, or a receipt's).
 #: Cancellations happen in the API/campaign services, which are not instrumented (yet).
 OUTCOME_STATUSES = ("sent", "delivered", "failed", "suppressed", "expired")
-DEFERRAL_REASONS = ("retry_scheduled", "quiet_hours")
+DEFERRAL_REASONS = ("retry_scheduled", "quiet_hours", "outcome_unknown", "lease_expired", "worker_error")
 
 #: accept → provider-accept: sub-second for OTPs, minutes to an hour for retried/deferred sends.
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
@@ -121,7 +121,8 @@ class _Metrics:
             ["status", "reason", "channel", "tier"], registry=r)
         self.deferrals = Counter(
             "notify_notification_deferrals_total",
-            "Notifications put back to wait: retry after a transient error, or the recipient's quiet hours.",
+            "Notifications put back to wait: retry after a transient error or an unknown call outcome, "
+            "a lost worker lease, a worker error, or the recipient's quiet hours.",
             ["reason", "channel", "tier"], registry=r)
         self.tokens_invalidated = Counter(
             "notify_push_tokens_invalidated_total",

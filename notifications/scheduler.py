@@ -8,6 +8,15 @@
   expired lease) and rows whose broker message was lost (``queued`` for longer than
   ``QUEUED_STALE_SECONDS`` while their queue is empty in the broker: Redis flushed or restarted).
 
+An expired lease means the worker stopped renewing it (notifications/leases.py: killed, hung, or
+cut off from the database) while its call may already have been made. Such a row is re-driven
+with reason ``lease_expired``: a high-tier row at once (``queued``), a standard row after
+``OUTCOME_UNKNOWN_WAIT_SECONDS`` (``scheduled``), during which the provider's receipt or the first
+worker's late record settles it; the next attempt checks the sent marker and, for Twilio, looks
+the message up before sending again. A row that lost its worker on its last allowed attempt
+(``MAX_ATTEMPTS``) is dead-lettered instead (``worker_lost``, the poison-message rule): a row that
+kills its worker every time must not loop forever.
+
 Long delays therefore live in Postgres, never in Celery ETAs: a Redis broker re-delivers unacked
 messages after its visibility timeout, so an hour-long ETA would fire several times.
 """
@@ -43,16 +52,27 @@ RETURNING n.id, n.priority, n.channel
 
 _EXPIRED_LEASES_SQL = """
 WITH stuck AS (
-    SELECT id FROM notifications_notification
+    SELECT id, CASE WHEN attempts >= (CASE WHEN priority = 'high' THEN %(max_high)s ELSE %(max_standard)s END)
+                    THEN 'failed' WHEN priority = 'high' THEN 'queued' ELSE 'scheduled' END AS next
+      FROM notifications_notification
      WHERE status = 'sending' AND lease_until < %(now)s
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
 )
 UPDATE notifications_notification n
-   SET status = 'queued', lease_until = NULL, queued_at = %(now)s, updated_at = %(now)s
+   SET status = stuck.next, lease_until = NULL, updated_at = %(now)s,
+       reason = CASE WHEN stuck.next = 'failed' THEN 'worker_lost' ELSE 'lease_expired' END,
+       reason_detail = CASE WHEN stuck.next = 'failed'
+                            THEN 'its worker died or stalled on attempt ' || n.attempts
+                                 || ' (the last allowed): dead-lettered'
+                            ELSE 'its worker stopped renewing the lease on attempt ' || n.attempts
+                                 || '; its call may have been made, so it is checked before any re-send' END,
+       queued_at = CASE WHEN stuck.next = 'queued' THEN %(now)s ELSE n.queued_at END,
+       due_at = CASE WHEN stuck.next = 'scheduled' THEN %(standard_due)s ELSE n.due_at END,
+       dead_lettered_at = CASE WHEN stuck.next = 'failed' THEN %(now)s ELSE n.dead_lettered_at END
   FROM stuck
  WHERE n.id = stuck.id AND n.status = 'sending'
-RETURNING n.id, n.priority, n.channel
+RETURNING n.id, n.priority, n.channel, n.status, n.reason, n.reason_detail
 """
 
 _STALE_QUEUED_SQL = """
@@ -125,11 +145,38 @@ def drained_queues() -> list[str]:
     return [q for q, n in zip(SEND_QUEUES, lengths, strict=True) if n == 0]
 
 
+def _expired_leases(now, limit: int) -> int:
+    """Take over ``sending`` rows whose lease ran out (see the module docstring). Returns the count."""
+    notify = settings.NOTIFY
+    params = {"now": now, "limit": limit, "max_high": notify["MAX_ATTEMPTS"]["high"],
+              "max_standard": notify["MAX_ATTEMPTS"]["standard"],
+              "standard_due": now + timedelta(seconds=float(notify["OUTCOME_UNKNOWN_WAIT_SECONDS"]["standard"]))}
+    with transaction.atomic():
+        with connection.cursor() as cur:
+            cur.execute(_EXPIRED_LEASES_SQL, params)
+            rows = cur.fetchall()
+        if not rows:
+            return 0
+        DeliveryEvent.objects.bulk_create([
+            DeliveryEvent(notification_id=pk, kind="dead_lettered" if status == "failed" else "lease_expired",
+                          status=status, reason=reason, detail=detail)
+            for pk, _priority, _channel, status, reason, detail in rows])
+        enqueue_on_commit([(pk, priority, channel) for pk, priority, channel, status, *_ in rows
+                           if status == "queued"])
+    lost = [row for row in rows if row[3] == "failed"]
+    if lost:
+        log.error("%d notification(s) dead-lettered: their worker died or stalled on their last allowed attempt",
+                  len(lost))
+    for _pk, priority, channel, status, reason, _detail in rows:
+        if status == "failed":
+            metrics.record_outcome(status=status, reason=reason, channel=channel, tier=priority)
+    return len(rows)
+
+
 def reconcile(limit: int = 1000) -> dict[str, int]:
     """Re-drive expired leases and stale queued rows. Returns ``{"leases": n, "stale_queued": m}``."""
     now = clock.now()
-    leases = _move(_EXPIRED_LEASES_SQL, {"now": now, "limit": limit}, "lease_expired", "queued",
-                   "worker lease ran out; re-driven")
+    leases = _expired_leases(now, limit)
     stale_after = settings.NOTIFY["QUEUED_STALE_SECONDS"]
     drained = drained_queues()
     stale = 0 if not drained else _move(_STALE_QUEUED_SQL, {"now": now, "limit": limit, "drained": drained,

@@ -21,9 +21,10 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Q
 from django.db.models.expressions import RawSQL
 
-from notifications import clock, markers, metrics
+from notifications import clock, leases, markers, metrics
 from notifications.bulk import array_literal
 from notifications.enqueue import enqueue_on_commit
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
@@ -49,12 +50,19 @@ UPDATE notifications_notification
    SET status = 'sending', lease_until = %s, attempts = attempts + 1, updated_at = %s,
        first_attempt_at = COALESCE(first_attempt_at, %s)
  WHERE id = ANY(%s::uuid[]) AND status = 'queued'
-RETURNING id
+RETURNING id, attempts
 """
+
+#: Reasons a row carries when its previous call may have been accepted although no answer was
+#: recorded (a timeout, or a worker that lost its lease mid-call): the next attempt first looks the
+#: message up at the provider where it can (:func:`_found_at_provider`).
+RESEND_AFTER_UNKNOWN = frozenset({Reason.OUTCOME_UNKNOWN, Reason.LEASE_EXPIRED})
 
 
 def claim(ids: Iterable[str], now: datetime) -> list:
-    """Claim ``queued`` rows among ``ids`` for this worker: ``sending`` with a lease.
+    """Claim ``queued`` rows among ``ids`` for this worker: ``sending`` with a lease, held by this
+    process's lease keeper (renewed for as long as the task works on them, notifications/leases.py)
+    until :func:`send_notifications` releases them.
 
     Returns the ids actually claimed; rows that are cancelled, already claimed or finished are
     skipped (DESIGN.md §6 step 3).
@@ -62,7 +70,21 @@ def claim(ids: Iterable[str], now: datetime) -> list:
     lease = now + timedelta(seconds=settings.NOTIFY["LEASE_SECONDS"])
     with connection.cursor() as cur:
         cur.execute(_CLAIM_SQL, [lease, now, now, array_literal(ids)])
-        return [row[0] for row in cur.fetchall()]
+        rows = cur.fetchall()
+    leases.keeper().hold(rows, lease)
+    return [row[0] for row in rows]
+
+
+def call_deadline_seconds() -> float:
+    """The longest one provider call may take (seconds): connect and read timeouts of the SDK's
+    HTTP client, plus a margin. A row's lease is extended past it before every call."""
+    return float(settings.PROVIDER_TIMEOUT_SECONDS) * 2 + 5
+
+
+def outcome_unknown(exc: Exception) -> bool:
+    """True when a failed call may nevertheless have been accepted: the provider did not answer in
+    time (``code="timeout"``). Refusals, 5xx answers and refused connections were not accepted."""
+    return isinstance(exc, TransientProviderError) and exc.code == "timeout"
 
 
 def backoff_seconds(attempt: int, priority: str, retry_after: float | None = None) -> float:
@@ -83,6 +105,7 @@ class _Call:
 
     accepted: list = field(default_factory=list)  # SendResult
     errors: list = field(default_factory=list)  # ProviderError / ProviderConfigurationError
+    lost: bool = False  # the row changed hands (lease lost) before a call: nothing more is sent
 
 
 #: Columns the send path never reads (loaded lazily if a rare path does): parsing them is a good
@@ -104,6 +127,13 @@ def send_notifications(ids: Iterable[str]) -> None:
     claimed = claim(ids, now)
     if not claimed:
         return
+    try:
+        _send_claimed(claimed)
+    finally:
+        leases.keeper().release(claimed)
+
+
+def _send_claimed(claimed: list) -> None:
     already_sent = markers.find_sent(claimed)
     rows = list(Notification.objects.filter(id__in=RawSQL("SELECT unnest(%s::uuid[])", [array_literal(claimed)]))
                 .select_related("recipient", "recipient__preferences").defer(*_NOT_NEEDED_TO_SEND))
@@ -147,11 +177,37 @@ class _CampaignContent:
 
 
 def _deliver(n: Notification, already_sent: set[str], content: _CampaignContent) -> None:
-    devices = prepare(n, already_sent, content)
+    try:
+        devices = prepare(n, already_sent, content)
+    except Exception as exc:
+        worker_error(n, exc)
+        return
     if devices is None:
         return
     call, attempts = _call_provider(n, devices)
+    if call.lost and not attempts:
+        return  # not ours any more, and nothing was called
     _record(n, call, attempts, devices)
+
+
+def worker_error(n: Notification, exc: Exception) -> None:
+    """The checks before the call crashed on ``n`` (a bug, bad stored data): nothing was sent.
+    Retried with backoff like a transient error, then dead-lettered with the error once the attempt
+    budget is spent (the poison-message rule), so one bad row never loops or blocks a batch."""
+    log.error("checks of %s %s %s crashed (attempt %d): %s", n.priority, n.channel, n.pk, n.attempts, exc,
+              exc_info=exc)
+    detail = f"{type(exc).__name__}: {exc}"[:400]
+    now = clock.now()
+    try:
+        if n.attempts >= settings.NOTIFY["MAX_ATTEMPTS"][n.priority]:
+            _finish(n, Status.FAILED, Reason.WORKER_ERROR, kind="dead_lettered",
+                    detail=f"{n.attempts} attempts crashed the worker; last: {detail}", extra={"dead_lettered_at": now})
+            return
+        delay = backoff_seconds(n.attempts, n.priority)
+        _defer(n, now + timedelta(seconds=delay), Reason.WORKER_ERROR, kind="retry",
+               detail=f"attempt {n.attempts} crashed the worker ({detail}); retry in {delay:.1f}s")
+    except Exception:
+        log.exception("recording the crash of %s failed too; its lease will expire and it will be retried", n.pk)
 
 
 def prepare(n: Notification, already_sent: set[str], content: _CampaignContent,
@@ -168,6 +224,8 @@ def prepare(n: Notification, already_sent: set[str], content: _CampaignContent,
         _finish(n, Status.SENT, kind="sent", detail="sent marker found: an earlier attempt was accepted",
                 extra={"sent_at": now}, attempt=DeliveryAttempt(
                     number=n.attempts, provider=n.provider or "-", outcome=Outcome.DUPLICATE_SKIPPED))
+        return None
+    if n.reason in RESEND_AFTER_UNKNOWN and _found_at_provider(n, content):
         return None
     if n.expires_at and now >= n.expires_at:
         _finish(n, Status.EXPIRED, Reason.TTL_EXPIRED, kind="expired",
@@ -202,6 +260,38 @@ def prepare(n: Notification, already_sent: set[str], content: _CampaignContent,
                 detail=Reason.NO_ACTIVE_DEVICE.label)
         return None
     return devices
+
+
+def _found_at_provider(n: Notification, content: _CampaignContent) -> bool:
+    """Before re-sending a row whose previous call may have been accepted unseen, ask the providers
+    that offer a lookup (Twilio) whether they have it. Found → ``sent`` with the provider's id (an
+    attempt ``found_by_lookup``), and True: nothing is sent again."""
+    if n.channel != "sms" or not n.recipient.phone:
+        return False
+    since = (n.first_attempt_at or n.created_at) - timedelta(seconds=60)
+    for name in provider_names(n.channel):
+        backend = get_backend(n.channel, name)
+        if not backend.supports_lookup:
+            continue
+        if n.campaign_id and not n.body:
+            from campaigns.rendering import RenderError
+
+            try:
+                content.apply(n)
+            except RenderError:
+                return False
+        found = backend.find_accepted(message_for(n, n.recipient.phone), since)
+        if found is None:
+            continue
+        now = clock.now()
+        _finish(n, Status.SENT, kind="sent", detail=f"found at {found.provider} ({found.provider_message_id}): "
+                "the earlier call whose answer was lost had been accepted; not sent again",
+                extra={"sent_at": now, "provider": found.provider, "provider_message_id": found.provider_message_id},
+                attempt=DeliveryAttempt(number=n.attempts, provider=found.provider, outcome=Outcome.FOUND_BY_LOOKUP,
+                                        provider_message_id=found.provider_message_id[:255]))
+        markers.mark_sent([n.pk])
+        return True
+    return False
 
 
 def suppression_reason(n: Notification, stopped_phones: set[str] | None = None) -> str:
@@ -305,9 +395,10 @@ def _call_route(n: Notification, route: _Route, targets: list, call: _Call, atte
     the provider's health (timeout, connection error, 5xx)."""
     provider_failed = False
     try:
-        for index, (to, device) in enumerate(targets):
-            if index:
-                _renew_lease(n)
+        for to, device in targets:
+            if not leases.keeper().ensure([n.pk], call_deadline_seconds()):
+                call.lost = True  # the reconciler took it over: never call for a row that is not ours
+                break
             started = time.monotonic()
             try:
                 outcome = route.backend.send(message_for(n, to, device.platform if device else None))
@@ -437,19 +528,13 @@ def _wait_for_tokens(provider: str, tier: str, needed: int, max_wait: float) -> 
         waited += pause
 
 
-def _renew_lease(n: Notification) -> None:
-    """Extend our claim before another provider call, so a push to many devices (one call each)
-    never outlives its lease and gets re-driven while we are still sending it."""
-    now = clock.now()
-    Notification.objects.filter(pk=n.pk, status=Status.SENDING, attempts=n.attempts).update(
-        lease_until=now + timedelta(seconds=settings.NOTIFY["LEASE_SECONDS"]))
-
-
 def _outcome_of(exc: Exception) -> str:
     if isinstance(exc, ProviderConfigurationError):
         return Outcome.CONFIGURATION
     if isinstance(exc, ContactInvalidError):
         return Outcome.CONTACT_INVALID
+    if outcome_unknown(exc):
+        return Outcome.UNKNOWN
     if isinstance(exc, TransientProviderError):
         return Outcome.TRANSIENT
     return Outcome.PERMANENT
@@ -466,7 +551,8 @@ def _record(n: Notification, call: _Call, attempts: list[DeliveryAttempt], devic
             detail = f"accepted for {len(call.accepted)} of {len(devices)} device(s)"
         provider_fields = {"sent_at": now, "provider": first.provider,
                            "provider_message_id": first.provider_message_id[:255]}
-        if not _finish(n, Status.SENT, kind="sent", detail=detail, attempts=attempts, extra=provider_fields):
+        if not _finish(n, Status.SENT, kind="sent", detail=detail, attempts=attempts,
+                       extra={**provider_fields, "due_at": None}):
             # The provider's receipt arrived (and settled the row) before we recorded the call:
             # keep what only we know.
             Notification.objects.filter(pk=n.pk, provider_message_id="").update(**provider_fields)
@@ -509,17 +595,29 @@ def _retry_or_dead_letter(n: Notification, exc: TransientProviderError, attempts
                 detail=f"{n.attempts} attempts; last: {_error_detail(exc)}"[:500],
                 extra={"provider": exc.provider, "dead_lettered_at": now})
         return
-    delay = backoff_seconds(n.attempts, n.priority, exc.retry_after)
+    delay, reason = retry_delay(n, exc)
     until = now + timedelta(seconds=delay)
-    detail = f"attempt {n.attempts} failed ({_error_detail(exc)}); retry in {delay:.1f}s"[:500]
+    detail = f"attempt {n.attempts} failed ({_error_detail(exc)}); retry in {delay:.1f}s"
+    if reason == Reason.OUTCOME_UNKNOWN:
+        detail += " (it may have been accepted: looked up or waited for first)"
     if delay <= settings.NOTIFY["MAX_COUNTDOWN_SECONDS"]:
         with transaction.atomic():
-            moved = _transition(n, Status.QUEUED, Reason.RETRY_SCHEDULED, kind="retry", detail=detail,
+            moved = _transition(n, Status.QUEUED, reason, kind="retry", detail=detail,
                                 attempts=attempts, extra={"queued_at": now + timedelta(seconds=delay)})
             if moved:
                 enqueue_on_commit([(n.pk, n.priority, n.channel)], countdown=delay)
     else:
-        _defer(n, until, Reason.RETRY_SCHEDULED, kind="retry", detail=detail, attempts=attempts)
+        _defer(n, until, reason, kind="retry", detail=detail, attempts=attempts)
+
+
+def retry_delay(n: Notification, exc: TransientProviderError) -> tuple[float, str]:
+    """``(seconds, reason)`` before the next attempt after the transient failure ``exc``: the
+    backoff (honouring the provider's ``retry_after``), and when the call's outcome is unknown at
+    least ``OUTCOME_UNKNOWN_WAIT_SECONDS`` of the tier (reason ``outcome_unknown``)."""
+    delay = backoff_seconds(n.attempts, n.priority, exc.retry_after)
+    if outcome_unknown(exc):
+        return max(delay, float(settings.NOTIFY["OUTCOME_UNKNOWN_WAIT_SECONDS"][n.priority])), Reason.OUTCOME_UNKNOWN
+    return delay, Reason.RETRY_SCHEDULED
 
 
 def _deactivate_dead_contacts(n: Notification, call: _Call) -> None:
@@ -545,10 +643,18 @@ def _deactivate_dead_contacts(n: Notification, call: _Call) -> None:
 def _transition(n: Notification, status: str, reason: str = "", *, kind: str, detail: str = "",
                 attempts: list[DeliveryAttempt] | None = None, extra: dict | None = None) -> bool:
     """Move a claimed (``sending``) row to ``status`` and log it. Returns False if the row was no
-    longer ours (its lease expired and another worker re-claimed it)."""
+    longer ours (another worker re-claimed it, or it was settled meanwhile).
+
+    ``sent`` is also recorded on a row the reconciler took back after its lease ran out
+    (``lease_expired``) as long as nobody has claimed it again: the call we made was accepted, so
+    the pending re-send must not happen (a worker that was slow, not dead)."""
     fields = {"status": status, "reason": reason, "reason_detail": detail[:500], "lease_until": None,
               "updated_at": clock.now(), **(extra or {})}
-    moved = Notification.objects.filter(pk=n.pk, status=Status.SENDING, attempts=n.attempts).update(**fields)
+    ours = Q(status=Status.SENDING)
+    if status == Status.SENT:
+        ours |= Q(status__in=[Status.SCHEDULED, Status.QUEUED], reason=Reason.LEASE_EXPIRED)
+        fields.setdefault("due_at", None)
+    moved = Notification.objects.filter(ours, pk=n.pk, attempts=n.attempts).update(**fields)
     if attempts:
         DeliveryAttempt.objects.bulk_create(attempts)
     if moved:

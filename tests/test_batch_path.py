@@ -170,18 +170,18 @@ def test_a_row_whose_lease_lapsed_and_changed_hands_is_not_sent_or_recorded(prov
 
     settings.NOTIFY = {**settings.NOTIFY, "LEASE_SECONDS": 0}  # renew before every call
     ids = queued("sms", 3)
-    original = batch._Batch._renew_leases_if_due
+    original = batch._Batch._still_ours
 
-    def steal_then_renew(self, pending):
+    def steal_then_check(self, pending, seconds):
         # Another worker re-claimed the first row (its lease ran out): attempts moved on.
         Notification.objects.filter(pk=ids[0]).update(attempts=7)
-        return original(self, pending)
+        return original(self, pending, seconds)
 
-    batch._Batch._renew_leases_if_due = steal_then_renew
+    batch._Batch._still_ours = steal_then_check
     try:
         send_notifications(ids)
     finally:
-        batch._Batch._renew_leases_if_due = original
+        batch._Batch._still_ours = original
 
     assert Notification.objects.get(pk=ids[0]).status == "sending"  # left to its new owner
     assert emulator.count() == 2

@@ -1,0 +1,228 @@
+"""Leases that last as long as a row is in flight, and what happens when one is lost (issue 10
+findings 3, 10 and 11): the heartbeat, no call outliving its lease, the reconciler's take-over by
+tier, the late record of a slow worker, unknown call outcomes, and the poison-message rule.
+
+In-process send path against a real emulator subprocess, Postgres and Redis (committed rows, so
+the heartbeat thread's own connection sees them)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from datetime import timedelta
+
+import pytest
+
+from notifications import clock, leases, scheduler, sending
+from notifications.models import DeliveryAttempt, DeliveryEvent, Notification
+from notifications.sending import claim, send_notifications
+from providers.base import SendResult
+from providers.registry import get_backend
+from tests.test_batch_path import emulator, providers, queued  # noqa: F401 - fixtures
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
+
+
+def lease_of(pk) -> float:
+    """Seconds left on the row's lease (negative: expired)."""
+    return (Notification.objects.get(pk=pk).lease_until - clock.now()).total_seconds()
+
+
+@pytest.fixture
+def heartbeat(settings):
+    """A 1 s lease renewed by the heartbeat every 0.25 s."""
+    settings.NOTIFY = {**settings.NOTIFY, "LEASE_SECONDS": 1, "LEASE_HEARTBEAT": True}
+    yield
+    leases.keeper().release(list(leases.keeper()._held))
+
+
+def test_the_heartbeat_renews_held_rows_until_they_are_released(providers, heartbeat):
+    ids = queued("sms", 2)
+    assert sorted(map(str, claim(ids, clock.now()))) == sorted(ids)
+    time.sleep(2.5)  # 2.5 leases: without renewal both would have expired
+    assert all(lease_of(pk) > 0 for pk in ids)
+    assert scheduler.reconcile()["leases"] == 0
+
+    leases.keeper().release(ids)
+    time.sleep(1.5)
+    assert all(lease_of(pk) < 0 for pk in ids)
+    assert scheduler.reconcile()["leases"] == 2
+
+
+def test_ensure_extends_past_the_call_deadline_and_names_rows_that_changed_hands(providers, settings):
+    ids = queued("sms", 2)
+    claim(ids, clock.now())
+    Notification.objects.filter(pk=ids[0]).update(attempts=9)  # re-claimed by someone else
+
+    owned = leases.keeper().ensure(ids, seconds=60)
+
+    assert owned == {ids[1]}
+    assert 59 < lease_of(ids[1]) <= 61
+    assert leases.keeper().ensure([ids[0]], seconds=60) == set()  # forgotten once lost
+    leases.keeper().release(ids)
+
+
+def test_a_task_held_longer_than_the_limit_gives_its_rows_up(providers, settings):
+    settings.NOTIFY = {**settings.NOTIFY, "LEASE_MAX_HOLD_SECONDS": 0}
+    ids = queued("sms", 3)
+    claim(ids, clock.now())
+
+    assert leases.keeper().renew_all() == 0
+    assert leases.keeper().ensure(ids, seconds=1) == set()
+
+
+def test_a_batch_whose_calls_outlive_the_lease_keeps_its_rows_and_sends_each_once(providers, emulator, heartbeat):
+    """Finding 3: a batch outlived its lease and the reconciler re-drove rows still being sent.
+    Every call here takes 1.5 leases; the reconciler runs all along and takes nothing over."""
+    sms, _email = providers
+    emulator.fault(provider="twilio", latency_ms=1500)
+    ids = queued("sms", 4)  # bulkhead 2: two rounds of two calls, 3 s in all
+    taken = []
+    worker = threading.Thread(target=send_notifications, args=(ids,))
+    worker.start()
+    while worker.is_alive():
+        taken.append(scheduler.reconcile()["leases"])
+        time.sleep(0.2)
+    worker.join()
+
+    assert sum(taken) == 0 and len(taken) > 5
+    assert sorted(Notification.objects.filter(pk__in=ids).values_list("status", flat=True)) == ["sent"] * 4
+    phones = Notification.objects.filter(pk__in=ids).values_list("recipient__phone", flat=True)
+    assert sorted(m["to"] for m in emulator.messages()) == sorted(phones)
+
+
+def expire(pk, **fields) -> None:
+    Notification.objects.filter(pk=pk).update(status="sending", lease_until=clock.now() - timedelta(seconds=1),
+                                              **fields)
+
+
+def test_the_reconciler_takes_over_expired_leases_by_tier_and_dead_letters_the_last_attempt(providers, settings):
+    settings.NOTIFY = {**settings.NOTIFY, "OUTCOME_UNKNOWN_WAIT_SECONDS": {"high": 0, "standard": 120},
+                       "MAX_ATTEMPTS": {"high": 5, "standard": 8}}
+    standard, high, poison = queued("sms", 3)
+    expire(standard, attempts=1)
+    expire(high, attempts=1, priority="high")
+    expire(poison, attempts=8)
+    before = clock.now()
+
+    assert scheduler.reconcile()["leases"] == 3
+
+    rows = {str(n.pk): n for n in Notification.objects.filter(pk__in=[standard, high, poison])}
+    assert (rows[standard].status, rows[standard].reason) == ("scheduled", "lease_expired")
+    assert 119 <= (rows[standard].due_at - before).total_seconds() <= 125
+    assert (rows[high].status, rows[high].reason, rows[high].due_at) == ("queued", "lease_expired", None)
+    assert (rows[poison].status, rows[poison].reason) == ("failed", "worker_lost")
+    assert rows[poison].dead_lettered_at is not None
+    assert "attempt 8 (the last allowed)" in rows[poison].reason_detail
+    kinds = dict(DeliveryEvent.objects.filter(notification_id__in=[standard, poison]).values_list(
+        "notification_id", "kind"))
+    assert {str(k): v for k, v in kinds.items()} == {standard: "lease_expired", poison: "dead_lettered"}
+
+
+def test_a_slow_worker_whose_lease_was_taken_over_records_its_accepted_call(providers, emulator, settings):
+    """The reconciler took the row back (lease_expired, waiting) while the call was in flight; the
+    call was accepted: the row is `sent`, so the pending re-send never happens."""
+    sms, _email = providers
+    ids = queued("sms", 2)
+    backend_cls = type(get_backend("sms", sms))
+    real = backend_cls.send_batch
+
+    def taken_over_mid_call(self, messages, concurrency=1):
+        Notification.objects.filter(pk__in=ids).update(lease_until=clock.now() - timedelta(seconds=1))
+        assert scheduler.reconcile()["leases"] == 2
+        return real(self, messages, concurrency)
+
+    backend_cls.send_batch = taken_over_mid_call
+    try:
+        send_notifications(ids)
+    finally:
+        backend_cls.send_batch = real
+
+    rows = Notification.objects.filter(pk__in=ids)
+    assert sorted(rows.values_list("status", "due_at", "reason")) == [("sent", None, "")] * 2
+    assert scheduler.release_due() == 0
+    assert emulator.count() == 2
+
+
+def test_a_timed_out_call_is_unknown_and_waits_before_any_resend(providers, emulator, settings):
+    settings.NOTIFY = {**settings.NOTIFY, "OUTCOME_UNKNOWN_WAIT_SECONDS": {"high": 0, "standard": 120}}
+    emulator.fault(provider="twilio", latency_ms=2500)  # the backend's timeout is 2 s
+    ids = queued("sms", 2)
+    before = clock.now()
+
+    send_notifications(ids)
+
+    for n in Notification.objects.filter(pk__in=ids):
+        assert (n.status, n.reason) == ("scheduled", "outcome_unknown")
+        assert (n.due_at - before).total_seconds() >= 119
+        assert list(n.attempts_log.values_list("outcome", "error_code")) == [("unknown", "timeout")]
+
+
+def test_a_row_whose_earlier_call_is_found_at_the_provider_is_not_sent_again(providers, emulator, monkeypatch):
+    sms, _email = providers
+    backend_cls = type(get_backend("sms", sms))
+    looked_up = []
+
+    def find_accepted(self, message, since):
+        looked_up.append((message.to, message.body))
+        return SendResult(provider=self.name, provider_message_id="SM" + "f" * 32, raw_status="sent")
+
+    monkeypatch.setattr(backend_cls, "supports_lookup", True)
+    monkeypatch.setattr(backend_cls, "find_accepted", find_accepted)
+    unknown, fresh = queued("sms", 2)
+    Notification.objects.filter(pk=unknown).update(reason="outcome_unknown", attempts=1,
+                                                   first_attempt_at=clock.now())
+
+    send_notifications([unknown, fresh])
+
+    n = Notification.objects.get(pk=unknown)
+    assert (n.status, n.provider_message_id, n.attempts) == ("sent", "SM" + "f" * 32, 2)
+    assert list(n.attempts_log.values_list("outcome", flat=True)) == ["found_by_lookup"]
+    assert looked_up == [(n.recipient.phone, n.body)]  # the fresh row is never looked up
+    assert [m["to"] for m in emulator.messages()] == [Notification.objects.get(pk=fresh).recipient.phone]
+
+
+def test_a_row_that_crashes_the_checks_is_retried_then_dead_lettered_with_the_error(providers, emulator,
+                                                                                    monkeypatch, settings):
+    settings.NOTIFY = {**settings.NOTIFY, "MAX_ATTEMPTS": {"high": 5, "standard": 3}}
+
+    def broken(n, stopped_phones=None):
+        raise IsADirectoryError(21, "Is a directory", "/usr/share/zoneinfo/America")
+
+    monkeypatch.setattr(sending, "suppression_reason", broken)
+    first, last = queued("sms", 2)
+    Notification.objects.filter(pk=last).update(attempts=2)
+
+    send_notifications([first, last])
+
+    a, b = Notification.objects.get(pk=first), Notification.objects.get(pk=last)
+    assert (a.status, a.reason, a.attempts) == ("scheduled", "worker_error", 1)
+    assert "IsADirectoryError" in a.reason_detail and a.due_at is not None
+    assert (b.status, b.reason, b.attempts) == ("failed", "worker_error", 3)
+    assert b.dead_lettered_at is not None and "3 attempts crashed the worker" in b.reason_detail
+    assert emulator.count() == 0
+    assert DeliveryAttempt.objects.filter(notification_id__in=[first, last]).count() == 0
+
+
+def test_a_high_tier_timeout_fails_over_at_once(providers, emulator, settings):
+    """High tier: no waiting after an unknown outcome; the backup provider gets the same attempt."""
+    sms, _email = providers
+    settings.PROVIDERS = {**settings.PROVIDERS, "sms": [
+        *settings.PROVIDERS["sms"],
+        {**settings.PROVIDERS["sms"][0], "NAME": sms + "b",
+         "OPTIONS": {**settings.PROVIDERS["sms"][0]["OPTIONS"], "ACCOUNT_SID": "AC" + "1" * 32}}]}
+    from providers.registry import reset_backends
+
+    reset_backends()
+    emulator.fault(provider="twilio", account="AC" + "0" * 32, latency_ms=2500)
+    (pk,) = queued("sms", 1)
+    Notification.objects.filter(pk=pk).update(priority="high")
+
+    send_notifications([pk])
+
+    n = Notification.objects.get(pk=pk)
+    assert (n.status, n.provider) == ("sent", sms + "b")
+    assert list(n.attempts_log.order_by("id").values_list("provider", "outcome")) == [
+        (sms, "unknown"), (sms + "b", "accepted")]
+    uuid.UUID(pk)
