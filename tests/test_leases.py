@@ -19,7 +19,10 @@ from notifications.models import DeliveryAttempt, DeliveryEvent, Notification
 from notifications.sending import claim, send_notifications
 from providers.base import SendResult
 from providers.registry import get_backend
-from tests.test_batch_path import emulator, providers, queued  # noqa: F401 - fixtures
+from tests import test_batch_path
+
+# The batch-path tests' fixtures: an emulator subprocess, SMS/email providers on it, queued rows.
+emulator, providers, queued = test_batch_path.emulator, test_batch_path.providers, test_batch_path.queued
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
@@ -75,7 +78,6 @@ def test_a_task_held_longer_than_the_limit_gives_its_rows_up(providers, settings
 def test_a_batch_whose_calls_outlive_the_lease_keeps_its_rows_and_sends_each_once(providers, emulator, heartbeat):
     """Finding 3: a batch outlived its lease and the reconciler re-drove rows still being sent.
     Every call here takes 1.5 leases; the reconciler runs all along and takes nothing over."""
-    sms, _email = providers
     emulator.fault(provider="twilio", latency_ms=1500)
     ids = queued("sms", 4)  # bulkhead 2: two rounds of two calls, 3 s in all
     taken = []
