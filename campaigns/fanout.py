@@ -34,6 +34,7 @@ from campaigns.models import Campaign, CampaignShard, CampaignStatus, MissedPoli
 from notifications import clock, metrics
 from notifications.enqueue import enqueue_on_commit, fanout_queue
 from notifications.models import Reason, Status
+from notifications.services import cancel_campaign_notifications
 from preferences.validation import stored_zone
 from preferences.wallclock import wall_time_to_utc
 
@@ -390,6 +391,13 @@ def reconcile_campaigns() -> dict[str, int]:
                      .exclude(shards__done=False).distinct()):
         with transaction.atomic():
             _finish_fan_out_if_complete(campaign, now)
+    # A cancelled campaign's notifications that cancel_campaign's time budget did not reach.
+    recent = now - timedelta(days=2)
+    for campaign_id in (Campaign.objects.filter(status=CampaignStatus.CANCELLED, cancelled_at__gte=recent)
+                        .values_list("pk", flat=True)):
+        for _ in range(20):  # up to 100,000 rows per campaign per run
+            if cancel_campaign_notifications(campaign_id) < 5000:
+                break
     completed = 0
     for campaign_id in Campaign.objects.filter(status=CampaignStatus.SENDING).values_list("pk", flat=True):
         with connection.cursor() as cur:

@@ -85,6 +85,10 @@ class ContentCache:
     def data(self, notification: Notification) -> dict | None:
         return self._campaign(notification.campaign_id)[0].data
 
+    def cancelled(self, notification: Notification) -> bool:
+        """Whether the notification's campaign was cancelled (as loaded for this batch)."""
+        return self._campaign(notification.campaign_id)[0].status == CampaignStatus.CANCELLED
+
 
 def stalled_campaigns(now=None) -> list[str]:
     """One line per campaign that made no progress for ``CAMPAIGN_STALL_MINUTES``: a ``scheduled`` one

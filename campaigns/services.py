@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
+from time import monotonic
 
 from django.db import IntegrityError, transaction
 
@@ -18,7 +19,8 @@ from campaigns.models import (
     TemplateVariant,
 )
 from notifications import clock
-from notifications.models import APIClient, Notification, Reason, Status
+from notifications.models import APIClient
+from notifications.services import cancel_campaign_notifications
 from preferences.models import Recipient
 
 # The earliest any zone reaches a given wall time: UTC+14 (Pacific/Kiritimati).
@@ -163,12 +165,16 @@ def launch_campaign(campaign: Campaign) -> Campaign:
     return campaign
 
 
-def cancel_campaign(campaign_id) -> tuple[Campaign, int]:
+def cancel_campaign(campaign_id, *, time_budget_seconds: float = 2.0) -> tuple[Campaign, int]:
     """Cancel a campaign: stop fan-out and cancel every notification not yet claimed.
 
     Takes the campaign row ``FOR UPDATE``, which waits for a fan-out page in flight (they hold it
-    ``FOR SHARE``) and makes every later page see the cancel. Rows already claimed by a worker
-    finish their send. Returns ``(campaign, notifications_cancelled)``.
+    ``FOR SHARE``) and makes every later page see the cancel. Its notifications are then cancelled
+    in chunks of 5,000 (notifications.services.cancel_campaign_notifications) for up to
+    ``time_budget_seconds``; what is left (a large campaign) is cancelled by the campaign
+    reconciler within seconds (:func:`campaigns.fanout.reconcile_campaigns`), and a row of a
+    cancelled campaign that a worker claims first is cancelled at send time. Rows already claimed
+    finish their send. Returns ``(campaign, notifications cancelled so far)``.
 
     Raises:
         Campaign.DoesNotExist, CampaignNotCancellable (completed or already cancelled).
@@ -181,7 +187,15 @@ def cancel_campaign(campaign_id) -> tuple[Campaign, int]:
         campaign.status = CampaignStatus.CANCELLED
         campaign.cancelled_at = now
         campaign.save(update_fields=["status", "cancelled_at", "updated_at"])
-        cancelled = Notification.objects.filter(
-            campaign_id=campaign.pk, status__in=[Status.SCHEDULED, Status.QUEUED]
-        ).update(status=Status.CANCELLED, reason=Reason.CAMPAIGN_CANCELLED, due_at=None, updated_at=now)
+    cancelled = 0
+    deadline = monotonic() + time_budget_seconds
+    while monotonic() < deadline:
+        n = cancel_campaign_notifications(campaign.pk, limit=CANCEL_CHUNK)
+        cancelled += n
+        if n < CANCEL_CHUNK:
+            break
     return campaign, cancelled
+
+
+#: Notifications cancelled per transaction when a campaign is cancelled.
+CANCEL_CHUNK = 5000

@@ -175,6 +175,14 @@ class _CampaignContent:
         n.title, n.body, n.html = rendered.title, rendered.body, rendered.html
         n.data = self._cache.data(n)
 
+    def cancelled(self, n: Notification) -> bool:
+        """Whether ``n``'s campaign was cancelled (its unclaimed rows may not all be cancelled yet)."""
+        if self._cache is None:
+            from campaigns.selectors import ContentCache
+
+            self._cache = ContentCache()
+        return self._cache.cancelled(n)
+
 
 def _deliver(n: Notification, already_sent: set[str], content: _CampaignContent) -> None:
     try:
@@ -226,6 +234,10 @@ def prepare(n: Notification, already_sent: set[str], content: _CampaignContent,
                     number=n.attempts, provider=n.provider or "-", outcome=Outcome.DUPLICATE_SKIPPED))
         return None
     if n.reason in RESEND_AFTER_UNKNOWN and _found_at_provider(n, content):
+        return None
+    if n.campaign_id and content.cancelled(n):
+        _finish(n, Status.CANCELLED, Reason.CAMPAIGN_CANCELLED, kind="cancelled",
+                detail="its campaign was cancelled before this was sent")
         return None
     if n.expires_at and now >= n.expires_at:
         _finish(n, Status.EXPIRED, Reason.TTL_EXPIRED, kind="expired",

@@ -190,6 +190,32 @@ def replay_dead_letters(notification_ids, *, by: str) -> int:
 ERASED = "[erased]"
 
 
+def cancel_campaign_notifications(campaign_id, *, limit: int = 5000) -> int:
+    """Cancel up to ``limit`` of a campaign's notifications that no worker has claimed (``scheduled``
+    or ``queued`` → ``cancelled``, reason ``campaign_cancelled``, each with its timeline event), in
+    one short transaction; rows locked by the scheduler or a claim right now are skipped and left
+    for the next call (a claimed row finishes its send, or is cancelled at send time). Returns how
+    many were cancelled: fewer than ``limit`` means none is left (bar the skipped ones).
+
+    Campaigns call it in chunks (a 1 M-recipient campaign is never one long UPDATE holding locks
+    while an API request waits on it)."""
+    now = clock.now()
+    with transaction.atomic():
+        pending = list(Notification.objects.select_for_update(skip_locked=True)
+                       .filter(campaign_id=campaign_id, status__in=[Status.SCHEDULED, Status.QUEUED])
+                       .values_list("pk", flat=True)[:limit])
+        if not pending:
+            return 0
+        moved = Notification.objects.filter(pk__in=pending, status__in=[Status.SCHEDULED, Status.QUEUED]).update(
+            status=Status.CANCELLED, reason=Reason.CAMPAIGN_CANCELLED, due_at=None, lease_until=None,
+            updated_at=now)
+        DeliveryEvent.objects.bulk_create([
+            DeliveryEvent(notification_id=pk, kind="cancelled", status=Status.CANCELLED,
+                          reason=Reason.CAMPAIGN_CANCELLED, detail="its campaign was cancelled", created_at=now)
+            for pk in pending], batch_size=5000)
+    return moved
+
+
 def erase_notification_content(recipient_id: str, contacts: list[str], *, by: str) -> dict[str, int]:
     """Personal-data erasure, this layer's part (inside the erasure's transaction): cancel the
     recipient's notifications no worker has claimed (``cancelled_by_client``, with a timeline event

@@ -135,6 +135,9 @@ class Stack:
             "BACKOFF_CAP_STANDARD": "2",
             "MIN_RETRY_WINDOW_HIGH": "0",
             "MIN_RETRY_WINDOW_STANDARD": "0",
+            # After a lost lease or a timed-out call, standard rows wait this long before a re-send
+            # (120 s in production): long enough for a late record or receipt in a test.
+            "OUTCOME_UNKNOWN_WAIT_STANDARD": "3",
             "CLOCK_OFFSET_FILE": str(self.clock_file),
             "CAMPAIGN_SHARD_STALE_SECONDS": "3",
             # Delivery receipts: the emulator calls back the stack's API, signed with these keys.

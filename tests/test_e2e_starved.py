@@ -1,0 +1,63 @@
+"""A slow machine makes delivery slower, never duplicated (issue 10 finding 3).
+
+The whole stack with its workers starved: every provider call takes longer than a row's lease
+(emulator latency 5 s, lease 3 s), and a busy neighbour process spins on a core. Campaigns on push
+and SMS must still complete with every eligible member sent to exactly once, and no lease may run
+out (the heartbeat and the per-call lease extension keep them; notifications/leases.py). Before
+leases were renewed while calls were in flight, the reconciler re-drove the rows of such batches
+and another worker sent them a second time."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+from notifications.models import DeliveryEvent, Notification
+from tests.e2e import make_segment
+from tests.test_e2e_campaigns import content_for, create_campaign, sent, wait_campaign
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+
+STARVED_ENV = {
+    "LEASE_SECONDS": "3",
+    "PROVIDER_TIMEOUT_SECONDS": "10",  # calls of 5 s succeed, slowly
+    "BATCH_SIZE_PUSH": "25",
+    "BATCH_SIZE_SMS": "25",
+}
+
+
+@pytest.fixture
+def starved(stack, emulator):
+    stack.restart_all(STARVED_ENV)
+    neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # a busy neighbour on one core
+    try:
+        for provider in ("fcm", "twilio"):
+            emulator.add_fault(provider=provider, latency_ms=5000)
+        yield stack
+    finally:
+        neighbour.kill()
+        neighbour.wait()
+        stack.clear_faults()
+        stack.restart_all({})
+
+
+def test_starved_workers_send_every_member_exactly_once(api, starved):
+    runs = {}
+    for channel in ("push", "sms"):
+        segment_id, _users, _opted = make_segment(api, 100, channel=channel, opted_out_every=10)
+        runs[channel] = create_campaign(api, {"segment_id": segment_id, "channel": channel,
+                                              "content": content_for(channel)})
+    for channel, cid in runs.items():
+        body = wait_campaign(api, cid, "completed", timeout=300)
+        assert sent(body["counts"]) == 90 and body["counts"]["by_status"]["suppressed"] == 10
+        ids = {str(i) for i in Notification.objects.filter(campaign_id=cid).values_list("id", flat=True)}
+        received = Counter(m["notification_id"] for m in starved.messages(channel=channel)
+                           if m["notification_id"] in ids)
+        assert len(received) == 90, channel
+        assert set(received.values()) == {1}, (channel, Counter(received.values()))
+        assert not DeliveryEvent.objects.filter(notification_id__in=ids, kind="lease_expired").exists(), channel
+        attempts = Notification.objects.filter(campaign_id=cid, status__in=("sent", "delivered"))
+        assert set(attempts.values_list("attempts", flat=True)) == {1}, channel
