@@ -6,8 +6,11 @@ signature, map the provider's vocabulary to a :class:`Receipt`, and call :func:`
 Rules:
 
 * **Stored once.** Each receipt is a :class:`~notifications.models.DeliveryEvent` with a unique
-  ``dedup_key`` (``"<provider>:<event id>"``; Twilio sends none, so its key is the message sid, the
-  status and the error code). A duplicate is dropped before it can change anything.
+  ``dedup_key`` (constraint ``event_dedup_key_uniq``), built by the provider's webhook from what
+  identifies the event itself. Twilio sends no event id: ``"twilio:<MessageSid>:<status>:<ErrorCode>"``.
+  SendGrid: ``"sendgrid:<sg_message_id>:<event>:<timestamp>"``, not its ``sg_event_id``, because
+  SendGrid re-posts an event under a fresh event id (``providers/sendgrid/webhooks.py``,
+  ``dedup_key``). A duplicate is dropped before it can change anything.
 * **Monotonic.** ``delivered`` moves ``sent`` (or a still-``sending`` row whose worker has not
   recorded it yet) to ``delivered``; a failure (``undelivered``, ``failed``, ``bounce``, ``dropped``)
   moves it to ``failed`` with the provider's code. Terminal states never change again, so a late or
@@ -56,7 +59,7 @@ class Receipt:
 
     Attributes:
         provider: ``"twilio"`` / ``"sendgrid"``.
-        dedup_key: unique per provider event (see module docstring).
+        dedup_key: unique per provider event, at most 200 characters (see the module docstring).
         kind: one of the normalised kinds above.
         raw: the provider's own word (``"undelivered"``, ``"bounce"``, ``"delivered"``…).
         notification_id: our id if the provider echoed it (Twilio ``?nid=``, SendGrid custom arg).

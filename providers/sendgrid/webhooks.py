@@ -30,6 +30,43 @@ _INVALID_DROP_REASONS = ("bounced address", "invalid")
 _UNSUBSCRIBED_DROP_REASONS = ("unsubscribed address", "spam reporting address")
 
 
+def dedup_key(event: dict) -> str:
+    """The receipt's de-duplication key: ``"sendgrid:<sg_message_id>:<event>:<timestamp>"``.
+
+    Built from what identifies the event itself, not from ``sg_event_id``: SendGrid re-posts an event
+    it believes we missed under a **fresh** ``sg_event_id`` (same message, type and timestamp), and an
+    event-id key would store that copy again. ``sg_message_id`` is taken whole, suffix included: the
+    prefix before the first dot is the request's ``X-Message-Id``, shared by every recipient of a
+    batched request (up to 1,000 notifications), while the whole id is one recipient's message. When
+    the event has no ``sg_message_id``, our ``notification_id`` custom arg stands in for it.
+
+    The price: two distinct events of one type for one message within the same second (two clicks)
+    are stored once. Only engagement events can repeat like that, and no state depends on them.
+    Without a message or a timestamp the key falls back to ``sg_event_id``.
+
+    Args:
+        event: one event of the Event Webhook's JSON array (``timestamp`` in unix seconds, int or
+            numeric string).
+
+    Returns:
+        At most 200 characters (longer keys are cut to the column's length where stored).
+    """
+    kind_raw = str(event.get("event", "")).lower()
+    message = str(event.get("sg_message_id") or "")
+    if not message and event.get("notification_id"):
+        message = f"nid={event['notification_id']}"
+    timestamp = event.get("timestamp")
+    try:
+        timestamp = int(float(timestamp)) if timestamp not in (None, "") else None
+    except (TypeError, ValueError):
+        timestamp = str(timestamp)
+    if message and timestamp is not None:
+        return f"sendgrid:{message}:{kind_raw}:{timestamp}"[:200]
+    if event.get("sg_event_id"):
+        return f"sendgrid:{event['sg_event_id']}"[:200]
+    return f"sendgrid:{message}:{kind_raw}:"[:200]
+
+
 def to_receipt(event: dict) -> receipts.Receipt:
     """Map one SendGrid event (a dict from the JSON array) to a :class:`~notifications.receipts.Receipt`."""
     kind_raw = str(event.get("event", "")).lower()
@@ -57,9 +94,8 @@ def to_receipt(event: dict) -> receipts.Receipt:
     else:
         kind = receipts.ENGAGEMENT
     message_id = str(event.get("sg_message_id", "")).split(".")[0]
-    event_id = str(event.get("sg_event_id") or f"{message_id}:{kind_raw}:{event.get('timestamp', '')}")
     return receipts.Receipt(
-        provider="sendgrid", dedup_key=f"sendgrid:{event_id}", kind=kind, raw=kind_raw or "unknown",
+        provider="sendgrid", dedup_key=dedup_key(event), kind=kind, raw=kind_raw or "unknown",
         notification_id=event.get("notification_id"), provider_message_id=message_id,
         error_code=str(event.get("status", "") or ""), detail=reason[:200], invalid_address=invalid)
 
