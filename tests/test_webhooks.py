@@ -7,11 +7,13 @@ import base64
 import json
 import time
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from django.test import Client
+from django.utils import timezone
 from twilio.request_validator import RequestValidator
 
 from notifications.models import DeliveryEvent, Notification
@@ -296,3 +298,20 @@ def test_sendgrid_events_of_one_request_stay_apart_per_recipient(sg_key, with_ev
     assert sorted(Notification.objects.filter(pk__in=[a.pk, b.pk]).values_list("status", flat=True)) == [
         "delivered", "delivered"]
     assert DeliveryEvent.objects.filter(notification__in=[a, b], kind="receipt:delivered").count() == 2
+
+
+def test_sendgrid_delivered_for_a_sending_row_is_sent_at_the_event_time(sg_key):
+    # The worker died mid-call: the row is still `sending`, with no provider, message id or attempt.
+    n = make_notification("email", status="sending")
+    claimed_at = timezone.now() - timedelta(minutes=1)
+    Notification.objects.filter(pk=n.pk).update(attempts=1, first_attempt_at=claimed_at, provider_message_id="")
+    event = {**sg_event(n, "delivered"), "sg_message_id": "msg-42.filter0001.1.2.0",
+             "timestamp": int(claimed_at.timestamp()) + 20}
+
+    assert sg_post(sg_key, [event]).status_code == 204
+
+    n.refresh_from_db()
+    assert (n.status, n.provider, n.provider_message_id, n.sent_at) == (
+        "delivered", "sendgrid", "msg-42", datetime.fromtimestamp(event["timestamp"], tz=UTC))
+    assert list(n.attempts_log.values_list("number", "provider", "outcome", "provider_message_id")) == [
+        (1, "sendgrid", "from_receipt", "msg-42")]

@@ -7,13 +7,16 @@ console shows it); timestamps more than 5 minutes from now are refused as replay
 ``delivered`` → delivered; ``deferred`` → deferred; ``bounce`` (``type`` bounce = hard, blocked =
 soft) and ``dropped`` → failed, with ``Bounced Address``/``Invalid`` and hard bounces marking the
 address invalid; ``spamreport`` → complaint; ``unsubscribe``/``group_unsubscribe`` and ``dropped``
-for unsubscribed/spam-reporting addresses → unsubscribe; ``open``/``click`` → engagement.
+for unsubscribed/spam-reporting addresses → unsubscribe; ``open``/``click`` → engagement. An event's
+``timestamp`` becomes the receipt's ``occurred_at`` (a candidate ``sent_at`` when the receipt settles a
+row whose call was never recorded) and part of its de-duplication key (:func:`dedup_key`).
 """
 
 from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime
 
 from django.conf import settings
 from django.http import HttpResponse
@@ -30,6 +33,27 @@ _INVALID_DROP_REASONS = ("bounced address", "invalid")
 _UNSUBSCRIBED_DROP_REASONS = ("unsubscribed address", "spam reporting address")
 
 
+def _unix_seconds(value) -> int | None:
+    """An event's ``timestamp`` (unix seconds, int, float or numeric string) as int; None if absent
+    or not a number."""
+    try:
+        return int(float(value))
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def event_time(event: dict) -> datetime | None:
+    """When SendGrid says the event happened: its ``timestamp`` as an aware UTC datetime, or None
+    when it is missing or not a representable unix time."""
+    seconds = _unix_seconds(event.get("timestamp"))
+    if seconds is None:
+        return None
+    try:
+        return datetime.fromtimestamp(seconds, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
 def dedup_key(event: dict) -> str:
     """The receipt's de-duplication key: ``"sendgrid:<sg_message_id>:<event>:<timestamp>"``.
 
@@ -42,7 +66,7 @@ def dedup_key(event: dict) -> str:
 
     The price: two distinct events of one type for one message within the same second (two clicks)
     are stored once. Only engagement events can repeat like that, and no state depends on them.
-    Without a message or a timestamp the key falls back to ``sg_event_id``.
+    Without a message or a numeric timestamp the key falls back to ``sg_event_id``.
 
     Args:
         event: one event of the Event Webhook's JSON array (``timestamp`` in unix seconds, int or
@@ -55,11 +79,7 @@ def dedup_key(event: dict) -> str:
     message = str(event.get("sg_message_id") or "")
     if not message and event.get("notification_id"):
         message = f"nid={event['notification_id']}"
-    timestamp = event.get("timestamp")
-    try:
-        timestamp = int(float(timestamp)) if timestamp not in (None, "") else None
-    except (TypeError, ValueError):
-        timestamp = str(timestamp)
+    timestamp = _unix_seconds(event.get("timestamp"))
     if message and timestamp is not None:
         return f"sendgrid:{message}:{kind_raw}:{timestamp}"[:200]
     if event.get("sg_event_id"):
@@ -97,7 +117,8 @@ def to_receipt(event: dict) -> receipts.Receipt:
     return receipts.Receipt(
         provider="sendgrid", dedup_key=dedup_key(event), kind=kind, raw=kind_raw or "unknown",
         notification_id=event.get("notification_id"), provider_message_id=message_id,
-        error_code=str(event.get("status", "") or ""), detail=reason[:200], invalid_address=invalid)
+        error_code=str(event.get("status", "") or ""), detail=reason[:200], invalid_address=invalid,
+        occurred_at=event_time(event))
 
 
 @csrf_exempt
