@@ -85,7 +85,7 @@ def test_accept_batch_send_and_receipt_stamp_the_shifted_clock(shifted, sendgrid
     assert (r.status_code, r.json().get("status")) == (202, "queued"), r.content
     assert (r_later.status_code, r_later.json().get("status")) == (202, "scheduled"), r_later.content
     n = Notification.objects.get(pk=r.json()["id"])
-    assert accept.holds(n.created_at, n.queued_at)
+    assert accept.holds(n.created_at, n.updated_at, n.queued_at)
 
     send = Window().open()
     send_notifications([str(n.pk)])  # standard priority: the batch path
