@@ -162,41 +162,51 @@ def _apply_one(receipt: Receipt) -> str:
 
 def _settle(n: Notification, receipt: Receipt, event: DeliveryEvent, now: datetime) -> None:
     """Move ``n`` to ``delivered``/``failed`` for a delivered/failure ``receipt`` if its state allows
-    (module docstring), recording the provider call the receipt proves when none was recorded.
-    Runs inside the receipt's transaction; the row is locked so its state cannot change underneath."""
-    row = (Notification.objects.select_for_update(no_key=True).filter(pk=n.pk)
-           .values("status", "reason", "attempts", "provider", "provider_message_id", "sent_at",
-                   "first_attempt_at", "created_at").first())
-    if row is None:
-        return
-    unrecorded = row["status"] == Status.SENDING or (
-        row["status"] in (Status.SCHEDULED, Status.QUEUED) and row["reason"] in RESEND_PENDING_REASONS)
-    if row["status"] != Status.SENT and not unrecorded:
-        return
+    (module docstring); the receipt's event then records the state it moved the row to. Runs inside
+    the receipt's transaction. The common case (``sent``) costs one conditional UPDATE."""
     fields: dict = {"lease_until": None, "updated_at": now}
     if receipt.kind == DELIVERED:
         status, reason = Status.DELIVERED, ""
         fields["delivered_at"] = now
-        if unrecorded:
-            fields.update(reason="", reason_detail="")
     else:
         status = Status.FAILED
         reason = Reason.PROVIDER_BOUNCED if n.channel == "email" else Reason.PROVIDER_UNDELIVERED
         fields.update(reason=reason, reason_detail=_detail(receipt))
+    moved = Notification.objects.filter(pk=n.pk, status=Status.SENT).update(status=status, **fields)
+    if not moved:
+        moved = _settle_unrecorded(n, receipt, status, fields, now)
+    if moved:
+        DeliveryEvent.objects.filter(pk=event.pk).update(status=status, reason=reason)
+        metrics.receipt_transitioned(n, status, reason)
+
+
+def _settle_unrecorded(n: Notification, receipt: Receipt, status: str, fields: dict, now: datetime) -> bool:
+    """The row was not ``sent``: lock and read it, and settle it with ``fields`` plus what the receipt
+    tells about the unrecorded call if it is ``sending`` or waiting for a re-send (module docstring);
+    one its worker recorded meanwhile (``sent``) is settled plainly. Returns whether it moved."""
+    row = (Notification.objects.select_for_update(no_key=True).filter(pk=n.pk)
+           .values("status", "reason", "attempts", "provider", "provider_message_id", "sent_at",
+                   "first_attempt_at", "created_at").first())
+    if row is None:
+        return False
+    if row["status"] == Status.SENT:
+        return bool(Notification.objects.filter(pk=n.pk, status=Status.SENT).update(status=status, **fields))
+    waiting = row["status"] in (Status.SCHEDULED, Status.QUEUED) and row["reason"] in RESEND_PENDING_REASONS
+    if row["status"] != Status.SENDING and not waiting:
+        return False
     message_id = receipt.provider_message_id[:255] or row["provider_message_id"]
-    if unrecorded:
-        claimed_at = row["first_attempt_at"] or row["created_at"]
-        fields.update(provider=row["provider"] or receipt.provider[:32], provider_message_id=message_id,
-                      sent_at=row["sent_at"] or _sent_at(receipt, claimed_at, now), due_at=None)
+    fields = {**fields, "provider": row["provider"] or receipt.provider[:32], "provider_message_id": message_id,
+              "sent_at": row["sent_at"] or _sent_at(receipt, row["first_attempt_at"] or row["created_at"], now),
+              "due_at": None}
+    if status == Status.DELIVERED:
+        fields.update(reason="", reason_detail="")  # outcome_unknown/lease_expired no longer hold
     Notification.objects.filter(pk=n.pk, status=row["status"]).update(status=status, **fields)
-    DeliveryEvent.objects.filter(pk=event.pk).update(status=status, reason=reason)
-    if unrecorded:
-        DeliveryAttempt.objects.create(
-            notification_id=n.pk, number=row["attempts"] or 1, provider=receipt.provider[:32],
-            outcome=DeliveryAttempt.Outcome.LEARNED_FROM_RECEIPT, provider_message_id=message_id)
-        transaction.on_commit(lambda: markers.mark_sent([n.pk]))  # after the row says so, as the send path
-        metrics.receipt_transitioned(n, Status.SENT)  # counted at each step (sent, then delivered/failed)
-    metrics.receipt_transitioned(n, status, reason)
+    DeliveryAttempt.objects.create(
+        notification_id=n.pk, number=row["attempts"] or 1, provider=receipt.provider[:32],
+        outcome=DeliveryAttempt.Outcome.LEARNED_FROM_RECEIPT, provider_message_id=message_id)
+    transaction.on_commit(lambda: markers.mark_sent([n.pk]))  # after the row says so, as the send path
+    metrics.receipt_transitioned(n, Status.SENT)  # counted at each step (sent, then delivered/failed)
+    return True
 
 
 def _sent_at(receipt: Receipt, claimed_at: datetime, now: datetime) -> datetime:
