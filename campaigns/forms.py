@@ -216,7 +216,7 @@ class CampaignForm(forms.ModelForm):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         if "scheduled_at" in self.fields:
-            now = timezone.localtime()
+            now = timezone.localtime(clock.now())  # the "now" the schedule rules use
             self.fields["scheduled_at"].help_text = (
                 f"Absolute send instant, in the admin time zone {timezone.get_current_timezone_name()} "
                 f"(now {now:%Y-%m-%d %H:%M} there = {now.astimezone(UTC):%Y-%m-%d %H:%M} UTC); stored in UTC. "

@@ -141,7 +141,9 @@ class Notification(models.Model):
         help_text="Set when it failed for a reason a person must look at (attempts ran out, our config).")
     delivered_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=clock.now, editable=False)  # the platform clock (one clock)
-    updated_at = models.DateTimeField(auto_now=True)
+    # Not auto_now (that is the host's clock): set with created_at on insert, and by every UPDATE
+    # that changes the row's state (each passes updated_at explicitly, from the platform clock).
+    updated_at = models.DateTimeField(default=clock.now, editable=False)
 
     class Meta:
         constraints = [

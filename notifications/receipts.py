@@ -6,12 +6,34 @@ signature, map the provider's vocabulary to a :class:`Receipt`, and call :func:`
 Rules:
 
 * **Stored once.** Each receipt is a :class:`~notifications.models.DeliveryEvent` with a unique
-  ``dedup_key`` (``"<provider>:<event id>"``; Twilio sends none, so its key is the message sid, the
-  status and the error code). A duplicate is dropped before it can change anything.
-* **Monotonic.** ``delivered`` moves ``sent`` (or a still-``sending`` row whose worker has not
-  recorded it yet) to ``delivered``; a failure (``undelivered``, ``failed``, ``bounce``, ``dropped``)
-  moves it to ``failed`` with the provider's code. Terminal states never change again, so a late or
-  reordered ``queued``/``sent``/``processed`` never regresses ``delivered``.
+  ``dedup_key`` (constraint ``event_dedup_key_uniq``), built by the provider's webhook from what
+  identifies the event itself. Twilio sends no event id: ``"twilio:<MessageSid>:<status>:<ErrorCode>"``.
+  SendGrid: ``"sendgrid:<sg_message_id>:<event>:<timestamp>"``, not its ``sg_event_id``, because
+  SendGrid re-posts an event under a fresh event id (``providers/sendgrid/webhooks.py``,
+  ``dedup_key``). A duplicate is dropped before it can change anything.
+* **Monotonic.** ``delivered`` moves ``sent`` to ``delivered``; a failure (``undelivered``,
+  ``failed``, ``bounce``, ``dropped``) moves it to ``failed`` with the provider's code. Terminal
+  states never change again, so a late or reordered ``queued``/``sent``/``processed`` never regresses
+  ``delivered``.
+* **A receipt proves a provider call.** A ``delivered`` or failure receipt also settles a row whose
+  call was never recorded, the same way (``delivered`` / ``failed``):
+
+  - ``sending``: its worker died mid-call, or has not recorded the answer yet;
+  - ``scheduled`` or ``queued`` with reason ``outcome_unknown`` or ``lease_expired``: waiting for a
+    re-send because nobody knows whether the last call reached the provider. It did: the re-send
+    must never happen, and it cannot once the row is settled (the scheduler releases only
+    ``scheduled`` rows, a worker claims only ``queued`` ones).
+
+  What the receipt tells is recorded: ``provider`` (the provider the row already names, e.g.
+  ``twilio_backup``, else the receipt's), ``provider_message_id`` (the receipt's, if it carries one),
+  ``sent_at`` (the provider's event time when it lies between the row's first claim and the
+  receipt's arrival, else the arrival), one :class:`~notifications.models.DeliveryAttempt` numbered
+  the row's ``attempts`` with outcome ``from_receipt`` (so support sees that a call happened), and
+  the sent marker. The reason (``outcome_unknown``…) is cleared on ``delivered``; ``due_at`` and the
+  lease are cleared. Should the worker still record its answer afterwards, its attempt row is added
+  beside this one; the row's state stays the receipt's.
+  Other non-terminal rows (never claimed, retrying after a transient error, deferred for quiet
+  hours) only store the receipt. ``accepted``/``processed`` receipts settle nothing.
 * **Contact hygiene** (``shared/reference/providers.md`` §1(c), §2(c)): hard bounce, ``dropped``
   for a bounced/invalid address, Twilio 30005/30006 → the address/number is marked invalid;
   ``spamreport`` → email channel opt-out; ``unsubscribe``/``group_unsubscribe``/``dropped`` for an
@@ -25,11 +47,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.db import IntegrityError, transaction
 
 from notifications import clock, markers, metrics
-from notifications.models import DeliveryEvent, Notification, Reason, Status
+from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
 from preferences.models import Preferences, Recipient, SmsStop
 
 log = logging.getLogger(__name__)
@@ -49,6 +72,10 @@ UNKNOWN_COUNTER_KEY = "receipts:unknown"
 TWILIO_DEAD_NUMBER = {"30005": "unknown_handset", "30006": "landline"}
 TWILIO_BLOCKED = "30004"
 
+#: ``scheduled``/``queued`` rows with these reasons wait for a re-send after a call whose outcome
+#: was never learned: a delivered/failed receipt settles them (module docstring).
+RESEND_PENDING_REASONS = frozenset({Reason.OUTCOME_UNKNOWN, Reason.LEASE_EXPIRED})
+
 
 @dataclass(frozen=True)
 class Receipt:
@@ -56,15 +83,17 @@ class Receipt:
 
     Attributes:
         provider: ``"twilio"`` / ``"sendgrid"``.
-        dedup_key: unique per provider event (see module docstring).
+        dedup_key: unique per provider event, at most 200 characters (see the module docstring).
         kind: one of the normalised kinds above.
         raw: the provider's own word (``"undelivered"``, ``"bounce"``, ``"delivered"``…).
         notification_id: our id if the provider echoed it (Twilio ``?nid=``, SendGrid custom arg).
         provider_message_id: Twilio ``MessageSid`` / SendGrid ``sg_message_id`` prefix.
         error_code: Twilio ``ErrorCode``, SendGrid bounce ``status`` (e.g. ``5.1.1``) or ``""``.
         detail: human-readable detail (bounce reason…), never message content.
-        hard_bounce / invalid_address: email contact is dead (mark invalid).
+        invalid_address: email contact is dead (mark invalid).
         sender: Twilio ``From`` (for per-sender STOP).
+        occurred_at: when the provider says the event happened (aware UTC; SendGrid ``timestamp``),
+            ``None`` if it did not say (Twilio). Only a candidate for ``sent_at``, checked first.
     """
 
     provider: str
@@ -77,6 +106,7 @@ class Receipt:
     detail: str = ""
     invalid_address: bool = False
     sender: str = ""
+    occurred_at: datetime | None = None
 
 
 def _find(receipt: Receipt) -> Notification | None:
@@ -123,23 +153,70 @@ def _apply_one(receipt: Receipt) -> str:
         except IntegrityError:
             return "duplicate"
         now = clock.now()
-        if receipt.kind == DELIVERED:
-            moved = Notification.objects.filter(pk=n.pk, status__in=[Status.SENT, Status.SENDING]).update(
-                status=Status.DELIVERED, delivered_at=now, lease_until=None, updated_at=now)
-            if moved:
-                DeliveryEvent.objects.filter(pk=event.pk).update(status=Status.DELIVERED)
-                metrics.receipt_transitioned(n, Status.DELIVERED)
-        elif receipt.kind == FAILED:
-            reason = Reason.PROVIDER_BOUNCED if n.channel == "email" else Reason.PROVIDER_UNDELIVERED
-            moved = Notification.objects.filter(pk=n.pk, status__in=[Status.SENT, Status.SENDING]).update(
-                status=Status.FAILED, reason=reason, reason_detail=_detail(receipt), lease_until=None,
-                updated_at=now)
-            if moved:
-                DeliveryEvent.objects.filter(pk=event.pk).update(status=Status.FAILED, reason=reason)
-                metrics.receipt_transitioned(n, Status.FAILED, reason)
+        if receipt.kind in (DELIVERED, FAILED):
+            _settle(n, receipt, event, now)
         _contact_hygiene(n, receipt, now)
         metrics.receipt_applied(n, receipt)
     return "applied"
+
+
+def _settle(n: Notification, receipt: Receipt, event: DeliveryEvent, now: datetime) -> None:
+    """Move ``n`` to ``delivered``/``failed`` for a delivered/failure ``receipt`` if its state allows
+    (module docstring); the receipt's event then records the state it moved the row to. Runs inside
+    the receipt's transaction. The common case (``sent``) costs one conditional UPDATE."""
+    fields: dict = {"lease_until": None, "updated_at": now}
+    if receipt.kind == DELIVERED:
+        status, reason = Status.DELIVERED, ""
+        fields["delivered_at"] = now
+    else:
+        status = Status.FAILED
+        reason = Reason.PROVIDER_BOUNCED if n.channel == "email" else Reason.PROVIDER_UNDELIVERED
+        fields.update(reason=reason, reason_detail=_detail(receipt))
+    moved = Notification.objects.filter(pk=n.pk, status=Status.SENT).update(status=status, **fields)
+    if not moved:
+        moved = _settle_unrecorded(n, receipt, status, fields, now)
+    if moved:
+        DeliveryEvent.objects.filter(pk=event.pk).update(status=status, reason=reason)
+        metrics.receipt_transitioned(n, status, reason)
+
+
+def _settle_unrecorded(n: Notification, receipt: Receipt, status: str, fields: dict, now: datetime) -> bool:
+    """The row was not ``sent``: lock and read it, and settle it with ``fields`` plus what the receipt
+    tells about the unrecorded call if it is ``sending`` or waiting for a re-send (module docstring);
+    one its worker recorded meanwhile (``sent``) is settled plainly. Returns whether it moved."""
+    row = (Notification.objects.select_for_update(no_key=True).filter(pk=n.pk)
+           .values("status", "reason", "attempts", "provider", "provider_message_id", "sent_at",
+                   "first_attempt_at", "created_at").first())
+    if row is None:
+        return False
+    if row["status"] == Status.SENT:
+        return bool(Notification.objects.filter(pk=n.pk, status=Status.SENT).update(status=status, **fields))
+    waiting = row["status"] in (Status.SCHEDULED, Status.QUEUED) and row["reason"] in RESEND_PENDING_REASONS
+    if row["status"] != Status.SENDING and not waiting:
+        return False
+    message_id = receipt.provider_message_id[:255] or row["provider_message_id"]
+    fields = {**fields, "provider": row["provider"] or receipt.provider[:32], "provider_message_id": message_id,
+              "sent_at": row["sent_at"] or _sent_at(receipt, row["first_attempt_at"] or row["created_at"], now),
+              "due_at": None}
+    if status == Status.DELIVERED:
+        fields.update(reason="", reason_detail="")  # outcome_unknown/lease_expired no longer hold
+    Notification.objects.filter(pk=n.pk, status=row["status"]).update(status=status, **fields)
+    DeliveryAttempt.objects.create(
+        notification_id=n.pk, number=row["attempts"] or 1, provider=receipt.provider[:32],
+        outcome=DeliveryAttempt.Outcome.LEARNED_FROM_RECEIPT, provider_message_id=message_id)
+    transaction.on_commit(lambda: markers.mark_sent([n.pk]))  # after the row says so, as the send path
+    metrics.receipt_transitioned(n, Status.SENT)  # counted at each step (sent, then delivered/failed)
+    return True
+
+
+def _sent_at(receipt: Receipt, claimed_at: datetime, now: datetime) -> datetime:
+    """When the provider took the message: its event time if that can be this message's call (not
+    before ``claimed_at``, the row's first claim, counting that claim's whole second since providers
+    give whole seconds; not after ``now``, the receipt's arrival), else ``now``."""
+    at = receipt.occurred_at
+    if at is None or not claimed_at.replace(microsecond=0) <= at <= now:
+        return now
+    return max(at, claimed_at)
 
 
 def _detail(receipt: Receipt) -> str:

@@ -7,11 +7,13 @@ import base64
 import json
 import time
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from django.test import Client
+from django.utils import timezone
 from twilio.request_validator import RequestValidator
 
 from notifications.models import DeliveryEvent, Notification
@@ -254,3 +256,62 @@ def test_unconfigured_public_key_refuses(settings, sg_key):
     settings.SENDGRID_WEBHOOK_PUBLIC_KEY = ""
     n = make_notification("email")
     assert sg_post(sg_key, [sg_event(n, "delivered")]).status_code == 403
+
+
+def test_sendgrid_event_resent_with_fresh_event_ids_is_stored_once(sg_key):
+    # SendGrid re-sends an event it thinks we missed with a new sg_event_id: same message, same
+    # type, same timestamp. It is the same event: one receipt row.
+    n = make_notification("email")
+    delivered = sg_event(n, "delivered")
+    for event_id in ("evt-a", "evt-b", "evt-c"):
+        assert sg_post(sg_key, [{**delivered, "sg_event_id": event_id}]).status_code == 204
+    n.refresh_from_db()
+    assert n.status == "delivered"
+    assert list(n.events.values_list("kind", "status", "dedup_key")) == [
+        ("receipt:delivered", "delivered",
+         f"sendgrid:{n.provider_message_id}.filter0001.1.2:delivered:{delivered['timestamp']}")]
+
+
+def test_sendgrid_same_type_at_another_instant_is_another_event(sg_key):
+    n = make_notification("email")
+    first = sg_event(n, "deferred", attempt="1")
+    later = {**sg_event(n, "deferred", attempt="2"), "timestamp": first["timestamp"] + 60}
+    sg_post(sg_key, [first, later])
+    assert list(n.events.order_by("id").values_list("kind", flat=True)) == ["receipt:deferred", "receipt:deferred"]
+
+
+@pytest.mark.parametrize("with_event_ids", [True, False])
+def test_sendgrid_events_of_one_request_stay_apart_per_recipient(sg_key, with_event_ids):
+    # One mail/send request for two notifications: one X-Message-Id, so the same provider message
+    # id prefix; SendGrid's per-recipient sg_message_id and our notification_id tell them apart,
+    # even when both are delivered in the same second.
+    a, b = make_notification("email"), make_notification("email")
+    Notification.objects.filter(pk=b.pk).update(provider_message_id=a.provider_message_id)
+    events = []
+    for index, n in enumerate((a, b)):
+        event = {**sg_event(n, "delivered"), "sg_message_id": f"{a.provider_message_id}.filter0001.7.ABCDE.{index}"}
+        if not with_event_ids:
+            del event["sg_event_id"]
+        events.append(event)
+    events[1]["timestamp"] = events[0]["timestamp"]
+    assert sg_post(sg_key, events).status_code == 204
+    assert sorted(Notification.objects.filter(pk__in=[a.pk, b.pk]).values_list("status", flat=True)) == [
+        "delivered", "delivered"]
+    assert DeliveryEvent.objects.filter(notification__in=[a, b], kind="receipt:delivered").count() == 2
+
+
+def test_sendgrid_delivered_for_a_sending_row_is_sent_at_the_event_time(sg_key):
+    # The worker died mid-call: the row is still `sending`, with no provider, message id or attempt.
+    n = make_notification("email", status="sending")
+    claimed_at = timezone.now() - timedelta(minutes=1)
+    Notification.objects.filter(pk=n.pk).update(attempts=1, first_attempt_at=claimed_at, provider_message_id="")
+    event = {**sg_event(n, "delivered"), "sg_message_id": "msg-42.filter0001.1.2.0",
+             "timestamp": int(claimed_at.timestamp()) + 20}
+
+    assert sg_post(sg_key, [event]).status_code == 204
+
+    n.refresh_from_db()
+    assert (n.status, n.provider, n.provider_message_id, n.sent_at) == (
+        "delivered", "sendgrid", "msg-42", datetime.fromtimestamp(event["timestamp"], tz=UTC))
+    assert list(n.attempts_log.values_list("number", "provider", "outcome", "provider_message_id")) == [
+        (1, "sendgrid", "from_receipt", "msg-42")]

@@ -22,6 +22,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.settings import api_settings
 
+from notifications import clock
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Priority
 from notifications.quiet_hours_policy import priority_category_problem
 from preferences.models import Channel, Recipient
@@ -162,10 +163,12 @@ class WallTimeSecondsField(WallTimeField):
 
 
 def check_schedule_window(value, now=None):
-    """``value`` if it is within 366 days of now either way; ValidationError otherwise."""
+    """``value`` (an aware datetime, or None) if it is within 366 days of ``now`` either way (default:
+    the platform clock, :func:`notifications.clock.now`, as acceptance uses); ValidationError
+    (``too_far_ahead`` / ``too_far_past``) otherwise."""
     if value is None:
         return value
-    now = now or timezone.now()
+    now = now or clock.now()
     if value - now > MAX_SCHEDULE_AHEAD:
         raise serializers.ValidationError("at most 366 days ahead", code="too_far_ahead")
     if now - value > MAX_SCHEDULE_BEHIND:

@@ -7,13 +7,16 @@ console shows it); timestamps more than 5 minutes from now are refused as replay
 ``delivered`` → delivered; ``deferred`` → deferred; ``bounce`` (``type`` bounce = hard, blocked =
 soft) and ``dropped`` → failed, with ``Bounced Address``/``Invalid`` and hard bounces marking the
 address invalid; ``spamreport`` → complaint; ``unsubscribe``/``group_unsubscribe`` and ``dropped``
-for unsubscribed/spam-reporting addresses → unsubscribe; ``open``/``click`` → engagement.
+for unsubscribed/spam-reporting addresses → unsubscribe; ``open``/``click`` → engagement. An event's
+``timestamp`` becomes the receipt's ``occurred_at`` (a candidate ``sent_at`` when the receipt settles a
+row whose call was never recorded) and part of its de-duplication key (:func:`dedup_key`).
 """
 
 from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime
 
 from django.conf import settings
 from django.http import HttpResponse
@@ -28,6 +31,60 @@ from providers.webhooks import forbidden
 MAX_SKEW_SECONDS = 300
 _INVALID_DROP_REASONS = ("bounced address", "invalid")
 _UNSUBSCRIBED_DROP_REASONS = ("unsubscribed address", "spam reporting address")
+
+
+def _unix_seconds(value) -> int | None:
+    """An event's ``timestamp`` (unix seconds, int, float or numeric string) as int; None if absent
+    or not a number."""
+    try:
+        return int(float(value))
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def event_time(event: dict) -> datetime | None:
+    """When SendGrid says the event happened: its ``timestamp`` as an aware UTC datetime, or None
+    when it is missing or not a representable unix time."""
+    seconds = _unix_seconds(event.get("timestamp"))
+    if seconds is None:
+        return None
+    try:
+        return datetime.fromtimestamp(seconds, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def dedup_key(event: dict) -> str:
+    """The receipt's de-duplication key: ``"sendgrid:<sg_message_id>:<event>:<timestamp>"``.
+
+    Built from what identifies the event itself, not from ``sg_event_id``: SendGrid re-posts an event
+    it believes we missed under a **fresh** ``sg_event_id`` (same message, type and timestamp), and an
+    event-id key would store that copy again. ``sg_message_id`` is taken whole, suffix included: the
+    prefix before the first dot is the request's ``X-Message-Id``, shared by every recipient of a
+    batched request (up to 1,000 notifications), while the whole id is one recipient's message. When
+    the event has no ``sg_message_id``, our ``notification_id`` custom arg stands in for it.
+
+    The price: two distinct events of one type for one message within the same second (two clicks)
+    are stored once. Only engagement events can repeat like that, and no state depends on them.
+    Without a message or a numeric timestamp the key falls back to ``sg_event_id``.
+
+    Args:
+        event: one event of the Event Webhook's JSON array (``timestamp`` in unix seconds, int or
+            numeric string).
+
+    Returns:
+        At most 200 characters (longer keys are cut to the column's length where stored).
+    """
+    kind_raw = str(event.get("event", "")).lower()
+    message = str(event.get("sg_message_id") or "")
+    if not message and event.get("notification_id"):
+        message = f"nid={event['notification_id']}"
+    timestamp = _unix_seconds(event.get("timestamp"))
+    if message and timestamp is not None:
+        return f"sendgrid:{message}:{kind_raw}:{timestamp}"[:200]
+    if event.get("sg_event_id"):
+        return f"sendgrid:{event['sg_event_id']}"[:200]
+    return f"sendgrid:{message}:{kind_raw}:"[:200]
 
 
 def to_receipt(event: dict) -> receipts.Receipt:
@@ -57,11 +114,11 @@ def to_receipt(event: dict) -> receipts.Receipt:
     else:
         kind = receipts.ENGAGEMENT
     message_id = str(event.get("sg_message_id", "")).split(".")[0]
-    event_id = str(event.get("sg_event_id") or f"{message_id}:{kind_raw}:{event.get('timestamp', '')}")
     return receipts.Receipt(
-        provider="sendgrid", dedup_key=f"sendgrid:{event_id}", kind=kind, raw=kind_raw or "unknown",
+        provider="sendgrid", dedup_key=dedup_key(event), kind=kind, raw=kind_raw or "unknown",
         notification_id=event.get("notification_id"), provider_message_id=message_id,
-        error_code=str(event.get("status", "") or ""), detail=reason[:200], invalid_address=invalid)
+        error_code=str(event.get("status", "") or ""), detail=reason[:200], invalid_address=invalid,
+        occurred_at=event_time(event))
 
 
 @csrf_exempt
@@ -76,6 +133,8 @@ def events(request):
     if not public_key:
         return forbidden("sendgrid", "SENDGRID_WEBHOOK_PUBLIC_KEY is not configured; cannot verify")
     try:
+        # The host's clock, not the platform clock: the header is SendGrid's own wall time, and a
+        # test offset on the platform clock must not refuse every genuine webhook.
         skew = abs(time.time() - int(timestamp))
     except ValueError:
         return forbidden("sendgrid", "timestamp header is not unix seconds")
