@@ -313,10 +313,14 @@ class _Batch:
             for index, i in enumerate(ids):
                 if i not in moved:
                     # The receipt settled the row before we recorded the call (or it changed hands):
-                    # keep what only we know.
+                    # keep what only we know; our attempt rows replace the receipt's stand-in.
                     Notification.objects.filter(pk=i, provider_message_id="").update(
                         provider=provider, provider_message_id=message_ids[index], sent_at=now)
-        markers.mark_sent(moved)  # after the rows say `sent` (committed above)
+                    DeliveryAttempt.objects.filter(notification_id=i, number=attempt_numbers[index],
+                                                   outcome=Outcome.LEARNED_FROM_RECEIPT).delete()
+        # After the rows say `sent` (committed above). Also for rows recorded elsewhere meanwhile:
+        # the provider accepted them, so no later attempt may send them again.
+        markers.mark_sent(ids)
         starts = (metrics.accept_started_at(n) for n, _done in sent if str(n.pk) in moved)
         latencies = [(now - start).total_seconds() for start in starts if start is not None]
         metrics.batch_recorded(channel=self.channel, tier="standard", provider=provider, sent=len(moved),

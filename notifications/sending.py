@@ -566,8 +566,10 @@ def _record(n: Notification, call: _Call, attempts: list[DeliveryAttempt], devic
         if not _finish(n, Status.SENT, kind="sent", detail=detail, attempts=attempts,
                        extra={**provider_fields, "due_at": None}):
             # The provider's receipt arrived (and settled the row) before we recorded the call:
-            # keep what only we know.
+            # keep what only we know, and our attempt rows replace the receipt's stand-in.
             Notification.objects.filter(pk=n.pk, provider_message_id="").update(**provider_fields)
+            DeliveryAttempt.objects.filter(notification_id=n.pk, number=n.attempts,
+                                           outcome=Outcome.LEARNED_FROM_RECEIPT).delete()
         markers.mark_sent([n.pk])  # after the row says `sent` (committed in _finish)
         log.info("sent %s %s %s via %s (attempt %d, %s)", n.priority, n.channel, n.pk, first.provider, n.attempts,
                  first.provider_message_id)
