@@ -20,6 +20,7 @@ from notifications.sending import claim, send_notifications
 from providers.base import SendResult
 from providers.registry import get_backend
 from tests import test_batch_path
+from tests.stack import wait_until
 
 # The batch-path tests' fixtures: an emulator subprocess, SMS/email providers on it, queued rows.
 emulator, providers, queued = test_batch_path.emulator, test_batch_path.providers, test_batch_path.queued
@@ -159,6 +160,8 @@ def test_a_timed_out_call_is_unknown_and_waits_before_any_resend(providers, emul
         assert (n.status, n.reason) == ("scheduled", "outcome_unknown")
         assert (n.due_at - before).total_seconds() >= 119
         assert list(n.attempts_log.values_list("outcome", "error_code")) == [("unknown", "timeout")]
+    # ...and the provider did accept both, after we gave up: why a re-send must wait or look first.
+    wait_until(lambda: emulator.count() == 2, 10, message="the slow calls recorded by the emulator")
 
 
 def test_a_row_whose_earlier_call_is_found_at_the_provider_is_not_sent_again(providers, emulator, monkeypatch):
