@@ -412,11 +412,9 @@ def _call_route(n: Notification, route: _Route, targets: list, call: _Call, atte
                 call.lost = True  # the reconciler took it over: never call for a row that is not ours
                 break
             started = time.monotonic()
-            try:
-                outcome = route.backend.send(message_for(n, to, device.platform if device else None))
-            except (ProviderError, ProviderConfigurationError) as exc:
-                outcome = exc
-                call.errors.append((exc, device))
+            outcome = route.backend.send_or_error(message_for(n, to, device.platform if device else None))
+            if isinstance(outcome, Exception):
+                call.errors.append((outcome, device))
             else:
                 call.accepted.append(outcome)
             failed = isinstance(outcome, Exception) and isolation.is_failure(outcome)

@@ -115,6 +115,25 @@ class TransientProviderError(ProviderError):
     transient = True
 
 
+class UnexpectedProviderError(TransientProviderError):
+    """A send raised something outside the provider contract (a bug, an SDK surprise). Transient,
+    so it is retried within the attempt budget and then dead-lettered; ``code`` is the exception's
+    class name and ``message`` its text with the message's content blanked out."""
+
+    @classmethod
+    def wrap(cls, provider: str, exc: Exception, message: OutboundMessage) -> UnexpectedProviderError:
+        text = str(exc)
+        for part in (message.title, message.body, message.html):
+            if part:
+                text = text.replace(part, "[content]")
+                for line in part.splitlines():
+                    if len(line) >= 4:
+                        text = text.replace(line, "[content]")
+        wrapped = cls(provider, type(exc).__name__[:64], f"unexpected error: {text}"[:300])
+        wrapped.__cause__ = exc
+        return wrapped
+
+
 class PermanentProviderError(ProviderError):
     """Do not retry this message (bad payload, content rejected, unsupported destination)."""
 
@@ -232,11 +251,19 @@ class ProviderBackend:
         return send_concurrently(self.channel, self.name, messages, concurrency)
 
     def send_or_error(self, message: OutboundMessage) -> SendResult | Exception:
-        """:meth:`send`, with the exception it raised returned instead (batch results are per message)."""
+        """:meth:`send`, with the exception it raised returned instead (batch results are per message).
+
+        An exception outside the provider contract (a bug in an adapter or the SDK, e.g. Django's
+        ``BadHeaderError`` for a subject with a line break) comes back as
+        :class:`UnexpectedProviderError`, so it is an attempt like any other: recorded, retried
+        with backoff, dead-lettered when the attempt budget is spent.
+        """
         try:
             return self.send(message)
-        except Exception as exc:
+        except (ProviderError, ProviderConfigurationError) as exc:
             return exc
+        except Exception as exc:
+            return UnexpectedProviderError.wrap(self.name, exc, message)
 
 
 class SmsBackend(ProviderBackend):

@@ -231,3 +231,33 @@ def test_a_high_tier_timeout_fails_over_at_once(providers, emulator, settings):
     assert list(n.attempts_log.order_by("id").values_list("provider", "outcome")) == [
         (sms, "unknown"), (sms + "b", "accepted")]
     uuid.UUID(pk)
+
+
+def test_an_exception_outside_the_provider_contract_is_an_attempt_and_ends_in_a_dead_letter(providers, emulator,
+                                                                                             monkeypatch, settings):
+    """Issue 11 #4: a non-provider exception (Django's BadHeaderError for a subject with a line break,
+    an OverflowError) must count as an attempt, recorded with its class and message but never the
+    content, and end in a dead letter when the budget is spent."""
+    settings.NOTIFY = {**settings.NOTIFY, "MAX_ATTEMPTS": {"high": 5, "standard": 2},
+                       "MIN_RETRY_WINDOW_SECONDS": {"high": 0, "standard": 0}}
+    sms, _email = providers
+    backend_cls = type(get_backend("sms", sms))
+
+    def broken(self, message):
+        raise ValueError(f"Header values can't contain newlines (got {message.body!r})")
+
+    monkeypatch.setattr(backend_cls, "send", broken)
+    first, last = queued("sms", 2)
+    Notification.objects.filter(pk=last).update(attempts=1)
+
+    send_notifications([first, last])
+
+    a, b = Notification.objects.get(pk=first), Notification.objects.get(pk=last)
+    assert (a.status, a.reason, a.attempts) == ("scheduled", "retry_scheduled", 1)
+    assert (b.status, b.reason, b.attempts) == ("failed", "attempts_exhausted", 2)
+    assert b.dead_lettered_at is not None
+    (attempt,) = b.attempts_log.all()
+    assert (attempt.outcome, attempt.error_code) == ("transient", "ValueError")
+    assert "Header values can't contain newlines" in attempt.error_message
+    assert b.body not in attempt.error_message and b.body not in b.reason_detail
+    assert "[content]" in attempt.error_message
