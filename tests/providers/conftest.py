@@ -28,6 +28,11 @@ ROOT = Path(__file__).resolve().parents[2]
 PROJECT_ID = "emulator-project"
 
 
+def settle_until(deadline: float) -> None:
+    """Sleep until ``time.monotonic()`` reaches ``deadline`` (lets slow emulator answers land)."""
+    time.sleep(max(0.0, deadline - time.monotonic()))
+
+
 def free_port() -> int:
     """A port that was free on 127.0.0.1 a moment ago (bind to 0, read it, close)."""
     with socket.socket() as s:
