@@ -40,7 +40,7 @@ def test_send_records_exactly_one_message(twilio, emu, notification_id):
         "received_at_ms": recorded["received_at_ms"],
     }
     assert abs(recorded["received_at_ms"] - time.time() * 1000) < 5000
-    assert emu.stats("twilio") == {"requests": 1, "accepted": 1, "rejected": 0, "messages": 1}
+    assert emu.stats("twilio") == {"requests": 1, "accepted": 1, "rejected": 0, "messages": 1, "list_requests": 0}
 
 
 def test_invalid_number_is_rejected_by_the_emulator(twilio, emu, notification_id):
