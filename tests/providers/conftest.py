@@ -106,6 +106,15 @@ class EmulatorProcess:
     def fault(self, **rule: Any) -> dict:
         return self.call("POST", "/_emulator/faults", rule)
 
+    def fired(self, rule: dict) -> int:
+        """How many requests ``rule`` (as returned by :meth:`fault`) has matched so far.
+
+        Exact for the requests of one test: a request still held by an earlier test's latency rule
+        lands in ``/_emulator/stats`` of whichever test is running, but never in this rule's count.
+        """
+        [current] = [r for r in self.call("GET", "/_emulator/faults") if r["id"] == rule["id"]]
+        return current["fired"]
+
     def stats(self, provider: str) -> dict:
         return self.call("GET", "/_emulator/stats")[provider]
 

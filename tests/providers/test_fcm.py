@@ -117,20 +117,21 @@ def test_quota_exceeded_is_transient(fcm, emu, notification_id):
 
 @pytest.mark.parametrize(("status", "code"), [(503, "UNAVAILABLE"), (500, "INTERNAL")])
 def test_server_errors_are_transient_and_sent_once(fcm, emu, notification_id, status, code):
-    emu.fault(provider="fcm", status=status)  # times=null: a retry would fail too, and be counted
+    rule = emu.fault(provider="fcm", status=status)  # times=null: a retry would fail too, and be counted
 
     with pytest.raises(TransientProviderError) as err:
         fcm.send(push(notification_id))
 
     assert (err.value.code, err.value.http_status) == (code, status)
     # firebase-admin's own urllib3 Retry re-sent a 500/503 four times (five requests).
+    assert emu.fired(rule) == 1
     assert push_counts(emu) == {"requests": 1, "accepted": 0, "rejected": 1, "messages": 0}
 
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(("status", "code"), [(429, "QUOTA_EXCEEDED"), (503, "UNAVAILABLE")])
 def test_retry_after_is_reported_not_slept(fcm, emu, notification_id, status, code):
-    emu.fault(provider="fcm", status=status, retry_after=120)
+    rule = emu.fault(provider="fcm", status=status, retry_after=120)
     started = time.monotonic()
 
     with pytest.raises(TransientProviderError) as err:
@@ -139,6 +140,7 @@ def test_retry_after_is_reported_not_slept(fcm, emu, notification_id, status, co
     # With the SDK's Retry(respect_retry_after_header=True) the call slept 120 s before re-sending.
     assert time.monotonic() - started < 60
     assert (err.value.code, err.value.http_status, err.value.retry_after) == (code, status, 120.0)
+    assert emu.fired(rule) == 1
     assert emu.stats("fcm")["requests"] == 1
 
 
@@ -157,22 +159,22 @@ def test_auth_errors_are_configuration_errors(fcm, emu, notification_id, rule, c
 def test_a_slow_answer_within_the_timeout_is_accepted_once(emu, notification_id):
     # Before: httpTimeout was TIMEOUT / 2 = 5 s, so the read timed out and the SDK re-sent the push.
     backend = FcmPushBackend(options=fcm_options(emu, TIMEOUT=10))
-    emu.fault(provider="fcm", latency_ms=6000)
+    rule = emu.fault(provider="fcm", latency_ms=6000)
     try:
         result = backend.send(push(notification_id))
     finally:
         backend.close()
 
-    [recorded] = emu.messages()
+    [recorded] = emu.messages(notification_id=notification_id)
     assert recorded["provider_message_id"] == result.provider_message_id
-    assert emu.stats("fcm") == {"requests": 1, "accepted": 1, "rejected": 0, "messages": 1, "token_requests": 1}
+    assert emu.fired(rule) == 1
 
 
 @pytest.mark.timeout(20)
 def test_timeout_is_transient_and_the_push_is_sent_once(emu, notification_id):
     timeout, latency = 0.5, 1.5
     backend = FcmPushBackend(options=fcm_options(emu, TIMEOUT=timeout))
-    emu.fault(provider="fcm", latency_ms=int(latency * 1000))  # a slow success: recorded when answered
+    rule = emu.fault(provider="fcm", latency_ms=int(latency * 1000))  # a slow success: recorded when answered
     started = time.monotonic()
     try:
         with pytest.raises(TransientProviderError) as err:
@@ -184,7 +186,7 @@ def test_timeout_is_transient_and_the_push_is_sent_once(emu, notification_id):
 
     assert err.value.code == "timeout"
     # The SDK's Retry(read=1) re-sent the push after the read timeout: two messages for one call.
-    assert emu.stats("fcm") == {"requests": 1, "accepted": 1, "rejected": 0, "messages": 1, "token_requests": 1}
+    assert emu.fired(rule) == 1
     assert emu.count(notification_id=notification_id) == 1
 
 
