@@ -33,6 +33,22 @@ def settle_until(deadline: float) -> None:
     time.sleep(max(0.0, deadline - time.monotonic()))
 
 
+def wait_for(probe, timeout: float, interval: float = 0.1):
+    """Call ``probe()`` until it returns something truthy (returned) or ``timeout`` seconds pass.
+
+    Raises:
+        AssertionError: still falsy after ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"nothing after {timeout} s")
+        time.sleep(interval)
+
+
 def free_port() -> int:
     """A port that was free on 127.0.0.1 a moment ago (bind to 0, read it, close)."""
     with socket.socket() as s:
