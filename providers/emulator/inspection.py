@@ -29,7 +29,8 @@
 * ``POST /_emulator/faults`` (rule JSON, see ``faults.py``) -> 201 rule with ``id``;
   ``GET /_emulator/faults``; ``DELETE /_emulator/faults``; ``DELETE /_emulator/faults/{id}``.
 * ``GET /_emulator/stats`` -> ``{provider: {"requests", "accepted", "rejected", "messages"}}``
-  (fcm adds ``token_requests``); ``DELETE /_emulator/stats`` resets the counters.
+  counting sends (fcm adds ``token_requests``, twilio ``list_requests``: reads of its message list);
+  ``DELETE /_emulator/stats`` resets the counters.
 * ``POST /_emulator/receipts`` (rule JSON, see ``receipts.py``) -> 201 rule with ``id``;
   ``GET /_emulator/receipts``; ``DELETE /_emulator/receipts`` (back to the defaults);
   ``DELETE /_emulator/receipts/{id}``.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter, deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from itertools import repeat
 from operator import floordiv, itemgetter
 from typing import IO, Any
@@ -27,6 +27,8 @@ PROVIDERS = ("twilio", "sendgrid", "fcm", "smtp")
 DUPLICATE_EXAMPLES = 20
 _PROVIDER, _ACCOUNT, _CHANNEL = _INDEX["provider"], _INDEX["account"], _INDEX["channel"]
 _NOTIFICATION_ID, _RECEIVED_AT = _INDEX["notification_id"], _INDEX["received_at_ms"]
+#: Index of the per-message ``extra`` value, kept after the FIELDS in each stored tuple.
+_EXTRA = len(FIELDS)
 
 
 def now_ms() -> int:
@@ -39,7 +41,9 @@ class MessageStore:
 
     In memory at most ``max_messages`` are kept (oldest dropped first; ``0`` = unlimited); the record
     file, opened in append mode and flushed per line, keeps everything across restarts. Each line
-    is one JSON object with :data:`FIELDS`.
+    is one JSON object with :data:`FIELDS`. Each message may also carry an ``extra`` value, opaque to
+    the store, that a provider API needs to answer reads of its own (Twilio's message list: the From
+    number...); it is neither in the inspection API nor in the record file.
     """
 
     def __init__(self, max_messages: int = 0, record_path: str | None = None) -> None:
@@ -59,13 +63,17 @@ class MessageStore:
         provider_message_id: str,
         notification_id: str | None,
         account: str | None = None,
-    ) -> None:
-        """Record one accepted message (``received_at_ms`` = now, UTC epoch ms).
+        extra: Any = None,
+    ) -> int:
+        """Record one accepted message; returns its ``received_at_ms`` (now, UTC epoch ms).
 
-        ``account``: Twilio AccountSid, FCM project id, ``None`` for SendGrid and SMTP.
+        ``account``: Twilio AccountSid, FCM project id, ``None`` for SendGrid and SMTP. ``extra``:
+        the provider API's own per-message value (see :meth:`newest`), ``None`` if it needs none.
         """
         channel = CHANNEL_OF[provider]
-        item = (provider, account, channel, to, title, body, provider_message_id, notification_id, now_ms())
+        received_at_ms = now_ms()
+        item = (provider, account, channel, to, title, body, provider_message_id, notification_id, received_at_ms,
+                extra)
         if self._items.maxlen is not None and len(self._items) == self._items.maxlen:
             oldest = self._items[0]
             self._counts[("provider", oldest[_PROVIDER])] -= 1
@@ -74,11 +82,24 @@ class MessageStore:
         self._counts[("provider", provider)] += 1
         self._counts[("channel", channel)] += 1
         if self._record is not None:
-            self._record.write(json.dumps(dict(zip(FIELDS, item, strict=True)), ensure_ascii=False) + "\n")
+            self._record.write(json.dumps(_record(item), ensure_ascii=False) + "\n")
+        return received_at_ms
 
     def query(self, filters: dict[str, str]) -> list[dict[str, Any]]:
         """Messages matching every ``filters`` item (keys from :data:`FILTERS`), oldest first."""
-        return [dict(zip(FIELDS, item, strict=True)) for item in self._matching(filters)]
+        return [_record(item) for item in self._matching(filters)]
+
+    def newest(self, filters: dict[str, str]) -> Iterator[tuple[dict[str, Any], Any]]:
+        """Messages matching ``filters`` (as :meth:`query`), **newest first**, each as ``(record,
+        extra)``: the :data:`FIELDS` dict and the ``extra`` it was added with.
+
+        Lazy, so a reader that stops early scans only the newest messages; a full scan is linear
+        in the messages in memory. Do not add messages while iterating.
+        """
+        checks = [(_INDEX[k], v) for k, v in filters.items()]
+        for item in reversed(self._items):
+            if all(item[i] == v for i, v in checks):
+                yield _record(item), item[_EXTRA]
 
     def count(self, filters: dict[str, str]) -> int:
         """Number of messages matching ``filters``; O(1) for no filter or one provider/channel filter."""
@@ -91,7 +112,8 @@ class MessageStore:
         return sum(1 for _ in self._matching(filters))
 
     def snapshot(self) -> list[tuple]:
-        """The in-memory messages now, as tuples in :data:`FIELDS` order (for :func:`analyse`)."""
+        """The in-memory messages now, as tuples in :data:`FIELDS` order, each followed by its
+        ``extra`` (for :func:`analyse`)."""
         return list(self._items)
 
     def clear(self) -> None:
@@ -107,6 +129,11 @@ class MessageStore:
     def _matching(self, filters: dict[str, str]) -> Iterable[tuple]:
         checks = [(_INDEX[k], v) for k, v in filters.items()]
         return (item for item in self._items if all(item[i] == v for i, v in checks))
+
+
+def _record(item: tuple) -> dict[str, Any]:
+    """The :data:`FIELDS` dict of a stored tuple (its trailing ``extra`` left out)."""
+    return dict(zip(FIELDS, item[:_EXTRA], strict=True))
 
 
 def analyse(items: list[tuple], notification_ids: Iterable[str] = (), bucket_ms: int = 1000) -> dict[str, Any]:
@@ -157,7 +184,9 @@ class Stats:
     """Per-provider request counters: ``requests``, ``accepted``, ``rejected``, ``messages``.
 
     ``rejected`` counts every non-success answer (auth, validation and injected faults); ``messages``
-    counts recorded messages (a SendGrid request with several recipients records several).
+    counts recorded messages (a SendGrid request with several recipients records several). These
+    count sends only; reads are counted apart: ``fcm.token_requests`` (OAuth token requests) and
+    ``twilio.list_requests`` (message list requests, answered or not).
     """
 
     KEYS = ("requests", "accepted", "rejected", "messages")
@@ -165,6 +194,7 @@ class Stats:
     def __init__(self) -> None:
         self._counts: dict[str, Counter[str]] = {p: Counter() for p in CHANNEL_OF}
         self.token_requests = 0
+        self.twilio_list_requests = 0
 
     def accepted(self, provider: str, messages: int = 1) -> None:
         c = self._counts[provider]
@@ -180,9 +210,11 @@ class Stats:
     def as_dict(self) -> dict[str, Any]:
         result: dict[str, Any] = {p: {k: c[k] for k in self.KEYS} for p, c in self._counts.items()}
         result["fcm"]["token_requests"] = self.token_requests
+        result["twilio"]["list_requests"] = self.twilio_list_requests
         return result
 
     def reset(self) -> None:
         for c in self._counts.values():
             c.clear()
         self.token_requests = 0
+        self.twilio_list_requests = 0

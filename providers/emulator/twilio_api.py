@@ -1,9 +1,24 @@
-"""Twilio Messages API: ``POST /2010-04-01/Accounts/{sid}/Messages.json`` (providers.md §1(b)).
+"""Twilio Messages API: create and list (providers.md §1(b)).
 
-Answers 201 with a Message resource (``status: "queued"``) or an error body
-``{"code", "message", "more_info", "status"}``; never ``type``/``title``, which would make the SDK
-raise ``TwilioServiceException`` instead of ``TwilioRestException``. An accepted message with a
-``StatusCallback`` later gets signed status callbacks there (``receipts``, ``webhooks``).
+``POST /2010-04-01/Accounts/{sid}/Messages.json`` answers 201 with a Message resource (``status:
+"queued"``) or an error body ``{"code", "message", "more_info", "status"}``; never ``type``/``title``,
+which would make the SDK raise ``TwilioServiceException`` instead of ``TwilioRestException``. An
+accepted message with a ``StatusCallback`` later gets signed status callbacks there (``receipts``,
+``webhooks``).
+
+``GET /2010-04-01/Accounts/{sid}/Messages.json[?To=&From=&PageSize=]`` answers 200 with Twilio's list
+shape, the messages of that account only, newest first::
+
+    {"messages": [<Message resource>, ...], "page": 0, "page_size": 50, "start": 0, "end": 1,
+     "uri": "/2010-04-01/Accounts/AC…/Messages.json?To=%2B1555…&PageSize=50&Page=0",
+     "first_page_uri": <the same>, "next_page_uri": null, "previous_page_uri": null}
+
+Each resource is the one the create answer gave (``date_created`` in RFC 2822, UTC, whole seconds;
+``status`` as at creation: the emulator does not track later statuses). ``To``/``From`` match
+exactly; ``PageSize`` is 1..1000 (default 50). Only the first page is served (``next_page_uri`` is
+always null) and other parameters (``DateSent``, ``Page`` > 0, ``PageToken``…) are answered 400.
+Fault rules apply to sends only, never to the list; list requests are counted apart
+(``/_emulator/stats`` ``twilio.list_requests``).
 """
 
 from __future__ import annotations
@@ -14,7 +29,8 @@ import re
 import secrets
 from datetime import UTC, datetime
 from email.utils import format_datetime
-from urllib.parse import parse_qs, urlsplit
+from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 from aiohttp import web
 
@@ -49,6 +65,17 @@ MESSAGES = {
 STATUS_OF_CODE = {20003: 401, 20404: 404, 20429: 429}
 #: Twilio code for a fault given only an HTTP status (5xx answer with the status as code).
 CODE_OF_STATUS = {400: 21211, 401: 20003, 404: 20404, 429: 20429}
+#: Query parameters of the message list the emulator serves.
+LIST_PARAMETERS = ("To", "From", "PageSize", "Page")
+#: Twilio's default and largest PageSize.
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 1000
+#: Twilio's "invalid parameter" error code, for a list query the emulator refuses.
+INVALID_PARAMETER = 20001
+#: Distinct ``extra`` tuples of Twilio messages, one object shared by all messages with the same
+#: value (a store holds hundreds of thousands of messages from a handful of senders); bounded.
+_EXTRAS: dict[tuple, tuple] = {}
+_MAX_EXTRAS = 10_000
 
 
 def error(status: int, code: int, message: str | None = None, retry_after: float | None = None) -> web.Response:
@@ -103,42 +130,107 @@ async def create_message(request: web.Request) -> web.Response:
     message_sid = "SM" + secrets.token_hex(16)
     callback = form.get("StatusCallback")
     notification_id = _notification_id(callback)
-    emu.store.add("twilio", to, None, body, message_sid, notification_id, sid)
+    service_sid = _str(form.get("MessagingServiceSid"))
+    sender = _str(form.get("From"))
+    num_media = len(form.getall("MediaUrl", []))
+    created_ms = emu.store.add("twilio", to, None, body, message_sid, notification_id, sid,
+                               extra=_extra(sender, service_sid, num_media))
     emu.stats.accepted("twilio")
-    service_sid = form.get("MessagingServiceSid")
     if callback and emu.webhooks.enabled:
         rule = emu.receipts.match("twilio", to)
-        base = receipts.twilio_base(message_sid, sid, to, _str(form.get("From")), _str(service_sid))
+        base = receipts.twilio_base(message_sid, sid, to, sender, service_sid)
         emu.webhooks.twilio(str(callback), credentials[1], receipts.twilio_callbacks(rule, base),
                             rule.delay_ms / 1000.0, notification_id)
-    now = format_datetime(datetime.now(UTC))
-    uri = f"/{API_VERSION}/Accounts/{sid}/Messages/{message_sid}"
     return web.json_response(
-        {
-            "sid": message_sid,
-            "account_sid": sid,
-            "messaging_service_sid": service_sid,
-            "to": to,
-            "from": form.get("From"),
-            "body": body,
-            "status": "queued" if form.get("From") else "accepted",
-            "num_segments": str(segments(body)),
-            "num_media": str(len(form.getall("MediaUrl", []))),
-            "direction": "outbound-api",
-            "error_code": None,
-            "error_message": None,
-            "price": None,
-            "price_unit": "USD",
-            "api_version": API_VERSION,
-            "uri": uri + ".json",
-            "subresource_uris": {"media": uri + "/Media.json", "feedback": uri + "/Feedback.json"},
-            "date_created": now,
-            "date_updated": now,
-            # Twilio answers null until the message has actually been sent.
-            "date_sent": None,
-        },
-        status=201,
+        message_resource(message_sid, sid, to, sender, service_sid, body, num_media, created_ms), status=201,
     )
+
+
+def message_resource(
+    message_sid: str, account: str, to: str, sender: str | None, service_sid: str | None, body: str,
+    num_media: int, created_ms: int,
+) -> dict[str, Any]:
+    """A Twilio Message resource as created (providers.md §1(b)); ``created_ms`` is UTC epoch ms."""
+    created = format_datetime(datetime.fromtimestamp(created_ms / 1000, UTC).replace(microsecond=0))
+    uri = f"/{API_VERSION}/Accounts/{account}/Messages/{message_sid}"
+    return {
+        "sid": message_sid,
+        "account_sid": account,
+        "messaging_service_sid": service_sid,
+        "to": to,
+        "from": sender,
+        "body": body,
+        "status": "queued" if sender else "accepted",
+        "num_segments": str(segments(body)),
+        "num_media": str(num_media),
+        "direction": "outbound-api",
+        "error_code": None,
+        "error_message": None,
+        "price": None,
+        "price_unit": "USD",
+        "api_version": API_VERSION,
+        "uri": uri + ".json",
+        "subresource_uris": {"media": uri + "/Media.json", "feedback": uri + "/Feedback.json"},
+        "date_created": created,
+        "date_updated": created,
+        # Twilio answers null until the message has actually been sent.
+        "date_sent": None,
+    }
+
+
+async def list_messages(request: web.Request) -> web.Response:
+    """The account's messages, newest first, filtered by ``To``/``From`` (see the module docstring)."""
+    emu = emulator_of(request)
+    emu.stats.twilio_list_requests += 1
+    sid = request.match_info["sid"]
+    if _credentials(request, sid) is None:
+        return error(401, 20003)
+    query = request.query
+    unknown = sorted(set(query) - set(LIST_PARAMETERS))
+    if unknown:
+        return error(400, INVALID_PARAMETER, f"The emulator does not support the parameter(s) {', '.join(unknown)}.")
+    if query.get("Page", "0") != "0":
+        return error(400, INVALID_PARAMETER, "The emulator serves the first page (Page=0) only.")
+    raw_size = query.get("PageSize", str(DEFAULT_PAGE_SIZE))
+    if not raw_size.isdigit() or not 1 <= int(raw_size) <= MAX_PAGE_SIZE:
+        return error(400, INVALID_PARAMETER, f"PageSize must be an integer from 1 to {MAX_PAGE_SIZE}.")
+    page_size = int(raw_size)
+    to, sender = query.get("To"), query.get("From")
+    filters = {"provider": "twilio", "account": sid, **({"to": to} if to is not None else {})}
+    messages = []
+    for record, extra in emu.store.newest(filters):
+        message_sender, service_sid, num_media = extra or (None, None, 0)
+        if sender is not None and message_sender != sender:
+            continue
+        messages.append(message_resource(record["provider_message_id"], sid, record["to"], message_sender,
+                                         service_sid, record["body"] or "", num_media, record["received_at_ms"]))
+        if len(messages) == page_size:
+            break
+    kept = [(k, query[k]) for k in ("To", "From") if k in query]
+    uri = f"/{API_VERSION}/Accounts/{sid}/Messages.json?" + urlencode([*kept, ("PageSize", page_size), ("Page", 0)])
+    return web.json_response({
+        "messages": messages,
+        "page": 0,
+        "page_size": page_size,
+        "start": 0,
+        "end": max(0, len(messages) - 1),
+        "uri": uri,
+        "first_page_uri": uri,
+        "next_page_uri": None,
+        "previous_page_uri": None,
+    })
+
+
+def _extra(sender: str | None, service_sid: str | None, num_media: int) -> tuple:
+    """The store's ``extra`` of a Twilio message: ``(From, MessagingServiceSid, number of media)``,
+    one shared tuple per distinct value while there are at most :data:`_MAX_EXTRAS`."""
+    key = (sender, service_sid, num_media)
+    shared = _EXTRAS.get(key)
+    if shared is not None:
+        return shared
+    if len(_EXTRAS) < _MAX_EXTRAS:
+        _EXTRAS[key] = key
+    return key
 
 
 def _validate(form, to: str) -> web.Response | None:
@@ -189,3 +281,4 @@ def _seconds(value: float) -> str:
 
 def add_routes(app: web.Application) -> None:
     app.router.add_post(f"/{API_VERSION}/Accounts/{{sid}}/Messages.json", create_message)
+    app.router.add_get(f"/{API_VERSION}/Accounts/{{sid}}/Messages.json", list_messages)

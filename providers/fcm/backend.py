@@ -7,9 +7,23 @@ firebase-admin has no public endpoint override (providers.md §3(a)); :func:`red
 private ``_MessagingService._fcm_url`` of this app's messaging service, and raises
 ProviderConfigurationError if that hook disappears in an SDK upgrade.
 
-The SDK retries HTTP 500/503 by itself, 4 times with exponential backoff (5 calls, about 7 s), and a
-429 that carries ``Retry-After`` likewise (sleeping as asked); we leave that in place, so an
-``UnavailableError``/``InternalError`` reaching us has already been retried. Errors are classified
+The SDK makes no retries and never sleeps: every retry is the pipeline's (scheduled, recorded,
+counted against the attempt budget). firebase-admin mounts urllib3
+``Retry(connect=1, read=1, status=4, status_forcelist=[500, 503], allowed_methods=None,
+respect_retry_after_header=True)`` on its messaging session (providers.md, "The SDKs' own retries
+and async paths"): a read timeout re-sent the push (a duplicate no attempt log shows), a 500/503 was
+sent five times, and a 429/503 with ``Retry-After`` slept that long inside the call (longer than a
+row's lease). :func:`disable_sdk_retries`, another private hook, re-mounts every adapter of that
+session with ``Retry(total=0)``, so one ``send`` is one push request and the FCM error (with its
+``Retry-After`` as ``retry_after``) reaches us at once. google-auth's refresh-on-401 stays: it
+re-sends only a request FCM refused as unauthenticated (not accepted, so no duplicate).
+
+Deadline: ``TIMEOUT`` is the SDK's ``httpTimeout``, the connect and the read timeout of each HTTP
+request. A send is one push request, preceded by an OAuth token request when the cached token is
+missing or expiring; a 401 adds at most two (token request + push) rounds (google-auth's
+``max_refresh_attempts``). Not covered here: google-auth's OAuth token request itself retries a
+5xx/429 of the token endpoint up to 3 attempts, sleeping about 1 s and 2 s between them
+(``google.oauth2._client``); that re-sends no push, but adds time to the call. Errors are classified
 per providers.md §3(c).
 """
 
@@ -28,7 +42,9 @@ from typing import ClassVar
 import firebase_admin
 import google.auth.exceptions
 import requests
+import requests.adapters
 from firebase_admin import credentials, exceptions, messaging
+from urllib3.util.retry import Retry
 
 from providers.base import (
     ContactInvalidError,
@@ -49,6 +65,14 @@ BAD_REQUEST_DETAIL = "type.googleapis.com/google.rpc.BadRequest"
 TOKEN_FIELDS = frozenset({"message.token", "message.fid"})
 
 _app_numbers = itertools.count(1)
+
+#: No retry of any kind (connect, read, status, redirect, Retry-After): read errors surface as
+#: ``requests.ReadTimeout`` (firebase-admin maps it to ``DeadlineExceededError``), and an HTTP error
+#: answer is returned as is so the SDK maps it to its FirebaseError subclass.
+NO_RETRY = Retry(
+    total=0, connect=0, read=False, redirect=0, status=0, other=0, status_forcelist=(),
+    respect_retry_after_header=False, raise_on_status=False, backoff_factor=0,
+)
 
 
 def redirect_fcm(app: firebase_admin.App, url: str) -> None:
@@ -72,6 +96,38 @@ def redirect_fcm(app: firebase_admin.App, url: str) -> None:
             code="sdk_hook_missing",
         )
     service._fcm_url = url
+
+
+def disable_sdk_retries(app: firebase_admin.App) -> None:
+    """Re-mount every adapter of ``app``'s messaging session with :data:`NO_RETRY`.
+
+    firebase-admin 7.7 mounts its retrying adapter on ``http://``, ``https://`` and
+    ``https://fcm.googleapis.com`` (``_http_client.HttpClient``, ``_MessagingService.__init__``);
+    each prefix the session has gets a fresh ``HTTPAdapter`` with the same pool sizes. Only the sync
+    path (``messaging.send``) is covered: the async client (``send_each_async``) is not used here.
+
+    Raises:
+        ProviderConfigurationError: ``code="sdk_hook_missing"`` if the private attribute path
+            ``messaging._get_messaging_service(app)._client.session.adapters`` is gone.
+    """
+    get_service = getattr(messaging, "_get_messaging_service", None)
+    session = getattr(getattr(get_service(app), "_client", None), "session", None) if get_service else None
+    adapters = getattr(session, "adapters", None)
+    if not isinstance(adapters, dict) or not adapters or not hasattr(session, "mount"):
+        raise ProviderConfigurationError(
+            "fcm", "firebase_admin messaging._get_messaging_service(app)._client.session is gone: cannot "
+            "disable the SDK's retries (see shared/reference/providers.md, \"The SDKs' own retries\"; "
+            "pin firebase-admin or update the hook)",
+            code="sdk_hook_missing",
+        )
+    for prefix, old in list(adapters.items()):
+        session.mount(prefix, requests.adapters.HTTPAdapter(
+            pool_connections=getattr(old, "_pool_connections", requests.adapters.DEFAULT_POOLSIZE),
+            pool_maxsize=getattr(old, "_pool_maxsize", requests.adapters.DEFAULT_POOLSIZE),
+            pool_block=getattr(old, "_pool_block", requests.adapters.DEFAULT_POOLBLOCK),
+            max_retries=NO_RETRY,
+        ))
+        old.close()
 
 
 @functools.lru_cache(maxsize=1)
@@ -147,7 +203,9 @@ class FcmPushBackend(PushBackend):
         FCM_URL: ``None`` for real FCM, else a URL template with ``{0}`` for the project id, e.g.
             ``"http://127.0.0.1:8900/v1/projects/{0}/messages:send"``.
         TOKEN_URI: OAuth token endpoint, used (and required) only when CREDENTIALS is ``None``.
-        TIMEOUT: seconds per HTTP call (Firebase ``httpTimeout``), default 10.
+        TIMEOUT: seconds, the connect and the read timeout of each HTTP request (Firebase
+            ``httpTimeout``), default 10. There are no SDK retries, so a push request never takes
+            longer; see the module docstring for the token and 401 requests a send may add.
 
     ``send`` returns ``SendResult(provider="fcm", provider_message_id="projects/<p>/messages/<id>",
     raw_status=None)``.
@@ -159,7 +217,8 @@ class FcmPushBackend(PushBackend):
     _app: firebase_admin.App | None = field(default=None, init=False, repr=False)
 
     def open(self) -> None:
-        """Create this instance's Firebase app and redirect it if FCM_URL is set. Idempotent.
+        """Create this instance's Firebase app, disable the SDK's retries on its messaging session
+        (:func:`disable_sdk_retries`) and redirect it if FCM_URL is set. Idempotent.
 
         No network I/O: the OAuth token is fetched on the first send.
 
@@ -180,12 +239,11 @@ class FcmPushBackend(PushBackend):
             raise ProviderConfigurationError(self.name, f"cannot load FCM credentials: {exc}") from exc
         app = firebase_admin.initialize_app(
             cred,
-            # firebase-admin's urllib3 Retry re-sends once after a read timeout, so one send() can
-            # take 2 x httpTimeout: give it half, making TIMEOUT the real deadline of a call.
-            options={"projectId": project_id, "httpTimeout": timeout / 2},
+            options={"projectId": project_id, "httpTimeout": timeout},
             name=f"notify-fcm-{os.getpid()}-{next(_app_numbers)}",
         )
         try:
+            disable_sdk_retries(app)
             fcm_url = self.option("FCM_URL", None)
             if fcm_url:
                 redirect_fcm(app, fcm_url.format(project_id))
@@ -214,9 +272,10 @@ class FcmPushBackend(PushBackend):
                 INVALID_ARGUMENT naming the token field (``reason="invalid_token"``).
             PermanentProviderError: other INVALID_ARGUMENT and 4xx answers, or a message the SDK
                 refuses to encode (``code="invalid_message"``).
-            TransientProviderError: QUOTA_EXCEEDED (``retry_after`` from ``Retry-After``),
-                UNAVAILABLE/INTERNAL/5xx (after the SDK's own retries), ``code="timeout"``,
-                ``code="connection_error"``.
+            TransientProviderError: QUOTA_EXCEEDED and UNAVAILABLE/INTERNAL/5xx (``retry_after``
+                in seconds from ``Retry-After``, else ``None``), ``code="timeout"`` (no answer within
+                TIMEOUT: the push may have been accepted), ``code="connection_error"``. Each after
+                exactly one push request (the SDK does not retry).
             ProviderConfigurationError: UNAUTHENTICATED/THIRD_PARTY_AUTH_ERROR, PERMISSION_DENIED,
                 OAuth token refused.
         """
@@ -301,8 +360,9 @@ def _retry_after(response: requests.Response | None) -> float | None:
 def _transport_code(cause: BaseException | None) -> str:
     """``"timeout"`` if a timeout is anywhere in the exception chain, else ``"connection_error"``.
 
-    A read timeout retried by urllib3 surfaces as ``requests.ConnectionError`` wrapping
-    ``MaxRetryError(reason=ReadTimeoutError)``, so the chain and args are searched.
+    A read timeout is ``requests.ReadTimeout`` (``NO_RETRY`` has ``read=False``); a connect timeout
+    is ``requests.ConnectTimeout`` wrapping ``MaxRetryError(reason=ConnectTimeoutError)``; google-auth
+    wraps its own in ``TransportError``: so the chain and args are searched.
     """
     seen: set[int] = set()
     pending: list[BaseException | None] = [cause]

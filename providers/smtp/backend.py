@@ -83,7 +83,8 @@ class SmtpEmailBackend(EmailBackend):
         Raises:
             ContactInvalidError: RCPT refused with 5xx (``reason="invalid_address"``, code e.g. "550").
             TransientProviderError: any 4xx reply, connection refused/dropped
-                (``code="connection_error"``), ``code="timeout"``.
+                (``code="connection_error"``), ``code="timeout"`` (no reply within TIMEOUT: the
+                message may have been accepted; never resent here).
             PermanentProviderError: DATA or other commands refused with 5xx.
             ProviderConfigurationError: AUTH failed, sender refused with 5xx, TLS/AUTH unsupported
                 or certificate rejected.
@@ -125,15 +126,18 @@ class SmtpEmailBackend(EmailBackend):
     def _send_once_reconnecting(self, email: EmailMultiAlternatives) -> int:
         """Send on the open session; if the server had dropped it, reconnect once and resend.
 
-        A dropped session fails on the first command (before DATA), so the resend cannot duplicate.
+        A session the server dropped while idle fails on the first command (before DATA), so that
+        resend cannot duplicate. A timeout is never resent: smtplib reports a reply that did not
+        come within TIMEOUT as ``SMTPServerDisconnected`` too, and by then the server may have
+        accepted the message (the pipeline reconciles or re-sends it, counted as an attempt).
         """
         reused = self._connection.connection is not None
         self._connection.open()
         try:
             return self._connection.send_messages([email])
-        except smtplib.SMTPServerDisconnected:
+        except smtplib.SMTPServerDisconnected as exc:
             self._connection.close()
-            if not reused:
+            if not reused or _timed_out(exc):
                 raise
             self._connection.open()
             return self._connection.send_messages([email])
@@ -164,6 +168,9 @@ class SmtpEmailBackend(EmailBackend):
             return ProviderConfigurationError(self.name, str(exc)[:200], code="not_supported")
         if isinstance(exc, smtplib.SMTPResponseException):
             return self._reply_error(exc.smtp_code, _text(exc.smtp_error), contact_invalid=False)
+        if _timed_out(exc):
+            # smtplib turns a socket timeout while waiting for a reply into SMTPServerDisconnected.
+            return TransientProviderError(self.name, "timeout", "SMTP server did not answer in time")
         # SMTPServerDisconnected and other protocol-level failures.
         return TransientProviderError(self.name, "connection_error", type(exc).__name__)
 
@@ -173,6 +180,19 @@ class SmtpEmailBackend(EmailBackend):
         if contact_invalid:
             return ContactInvalidError(self.name, str(code), text, reason="invalid_address")
         return PermanentProviderError(self.name, str(code), text)
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """Whether a socket timeout is in ``exc``'s cause/context chain (smtplib raises
+    ``SMTPServerDisconnected`` while handling the ``TimeoutError`` of a reply or a send)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, TimeoutError):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def _domain(from_email: str) -> str:

@@ -4,17 +4,24 @@ Redirect to a local server (the provider emulator) uses option B of
 ``shared/reference/providers.md`` §1(a): an ``HttpClient`` subclass that swaps scheme and host of every
 request after the SDK has built the URL (so ``TWILIO_EDGE``/``TWILIO_REGION`` rewriting cannot corrupt a
 localhost URL). Errors are classified per providers.md §1(c).
+
+No retries: neither ``TwilioHttpClient`` nor the requests session under it retries on ``http://`` or
+``https://`` (providers.md §1(a), "The SDKs' own retries and async paths"; requests' default adapter
+is ``Retry(0, read=False)``), so one ``send`` is one POST. Twilio has no idempotency key, so after a
+call that got no answer :meth:`TwilioSmsBackend.find_accepted` looks for the message it may have
+created before the pipeline sends again.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import requests
-from twilio.base.exceptions import TwilioRestException, TwilioServiceException
+from twilio.base.exceptions import TwilioException, TwilioRestException, TwilioServiceException
 from twilio.http.http_client import TwilioHttpClient
 from twilio.http.response import Response
 from twilio.rest import Client
@@ -29,7 +36,11 @@ from providers.base import (
     TransientProviderError,
 )
 
+logger = logging.getLogger(__name__)
+
 DEFAULT_TIMEOUT_SECONDS = 10.0
+#: Messages :meth:`TwilioSmsBackend.find_accepted` lists (newest first, one request).
+LOOKUP_LIMIT = 20
 #: Twilio's accepted ``ValidityPeriod`` range, in seconds.
 VALIDITY_PERIOD_MIN_SECONDS = 1
 VALIDITY_PERIOD_MAX_SECONDS = 36000
@@ -127,10 +138,11 @@ class TwilioSmsBackend(SmsBackend):
     ``send`` returns ``SendResult(provider="twilio", provider_message_id=<"SM…" sid>,
     raw_status=<"queued"/"accepted">)``. The message's ``ttl_seconds`` becomes ``ValidityPeriod``
     clamped to 1..36000 s. Twilio has no idempotency key: a timeout may hide an accepted message,
-    so a retry can duplicate it (providers.md §1(c)).
+    so a retry can duplicate it (providers.md §1(c)) unless :meth:`find_accepted` finds it first.
     """
 
     name: ClassVar[str] = "twilio"
+    supports_lookup: ClassVar[bool] = True
     required_options: ClassVar[tuple[str, ...]] = ("ACCOUNT_SID", "AUTH_TOKEN", "FROM_NUMBER")
 
     _client: Client | None = field(default=None, init=False, repr=False)
@@ -189,6 +201,55 @@ class TwilioSmsBackend(SmsBackend):
         except requests.exceptions.RequestException as exc:
             raise TransientProviderError(self.name, "connection_error", type(exc).__name__) from exc
         return SendResult(provider=self.name, provider_message_id=created.sid, raw_status=created.status)
+
+    def find_accepted(self, message: OutboundMessage, since: datetime) -> SendResult | None:
+        """The Twilio Message an earlier :meth:`send` of ``message`` may have created without its
+        answer reaching us (timeout, worker killed mid-call), or ``None``.
+
+        One ``GET /2010-04-01/Accounts/{ACCOUNT_SID}/Messages.json?To=<message.to>&From=<FROM_NUMBER>
+        &PageSize=20`` (SDK ``messages.list(to=, from_=, limit=20)``; Twilio lists newest first),
+        then, client-side, the messages whose ``body`` equals ``message.body`` exactly and whose
+        ``date_created`` is at or after ``since``. Why not Twilio's ``DateSent`` filter: ``date_sent``
+        is null until the message has actually left Twilio, so a message still ``queued`` or
+        ``accepted`` (the likely state seconds after the lost answer) would be missed; To/From
+        narrow the list at the API instead. ``date_created`` is RFC 2822, whole seconds, so ``since``
+        is compared truncated to its second; the clocks of Twilio and this host are assumed to
+        agree within that. If several match (an earlier duplicate), the oldest is returned.
+
+        Args:
+            message: the message as given to ``send``.
+            since: aware datetime (UTC; a naive one is taken as UTC), the instant before the
+                earlier call started.
+
+        Returns:
+            ``SendResult(provider="twilio", provider_message_id=<"SM…" sid>, raw_status=<its status
+            now, e.g. "queued", "sent">)`` or ``None``: not found among the 20 newest messages to
+            that number from FROM_NUMBER, or the lookup failed (any SDK or HTTP error, or no answer
+            within TIMEOUT; logged as a warning). ``None`` means "send again" (at-least-once).
+
+        Raises:
+            ProviderConfigurationError: a required option is missing (never for Twilio's answers).
+        """
+        self.open()
+        if since.tzinfo is None:
+            since = since.replace(tzinfo=UTC)
+        not_before = since.astimezone(UTC).replace(microsecond=0)
+        try:
+            listed = self._client.messages.list(to=message.to, from_=self.option("FROM_NUMBER"), limit=LOOKUP_LIMIT)
+        except (TwilioException, requests.exceptions.RequestException, ValueError, KeyError, TypeError) as exc:
+            status = getattr(exc, "status", None)
+            logger.warning("twilio: lookup of notification %s failed (%s%s); it will be sent again",
+                           message.notification_id, type(exc).__name__, f" {status}" if status else "")
+            return None
+        matches = [
+            m for m in listed
+            if m.body == message.body and isinstance(m.date_created, datetime) and m.date_created >= not_before
+        ]
+        if not matches:
+            return None
+        found = matches[-1]  # listed newest first
+        return SendResult(provider=self.name, provider_message_id=found.sid,
+                          raw_status=str(found.status) if found.status is not None else None)
 
     def _timeout(self) -> float:
         return float(self.option("TIMEOUT", DEFAULT_TIMEOUT_SECONDS))

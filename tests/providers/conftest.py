@@ -28,6 +28,27 @@ ROOT = Path(__file__).resolve().parents[2]
 PROJECT_ID = "emulator-project"
 
 
+def settle_until(deadline: float) -> None:
+    """Sleep until ``time.monotonic()`` reaches ``deadline`` (lets slow emulator answers land)."""
+    time.sleep(max(0.0, deadline - time.monotonic()))
+
+
+def wait_for(probe, timeout: float, interval: float = 0.1):
+    """Call ``probe()`` until it returns something truthy (returned) or ``timeout`` seconds pass.
+
+    Raises:
+        AssertionError: still falsy after ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"nothing after {timeout} s")
+        time.sleep(interval)
+
+
 def free_port() -> int:
     """A port that was free on 127.0.0.1 a moment ago (bind to 0, read it, close)."""
     with socket.socket() as s:
@@ -100,6 +121,15 @@ class EmulatorProcess:
 
     def fault(self, **rule: Any) -> dict:
         return self.call("POST", "/_emulator/faults", rule)
+
+    def fired(self, rule: dict) -> int:
+        """How many requests ``rule`` (as returned by :meth:`fault`) has matched so far.
+
+        Exact for the requests of one test: a request still held by an earlier test's latency rule
+        lands in ``/_emulator/stats`` of whichever test is running, but never in this rule's count.
+        """
+        [current] = [r for r in self.call("GET", "/_emulator/faults") if r["id"] == rule["id"]]
+        return current["fired"]
 
     def stats(self, provider: str) -> dict:
         return self.call("GET", "/_emulator/stats")[provider]

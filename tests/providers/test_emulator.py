@@ -94,7 +94,7 @@ def test_times_limits_a_rule_and_rejections_are_not_recorded(emu):
 
     assert outcomes == ["503", "503", "ok"]
     assert [m["notification_id"] for m in emu.messages()] == ["n2"]
-    assert emu.stats("twilio") == {"requests": 3, "accepted": 1, "rejected": 2, "messages": 1}
+    assert emu.stats("twilio") == {"requests": 3, "accepted": 1, "rejected": 2, "messages": 1, "list_requests": 0}
     assert emu.call("GET", "/_emulator/faults")[0]["fired"] == 2
     backend.close()
 
@@ -148,6 +148,67 @@ def test_twilio_success_resource_has_the_documented_keys(emu):
                          "price_unit", "api_version", "uri", "subresource_uris", "date_created",
                          "date_updated", "date_sent"}
     assert (body["status"], body["num_segments"]) == ("queued", "1")  # é is in the GSM 03.38 set
+
+
+def _twilio_auth(account: str = "AC00000000000000000000000000000000") -> dict:
+    return {"Authorization": "Basic " + base64.b64encode(f"{account}:tok".encode()).decode()}
+
+
+def _create_sms(emu, to: str, sender: str, account: str = "AC00000000000000000000000000000000") -> dict:
+    form = urllib.parse.urlencode({"To": to, "From": sender, "Body": f"to {to} from {sender}"}).encode()
+    status, _, body = raw(emu, "POST", f"/2010-04-01/Accounts/{account}/Messages.json", form,
+                          {**FORM, **_twilio_auth(account)})
+    assert status == 201
+    return body
+
+
+def _list_sms(emu, account: str = "AC00000000000000000000000000000000", **query) -> tuple[int, dict]:
+    path = f"/2010-04-01/Accounts/{account}/Messages.json"
+    status, _, body = raw(emu, "GET", path + ("?" + urllib.parse.urlencode(query) if query else ""),
+                          headers=_twilio_auth(account))
+    return status, body
+
+
+def test_twilio_message_list_is_newest_first_filtered_and_scoped_to_the_account(emu):
+    a, b, f1, f2 = "+15551230001", "+15551230002", "+15005550006", "+15005550007"
+    first = _create_sms(emu, a, f1)
+    second = _create_sms(emu, b, f1)
+    third = _create_sms(emu, a, f2)
+    _create_sms(emu, a, f1, account="AC" + "1" * 32)  # another account: never listed for AC00…
+
+    status, page = _list_sms(emu, To=a)
+
+    assert status == 200
+    # Each entry is exactly the resource the create answer gave (date_created RFC 2822 included).
+    assert page == {
+        "messages": [third, first], "page": 0, "page_size": 50, "start": 0, "end": 1,
+        "uri": f"{TWILIO_PATH}?To=%2B15551230001&PageSize=50&Page=0",
+        "first_page_uri": f"{TWILIO_PATH}?To=%2B15551230001&PageSize=50&Page=0",
+        "next_page_uri": None, "previous_page_uri": None,
+    }
+    assert [m["sid"] for m in _list_sms(emu, To=a, From=f1)[1]["messages"]] == [first["sid"]]
+    assert [m["sid"] for m in _list_sms(emu, From=f1)[1]["messages"]] == [second["sid"], first["sid"]]
+    assert [m["sid"] for m in _list_sms(emu)[1]["messages"]] == [third["sid"], second["sid"], first["sid"]]
+    assert [m["sid"] for m in _list_sms(emu, PageSize=2)[1]["messages"]] == [third["sid"], second["sid"]]
+    assert _list_sms(emu, To="+15559999999")[1]["messages"] == []
+    assert emu.stats("twilio")["list_requests"] == 6
+    # The inspection API is unchanged by what the list needs (From, creation time).
+    assert set(emu.messages()[0]) == {"provider", "account", "channel", "to", "title", "body",
+                                      "provider_message_id", "notification_id", "received_at_ms"}
+
+
+@pytest.mark.parametrize("query", [{"DateSent": "2030-01-01"}, {"Page": "1"}, {"PageSize": "0"},
+                                   {"PageSize": "1001"}, {"PageSize": "x"}])
+def test_twilio_message_list_refuses_what_it_does_not_serve(emu, query):
+    status, body = _list_sms(emu, **query)
+
+    assert (status, body["status"], body["code"]) == (400, 400, 20001)
+
+
+def test_twilio_message_list_requires_basic_auth(emu):
+    status, _, body = raw(emu, "GET", TWILIO_PATH)
+
+    assert (status, body["code"]) == (401, 20003)
 
 
 def test_sendgrid_validates_personalizations(emu):

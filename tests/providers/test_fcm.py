@@ -14,7 +14,7 @@ from providers.base import (
     TransientProviderError,
 )
 from providers.fcm.backend import FcmPushBackend, build_message
-from tests.providers.conftest import PROJECT_ID, fcm_options, free_port
+from tests.providers.conftest import PROJECT_ID, fcm_options, free_port, settle_until
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -24,6 +24,14 @@ TOKEN = "dXNlci1kZXZpY2UtdG9rZW4tMDAx:APA91bH"
 def push(notification_id: str, to: str = TOKEN, **kw) -> OutboundMessage:
     return OutboundMessage(notification_id=notification_id, channel="push", to=to, title="Order shipped",
                            body="Arrives Tuesday", collapse_key=notification_id, **kw)
+
+
+def push_counts(emu) -> dict:
+    """The emulator's FCM send counters, without ``token_requests`` (the shared backend's OAuth token
+    is fetched by whichever test uses it first)."""
+    counts = emu.stats("fcm")
+    del counts["token_requests"]
+    return counts
 
 
 def test_send_records_exactly_one_message(fcm, emu, notification_id):
@@ -104,27 +112,36 @@ def test_quota_exceeded_is_transient(fcm, emu, notification_id):
         fcm.send(push(notification_id))
 
     assert (err.value.code, err.value.http_status, err.value.retry_after) == ("QUOTA_EXCEEDED", 429, None)
-    assert emu.stats("fcm")["requests"] == 1  # without Retry-After the SDK does not retry a 429
+    assert emu.stats("fcm")["requests"] == 1
 
 
-@pytest.mark.timeout(20)
-def test_unavailable_is_transient_after_the_sdk_retries(fcm, emu, notification_id):
-    emu.fault(provider="fcm", code="UNAVAILABLE")  # times=null: every attempt fails
+@pytest.mark.parametrize(("status", "code"), [(503, "UNAVAILABLE"), (500, "INTERNAL")])
+def test_server_errors_are_transient_and_sent_once(fcm, emu, notification_id, status, code):
+    rule = emu.fault(provider="fcm", status=status)  # times=null: a retry would fail too, and be counted
 
     with pytest.raises(TransientProviderError) as err:
         fcm.send(push(notification_id))
 
-    assert (err.value.code, err.value.http_status) == ("UNAVAILABLE", 503)
-    assert emu.stats("fcm")["rejected"] == 5  # 1 call + the SDK's 4 retries
+    assert (err.value.code, err.value.http_status) == (code, status)
+    # firebase-admin's own urllib3 Retry re-sent a 500/503 four times (five requests).
+    assert emu.fired(rule) == 1
+    assert push_counts(emu) == {"requests": 1, "accepted": 0, "rejected": 1, "messages": 0}
 
 
-def test_one_unavailable_answer_is_retried_by_the_sdk(fcm, emu, notification_id):
-    emu.fault(provider="fcm", status=500, times=1)
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("status", "code"), [(429, "QUOTA_EXCEEDED"), (503, "UNAVAILABLE")])
+def test_retry_after_is_reported_not_slept(fcm, emu, notification_id, status, code):
+    rule = emu.fault(provider="fcm", status=status, retry_after=120)
+    started = time.monotonic()
 
-    fcm.send(push(notification_id))
+    with pytest.raises(TransientProviderError) as err:
+        fcm.send(push(notification_id))
 
-    assert emu.stats("fcm") == {"requests": 2, "accepted": 1, "rejected": 1, "messages": 1, "token_requests": 0}
-    assert emu.count(notification_id=notification_id) == 1
+    # With the SDK's Retry(respect_retry_after_header=True) the call slept 120 s before re-sending.
+    assert time.monotonic() - started < 60
+    assert (err.value.code, err.value.http_status, err.value.retry_after) == (code, status, 120.0)
+    assert emu.fired(rule) == 1
+    assert emu.stats("fcm")["requests"] == 1
 
 
 @pytest.mark.parametrize(("rule", "code"), [({"status": 401}, "UNAUTHENTICATED"),
@@ -138,18 +155,39 @@ def test_auth_errors_are_configuration_errors(fcm, emu, notification_id, rule, c
     assert (err.value.code, err.value.http_status) == (code, 401)
 
 
-@pytest.mark.timeout(10)
-def test_timeout_is_transient(emu, notification_id):
-    backend = FcmPushBackend(options=fcm_options(emu, TIMEOUT=0.3))
-    emu.fault(provider="fcm", latency_ms=1500, status=503)
+@pytest.mark.timeout(40)
+def test_a_slow_answer_within_the_timeout_is_accepted_once(emu, notification_id):
+    # Before: httpTimeout was TIMEOUT / 2 = 5 s, so the read timed out and the SDK re-sent the push.
+    backend = FcmPushBackend(options=fcm_options(emu, TIMEOUT=10))
+    rule = emu.fault(provider="fcm", latency_ms=6000)
+    try:
+        result = backend.send(push(notification_id))
+    finally:
+        backend.close()
+
+    [recorded] = emu.messages(notification_id=notification_id)
+    assert recorded["provider_message_id"] == result.provider_message_id
+    assert emu.fired(rule) == 1
+
+
+@pytest.mark.timeout(20)
+def test_timeout_is_transient_and_the_push_is_sent_once(emu, notification_id):
+    timeout, latency = 0.5, 1.5
+    backend = FcmPushBackend(options=fcm_options(emu, TIMEOUT=timeout))
+    rule = emu.fault(provider="fcm", latency_ms=int(latency * 1000))  # a slow success: recorded when answered
     started = time.monotonic()
+    try:
+        with pytest.raises(TransientProviderError) as err:
+            backend.send(push(notification_id))
+    finally:
+        backend.close()
+    # Any re-sent request would be answered (and recorded) by now.
+    settle_until(started + 2 * timeout + latency + 1.0)
 
-    with pytest.raises(TransientProviderError) as err:
-        backend.send(push(notification_id))
-
-    backend.close()
     assert err.value.code == "timeout"
-    assert time.monotonic() - started < 2.5  # the SDK retries a read timeout once
+    # The SDK's Retry(read=1) re-sent the push after the read timeout: two messages for one call.
+    assert emu.fired(rule) == 1
+    assert emu.count(notification_id=notification_id) == 1
 
 
 def test_connection_refused_is_transient(emu, notification_id):
@@ -198,5 +236,40 @@ def test_redirect_fails_loudly_if_the_private_hook_is_gone(emu, monkeypatch):
 
     with pytest.raises(ProviderConfigurationError) as err:
         redirect_fcm(None, "http://127.0.0.1:1/v1/projects/p/messages:send")
+
+    assert err.value.code == "sdk_hook_missing"
+
+
+def test_the_sdk_retry_hook_still_exists_and_no_adapter_retries(emu):
+    """Fails if firebase-admin moves the session ``disable_sdk_retries`` re-mounts, or if any adapter
+    of the live messaging session could retry (providers.md, "The SDKs' own retries")."""
+    from firebase_admin import messaging
+
+    backend = FcmPushBackend(options=fcm_options(emu))
+    backend.open()
+    try:
+        session = messaging._get_messaging_service(backend._app)._client.session
+        adapters = dict(session.adapters)
+    finally:
+        backend.close()
+
+    # What firebase-admin 7.7 mounts (_http_client.HttpClient and _MessagingService.__init__).
+    assert {"http://", "https://", "https://fcm.googleapis.com"} <= set(adapters)
+    for prefix, adapter in adapters.items():
+        retry = adapter.max_retries
+        assert (prefix, retry.total, retry.read, bool(retry.status_forcelist), retry.respect_retry_after_header) == (
+            prefix, 0, False, False, False)
+    assert adapters["https://fcm.googleapis.com"]._pool_maxsize == 100  # the SDK's pool size is kept
+
+
+def test_disabling_retries_fails_loudly_if_the_private_hook_is_gone(monkeypatch):
+    from firebase_admin import messaging
+
+    from providers.fcm.backend import disable_sdk_retries
+
+    monkeypatch.setattr(messaging, "_get_messaging_service", lambda app: object())
+
+    with pytest.raises(ProviderConfigurationError) as err:
+        disable_sdk_retries(None)
 
     assert err.value.code == "sdk_hook_missing"

@@ -15,7 +15,7 @@ from providers.base import (
     TransientProviderError,
 )
 from providers.sendgrid.backend import SendGridEmailBackend, build_request_body
-from tests.providers.conftest import free_port, sendgrid_options
+from tests.providers.conftest import free_port, sendgrid_options, settle_until
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -134,3 +134,29 @@ def test_sdk_redirect_hook_still_exists():
     client = SendGridAPIClient(api_key="SG.x", host="http://127.0.0.1:1")
     assert client.client.host == "http://127.0.0.1:1"
     assert "timeout" in inspect.signature(client.client.mail.send.post).parameters
+
+
+@pytest.mark.timeout(15)
+def test_a_timeout_is_one_request(emu, notification_id):
+    timeout, latency = 0.3, 1.5
+    backend = SendGridEmailBackend(options=sendgrid_options(emu, TIMEOUT=timeout))
+    rule = emu.fault(provider="sendgrid", latency_ms=int(latency * 1000))  # slow success: recorded when answered
+    started = time.monotonic()
+
+    with pytest.raises(TransientProviderError) as err:
+        backend.send(mail(notification_id))
+    settle_until(started + 2 * timeout + latency + 1.0)  # a re-sent request would be recorded by now
+
+    assert err.value.code == "timeout"
+    assert emu.fired(rule) == 1
+    assert emu.count(notification_id=notification_id) == 1
+
+
+def test_a_503_is_one_request(sendgrid, emu, notification_id):
+    rule = emu.fault(provider="sendgrid", status=503)  # times=null: a retry would be refused and counted too
+
+    with pytest.raises(TransientProviderError) as err:
+        sendgrid.send(mail(notification_id))
+
+    assert (err.value.code, err.value.http_status) == ("503", 503)
+    assert emu.fired(rule) == 1

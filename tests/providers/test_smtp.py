@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from providers.base import (
@@ -12,7 +14,7 @@ from providers.base import (
     TransientProviderError,
 )
 from providers.smtp.backend import SmtpEmailBackend
-from tests.providers.conftest import free_port, smtp_options
+from tests.providers.conftest import free_port, settle_until, smtp_options
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -100,3 +102,37 @@ def test_login_is_accepted_by_the_sink(emu, notification_id):
     backend.close()
 
     assert emu.count(notification_id=notification_id) == 1
+
+
+def test_a_503_is_one_attempt(smtp, emu, notification_id):
+    # The sink answers an HTTP-style 5xx as SMTP 451 (transient) at RCPT.
+    rule = emu.fault(provider="smtp", to=TO, status=503)  # times=null: a retry would be refused too
+
+    with pytest.raises(TransientProviderError) as err:
+        smtp.send(mail(notification_id))
+
+    assert err.value.code == "451"
+    assert emu.fired(rule) == 1
+    assert emu.count() == 0
+
+
+@pytest.mark.timeout(15)
+@pytest.mark.parametrize("phase", ["rcpt", "data"])
+@pytest.mark.parametrize("reused", [False, True], ids=["new_session", "reused_session"])
+def test_a_timeout_is_one_attempt(emu, notification_id, phase, reused):
+    timeout, latency = 0.3, 1.5
+    backend = SmtpEmailBackend(options=smtp_options(emu, TIMEOUT=timeout))
+    if reused:
+        backend.send(mail("warm-up"))  # the session stays open for the next send
+    rule = emu.fault(provider="smtp", latency_ms=int(latency * 1000), smtp_phase=phase)  # slow success
+    started = time.monotonic()
+
+    with pytest.raises(TransientProviderError) as err:
+        backend.send(mail(notification_id))
+    backend.close()
+    settle_until(started + 2 * timeout + latency + 1.0)  # a re-sent message would have reached the rule by now
+
+    # smtplib turns a reply timeout into SMTPServerDisconnected: it was "connection_error", and on a
+    # reused session the backend reconnected and sent the message again.
+    assert err.value.code == "timeout"
+    assert emu.fired(rule) == 1
