@@ -46,7 +46,7 @@ def starved(stack, emulator):
 
 def test_starved_workers_send_every_member_exactly_once(api, starved):
     runs = {}
-    for channel in ("push", "sms"):
+    for channel in ("sms", "push"):
         segment_id, _users, _opted = make_segment(api, 100, channel=channel, opted_out_every=10)
         runs[channel] = create_campaign(api, {"segment_id": segment_id, "channel": channel,
                                               "content": content_for(channel)})
