@@ -15,7 +15,7 @@ recipient query and the sent-marker MGET are done once by :func:`notifications.s
    several in flight (``NOTIFY["SEND_CONCURRENCY"]``);
 5. the accepted rows recorded in one transaction (one UPDATE … FROM unnest, attempt and event rows
    in bulk), then their sent markers in one pipeline. Anything else (provider errors, partial push
-   results) goes through the single-row recording of :mod:`notifications.sending`, so retries,
+   results) goes through the single-row recording of :mod:`notifications.recording`, so retries,
    dead letters and contact hygiene behave exactly as for single sends.
 
 Leases: the process's lease keeper renews the lease of every row of the batch for as long as the
@@ -36,19 +36,9 @@ from django.db import connection, transaction
 from notifications import clock, leases, markers, metrics
 from notifications.bulk import array_literal, copy_rows
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
-from notifications.sending import (
-    _Call,
-    _CampaignContent,
-    _error_detail,
-    _record,
-    attempt_for,
-    call_deadline_seconds,
-    message_for,
-    prepare,
-    retry_delay,
-    sms_sender,
-    worker_error,
-)
+from notifications.recording import Call, attempt_for, error_detail, record_call, retry_delay
+from notifications.routing import sms_sender
+from notifications.sending import _CampaignContent, call_deadline_seconds, message_for, prepare, worker_error
 from preferences.models import Device, SmsStop
 from providers import isolation
 from providers.base import ProviderConfigurationError, ProviderError, TransientProviderError
@@ -88,7 +78,7 @@ MAX_PER_REQUEST = 1000
 
 
 def _attempts_spent(n: Notification) -> bool:
-    """Would a transient failure now dead-letter ``n`` (the single-row rule in sending.py)?"""
+    """Would a transient failure now dead-letter ``n`` (the single-row rule in recording.py)?"""
     window = timedelta(seconds=settings.NOTIFY["MIN_RETRY_WINDOW_SECONDS"][n.priority])
     return (n.attempts >= settings.NOTIFY["MAX_ATTEMPTS"][n.priority]
             and clock.now() - (n.first_attempt_at or clock.now()) >= window)
@@ -349,7 +339,7 @@ class _Batch:
                 metrics.provider_call(n, a)
         delay, reason = retry_delay(slowest, exc)
         until = clock.now() + timedelta(seconds=delay)
-        detail = f"attempt failed ({_error_detail(exc)}); retry in {delay:.1f}s"
+        detail = f"attempt failed ({error_detail(exc)}); retry in {delay:.1f}s"
         if reason == Reason.OUTCOME_UNKNOWN:
             detail += " (it may have been accepted: waited for first)"
         self._reschedule([n for n, _ in retry], until, detail, kind="retry", give_back_attempt=False,
@@ -374,7 +364,7 @@ class _Batch:
 
     def _record_single(self, n: Notification, devices: list, done: list, skipped: int) -> None:
         """Errors, or a push partly sent: the single-row recording (retries, dead letters, hygiene)."""
-        call = _Call()
+        call = Call()
         attempts = []
         for (outcome, latency_ms), device in done:
             if isinstance(outcome, Exception):
@@ -387,4 +377,4 @@ class _Batch:
         if skipped and not call.accepted:
             call.errors.append((TransientProviderError(self.provider, "circuit_open",
                                                        "circuit breaker opened during the batch"), None))
-        _record(n, call, attempts, devices)
+        record_call(n, call, attempts, devices)

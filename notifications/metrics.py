@@ -363,7 +363,7 @@ def provider_call(n, attempt) -> None:
 
 @_safe
 def notification_transitioned(n) -> None:
-    """``sending._transition``: the claimed row ``n`` (fields already updated) moved to ``n.status``;
+    """``recording.transition``: the claimed row ``n`` (fields already updated) moved to ``n.status``;
     counts the outcome (sent, failed, suppressed, expired) or the deferral (retry, quiet hours)."""
     status, reason, channel, tier = n.status, n.reason, n.channel, n.priority
 

@@ -8,37 +8,45 @@ and the sent marker guards the window after a provider accepted.
 De-dup order, which keeps delivery at-least-once: look for the sent marker → call the provider →
 record ``sent`` → write the marker. There is no "claimed" marker before the call: a crash after
 such a marker would turn at-least-once into at-most-once.
+
+Beside it: :mod:`notifications.leases` (leases renewed while rows are in flight),
+:mod:`notifications.routing` (which provider a single send goes to), :mod:`notifications.recording`
+(attempt rows, next state, retries and dead letters) and :mod:`notifications.batch` (the standard
+tier's bulk path).
 """
 
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
-from django.db.models import Q
+from django.db import connection
 from django.db.models.expressions import RawSQL
 
 from notifications import clock, leases, markers, metrics
 from notifications.bulk import array_literal
-from notifications.enqueue import enqueue_on_commit
-from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
+from notifications.models import DeliveryAttempt, Notification, Reason, Status
 from notifications.quiet_hours_policy import bypasses_quiet_hours
+from notifications.recording import (
+    Call,
+    attempt_for,
+    backoff_seconds,
+    defer,
+    finish,
+    record_call,
+)
+from notifications.routing import Route, route_for, sms_sender
 from preferences import suppression
 from preferences.models import Device, Preferences, SmsStop
 from preferences.quiet_hours import quiet_zone, window_end
 from providers import isolation
 from providers.base import (
-    ContactInvalidError,
     OutboundMessage,
     ProviderConfigurationError,
     ProviderError,
-    TransientProviderError,
 )
 from providers.registry import get_backend, provider_names
 
@@ -79,33 +87,6 @@ def call_deadline_seconds() -> float:
     """The longest one provider call may take (seconds): connect and read timeouts of the SDK's
     HTTP client, plus a margin. A row's lease is extended past it before every call."""
     return float(settings.PROVIDER_TIMEOUT_SECONDS) * 2 + 5
-
-
-def outcome_unknown(exc: Exception) -> bool:
-    """True when a failed call may nevertheless have been accepted: the provider did not answer in
-    time (``code="timeout"``). Refusals, 5xx answers and refused connections were not accepted."""
-    return isinstance(exc, TransientProviderError) and exc.code == "timeout"
-
-
-def backoff_seconds(attempt: int, priority: str, retry_after: float | None = None) -> float:
-    """Exponential backoff with full jitter (AWS Architecture Blog, "Exponential Backoff And
-    Jitter"): uniform(0, min(cap, base · 2^(attempt-1))) seconds, never less than the provider's
-    ``retry_after`` (seconds) when it gave one."""
-    base = settings.NOTIFY["BACKOFF_BASE_SECONDS"][priority]
-    cap = settings.NOTIFY["BACKOFF_CAP_SECONDS"][priority]
-    delay = random.uniform(0, min(cap, base * 2 ** max(attempt - 1, 0)))
-    if retry_after:
-        delay = max(delay, float(retry_after))
-    return delay
-
-
-@dataclass
-class _Call:
-    """Outcome of the provider call(s) for one notification."""
-
-    accepted: list = field(default_factory=list)  # SendResult
-    errors: list = field(default_factory=list)  # ProviderError / ProviderConfigurationError
-    lost: bool = False  # the row changed hands (lease lost) before a call: nothing more is sent
 
 
 #: Columns the send path never reads (loaded lazily if a rare path does): parsing them is a good
@@ -195,7 +176,7 @@ def _deliver(n: Notification, already_sent: set[str], content: _CampaignContent)
     call, attempts = _call_provider(n, devices)
     if call.lost and not attempts:
         return  # not ours any more, and nothing was called
-    _record(n, call, attempts, devices)
+    record_call(n, call, attempts, devices)
 
 
 def worker_error(n: Notification, exc: Exception) -> None:
@@ -208,11 +189,11 @@ def worker_error(n: Notification, exc: Exception) -> None:
     now = clock.now()
     try:
         if n.attempts >= settings.NOTIFY["MAX_ATTEMPTS"][n.priority]:
-            _finish(n, Status.FAILED, Reason.WORKER_ERROR, kind="dead_lettered",
+            finish(n, Status.FAILED, Reason.WORKER_ERROR, kind="dead_lettered",
                     detail=f"{n.attempts} attempts crashed the worker; last: {detail}", extra={"dead_lettered_at": now})
             return
         delay = backoff_seconds(n.attempts, n.priority)
-        _defer(n, now + timedelta(seconds=delay), Reason.WORKER_ERROR, kind="retry",
+        defer(n, now + timedelta(seconds=delay), Reason.WORKER_ERROR, kind="retry",
                detail=f"attempt {n.attempts} crashed the worker ({detail}); retry in {delay:.1f}s")
     except Exception:
         log.exception("recording the crash of %s failed too; its lease will expire and it will be retried", n.pk)
@@ -229,29 +210,29 @@ def prepare(n: Notification, already_sent: set[str], content: _CampaignContent,
     """
     now = clock.now()
     if str(n.pk) in already_sent:
-        _finish(n, Status.SENT, kind="sent", detail="sent marker found: an earlier attempt was accepted",
+        finish(n, Status.SENT, kind="sent", detail="sent marker found: an earlier attempt was accepted",
                 extra={"sent_at": now}, attempt=DeliveryAttempt(
                     number=n.attempts, provider=n.provider or "-", outcome=Outcome.DUPLICATE_SKIPPED))
         return None
     if n.reason in RESEND_AFTER_UNKNOWN and _found_at_provider(n, content):
         return None
     if n.campaign_id and content.cancelled(n):
-        _finish(n, Status.CANCELLED, Reason.CAMPAIGN_CANCELLED, kind="cancelled",
+        finish(n, Status.CANCELLED, Reason.CAMPAIGN_CANCELLED, kind="cancelled",
                 detail="its campaign was cancelled before this was sent")
         return None
     if n.expires_at and now >= n.expires_at:
-        _finish(n, Status.EXPIRED, Reason.TTL_EXPIRED, kind="expired",
+        finish(n, Status.EXPIRED, Reason.TTL_EXPIRED, kind="expired",
                 detail=f"expired at {n.expires_at.isoformat()}")
         return None
     reason = suppression_reason(n, stopped_phones)
     if reason:
-        _finish(n, Status.SUPPRESSED, reason, kind="suppressed", detail=_suppression_detail(n, reason))
+        finish(n, Status.SUPPRESSED, reason, kind="suppressed", detail=_suppression_detail(n, reason))
         return None
     if not bypasses_quiet_hours(n.priority, n.category):
         until = quiet_hours_end(n, now)
         if until:
             # A deferral is not a delivery attempt: give back the attempt the claim counted.
-            _defer(n, until, Reason.QUIET_HOURS, kind="deferred",
+            defer(n, until, Reason.QUIET_HOURS, kind="deferred",
                    detail=f"quiet hours until {until.isoformat()}", extra={"attempts": n.attempts - 1})
             return None
     if n.campaign_id:
@@ -260,7 +241,7 @@ def prepare(n: Notification, already_sent: set[str], content: _CampaignContent,
         try:
             content.apply(n)
         except RenderError as exc:
-            _finish(n, Status.FAILED, Reason.TEMPLATE_ERROR, kind="dead_lettered", detail=str(exc)[:500],
+            finish(n, Status.FAILED, Reason.TEMPLATE_ERROR, kind="dead_lettered", detail=str(exc)[:500],
                     extra={"dead_lettered_at": now})
             return None
     if n.channel != "push":
@@ -268,7 +249,7 @@ def prepare(n: Notification, already_sent: set[str], content: _CampaignContent,
     if devices is None:
         devices = list(Device.objects.filter(recipient_id=n.recipient_id, active=True).order_by("id"))
     if not devices:
-        _finish(n, Status.SUPPRESSED, Reason.NO_ACTIVE_DEVICE, kind="suppressed",
+        finish(n, Status.SUPPRESSED, Reason.NO_ACTIVE_DEVICE, kind="suppressed",
                 detail=Reason.NO_ACTIVE_DEVICE.label)
         return None
     return devices
@@ -296,7 +277,7 @@ def _found_at_provider(n: Notification, content: _CampaignContent) -> bool:
         if found is None:
             continue
         now = clock.now()
-        _finish(n, Status.SENT, kind="sent", detail=f"found at {found.provider} ({found.provider_message_id}): "
+        finish(n, Status.SENT, kind="sent", detail=f"found at {found.provider} ({found.provider_message_id}): "
                 "the earlier call whose answer was lost had been accepted; not sent again",
                 extra={"sent_at": now, "provider": found.provider, "provider_message_id": found.provider_message_id},
                 attempt=DeliveryAttempt(number=n.attempts, provider=found.provider, outcome=Outcome.FOUND_BY_LOOKUP,
@@ -335,11 +316,6 @@ def _suppression_detail(n: Notification, reason: str) -> str:
     return Reason(reason).label
 
 
-def sms_sender() -> str:
-    """The sender (From number) SMS currently go out from: the primary SMS provider's FROM_NUMBER."""
-    return str(get_backend("sms").options.get("FROM_NUMBER", ""))
-
-
 def quiet_hours_end(n: Notification, now: datetime) -> datetime | None:
     """End of the recipient's quiet window (UTC) if ``now`` falls inside it, else None."""
     try:
@@ -369,20 +345,20 @@ def message_for(n: Notification, to: str, platform: str | None = None) -> Outbou
     )
 
 
-def _call_provider(n: Notification, devices: list[Device]) -> tuple[_Call, list[DeliveryAttempt]]:
-    """Call the provider the router picks (:func:`_route`): once, or once per active device for push."""
+def _call_provider(n: Notification, devices: list[Device]) -> tuple[Call, list[DeliveryAttempt]]:
+    """Call the provider the router picks (:func:`route_for`): once, or once per active device for push."""
     if n.channel == "sms":
         targets = [(n.recipient.phone, None)]
     elif n.channel == "email":
         targets = [(n.recipient.email, None)]
     else:
         targets = [(d.push_token, d) for d in devices]
-    call = _Call()
+    call = Call()
     attempts: list[DeliveryAttempt] = []
     tried: list[str] = []
     while True:
         try:
-            route = _route(n, len(targets), exclude=tried)
+            route = route_for(n, len(targets), exclude=tried)
         except (ProviderError, ProviderConfigurationError) as exc:
             if attempts:
                 return call, attempts  # the failed call(s) above are the outcome
@@ -402,7 +378,7 @@ def _call_provider(n: Notification, devices: list[Device]) -> tuple[_Call, list[
             return call, attempts
 
 
-def _call_route(n: Notification, route: _Route, targets: list, call: _Call, attempts: list) -> bool:
+def _call_route(n: Notification, route: Route, targets: list, call: Call, attempts: list) -> bool:
     """Send to every target through ``route``; True if a call failed in a way that counts against
     the provider's health (timeout, connection error, 5xx)."""
     provider_failed = False
@@ -431,266 +407,3 @@ def _call_route(n: Notification, route: _Route, targets: list, call: _Call, atte
     return provider_failed
 
 
-def attempt_for(n: Notification, outcome, *, device: Device | None = None, latency_ms: int | None = None
-                ) -> DeliveryAttempt:
-    """The (unsaved) DeliveryAttempt of one provider call of ``n``: ``outcome`` is the SendResult or
-    the ProviderError / ProviderConfigurationError it ended with."""
-    attempt = DeliveryAttempt(notification=n, number=n.attempts, device=device, latency_ms=latency_ms,
-                              provider=outcome.provider[:32])
-    if isinstance(outcome, Exception):
-        attempt.outcome = _outcome_of(outcome)
-        attempt.error_code = outcome.code[:64]
-        attempt.error_message = (outcome.message or str(outcome))[:500]
-        attempt.http_status = getattr(outcome, "http_status", None)
-    else:
-        attempt.outcome = Outcome.ACCEPTED
-        attempt.provider_message_id = outcome.provider_message_id[:255]
-    return attempt
-
-
-@dataclass
-class _Route:
-    """The provider a single send goes to: its backend, bulkhead slots held, and whether the call
-    is the breaker's half-open probe. ``guarded``: breaker bookkeeping applies (not in naive mode)."""
-
-    name: str
-    backend: object
-    slots: list = field(default_factory=list)
-    probe: bool = False
-    guarded: bool = True
-
-    def after_probe(self) -> _Route:
-        return _Route(self.name, self.backend, self.slots, False, self.guarded)
-
-
-def _route(n: Notification, needed: int, exclude: list[str] = ()) -> _Route:
-    """Pick the provider for a single (high-tier, or naive-mode) send (DESIGN.md §8 provider router).
-
-    High tier: the channel's providers in order; one is skipped while its circuit breaker is open,
-    its high-tier bulkhead is full, or its budget (reserved high share, then the standard share)
-    has no token within ``HIGH_BUDGET_WAIT_SECONDS``; the first usable one is taken (a backup =
-    failover). A half-open primary is probed by high traffic only when no other provider is
-    usable. Standard tier: only the primary, since standard traffic waits for it (and probes it).
-    Naive mode: the primary, one shared budget, no breaker or bulkhead. ``exclude``: providers
-    already tried in this attempt.
-
-    Raises:
-        TransientProviderError: no provider can be called now (``code`` ``circuit_open``,
-            ``bulkhead_full`` or ``budget_exhausted`` of the last one tried).
-        ProviderConfigurationError: the channel has no provider configured.
-    """
-    tier = n.priority
-    names = provider_names(n.channel)
-    if settings.NOTIFY["PIPELINE"] == "naive":
-        _wait_for_tokens(names[0], "high", needed, max_wait=settings.NOTIFY["LEASE_SECONDS"] / 2)
-        return _Route(names[0], get_backend(n.channel, names[0]), guarded=False)
-    if tier != "high":
-        names = names[:1]
-    lease = float(settings.PROVIDER_TIMEOUT_SECONDS) * 2 * max(1, needed)
-    last: Exception | None = None
-    candidates = [(i, name, False) for i, name in enumerate(names) if name not in exclude]
-    if tier == "high":
-        candidates += [(i, name, True) for i, name, _ in candidates]  # second pass: may probe
-    else:
-        candidates = [(i, name, True) for i, name, _ in candidates]
-    for index, name, may_probe in candidates:
-        verdict = isolation.breaker_allows(name, may_probe=may_probe)
-        if not verdict.allowed:
-            metrics.isolation_event("breaker_fast_fail", name, tier)
-            last = TransientProviderError(name, "circuit_open",
-                                          f"circuit breaker open; next probe in {verdict.retry_in:.1f} s",
-                                          retry_after=verdict.retry_in if tier != "high" else None)
-            continue
-        slots = isolation.acquire_slots(name, tier, 1, lease)
-        if not slots:
-            metrics.isolation_event("bulkhead_full", name, tier)
-            last = TransientProviderError(name, "bulkhead_full", "every concurrent-call slot is taken")
-            continue
-        if not _wait_for_tokens(name, tier, needed, max_wait=HIGH_BUDGET_WAIT_SECONDS):
-            isolation.release_slots(name, tier, slots)
-            last = TransientProviderError(name, "budget_exhausted", "no provider budget left this second")
-            continue
-        if index:
-            metrics.isolation_event("failover", name, tier, channel=n.channel)
-            log.warning("%s %s %s fails over to %s: %s", tier, n.channel, n.pk, name, last)
-        return _Route(name, get_backend(n.channel, name, tier), slots, verdict.probe)
-    raise last or ProviderConfigurationError(n.channel, "no provider configured", code="not_configured")
-
-
-#: How long a high-tier send waits for a budget token before trying the next provider (seconds).
-HIGH_BUDGET_WAIT_SECONDS = 1.0
-
-
-def _wait_for_tokens(provider: str, tier: str, needed: int, max_wait: float) -> bool:
-    """Take ``needed`` tokens (all or none), waiting up to ``max_wait`` seconds. True if taken."""
-    deadline = time.monotonic() + max_wait
-    waited = 0.0
-    while True:
-        granted, wait = isolation.take_tokens(provider, tier, needed, partial=False)
-        if granted:
-            if waited:
-                metrics.isolation_event("budget_wait", provider, tier, seconds=waited)
-            return True
-        pause = min(wait, deadline - time.monotonic())
-        if pause <= 0:
-            return False
-        time.sleep(pause)
-        waited += pause
-
-
-def _outcome_of(exc: Exception) -> str:
-    if isinstance(exc, ProviderConfigurationError):
-        return Outcome.CONFIGURATION
-    if isinstance(exc, ContactInvalidError):
-        return Outcome.CONTACT_INVALID
-    if outcome_unknown(exc):
-        return Outcome.UNKNOWN
-    if isinstance(exc, TransientProviderError):
-        return Outcome.TRANSIENT
-    return Outcome.PERMANENT
-
-
-def _record(n: Notification, call: _Call, attempts: list[DeliveryAttempt], devices: list[Device]) -> None:
-    """Turn the call's outcome into the row's next state (DESIGN.md §6 steps 8–9)."""
-    now = clock.now()
-    _deactivate_dead_contacts(n, call)
-    if call.accepted:
-        first = call.accepted[0]
-        detail = ""
-        if n.channel == "push":
-            detail = f"accepted for {len(call.accepted)} of {len(devices)} device(s)"
-        provider_fields = {"sent_at": now, "provider": first.provider,
-                           "provider_message_id": first.provider_message_id[:255]}
-        if not _finish(n, Status.SENT, kind="sent", detail=detail, attempts=attempts,
-                       extra={**provider_fields, "due_at": None}):
-            # The provider's receipt arrived (and settled the row) before we recorded the call:
-            # keep what only we know, and our attempt rows replace the receipt's stand-in.
-            Notification.objects.filter(pk=n.pk, provider_message_id="").update(**provider_fields)
-            DeliveryAttempt.objects.filter(notification_id=n.pk, number=n.attempts,
-                                           outcome=Outcome.LEARNED_FROM_RECEIPT).delete()
-        markers.mark_sent([n.pk])  # after the row says `sent` (committed in _finish)
-        log.info("sent %s %s %s via %s (attempt %d, %s)", n.priority, n.channel, n.pk, first.provider, n.attempts,
-                 first.provider_message_id)
-        return
-    errors = [e for e, _ in call.errors]
-    transient = [e for e in errors if isinstance(e, TransientProviderError)]
-    config = [e for e in errors if isinstance(e, ProviderConfigurationError)]
-    provider = errors[0].provider if errors else ""
-    if transient:
-        _retry_or_dead_letter(n, transient[0], attempts, now)
-    elif config:
-        log.error("provider configuration error for %s: %s", provider, config[0].message)
-        _finish(n, Status.FAILED, Reason.CONFIGURATION_ERROR, kind="dead_lettered", attempts=attempts,
-                detail=_error_detail(config[0]), extra={"provider": provider, "dead_lettered_at": now})
-    elif errors and all(isinstance(e, ContactInvalidError) for e in errors):
-        _finish(n, Status.FAILED, Reason.CONTACT_INVALID, kind="failed", attempts=attempts,
-                detail=_error_detail(errors[0]), extra={"provider": provider})
-    else:
-        # A permanent refusal that is not about the contact is ours (bad payload): dead letter.
-        _finish(n, Status.FAILED, Reason.PERMANENT_ERROR, kind="dead_lettered", attempts=attempts,
-                detail=_error_detail(errors[0]), extra={"provider": provider, "dead_lettered_at": now})
-
-
-def _error_detail(exc) -> str:
-    reason = getattr(exc, "reason", "")
-    return (f"{exc.provider} {exc.code}" + (f" ({reason})" if reason else "") + f": {exc.message}")[:500]
-
-
-def _retry_or_dead_letter(n: Notification, exc: TransientProviderError, attempts, now: datetime) -> None:
-    max_attempts = settings.NOTIFY["MAX_ATTEMPTS"][n.priority]
-    window = timedelta(seconds=settings.NOTIFY["MIN_RETRY_WINDOW_SECONDS"][n.priority])
-    # Dead letter only once the attempt budget is spent AND the retry window has passed: full jitter
-    # can make a few attempts very close together, and a provider outage of a few minutes must not
-    # dead-letter what was accepted.
-    if n.attempts >= max_attempts and now - (n.first_attempt_at or now) >= window:
-        _finish(n, Status.FAILED, Reason.ATTEMPTS_EXHAUSTED, kind="dead_lettered", attempts=attempts,
-                detail=f"{n.attempts} attempts; last: {_error_detail(exc)}"[:500],
-                extra={"provider": exc.provider, "dead_lettered_at": now})
-        return
-    delay, reason = retry_delay(n, exc)
-    until = now + timedelta(seconds=delay)
-    detail = f"attempt {n.attempts} failed ({_error_detail(exc)}); retry in {delay:.1f}s"
-    if reason == Reason.OUTCOME_UNKNOWN:
-        detail += " (it may have been accepted: looked up or waited for first)"
-    if delay <= settings.NOTIFY["MAX_COUNTDOWN_SECONDS"]:
-        with transaction.atomic():
-            moved = _transition(n, Status.QUEUED, reason, kind="retry", detail=detail,
-                                attempts=attempts, extra={"queued_at": now + timedelta(seconds=delay)})
-            if moved:
-                enqueue_on_commit([(n.pk, n.priority, n.channel)], countdown=delay)
-    else:
-        _defer(n, until, reason, kind="retry", detail=detail, attempts=attempts)
-
-
-def retry_delay(n: Notification, exc: TransientProviderError) -> tuple[float, str]:
-    """``(seconds, reason)`` before the next attempt after the transient failure ``exc``: the
-    backoff (honouring the provider's ``retry_after``), and when the call's outcome is unknown at
-    least ``OUTCOME_UNKNOWN_WAIT_SECONDS`` of the tier (reason ``outcome_unknown``)."""
-    delay = backoff_seconds(n.attempts, n.priority, exc.retry_after)
-    if outcome_unknown(exc):
-        return max(delay, float(settings.NOTIFY["OUTCOME_UNKNOWN_WAIT_SECONDS"][n.priority])), Reason.OUTCOME_UNKNOWN
-    return delay, Reason.RETRY_SCHEDULED
-
-
-def _deactivate_dead_contacts(n: Notification, call: _Call) -> None:
-    now = clock.now()
-    for exc, device in call.errors:
-        if not isinstance(exc, ContactInvalidError):
-            continue
-        if device is not None:
-            Device.objects.filter(pk=device.pk, active=True).update(
-                active=False, deactivated_reason=exc.reason[:64], deactivated_at=now, updated_at=now)
-        elif n.channel == "sms" and exc.reason == "opted_out":
-            # Twilio 21610: the recipient replied STOP to this sender; scoped to it (carrier rule).
-            SmsStop.objects.get_or_create(phone=n.recipient.phone, sender=sms_sender(),
-                                          defaults={"source": f"{exc.provider} {exc.code}"})
-        elif n.channel == "sms":
-            type(n.recipient).objects.filter(pk=n.recipient_id).update(
-                phone_invalid_reason=exc.reason[:64], phone_invalid_at=now)
-        elif n.channel == "email":
-            type(n.recipient).objects.filter(pk=n.recipient_id).update(
-                email_invalid_reason=exc.reason[:64], email_invalid_at=now)
-
-
-def _transition(n: Notification, status: str, reason: str = "", *, kind: str, detail: str = "",
-                attempts: list[DeliveryAttempt] | None = None, extra: dict | None = None) -> bool:
-    """Move a claimed (``sending``) row to ``status`` and log it. Returns False if the row was no
-    longer ours (another worker re-claimed it, or it was settled meanwhile).
-
-    ``sent`` is also recorded on a row the reconciler took back after its lease ran out
-    (``lease_expired``) as long as nobody has claimed it again: the call we made was accepted, so
-    the pending re-send must not happen (a worker that was slow, not dead)."""
-    fields = {"status": status, "reason": reason, "reason_detail": detail[:500], "lease_until": None,
-              "updated_at": clock.now(), **(extra or {})}
-    ours = Q(status=Status.SENDING)
-    if status == Status.SENT:
-        ours |= Q(status__in=[Status.SCHEDULED, Status.QUEUED], reason=Reason.LEASE_EXPIRED)
-        fields.setdefault("due_at", None)
-    moved = Notification.objects.filter(ours, pk=n.pk, attempts=n.attempts).update(**fields)
-    if attempts:
-        DeliveryAttempt.objects.bulk_create(attempts)
-    if moved:
-        DeliveryEvent.objects.create(notification=n, kind=kind, status=status, reason=reason, detail=detail[:500])
-        for key, value in fields.items():
-            setattr(n, key, value)
-        metrics.notification_transitioned(n)
-    else:
-        log.warning("notification %s changed hands before it could be recorded as %s", n.pk, status)
-    return bool(moved)
-
-
-def _finish(n: Notification, status: str, reason: str = "", **kw) -> bool:
-    attempt = kw.pop("attempt", None)
-    if attempt is not None:
-        attempt.notification = n
-        kw["attempts"] = [attempt]
-    with transaction.atomic():
-        return _transition(n, status, reason, **kw)
-
-
-def _defer(n: Notification, until: datetime, reason: str, **kw) -> bool:
-    """Back to ``scheduled`` (the row waits in Postgres) until ``until``; the scheduler releases it."""
-    extra = kw.pop("extra", {})
-    extra["due_at"] = until
-    with transaction.atomic():
-        return _transition(n, Status.SCHEDULED, reason, extra=extra, **kw)

@@ -1,0 +1,114 @@
+"""The provider router for single sends (DESIGN.md §8): which provider of a channel a high-tier
+(or naive-mode) send goes to, with its bulkhead slots and budget tokens taken.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from django.conf import settings
+
+from notifications import metrics
+from notifications.models import Notification
+from providers import isolation
+from providers.base import ProviderConfigurationError, TransientProviderError
+from providers.registry import get_backend, provider_names
+
+log = logging.getLogger(__name__)
+
+
+def sms_sender() -> str:
+    """The sender (From number) SMS currently go out from: the primary SMS provider's FROM_NUMBER."""
+    return str(get_backend("sms").options.get("FROM_NUMBER", ""))
+
+
+@dataclass
+class Route:
+    """The provider a single send goes to: its backend, bulkhead slots held, and whether the call
+    is the breaker's half-open probe. ``guarded``: breaker bookkeeping applies (not in naive mode)."""
+
+    name: str
+    backend: object
+    slots: list = field(default_factory=list)
+    probe: bool = False
+    guarded: bool = True
+
+    def after_probe(self) -> Route:
+        return Route(self.name, self.backend, self.slots, False, self.guarded)
+
+
+def route_for(n: Notification, needed: int, exclude: list[str] = ()) -> Route:
+    """Pick the provider for a single (high-tier, or naive-mode) send (DESIGN.md §8 provider router).
+
+    High tier: the channel's providers in order; one is skipped while its circuit breaker is open,
+    its high-tier bulkhead is full, or its budget (reserved high share, then the standard share)
+    has no token within ``HIGH_BUDGET_WAIT_SECONDS``; the first usable one is taken (a backup =
+    failover). A half-open primary is probed by high traffic only when no other provider is
+    usable. Standard tier: only the primary, since standard traffic waits for it (and probes it).
+    Naive mode: the primary, one shared budget, no breaker or bulkhead. ``exclude``: providers
+    already tried in this attempt.
+
+    Raises:
+        TransientProviderError: no provider can be called now (``code`` ``circuit_open``,
+            ``bulkhead_full`` or ``budget_exhausted`` of the last one tried).
+        ProviderConfigurationError: the channel has no provider configured.
+    """
+    tier = n.priority
+    names = provider_names(n.channel)
+    if settings.NOTIFY["PIPELINE"] == "naive":
+        wait_for_tokens(names[0], "high", needed, max_wait=settings.NOTIFY["LEASE_SECONDS"] / 2)
+        return Route(names[0], get_backend(n.channel, names[0]), guarded=False)
+    if tier != "high":
+        names = names[:1]
+    lease = float(settings.PROVIDER_TIMEOUT_SECONDS) * 2 * max(1, needed)
+    last: Exception | None = None
+    candidates = [(i, name, False) for i, name in enumerate(names) if name not in exclude]
+    if tier == "high":
+        candidates += [(i, name, True) for i, name, _ in candidates]  # second pass: may probe
+    else:
+        candidates = [(i, name, True) for i, name, _ in candidates]
+    for index, name, may_probe in candidates:
+        verdict = isolation.breaker_allows(name, may_probe=may_probe)
+        if not verdict.allowed:
+            metrics.isolation_event("breaker_fast_fail", name, tier)
+            last = TransientProviderError(name, "circuit_open",
+                                          f"circuit breaker open; next probe in {verdict.retry_in:.1f} s",
+                                          retry_after=verdict.retry_in if tier != "high" else None)
+            continue
+        slots = isolation.acquire_slots(name, tier, 1, lease)
+        if not slots:
+            metrics.isolation_event("bulkhead_full", name, tier)
+            last = TransientProviderError(name, "bulkhead_full", "every concurrent-call slot is taken")
+            continue
+        if not wait_for_tokens(name, tier, needed, max_wait=HIGH_BUDGET_WAIT_SECONDS):
+            isolation.release_slots(name, tier, slots)
+            last = TransientProviderError(name, "budget_exhausted", "no provider budget left this second")
+            continue
+        if index:
+            metrics.isolation_event("failover", name, tier, channel=n.channel)
+            log.warning("%s %s %s fails over to %s: %s", tier, n.channel, n.pk, name, last)
+        return Route(name, get_backend(n.channel, name, tier), slots, verdict.probe)
+    raise last or ProviderConfigurationError(n.channel, "no provider configured", code="not_configured")
+
+
+#: How long a high-tier send waits for a budget token before trying the next provider (seconds).
+HIGH_BUDGET_WAIT_SECONDS = 1.0
+
+
+def wait_for_tokens(provider: str, tier: str, needed: int, max_wait: float) -> bool:
+    """Take ``needed`` tokens (all or none), waiting up to ``max_wait`` seconds. True if taken."""
+    deadline = time.monotonic() + max_wait
+    waited = 0.0
+    while True:
+        granted, wait = isolation.take_tokens(provider, tier, needed, partial=False)
+        if granted:
+            if waited:
+                metrics.isolation_event("budget_wait", provider, tier, seconds=waited)
+            return True
+        pause = min(wait, deadline - time.monotonic())
+        if pause <= 0:
+            return False
+        time.sleep(pause)
+        waited += pause
