@@ -4,9 +4,9 @@
 high-tier, standard-tier and maintenance Celery workers, and beat, all against the pytest test
 database and Redis database 1. Nothing is mocked: the SDKs talk HTTP/SMTP to the emulator.
 
-Timings are shortened through the environment (lease 10 s, since firebase-admin's own 5xx
-retries take ~7.5 s; stale-queued 5 s; reconciler every 1 s)
-so failure recovery is observable within a test. A shared clock-offset file lets a test move every
+Timings are shortened through the environment (lease 10 s, provider timeout 3 s, stale-queued
+5 s, reconciler every 1 s, 3 s wait before a re-send after an unknown outcome) so failure recovery
+is observable within a test. A shared clock-offset file lets a test move every
 process's clock (``notifications/clock.py``).
 """
 
