@@ -354,6 +354,22 @@ def test_killed_worker_claim_is_redriven_after_lease(api, emulator, uid, stack):
     assert len(emulator.messages(notification_id=nid)) == 1
 
 
+def test_a_twilio_call_that_times_out_but_was_accepted_is_found_not_sent_again(api, emulator, uid):
+    """Issue 10 #10(c): Twilio answered after our timeout (5 s vs 3 s). The call is `unknown`; the row
+    waits (OUTCOME_UNKNOWN_WAIT_STANDARD), then the lookup in Twilio's message list finds the message
+    the first call created: one SMS, never two."""
+    user = make_user(api, uid)
+    emulator.add_receipt_rule(provider="twilio", to=user["phone"], outcome="none")  # no receipt settles it
+    emulator.add_fault(provider="twilio", to=user["phone"], latency_ms=5000, times=1)
+    nid = send(api, uid, "sms", priority="standard")
+    n = wait_status(nid, SENT, timeout=40)
+    assert list(n.attempts_log.order_by("id").values_list("number", "outcome", "error_code")) == [
+        (1, "unknown", "timeout"), (2, "found_by_lookup", "")]
+    assert "outcome_unknown" in [e.reason for e in n.events.all()]
+    (received,) = emulator.messages(notification_id=nid)
+    assert n.provider_message_id == received["provider_message_id"]
+
+
 def test_redis_flushed_while_scheduled_send_waits_is_still_delivered_once_on_time(api, emulator, uid, stack):
     make_user(api, uid)
     at = datetime.now(UTC) + timedelta(seconds=4)
