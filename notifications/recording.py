@@ -30,8 +30,10 @@ Outcome = DeliveryAttempt.Outcome
 
 def outcome_unknown(exc: Exception) -> bool:
     """True when a failed call may nevertheless have been accepted: the provider did not answer in
-    time (``code="timeout"``). Refusals, 5xx answers and refused connections were not accepted."""
-    return isinstance(exc, TransientProviderError) and exc.code == "timeout"
+    time (``code="timeout"``) or the connection broke after the request may have reached it
+    (``"connection_lost"``; providers.base.transport_code). Refusals, error answers (5xx, 429) and
+    refused connections were not accepted."""
+    return isinstance(exc, TransientProviderError) and exc.code in ("timeout", "connection_lost")
 
 
 def backoff_seconds(attempt: int, priority: str, retry_after: float | None = None) -> float:

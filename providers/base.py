@@ -115,6 +115,35 @@ class TransientProviderError(ProviderError):
     transient = True
 
 
+def transport_code(exc: BaseException | None) -> str:
+    """The code of a failure to get an answer, from anywhere in ``exc``'s chain (``__cause__``,
+    ``__context__``, ``reason`` and ``args``, which is where requests, urllib3, urllib and
+    google-auth keep the original):
+
+    * ``"timeout"``: no answer in time (the provider may have accepted the message);
+    * ``"connection_lost"``: the connection broke after it was made (reset, closed without an
+      answer, a protocol error): the request may have reached the provider, so also unknown;
+    * ``"connection_error"``: anything else (refused, DNS): the request never left.
+    """
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    lost = False
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        name = type(current).__name__
+        if isinstance(current, TimeoutError) or "Timeout" in name:
+            return "timeout"
+        if isinstance(current, (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)) or name in (
+                "RemoteDisconnected", "ProtocolError", "IncompleteRead", "ChunkedEncodingError"):
+            lost = True
+        linked = [current.__cause__, current.__context__, getattr(current, "reason", None), *current.args]
+        pending.extend(e for e in linked if isinstance(e, BaseException))
+    return "connection_lost" if lost else "connection_error"
+
+
 class UnexpectedProviderError(TransientProviderError):
     """A send raised something outside the provider contract (a bug, an SDK surprise). Transient,
     so it is retried within the attempt budget and then dead-lettered; ``code`` is the exception's

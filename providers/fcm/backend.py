@@ -54,6 +54,7 @@ from providers.base import (
     PushBackend,
     SendResult,
     TransientProviderError,
+    transport_code,
 )
 
 logger = logging.getLogger(__name__)
@@ -286,7 +287,9 @@ class FcmPushBackend(PushBackend):
         except exceptions.FirebaseError as exc:
             raise self._classify(exc) from exc
         except google.auth.exceptions.TransportError as exc:
-            raise TransientProviderError(self.name, _transport_code(exc), "OAuth token endpoint unreachable") from exc
+            # No push was sent: the OAuth token request (google-auth) itself failed.
+            raise TransientProviderError(self.name, "token_endpoint_unreachable",
+                                         f"OAuth token endpoint unreachable ({transport_code(exc)})") from exc
         except google.auth.exceptions.RefreshError as exc:
             if getattr(exc, "retryable", False):
                 raise TransientProviderError(self.name, "token_refresh", str(exc)[:300]) from exc
@@ -318,7 +321,7 @@ class FcmPushBackend(PushBackend):
             )
         if response is None:
             # No HTTP answer: connection refused/reset or timed out (requests error as cause).
-            return TransientProviderError(self.name, _transport_code(exc.cause), text)
+            return TransientProviderError(self.name, transport_code(exc.cause), text)
         if status >= 500 or isinstance(
             exc, (exceptions.UnavailableError, exceptions.InternalError, exceptions.DeadlineExceededError)
         ):
@@ -355,24 +358,3 @@ def _retry_after(response: requests.Response | None) -> float | None:
         return max(0.0, float(value)) if value is not None else None
     except ValueError:
         return None
-
-
-def _transport_code(cause: BaseException | None) -> str:
-    """``"timeout"`` if a timeout is anywhere in the exception chain, else ``"connection_error"``.
-
-    A read timeout is ``requests.ReadTimeout`` (``NO_RETRY`` has ``read=False``); a connect timeout
-    is ``requests.ConnectTimeout`` wrapping ``MaxRetryError(reason=ConnectTimeoutError)``; google-auth
-    wraps its own in ``TransportError``: so the chain and args are searched.
-    """
-    seen: set[int] = set()
-    pending: list[BaseException | None] = [cause]
-    while pending:
-        current = pending.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        if isinstance(current, (TimeoutError, requests.exceptions.Timeout)) or "Timeout" in type(current).__name__:
-            return "timeout"
-        linked = [current.__cause__, current.__context__, getattr(current, "reason", None), *current.args]
-        pending.extend(e for e in linked if isinstance(e, BaseException))
-    return "connection_error"

@@ -27,6 +27,7 @@ from providers.base import (
     ProviderConfigurationError,
     SendResult,
     TransientProviderError,
+    transport_code,
 )
 
 logger = logging.getLogger(__name__)
@@ -209,9 +210,9 @@ class SendGridEmailBackend(EmailBackend):
         except urllib.error.URLError as exc:
             if isinstance(exc.reason, TimeoutError):
                 raise TransientProviderError(self.name, "timeout", f"no answer within {timeout} s") from exc
-            raise TransientProviderError(self.name, "connection_error", str(exc.reason)[:200]) from exc
+            raise TransientProviderError(self.name, transport_code(exc), str(exc.reason)[:200]) from exc
         except (http.client.HTTPException, OSError) as exc:
-            raise TransientProviderError(self.name, "connection_error", type(exc).__name__) from exc
+            raise TransientProviderError(self.name, transport_code(exc), type(exc).__name__) from exc
         message_id = response.headers.get("X-Message-Id") if response.headers else None
         if not message_id:
             # Accepted anyway: raising would make the caller retry and send a duplicate.

@@ -34,6 +34,7 @@ from providers.base import (
     SendResult,
     SmsBackend,
     TransientProviderError,
+    transport_code,
 )
 
 logger = logging.getLogger(__name__)
@@ -199,7 +200,7 @@ class TwilioSmsBackend(SmsBackend):
         except requests.exceptions.Timeout as exc:
             raise TransientProviderError(self.name, "timeout", f"no answer within {self._timeout()} s") from exc
         except requests.exceptions.RequestException as exc:
-            raise TransientProviderError(self.name, "connection_error", type(exc).__name__) from exc
+            raise TransientProviderError(self.name, transport_code(exc), type(exc).__name__) from exc
         return SendResult(provider=self.name, provider_message_id=created.sid, raw_status=created.status)
 
     def find_accepted(self, message: OutboundMessage, since: datetime) -> SendResult | None:
