@@ -45,13 +45,17 @@ Rules:
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
 
 from notifications import clock, markers, metrics
+from notifications.bulk import array_literal
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
 from preferences.models import Preferences, Recipient, SmsStop
 
@@ -125,9 +129,20 @@ def _find(receipt: Receipt) -> Notification | None:
 
 def apply_receipts(receipts: list[Receipt]) -> dict[str, int]:
     """Apply receipts in order. Returns ``{"applied", "duplicate", "unknown"}`` counts. Never raises
-    for bad data: a webhook must answer 2xx for anything it verified."""
+    for bad data: a webhook must answer 2xx for anything it verified.
+
+    A provider batch (SendGrid posts up to hundreds of events at once) is applied in bulk where
+    nothing depends on order: the receipts that only store an event or settle a ``sent`` row as
+    ``delivered`` (no failure, no contact consequence, for a notification with at most one settling
+    receipt in the batch) take one lookup, one INSERT and one UPDATE for the whole batch. Every
+    other receipt goes through :func:`_apply_one`, one by one, in order."""
     counts = {"applied": 0, "duplicate": 0, "unknown": 0}
-    for receipt in receipts:
+    found = _find_all(receipts)
+    bulk, single = _plan(receipts, found)
+    if bulk:
+        for outcome in _apply_bulk(bulk):
+            counts[outcome] += 1
+    for receipt in single:
         counts[_apply_one(receipt)] += 1
     if receipts:
         metrics.receipts_counted(receipts[0].provider, counts)
@@ -138,6 +153,105 @@ def apply_receipts(receipts: list[Receipt]) -> dict[str, int]:
         except Exception as exc:  # redis down: the log line above still counts
             log.warning("unknown-receipt counter not updated: %s", exc)
     return counts
+
+
+def _find_all(receipts: list[Receipt]) -> dict[int, Notification]:
+    """The notification of each receipt (by position), in one query: by our id when the provider
+    echoed it, else by the provider's message id."""
+    ids, message_ids = set(), set()
+    for r in receipts:
+        if r.notification_id:
+            with contextlib.suppress(ValueError):  # not ours: unknown
+                ids.add(uuid.UUID(str(r.notification_id)))
+        if r.provider_message_id:
+            message_ids.add(r.provider_message_id)
+    if not ids and not message_ids:
+        return {}
+    rows = list(Notification.objects.select_related("recipient").filter(
+        Q(pk__in=ids) | Q(provider_message_id__in=message_ids)))
+    by_id = {str(n.pk): n for n in rows}
+    by_message = {n.provider_message_id: n for n in rows if n.provider_message_id}
+    found = {}
+    for index, r in enumerate(receipts):
+        n = by_id.get(str(r.notification_id)) if r.notification_id else None
+        if n is None and r.provider_message_id:
+            n = by_message.get(r.provider_message_id)
+        if n is not None:
+            found[index] = n
+    return found
+
+
+def _plan(receipts: list[Receipt], found: dict[int, Notification]) -> tuple[list, list[Receipt]]:
+    """Split into ``[(receipt, notification)]`` for the bulk path and receipts for :func:`_apply_one`
+    (see :func:`apply_receipts`); unknown ones go to the single path, which counts them."""
+    settling: dict = {}
+    slow_rows = set()
+    for index, r in enumerate(receipts):
+        n = found.get(index)
+        if n is None:
+            continue
+        if r.kind in (DELIVERED, FAILED):
+            settling[n.pk] = settling.get(n.pk, 0) + 1
+        if r.kind not in _BULK_KINDS or r.invalid_address or r.error_code:
+            slow_rows.add(n.pk)
+    slow_rows.update(pk for pk, k in settling.items() if k > 1)
+    bulk, single = [], []
+    for index, r in enumerate(receipts):
+        n = found.get(index)
+        if n is not None and n.pk not in slow_rows:
+            bulk.append((r, n))
+        else:
+            single.append(r)
+    return bulk, single
+
+
+#: Receipt kinds the bulk path applies: store the event; ``delivered`` also settles the row.
+_BULK_KINDS = frozenset({ACCEPTED, DEFERRED, ENGAGEMENT, DELIVERED})
+
+_INSERT_EVENTS_SQL = """
+INSERT INTO notifications_deliveryevent (notification_id, kind, status, reason, detail, dedup_key, created_at)
+SELECT v.notification_id, v.kind, '', '', v.detail, v.dedup_key, %s
+  FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[]) AS v(notification_id, kind, detail, dedup_key)
+    ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
+RETURNING id, dedup_key
+"""
+
+_DELIVERED_SQL = """
+UPDATE notifications_notification SET status = 'delivered', delivered_at = %s, lease_until = NULL, updated_at = %s
+ WHERE id = ANY(%s::uuid[]) AND status = 'sent'
+RETURNING id
+"""
+
+
+def _apply_bulk(pairs: list[tuple[Receipt, Notification]]) -> list[str]:
+    """Apply ``pairs`` in one transaction; returns one ``"applied"``/``"duplicate"`` per pair."""
+    now = clock.now()
+    keys = [r.dedup_key[:200] for r, _n in pairs]
+    with transaction.atomic():
+        with connection.cursor() as cur:
+            cur.execute(_INSERT_EVENTS_SQL, [now, array_literal(str(n.pk) for _r, n in pairs),
+                                             array_literal(f"receipt:{r.raw}"[:32] for r, _n in pairs),
+                                             array_literal(_detail(r) for r, _n in pairs), array_literal(keys)])
+            events = {key: pk for pk, key in cur.fetchall()}
+        outcomes, delivered = [], {}
+        for (r, n), key in zip(pairs, keys, strict=True):
+            event_id = events.pop(key, None)  # a key twice in the batch: the second is a duplicate
+            outcomes.append("applied" if event_id is not None else "duplicate")
+            if event_id is not None:
+                metrics.receipt_applied(n, r)
+                if r.kind == DELIVERED:
+                    delivered[n.pk] = (r, n, event_id)
+        if delivered:
+            with connection.cursor() as cur:
+                cur.execute(_DELIVERED_SQL, [now, now, array_literal(delivered)])
+                moved = {row[0] for row in cur.fetchall()}
+            fields = {"lease_until": None, "updated_at": now, "delivered_at": now}
+            for pk, (r, n, _event) in delivered.items():
+                if pk in moved or _settle_unrecorded(n, r, Status.DELIVERED, fields, now):
+                    moved.add(pk)
+                    metrics.receipt_transitioned(n, Status.DELIVERED)
+            DeliveryEvent.objects.filter(pk__in=[delivered[pk][2] for pk in moved]).update(status=Status.DELIVERED)
+    return outcomes
 
 
 def _apply_one(receipt: Receipt) -> str:

@@ -173,3 +173,39 @@ def test_other_rows_only_store_the_receipt(frozen, status, reason):
     assert attempts_of(n) == []
     assert list(DeliveryEvent.objects.filter(notification=n).values_list("kind", "status")) == [
         ("receipt:delivered", "")]
+
+
+def test_a_provider_batch_is_applied_in_bulk_and_in_order_where_order_matters(frozen, django_assert_max_num_queries):
+    """A SendGrid POST of 200 events: processed + delivered for 100 sent emails, a repeated event, an
+    unknown message, and a bounce: the bulk part is a handful of queries, whatever the batch size;
+    the bounce still goes one by one (contact hygiene)."""
+    sent = [row("email", status=Status.SENT, attempts=1, provider="sendgrid", sent_at=CLAIMED_AT) for _ in range(100)]
+    bounced = row("email", status=Status.SENT, attempts=1, provider="sendgrid", sent_at=CLAIMED_AT)
+    batch = []
+    for i, n in enumerate(sent):
+        batch.append(receipts.Receipt(provider="sendgrid", dedup_key=f"sendgrid:m{i}:processed:1",
+                                      kind=receipts.ACCEPTED, raw="processed", notification_id=str(n.pk)))
+        batch.append(receipts.Receipt(provider="sendgrid", dedup_key=f"sendgrid:m{i}:delivered:2",
+                                      kind=receipts.DELIVERED, raw="delivered", notification_id=str(n.pk)))
+    batch.append(batch[1])  # SendGrid re-posted one event
+    batch.append(receipts.Receipt(provider="sendgrid", dedup_key="sendgrid:x:delivered:2", kind=receipts.DELIVERED,
+                                  raw="delivered", notification_id=str(uuid.uuid4())))
+    batch.append(receipts.Receipt(provider="sendgrid", dedup_key="sendgrid:b:bounce:3", kind=receipts.FAILED,
+                                  raw="bounce", notification_id=str(bounced.pk), invalid_address=True,
+                                  detail="550 5.1.1 unknown user"))
+
+    # The bulk part is 6 statements for the 201 events (lookup, savepoint, INSERT, UPDATE, event
+    # UPDATE, release); the unknown receipt and the bounce, one by one, about 30. One by one, the
+    # batch took over 800.
+    with django_assert_max_num_queries(40):
+        counts = receipts.apply_receipts(batch)
+
+    assert counts == {"applied": 201, "duplicate": 1, "unknown": 1}
+    statuses = Notification.objects.filter(pk__in=[n.pk for n in sent]).values_list("status", flat=True)
+    assert sorted(set(statuses)) == [Status.DELIVERED]
+    assert DeliveryEvent.objects.filter(notification__in=sent, kind="receipt:delivered",
+                                        status=Status.DELIVERED).count() == 100
+    assert DeliveryEvent.objects.filter(notification__in=sent, kind="receipt:processed", status="").count() == 100
+    bounced.refresh_from_db()
+    assert (bounced.status, bounced.reason) == (Status.FAILED, Reason.PROVIDER_BOUNCED)
+    assert Recipient.objects.get(pk=bounced.recipient_id).email_invalid_reason == "sendgrid bounce"
