@@ -9,6 +9,7 @@ from django.db import models
 from rest_framework_api_key.models import AbstractAPIKey
 
 from notifications import clock
+from notifications.scopes import Scope, canonical, default_scopes, validate_scopes
 from preferences.models import Channel, Device, Recipient
 
 # Namespace for deterministic notification ids: uuid5(NS, f"{client_id}:{idempotency_key}").
@@ -24,11 +25,16 @@ class APIClient(AbstractAPIKey):
     """An internal service allowed to call the API, authenticated by a hashed API key.
 
     The key itself is shown once at creation (``manage.py create_api_client``); only its SHA-512
-    hash is stored (djangorestframework-api-key). ``rate_limit`` uses DRF's syntax
-    (``"600/min"``); empty means ``settings.API_DEFAULT_RATE_LIMIT``.
+    hash is stored (djangorestframework-api-key). ``scopes`` is what the key may do (a list of
+    :class:`~notifications.scopes.Scope` values; default :data:`~notifications.scopes.DEFAULT_SCOPES`).
+    ``rate_limit`` uses DRF's syntax (``"600/min"``); empty means ``settings.API_DEFAULT_RATE_LIMIT``.
+
+    There is no separate "may send high" flag: :attr:`allow_high` reads and writes the scope
+    ``notifications:send_high``, so the one list is the single source of truth.
     """
 
-    allow_high = models.BooleanField(default=False, help_text="May send priority=high (OTPs, alerts).")
+    scopes = models.JSONField(default=default_scopes, blank=True, validators=[validate_scopes],
+                              help_text="What this key may do; see the README's scopes table.")
     rate_limit = models.CharField(
         max_length=32, blank=True, default="", help_text='DRF rate, e.g. "600/min"; empty = platform default.',
         validators=[RegexValidator(r"^\d+/(s|sec|second|m|min|minute|h|hour|d|day)$",
@@ -37,6 +43,19 @@ class APIClient(AbstractAPIKey):
     class Meta(AbstractAPIKey.Meta):
         verbose_name = "API client"
         verbose_name_plural = "API clients"
+
+    def has_scope(self, scope: str) -> bool:
+        return scope in (self.scopes or ())
+
+    @property
+    def allow_high(self) -> bool:
+        """May send ``priority: high``: holds ``notifications:send_high``."""
+        return self.has_scope(Scope.SEND_HIGH)
+
+    @allow_high.setter
+    def allow_high(self, value: bool) -> None:
+        held = [s for s in (self.scopes or []) if s != Scope.SEND_HIGH]
+        self.scopes = canonical([*held, Scope.SEND_HIGH] if value else held)
 
 
 class Status(models.TextChoices):

@@ -29,10 +29,11 @@ from notifications.api.serializers import AcceptedSerializer
 from notifications.api.views import (
     IDEMPOTENCY_PARAMETERS,
     accepted,
-    high_priority_refused,
+    check_priority_scope,
     idempotency_key_problem,
     key_reused,
 )
+from notifications.scopes import Scope
 from notifications.services import request_fingerprint
 from preferences.models import Channel
 
@@ -70,6 +71,9 @@ def _segment_payload(segment: Segment) -> dict:
 
 
 class SegmentView(APIView):
+    required_scopes = {"get": Scope.READ, "put": Scope.SEGMENTS_WRITE}
+    audit_object = "segment"
+
     @extend_schema(request=SegmentSerializer, parameters=[_SEGMENT_ID, *response_headers()],
                    examples=[OpenApiExample("Segment", request_only=True, value={
                        "name": "Spring sale", "description": "Opted-in buyers of the last 12 months"})],
@@ -93,6 +97,8 @@ class SegmentView(APIView):
 
 
 class SegmentListView(APIView):
+    required_scopes = {"get": Scope.READ}
+
     @extend_schema(parameters=[*page_parameters(), *response_headers()],
                    responses={200: page_serializer("SegmentPage", SegmentSerializer()),
                               **error_responses(422, _422=_LIST_422)},
@@ -109,6 +115,9 @@ class SegmentListView(APIView):
 
 
 class SegmentMembersView(APIView):
+    required_scopes = {"get": Scope.READ, "post": Scope.SEGMENTS_WRITE}
+    audit_object = "segment_members"
+
     @extend_schema(parameters=[_SEGMENT_ID, *page_parameters(), *response_headers()],
                    responses={200: page_serializer("SegmentMemberPage", SegmentMemberSerializer()),
                               **error_responses(404, 422, _422=_LIST_422)},
@@ -135,6 +144,9 @@ class SegmentMembersView(APIView):
 
 
 class TemplateView(APIView):
+    required_scopes = {"get": Scope.READ, "put": Scope.TEMPLATES_WRITE}
+    audit_object = "template"
+
     @extend_schema(request=TemplateSerializer, parameters=[_TEMPLATE_ID, *response_headers()],
                    examples=[OpenApiExample("Template", request_only=True, value={
                        "name": "Welcome", "default_locale": "en", "variants": [
@@ -169,6 +181,8 @@ class TemplateView(APIView):
 
 
 class TemplateListView(APIView):
+    required_scopes = {"get": Scope.READ}
+
     @extend_schema(parameters=[*page_parameters(), *response_headers()],
                    responses={200: page_serializer("TemplatePage", TemplateOutSerializer()),
                               **error_responses(422, _422=_LIST_422)},
@@ -183,6 +197,11 @@ _CAMPAIGN_FILTERS = {"status": CampaignStatus.values, "channel": Channel.values,
 
 
 class CampaignListView(APIView):
+    required_scopes = {"get": Scope.READ, "post": Scope.CAMPAIGNS_WRITE}
+    scope_notes = {"post": "`priority: high` also needs `notifications:send_high` (403 `missing_scope` on "
+                           "`priority`)."}
+    audit_object = "campaign"
+
     @extend_schema(
         operation_id="v1_campaigns_list",
         summary="Campaigns this client may read (its own and those made in the admin), newest first",
@@ -220,9 +239,7 @@ class CampaignListView(APIView):
         ser = CampaignRequestSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         data = ser.validated_data
-        refused = high_priority_refused(request, data["priority"])
-        if refused:
-            return refused
+        check_priority_scope(request, data["priority"])
         content = data.get("content") or {}
         local = data.get("local_time")
         try:
@@ -253,6 +270,8 @@ def _own_campaign(request, campaign_id):
 
 
 class CampaignDetailView(APIView):
+    required_scopes = {"get": Scope.READ}
+
     @extend_schema(parameters=response_headers(),
                    responses={200: CampaignSerializer, **error_responses(404, _404=_CAMPAIGN_404)},
                    summary="Status and counts by status (this client's campaigns and those made in the admin)")
@@ -266,6 +285,9 @@ class CampaignDetailView(APIView):
 
 
 class CampaignCancelView(APIView):
+    required_scopes = {"post": Scope.CAMPAIGNS_WRITE}
+    audit_object = "campaign"
+
     @extend_schema(request=None, parameters=response_headers(),
                    responses={200: CampaignSerializer,
                               **error_responses(404, 409, _404="No campaign with this id for this API client "

@@ -8,6 +8,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from notifications.api.errors import BODY, NotFoundError, error_responses, field_error, response_headers
+from notifications.scopes import Scope
 from preferences import services
 from preferences.api.erasure import erase_user
 from preferences.api.serializers import (
@@ -62,6 +63,9 @@ class PathIdView(APIView):
 
 
 class RecipientView(PathIdView):
+    required_scopes = {"get": Scope.READ, "put": Scope.RECIPIENTS_WRITE, "delete": Scope.RECIPIENTS_WRITE}
+    audit_object = "recipient"
+
     @extend_schema(request=RecipientSerializer, parameters=[_USER_ID, *response_headers()],
                    examples=[OpenApiExample("Contacts", request_only=True, value={
                        "email": "alice@example.com", "phone": "+49 151 12345678", "timezone": "Europe/Berlin",
@@ -96,6 +100,9 @@ class RecipientView(PathIdView):
 
 
 class PreferencesView(PathIdView):
+    required_scopes = {"get": Scope.READ, "put": Scope.PREFERENCES_WRITE}
+    audit_object = "preferences"
+
     @extend_schema(parameters=[_USER_ID, *response_headers()],
                    responses={200: PreferencesSerializer, **error_responses(404, 422, _404=_404, _422=_422_PATH)},
                    summary="Get a recipient's preferences")
@@ -120,6 +127,9 @@ class PreferencesView(PathIdView):
 
 
 class DevicesView(PathIdView):
+    required_scopes = {"get": Scope.READ, "put": Scope.DEVICES_WRITE}
+    audit_object = "device"
+
     @extend_schema(parameters=[_USER_ID, *response_headers()],
                    responses={200: DeviceSerializer(many=True),
                               **error_responses(404, 422, _404=_404, _422=_422_PATH)},
@@ -146,6 +156,9 @@ class DevicesView(PathIdView):
 
 
 class DeviceView(PathIdView):
+    required_scopes = {"delete": Scope.DEVICES_WRITE}
+    audit_object = "device"
+
     @extend_schema(parameters=[_USER_ID, _PUSH_TOKEN, *response_headers()],
                    responses={204: OpenApiResponse(None, description="Removed (no body)."),
                               **error_responses(404, 422, _404="Unknown user_id, or no device with this push_token "
