@@ -170,7 +170,9 @@ def test_campaign_list_own_and_admin_not_other_clients_with_filters(http, segmen
     body = {"segment_id": "vip", "channel": "sms", "content": {"body": "Sale"}}
     mine = [call(http, "post", "/v1/campaigns", body | {"name": f"c{i}"}, **{"Idempotency-Key": f"c{i}"}).json()["id"]
             for i in range(3)]
-    theirs = call(other, "post", "/v1/campaigns", body, **{"Idempotency-Key": "x"}).json()["id"]
+    assert call(other, "put", "/v1/segments/theirs", {"name": "Theirs"}).status_code == 201
+    theirs = call(other, "post", "/v1/campaigns", body | {"segment_id": "theirs"},
+                  **{"Idempotency-Key": "x"}).json()["id"]
     email = call(http, "post", "/v1/campaigns", body | {"channel": "email", "content": {"title": "t", "body": "b"}},
                  **{"Idempotency-Key": "e"}).json()["id"]
     items, pages = walk(http, "/v1/campaigns", limit=2)

@@ -130,6 +130,8 @@ ENDPOINTS = [
     Endpoint("get", "/v1/templates", "/v1/templates", 200, (R,)),
     Endpoint("get", "/v1/templates/{template_id}", "/v1/templates/tpl", 200, (R,)),
     Endpoint("put", "/v1/templates/{template_id}", "/v1/templates/tpl", 200, (Scope.TEMPLATES_WRITE,), TEMPLATE),
+    Endpoint("put", "/v1/templates/{template_id}", "/v1/templates/otp-tpl", 200,
+             (Scope.TEMPLATES_WRITE, Scope.SEND_HIGH), TEMPLATE, extra_field="template_id"),
     Endpoint("get", "/v1/campaigns", "/v1/campaigns", 200, (R,)),
     Endpoint("post", "/v1/campaigns", "/v1/campaigns", 202, (Scope.CAMPAIGNS_WRITE,), CAMPAIGN),
     Endpoint("post", "/v1/campaigns", "/v1/campaigns", 202, (Scope.CAMPAIGNS_WRITE, Scope.SEND_HIGH),
@@ -146,15 +148,20 @@ def test_the_endpoint_table_covers_every_operation():
 
 
 def build_world(client: APIClient) -> dict[str, str]:
-    """alice (phone, email, a device) in segment ``seg``, template ``tpl``, and a scheduled campaign
-    and single send of ``client``. Returns the ids the paths need."""
+    """alice (phone, email, a device) in segment ``seg``; templates ``tpl`` and ``otp-tpl``, the latter
+    used by a scheduled high-priority campaign; a scheduled campaign and single send: all of
+    ``client``'s. Returns the ids the paths need."""
     alice = Recipient.objects.create(user_id="alice", email="alice@example.com", phone="+4915112345678",
                                      timezone="Europe/Berlin")
     Device.objects.create(recipient=alice, platform="android", push_token="tok-alice")
-    segment = Segment.objects.create(segment_id="seg", name="Seg")
+    segment = Segment.objects.create(segment_id="seg", name="Seg", client=client)
     SegmentMember.objects.create(segment=segment, recipient=alice)
-    template = Template.objects.create(template_id="tpl", name="T", default_locale="en")
-    TemplateVariant.objects.create(template=template, locale="en", title="Hi", body="Hi")
+    for template_id in ("tpl", "otp-tpl"):
+        template = Template.objects.create(template_id=template_id, name="T", default_locale="en", client=client)
+        TemplateVariant.objects.create(template=template, locale="en", title="Hi", body="Hi")
+    campaign_services.create_campaign(client=client, idempotency_key="otp", segment=segment, channel="sms",
+                                      priority="high", category="security", template=template,
+                                      scheduled_at=clock.now() + LATER)
     campaign = campaign_services.create_campaign(client=client, idempotency_key="world", segment=segment,
                                                  channel="sms", body="Sale", scheduled_at=clock.now() + LATER).campaign
     single = Notification.objects.create(id=uuid.uuid4(), client=client, recipient=alice, channel="sms", body="x",

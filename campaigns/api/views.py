@@ -10,7 +10,7 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from campaigns import services
+from campaigns import ownership, services
 from campaigns.api.serializers import (
     CampaignRequestSerializer,
     CampaignSerializer,
@@ -23,7 +23,15 @@ from campaigns.api.serializers import (
     TemplateSerializer,
 )
 from campaigns.models import Campaign, CampaignStatus, MissedPolicy, Segment, SegmentMember, Template
-from notifications.api.errors import BODY, NotFoundError, error_responses, field_error, response_headers
+from notifications.api.errors import (
+    BODY,
+    MissingScope,
+    NotFoundError,
+    NotOwner,
+    error_responses,
+    field_error,
+    response_headers,
+)
 from notifications.api.pagination import Ordering, list_page, page_parameters, page_serializer
 from notifications.api.serializers import AcceptedSerializer
 from notifications.api.views import (
@@ -48,6 +56,14 @@ _TEMPLATE_ID = OpenApiParameter("template_id", _SLUG_SCHEMA, OpenApiParameter.PA
 _SLUG_422 = "Validation failed (including a path id that is not 1–64 letters, digits, '-' or '_')."
 _CAMPAIGN_404 = "No campaign with this id that this API client may read (its own, or one made in the admin)."
 _LIST_422 = "A bad query parameter; `field` names it."
+_SEGMENT_403_CHANGE = ("Or `not_owner` on `segment_id`: the segment belongs to another API client, or was made in "
+                       "the admin (only staff change it).")
+_SEGMENT_403_READ = "Or `not_owner` on `segment_id`: the segment belongs to another API client."
+_TEMPLATE_403 = ("Or `not_owner` on `template_id`: the template belongs to another API client, or was made in the "
+                 "admin; or `missing_scope` on `template_id`: an active high-priority campaign uses it, and changing "
+                 "it needs `notifications:send_high`.")
+_CAMPAIGN_403 = ("Or `not_owner` on `segment_id` / `template_id`: a campaign uses only its client's own segments and "
+                 "templates and those made in the admin.")
 _BY_ID = Ordering(("pk",))
 
 
@@ -56,6 +72,23 @@ def _segment(segment_id: str) -> Segment:
     if segment is None:
         raise NotFoundError("segment_id", f"no segment with this id; create it with PUT /v1/segments/{segment_id}")
     return segment
+
+
+def _refused(exc: ownership.NotOwner | ownership.NeedsHighScope) -> Exception:
+    """The API's 403 for an ownership rule: ``not_owner`` on the path id, or ``missing_scope``
+    (``notifications:send_high``) on ``template_id``."""
+    if isinstance(exc, ownership.NeedsHighScope):
+        return MissingScope(Scope.SEND_HIGH, field="template_id",
+                            why=f"this template is used by the high-priority campaign {exc.campaign.pk}")
+    return NotOwner(f"{exc.kind}_id", str(exc))
+
+
+def _owned(request, obj: Segment | Template, check=ownership.check_change, *args) -> None:
+    """Runs an ownership ``check`` for the request's client; raises the API's 403 if it refuses."""
+    try:
+        check(obj, request.auth, *args)
+    except (ownership.NotOwner, ownership.NeedsHighScope) as exc:
+        raise _refused(exc) from None
 
 
 def _template(template_id: str) -> Template:
@@ -79,21 +112,29 @@ class SegmentView(APIView):
                        "name": "Spring sale", "description": "Opted-in buyers of the last 12 months"})],
                    responses={200: OpenApiResponse(SegmentSerializer, description="Updated."),
                               201: OpenApiResponse(SegmentSerializer, description="Created."),
-                              **error_responses(*BODY, 422, _422=_SLUG_422)},
-                   summary="Create or rename a segment")
+                              **error_responses(*BODY, 403, 422, _422=_SLUG_422, _403=_SEGMENT_403_CHANGE)},
+                   summary="Create or rename a segment (this client's own)")
     def put(self, request, segment_id: str):
         if not _SLUG.match(segment_id):
             return field_error("segment_id", "invalid", "letters, digits, '-' and '_' only; at most 64", 422)
+        existing = Segment.objects.filter(pk=segment_id).first()
+        if existing is not None:
+            _owned(request, existing)  # before validation: a refused write learns nothing more
         ser = SegmentSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
-        segment, created = services.upsert_segment(segment_id, **ser.validated_data)
+        try:
+            segment, created = services.upsert_segment(segment_id, client=request.auth, **ser.validated_data)
+        except ownership.NotOwner as exc:  # created by another client meanwhile
+            raise _refused(exc) from None
         return Response(_segment_payload(segment), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     @extend_schema(parameters=[_SEGMENT_ID, *response_headers()],
-                   responses={200: SegmentSerializer, **error_responses(404)},
-                   summary="A segment and its member count")
+                   responses={200: SegmentSerializer, **error_responses(403, 404, _403=_SEGMENT_403_READ)},
+                   summary="A segment and its member count (this client's own, or made in the admin)")
     def get(self, request, segment_id: str):
-        return Response(_segment_payload(_segment(segment_id)))
+        segment = _segment(segment_id)
+        _owned(request, segment, ownership.check_use, "read")
+        return Response(_segment_payload(segment))
 
 
 class SegmentListView(APIView):
@@ -103,7 +144,8 @@ class SegmentListView(APIView):
                    responses={200: page_serializer("SegmentPage", SegmentSerializer()),
                               **error_responses(422, _422=_LIST_422)},
                    operation_id="v1_segments_list",
-                   summary="Segments by segment_id, with member counts (keyset pagination)")
+                   summary="Segments this client may read (its own and those made in the admin), by segment_id, "
+                           "with member counts (keyset pagination)")
     def get(self, request):
         def items(rows):
             counts = dict(SegmentMember.objects.filter(segment_id__in=[r.pk for r in rows]).values("segment_id")
@@ -111,7 +153,7 @@ class SegmentListView(APIView):
             return [{"segment_id": r.segment_id, "name": r.name, "description": r.description,
                      "member_count": counts.get(r.segment_id, 0)} for r in rows]
 
-        return Response(list_page(request.query_params, Segment.objects.all(), _BY_ID, items))
+        return Response(list_page(request.query_params, ownership.readable_segments(request.auth), _BY_ID, items))
 
 
 class SegmentMembersView(APIView):
@@ -120,11 +162,12 @@ class SegmentMembersView(APIView):
 
     @extend_schema(parameters=[_SEGMENT_ID, *page_parameters(), *response_headers()],
                    responses={200: page_serializer("SegmentMemberPage", SegmentMemberSerializer()),
-                              **error_responses(404, 422, _422=_LIST_422)},
+                              **error_responses(403, 404, 422, _422=_LIST_422, _403=_SEGMENT_403_READ)},
                    operation_id="v1_segments_members_list",
                    summary="A segment's members by user_id (keyset pagination)")
     def get(self, request, segment_id: str):
         segment = _segment(segment_id)
+        _owned(request, segment, ownership.check_use, "read")
         return Response(list_page(request.query_params, SegmentMember.objects.filter(segment=segment),
                                   Ordering(("recipient_id",)),
                                   lambda rows: SegmentMemberSerializer(rows, many=True).data))
@@ -132,10 +175,12 @@ class SegmentMembersView(APIView):
     @extend_schema(request=MembersSerializer, parameters=[_SEGMENT_ID, *response_headers()],
                    examples=[OpenApiExample("Members", request_only=True,
                                             value={"add": ["alice", "bob"], "remove": ["carol"]})],
-                   responses={200: MembersResultSerializer, **error_responses(*BODY, 404, 422)},
-                   summary="Add and remove members (up to 10,000 ids a call)")
+                   responses={200: MembersResultSerializer,
+                              **error_responses(*BODY, 403, 404, 422, _403=_SEGMENT_403_CHANGE)},
+                   summary="Add and remove members of this client's segment (up to 10,000 ids a call)")
     def post(self, request, segment_id: str):
         segment = _segment(segment_id)
+        _owned(request, segment)
         ser = MembersSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         result = services.change_members(segment, **ser.validated_data)
@@ -155,15 +200,21 @@ class TemplateView(APIView):
                             "html": "<p>Hallo {{ first_name }}!</p>"}]})],
                    responses={200: OpenApiResponse(TemplateSerializer, description="Replaced."),
                               201: OpenApiResponse(TemplateSerializer, description="Created."),
-                              **error_responses(*BODY, 422, _422=_SLUG_422)},
-                   summary="Create or replace a template and its locale variants")
+                              **error_responses(*BODY, 403, 422, _422=_SLUG_422, _403=_TEMPLATE_403)},
+                   summary="Create or replace a template (this client's own) and its locale variants")
     def put(self, request, template_id: str):
         if not _SLUG.match(template_id):
             return field_error("template_id", "invalid", "letters, digits, '-' and '_' only; at most 64", 422)
+        existing = Template.objects.filter(pk=template_id).first()
+        if existing is not None:
+            _owned(request, existing, ownership.check_template_change)
         ser = TemplateSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
-        created = not Template.objects.filter(pk=template_id).exists()
-        template = services.upsert_template(template_id, **ser.validated_data)
+        try:
+            template = services.upsert_template(template_id, client=request.auth, **ser.validated_data)
+        except (ownership.NotOwner, ownership.NeedsHighScope) as exc:
+            raise _refused(exc) from None
+        created = existing is None
         return Response(self._payload(template), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     @extend_schema(parameters=[_TEMPLATE_ID, *response_headers()],
@@ -230,7 +281,7 @@ class CampaignListView(APIView):
         responses={202: OpenApiResponse(AcceptedSerializer, description="Accepted (or replayed: see "
                                                                         "`Idempotent-Replayed`); `status` is "
                                                                         "`scheduled`."),
-                   **error_responses(*BODY, 403, 422)},
+                   **error_responses(*BODY, 403, 422, _403=_CAMPAIGN_403)},
     )
     def post(self, request):
         key, problem = idempotency_key_problem(request)
@@ -240,6 +291,9 @@ class CampaignListView(APIView):
         ser.is_valid(raise_exception=True)
         data = ser.validated_data
         check_priority_scope(request, data["priority"])
+        _owned(request, data["segment"], ownership.check_use)
+        if data["template"] is not None:
+            _owned(request, data["template"], ownership.check_use)
         content = data.get("content") or {}
         local = data.get("local_time")
         try:
