@@ -55,6 +55,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Records every API write (who, what, when, outcome) after its answer: the API audit log.
+    "notifications.audit.AuditMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"

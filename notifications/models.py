@@ -272,3 +272,32 @@ class DeliveryEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} ({self.status})"
+
+
+class APIAuditEntry(models.Model):
+    """One write through the API (``POST``/``PUT``/``PATCH``/``DELETE`` under ``/v1/`` by a valid key),
+    allowed or refused: who, what, when and the outcome (:mod:`notifications.audit` records it after
+    the response). Never a request body: ``fields`` names what changed (``["phone"]``,
+    ``["attributes.first_name"]``), never the values; push tokens in paths read ``{push_token}``."""
+
+    at = models.DateTimeField(default=clock.now, editable=False)  # the platform clock (one clock)
+    client = models.ForeignKey(APIClient, on_delete=models.PROTECT, related_name="audit_entries", db_index=False)
+    method = models.CharField(max_length=8)
+    path = models.CharField(max_length=500)
+    object_type = models.CharField(max_length=32, help_text="recipient, preferences, device, notification, "
+                                                            "segment, segment_members, template, campaign")
+    object_id = models.CharField(max_length=255, blank=True, default="")
+    status = models.PositiveSmallIntegerField(help_text="The HTTP status of the answer.")
+    error_code = models.CharField(max_length=64, blank=True, default="",
+                                  help_text="The error's code for a refusal (missing_scope, not_owner, …).")
+    fields = models.JSONField(default=list, blank=True, help_text="Which fields the write changed (names only).")
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        verbose_name = "API write"
+        verbose_name_plural = "API audit log"
+        indexes = [models.Index(fields=["client", "-at"], name="audit_client_at_idx"),
+                   models.Index(fields=["-at"], name="audit_at_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.path} → {self.status}"

@@ -23,6 +23,7 @@ from campaigns.api.serializers import (
     TemplateSerializer,
 )
 from campaigns.models import Campaign, CampaignStatus, MissedPolicy, Segment, SegmentMember, Template
+from notifications import audit
 from notifications.api.errors import (
     BODY,
     MissingScope,
@@ -40,6 +41,7 @@ from notifications.api.views import (
     check_priority_scope,
     idempotency_key_problem,
     key_reused,
+    note_given_fields,
 )
 from notifications.scopes import Scope
 from notifications.services import request_fingerprint
@@ -98,6 +100,17 @@ def _template(template_id: str) -> Template:
     return template
 
 
+def _segment_state(segment: Segment) -> dict:
+    """What a segment PUT changes, for the audit log."""
+    return {"name": segment.name, "description": segment.description}
+
+
+def _template_state(template: Template) -> dict:
+    """What a template PUT changes, for the audit log: variants by locale (``variants.de``)."""
+    variants = {v.locale: (v.title, v.body, v.html) for v in template.variants.all()}
+    return {"name": template.name, "default_locale": template.default_locale, "variants": variants}
+
+
 def _segment_payload(segment: Segment) -> dict:
     return {"segment_id": segment.segment_id, "name": segment.name, "description": segment.description,
             "member_count": segment.members.count()}
@@ -126,6 +139,8 @@ class SegmentView(APIView):
             segment, created = services.upsert_segment(segment_id, client=request.auth, **ser.validated_data)
         except ownership.NotOwner as exc:  # created by another client meanwhile
             raise _refused(exc) from None
+        audit.note_changes(request, None if created or existing is None else _segment_state(existing),
+                           _segment_state(segment))
         return Response(_segment_payload(segment), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     @extend_schema(parameters=[_SEGMENT_ID, *response_headers()],
@@ -184,6 +199,7 @@ class SegmentMembersView(APIView):
         ser = MembersSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         result = services.change_members(segment, **ser.validated_data)
+        audit.note_fields(request, ["members"] if result["added"] or result["removed"] else [])
         result["member_count"] = segment.members.count()
         return Response(result)
 
@@ -210,11 +226,13 @@ class TemplateView(APIView):
             _owned(request, existing, ownership.check_template_change)
         ser = TemplateSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
+        before = None if existing is None else _template_state(existing)
         try:
             template = services.upsert_template(template_id, client=request.auth, **ser.validated_data)
         except (ownership.NotOwner, ownership.NeedsHighScope) as exc:
             raise _refused(exc) from None
         created = existing is None
+        audit.note_changes(request, before, _template_state(template))
         return Response(self._payload(template), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     @extend_schema(parameters=[_TEMPLATE_ID, *response_headers()],
@@ -309,6 +327,7 @@ class CampaignListView(APIView):
                 ttl_seconds=data["ttl_seconds"])
         except services.CampaignKeyReused:
             return key_reused()
+        note_given_fields(request, CampaignRequestSerializer)
         campaign = result.campaign
         return accepted({"id": str(campaign.pk), "status": "scheduled"}, f"/v1/campaigns/{campaign.pk}",
                         result.replayed)
@@ -356,4 +375,5 @@ class CampaignCancelView(APIView):
             campaign, _ = services.cancel_campaign(campaign_id)
         except services.CampaignNotCancellable as exc:
             return field_error("status", "not_cancellable", str(exc), 409, error_code="conflict")
+        audit.note_fields(request, ["status"])
         return Response(CampaignSerializer(campaign).data)

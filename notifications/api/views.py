@@ -8,7 +8,7 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from notifications import services
+from notifications import audit, services
 from notifications.api.errors import BODY, MissingScope, error_responses, field_error, response_headers
 from notifications.api.pagination import Ordering, list_page, page_parameters, page_serializer
 from notifications.api.serializers import (
@@ -63,6 +63,12 @@ def check_priority_scope(request, priority: str) -> None:
     (403 ``missing_scope`` on the field ``priority``) when the API key lacks it."""
     if priority == Priority.HIGH and not request.auth.has_scope(Scope.SEND_HIGH):
         raise MissingScope(Scope.SEND_HIGH, field="priority", why="needed for priority=high")
+
+
+def note_given_fields(request, serializer_class) -> None:
+    """Audit (:mod:`notifications.audit`): a create changed the request's fields that the serializer knows."""
+    known = serializer_class().fields
+    audit.note_fields(request, [k for k in request.data if k in known])
 
 
 def key_reused() -> Response:
@@ -124,6 +130,7 @@ class NotificationListView(APIView):
                 ttl_seconds=data["ttl_seconds"], sensitive=data["sensitive"])
         except services.IdempotencyKeyReused:
             return key_reused()
+        note_given_fields(request, SendRequestSerializer)
         n = result.notification
         return accepted({"id": str(n.pk), "status": n.accepted_status}, f"/v1/notifications/{n.pk}",
                         result.replayed)
@@ -174,6 +181,7 @@ class NotificationCancelView(APIView):
                                error_code="not_found")
         except services.NotCancellable as exc:
             return field_error("status", "not_cancellable", str(exc), 409, error_code="conflict")
+        audit.note_fields(request, ["status"])
         return Response({"id": str(n.pk), "status": n.status})
 
 
