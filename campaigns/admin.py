@@ -48,6 +48,16 @@ from campaigns.models import (
 from notifications import clock
 from notifications.models import Priority
 
+
+class OwnerColumn:
+    """The ``owner`` column of segments and templates: the owning API client; admin-made ones have
+    none (only staff change them). Staff set it on the change page (``client``)."""
+
+    @admin.display(description="Owner (API client)", ordering="client__name")
+    def owner(self, obj) -> str:
+        return obj.client.name if obj.client_id else "— (made in the admin)"
+
+
 # --- segments --------------------------------------------------------------------------------------
 
 class SegmentChangeList(ChangeList):
@@ -63,15 +73,16 @@ class SegmentChangeList(ChangeList):
 
 
 @admin.register(Segment)
-class SegmentAdmin(admin_views.SegmentUploadViews, admin.ModelAdmin):
+class SegmentAdmin(OwnerColumn, admin_views.SegmentUploadViews, admin.ModelAdmin):
     """Segments with member counts; the change page adds members from a CSV upload and links to the
     paginated member list (members are never all rendered: segments can be huge)."""
 
-    list_display = ["segment_id", "name", "member_count", "updated_at"]
+    list_display = ["segment_id", "name", "member_count", "owner", "updated_at"]
+    list_select_related = ["client"]
     search_fields = ["segment_id", "name"]
     ordering = ["segment_id"]
     show_full_result_count = False
-    fieldsets = [(None, {"fields": ["segment_id", "name", "description", "member_count", "members_link",
+    fieldsets = [(None, {"fields": ["segment_id", "name", "description", "client", "member_count", "members_link",
                                     "created_at", "updated_at"],
                          "description": SNAPSHOT_NOTE})]
     change_form_template = "admin/campaigns/segment/change_form.html"
@@ -134,11 +145,12 @@ class TemplateVariantInline(admin.StackedInline):
 
 
 @admin.register(Template)
-class TemplateAdmin(admin.ModelAdmin):
+class TemplateAdmin(OwnerColumn, admin.ModelAdmin):
     """Templates with their variants; ``?preview_user=<user id>`` on the change page renders the saved
     template for that recipient (html shown as escaped source and in a sandboxed iframe)."""
 
-    list_display = ["template_id", "name", "default_locale", "locales", "updated_at"]
+    list_display = ["template_id", "name", "default_locale", "locales", "owner", "updated_at"]
+    list_select_related = ["client"]
     search_fields = ["template_id", "name"]
     ordering = ["template_id"]
     inlines = [TemplateVariantInline]
@@ -151,7 +163,7 @@ class TemplateAdmin(admin.ModelAdmin):
         return ["template_id", "used_by"] if obj is not None else []
 
     def get_fields(self, request, obj=None):
-        return ["template_id", "name", "default_locale", *(["used_by"] if obj is not None else [])]
+        return ["template_id", "name", "default_locale", "client", *(["used_by"] if obj is not None else [])]
 
     @admin.display(description="Locales")
     def locales(self, obj):

@@ -13,13 +13,20 @@ from preferences.models import Channel, Recipient
 CAMPAIGN_ID_NAMESPACE = uuid.UUID("0b6e1f9a-8d4c-4b1e-9c3f-2a7d5e8f1c40")
 
 
+OWNER_HELP = ("The API client that created it through the API: only it may change it there (and use it in its "
+              "campaigns). Empty: made in the admin; only staff change it, in the admin.")
+
+
 class Segment(models.Model):
     """A named audience. Membership is written by an upstream tool (bulk API, CSV in the admin) and
-    read as a snapshot when a campaign starts fanning out: members added after that are not included."""
+    read as a snapshot when a campaign starts fanning out: members added after that are not included.
+    ``client`` owns it (see :mod:`campaigns.ownership`)."""
 
     segment_id = models.SlugField(max_length=64, primary_key=True)
     name = models.CharField(max_length=200)
     description = models.TextField(blank=True, default="")
+    client = models.ForeignKey(APIClient, on_delete=models.PROTECT, null=True, blank=True, related_name="segments",
+                               verbose_name="owner (API client)", help_text=OWNER_HELP)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -44,12 +51,15 @@ class SegmentMember(models.Model):
 
 class Template(models.Model):
     """A message template with per-locale variants, rendered at send time (so fixing a typo fixes what
-    is still queued). Rendering is sandboxed Jinja2; see :mod:`campaigns.rendering`."""
+    is still queued). Rendering is sandboxed Jinja2; see :mod:`campaigns.rendering`. ``client`` owns it
+    (see :mod:`campaigns.ownership`)."""
 
     template_id = models.SlugField(max_length=64, primary_key=True)
     name = models.CharField(max_length=200)
     default_locale = models.CharField(max_length=35, default="en",
                                       help_text="Variant used when none matches the recipient's locale.")
+    client = models.ForeignKey(APIClient, on_delete=models.PROTECT, null=True, blank=True, related_name="templates",
+                               verbose_name="owner (API client)", help_text=OWNER_HELP)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -1,9 +1,10 @@
 """Staff roles: the permissions of the ``marketing`` and ``support`` groups (docs/OPERATIONS.md,
 "Staff roles").
 
-These lists are the current definition. The data migration ``campaigns/0002_staff_groups`` holds a
-frozen copy (migrations must not import code that changes later): to change a role, edit the lists
-here *and* add a migration that applies the change; ``tests/test_roles.py`` fails while the two
+These lists are the current definition. The newest staff-groups data migration
+(:data:`MIGRATION`; first ``campaigns/0002_staff_groups``) holds a frozen copy (migrations must not
+import code that changes later): to change a role, edit the lists here *and* add a migration that
+applies the change, and point :data:`MIGRATION` at it; ``tests/test_roles.py`` fails while the two
 disagree.
 
 Permissions are ``"app_label.codename"``. Two are not declared on any model (their ``Meta`` has
@@ -19,6 +20,9 @@ from __future__ import annotations
 
 MARKETING = "marketing"
 SUPPORT = "support"
+
+#: The data migration that last set the groups' permissions (its ``sync`` puts them back after a flush).
+MIGRATION = "campaigns.migrations.0005_support_reads_api_audit_log"
 
 CUSTOM_PERMISSIONS = [
     # (app_label, model, codename, name)
@@ -39,7 +43,8 @@ GROUP_PERMISSIONS: dict[str, list[str]] = {
         "preferences.view_recipient",
     ],
     # Look up people and what happened to their notifications; edit preferences on a user's behalf;
-    # replay dead letters. Contacts, devices and notifications stay read-only; no campaign pages.
+    # replay dead letters; read the API audit log (who changed a user through the API). Contacts,
+    # devices and notifications stay read-only; no campaign pages.
     SUPPORT: [
         "preferences.view_recipient",
         "preferences.view_device",
@@ -51,5 +56,6 @@ GROUP_PERMISSIONS: dict[str, list[str]] = {
         "notifications.view_deliveryevent",
         "notifications.view_deadletter",
         "notifications.replay_deadletter",
+        "notifications.view_apiauditentry",
     ],
 }

@@ -9,6 +9,7 @@ from time import monotonic
 
 from django.db import IntegrityError, transaction
 
+from campaigns import ownership
 from campaigns.models import (
     CAMPAIGN_ID_NAMESPACE,
     Campaign,
@@ -62,10 +63,28 @@ class CampaignAccepted:
 
 # --- segments ------------------------------------------------------------------------------------
 
-def upsert_segment(segment_id: str, *, name: str, description: str = "") -> tuple[Segment, bool]:
-    segment, created = Segment.objects.update_or_create(segment_id=segment_id,
-                                                        defaults={"name": name, "description": description})
-    return segment, created
+def upsert_segment(segment_id: str, *, name: str, description: str = "",
+                   client: APIClient | None = None) -> tuple[Segment, bool]:
+    """Create or rename a segment. Returns ``(segment, created)``.
+
+    ``client`` is the API client writing it: a segment it creates is its own, an existing one must be
+    (raises :class:`campaigns.ownership.NotOwner`, nothing changed). ``None`` is staff (the admin):
+    no ownership check, and a new segment has no owner.
+    """
+    with transaction.atomic():
+        segment = Segment.objects.select_for_update().filter(pk=segment_id).first()
+        if segment is None:
+            try:
+                with transaction.atomic():
+                    return Segment.objects.create(segment_id=segment_id, name=name, description=description,
+                                                  client=client), True
+            except IntegrityError:  # created meanwhile by a concurrent request: update that one
+                segment = Segment.objects.select_for_update().get(pk=segment_id)
+        if client is not None:
+            ownership.check_change(segment, client)
+        segment.name, segment.description = name, description
+        segment.save(update_fields=["name", "description", "updated_at"])
+    return segment, False
 
 
 def change_members(segment: Segment, *, add: list[str], remove: list[str]) -> dict[str, int]:
@@ -98,11 +117,29 @@ def remove_from_every_segment(recipient_id: str) -> int:
 
 # --- templates -----------------------------------------------------------------------------------
 
-def upsert_template(template_id: str, *, name: str, default_locale: str, variants: list[dict]) -> Template:
-    """Create or replace a template and all its variants (``[{locale, title, body, html}]``)."""
+def upsert_template(template_id: str, *, name: str, default_locale: str, variants: list[dict],
+                    client: APIClient | None = None) -> Template:
+    """Create or replace a template and all its variants (``[{locale, title, body, html}]``).
+
+    ``client`` is the API client writing it: a template it creates is its own; changing an existing
+    one raises :class:`campaigns.ownership.NotOwner` unless it owns it, and
+    :class:`campaigns.ownership.NeedsHighScope` when an active high-priority campaign uses it and
+    the key lacks ``notifications:send_high`` (nothing changed either way). ``None`` is staff (the
+    admin): no check, and a new template has no owner.
+    """
     with transaction.atomic():
-        template, _ = Template.objects.update_or_create(
-            template_id=template_id, defaults={"name": name, "default_locale": default_locale})
+        template = Template.objects.select_for_update().filter(pk=template_id).first()
+        if template is None:
+            try:
+                with transaction.atomic():
+                    template = Template.objects.create(template_id=template_id, name=name,
+                                                       default_locale=default_locale, client=client)
+            except IntegrityError:  # created meanwhile by a concurrent request: replace that one
+                template = Template.objects.select_for_update().get(pk=template_id)
+        if client is not None:
+            ownership.check_template_change(template, client)
+        template.name, template.default_locale = name, default_locale
+        template.save(update_fields=["name", "default_locale", "updated_at"])
         template.variants.exclude(locale__in=[v["locale"] for v in variants]).delete()
         for v in variants:
             TemplateVariant.objects.update_or_create(

@@ -55,6 +55,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Records every API write (who, what, when, outcome) after its answer: the API audit log.
+    "notifications.audit.AuditMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -119,9 +121,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # --- REST API ---------------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["notifications.api.auth.ApiKeyAuthentication"],
-    "DEFAULT_PERMISSION_CLASSES": ["notifications.api.auth.IsApiClient"],
+    "DEFAULT_PERMISSION_CLASSES": ["notifications.api.auth.IsApiClient", "notifications.api.auth.HasRequiredScope"],
     "DEFAULT_THROTTLE_CLASSES": ["notifications.api.throttling.ApiClientRateThrottle"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "notifications.api.schema.ScopedAutoSchema",
     "EXCEPTION_HANDLER": "notifications.api.errors.exception_handler",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["notifications.api.parsers.StrictJSONParser"],

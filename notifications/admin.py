@@ -17,12 +17,10 @@ from django.forms.models import BaseInlineFormSet
 from django.urls import reverse
 from django.utils.functional import cached_property
 from django.utils.html import format_html
-from rest_framework_api_key.admin import APIKeyModelAdmin
-from rest_framework_api_key.models import APIKey
 
 from notifications import services
 from notifications.admin_time import INSTANTS_JS, instant_display
-from notifications.models import APIClient, DeadLetter, DeliveryAttempt, DeliveryEvent, Notification, Status
+from notifications.models import DeadLetter, DeliveryAttempt, DeliveryEvent, Notification, Status
 from preferences.validation import normalize_phone
 
 HIDDEN = "•••• (sensitive: hidden)"
@@ -304,15 +302,8 @@ class RecipientNotificationInline(admin.TabularInline):
         return format_html("{} ({})", shown, obj.reason_detail) if obj.reason_detail else shown
 
 
-# One place for keys: the API clients below (the package's own "API keys" page would list the same
-# model's parent without our fields).
-if admin.site.is_registered(APIKey):
-    admin.site.unregister(APIKey)
-
-
-@admin.register(APIClient)
-class APIClientAdmin(APIKeyModelAdmin):
-    list_display = [*APIKeyModelAdmin.list_display, "allow_high", "rate_limit"]
+# API clients (keys, scopes) and their audit log: notifications/admin_clients.py.
+from notifications.admin_clients import APIClientAdmin  # noqa: E402,F401 - registers them
 
 
 def dead_letter_depth() -> int:

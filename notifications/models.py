@@ -9,6 +9,7 @@ from django.db import models
 from rest_framework_api_key.models import AbstractAPIKey
 
 from notifications import clock
+from notifications.scopes import Scope, canonical, default_scopes, validate_scopes
 from preferences.models import Channel, Device, Recipient
 
 # Namespace for deterministic notification ids: uuid5(NS, f"{client_id}:{idempotency_key}").
@@ -24,11 +25,16 @@ class APIClient(AbstractAPIKey):
     """An internal service allowed to call the API, authenticated by a hashed API key.
 
     The key itself is shown once at creation (``manage.py create_api_client``); only its SHA-512
-    hash is stored (djangorestframework-api-key). ``rate_limit`` uses DRF's syntax
-    (``"600/min"``); empty means ``settings.API_DEFAULT_RATE_LIMIT``.
+    hash is stored (djangorestframework-api-key). ``scopes`` is what the key may do (a list of
+    :class:`~notifications.scopes.Scope` values; default :data:`~notifications.scopes.DEFAULT_SCOPES`).
+    ``rate_limit`` uses DRF's syntax (``"600/min"``); empty means ``settings.API_DEFAULT_RATE_LIMIT``.
+
+    There is no separate "may send high" flag: :attr:`allow_high` reads and writes the scope
+    ``notifications:send_high``, so the one list is the single source of truth.
     """
 
-    allow_high = models.BooleanField(default=False, help_text="May send priority=high (OTPs, alerts).")
+    scopes = models.JSONField(default=default_scopes, blank=True, validators=[validate_scopes],
+                              help_text="What this key may do; see the README's scopes table.")
     rate_limit = models.CharField(
         max_length=32, blank=True, default="", help_text='DRF rate, e.g. "600/min"; empty = platform default.',
         validators=[RegexValidator(r"^\d+/(s|sec|second|m|min|minute|h|hour|d|day)$",
@@ -37,6 +43,19 @@ class APIClient(AbstractAPIKey):
     class Meta(AbstractAPIKey.Meta):
         verbose_name = "API client"
         verbose_name_plural = "API clients"
+
+    def has_scope(self, scope: str) -> bool:
+        return scope in (self.scopes or ())
+
+    @property
+    def allow_high(self) -> bool:
+        """May send ``priority: high``: holds ``notifications:send_high``."""
+        return self.has_scope(Scope.SEND_HIGH)
+
+    @allow_high.setter
+    def allow_high(self, value: bool) -> None:
+        held = [s for s in (self.scopes or []) if s != Scope.SEND_HIGH]
+        self.scopes = canonical([*held, Scope.SEND_HIGH] if value else held)
 
 
 class Status(models.TextChoices):
@@ -253,3 +272,32 @@ class DeliveryEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} ({self.status})"
+
+
+class APIAuditEntry(models.Model):
+    """One write through the API (``POST``/``PUT``/``PATCH``/``DELETE`` under ``/v1/`` by a valid key),
+    allowed or refused: who, what, when and the outcome (:mod:`notifications.audit` records it after
+    the response). Never a request body: ``fields`` names what changed (``["phone"]``,
+    ``["attributes.first_name"]``), never the values; push tokens in paths read ``{push_token}``."""
+
+    at = models.DateTimeField(default=clock.now, editable=False)  # the platform clock (one clock)
+    client = models.ForeignKey(APIClient, on_delete=models.PROTECT, related_name="audit_entries", db_index=False)
+    method = models.CharField(max_length=8)
+    path = models.CharField(max_length=500)
+    object_type = models.CharField(max_length=32, help_text="recipient, preferences, device, notification, "
+                                                            "segment, segment_members, template, campaign")
+    object_id = models.CharField(max_length=255, blank=True, default="")
+    status = models.PositiveSmallIntegerField(help_text="The HTTP status of the answer.")
+    error_code = models.CharField(max_length=64, blank=True, default="",
+                                  help_text="The error's code for a refusal (missing_scope, not_owner, …).")
+    fields = models.JSONField(default=list, blank=True, help_text="Which fields the write changed (names only).")
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        verbose_name = "API write"
+        verbose_name_plural = "API audit log"
+        indexes = [models.Index(fields=["client", "-at"], name="audit_client_at_idx"),
+                   models.Index(fields=["-at"], name="audit_at_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.path} → {self.status}"

@@ -10,6 +10,7 @@ import pytest
 import requests
 from django.conf import settings
 
+from notifications.scopes import Scope
 from tests.stack import Stack, collect_static
 
 
@@ -114,11 +115,20 @@ class Api:
         return r.json()
 
 
-def make_client(name: str = "tests", allow_high: bool = True, rate_limit: str = "") -> tuple:
+#: Every scope: the end-to-end tests' client plays every internal service at once.
+EVERY_SCOPE = list(Scope.values)
+#: A marketing tool's key: its segments, templates and campaigns, and reads; no priority high.
+MARKETING_SCOPES = [Scope.SEGMENTS_WRITE, Scope.TEMPLATES_WRITE, Scope.CAMPAIGNS_WRITE, Scope.READ]
+
+
+def make_client(name: str = "tests", allow_high: bool = True, rate_limit: str = "",
+                scopes: list[str] | None = None) -> tuple:
+    """A new API client and its key: ``scopes`` (default :data:`EVERY_SCOPE`), with
+    ``notifications:send_high`` exactly when ``allow_high``."""
     from notifications.models import APIClient
 
     return APIClient.objects.create_key(name=f"{name}-{uuid.uuid4().hex[:6]}", allow_high=allow_high,
-                                        rate_limit=rate_limit)
+                                        rate_limit=rate_limit, scopes=list(EVERY_SCOPE if scopes is None else scopes))
 
 
 @pytest.fixture

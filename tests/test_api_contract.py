@@ -37,6 +37,7 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 from schemathesis.config import SchemathesisConfig  # noqa: E402
 
 from notifications.models import APIClient  # noqa: E402
+from tests.conftest import EVERY_SCOPE  # noqa: E402
 
 MAX_EXAMPLES = 25
 SEED = 20260101
@@ -77,7 +78,7 @@ schema = schemathesis.openapi.from_wsgi("/api/schema/", get_wsgi_application(),
 
 @pytest.fixture
 def api_key(transactional_db) -> str:
-    _, key = APIClient.objects.create_key(name=f"contract-{uuid.uuid4().hex[:6]}", allow_high=True)
+    _, key = APIClient.objects.create_key(name=f"contract-{uuid.uuid4().hex[:6]}", scopes=EVERY_SCOPE)
     return key
 
 

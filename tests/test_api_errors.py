@@ -14,13 +14,14 @@ from django.test import Client
 from campaigns.models import Campaign, Segment
 from notifications.models import APIClient, Notification
 from preferences.models import Preferences, Recipient
+from tests.conftest import EVERY_SCOPE
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def key():
-    return APIClient.objects.create_key(name="errors", allow_high=True)[1]
+    return APIClient.objects.create_key(name="errors", scopes=EVERY_SCOPE)[1]
 
 
 @pytest.fixture

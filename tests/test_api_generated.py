@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from campaigns.models import Campaign, Segment, SegmentMember, Template, TemplateVariant
 from notifications.models import APIClient, DeliveryEvent, Notification
 from preferences.models import Device, Preferences, Recipient
+from tests.conftest import EVERY_SCOPE
 
 pytestmark = pytest.mark.django_db
 
@@ -146,7 +147,7 @@ def check_answer(r, before: dict[str, int]) -> None:
 
 @pytest.fixture
 def http():
-    _, key = APIClient.objects.create_key(name="generated", allow_high=True)
+    _, key = APIClient.objects.create_key(name="generated", scopes=EVERY_SCOPE)
     return Client(headers={"Authorization": f"Api-Key {key}"})
 
 

@@ -20,13 +20,14 @@ from campaigns.models import Campaign, CampaignStatus, Segment, SegmentMember
 from notifications import clock
 from notifications.models import APIClient, DeliveryAttempt, DeliveryEvent, Notification
 from preferences.models import Device, Erasure, Preferences, Recipient, SmsStop
+from tests.conftest import EVERY_SCOPE, MARKETING_SCOPES
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def api_client():
-    return APIClient.objects.create_key(name="support-backend", allow_high=True)
+    return APIClient.objects.create_key(name="support-backend", scopes=EVERY_SCOPE)
 
 
 @pytest.fixture
@@ -164,12 +165,14 @@ def test_campaigns_made_in_the_admin_are_readable_through_the_api(http, segment)
 
 
 def test_campaign_list_own_and_admin_not_other_clients_with_filters(http, segment):
-    _, other_key = APIClient.objects.create_key(name="other")
+    _, other_key = APIClient.objects.create_key(name="other", scopes=MARKETING_SCOPES)
     other = Client(headers={"Authorization": f"Api-Key {other_key}"})
     body = {"segment_id": "vip", "channel": "sms", "content": {"body": "Sale"}}
     mine = [call(http, "post", "/v1/campaigns", body | {"name": f"c{i}"}, **{"Idempotency-Key": f"c{i}"}).json()["id"]
             for i in range(3)]
-    theirs = call(other, "post", "/v1/campaigns", body, **{"Idempotency-Key": "x"}).json()["id"]
+    assert call(other, "put", "/v1/segments/theirs", {"name": "Theirs"}).status_code == 201
+    theirs = call(other, "post", "/v1/campaigns", body | {"segment_id": "theirs"},
+                  **{"Idempotency-Key": "x"}).json()["id"]
     email = call(http, "post", "/v1/campaigns", body | {"channel": "email", "content": {"title": "t", "body": "b"}},
                  **{"Idempotency-Key": "e"}).json()["id"]
     items, pages = walk(http, "/v1/campaigns", limit=2)

@@ -13,13 +13,14 @@ from django.test import Client
 
 from notifications.models import APIClient, DeliveryEvent, Notification
 from preferences.models import Device, Preferences, Recipient
+from tests.conftest import EVERY_SCOPE
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def client_key():
-    client, key = APIClient.objects.create_key(name="validation", allow_high=True)
+    client, key = APIClient.objects.create_key(name="validation", scopes=EVERY_SCOPE)
     return client, key
 
 
@@ -157,7 +158,10 @@ def test_high_priority_needs_permission(user):
     _, key = APIClient.objects.create_key(name="marketing", allow_high=False)
     r = post(Client(headers={"Authorization": f"Api-Key {key}"}), sms(priority="high"))
     assert r.status_code == 403
-    assert fields(r) == {("priority", "not_permitted")}
+    assert fields(r) == {("priority", "missing_scope")}
+    assert r.json()["error"]["code"] == "missing_scope"
+    assert r.json()["error"]["message"] == ("priority: this API key lacks the scope notifications:send_high "
+                                            "(needed for priority=high)")
     assert_nothing_written()
 
 

@@ -11,13 +11,14 @@ from django.test import Client
 from campaigns.models import Campaign, Segment, SegmentMember, Template
 from notifications.models import APIClient
 from preferences.models import Recipient
+from tests.conftest import MARKETING_SCOPES
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def http():
-    _, key = APIClient.objects.create_key(name="marketing-tool", allow_high=False)
+    _, key = APIClient.objects.create_key(name="marketing-tool", scopes=MARKETING_SCOPES)
     return Client(headers={"Authorization": f"Api-Key {key}"})
 
 
@@ -114,7 +115,10 @@ def test_campaign_high_priority_needs_permission(http, segment):
     r = call(http, "post", "/v1/campaigns", campaign(priority="high", category="security"),
              **{"Idempotency-Key": "c1"})
     assert r.status_code == 403
-    assert fields(r) == {("priority", "not_permitted")}
+    assert fields(r) == {("priority", "missing_scope")}
+    assert r.json()["error"]["code"] == "missing_scope"
+    assert r.json()["error"]["message"] == ("priority: this API key lacks the scope notifications:send_high "
+                                            "(needed for priority=high)")
     assert not Campaign.objects.exists()
 
 

@@ -21,6 +21,7 @@ from campaigns.models import Campaign, CampaignShard, CampaignStatus, MissedPoli
 from notifications.models import APIClient, Notification, Reason, Status
 from preferences.models import Recipient
 from preferences.wallclock import wall_time_to_utc
+from tests.conftest import MARKETING_SCOPES
 
 NOW = datetime(2030, 1, 10, 11, 30, tzinfo=UTC)
 GRACE = timedelta(seconds=600)
@@ -32,7 +33,7 @@ GRACE = timedelta(seconds=600)
 
 @pytest.fixture
 def http(db):
-    _, key = APIClient.objects.create_key(name="marketing-tool", allow_high=False)
+    _, key = APIClient.objects.create_key(name="marketing-tool", scopes=MARKETING_SCOPES)
     services.upsert_segment("vip", name="VIPs")
     return Client(headers={"Authorization": f"Api-Key {key}"})
 

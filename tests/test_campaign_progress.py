@@ -26,6 +26,7 @@ from campaigns.models import Campaign, CampaignShard, CampaignStatus
 from campaigns.selectors import STATUSES, outcome
 from notifications.models import APIClient, Notification, Reason, Status
 from preferences.models import Recipient
+from tests.conftest import MARKETING_SCOPES
 from tests.test_metrics import key, prom, scrape  # noqa: F401 - prom: private metrics directory (autouse)
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fast_password_hashing")]
@@ -39,7 +40,7 @@ OTHER_DOCTOR_CHECKS = ["providers", "public-url", "sendgrid-key", "timezone", "w
 
 @pytest.fixture
 def api_client():
-    client, key_ = APIClient.objects.create_key(name="marketing-tool", allow_high=False)
+    client, key_ = APIClient.objects.create_key(name="marketing-tool", scopes=MARKETING_SCOPES)
     return client, Client(headers={"Authorization": f"Api-Key {key_}"})
 
 

@@ -48,7 +48,8 @@ def content_for(channel: str) -> dict:
 def test_small_campaign_with_template_renders_per_recipient_and_completes(api, emulator):
     segment_id, users, _ = make_segment(api, 30, channel="email")
     Recipient.objects.filter(pk__in=users[:10]).update(locale="de-AT")
-    r = api.request("PUT", "/v1/templates/welcome", json={
+    template_id = f"welcome-{uuid.uuid4().hex[:8]}"  # templates are owned by the client that made them
+    r = api.request("PUT", f"/v1/templates/{template_id}", json={
         "name": "Welcome", "default_locale": "en",
         "variants": [
             {"locale": "en", "title": "Hello {{ first_name }}", "body": "Welcome, {{ first_name }}!",
@@ -56,7 +57,7 @@ def test_small_campaign_with_template_renders_per_recipient_and_completes(api, e
             {"locale": "de", "title": "Hallo {{ first_name }}", "body": "Willkommen, {{ first_name }}!"},
         ]})
     assert r.status_code in (200, 201), r.text
-    cid = create_campaign(api, {"segment_id": segment_id, "channel": "email", "template_id": "welcome"})
+    cid = create_campaign(api, {"segment_id": segment_id, "channel": "email", "template_id": template_id})
     body = wait_campaign(api, cid, "completed", timeout=60)
     assert sent(body["counts"]) == 30
     assert body["counts"]["total"] == 30
@@ -276,14 +277,17 @@ def test_cancel_mid_send_leaves_nothing_sendable_and_counts_show_what_went(api, 
 
 def test_template_edit_after_launch_changes_what_still_queued_notifications_say(api, emulator, stack):
     segment_id, _users, _ = make_segment(api, 20, channel="sms")
-    api.request("PUT", "/v1/templates/promo-edit", json={
+    template_id = f"promo-edit-{uuid.uuid4().hex[:8]}"  # templates are owned by the client that made them
+    r = api.request("PUT", f"/v1/templates/{template_id}", json={
         "name": "Promo", "default_locale": "en", "variants": [{"locale": "en", "body": "Sale: 10% off (typo)"}]})
+    assert r.status_code == 201, r.text
     # Smeared over an hour: fan-out creates the rows now, they go out over the next hour.
-    cid = create_campaign(api, {"segment_id": segment_id, "channel": "sms", "template_id": "promo-edit",
+    cid = create_campaign(api, {"segment_id": segment_id, "channel": "sms", "template_id": template_id,
                                 "spread_seconds": 3600})
     wait_campaign(api, cid, "sending", timeout=30)
-    api.request("PUT", "/v1/templates/promo-edit", json={
+    r = api.request("PUT", f"/v1/templates/{template_id}", json={
         "name": "Promo", "default_locale": "en", "variants": [{"locale": "en", "body": "Sale: 20% off"}]})
+    assert r.status_code == 200, r.text
     stack.set_clock_offset(3601)
     wait_campaign(api, cid, "completed", timeout=40)
     ids = {str(i) for i in Notification.objects.filter(campaign_id=cid).values_list("id", flat=True)}

@@ -9,6 +9,7 @@ import pytest
 
 from campaigns.models import Campaign
 from notifications import clock
+from tests.conftest import MARKETING_SCOPES
 from tests.fanout_helpers import make_campaign, make_recipient, run_fan_out
 
 pytestmark = pytest.mark.django_db
@@ -60,7 +61,7 @@ def test_api_shows_the_eligible_reach_before_fan_out_and_fan_out_creates_exactly
     make_recipient("r-stopped", phone="+4915199999999")
     SmsStop.objects.create(phone="+4915199999999", sender=sms_sender(), source="twilio 21610")
     segment = make_segment_of(["r-ok", "r-ok-prefs", "r-out", "r-cat", "r-nophone", "r-invalid", "r-stopped"])
-    _, key = APIClient.objects.create_key(name="reach", allow_high=False)
+    _, key = APIClient.objects.create_key(name="reach", scopes=MARKETING_SCOPES)
     http = Client(headers={"Authorization": f"Api-Key {key}"})
     r = http.post("/v1/campaigns", data=json.dumps({
         "segment_id": segment.pk, "channel": "sms", "content": {"body": "Sale!"},

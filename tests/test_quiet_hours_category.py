@@ -19,6 +19,7 @@ from campaigns.models import Campaign, Segment
 from notifications import clock
 from notifications.models import APIClient, DeliveryEvent, Notification
 from notifications.quiet_hours_policy import bypasses_quiet_hours, priority_category_problem
+from notifications.scopes import Scope
 from notifications.sending import _CampaignContent, prepare
 from preferences.models import Preferences, Recipient
 
@@ -27,7 +28,8 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def http():
-    _, key = APIClient.objects.create_key(name="qh", allow_high=True)
+    _, key = APIClient.objects.create_key(name="qh", allow_high=True,
+                                          scopes=[Scope.SEND, Scope.CAMPAIGNS_WRITE, Scope.READ])
     return Client(headers={"Authorization": f"Api-Key {key}"})
 
 

@@ -1,4 +1,5 @@
-"""Staff roles: the ``marketing`` and ``support`` groups made by the migration campaigns/0002_staff_groups,
+"""Staff roles: the ``marketing`` and ``support`` groups made by the migration campaigns/0002_staff_groups
+(last changed by ``campaigns.roles.MIGRATION``),
 what each can see and do in the admin, and that their state changes land in the admin log.
 
 In-process (Django test client, rolled-back transactions); no worker processes.
@@ -26,7 +27,7 @@ from preferences.models import Preferences, Recipient
 pytestmark = pytest.mark.django_db
 
 OTP = "Your code is 918273"
-MIGRATION = importlib.import_module("campaigns.migrations.0002_staff_groups")
+MIGRATION = importlib.import_module(roles.MIGRATION)  # the newest staff-groups migration
 
 
 def staff(username: str, group: str | None) -> User:
@@ -122,7 +123,8 @@ def admin_models(client) -> set[str]:
 def test_admin_index_shows_each_role_its_pages(client, marketer, supporter):
     assert admin_models(as_user(client, marketer)) == {"Segment", "SegmentMember", "Template", "Campaign",
                                                        "Recipient"}
-    assert admin_models(as_user(client, supporter)) == {"Recipient", "Device", "Notification", "DeadLetter"}
+    assert admin_models(as_user(client, supporter)) == {"Recipient", "Device", "Notification", "DeadLetter",
+                                                        "APIAuditEntry"}
 
 
 # --- marketing -------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The OpenAPI schema generates without warnings, validates, and documents every endpoint."""
+"""The OpenAPI schema generates without warnings, validates, and documents every endpoint, with the
+scope each operation needs."""
 
 import pytest
 import yaml
@@ -31,8 +32,25 @@ def test_schema_documents_the_api(schema):
         assert set(schema["components"]["schemas"][ref]["properties"]) == {"items", "next_cursor"}
         assert "422" in get["responses"]
     erase = schema["paths"]["/v1/users/{user_id}"]["delete"]
-    assert set(erase["responses"]) == {"200", "401", "404", "422", "429"}
+    assert set(erase["responses"]) == {"200", "401", "403", "404", "422", "429"}
     send = schema["paths"]["/v1/notifications"]["post"]
     assert {p["name"] for p in send["parameters"]} == {"Idempotency-Key"}
     assert set(send["responses"]) == {"202", "400", "401", "403", "413", "415", "422", "429"}
     assert schema["components"]["securitySchemes"]["ApiKeyAuth"]["name"] == "Authorization"
+
+
+def test_every_operation_names_its_scope_and_documents_the_403(schema):
+    """The scope in the document is the one the view declares (tests/test_scopes.py walks the views)."""
+    from tests.test_scopes import declared_operations
+
+    declared = {(route, method): scope for route, method, scope, _ in declared_operations()}
+    documented = {}
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            documented[(path, method)] = operation["x-required-scope"]
+            assert f"**Scope:** `{operation['x-required-scope']}`." in operation["description"], (path, method)
+            forbidden = operation["responses"]["403"]
+            assert f"lacks the scope `{operation['x-required-scope']}`" in forbidden["description"], (path, method)
+            assert forbidden["content"]["application/json"]["schema"]["$ref"] == "#/components/schemas/Error"
+    assert documented == declared
+    assert {scope for (_, method), scope in documented.items() if method == "get"} == {"read"}

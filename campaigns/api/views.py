@@ -10,7 +10,7 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from campaigns import services
+from campaigns import ownership, services
 from campaigns.api.serializers import (
     CampaignRequestSerializer,
     CampaignSerializer,
@@ -23,16 +23,27 @@ from campaigns.api.serializers import (
     TemplateSerializer,
 )
 from campaigns.models import Campaign, CampaignStatus, MissedPolicy, Segment, SegmentMember, Template
-from notifications.api.errors import BODY, NotFoundError, error_responses, field_error, response_headers
+from notifications import audit
+from notifications.api.errors import (
+    BODY,
+    MissingScope,
+    NotFoundError,
+    NotOwner,
+    error_responses,
+    field_error,
+    response_headers,
+)
 from notifications.api.pagination import Ordering, list_page, page_parameters, page_serializer
 from notifications.api.serializers import AcceptedSerializer
 from notifications.api.views import (
     IDEMPOTENCY_PARAMETERS,
     accepted,
-    high_priority_refused,
+    check_priority_scope,
     idempotency_key_problem,
     key_reused,
+    note_given_fields,
 )
+from notifications.scopes import Scope
 from notifications.services import request_fingerprint
 from preferences.models import Channel
 
@@ -47,6 +58,14 @@ _TEMPLATE_ID = OpenApiParameter("template_id", _SLUG_SCHEMA, OpenApiParameter.PA
 _SLUG_422 = "Validation failed (including a path id that is not 1–64 letters, digits, '-' or '_')."
 _CAMPAIGN_404 = "No campaign with this id that this API client may read (its own, or one made in the admin)."
 _LIST_422 = "A bad query parameter; `field` names it."
+_SEGMENT_403_CHANGE = ("Or `not_owner` on `segment_id`: the segment belongs to another API client, or was made in "
+                       "the admin (only staff change it).")
+_SEGMENT_403_READ = "Or `not_owner` on `segment_id`: the segment belongs to another API client."
+_TEMPLATE_403 = ("Or `not_owner` on `template_id`: the template belongs to another API client, or was made in the "
+                 "admin; or `missing_scope` on `template_id`: an active high-priority campaign uses it, and changing "
+                 "it needs `notifications:send_high`.")
+_CAMPAIGN_403 = ("Or `not_owner` on `segment_id` / `template_id`: a campaign uses only its client's own segments and "
+                 "templates and those made in the admin.")
 _BY_ID = Ordering(("pk",))
 
 
@@ -57,11 +76,39 @@ def _segment(segment_id: str) -> Segment:
     return segment
 
 
+def _refused(exc: ownership.NotOwner | ownership.NeedsHighScope) -> Exception:
+    """The API's 403 for an ownership rule: ``not_owner`` on the path id, or ``missing_scope``
+    (``notifications:send_high``) on ``template_id``."""
+    if isinstance(exc, ownership.NeedsHighScope):
+        return MissingScope(Scope.SEND_HIGH, field="template_id",
+                            why=f"this template is used by the high-priority campaign {exc.campaign.pk}")
+    return NotOwner(f"{exc.kind}_id", str(exc))
+
+
+def _owned(request, obj: Segment | Template, check=ownership.check_change, *args) -> None:
+    """Runs an ownership ``check`` for the request's client; raises the API's 403 if it refuses."""
+    try:
+        check(obj, request.auth, *args)
+    except (ownership.NotOwner, ownership.NeedsHighScope) as exc:
+        raise _refused(exc) from None
+
+
 def _template(template_id: str) -> Template:
     template = Template.objects.filter(pk=template_id).first()
     if template is None:
         raise NotFoundError("template_id", f"no template with this id; create it with PUT /v1/templates/{template_id}")
     return template
+
+
+def _segment_state(segment: Segment) -> dict:
+    """What a segment PUT changes, for the audit log."""
+    return {"name": segment.name, "description": segment.description}
+
+
+def _template_state(template: Template) -> dict:
+    """What a template PUT changes, for the audit log: variants by locale (``variants.de``)."""
+    variants = {v.locale: (v.title, v.body, v.html) for v in template.variants.all()}
+    return {"name": template.name, "default_locale": template.default_locale, "variants": variants}
 
 
 def _segment_payload(segment: Segment) -> dict:
@@ -70,34 +117,50 @@ def _segment_payload(segment: Segment) -> dict:
 
 
 class SegmentView(APIView):
+    required_scopes = {"get": Scope.READ, "put": Scope.SEGMENTS_WRITE}
+    audit_object = "segment"
+
     @extend_schema(request=SegmentSerializer, parameters=[_SEGMENT_ID, *response_headers()],
                    examples=[OpenApiExample("Segment", request_only=True, value={
                        "name": "Spring sale", "description": "Opted-in buyers of the last 12 months"})],
                    responses={200: OpenApiResponse(SegmentSerializer, description="Updated."),
                               201: OpenApiResponse(SegmentSerializer, description="Created."),
-                              **error_responses(*BODY, 422, _422=_SLUG_422)},
-                   summary="Create or rename a segment")
+                              **error_responses(*BODY, 403, 422, _422=_SLUG_422, _403=_SEGMENT_403_CHANGE)},
+                   summary="Create or rename a segment (this client's own)")
     def put(self, request, segment_id: str):
         if not _SLUG.match(segment_id):
             return field_error("segment_id", "invalid", "letters, digits, '-' and '_' only; at most 64", 422)
+        existing = Segment.objects.filter(pk=segment_id).first()
+        if existing is not None:
+            _owned(request, existing)  # before validation: a refused write learns nothing more
         ser = SegmentSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
-        segment, created = services.upsert_segment(segment_id, **ser.validated_data)
+        try:
+            segment, created = services.upsert_segment(segment_id, client=request.auth, **ser.validated_data)
+        except ownership.NotOwner as exc:  # created by another client meanwhile
+            raise _refused(exc) from None
+        audit.note_changes(request, None if created or existing is None else _segment_state(existing),
+                           _segment_state(segment))
         return Response(_segment_payload(segment), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     @extend_schema(parameters=[_SEGMENT_ID, *response_headers()],
-                   responses={200: SegmentSerializer, **error_responses(404)},
-                   summary="A segment and its member count")
+                   responses={200: SegmentSerializer, **error_responses(403, 404, _403=_SEGMENT_403_READ)},
+                   summary="A segment and its member count (this client's own, or made in the admin)")
     def get(self, request, segment_id: str):
-        return Response(_segment_payload(_segment(segment_id)))
+        segment = _segment(segment_id)
+        _owned(request, segment, ownership.check_use, "read")
+        return Response(_segment_payload(segment))
 
 
 class SegmentListView(APIView):
+    required_scopes = {"get": Scope.READ}
+
     @extend_schema(parameters=[*page_parameters(), *response_headers()],
                    responses={200: page_serializer("SegmentPage", SegmentSerializer()),
                               **error_responses(422, _422=_LIST_422)},
                    operation_id="v1_segments_list",
-                   summary="Segments by segment_id, with member counts (keyset pagination)")
+                   summary="Segments this client may read (its own and those made in the admin), by segment_id, "
+                           "with member counts (keyset pagination)")
     def get(self, request):
         def items(rows):
             counts = dict(SegmentMember.objects.filter(segment_id__in=[r.pk for r in rows]).values("segment_id")
@@ -105,17 +168,21 @@ class SegmentListView(APIView):
             return [{"segment_id": r.segment_id, "name": r.name, "description": r.description,
                      "member_count": counts.get(r.segment_id, 0)} for r in rows]
 
-        return Response(list_page(request.query_params, Segment.objects.all(), _BY_ID, items))
+        return Response(list_page(request.query_params, ownership.readable_segments(request.auth), _BY_ID, items))
 
 
 class SegmentMembersView(APIView):
+    required_scopes = {"get": Scope.READ, "post": Scope.SEGMENTS_WRITE}
+    audit_object = "segment_members"
+
     @extend_schema(parameters=[_SEGMENT_ID, *page_parameters(), *response_headers()],
                    responses={200: page_serializer("SegmentMemberPage", SegmentMemberSerializer()),
-                              **error_responses(404, 422, _422=_LIST_422)},
+                              **error_responses(403, 404, 422, _422=_LIST_422, _403=_SEGMENT_403_READ)},
                    operation_id="v1_segments_members_list",
                    summary="A segment's members by user_id (keyset pagination)")
     def get(self, request, segment_id: str):
         segment = _segment(segment_id)
+        _owned(request, segment, ownership.check_use, "read")
         return Response(list_page(request.query_params, SegmentMember.objects.filter(segment=segment),
                                   Ordering(("recipient_id",)),
                                   lambda rows: SegmentMemberSerializer(rows, many=True).data))
@@ -123,18 +190,24 @@ class SegmentMembersView(APIView):
     @extend_schema(request=MembersSerializer, parameters=[_SEGMENT_ID, *response_headers()],
                    examples=[OpenApiExample("Members", request_only=True,
                                             value={"add": ["alice", "bob"], "remove": ["carol"]})],
-                   responses={200: MembersResultSerializer, **error_responses(*BODY, 404, 422)},
-                   summary="Add and remove members (up to 10,000 ids a call)")
+                   responses={200: MembersResultSerializer,
+                              **error_responses(*BODY, 403, 404, 422, _403=_SEGMENT_403_CHANGE)},
+                   summary="Add and remove members of this client's segment (up to 10,000 ids a call)")
     def post(self, request, segment_id: str):
         segment = _segment(segment_id)
+        _owned(request, segment)
         ser = MembersSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         result = services.change_members(segment, **ser.validated_data)
+        audit.note_fields(request, ["members"] if result["added"] or result["removed"] else [])
         result["member_count"] = segment.members.count()
         return Response(result)
 
 
 class TemplateView(APIView):
+    required_scopes = {"get": Scope.READ, "put": Scope.TEMPLATES_WRITE}
+    audit_object = "template"
+
     @extend_schema(request=TemplateSerializer, parameters=[_TEMPLATE_ID, *response_headers()],
                    examples=[OpenApiExample("Template", request_only=True, value={
                        "name": "Welcome", "default_locale": "en", "variants": [
@@ -143,15 +216,23 @@ class TemplateView(APIView):
                             "html": "<p>Hallo {{ first_name }}!</p>"}]})],
                    responses={200: OpenApiResponse(TemplateSerializer, description="Replaced."),
                               201: OpenApiResponse(TemplateSerializer, description="Created."),
-                              **error_responses(*BODY, 422, _422=_SLUG_422)},
-                   summary="Create or replace a template and its locale variants")
+                              **error_responses(*BODY, 403, 422, _422=_SLUG_422, _403=_TEMPLATE_403)},
+                   summary="Create or replace a template (this client's own) and its locale variants")
     def put(self, request, template_id: str):
         if not _SLUG.match(template_id):
             return field_error("template_id", "invalid", "letters, digits, '-' and '_' only; at most 64", 422)
+        existing = Template.objects.filter(pk=template_id).first()
+        if existing is not None:
+            _owned(request, existing, ownership.check_template_change)
         ser = TemplateSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
-        created = not Template.objects.filter(pk=template_id).exists()
-        template = services.upsert_template(template_id, **ser.validated_data)
+        before = None if existing is None else _template_state(existing)
+        try:
+            template = services.upsert_template(template_id, client=request.auth, **ser.validated_data)
+        except (ownership.NotOwner, ownership.NeedsHighScope) as exc:
+            raise _refused(exc) from None
+        created = existing is None
+        audit.note_changes(request, before, _template_state(template))
         return Response(self._payload(template), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     @extend_schema(parameters=[_TEMPLATE_ID, *response_headers()],
@@ -169,6 +250,8 @@ class TemplateView(APIView):
 
 
 class TemplateListView(APIView):
+    required_scopes = {"get": Scope.READ}
+
     @extend_schema(parameters=[*page_parameters(), *response_headers()],
                    responses={200: page_serializer("TemplatePage", TemplateOutSerializer()),
                               **error_responses(422, _422=_LIST_422)},
@@ -183,6 +266,11 @@ _CAMPAIGN_FILTERS = {"status": CampaignStatus.values, "channel": Channel.values,
 
 
 class CampaignListView(APIView):
+    required_scopes = {"get": Scope.READ, "post": Scope.CAMPAIGNS_WRITE}
+    scope_notes = {"post": "`priority: high` also needs `notifications:send_high` (403 `missing_scope` on "
+                           "`priority`)."}
+    audit_object = "campaign"
+
     @extend_schema(
         operation_id="v1_campaigns_list",
         summary="Campaigns this client may read (its own and those made in the admin), newest first",
@@ -211,7 +299,7 @@ class CampaignListView(APIView):
         responses={202: OpenApiResponse(AcceptedSerializer, description="Accepted (or replayed: see "
                                                                         "`Idempotent-Replayed`); `status` is "
                                                                         "`scheduled`."),
-                   **error_responses(*BODY, 403, 422)},
+                   **error_responses(*BODY, 403, 422, _403=_CAMPAIGN_403)},
     )
     def post(self, request):
         key, problem = idempotency_key_problem(request)
@@ -220,9 +308,10 @@ class CampaignListView(APIView):
         ser = CampaignRequestSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         data = ser.validated_data
-        refused = high_priority_refused(request, data["priority"])
-        if refused:
-            return refused
+        check_priority_scope(request, data["priority"])
+        _owned(request, data["segment"], ownership.check_use)
+        if data["template"] is not None:
+            _owned(request, data["template"], ownership.check_use)
         content = data.get("content") or {}
         local = data.get("local_time")
         try:
@@ -238,6 +327,7 @@ class CampaignListView(APIView):
                 ttl_seconds=data["ttl_seconds"])
         except services.CampaignKeyReused:
             return key_reused()
+        note_given_fields(request, CampaignRequestSerializer)
         campaign = result.campaign
         return accepted({"id": str(campaign.pk), "status": "scheduled"}, f"/v1/campaigns/{campaign.pk}",
                         result.replayed)
@@ -253,6 +343,8 @@ def _own_campaign(request, campaign_id):
 
 
 class CampaignDetailView(APIView):
+    required_scopes = {"get": Scope.READ}
+
     @extend_schema(parameters=response_headers(),
                    responses={200: CampaignSerializer, **error_responses(404, _404=_CAMPAIGN_404)},
                    summary="Status and counts by status (this client's campaigns and those made in the admin)")
@@ -266,6 +358,9 @@ class CampaignDetailView(APIView):
 
 
 class CampaignCancelView(APIView):
+    required_scopes = {"post": Scope.CAMPAIGNS_WRITE}
+    audit_object = "campaign"
+
     @extend_schema(request=None, parameters=response_headers(),
                    responses={200: CampaignSerializer,
                               **error_responses(404, 409, _404="No campaign with this id for this API client "
@@ -280,4 +375,5 @@ class CampaignCancelView(APIView):
             campaign, _ = services.cancel_campaign(campaign_id)
         except services.CampaignNotCancellable as exc:
             return field_error("status", "not_cancellable", str(exc), 409, error_code="conflict")
+        audit.note_fields(request, ["status"])
         return Response(CampaignSerializer(campaign).data)

@@ -1,7 +1,17 @@
-"""API-key authentication: ``Authorization: Api-Key <key>`` (djangorestframework-api-key).
+"""API-key authentication: ``Authorization: Api-Key <key>`` (djangorestframework-api-key), and the
+scope each operation needs.
 
 Keys are stored hashed (SHA-512); the lookup is by the key's public prefix, then a constant-time
 hash comparison. ``request.auth`` is the :class:`~notifications.models.APIClient`.
+
+Every API view declares the scope of each method it implements::
+
+    class RecipientView(APIView):
+        required_scopes = {"get": Scope.READ, "put": Scope.RECIPIENTS_WRITE, "delete": Scope.RECIPIENTS_WRITE}
+
+:class:`HasRequiredScope` (a default permission) refuses a key without it (403 ``missing_scope``) before
+the view runs, and refuses a method the view declares no scope for (fail closed);
+``tests/test_scopes.py`` walks every URL pattern so an endpoint cannot forget its declaration.
 """
 
 from __future__ import annotations
@@ -10,7 +20,9 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
 from rest_framework_api_key.permissions import KeyParser
 
+from notifications.api.refusals import MissingScope
 from notifications.models import APIClient
+from notifications.scopes import Scope
 
 
 class ApiKeyAuthentication(authentication.BaseAuthentication):
@@ -49,6 +61,31 @@ class IsApiClient(permissions.BasePermission):
 
     def has_permission(self, request, view) -> bool:
         return isinstance(request.auth, APIClient)
+
+
+def required_scope(view, method: str) -> str | None:
+    """The scope ``view`` declares for ``method`` (``HEAD`` as ``GET``, ``OPTIONS`` needs ``read``), or None."""
+    method = method.lower()
+    if method == "options":
+        return Scope.READ
+    declared = getattr(view, "required_scopes", None) or {}
+    return declared.get("get" if method == "head" else method)
+
+
+class HasRequiredScope(permissions.BasePermission):
+    """Allows a request only if its API key holds the scope the view declares for the method.
+
+    Raises MissingScope (403 ``missing_scope``, field ``Authorization``), or PermissionDenied
+    (``no_scope_declared``) for a method without a declared scope."""
+
+    def has_permission(self, request, view) -> bool:
+        scope = required_scope(view, request.method)
+        if scope is None:
+            raise exceptions.PermissionDenied(f"{request.method} on this endpoint declares no scope: refused",
+                                              code="no_scope_declared")
+        if not request.auth.has_scope(scope):
+            raise MissingScope(scope)
+        return True
 
 
 class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):

@@ -20,6 +20,8 @@ from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from notifications.api.refusals import MissingScope, NotOwner
+
 
 class UnprocessableEntity(exceptions.APIException):
     status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
@@ -71,7 +73,7 @@ class ErrorSerializer(serializers.Serializer):
 ERROR_DESCRIPTIONS = {
     400: "Malformed JSON body, or a missing/invalid `Idempotency-Key` header.",
     401: "No API key, or an unknown, revoked or expired one (`WWW-Authenticate: Api-Key`).",
-    403: "`priority: high` from an API client that may not send it.",
+    403: "The API key lacks the scope this operation needs (`missing_scope`, naming it).",
     404: "Unknown id (or one of another API client).",
     409: "Not cancellable any more.",
     413: "The body is larger than the limit (5 MiB, `DATA_UPLOAD_MAX_MEMORY_SIZE`); the message names it.",
@@ -80,7 +82,8 @@ ERROR_DESCRIPTIONS = {
     429: "Over this API client's rate limit; retry after `Retry-After` seconds.",
 }
 
-# Every endpoint needs an API key and is rate limited.
+# Every endpoint needs an API key and is rate limited. (403, the scope, is added to every operation by
+# notifications.api.schema.ScopedAutoSchema, which names the scope the view declares.)
 ALWAYS = (401, 429)
 # Endpoints that parse a JSON body can also answer 400 (malformed JSON), 413 (too large) and 415 (not JSON).
 BODY = (400, 413, 415)
@@ -171,6 +174,11 @@ def exception_handler(exc, context):
         message = f"must be application/json, not {got[:100]}"
         response.data = _body(415, "unsupported_media_type", f"Content-Type: {message}",
                               [{"field": "Content-Type", "code": "unsupported_media_type", "message": message}])
+        return response
+    if isinstance(exc, MissingScope | NotOwner):
+        code = exc.get_codes()
+        response.data = _body(403, code, f"{exc.field}: {exc.detail}",
+                              [{"field": exc.field, "code": code, "message": str(exc.detail)}])
         return response
     if isinstance(exc, NotFoundError):
         response.data = _body(404, "not_found", f"{exc.field}: {exc.detail}",

@@ -8,8 +8,8 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from notifications import services
-from notifications.api.errors import BODY, error_responses, field_error, response_headers
+from notifications import audit, services
+from notifications.api.errors import BODY, MissingScope, error_responses, field_error, response_headers
 from notifications.api.pagination import Ordering, list_page, page_parameters, page_serializer
 from notifications.api.serializers import (
     AcceptedSerializer,
@@ -19,6 +19,7 @@ from notifications.api.serializers import (
     SendRequestSerializer,
 )
 from notifications.models import Notification, Priority, Status
+from notifications.scopes import Scope
 from preferences.api.views import PathIdView, recipient_or_404
 from preferences.models import Channel
 
@@ -57,12 +58,17 @@ def idempotency_key_problem(request) -> tuple[str, Response | None]:
     return key, None
 
 
-def high_priority_refused(request, priority: str) -> Response | None:
-    """403 when the API client asks for priority=high without being allowed it."""
-    if priority == Priority.HIGH and not request.auth.allow_high:
-        return field_error("priority", "not_permitted", "this API client may not send priority=high", 403,
-                           error_code="permission_denied")
-    return None
+def check_priority_scope(request, priority: str) -> None:
+    """``priority: high`` needs the scope ``notifications:send_high`` as well. Raises MissingScope
+    (403 ``missing_scope`` on the field ``priority``) when the API key lacks it."""
+    if priority == Priority.HIGH and not request.auth.has_scope(Scope.SEND_HIGH):
+        raise MissingScope(Scope.SEND_HIGH, field="priority", why="needed for priority=high")
+
+
+def note_given_fields(request, serializer_class) -> None:
+    """Audit (:mod:`notifications.audit`): a create changed the request's fields that the serializer knows."""
+    known = serializer_class().fields
+    audit.note_fields(request, [k for k in request.data if k in known])
 
 
 def key_reused() -> Response:
@@ -79,6 +85,11 @@ def accepted(body: dict, location: str, replayed: bool) -> Response:
 
 
 class NotificationListView(APIView):
+    required_scopes = {"post": Scope.SEND}
+    scope_notes = {"post": "`priority: high` also needs `notifications:send_high` (403 `missing_scope` on "
+                           "`priority`)."}
+    audit_object = "notification"
+
     @extend_schema(
         summary="Send a notification to one user",
         request=SendRequestSerializer,
@@ -107,9 +118,7 @@ class NotificationListView(APIView):
         ser.is_valid(raise_exception=True)
         data = ser.validated_data
         client = request.auth
-        refused = high_priority_refused(request, data["priority"])
-        if refused:
-            return refused
+        check_priority_scope(request, data["priority"])
         try:
             result = services.accept_notification(
                 client=client, idempotency_key=key,
@@ -121,6 +130,7 @@ class NotificationListView(APIView):
                 ttl_seconds=data["ttl_seconds"], sensitive=data["sensitive"])
         except services.IdempotencyKeyReused:
             return key_reused()
+        note_given_fields(request, SendRequestSerializer)
         n = result.notification
         return accepted({"id": str(n.pk), "status": n.accepted_status}, f"/v1/notifications/{n.pk}",
                         result.replayed)
@@ -140,6 +150,8 @@ def _readable(request, notification_id):
 
 
 class NotificationDetailView(APIView):
+    required_scopes = {"get": Scope.READ}
+
     @extend_schema(summary="A notification's status, reason and timeline", parameters=response_headers(),
                    responses={200: NotificationSerializer, **error_responses(404, _404=_NOTIFICATION_404)})
     def get(self, request, notification_id):
@@ -153,6 +165,9 @@ class NotificationDetailView(APIView):
 
 
 class NotificationCancelView(APIView):
+    required_scopes = {"post": Scope.SEND}
+    audit_object = "notification"
+
     @extend_schema(summary="Cancel a notification no worker has claimed yet", request=None,
                    parameters=response_headers(),
                    responses={200: CancelledSerializer,
@@ -166,6 +181,7 @@ class NotificationCancelView(APIView):
                                error_code="not_found")
         except services.NotCancellable as exc:
             return field_error("status", "not_cancellable", str(exc), 409, error_code="conflict")
+        audit.note_fields(request, ["status"])
         return Response({"id": str(n.pk), "status": n.status})
 
 
@@ -176,6 +192,8 @@ _USER_NOTIFICATION_FILTERS = {"status": Status.values, "channel": Channel.values
 class UserNotificationsView(PathIdView):
     """What was sent to one user: every notification to them (single sends of every API client and
     campaign sends), newest first."""
+
+    required_scopes = {"get": Scope.READ}
 
     @extend_schema(
         operation_id="v1_users_notifications_list",

@@ -22,6 +22,7 @@ from notifications.bench.otp import OtpSender
 from notifications.bench.raw import run_raw_ceiling
 from notifications.bench.stack import BenchStack
 from notifications.models import APIClient
+from notifications.scopes import Scope
 
 BUCKET_MS = 100
 #: Brownout: OTPs keep flowing at least this long after the primary SMS provider slowed down.
@@ -77,7 +78,8 @@ def run_blast(cfg: RunConfig, database_url: str, redis_url: str, work_dir: Path,
     reset_state(redis_url)
     segment, seed_seconds = seed.ensure_segment(cfg.recipients, progress)
     otp_users = seed.ensure_otp_recipients(OTP_USERS)
-    _, campaign_key = APIClient.objects.create_key(name=f"bench-campaigns-{uuid.uuid4().hex[:6]}")
+    _, campaign_key = APIClient.objects.create_key(name=f"bench-campaigns-{uuid.uuid4().hex[:6]}",
+                                                   scopes=[Scope.CAMPAIGNS_WRITE, Scope.READ])
     _, otp_key = APIClient.objects.create_key(name=f"bench-otp-{uuid.uuid4().hex[:6]}", allow_high=True)
 
     env = dict(cfg.env)

@@ -7,7 +7,9 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from notifications import audit
 from notifications.api.errors import BODY, NotFoundError, error_responses, field_error, response_headers
+from notifications.scopes import Scope
 from preferences import services
 from preferences.api.erasure import erase_user
 from preferences.api.serializers import (
@@ -17,7 +19,7 @@ from preferences.api.serializers import (
     RecipientSerializer,
     recipient_payload,
 )
-from preferences.models import Preferences, Recipient
+from preferences.models import Device, Preferences, Recipient
 
 # check_path_id: 1–255 (push tokens 1–4096) characters without control characters.
 _USER_ID = OpenApiParameter("user_id", {"type": "string", "pattern": r"^[^\u0000-\u001f\u007f]{1,255}$"},
@@ -28,6 +30,21 @@ _PUSH_TOKEN = OpenApiParameter("push_token", {"type": "string", "pattern": r"^[^
                                OpenApiParameter.PATH, examples=[OpenApiExample("token", value="fcm-token-1")])
 _404 = "Unknown user_id (create it with PUT /v1/users/{user_id})."
 _422_PATH = "Validation failed (including a path id that is empty, too long or has control characters)."
+
+
+#: The erasure counts named in its audit entry (those above zero).
+_ERASED = ("contacts_erased", "devices_deleted", "preferences_deleted", "segment_memberships_removed",
+           "notifications_erased", "notifications_cancelled")
+
+
+def _contacts(recipient: Recipient) -> dict:
+    """What a recipient PUT changes, for the audit log: its contacts, attributes and invalid marks."""
+    return {k: v for k, v in recipient_payload(recipient).items() if k != "user_id"}
+
+
+def _device_state(device: Device) -> dict:
+    """What a device registration changes, for the audit log: its owner and platform, whether active."""
+    return {"user_id": device.recipient_id, "platform": device.platform, "active": device.active}
 
 
 class BadPathId(Exception):
@@ -62,6 +79,9 @@ class PathIdView(APIView):
 
 
 class RecipientView(PathIdView):
+    required_scopes = {"get": Scope.READ, "put": Scope.RECIPIENTS_WRITE, "delete": Scope.RECIPIENTS_WRITE}
+    audit_object = "recipient"
+
     @extend_schema(request=RecipientSerializer, parameters=[_USER_ID, *response_headers()],
                    examples=[OpenApiExample("Contacts", request_only=True, value={
                        "email": "alice@example.com", "phone": "+49 151 12345678", "timezone": "Europe/Berlin",
@@ -74,8 +94,11 @@ class RecipientView(PathIdView):
         check_path_id("user_id", user_id)
         ser = RecipientSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
+        existing = Recipient.objects.filter(pk=user_id).first()
         recipient, created = services.upsert_recipient(user_id, **ser.validated_data)
-        return Response(recipient_payload(recipient), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+        payload = recipient_payload(recipient)
+        audit.note_changes(request, None if created or existing is None else _contacts(existing), _contacts(recipient))
+        return Response(payload, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     @extend_schema(parameters=[_USER_ID, *response_headers()],
                    responses={200: RecipientSerializer, **error_responses(404, 422, _404=_404, _422=_422_PATH)},
@@ -92,10 +115,16 @@ class RecipientView(PathIdView):
     def delete(self, request, user_id: str):
         recipient = recipient_or_404(user_id)
         erasure, replayed = erase_user(recipient, requested_by=f"api client {request.auth.name}")
-        return Response(ErasureSerializer(erasure, context={"replayed": replayed}).data)
+        data = ErasureSerializer(erasure, context={"replayed": replayed}).data
+        if not replayed:
+            audit.note_fields(request, [k for k in _ERASED if data[k]])
+        return Response(data)
 
 
 class PreferencesView(PathIdView):
+    required_scopes = {"get": Scope.READ, "put": Scope.PREFERENCES_WRITE}
+    audit_object = "preferences"
+
     @extend_schema(parameters=[_USER_ID, *response_headers()],
                    responses={200: PreferencesSerializer, **error_responses(404, 422, _404=_404, _422=_422_PATH)},
                    summary="Get a recipient's preferences")
@@ -115,11 +144,17 @@ class PreferencesView(PathIdView):
         recipient = recipient_or_404(user_id)
         ser = PreferencesSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
+        before = PreferencesSerializer().to_representation(Preferences.objects.filter(recipient=recipient).first())
         prefs = services.set_preferences(recipient, **ser.validated_data)
-        return Response(PreferencesSerializer().to_representation(prefs))
+        after = PreferencesSerializer().to_representation(prefs)
+        audit.note_changes(request, before, after)
+        return Response(after)
 
 
 class DevicesView(PathIdView):
+    required_scopes = {"get": Scope.READ, "put": Scope.DEVICES_WRITE}
+    audit_object = "device"
+
     @extend_schema(parameters=[_USER_ID, *response_headers()],
                    responses={200: DeviceSerializer(many=True),
                               **error_responses(404, 422, _404=_404, _422=_422_PATH)},
@@ -140,12 +175,18 @@ class DevicesView(PathIdView):
         recipient = recipient_or_404(user_id)
         ser = DeviceSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
+        existing = Device.objects.filter(push_token=ser.validated_data["push_token"]).first()
         device, created = services.register_device(recipient, **ser.validated_data)
+        audit.note_changes(request, None if created or existing is None else _device_state(existing),
+                           _device_state(device))
         code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
         return Response(DeviceSerializer(device).data, status=code)
 
 
 class DeviceView(PathIdView):
+    required_scopes = {"delete": Scope.DEVICES_WRITE}
+    audit_object = "device"
+
     @extend_schema(parameters=[_USER_ID, _PUSH_TOKEN, *response_headers()],
                    responses={204: OpenApiResponse(None, description="Removed (no body)."),
                               **error_responses(404, 422, _404="Unknown user_id, or no device with this push_token "

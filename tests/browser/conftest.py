@@ -9,8 +9,9 @@ writes is committed, so the server sees it.
   Playwright never downloads a browser here (no ``playwright install``): it launches that executable.
 * A failing test leaves a screenshot of its page in ``test-artifacts/screenshots/<test>.png``.
 * ``transactional_db`` flushes every table after each test; the staff groups and the two custom
-  permissions of the migration ``campaigns/0002_staff_groups`` are put back right after the flush
-  (a ``post_migrate`` receiver running that migration's own code), so later tests still find them.
+  permissions of the newest staff-groups migration (``campaigns.roles.MIGRATION``) are put back right
+  after the flush (a ``post_migrate`` receiver running that migration's own code), so later tests
+  still find them.
 * The flush also empties ``django_content_type``, which ``post_migrate`` refills with new ids, while
   the web server keeps the ids it read (Django's per-process ContentType cache): its next admin log
   entry then named a content type that no longer existed (a 500 on save, depending on test order).
@@ -31,6 +32,7 @@ from django.apps import apps as global_apps
 from django.conf import settings
 from django.db.models.signals import post_migrate
 
+from campaigns import roles
 from tests.conftest import server_database_url
 from tests.stack import LOG_DIR, ROOT, free_port, procfile_command, wait_until
 
@@ -43,7 +45,7 @@ TIMEOUT_MS = 10_000
 
 def _restore_staff_groups(sender, using, **kwargs):
     if sender.label == "campaigns":
-        importlib.import_module("campaigns.migrations.0002_staff_groups").sync(global_apps, using)
+        importlib.import_module(roles.MIGRATION).sync(global_apps, using)
 
 
 post_migrate.connect(_restore_staff_groups, weak=False, dispatch_uid="tests.browser.restore_staff_groups")

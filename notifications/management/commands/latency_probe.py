@@ -25,6 +25,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from notifications.models import APIClient
+from notifications.scopes import Scope
 
 
 def _pct(values: list[float], p: float) -> float:
@@ -43,7 +44,9 @@ class Command(BaseCommand):
         parser.add_argument("--out", default=str(settings.BASE_DIR / "bench" / "results"))
 
     def handle(self, *args, count, channel, api, emulator, out, **options):
-        _, key = APIClient.objects.create_key(name=f"latency-probe-{uuid.uuid4().hex[:6]}", allow_high=True)
+        _, key = APIClient.objects.create_key(name=f"latency-probe-{uuid.uuid4().hex[:6]}", allow_high=True,
+                                              scopes=[Scope.SEND, Scope.RECIPIENTS_WRITE, Scope.DEVICES_WRITE,
+                                                      Scope.READ])
         http = requests.Session()
         http.headers["Authorization"] = f"Api-Key {key}"
         try:

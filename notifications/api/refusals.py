@@ -1,0 +1,34 @@
+"""The API's 403s about what a key may do, as exceptions (formatted by
+:func:`notifications.api.errors.exception_handler` in the one error shape).
+
+Kept apart from :mod:`notifications.api.errors` because the authentication and permission classes
+raise them, and those are imported while DRF itself is still loading (``rest_framework.views``).
+"""
+
+from __future__ import annotations
+
+from rest_framework import exceptions
+
+
+class MissingScope(exceptions.PermissionDenied):
+    """403 ``missing_scope``: the API key lacks ``scope``. ``field`` names what needed it:
+    ``Authorization`` (the operation itself) or the request field that asked for more (``priority``).
+
+    Answered as ``{"error": {"status": 403, "code": "missing_scope", "message": "Authorization: this API
+    key lacks the scope recipients:write", "fields": [{"field": "Authorization", "code": "missing_scope",
+    "message": "this API key lacks the scope recipients:write"}]}}``.
+    """
+
+    def __init__(self, scope: str, field: str = "Authorization", why: str = "") -> None:
+        super().__init__(f"this API key lacks the scope {scope}" + (f" ({why})" if why else ""), code="missing_scope")
+        self.scope = scope
+        self.field = field
+
+
+class NotOwner(exceptions.PermissionDenied):
+    """403 ``not_owner`` naming the path field of an object that belongs to another API client (or was
+    made in the admin): ``NotOwner("segment_id", "this segment belongs to another API client")``."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message, code="not_owner")
+        self.field = field

@@ -1,0 +1,141 @@
+"""The audit log of API writes (issue 11 #2): :class:`AuditMiddleware` records every ``POST``,
+``PUT``, ``PATCH`` and ``DELETE`` under ``/v1/`` made with a valid API key, after its answer, as one
+:class:`~notifications.models.APIAuditEntry`: who (the client), what (method, path, object type and
+id, which fields changed), when, and the outcome (status, error code). Refusals (403, 404, 422…) are
+recorded too; answers to requests without a valid key (401) and rate-limited ones (429) are not:
+there is no one to attribute the first to, and the second would let a client over its limit grow
+the log without bound.
+
+Bodies are never stored: contacts and content stay out of the log. A view names what its write
+changed with :func:`note_changes` (before/after representations: only the differing keys are kept,
+one level into dicts) or :func:`note_fields`; nothing noted, or a refused or replayed request,
+records no fields. Push tokens in paths are written ``{push_token}``.
+
+This lives in ``notifications`` (the floor of :class:`~notifications.models.APIClient`); it learns
+the object's type from the view class's ``audit_object`` attribute, so it imports nothing above.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+
+from django.db import DatabaseError, transaction
+
+from notifications import clock
+from notifications.models import APIAuditEntry, APIClient
+
+log = logging.getLogger(__name__)
+
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+API_PREFIX = "/v1/"
+#: Path parameters that are contacts, replaced by their name in the recorded path.
+HIDDEN_PATH_PARAMETERS = ("push_token",)
+#: Path parameters naming the object written, most specific first.
+OBJECT_ID_PARAMETERS = ("notification_id", "campaign_id", "segment_id", "template_id", "user_id")
+_EMPTY = ("", None, [], {})
+
+
+def changed_fields(before: Mapping | None, after: Mapping) -> list[str]:
+    """The keys whose values differ between two representations, sorted; a dict value is compared
+    key by key (``attributes.first_name``). ``before=None`` (created): the keys ``after`` sets.
+
+    >>> changed_fields({"phone": "+491", "attributes": {"a": "x"}}, {"phone": "+492", "attributes": {"a": "y"}})
+    ['attributes.a', 'phone']
+    """
+    if before is None:
+        return sorted(k for k, v in after.items() if v not in _EMPTY)
+    out = []
+    for key in sorted(set(before) | set(after)):
+        old, new = before.get(key), after.get(key)
+        if old == new:
+            continue
+        if isinstance(old, Mapping | type(None)) and isinstance(new, Mapping | type(None)):
+            old, new = old or {}, new or {}
+            subkeys = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+            out.extend(f"{key}.{k}" for k in subkeys)
+        else:
+            out.append(key)
+    return out
+
+
+def _django_request(request):
+    return getattr(request, "_request", request)  # a DRF Request wraps Django's
+
+
+def note_fields(request, fields: Iterable[str]) -> None:
+    """Names what this write changed (field names only; never values)."""
+    _django_request(request).audit_fields = sorted(set(fields))
+
+
+def note_changes(request, before: Mapping | None, after: Mapping) -> None:
+    """:func:`note_fields` with the :func:`changed_fields` of two representations of the object."""
+    note_fields(request, changed_fields(before, after))
+
+
+def storable(text: str, limit: int) -> str:
+    """``text`` as Postgres can store it, at most ``limit`` characters: control characters (NUL cannot
+    be stored) and lone surrogates become U+FFFD. (Paths and ids are the caller's, and a request
+    refused for such a path id is recorded too.)"""
+    return "".join("\ufffd" if ord(c) < 32 or ord(c) == 127 or 0xD800 <= ord(c) <= 0xDFFF else c
+                   for c in text[:limit])
+
+
+def _path(request) -> str:
+    path = request.path
+    kwargs = getattr(request.resolver_match, "kwargs", None) or {}
+    for name in HIDDEN_PATH_PARAMETERS:
+        value = kwargs.get(name)
+        if value and path.endswith(value):
+            path = path[: -len(value)] + "{" + name + "}"
+    return storable(path, 500)
+
+
+def _object(request, response) -> tuple[str, str]:
+    match = request.resolver_match
+    view_class = getattr(getattr(match, "func", None), "cls", None)
+    object_type = getattr(view_class, "audit_object", "") or getattr(match, "url_name", "") or ""
+    kwargs = getattr(match, "kwargs", None) or {}
+    object_id = next((str(kwargs[k]) for k in OBJECT_ID_PARAMETERS if k in kwargs), "")
+    data = getattr(response, "data", None)
+    if not object_id and response.status_code < 400 and isinstance(data, Mapping):
+        object_id = str(data.get("id") or "")  # created: POST /v1/notifications, /v1/campaigns
+    return object_type[:32], storable(object_id, 255)
+
+
+def _error_code(response) -> str:
+    data = getattr(response, "data", None)
+    if response.status_code >= 400 and isinstance(data, Mapping) and isinstance(data.get("error"), Mapping):
+        return str(data["error"].get("code", ""))[:64]
+    return ""
+
+
+def record(request, response, client: APIClient) -> APIAuditEntry:
+    """Store the audit entry of one answered write (see the module docstring for what is kept)."""
+    object_type, object_id = _object(request, response)
+    succeeded = response.status_code < 400 and not response.has_header("Idempotent-Replayed")
+    with transaction.atomic():  # a savepoint inside a transaction: a failure here never breaks the caller's
+        return APIAuditEntry.objects.create(
+            at=clock.now(), client=client, method=request.method, path=_path(request), object_type=object_type,
+            object_id=object_id, status=response.status_code, error_code=_error_code(response),
+            fields=getattr(request, "audit_fields", []) if succeeded else [])
+
+
+class AuditMiddleware:
+    """Django middleware: after the answer, records an API write (see the module docstring). A failure
+    to record is logged, never turned into an error: the write itself has already happened."""
+
+    def __init__(self, get_response) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        if request.method in WRITE_METHODS and request.path.startswith(API_PREFIX) and response.status_code != 429:
+            client = getattr(request, "auth", None)
+            if isinstance(client, APIClient):
+                try:
+                    record(request, response, client)
+                except DatabaseError:
+                    log.exception("API write not recorded in the audit log: %s %s by client %s",
+                                  request.method, _path(request), client.pk)
+        return response

@@ -1,0 +1,305 @@
+"""API key scopes (issue 11 #2): every API operation declares the scope it needs; a key without it is
+refused with 403 ``missing_scope`` naming the scope, before the view runs, and nothing changes. The
+default scopes, ``manage.py create_api_client``, ``allow_high`` as the scope
+``notifications:send_high``, and the admin's checkboxes.
+
+In-process (Django test client, rolled-back transactions); no worker processes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.core.management import CommandError, call_command
+from django.db import transaction
+from django.test import Client, RequestFactory
+from django.urls import get_resolver
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from rest_framework.views import APIView
+
+from campaigns import services as campaign_services
+from campaigns.models import Campaign, Segment, SegmentMember, Template, TemplateVariant
+from notifications import clock
+from notifications.api.auth import HasRequiredScope, required_scope
+from notifications.models import APIClient, DeliveryEvent, Notification
+from notifications.scopes import DEFAULT_SCOPES, Scope
+from preferences.models import Device, Preferences, Recipient
+
+pytestmark = pytest.mark.django_db
+
+#: API views served without a key (the schema and its docs): the only ones without scopes.
+PUBLIC_VIEWS = {SpectacularAPIView, SpectacularSwaggerView}
+METHODS = ("get", "post", "put", "patch", "delete")
+
+
+def declared_operations():
+    """``(OpenAPI path, method, declared scope or None, view class)`` for every method of every DRF
+    view in the URL conf (the public schema views excepted)."""
+    for pattern in get_resolver().url_patterns:
+        view_class = getattr(pattern.callback, "cls", None)
+        if view_class is None or not issubclass(view_class, APIView) or view_class in PUBLIC_VIEWS:
+            continue
+        route = "/" + re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", str(pattern.pattern))
+        for method in METHODS:
+            if hasattr(view_class, method):
+                yield route, method, required_scope(view_class, method), view_class
+
+
+def test_every_api_view_declares_a_known_scope_for_each_method():
+    operations = list(declared_operations())
+    assert len(operations) == 24  # a new endpoint lands here: give it required_scopes
+    for route, method, scope, view_class in operations:
+        assert route.startswith("/v1/"), route
+        assert scope in Scope.values, f"{view_class.__name__}.{method} ({method.upper()} {route}) declares no scope"
+        assert (scope == Scope.READ) == (method == "get"), (route, method, scope)
+        assert any(isinstance(p, HasRequiredScope) for p in view_class().get_permissions()), view_class
+
+
+def test_a_method_without_a_declared_scope_is_refused():
+    """Fail closed: a view that forgets its declaration answers 403 to every key."""
+
+    class Forgetful(APIView):
+        def get(self, request):
+            raise AssertionError("must not run")
+
+    _, key = APIClient.objects.create_key(name="all", scopes=list(Scope.values))
+    request = RequestFactory().get("/v1/forgetful", headers={"Authorization": f"Api-Key {key}"})
+    response = Forgetful.as_view()(request)
+    assert response.status_code == 403
+    assert response.data["error"]["code"] == "no_scope_declared"
+
+
+# --- every endpoint, with and without its scopes ---------------------------------------------------
+
+LATER = timedelta(days=2)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    method: str
+    route: str  # the OpenAPI path
+    path: str  # with {nid} / {cid} for the world's notification and campaign
+    ok: int
+    scopes: tuple[str, ...]  # checked in this order: the declared one first
+    body: dict | None = None
+    extra_field: str = ""  # the request field that needs the second scope
+
+    def __str__(self) -> str:
+        return f"{self.method.upper()} {self.path}{' +' + self.extra_field if self.extra_field else ''}"
+
+
+SMS = {"user_id": "alice", "channel": "sms", "content": {"body": "hi"}}
+CAMPAIGN = {"segment_id": "seg", "channel": "sms", "content": {"body": "Sale"}}
+TEMPLATE = {"name": "T", "default_locale": "en", "variants": [{"locale": "en", "title": "Hi", "body": "Changed"}]}
+R, S = Scope.READ, Scope.SEND
+ENDPOINTS = [
+    Endpoint("get", "/v1/users/{user_id}", "/v1/users/alice", 200, (R,)),
+    Endpoint("put", "/v1/users/{user_id}", "/v1/users/alice", 200, (Scope.RECIPIENTS_WRITE,),
+             {"email": "new@example.com", "phone": "+4915199999999"}),
+    Endpoint("delete", "/v1/users/{user_id}", "/v1/users/alice", 200, (Scope.RECIPIENTS_WRITE,)),
+    Endpoint("get", "/v1/users/{user_id}/notifications", "/v1/users/alice/notifications", 200, (R,)),
+    Endpoint("get", "/v1/users/{user_id}/preferences", "/v1/users/alice/preferences", 200, (R,)),
+    Endpoint("put", "/v1/users/{user_id}/preferences", "/v1/users/alice/preferences", 200,
+             (Scope.PREFERENCES_WRITE,), {"opt_outs": ["sms", "email", "push"]}),
+    Endpoint("get", "/v1/users/{user_id}/devices", "/v1/users/alice/devices", 200, (R,)),
+    Endpoint("put", "/v1/users/{user_id}/devices", "/v1/users/alice/devices", 201, (Scope.DEVICES_WRITE,),
+             {"platform": "android", "push_token": "tok-new"}),
+    Endpoint("delete", "/v1/users/{user_id}/devices/{push_token}", "/v1/users/alice/devices/tok-alice", 204,
+             (Scope.DEVICES_WRITE,)),
+    Endpoint("post", "/v1/notifications", "/v1/notifications", 202, (S,), SMS),
+    Endpoint("post", "/v1/notifications", "/v1/notifications", 202, (S, Scope.SEND_HIGH), SMS | {"priority": "high"},
+             extra_field="priority"),
+    Endpoint("get", "/v1/notifications/{notification_id}", "/v1/notifications/{nid}", 200, (R,)),
+    Endpoint("post", "/v1/notifications/{notification_id}/cancel", "/v1/notifications/{nid}/cancel", 200, (S,)),
+    Endpoint("get", "/v1/segments", "/v1/segments", 200, (R,)),
+    Endpoint("get", "/v1/segments/{segment_id}", "/v1/segments/seg", 200, (R,)),
+    Endpoint("put", "/v1/segments/{segment_id}", "/v1/segments/seg", 200, (Scope.SEGMENTS_WRITE,),
+             {"name": "Renamed"}),
+    Endpoint("get", "/v1/segments/{segment_id}/members", "/v1/segments/seg/members", 200, (R,)),
+    Endpoint("post", "/v1/segments/{segment_id}/members", "/v1/segments/seg/members", 200,
+             (Scope.SEGMENTS_WRITE,), {"add": ["bob"]}),
+    Endpoint("get", "/v1/templates", "/v1/templates", 200, (R,)),
+    Endpoint("get", "/v1/templates/{template_id}", "/v1/templates/tpl", 200, (R,)),
+    Endpoint("put", "/v1/templates/{template_id}", "/v1/templates/tpl", 200, (Scope.TEMPLATES_WRITE,), TEMPLATE),
+    Endpoint("put", "/v1/templates/{template_id}", "/v1/templates/otp-tpl", 200,
+             (Scope.TEMPLATES_WRITE, Scope.SEND_HIGH), TEMPLATE, extra_field="template_id"),
+    Endpoint("get", "/v1/campaigns", "/v1/campaigns", 200, (R,)),
+    Endpoint("post", "/v1/campaigns", "/v1/campaigns", 202, (Scope.CAMPAIGNS_WRITE,), CAMPAIGN),
+    Endpoint("post", "/v1/campaigns", "/v1/campaigns", 202, (Scope.CAMPAIGNS_WRITE, Scope.SEND_HIGH),
+             CAMPAIGN | {"priority": "high", "category": "security"}, extra_field="priority"),
+    Endpoint("get", "/v1/campaigns/{campaign_id}", "/v1/campaigns/{cid}", 200, (R,)),
+    Endpoint("post", "/v1/campaigns/{campaign_id}/cancel", "/v1/campaigns/{cid}/cancel", 200,
+             (Scope.CAMPAIGNS_WRITE,)),
+]
+
+
+def test_the_endpoint_table_covers_every_operation():
+    assert {(e.route, e.method, e.scopes[0]) for e in ENDPOINTS} == {
+        (route, method, scope) for route, method, scope, _ in declared_operations()}
+
+
+def build_world(client: APIClient) -> dict[str, str]:
+    """alice (phone, email, a device) in segment ``seg``; templates ``tpl`` and ``otp-tpl``, the latter
+    used by a scheduled high-priority campaign; a scheduled campaign and single send: all of
+    ``client``'s. Returns the ids the paths need."""
+    alice = Recipient.objects.create(user_id="alice", email="alice@example.com", phone="+4915112345678",
+                                     timezone="Europe/Berlin")
+    Device.objects.create(recipient=alice, platform="android", push_token="tok-alice")
+    segment = Segment.objects.create(segment_id="seg", name="Seg", client=client)
+    SegmentMember.objects.create(segment=segment, recipient=alice)
+    for template_id in ("tpl", "otp-tpl"):
+        template = Template.objects.create(template_id=template_id, name="T", default_locale="en", client=client)
+        TemplateVariant.objects.create(template=template, locale="en", title="Hi", body="Hi")
+    campaign_services.create_campaign(client=client, idempotency_key="otp", segment=segment, channel="sms",
+                                      priority="high", category="security", template=template,
+                                      scheduled_at=clock.now() + LATER)
+    campaign = campaign_services.create_campaign(client=client, idempotency_key="world", segment=segment,
+                                                 channel="sms", body="Sale", scheduled_at=clock.now() + LATER).campaign
+    single = Notification.objects.create(id=uuid.uuid4(), client=client, recipient=alice, channel="sms", body="x",
+                                         status="scheduled", scheduled_at=clock.now() + LATER)
+    return {"nid": str(single.pk), "cid": str(campaign.pk)}
+
+
+WORLD_MODELS = (Recipient, Device, Preferences, Notification, DeliveryEvent, Segment, SegmentMember, Template,
+                TemplateVariant, Campaign)
+
+
+def snapshot() -> dict[str, list[dict]]:
+    """Every row of every table an endpoint could change, all columns."""
+    return {m.__name__: list(m.objects.order_by("pk").values()) for m in WORLD_MODELS}
+
+
+def call(endpoint: Endpoint, key: str, ids: dict[str, str]):
+    http = Client(headers={"Authorization": f"Api-Key {key}", "Idempotency-Key": uuid.uuid4().hex})
+    body = json.dumps(endpoint.body) if endpoint.body is not None else None
+    return getattr(http, endpoint.method)(endpoint.path.format(**ids), data=body, content_type="application/json")
+
+
+def missing_scope_body(scope: str, field: str, why: str = "") -> dict:
+    message = f"this API key lacks the scope {scope}" + (f" ({why})" if why else "")
+    return {"error": {"status": 403, "code": "missing_scope", "message": f"{field}: {message}",
+                      "fields": [{"field": field, "code": "missing_scope", "message": message}]}}
+
+
+def check(endpoint: Endpoint, held: set[str]) -> None:
+    """One request by a fresh client holding ``held``: allowed iff ``held`` contains every scope of the
+    endpoint; refused with 403 naming the first missing scope, every row unchanged."""
+    client, key = APIClient.objects.create_key(name="scoped", scopes=sorted(held))
+    ids = build_world(client)
+    before = snapshot()
+    r = call(endpoint, key, ids)
+    missing = [s for s in endpoint.scopes if s not in held]
+    if not missing:
+        assert r.status_code == endpoint.ok, (str(endpoint), sorted(held), r.content)
+        return
+    assert r.status_code == 403, (str(endpoint), sorted(held), r.content)
+    if missing[0] == endpoint.scopes[0]:
+        assert r.json() == missing_scope_body(missing[0], "Authorization")
+    else:
+        assert r.json()["error"]["code"] == "missing_scope"
+        assert r.json()["error"]["fields"] == [{"field": endpoint.extra_field, "code": "missing_scope",
+                                                "message": r.json()["error"]["fields"][0]["message"]}]
+        assert f"lacks the scope {missing[0]}" in r.json()["error"]["message"]
+    assert snapshot() == before, f"{endpoint} refused but wrote"
+
+
+@pytest.mark.parametrize("endpoint", ENDPOINTS, ids=str)
+def test_each_endpoint_is_allowed_with_its_scopes_and_refused_without_each(endpoint):
+    for held in [set(endpoint.scopes), set(Scope.values),
+                 *({s for s in Scope.values if s != scope} for scope in endpoint.scopes)]:
+        with transaction.atomic():
+            check(endpoint, held)
+            transaction.set_rollback(True)
+
+
+@settings(max_examples=100, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(held=st.sets(st.sampled_from(Scope.values)), endpoint=st.sampled_from(ENDPOINTS))
+def test_generated_scope_sets_allowed_iff_they_contain_the_endpoints_scopes(held, endpoint):
+    with transaction.atomic():
+        check(endpoint, held)
+        transaction.set_rollback(True)
+
+
+# --- the client's scopes -----------------------------------------------------------------------------
+
+def test_default_scopes_are_send_and_read():
+    client, _ = APIClient.objects.create_key(name="plain")
+    assert client.scopes == ["notifications:send", "read"] == list(DEFAULT_SCOPES)
+    assert not client.allow_high
+
+
+def test_allow_high_is_the_scope_send_high():
+    client, _ = APIClient.objects.create_key(name="otp", allow_high=True)
+    assert client.scopes == ["notifications:send", "notifications:send_high", "read"]
+    client.allow_high = False
+    assert client.scopes == ["notifications:send", "read"]
+    client.scopes = ["read", "notifications:send_high"]
+    assert client.allow_high
+
+
+def test_unknown_scopes_fail_validation():
+    client = APIClient(name="typo", scopes=["read", "recipient:write"])
+    with pytest.raises(ValidationError, match="unknown scopes: recipient:write"):
+        client.full_clean()
+
+
+def create(*args: str) -> tuple[APIClient, str]:
+    out = io.StringIO()
+    call_command("create_api_client", *args, stdout=out)
+    lines = out.getvalue().splitlines()
+    return APIClient.objects.get_from_key(lines[-1]), lines[0]
+
+
+def test_create_api_client_defaults_to_send_and_read():
+    client, said = create("auth-service")
+    assert client.scopes == ["notifications:send", "read"]
+    assert "scopes notifications:send, read" in said
+
+
+def test_create_api_client_with_scopes_and_allow_high():
+    client, _ = create("user-service", "--scopes", "read, recipients:write,devices:write,read", "--allow-high")
+    assert client.scopes == ["notifications:send_high", "recipients:write", "devices:write", "read"]
+    client, _ = create("otp", "--allow-high")
+    assert client.scopes == ["notifications:send", "notifications:send_high", "read"]
+
+
+def test_create_api_client_refuses_unknown_scopes():
+    with pytest.raises(CommandError, match="--scopes: unknown scope recipient:write; known: notifications:send, "):
+        create("typo", "--scopes", "read,recipient:write")
+    assert not APIClient.objects.exists()
+
+
+# --- the admin ---------------------------------------------------------------------------------------
+
+def test_admin_api_client_page_sets_scopes_with_checkboxes(admin_client, fast_password_hashing):
+    client, _ = APIClient.objects.create_key(name="user-service", scopes=["recipients:write", "read"])
+    url = f"/admin/notifications/apiclient/{client.pk}/change/"
+    page = admin_client.get(url).content.decode()
+    for scope in Scope.values:
+        checked = " checked" if scope in ("recipients:write", "read") else ""
+        assert re.search(rf'<input type="checkbox" name="scopes" value="{re.escape(scope)}"[^>]*{checked}', page), scope
+    r = admin_client.post(url, {"name": "user-service", "scopes": ["devices:write", "recipients:write"],
+                                "rate_limit": ""})
+    assert r.status_code == 302, r.content.decode()[:3000]
+    client.refresh_from_db()
+    assert client.scopes == ["recipients:write", "devices:write"]
+    assert client.name == "user-service"
+
+
+def test_admin_adds_a_client_with_the_checked_scopes(admin_client, fast_password_hashing):
+    r = admin_client.post("/admin/notifications/apiclient/add/", {
+        "name": "otp-service", "scopes": ["notifications:send", "notifications:send_high"], "rate_limit": ""})
+    assert r.status_code == 302, r.content.decode()[:3000]
+    client = APIClient.objects.get(name="otp-service")
+    assert client.scopes == ["notifications:send", "notifications:send_high"]
+    assert client.allow_high
