@@ -47,6 +47,7 @@ from campaigns.models import (
 )
 from notifications import clock
 from notifications.models import Priority
+from preferences.admin_guard import ContentLookupGuard
 
 # --- segments --------------------------------------------------------------------------------------
 
@@ -63,7 +64,7 @@ class SegmentChangeList(ChangeList):
 
 
 @admin.register(Segment)
-class SegmentAdmin(admin_views.SegmentUploadViews, admin.ModelAdmin):
+class SegmentAdmin(ContentLookupGuard, admin_views.SegmentUploadViews, admin.ModelAdmin):
     """Segments with member counts; the change page adds members from a CSV upload and links to the
     paginated member list (members are never all rendered: segments can be huge)."""
 
@@ -109,7 +110,7 @@ class SegmentAdmin(admin_views.SegmentUploadViews, admin.ModelAdmin):
 
 
 @admin.register(SegmentMember)
-class SegmentMemberAdmin(admin.ModelAdmin):
+class SegmentMemberAdmin(ContentLookupGuard, admin.ModelAdmin):
     """Members, one page at a time (reached from a segment's page, filtered to it)."""
 
     list_display = ["recipient_id", "segment_id", "added_at"]
@@ -134,7 +135,7 @@ class TemplateVariantInline(admin.StackedInline):
 
 
 @admin.register(Template)
-class TemplateAdmin(admin.ModelAdmin):
+class TemplateAdmin(ContentLookupGuard, admin.ModelAdmin):
     """Templates with their variants; ``?preview_user=<user id>`` on the change page renders the saved
     template for that recipient (html shown as escaped source and in a sandboxed iframe)."""
 
@@ -201,7 +202,7 @@ class CampaignChangeList(ChangeList):
 
 
 @admin.register(Campaign)
-class CampaignAdmin(admin_views.CampaignLifecycleViews, admin.ModelAdmin):
+class CampaignAdmin(ContentLookupGuard, admin_views.CampaignLifecycleViews, admin.ModelAdmin):
     """Campaigns: created as drafts (editable, deletable), launched with a button, then read-only
     except the name; progress and Cancel on the change page, "Cancel selected campaigns" in the list."""
 

@@ -23,6 +23,7 @@ from rest_framework_api_key.models import APIKey
 from notifications import services
 from notifications.admin_time import INSTANTS_JS, instant_display
 from notifications.models import APIClient, DeadLetter, DeliveryAttempt, DeliveryEvent, Notification, Status
+from preferences.admin_guard import ContentLookupGuard
 from preferences.validation import normalize_phone
 
 HIDDEN = "•••• (sensitive: hidden)"
@@ -95,7 +96,7 @@ TIMES = ["created_at", "scheduled_at", "due_at", "queued_at", "lease_until", "ex
 
 
 @admin.register(Notification)
-class NotificationAdmin(admin.ModelAdmin):
+class NotificationAdmin(ContentLookupGuard, admin.ModelAdmin):
     list_display = ["id", "recipient_id", "channel", "priority", "category", "colored_status", "reason",
                     "created_at", "sent_at"]
     list_filter = ["status", "channel", "priority", "reason", ("created_at", admin.DateFieldListFilter)]
@@ -311,7 +312,7 @@ if admin.site.is_registered(APIKey):
 
 
 @admin.register(APIClient)
-class APIClientAdmin(APIKeyModelAdmin):
+class APIClientAdmin(ContentLookupGuard, APIKeyModelAdmin):
     list_display = [*APIKeyModelAdmin.list_display, "allow_high", "rate_limit"]
 
 
