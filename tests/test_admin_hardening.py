@@ -1,5 +1,5 @@
-"""The admin never reveals content through lookups or searches (issue 11, finding 1;
-preferences/admin_guard.py).
+"""The admin never reveals content through lookups or searches, and hostile ids are 400, never 500
+(issue 11, findings 1 and 7; preferences/admin_guard.py).
 
 In-process (Django test client, rolled-back transactions); no worker processes.
 """
@@ -12,7 +12,7 @@ import pytest
 from django.contrib import admin
 from django.contrib.auth.models import Group, User
 from django.test import Client, RequestFactory
-from django.urls import reverse
+from django.urls import NoReverseMatch, reverse
 
 from campaigns import roles, services
 from campaigns.admin import TemplateAdmin
@@ -170,3 +170,72 @@ def test_no_search_field_reaches_content_and_the_check_says_so():
         "(notifications.DeliveryAttempt.error_message).",
     ]
     assert [e.id for e in LeakyTemplates(Template, admin.site).check()] == ["admin_guard.E001"]
+
+
+# --- finding 7: NUL bytes and malformed ids -------------------------------------------------------
+
+HOSTILE_QUERIES = ["id=%00", "pk=%00", "id=not-a-uuid", "pk=not-a-uuid", "q=%00", "%00=1", "id=1%00",
+                   "pk__in=%00,1", "recipient__user_id=%00", "segment__segment_id__exact=%00",
+                   "user_id=%00", "template_id=%00", "segment_id=%00", "name=%00"]
+HOSTILE_IDS = ["%00", "a%00b", "not-a-uuid", "%01", "..%2F", "-1"]
+
+
+def admin_pages():
+    for model in admin.site._registry:
+        yield f"{model._meta.app_label}_{model._meta.model_name}"
+
+
+@pytest.fixture
+def root() -> Client:
+    return logged_in(staff("root", superuser=True))
+
+
+@pytest.mark.parametrize("page", list(admin_pages()))
+def test_every_changelist_answers_hostile_filters_without_a_500(root, page, otp):
+    for query in HOSTILE_QUERIES:
+        response = root.get(reverse(f"admin:{page}_changelist") + "?" + query)
+        assert response.status_code < 500, (page, query, response.status_code)
+        if "%00" in query:
+            assert response.status_code == 400, (page, query, response.status_code)
+
+
+@pytest.mark.parametrize("page", list(admin_pages()))
+def test_every_object_page_answers_hostile_ids_without_a_500(root, page):
+    for object_id in HOSTILE_IDS:
+        for view in ("change", "history", "delete"):
+            try:
+                url = reverse(f"admin:{page}_{view}", args=["ID"]).replace("ID", object_id)
+            except NoReverseMatch:
+                continue
+            response = root.get(url)
+            assert response.status_code < 500, (url, response.status_code)
+            if "%00" in object_id:
+                assert response.status_code == 400, (url, response.status_code)
+        response = root.post(reverse(f"admin:{page}_changelist"), {"action": "delete_selected",
+                                                                   "_selected_action": ["\x00"]})
+        assert response.status_code == 400, (page, response.status_code)
+
+
+def test_our_lists_answer_400_to_a_malformed_id_instead_of_the_unfiltered_list(root, otp):
+    for page in ("notifications_notification", "notifications_deadletter", "campaigns_campaign"):
+        response = root.get(reverse(f"admin:{page}_changelist") + "?id=not-a-uuid")
+        assert response.status_code == 400, page
+    # A page number past the end is not a filter: Django's answer as before (a page, or a redirect to it).
+    response = root.get(reverse("admin:notifications_notification_changelist") + "?p=99")
+    assert response.status_code in (200, 302)
+
+
+def test_custom_admin_views_refuse_nul(root, alice):
+    segment, _ = services.upsert_segment("spring", name="Spring")
+    template = Template.objects.create(template_id="hello", name="Hello")
+    TemplateVariant.objects.create(template=template, locale="en", body="Hi")
+    urls = [reverse("admin:campaigns_template_change", args=["hello"]) + "?preview_user=%00",
+            reverse("admin:campaigns_segment_upload_members", args=["ID"]).replace("ID", "%00"),
+            reverse("admin:provider_health") + "?minutes=%00"]
+    for url in urls:
+        assert root.get(url).status_code == 400, url
+    assert root.post(reverse("admin:campaigns_segment_upload_members", args=[segment.pk]),
+                     {"note": "\x00"}).status_code == 400
+    # A NUL in a form field of a save: 400 before the view (Postgres could not even compare it).
+    response = root.post(reverse("admin:preferences_recipient_change", args=["alice"]), {"user_id": "alice\x00"})
+    assert response.status_code == 400
