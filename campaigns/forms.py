@@ -31,15 +31,14 @@ from notifications.api.serializers import (
 )
 from notifications.quiet_hours_policy import priority_category_problem
 from preferences.models import Channel
+from preferences.validation import user_id_problem
 
 MAX_UPLOAD_IDS = 100_000
-MAX_USER_ID_LENGTH = 255
 # 100,000 ids of 255 ASCII characters with line ends, plus room for a header and other columns.
 MAX_UPLOAD_BYTES = 32 * 1024 * 1024
 MAX_REPORTED_ROWS = 10
 SNAPSHOT_NOTE = ("Membership is read as a snapshot when a campaign starts fanning out: "
                  "members added later are not included.")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _LOCALE = re.compile(r"^[A-Za-z]{2,3}(?:-[A-Za-z0-9]{2,8})*$")
 _CATEGORY = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 
@@ -55,8 +54,10 @@ def _record_lines(text: str) -> list[int]:
 def parse_user_ids(text: str) -> list[str]:
     """User ids from CSV ``text``: a header row with a ``user_id`` column, or a single unnamed column.
 
-    Ids are stripped of surrounding spaces; blank lines are skipped. Raises ValidationError (listing
-    the offending rows by their line in the file) for an empty, overlong or control-character id,
+    Ids are stripped of surrounding spaces; blank lines are skipped. Each id must follow the
+    ``/v1/users/{user_id}`` rule (:func:`preferences.validation.user_id_problem`). Raises
+    ValidationError (listing the offending rows by their line in the file) for an id that does not
+    (empty, overlong, a control character),
     a row of the wrong width, more than MAX_UPLOAD_IDS ids, or no ids at all.
     """
     try:
@@ -84,12 +85,9 @@ def parse_user_ids(text: str) -> list[str]:
     ids, problems = [], []
     for index in range(first, len(rows)):
         value = rows[index][column].strip()
-        if not value:
-            problems.append((index, "empty user id"))
-        elif len(value) > MAX_USER_ID_LENGTH:
-            problems.append((index, f"user id is {len(value)} characters; at most {MAX_USER_ID_LENGTH}"))
-        elif _CONTROL.search(value):
-            problems.append((index, "user id contains a control character"))
+        problem = user_id_problem(value)
+        if problem:
+            problems.append((index, "empty user id" if not value else f"user id {problem}"))
         else:
             ids.append(value)
     if problems:

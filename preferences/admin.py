@@ -19,7 +19,7 @@ from preferences.admin_guard import ContentLookupGuard
 from preferences.admin_widgets import CategoryOptOutsField, channel_checkboxes
 from preferences.api.serializers import PreferencesSerializer
 from preferences.models import Device, Erasure, Preferences, Recipient
-from preferences.validation import validate_iana_zone
+from preferences.validation import user_id_problem, validate_iana_zone
 
 
 def _messages(detail) -> list[str]:
@@ -128,6 +128,14 @@ class RecipientForm(forms.ModelForm):
         model = Recipient
         fields = ["user_id", "email", "phone", "timezone", "locale", "attributes", "email_invalid_reason",
                   "phone_invalid_reason"]
+
+    def clean_user_id(self) -> str:
+        """The ``/v1/users/{user_id}`` rule: a recipient made here must be reachable there."""
+        value = self.cleaned_data["user_id"]
+        problem = user_id_problem(value)
+        if problem:
+            raise forms.ValidationError(f"A user id {problem}.")
+        return value
 
     def clean_timezone(self) -> str:
         value = (self.cleaned_data.get("timezone") or "").strip()

@@ -24,6 +24,7 @@ from notifications.api.serializers import (
 )
 from notifications.models import Priority
 from preferences.models import Channel
+from preferences.validation import MAX_USER_ID_LENGTH, user_id_problem
 
 MAX_MEMBER_IDS = 10_000
 MAX_SPREAD_SECONDS = 24 * 3600
@@ -36,12 +37,25 @@ class SegmentSerializer(RejectUnknownFields, serializers.Serializer):
     member_count = serializers.IntegerField(read_only=True)
 
 
+def _valid_user_id(value: str) -> None:
+    """The ``/v1/users/{user_id}`` rule (:func:`preferences.validation.user_id_problem`); code ``invalid``."""
+    problem = user_id_problem(value)
+    if problem:
+        raise serializers.ValidationError(f"a user id {problem}, as in /v1/users/{{user_id}}", code="invalid")
+
+
 class MembersSerializer(RejectUnknownFields, serializers.Serializer):
-    add = serializers.ListField(child=serializers.CharField(max_length=255), required=False, default=list,
-                                max_length=MAX_MEMBER_IDS, help_text="User ids to add (unknown ones are created "
-                                                                     "as bare recipients).")
-    remove = serializers.ListField(child=serializers.CharField(max_length=255), required=False, default=list,
-                                   max_length=MAX_MEMBER_IDS)
+    """``{"add": [user id, …], "remove": [user id, …]}``. Ids to add follow the ``/v1/users/{user_id}``
+    rule (1–255 characters, no control character): a member must be reachable there. Ids to remove
+    need not (a member created before the rule existed can still be removed)."""
+
+    add = serializers.ListField(child=serializers.CharField(max_length=MAX_USER_ID_LENGTH,
+                                                            validators=[_valid_user_id]),
+                                required=False, default=list, max_length=MAX_MEMBER_IDS,
+                                help_text="User ids to add (unknown ones are created as bare recipients); 1–255 "
+                                          "characters without control characters, as in /v1/users/{user_id}.")
+    remove = serializers.ListField(child=serializers.CharField(max_length=MAX_USER_ID_LENGTH), required=False,
+                                   default=list, max_length=MAX_MEMBER_IDS)
 
     def validate(self, attrs):
         if len(attrs["add"]) + len(attrs["remove"]) > MAX_MEMBER_IDS:
