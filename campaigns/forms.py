@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from campaigns.api.serializers import MAX_SPREAD_SECONDS
 from campaigns.models import Campaign, MissedPolicy, TemplateVariant
-from campaigns.rendering import RenderError, validate_source
+from campaigns.rendering import check_parts
 from campaigns.services import local_time_problem
 from notifications import clock
 from notifications.api.serializers import (
@@ -125,7 +125,8 @@ class MemberUploadForm(forms.Form):
 # --- templates -------------------------------------------------------------------------------------
 
 class TemplateVariantForm(forms.ModelForm):
-    """One locale of a template; title, body and html must be valid (sandboxed Jinja2) templates."""
+    """One locale of a template; title, body and html must be valid (sandboxed Jinja2) templates
+    whose dry render on sample data stays within the render bounds (:func:`campaigns.rendering.check_parts`)."""
 
     class Meta:
         model = TemplateVariant
@@ -144,11 +145,9 @@ class TemplateVariantForm(forms.ModelForm):
 
     def clean(self):
         cleaned = super().clean()
-        for name in ("title", "body", "html"):
-            try:
-                validate_source(cleaned.get(name) or "", html=name == "html")
-            except RenderError as exc:
-                self.add_error(name, str(exc))
+        parts = {name: cleaned.get(name) or "" for name in ("title", "body", "html")}
+        for name, exc in check_parts(parts).items():  # syntax, and a dry render within the bounds
+            self.add_error(name, str(exc))
         return cleaned
 
 
@@ -277,11 +276,9 @@ class CampaignForm(forms.ModelForm):
             if channel == Channel.EMAIL and any(not v.title for v in template.variants.all()):
                 self.add_error("template", "Email needs a subject: every variant of this template needs a title.")
             return
-        for name in ("title", "body", "html"):
-            try:
-                validate_source(content.get(name, ""), html=name == "html")
-            except RenderError as exc:
-                self.add_error(name, str(exc))
+        parts = {name: content.get(name, "") for name in ("title", "body", "html")}
+        for name, exc in check_parts(parts).items():  # syntax, and a dry render within the bounds
+            self.add_error(name, str(exc))
         if channel:
             for path, detail in channel_content_errors(channel, content).items():
                 field = path.removeprefix("content").lstrip(".") or "body"

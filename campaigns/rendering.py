@@ -65,14 +65,6 @@ def _render_error(exc: Exception) -> RenderError:
     return RenderError(f"template error: {type(exc).__name__}: {exc}"[:1000])
 
 
-def validate_source(source: str, *, html: bool = False) -> None:
-    """Raise :class:`RenderError` if ``source`` does not compile, or a dry render of it alone passes
-    a bound (:func:`check_parts`, which sees a message's parts together)."""
-    errors = check_parts({"html" if html else "body": source})
-    if errors:
-        raise next(iter(errors.values()))
-
-
 def check_parts(parts: dict[str, str]) -> dict[str, RenderError]:
     """Save-time check of a message's parts (``{"title": src, "body": src, "html": src}``, any
     subset): ``{part: RenderError}`` for each part that does not compile, then, if all compile, a
