@@ -24,9 +24,10 @@ from functools import lru_cache
 
 from jinja2 import TemplateError, meta
 
-from campaigns import render_bounds
+from campaigns import render_budget
 from campaigns.models import Template, TemplateVariant
-from campaigns.render_bounds import BoundedSandbox, RenderBoundExceeded
+from campaigns.render_bounds import BoundedSandbox
+from campaigns.render_budget import RenderBoundExceeded
 
 _text_env = BoundedSandbox(autoescape=False)
 _html_env = BoundedSandbox(autoescape=True)
@@ -88,7 +89,7 @@ def check_parts(parts: dict[str, str]) -> dict[str, RenderError]:
     if errors:
         return errors
     context = {**dict.fromkeys(names - set(_text_env.globals), SAMPLE_VALUE), **SAMPLE_CONTEXT}
-    with render_bounds.budget():
+    with render_budget.budget():
         for part, source in parts.items():
             try:
                 _render(source, part == "html", context)
@@ -103,7 +104,7 @@ def check_parts(parts: dict[str, str]) -> dict[str, RenderError]:
 @lru_cache(maxsize=512)
 def _compiled(source: str, html: bool):
     env = _html_env if html else _text_env
-    render_bounds.check_tokens(env, source)  # parsing and compiling cost time per token
+    render_budget.check_tokens(env, source)  # parsing and compiling cost time per token
     return env.from_string(source)
 
 
@@ -142,7 +143,7 @@ def render_strings(title: str, body: str, html: str, context: dict) -> Rendered:
     if "{" not in title and "{" not in body and "{" not in html:
         return Rendered(title=title, body=body, html=html)  # nothing to render, nothing to bound
     try:
-        with render_bounds.budget():
+        with render_budget.budget():
             return Rendered(
                 title=_render(title, False, context),
                 body=_render(body, False, context),
