@@ -47,6 +47,7 @@ from campaigns.models import (
 )
 from notifications import clock
 from notifications.models import Priority
+from preferences.admin_guard import ContentLookupGuard
 
 
 class OwnerColumn:
@@ -73,7 +74,7 @@ class SegmentChangeList(ChangeList):
 
 
 @admin.register(Segment)
-class SegmentAdmin(OwnerColumn, admin_views.SegmentUploadViews, admin.ModelAdmin):
+class SegmentAdmin(ContentLookupGuard, OwnerColumn, admin_views.SegmentUploadViews, admin.ModelAdmin):
     """Segments with member counts; the change page adds members from a CSV upload and links to the
     paginated member list (members are never all rendered: segments can be huge)."""
 
@@ -120,7 +121,7 @@ class SegmentAdmin(OwnerColumn, admin_views.SegmentUploadViews, admin.ModelAdmin
 
 
 @admin.register(SegmentMember)
-class SegmentMemberAdmin(admin.ModelAdmin):
+class SegmentMemberAdmin(ContentLookupGuard, admin.ModelAdmin):
     """Members, one page at a time (reached from a segment's page, filtered to it)."""
 
     list_display = ["recipient_id", "segment_id", "added_at"]
@@ -145,7 +146,7 @@ class TemplateVariantInline(admin.StackedInline):
 
 
 @admin.register(Template)
-class TemplateAdmin(OwnerColumn, admin.ModelAdmin):
+class TemplateAdmin(ContentLookupGuard, OwnerColumn, admin.ModelAdmin):
     """Templates with their variants; ``?preview_user=<user id>`` on the change page renders the saved
     template for that recipient (html shown as escaped source and in a sandboxed iframe)."""
 
@@ -213,7 +214,7 @@ class CampaignChangeList(ChangeList):
 
 
 @admin.register(Campaign)
-class CampaignAdmin(admin_views.CampaignLifecycleViews, admin.ModelAdmin):
+class CampaignAdmin(ContentLookupGuard, admin_views.CampaignLifecycleViews, admin.ModelAdmin):
     """Campaigns: created as drafts (editable, deletable), launched with a button, then read-only
     except the name; progress and Cancel on the change page, "Cancel selected campaigns" in the list."""
 

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from campaigns.api.serializers import MAX_SPREAD_SECONDS
 from campaigns.models import Campaign, MissedPolicy, TemplateVariant
-from campaigns.rendering import RenderError, validate_source
+from campaigns.rendering import check_parts
 from campaigns.services import local_time_problem
 from notifications import clock
 from notifications.api.serializers import (
@@ -31,15 +31,14 @@ from notifications.api.serializers import (
 )
 from notifications.quiet_hours_policy import priority_category_problem
 from preferences.models import Channel
+from preferences.validation import user_id_problem
 
 MAX_UPLOAD_IDS = 100_000
-MAX_USER_ID_LENGTH = 255
 # 100,000 ids of 255 ASCII characters with line ends, plus room for a header and other columns.
 MAX_UPLOAD_BYTES = 32 * 1024 * 1024
 MAX_REPORTED_ROWS = 10
 SNAPSHOT_NOTE = ("Membership is read as a snapshot when a campaign starts fanning out: "
                  "members added later are not included.")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _LOCALE = re.compile(r"^[A-Za-z]{2,3}(?:-[A-Za-z0-9]{2,8})*$")
 _CATEGORY = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 
@@ -55,8 +54,10 @@ def _record_lines(text: str) -> list[int]:
 def parse_user_ids(text: str) -> list[str]:
     """User ids from CSV ``text``: a header row with a ``user_id`` column, or a single unnamed column.
 
-    Ids are stripped of surrounding spaces; blank lines are skipped. Raises ValidationError (listing
-    the offending rows by their line in the file) for an empty, overlong or control-character id,
+    Ids are stripped of surrounding spaces; blank lines are skipped. Each id must follow the
+    ``/v1/users/{user_id}`` rule (:func:`preferences.validation.user_id_problem`). Raises
+    ValidationError (listing the offending rows by their line in the file) for an id that does not
+    (empty, overlong, a control character),
     a row of the wrong width, more than MAX_UPLOAD_IDS ids, or no ids at all.
     """
     try:
@@ -84,12 +85,9 @@ def parse_user_ids(text: str) -> list[str]:
     ids, problems = [], []
     for index in range(first, len(rows)):
         value = rows[index][column].strip()
-        if not value:
-            problems.append((index, "empty user id"))
-        elif len(value) > MAX_USER_ID_LENGTH:
-            problems.append((index, f"user id is {len(value)} characters; at most {MAX_USER_ID_LENGTH}"))
-        elif _CONTROL.search(value):
-            problems.append((index, "user id contains a control character"))
+        problem = user_id_problem(value)
+        if problem:
+            problems.append((index, "empty user id" if not value else f"user id {problem}"))
         else:
             ids.append(value)
     if problems:
@@ -127,7 +125,8 @@ class MemberUploadForm(forms.Form):
 # --- templates -------------------------------------------------------------------------------------
 
 class TemplateVariantForm(forms.ModelForm):
-    """One locale of a template; title, body and html must be valid (sandboxed Jinja2) templates."""
+    """One locale of a template; title, body and html must be valid (sandboxed Jinja2) templates
+    whose dry render on sample data stays within the render bounds (:func:`campaigns.rendering.check_parts`)."""
 
     class Meta:
         model = TemplateVariant
@@ -146,11 +145,9 @@ class TemplateVariantForm(forms.ModelForm):
 
     def clean(self):
         cleaned = super().clean()
-        for name in ("title", "body", "html"):
-            try:
-                validate_source(cleaned.get(name) or "", html=name == "html")
-            except RenderError as exc:
-                self.add_error(name, str(exc))
+        parts = {name: cleaned.get(name) or "" for name in ("title", "body", "html")}
+        for name, exc in check_parts(parts).items():  # syntax, and a dry render within the bounds
+            self.add_error(name, str(exc))
         return cleaned
 
 
@@ -279,11 +276,9 @@ class CampaignForm(forms.ModelForm):
             if channel == Channel.EMAIL and any(not v.title for v in template.variants.all()):
                 self.add_error("template", "Email needs a subject: every variant of this template needs a title.")
             return
-        for name in ("title", "body", "html"):
-            try:
-                validate_source(content.get(name, ""), html=name == "html")
-            except RenderError as exc:
-                self.add_error(name, str(exc))
+        parts = {name: content.get(name, "") for name in ("title", "body", "html")}
+        for name, exc in check_parts(parts).items():  # syntax, and a dry render within the bounds
+            self.add_error(name, str(exc))
         if channel:
             for path, detail in channel_content_errors(channel, content).items():
                 field = path.removeprefix("content").lstrip(".") or "body"

@@ -68,6 +68,9 @@ class Template(models.Model):
 
 
 class TemplateVariant(models.Model):
+    #: Never filtered or searched in the admin (preferences.admin_guard).
+    content_fields = frozenset({"title", "body", "html"})
+
     template = models.ForeignKey(Template, on_delete=models.CASCADE, related_name="variants")
     locale = models.CharField(max_length=35, help_text='BCP 47 tag: "en", "de", "de-AT"…')
     title = models.CharField(max_length=998, blank=True, default="", help_text="Email subject / push title.")
@@ -103,6 +106,10 @@ class MissedPolicy(models.TextChoices):
 class Campaign(models.Model):
     """The same message to every member of a segment, at one instant or at a local wall time in each
     recipient's zone, optionally smeared over ``spread_seconds``."""
+
+    #: Message content (and what may quote or hash it): never filtered or searched in the admin
+    #: (preferences.admin_guard).
+    content_fields = frozenset({"title", "body", "html", "data", "last_error", "request_fingerprint"})
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     name = models.CharField(max_length=200, blank=True, default="")
@@ -175,6 +182,9 @@ class CampaignShard(models.Model):
     Members with ``lower < recipient_id <= upper`` (``None`` = unbounded) belong to the shard;
     ``cursor`` is the last ``recipient_id`` whose page committed, so a crashed fan-out resumes after it.
     """
+
+    #: A fan-out error may quote content: never filtered in the admin (preferences.admin_guard).
+    content_fields = frozenset({"last_error"})
 
     campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="shards")
     number = models.PositiveIntegerField()

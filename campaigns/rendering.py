@@ -1,10 +1,17 @@
-"""Template rendering at send time: sandboxed Jinja2, HTML-escaped in ``html``.
+"""Template rendering at send time: sandboxed Jinja2, HTML-escaped in ``html``, bounded.
 
 The context a template sees is the recipient's ``attributes`` (strings) plus ``user_id``,
 ``email``, ``locale`` and ``timezone``: nothing else, and the Jinja2 ``SandboxedEnvironment``
 refuses attribute access to anything unsafe (``{{ x.__class__ }}`` raises). Missing variables render
 as empty strings. ``html`` variants are rendered with autoescaping on, so a recipient's
 ``first_name`` of ``<script>`` arrives as ``&lt;script&gt;``.
+
+Every render (the three parts of one message together) is bounded in CPU time, loop iterations and
+output size (:mod:`campaigns.render_bounds`, settings ``TEMPLATE_RENDER_*``). Whatever goes wrong
+inside a render (a bound exceeded, a syntax error, a sandbox violation, ``OverflowError``, any other
+exception) raises :class:`RenderError`, which the send path records as ``template_error`` (a dead
+letter, never retried). Saving a template or inline campaign content runs :func:`check_parts`: a
+dry render on sample data that passes a bound is refused there, naming the field and the bound.
 
 Locale fallback: the exact variant (``de-AT``), then the language (``de``), then the template's
 ``default_locale``, then any variant.
@@ -15,17 +22,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from jinja2 import TemplateError
-from jinja2.sandbox import SandboxedEnvironment
+from jinja2 import TemplateError, meta
 
+from campaigns import render_budget
 from campaigns.models import Template, TemplateVariant
+from campaigns.render_bounds import BoundedSandbox
+from campaigns.render_budget import RenderBoundExceeded
 
-_text_env = SandboxedEnvironment(autoescape=False)
-_html_env = SandboxedEnvironment(autoescape=True)
+_text_env = BoundedSandbox(autoescape=False)
+_html_env = BoundedSandbox(autoescape=True)
+PARTS = ("title", "body", "html")
+#: The recipient a save-time dry render uses; every other variable a template names is "Sample".
+SAMPLE_CONTEXT = {"user_id": "sample-user", "email": "sample@example.com", "locale": "en", "timezone": "UTC"}
+SAMPLE_VALUE = "Sample"
 
 
 class RenderError(Exception):
-    """A template could not be compiled or rendered (syntax error, sandbox violation)."""
+    """A template could not be compiled or rendered: a syntax error, a sandbox violation, a render
+    bound exceeded (then ``bound`` is ``"time"``, ``"iterations"``, ``"output"`` or ``"size"``, and
+    the message names it), or any other exception raised while rendering. ``bound`` is ``None``
+    for the others."""
+
+    def __init__(self, message: str, bound: str | None = None) -> None:
+        super().__init__(message)
+        self.bound = bound
 
 
 @dataclass(frozen=True)
@@ -35,17 +55,57 @@ class Rendered:
     html: str
 
 
-def validate_source(source: str, *, html: bool = False) -> None:
-    """Raise :class:`RenderError` if ``source`` is not a valid template."""
-    try:
-        (_html_env if html else _text_env).parse(source)
-    except TemplateError as exc:
-        raise RenderError(f"template syntax error: {exc}") from None
+def _render_error(exc: Exception) -> RenderError:
+    """The RenderError for an exception raised while compiling or rendering."""
+    if isinstance(exc, RenderError):
+        return exc
+    if isinstance(exc, RenderBoundExceeded):
+        return RenderError(f"template exceeds its render bound: {exc}", bound=exc.bound)
+    if isinstance(exc, TemplateError):  # includes jinja2.sandbox.SecurityError
+        return RenderError(f"template error: {exc}")
+    return RenderError(f"template error: {type(exc).__name__}: {exc}"[:1000])
+
+
+def check_parts(parts: dict[str, str]) -> dict[str, RenderError]:
+    """Save-time check of a message's parts (``{"title": src, "body": src, "html": src}``, any
+    subset): ``{part: RenderError}`` for each part that does not compile, then, if all compile, a
+    dry render of them together as one send would (one budget, ``SAMPLE_CONTEXT`` and "Sample" for
+    every other variable named) that names the part where a bound was passed. Other errors of the
+    dry render (``{{ 1 / 0 }}``, a variable used as a number) are not reported: real recipient data
+    may differ, and a send that fails records ``template_error``. ``{}`` = accepted."""
+    errors: dict[str, RenderError] = {}
+    names: set[str] = set()
+    for part, source in parts.items():
+        if not source or "{" not in source:
+            continue
+        env = _html_env if part == "html" else _text_env
+        try:
+            _compiled(source, part == "html")
+            names |= meta.find_undeclared_variables(env.parse(source))
+        except TemplateError as exc:
+            errors[part] = RenderError(f"template syntax error: {exc}")
+        except Exception as exc:
+            errors[part] = _render_error(exc)
+    if errors:
+        return errors
+    context = {**dict.fromkeys(names - set(_text_env.globals), SAMPLE_VALUE), **SAMPLE_CONTEXT}
+    with render_budget.budget():
+        for part, source in parts.items():
+            try:
+                _render(source, part == "html", context)
+            except Exception as exc:
+                error = _render_error(exc)
+                if error.bound is not None:
+                    return {part: RenderError(f"a dry render on sample data failed: {error}", bound=error.bound)}
+                return {}
+    return {}
 
 
 @lru_cache(maxsize=512)
 def _compiled(source: str, html: bool):
-    return (_html_env if html else _text_env).from_string(source)
+    env = _html_env if html else _text_env
+    render_budget.check_tokens(env, source)  # parsing and compiling cost time per token
+    return env.from_string(source)
 
 
 def context_for(recipient) -> dict[str, str]:
@@ -76,15 +136,21 @@ def _render(source: str, html: bool, context: dict) -> str:
 
 
 def render_strings(title: str, body: str, html: str, context: dict) -> Rendered:
-    """Render the three parts with ``context``. Raises RenderError."""
+    """Render the three parts with ``context`` (``{name: str}``), within one render budget.
+
+    Raises RenderError: for anything that goes wrong, bounds included (see the module docstring).
+    """
+    if "{" not in title and "{" not in body and "{" not in html:
+        return Rendered(title=title, body=body, html=html)  # nothing to render, nothing to bound
     try:
-        return Rendered(
-            title=_render(title, False, context),
-            body=_render(body, False, context),
-            html=_render(html, True, context),
-        )
-    except TemplateError as exc:  # includes jinja2.sandbox.SecurityError
-        raise RenderError(f"template error: {exc}") from None
+        with render_budget.budget():
+            return Rendered(
+                title=_render(title, False, context),
+                body=_render(body, False, context),
+                html=_render(html, True, context),
+            )
+    except Exception as exc:
+        raise _render_error(exc) from None
 
 
 def render_template(template: Template, variants: list[TemplateVariant], recipient) -> Rendered:

@@ -23,6 +23,7 @@ from notifications import clock
 from notifications.models import APIClient
 from notifications.services import cancel_campaign_notifications
 from preferences.models import Recipient
+from preferences.validation import user_id_problem
 
 # The earliest any zone reaches a given wall time: UTC+14 (Pacific/Kiritimati).
 MAX_UTC_OFFSET = timedelta(hours=14)
@@ -93,7 +94,12 @@ def change_members(segment: Segment, *, add: list[str], remove: list[str]) -> di
     tool that writes segments need not run after the one that writes contacts.
 
     Returns ``{"added": n, "removed": m, "created_recipients": k}`` (already-members count as neither).
+    Raises ValueError for an id to add that breaks the ``/v1/users/{user_id}`` rule
+    (:func:`preferences.validation.user_id_problem`; the API and the CSV upload refuse those first).
     """
+    bad = next((u for u in add if user_id_problem(u)), None)
+    if bad is not None:
+        raise ValueError(f"user id {bad!r} {user_id_problem(bad)}")
     add = list(dict.fromkeys(add))
     remove = list(dict.fromkeys(remove))
     with transaction.atomic():

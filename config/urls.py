@@ -12,6 +12,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from campaigns.api import views as campaign_views
 from notifications import health, metrics
 from notifications.api import views as notification_views
+from preferences import admin_guard
 from preferences.api import views as preference_views
 from providers import health_admin
 from providers.sendgrid import webhooks as sendgrid_webhooks
@@ -21,6 +22,7 @@ admin.site.site_header = "Notification platform"
 admin.site.site_title = "Notification platform admin"
 admin.site.index_title = "Delivery, recipients and campaigns"
 health_admin.install(admin.site)  # /admin/provider-health/, linked from the index
+admin_guard.install(admin.site)  # a NUL byte anywhere in an admin request: 400, not a 500 from Postgres
 
 
 def favicon(request):

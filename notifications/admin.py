@@ -21,6 +21,7 @@ from django.utils.html import format_html
 from notifications import services
 from notifications.admin_time import INSTANTS_JS, instant_display
 from notifications.models import DeadLetter, DeliveryAttempt, DeliveryEvent, Notification, Status
+from preferences.admin_guard import ContentLookupGuard
 from preferences.validation import normalize_phone
 
 HIDDEN = "•••• (sensitive: hidden)"
@@ -93,7 +94,7 @@ TIMES = ["created_at", "scheduled_at", "due_at", "queued_at", "lease_until", "ex
 
 
 @admin.register(Notification)
-class NotificationAdmin(admin.ModelAdmin):
+class NotificationAdmin(ContentLookupGuard, admin.ModelAdmin):
     list_display = ["id", "recipient_id", "channel", "priority", "category", "colored_status", "reason",
                     "created_at", "sent_at"]
     list_filter = ["status", "channel", "priority", "reason", ("created_at", admin.DateFieldListFilter)]

@@ -16,6 +16,7 @@ from notifications.admin import EstimatedCountPaginator
 from notifications.admin_time import INSTANTS_JS, instant_display
 from notifications.models import APIAuditEntry, APIClient
 from notifications.scopes import Scope, canonical
+from preferences.admin_guard import ContentLookupGuard
 
 # One place for keys: the API clients below (the package's own "API keys" page would list the same
 # model's parent without our fields).
@@ -40,7 +41,7 @@ class APIClientForm(forms.ModelForm):
 
 
 @admin.register(APIClient)
-class APIClientAdmin(APIKeyModelAdmin):
+class APIClientAdmin(ContentLookupGuard, APIKeyModelAdmin):
     form = APIClientForm
     list_display = [*APIKeyModelAdmin.list_display, "scopes_shown", "sends_high", "rate_limit"]
 
@@ -54,7 +55,7 @@ class APIClientAdmin(APIKeyModelAdmin):
 
 
 @admin.register(APIAuditEntry)
-class APIAuditEntryAdmin(admin.ModelAdmin):
+class APIAuditEntryAdmin(ContentLookupGuard, admin.ModelAdmin):
     """The API audit log, read-only (support's and security's page): every write through the API,
     who (client), what (method, path, object, which fields changed: names, never values), when and the
     outcome. Filter by client and date; search an object id exactly."""

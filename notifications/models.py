@@ -118,6 +118,11 @@ class Notification(models.Model):
     worker holds a ``sending`` claim. All instants are UTC.
     """
 
+    #: Fields that hold or reveal message content (the fingerprint is a hash of the request body, so
+    #: a guessed body can be confirmed through it): never filtered or searched in the admin
+    #: (preferences.admin_guard), whoever asks.
+    content_fields = frozenset({"title", "body", "html", "data", "reason_detail", "request_fingerprint"})
+
     id = models.UUIDField(primary_key=True, editable=False)
     # No FK index of its own (nor on recipient below): every index is maintained on each of a row's
     # three writes (fan-out insert, claim, sent); the composite indexes in Meta cover the lookups.
@@ -226,6 +231,9 @@ class DeliveryAttempt(models.Model):
         FOUND_BY_LOOKUP = "found_by_lookup", "Found at the provider: an earlier call had been accepted"
         LEARNED_FROM_RECEIPT = "from_receipt", "Accepted: learned from the provider's receipt (no answer recorded)"
 
+    #: A provider's error text may quote the message: never filtered in the admin (preferences.admin_guard).
+    content_fields = frozenset({"error_message"})
+
     # No FK index of its own: attempt_notification_idx (notification, created_at) serves it.
     notification = models.ForeignKey(Notification, on_delete=models.CASCADE, related_name="attempts_log",
                                      db_index=False)
@@ -250,6 +258,9 @@ class DeliveryAttempt(models.Model):
 
 class DeliveryEvent(models.Model):
     """A state change or receipt in a notification's timeline, in order."""
+
+    #: Error details may quote content: never filtered in the admin (preferences.admin_guard).
+    content_fields = frozenset({"detail"})
 
     # No FK index of its own: event_notification_idx (notification, created_at) serves it.
     notification = models.ForeignKey(Notification, on_delete=models.CASCADE, related_name="events", db_index=False)

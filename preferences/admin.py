@@ -15,10 +15,11 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from notifications.admin import RecipientNotificationInline, phone_search_term
+from preferences.admin_guard import ContentLookupGuard
 from preferences.admin_widgets import CategoryOptOutsField, channel_checkboxes
 from preferences.api.serializers import PreferencesSerializer
 from preferences.models import Device, Erasure, Preferences, Recipient
-from preferences.validation import validate_iana_zone
+from preferences.validation import user_id_problem, validate_iana_zone
 
 
 def _messages(detail) -> list[str]:
@@ -102,7 +103,7 @@ class DeviceInline(admin.TabularInline):
 
 
 @admin.register(Erasure)
-class ErasureAdmin(admin.ModelAdmin):
+class ErasureAdmin(ContentLookupGuard, admin.ModelAdmin):
     list_display = ["recipient", "erased_at", "requested_by", "notifications_erased", "notifications_cancelled",
                     "devices_deleted", "segment_memberships_removed"]
     search_fields = ["=recipient__user_id", "requested_by"]
@@ -128,13 +129,21 @@ class RecipientForm(forms.ModelForm):
         fields = ["user_id", "email", "phone", "timezone", "locale", "attributes", "email_invalid_reason",
                   "phone_invalid_reason"]
 
+    def clean_user_id(self) -> str:
+        """The ``/v1/users/{user_id}`` rule: a recipient made here must be reachable there."""
+        value = self.cleaned_data["user_id"]
+        problem = user_id_problem(value)
+        if problem:
+            raise forms.ValidationError(f"A user id {problem}.")
+        return value
+
     def clean_timezone(self) -> str:
         value = (self.cleaned_data.get("timezone") or "").strip()
         return validate_iana_zone(value) if value else ""
 
 
 @admin.register(Recipient)
-class RecipientAdmin(admin.ModelAdmin):
+class RecipientAdmin(ContentLookupGuard, admin.ModelAdmin):
     form = RecipientForm
     list_display = ["user_id", "email", "phone", "timezone", "locale", "email_invalid_reason",
                     "phone_invalid_reason", "created_at"]
@@ -196,7 +205,7 @@ class RecipientAdmin(admin.ModelAdmin):
 
 
 @admin.register(Device)
-class DeviceAdmin(admin.ModelAdmin):
+class DeviceAdmin(ContentLookupGuard, admin.ModelAdmin):
     list_display = ["recipient", "platform", "active", "deactivated_reason", "registered_at"]
     list_filter = ["platform", "active"]
     search_fields = ["=recipient__user_id", "=push_token"]

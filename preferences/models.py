@@ -19,6 +19,10 @@ class Recipient(models.Model):
     contact is dead (Twilio 21211, hard bounce…); sends to it are then ``suppressed``.
     """
 
+    #: Template inputs (rendered into campaign content): never filtered in the admin
+    #: (preferences.admin_guard).
+    content_fields = frozenset({"attributes"})
+
     user_id = models.CharField(max_length=255, primary_key=True)
     email = models.EmailField(max_length=254, blank=True, default="")
     phone = models.CharField(max_length=16, blank=True, default="", db_index=True,

@@ -27,6 +27,26 @@ _PARSE_ERRORS = {
 }
 
 
+MAX_USER_ID_LENGTH = 255
+
+
+def user_id_problem(value: str) -> str:
+    """Why ``value`` cannot be a user id, or ``''`` when it can.
+
+    The rule of the ``/v1/users/{user_id}`` path (``preferences.api.views.check_path_id``): 1 to
+    MAX_USER_ID_LENGTH characters, none of them a control character (U+0000–U+001F, U+007F). Every
+    way of creating a recipient applies it (segment members by API and CSV upload, the admin), so no
+    recipient exists that ``/v1/users/{user_id}`` cannot reach.
+    """
+    if not isinstance(value, str) or not value:
+        return "must not be empty"
+    if len(value) > MAX_USER_ID_LENGTH:
+        return f"is {len(value)} characters; at most {MAX_USER_ID_LENGTH}"
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        return "contains a control character"
+    return ""
+
+
 def normalize_phone(value: str) -> str:
     """Parse ``value`` (international format, leading ``+``) and return it in E.164.
 

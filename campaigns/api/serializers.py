@@ -9,7 +9,7 @@ from rest_framework import serializers
 
 from campaigns.audience import cached_reach
 from campaigns.models import Campaign, CampaignStatus, MissedPolicy, Segment, Template
-from campaigns.rendering import RenderError, validate_source
+from campaigns.rendering import RenderError, check_parts
 from campaigns.services import local_time_problem
 from notifications import clock
 from notifications.api.serializers import (
@@ -24,6 +24,7 @@ from notifications.api.serializers import (
 )
 from notifications.models import Priority
 from preferences.models import Channel
+from preferences.validation import MAX_USER_ID_LENGTH, user_id_problem
 
 MAX_MEMBER_IDS = 10_000
 MAX_SPREAD_SECONDS = 24 * 3600
@@ -36,12 +37,25 @@ class SegmentSerializer(RejectUnknownFields, serializers.Serializer):
     member_count = serializers.IntegerField(read_only=True)
 
 
+def _valid_user_id(value: str) -> None:
+    """The ``/v1/users/{user_id}`` rule (:func:`preferences.validation.user_id_problem`); code ``invalid``."""
+    problem = user_id_problem(value)
+    if problem:
+        raise serializers.ValidationError(f"a user id {problem}, as in /v1/users/{{user_id}}", code="invalid")
+
+
 class MembersSerializer(RejectUnknownFields, serializers.Serializer):
-    add = serializers.ListField(child=serializers.CharField(max_length=255), required=False, default=list,
-                                max_length=MAX_MEMBER_IDS, help_text="User ids to add (unknown ones are created "
-                                                                     "as bare recipients).")
-    remove = serializers.ListField(child=serializers.CharField(max_length=255), required=False, default=list,
-                                   max_length=MAX_MEMBER_IDS)
+    """``{"add": [user id, …], "remove": [user id, …]}``. Ids to add follow the ``/v1/users/{user_id}``
+    rule (1–255 characters, no control character): a member must be reachable there. Ids to remove
+    need not (a member created before the rule existed can still be removed)."""
+
+    add = serializers.ListField(child=serializers.CharField(max_length=MAX_USER_ID_LENGTH,
+                                                            validators=[_valid_user_id]),
+                                required=False, default=list, max_length=MAX_MEMBER_IDS,
+                                help_text="User ids to add (unknown ones are created as bare recipients); 1–255 "
+                                          "characters without control characters, as in /v1/users/{user_id}.")
+    remove = serializers.ListField(child=serializers.CharField(max_length=MAX_USER_ID_LENGTH), required=False,
+                                   default=list, max_length=MAX_MEMBER_IDS)
 
     def validate(self, attrs):
         if len(attrs["add"]) + len(attrs["remove"]) > MAX_MEMBER_IDS:
@@ -60,6 +74,17 @@ class MembersResultSerializer(serializers.Serializer):
     member_count = serializers.IntegerField()
 
 
+def render_error_detail(exc: RenderError) -> serializers.ErrorDetail:
+    """A 422 detail for a template part: code ``render_bound`` (the message names the bound and its
+    setting) when a dry render on sample data passed a render bound, else ``template_syntax``."""
+    return serializers.ErrorDetail(str(exc), code="render_bound" if exc.bound else "template_syntax")
+
+
+def content_errors(parts: dict[str, str], prefix: str = "") -> dict[str, serializers.ErrorDetail]:
+    """``{prefix + part: detail}`` for the parts :func:`campaigns.rendering.check_parts` refuses."""
+    return {f"{prefix}{part}": render_error_detail(exc) for part, exc in check_parts(parts).items()}
+
+
 class VariantSerializer(RejectUnknownFields, serializers.Serializer):
     locale = serializers.RegexField(r"^[A-Za-z]{2,3}(?:-[A-Za-z0-9]{2,8})*$", max_length=35)
     title = serializers.CharField(required=False, allow_blank=True, default="", max_length=998)
@@ -68,12 +93,7 @@ class VariantSerializer(RejectUnknownFields, serializers.Serializer):
                                  trim_whitespace=False)
 
     def validate(self, attrs):
-        errors = {}
-        for name in ("title", "body", "html"):
-            try:
-                validate_source(attrs.get(name, ""), html=name == "html")
-            except RenderError as exc:
-                errors[name] = serializers.ErrorDetail(str(exc), code="template_syntax")
+        errors = content_errors({name: attrs.get(name, "") or "" for name in ("title", "body", "html")})
         if errors:
             raise serializers.ValidationError(errors)
         return attrs
@@ -159,11 +179,8 @@ class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
                                                               code="local_time_only")
         if has_content and not has_template:
             errors.update(channel_content_errors(attrs["channel"], attrs["content"]))
-            for name in ("title", "body", "html"):
-                try:
-                    validate_source(attrs["content"].get(name, "") or "", html=name == "html")
-                except RenderError as exc:
-                    errors[f"content.{name}"] = serializers.ErrorDetail(str(exc), code="template_syntax")
+            parts = {name: attrs["content"].get(name, "") or "" for name in ("title", "body", "html")}
+            errors.update(content_errors(parts, prefix="content."))
         segment = Segment.objects.filter(pk=attrs["segment_id"]).first()
         if segment is None:
             errors["segment_id"] = serializers.ErrorDetail("unknown segment; create it with PUT /v1/segments/{id}",
