@@ -20,6 +20,7 @@ from preferences.admin import RecipientForm
 from preferences.api.views import BadPathId, check_path_id
 from preferences.models import Recipient
 from preferences.validation import user_id_problem
+from tests.conftest import MARKETING_SCOPES
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fast_password_hashing")]
 
@@ -28,14 +29,18 @@ FINE = ["alice", "user 42", "ü-ß-東京", "a/b", "x" * 255, "with\u2028separat
 
 
 @pytest.fixture
-def http():
-    _, key = APIClient.objects.create_key(name="segment-tool", allow_high=False)
-    return Client(headers={"Authorization": f"Api-Key {key}"})
+def tool():
+    return APIClient.objects.create_key(name="segment-tool", scopes=list(MARKETING_SCOPES))
 
 
 @pytest.fixture
-def segment():
-    return services.upsert_segment("vip", name="VIPs")[0]
+def http(tool):
+    return Client(headers={"Authorization": f"Api-Key {tool[1]}"})
+
+
+@pytest.fixture
+def segment(tool):
+    return services.upsert_segment("vip", name="VIPs", client=tool[0])[0]  # the tool's own segment
 
 
 def post_members(http, body):

@@ -27,6 +27,7 @@ from notifications.models import APIClient, DeliveryAttempt, Notification, Reaso
 from notifications.sending import send_notifications
 from preferences.models import Recipient
 from tests import test_batch_path
+from tests.conftest import MARKETING_SCOPES
 
 emulator, providers = test_batch_path.emulator, test_batch_path.providers
 
@@ -221,7 +222,7 @@ def _campaign_settings() -> dict:
 
 @pytest.fixture
 def http(db):
-    _, key = APIClient.objects.create_key(name="marketing-tool", allow_high=False)
+    _, key = APIClient.objects.create_key(name="marketing-tool", scopes=list(MARKETING_SCOPES))
     return Client(headers={"Authorization": f"Api-Key {key}"})
 
 
