@@ -11,6 +11,9 @@ import os
 from pathlib import Path
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
+
+from config.provider_settings import build_providers, provider_mode
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 RUN_DIR = BASE_DIR / ".run"
@@ -19,6 +22,14 @@ env = environ.Env()
 if (RUN_DIR / "env").exists():
     # read_env never overrides a variable already set in the process environment.
     environ.Env.read_env(str(RUN_DIR / "env"))
+
+# "local" (a checkout: `scripts/devservices.py` writes NOTIFY_ENV=local into .run/env, so `make run`,
+# `make test` and every manage.py there are local) or "production" (the default: a deployment has no
+# .run/env). Local means: providers default to the emulator, plain HTTP, /metrics open to loopback.
+NOTIFY_ENV = env("NOTIFY_ENV", default="production").strip().lower()
+if NOTIFY_ENV not in ("local", "production"):
+    raise ImproperlyConfigured(f"NOTIFY_ENV={NOTIFY_ENV!r}: expected local or production")
+LOCAL_DEVELOPMENT = NOTIFY_ENV == "local"
 
 DEBUG = env.bool("DEBUG", default=False)
 # No default: production must set it; `make run`/`make test` get a random one in `.run/env`.
@@ -329,90 +340,17 @@ SENDGRID_WEBHOOK_PUBLIC_KEY = env("SENDGRID_WEBHOOK_PUBLIC_KEY", default="")
 # Behind a TLS-terminating proxy: trust its X-Forwarded-Proto (only when this is set).
 if env.bool("TRUST_X_FORWARDED_PROTO", default=False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-USING_EMULATOR = {
-    "sms": not env("TWILIO_ACCOUNT_SID", default=""),
-    "email": not env("SENDGRID_API_KEY", default="") and not env("SMTP_HOST", default=""),
-    "push": not env("FCM_CREDENTIALS", default=""),
-}
-
-
-def _providers():
-    timeout = PROVIDER_TIMEOUT_SECONDS
-    emu = EMULATOR_URL
-    twilio = {
-        "NAME": "twilio",
-        "BACKEND": "providers.twilio.backend.TwilioSmsBackend",
-        "OPTIONS": {
-            "ACCOUNT_SID": env("TWILIO_ACCOUNT_SID", default="AC" + "0" * 32),
-            "AUTH_TOKEN": env("TWILIO_AUTH_TOKEN", default="emulator-auth-token"),
-            "FROM_NUMBER": env("TWILIO_FROM_NUMBER", default="+15005550006"),
-            "BASE_URL": None if not USING_EMULATOR["sms"] else emu,
-            # Twilio status callbacks (delivery receipts); the notification id is appended as ?nid=.
-            # With the emulator it only carries that id; against real Twilio set it once the
-            # receiving webhook is deployed.
-            "STATUS_CALLBACK_URL": env("TWILIO_STATUS_CALLBACK_URL",
-                                       default=f"{PUBLIC_BASE_URL}/webhooks/twilio/status"
-                                       if USING_EMULATOR["sms"] else None),
-            "TIMEOUT": timeout,
-        },
-    }
-    sendgrid = {
-        "NAME": "sendgrid",
-        "BACKEND": "providers.sendgrid.backend.SendGridEmailBackend",
-        "OPTIONS": {
-            "API_KEY": env("SENDGRID_API_KEY", default="SG.emulator"),
-            "FROM_EMAIL": env("EMAIL_FROM", default="notifications@example.com"),
-            "HOST": None if env("SENDGRID_API_KEY", default="") else emu,
-            "TIMEOUT": timeout,
-        },
-    }
-    smtp = {
-        "NAME": "smtp",
-        "BACKEND": "providers.smtp.backend.SmtpEmailBackend",
-        "OPTIONS": {
-            "HOST": env("SMTP_HOST", default="127.0.0.1"),
-            "PORT": env.int("SMTP_PORT", default=EMULATOR_SMTP_PORT),
-            "USE_TLS": env.bool("SMTP_USE_TLS", default=False),
-            "USERNAME": env("SMTP_USERNAME", default=""),
-            "PASSWORD": env("SMTP_PASSWORD", default=""),
-            "FROM_EMAIL": env("EMAIL_FROM", default="notifications@example.com"),
-            "TIMEOUT": timeout,
-        },
-    }
-    fcm = {
-        "NAME": "fcm",
-        "BACKEND": "providers.fcm.backend.FcmPushBackend",
-        "OPTIONS": {
-            "PROJECT_ID": env("FCM_PROJECT_ID", default="emulator-project"),
-            "CREDENTIALS": env("FCM_CREDENTIALS", default=None),
-            "FCM_URL": None if not USING_EMULATOR["push"] else emu + "/v1/projects/{0}/messages:send",
-            "TOKEN_URI": emu + "/token",
-            "TIMEOUT": timeout,
-        },
-    }
-    # A second Twilio account (own sub-account and sender) as the SMS backup: with the emulator it
-    # is a distinct account on the same server, so a brownout of the primary can be injected alone.
-    twilio_backup = {
-        "NAME": "twilio_backup",
-        "BACKEND": "providers.twilio.backend.TwilioSmsBackend",
-        "OPTIONS": {
-            **twilio["OPTIONS"],
-            "ACCOUNT_SID": env("TWILIO_BACKUP_ACCOUNT_SID", default="AC" + "1" * 32),
-            "AUTH_TOKEN": env("TWILIO_BACKUP_AUTH_TOKEN", default="emulator-auth-token"),
-            "FROM_NUMBER": env("TWILIO_BACKUP_FROM_NUMBER", default="+15005550007"),
-        },
-    }
-    by_name = {"twilio": twilio, "twilio_backup": twilio_backup, "sendgrid": sendgrid, "smtp": smtp, "fcm": fcm}
-    order = {
-        "sms": env.list("SMS_PROVIDERS", default=["twilio", "twilio_backup"] if USING_EMULATOR["sms"] else ["twilio"]),
-        "email": env.list("EMAIL_PROVIDERS", default=["sendgrid", "smtp"]),
-        "push": env.list("PUSH_PROVIDERS", default=["fcm"]),
-    }
-    return {channel: [by_name[n] for n in names] for channel, names in order.items()}
-
-
-# Ordered provider list per channel: the first is the primary (DESIGN.md §8 provider router).
-PROVIDERS = _providers()
+# Provider mode (config/provider_settings.py): "emulator" (local development: the emulator and its
+# public built-in credentials for every provider without its own) or "real" (everywhere else: every
+# listed provider needs its variables, `manage.py check` names the missing ones).
+try:
+    PROVIDER_MODE = provider_mode(os.environ, LOCAL_DEVELOPMENT)
+    # Ordered provider list per channel: the first is the primary (DESIGN.md §8 provider router).
+    PROVIDERS = build_providers(os.environ, PROVIDER_MODE, emulator_url=EMULATOR_URL,
+                                emulator_smtp_port=EMULATOR_SMTP_PORT, public_base_url=PUBLIC_BASE_URL,
+                                timeout=PROVIDER_TIMEOUT_SECONDS)
+except ValueError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
 
 # --- Operations (docs/OPERATIONS.md) -----------------------------------------------------------
 # /metrics needs `Authorization: Bearer <METRICS_TOKEN>`; unset, it answers loopback requests only.
