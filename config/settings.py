@@ -361,13 +361,19 @@ os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", PROMETHEUS_MULTIPROC_DIR)
 Path(PROMETHEUS_MULTIPROC_DIR).mkdir(parents=True, exist_ok=True)
 
 # --- Logging ------------------------------------------------------------------------------------
+# Every record is redacted when it is made (config/redaction.py: phone numbers and emails masked,
+# sensitive notifications' content removed, tracebacks included), and every handler filters again.
+LOGGING_CONFIG = "config.redaction.configure_logging"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"redact": {"()": "config.redaction.RedactingFilter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact"]}},
     "root": {"handlers": ["console"], "level": env("LOG_LEVEL", default="INFO")},
     "loggers": {
+        # Django's own handlers (mail_admins, the DEBUG-only console) replaced by the root's.
+        "django": {"handlers": [], "level": "INFO", "propagate": True},
         "django.db.backends": {"level": "WARNING"},
         "celery": {"level": "WARNING"},
         "twilio.http_client": {"level": "WARNING"},

@@ -160,8 +160,9 @@ class Stack:
         return {
             "emulator": [sys.executable, "-m", "providers.emulator", "--port", str(self.emulator_port),
                          "--smtp-port", str(self.smtp_port)],
-            "web": [sys.executable, "-m", "gunicorn", "config.wsgi", "--bind", f"127.0.0.1:{self.api_port}",
-                    "--workers", "1", "--threads", "8", "--log-level", "warning"],
+            "web": [sys.executable, "-m", "gunicorn", "-c", "config/gunicorn_conf.py", "config.wsgi",
+                    "--bind", f"127.0.0.1:{self.api_port}", "--workers", "1", "--threads", "8",
+                    "--log-level", "warning"],
             "worker_high": [*CELERY, "worker", "-n", "high@%h", "-Q", "high.sms,high.email,high.push",
                             "--pool", "threads", "--concurrency", "8", "--prefetch-multiplier", "1", "-O", "fair",
                             *WORKER_FLAGS],
