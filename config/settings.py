@@ -37,6 +37,19 @@ SECRET_KEY = env("SECRET_KEY")
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "testserver"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
+# --- HTTPS and cookies: on outside local development (`manage.py check --deploy` is clean), each
+# from the environment. Behind a TLS-terminating proxy also set TRUST_X_FORWARDED_PROTO=1 (below),
+# or every request looks like plain HTTP and is redirected for ever. The probes (/healthz, /readyz)
+# and /metrics (bearer token) are answered on plain HTTP too: orchestrators and Prometheus call them
+# inside the network, by address.
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=not LOCAL_DEVELOPMENT)
+SECURE_REDIRECT_EXEMPT = [r"^(healthz|readyz|metrics)$"]
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=0 if LOCAL_DEVELOPMENT else 365 * 24 * 3600)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=not LOCAL_DEVELOPMENT)
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=not LOCAL_DEVELOPMENT)
+SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=not LOCAL_DEVELOPMENT)
+CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=not LOCAL_DEVELOPMENT)
+
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
