@@ -8,6 +8,7 @@ emulator (``providers/emulator``), which is what ``make run`` and the tests use.
 """
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -62,6 +63,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_celery_beat",
+    "axes",
     "preferences",
     "notifications",
     "campaigns",
@@ -79,7 +81,22 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes requires: answers a locked-out login attempt (see AXES_* below).
+    "axes.middleware.AxesMiddleware",
 ]
+
+# --- Admin login throttling (django-axes) --------------------------------------------------------
+# After ADMIN_LOGIN_FAILURE_LIMIT failed logins for one username from one client address, further
+# attempts for that pair (even with the right password) are refused with 429 for
+# ADMIN_LOGIN_LOCKOUT_MINUTES; a successful login resets the count. Attempts and lockouts are stored
+# in Postgres (Admin › Axes; `manage.py axes_reset` unlocks). The address is the TCP peer
+# (REMOTE_ADDR): behind a reverse proxy every client shares the proxy's, so the lockout is then per
+# username.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = env.int("ADMIN_LOGIN_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("ADMIN_LOGIN_LOCKOUT_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
 
 ROOT_URLCONF = "config.urls"
 
@@ -388,6 +405,8 @@ LOGGING = {
         # Django's own handlers (mail_admins, the DEBUG-only console) replaced by the root's.
         "django": {"handlers": [], "level": "INFO", "propagate": True},
         "django.db.backends": {"level": "WARNING"},
+        # Not its version banner at every process start; its login failures and lockouts stay.
+        "axes.apps": {"level": "WARNING"},
         "celery": {"level": "WARNING"},
         "twilio.http_client": {"level": "WARNING"},
         # python-http-client (SendGrid) logs whole request bodies, i.e. email content, at DEBUG.
