@@ -13,7 +13,7 @@ import warnings
 
 from celery import Celery
 from celery.exceptions import SecurityWarning
-from celery.signals import worker_process_init
+from celery.signals import after_setup_logger, after_setup_task_logger, worker_process_init
 from kombu import Exchange, Queue
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
@@ -44,6 +44,21 @@ app.conf.task_default_routing_key = "maintenance"
 app.conf.task_create_missing_queues = False
 
 app.autodiscover_tasks(["notifications", "campaigns"])
+
+
+@after_setup_logger.connect
+@after_setup_task_logger.connect
+def _redact_worker_logs(logger=None, **_kwargs):
+    """Celery's own handlers (the task logger's, any it adds to the root) redact every record as
+    Django's do: contacts masked, sensitive content removed (config/redaction.py)."""
+    import logging
+
+    from config.redaction import add_filter, install_record_factory
+
+    install_record_factory()
+    for each in (logger, logging.getLogger()):
+        if each is not None:
+            add_filter(each.handlers)
 
 
 @worker_process_init.connect

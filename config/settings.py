@@ -8,9 +8,13 @@ emulator (``providers/emulator``), which is what ``make run`` and the tests use.
 """
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
+
+from config.provider_settings import build_providers, provider_mode
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 RUN_DIR = BASE_DIR / ".run"
@@ -20,11 +24,32 @@ if (RUN_DIR / "env").exists():
     # read_env never overrides a variable already set in the process environment.
     environ.Env.read_env(str(RUN_DIR / "env"))
 
+# "local" (a checkout: `scripts/devservices.py` writes NOTIFY_ENV=local into .run/env, so `make run`,
+# `make test` and every manage.py there are local) or "production" (the default: a deployment has no
+# .run/env). Local means: providers default to the emulator, plain HTTP, /metrics open to loopback.
+NOTIFY_ENV = env("NOTIFY_ENV", default="production").strip().lower()
+if NOTIFY_ENV not in ("local", "production"):
+    raise ImproperlyConfigured(f"NOTIFY_ENV={NOTIFY_ENV!r}: expected local or production")
+LOCAL_DEVELOPMENT = NOTIFY_ENV == "local"
+
 DEBUG = env.bool("DEBUG", default=False)
 # No default: production must set it; `make run`/`make test` get a random one in `.run/env`.
 SECRET_KEY = env("SECRET_KEY")
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "testserver"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+# --- HTTPS and cookies: on outside local development (`manage.py check --deploy` is clean), each
+# from the environment. Behind a TLS-terminating proxy also set TRUST_X_FORWARDED_PROTO=1 (below),
+# or every request looks like plain HTTP and is redirected for ever. The probes (/healthz, /readyz)
+# and /metrics (bearer token) are answered on plain HTTP too: orchestrators and Prometheus call them
+# inside the network, by address.
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=not LOCAL_DEVELOPMENT)
+SECURE_REDIRECT_EXEMPT = [r"^(healthz|readyz|metrics)$"]
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=0 if LOCAL_DEVELOPMENT else 365 * 24 * 3600)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=not LOCAL_DEVELOPMENT)
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=not LOCAL_DEVELOPMENT)
+SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=not LOCAL_DEVELOPMENT)
+CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=not LOCAL_DEVELOPMENT)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -38,6 +63,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_celery_beat",
+    "axes",
     "preferences",
     "notifications",
     "campaigns",
@@ -57,7 +83,22 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Records every API write (who, what, when, outcome) after its answer: the API audit log.
     "notifications.audit.AuditMiddleware",
+    # Last, as django-axes requires: answers a locked-out login attempt (see AXES_* below).
+    "axes.middleware.AxesMiddleware",
 ]
+
+# --- Admin login throttling (django-axes) --------------------------------------------------------
+# After ADMIN_LOGIN_FAILURE_LIMIT failed logins for one username from one client address, further
+# attempts for that pair (even with the right password) are refused with 429 for
+# ADMIN_LOGIN_LOCKOUT_MINUTES; a successful login resets the count. Attempts and lockouts are stored
+# in Postgres (Admin › Axes; `manage.py axes_reset` unlocks). The address is the TCP peer
+# (REMOTE_ADDR): behind a reverse proxy every client shares the proxy's, so the lockout is then per
+# username.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = env.int("ADMIN_LOGIN_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("ADMIN_LOGIN_LOCKOUT_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
 
 ROOT_URLCONF = "config.urls"
 
@@ -337,90 +378,17 @@ SENDGRID_WEBHOOK_PUBLIC_KEY = env("SENDGRID_WEBHOOK_PUBLIC_KEY", default="")
 # Behind a TLS-terminating proxy: trust its X-Forwarded-Proto (only when this is set).
 if env.bool("TRUST_X_FORWARDED_PROTO", default=False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-USING_EMULATOR = {
-    "sms": not env("TWILIO_ACCOUNT_SID", default=""),
-    "email": not env("SENDGRID_API_KEY", default="") and not env("SMTP_HOST", default=""),
-    "push": not env("FCM_CREDENTIALS", default=""),
-}
-
-
-def _providers():
-    timeout = PROVIDER_TIMEOUT_SECONDS
-    emu = EMULATOR_URL
-    twilio = {
-        "NAME": "twilio",
-        "BACKEND": "providers.twilio.backend.TwilioSmsBackend",
-        "OPTIONS": {
-            "ACCOUNT_SID": env("TWILIO_ACCOUNT_SID", default="AC" + "0" * 32),
-            "AUTH_TOKEN": env("TWILIO_AUTH_TOKEN", default="emulator-auth-token"),
-            "FROM_NUMBER": env("TWILIO_FROM_NUMBER", default="+15005550006"),
-            "BASE_URL": None if not USING_EMULATOR["sms"] else emu,
-            # Twilio status callbacks (delivery receipts); the notification id is appended as ?nid=.
-            # With the emulator it only carries that id; against real Twilio set it once the
-            # receiving webhook is deployed.
-            "STATUS_CALLBACK_URL": env("TWILIO_STATUS_CALLBACK_URL",
-                                       default=f"{PUBLIC_BASE_URL}/webhooks/twilio/status"
-                                       if USING_EMULATOR["sms"] else None),
-            "TIMEOUT": timeout,
-        },
-    }
-    sendgrid = {
-        "NAME": "sendgrid",
-        "BACKEND": "providers.sendgrid.backend.SendGridEmailBackend",
-        "OPTIONS": {
-            "API_KEY": env("SENDGRID_API_KEY", default="SG.emulator"),
-            "FROM_EMAIL": env("EMAIL_FROM", default="notifications@example.com"),
-            "HOST": None if env("SENDGRID_API_KEY", default="") else emu,
-            "TIMEOUT": timeout,
-        },
-    }
-    smtp = {
-        "NAME": "smtp",
-        "BACKEND": "providers.smtp.backend.SmtpEmailBackend",
-        "OPTIONS": {
-            "HOST": env("SMTP_HOST", default="127.0.0.1"),
-            "PORT": env.int("SMTP_PORT", default=EMULATOR_SMTP_PORT),
-            "USE_TLS": env.bool("SMTP_USE_TLS", default=False),
-            "USERNAME": env("SMTP_USERNAME", default=""),
-            "PASSWORD": env("SMTP_PASSWORD", default=""),
-            "FROM_EMAIL": env("EMAIL_FROM", default="notifications@example.com"),
-            "TIMEOUT": timeout,
-        },
-    }
-    fcm = {
-        "NAME": "fcm",
-        "BACKEND": "providers.fcm.backend.FcmPushBackend",
-        "OPTIONS": {
-            "PROJECT_ID": env("FCM_PROJECT_ID", default="emulator-project"),
-            "CREDENTIALS": env("FCM_CREDENTIALS", default=None),
-            "FCM_URL": None if not USING_EMULATOR["push"] else emu + "/v1/projects/{0}/messages:send",
-            "TOKEN_URI": emu + "/token",
-            "TIMEOUT": timeout,
-        },
-    }
-    # A second Twilio account (own sub-account and sender) as the SMS backup: with the emulator it
-    # is a distinct account on the same server, so a brownout of the primary can be injected alone.
-    twilio_backup = {
-        "NAME": "twilio_backup",
-        "BACKEND": "providers.twilio.backend.TwilioSmsBackend",
-        "OPTIONS": {
-            **twilio["OPTIONS"],
-            "ACCOUNT_SID": env("TWILIO_BACKUP_ACCOUNT_SID", default="AC" + "1" * 32),
-            "AUTH_TOKEN": env("TWILIO_BACKUP_AUTH_TOKEN", default="emulator-auth-token"),
-            "FROM_NUMBER": env("TWILIO_BACKUP_FROM_NUMBER", default="+15005550007"),
-        },
-    }
-    by_name = {"twilio": twilio, "twilio_backup": twilio_backup, "sendgrid": sendgrid, "smtp": smtp, "fcm": fcm}
-    order = {
-        "sms": env.list("SMS_PROVIDERS", default=["twilio", "twilio_backup"] if USING_EMULATOR["sms"] else ["twilio"]),
-        "email": env.list("EMAIL_PROVIDERS", default=["sendgrid", "smtp"]),
-        "push": env.list("PUSH_PROVIDERS", default=["fcm"]),
-    }
-    return {channel: [by_name[n] for n in names] for channel, names in order.items()}
-
-
-# Ordered provider list per channel: the first is the primary (DESIGN.md §8 provider router).
-PROVIDERS = _providers()
+# Provider mode (config/provider_settings.py): "emulator" (local development: the emulator and its
+# public built-in credentials for every provider without its own) or "real" (everywhere else: every
+# listed provider needs its variables, `manage.py check` names the missing ones).
+try:
+    PROVIDER_MODE = provider_mode(os.environ, LOCAL_DEVELOPMENT)
+    # Ordered provider list per channel: the first is the primary (DESIGN.md §8 provider router).
+    PROVIDERS = build_providers(os.environ, PROVIDER_MODE, emulator_url=EMULATOR_URL,
+                                emulator_smtp_port=EMULATOR_SMTP_PORT, public_base_url=PUBLIC_BASE_URL,
+                                timeout=PROVIDER_TIMEOUT_SECONDS)
+except ValueError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
 
 # --- Operations (docs/OPERATIONS.md) -----------------------------------------------------------
 # /metrics needs `Authorization: Bearer <METRICS_TOKEN>`; unset, it answers loopback requests only.
@@ -431,14 +399,22 @@ os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", PROMETHEUS_MULTIPROC_DIR)
 Path(PROMETHEUS_MULTIPROC_DIR).mkdir(parents=True, exist_ok=True)
 
 # --- Logging ------------------------------------------------------------------------------------
+# Every record is redacted when it is made (config/redaction.py: phone numbers and emails masked,
+# sensitive notifications' content removed, tracebacks included), and every handler filters again.
+LOGGING_CONFIG = "config.redaction.configure_logging"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"redact": {"()": "config.redaction.RedactingFilter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact"]}},
     "root": {"handlers": ["console"], "level": env("LOG_LEVEL", default="INFO")},
     "loggers": {
+        # Django's own handlers (mail_admins, the DEBUG-only console) replaced by the root's.
+        "django": {"handlers": [], "level": "INFO", "propagate": True},
         "django.db.backends": {"level": "WARNING"},
+        # Not its version banner at every process start; its login failures and lockouts stay.
+        "axes.apps": {"level": "WARNING"},
         "celery": {"level": "WARNING"},
         "twilio.http_client": {"level": "WARNING"},
         # python-http-client (SendGrid) logs whole request bodies, i.e. email content, at DEBUG.

@@ -237,11 +237,13 @@ def pipeline_snapshot(now: datetime | None = None) -> dict:
 
 # --- Provider configuration -------------------------------------------------------------------
 
-#: Environment variables a real provider needs (the emulator needs none).
+#: Environment variables a real provider needs (the emulator needs none), for entries that do not
+#: name them themselves (``ENV``, as ``config/provider_settings.py`` builds them).
 PROVIDER_ENV = {
     "twilio": ("TWILIO_ACCOUNT_SID", "TWILIO_AUTH_TOKEN", "TWILIO_FROM_NUMBER"),
+    "twilio_backup": ("TWILIO_BACKUP_ACCOUNT_SID", "TWILIO_BACKUP_AUTH_TOKEN", "TWILIO_BACKUP_FROM_NUMBER"),
     "sendgrid": ("SENDGRID_API_KEY", "EMAIL_FROM"),
-    "smtp": ("SMTP_HOST", "EMAIL_FROM"),
+    "smtp": ("SMTP_HOST", "SMTP_PORT", "EMAIL_FROM"),
     "fcm": ("FCM_CREDENTIALS", "FCM_PROJECT_ID"),
 }
 
@@ -275,7 +277,8 @@ def providers_overview(environ: dict | None = None) -> dict[str, list[dict]]:
                   "missing_env": ["TWILIO_ACCOUNT_SID", ...]}], ...}
 
     ``missing_env`` lists what a *real* provider of that name needs and is not set in ``environ``
-    (default: the process environment, where settings read ``.run/env`` into).
+    (default: the process environment, where settings read ``.run/env`` into): the variables the
+    entry names in its ``ENV``, else those of :data:`PROVIDER_ENV` for its name.
     """
     import os
 
@@ -285,8 +288,9 @@ def providers_overview(environ: dict | None = None) -> dict[str, list[dict]]:
         rows = []
         for index, entry in enumerate(entries or []):
             name = entry.get("NAME", "?")
+            needed = list((entry.get("ENV") or {}).values()) or PROVIDER_ENV.get(name, ())
             rows.append({"name": name, "primary": index == 0, "mode": provider_mode(entry),
-                         "missing_env": [v for v in PROVIDER_ENV.get(name, ()) if not environ.get(v)]})
+                         "missing_env": [v for v in needed if not environ.get(v)]})
         overview[channel] = rows
     return overview
 

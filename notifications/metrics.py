@@ -647,10 +647,18 @@ def _refusal(request):
     """``None`` if the request may read /metrics, else the response refusing it.
 
     With ``METRICS_TOKEN`` set: ``Authorization: Bearer <METRICS_TOKEN>`` is required from anywhere
-    (401 otherwise). Unset: only loopback clients that did not come through a proxy (no
-    X-Forwarded-For/Forwarded/X-Real-IP header) are answered (403 otherwise).
+    (401 otherwise). Unset outside local development (``settings.LOCAL_DEVELOPMENT``): every request
+    is refused (403), whatever its peer address or forwarding headers say, since which headers a
+    proxy sets or strips is not ours to know. Unset in local development: only loopback clients that
+    did not come through a proxy (no X-Forwarded-For/Forwarded/X-Real-IP header) are answered (403
+    otherwise).
     """
     token = getattr(settings, "METRICS_TOKEN", "") or ""
+    if not token and not getattr(settings, "LOCAL_DEVELOPMENT", False):
+        return JsonResponse({"error": {"status": 403, "code": "forbidden",
+                                       "message": "METRICS_TOKEN is not set: outside local development /metrics "
+                                                  "answers only Authorization: Bearer <METRICS_TOKEN>"}},
+                            status=403)
     if token:
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode()):

@@ -26,6 +26,7 @@ from django.conf import settings
 from django.db import connection
 from django.db.models.expressions import RawSQL
 
+from config.redaction import sensitive_content, without_sensitive
 from notifications import clock, leases, markers, metrics
 from notifications.bulk import array_literal
 from notifications.models import DeliveryAttempt, Notification, Reason, Status
@@ -118,6 +119,13 @@ def _send_claimed(claimed: list) -> None:
     already_sent = markers.find_sent(claimed)
     rows = list(Notification.objects.filter(id__in=RawSQL("SELECT unnest(%s::uuid[])", [array_literal(claimed)]))
                 .select_related("recipient", "recipient__preferences").defer(*_NOT_NEEDED_TO_SEND))
+    # Whatever is logged while these rows are handled (tracebacks included) never shows the
+    # content of the sensitive ones (config/redaction.py).
+    with sensitive_content(n for n in rows if n.sensitive):
+        _send_rows(rows, already_sent)
+
+
+def _send_rows(rows: list[Notification], already_sent: set[str]) -> None:
     content = _CampaignContent()
     naive = settings.NOTIFY["PIPELINE"] == "naive"
     batch = [n for n in rows if n.priority == "standard" and not naive]
@@ -185,7 +193,7 @@ def worker_error(n: Notification, exc: Exception) -> None:
     budget is spent (the poison-message rule), so one bad row never loops or blocks a batch."""
     log.error("checks of %s %s %s crashed (attempt %d): %s", n.priority, n.channel, n.pk, n.attempts, exc,
               exc_info=exc)
-    detail = f"{type(exc).__name__}: {exc}"[:400]
+    detail = without_sensitive(f"{type(exc).__name__}: {exc}")[:400]
     now = clock.now()
     try:
         if n.attempts >= settings.NOTIFY["MAX_ATTEMPTS"][n.priority]:

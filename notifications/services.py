@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
 
+from config.redaction import sensitive_content
 from notifications import clock
 from notifications.enqueue import enqueue_on_commit
 from notifications.models import (
@@ -120,7 +121,8 @@ def accept_notification(
         expires_at=start + timedelta(seconds=ttl_seconds) if ttl_seconds else None,
     )
     try:
-        with transaction.atomic():
+        # An error on the way is logged (Django's 500) without a sensitive notification's content.
+        with sensitive_content([notification] if sensitive else ()), transaction.atomic():
             notification.save(force_insert=True)
             DeliveryEvent.objects.create(notification=notification, kind="accepted", status=status,
                                          detail=f"due {due.isoformat()}" if due else "")

@@ -25,6 +25,7 @@ from django.conf import settings
 from django.utils.module_loading import import_string
 
 from providers.base import ProviderBackend, ProviderConfigurationError
+from providers.emulator.defaults import BUILT_IN_SECRETS
 
 logger = logging.getLogger(__name__)
 
@@ -98,9 +99,16 @@ def reset_backends() -> None:
 def check_providers_configured() -> list[str]:
     """Validate ``settings.PROVIDERS`` without opening any connection.
 
+    Besides the shape (NAME, BACKEND, OPTIONS, the backend's required options), a real entry (not
+    ``MODE: "emulator"``) that says which variables its credentials come from (``ENV``, see
+    ``config/provider_settings.py``) is reported by those variables' names when one is empty; and
+    outside emulator mode (``settings.PROVIDER_MODE``) no option may hold one of the emulator's
+    public built-in secrets.
+
     Returns:
         Human-readable problems (empty when everything is fine), e.g.
-        ``'settings.PROVIDERS["sms"][0]: OPTIONS misses ACCOUNT_SID'``.
+        ``'settings.PROVIDERS["sms"][0]: OPTIONS misses ACCOUNT_SID'`` or
+        ``'settings.PROVIDERS["sms"][1] "twilio_backup": TWILIO_BACKUP_AUTH_TOKEN is not set (…)'``.
     """
     providers = getattr(settings, "PROVIDERS", None)
     if not isinstance(providers, dict):
@@ -141,9 +149,22 @@ def _check_entry(channel: str, where: str, entry: Any, seen: set[str]) -> list[s
         return [*problems, f"{where}: BACKEND {entry['BACKEND']} is not a ProviderBackend subclass"]
     if cls.channel != channel:
         problems.append(f"{where}: BACKEND {entry['BACKEND']} serves channel {cls.channel!r}, not {channel!r}")
-    missing = [k for k in getattr(cls, "required_options", ()) if options.get(k) in (None, "")]
+    variables = entry.get("ENV") if isinstance(entry.get("ENV"), dict) else {}
+    unset = [var for option, var in variables.items() if options.get(option) in (None, "")
+             and entry.get("MODE") != "emulator"]
+    if unset:
+        problems.append(f'{where} "{name}": {", ".join(unset)} {"is" if len(unset) == 1 else "are"} not set '
+                        f"(a provider in real mode needs its own credentials; the emulator's are only "
+                        f"used with PROVIDER_MODE=emulator)")
+    missing = [k for k in getattr(cls, "required_options", ()) if options.get(k) in (None, "")
+               and k not in variables]
     if missing:
         problems.append(f"{where}: OPTIONS misses {', '.join(missing)}")
+    if getattr(settings, "PROVIDER_MODE", "real") != "emulator":
+        for option, given in options.items():
+            if isinstance(given, str) and given in BUILT_IN_SECRETS:
+                problems.append(f'{where} "{name}": {variables.get(option, option)} is the emulator\'s public '
+                                f"built-in credential, which only PROVIDER_MODE=emulator accepts")
     return problems
 
 

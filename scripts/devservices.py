@@ -5,8 +5,10 @@ Usage: ``python scripts/devservices.py up|down|status|restart-postgres``
 
 * ``up`` starts (or finds running) a Postgres and a Redis that belong to this checkout, under
   ``.run/`` (gitignored), listening on 127.0.0.1 only (TCP, no Unix socket: long paths break it),
-  never on 5432/6379. It writes ``.run/env`` with ``DATABASE_URL``, ``REDIS_URL`` and a random
-  ``SECRET_KEY``; ``config/settings.py`` reads that file after the process environment.
+  never on 5432/6379. It writes ``.run/env`` with ``DATABASE_URL``, ``REDIS_URL``, a random
+  ``SECRET_KEY`` and ``NOTIFY_ENV=local`` (local development: the provider emulator, plain HTTP;
+  a deployment has no ``.run/env`` and is production); ``config/settings.py`` reads that file after
+  the process environment.
   Idempotent: running it again with the servers up takes well under a second.
 * ``down`` stops both (Postgres ``-m fast``; Redis by pid file, checked against /proc cmdline).
 * If ``DATABASE_URL`` (or ``REDIS_URL``) is set in the environment, that service is left alone.
@@ -338,6 +340,7 @@ def emulator_webhook_key(values: dict[str, str]) -> None:
 def up() -> None:
     values = read_env()
     values.setdefault("SECRET_KEY", secrets.token_urlsafe(40))
+    values.setdefault("NOTIFY_ENV", "local")
     emulator_webhook_key(values)
     if os.environ.get("DATABASE_URL"):
         log("DATABASE_URL is set: not starting postgres")

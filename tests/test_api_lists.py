@@ -116,6 +116,9 @@ def test_sensitive_content_is_null_in_the_list(http, alice):
     ({"limit": "0"}, "limit", "min_value"),
     ({"limit": "201"}, "limit", "max_value"),
     ({"limit": "ten"}, "limit", "invalid"),
+    # Digits to str.isdigit() but not ASCII integers (issue 11 #7): "²" was a 500, "٣" read as 3.
+    ({"limit": "²"}, "limit", "invalid"),
+    ({"limit": "٣"}, "limit", "invalid"),
     ({"cursor": "bm90IGEgY3Vyc29y"}, "cursor", "invalid_cursor"),
     ({"cursor": "!!!"}, "cursor", "invalid_cursor"),
     ({"stauts": "sent"}, "stauts", "unknown_parameter"),

@@ -118,7 +118,8 @@ def scrape(client) -> dict:
 
 # --- protection ----------------------------------------------------------------------------------
 
-def test_without_token_only_direct_local_requests_are_answered(client):
+def test_without_token_only_direct_local_requests_are_answered_in_local_development(client, settings):
+    settings.LOCAL_DEVELOPMENT = True
     assert client.get("/metrics").status_code == 200
     assert client.get("/metrics", REMOTE_ADDR="::1").status_code == 200
     refused = client.get("/metrics", REMOTE_ADDR="10.1.2.3")
@@ -127,6 +128,20 @@ def test_without_token_only_direct_local_requests_are_answered(client):
     # Through a reverse proxy on the same host: REMOTE_ADDR is loopback, but it is not a local client.
     assert client.get("/metrics", HTTP_X_FORWARDED_FOR="203.0.113.9").status_code == 403
     assert client.get("/metrics", HTTP_FORWARDED="for=203.0.113.9").status_code == 403
+
+
+def test_outside_local_development_the_token_is_required_whatever_the_peer_and_headers(client, settings):
+    """Issue 11 #7: a deployment is never protected by which forwarding headers its proxy sets."""
+    settings.LOCAL_DEVELOPMENT = False
+    settings.METRICS_TOKEN = ""
+    for meta in ({}, {"REMOTE_ADDR": "::1"}, {"REMOTE_ADDR": "10.1.2.3"}):
+        refused = client.get("/metrics", **meta)
+        assert refused.status_code == 403
+        assert refused.json()["error"]["message"] == ("METRICS_TOKEN is not set: outside local development "
+                                                      "/metrics answers only Authorization: Bearer <METRICS_TOKEN>")
+    settings.METRICS_TOKEN = "s3cret-metrics-token"
+    assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret-metrics-token").status_code == 200
 
 
 def test_with_token_the_bearer_token_is_required_from_everywhere(client, settings):

@@ -54,3 +54,32 @@ def test_every_operation_names_its_scope_and_documents_the_403(schema):
             assert forbidden["content"]["application/json"]["schema"]["$ref"] == "#/components/schemas/Error"
     assert documented == declared
     assert {scope for (_, method), scope in documented.items() if method == "get"} == {"read"}
+
+
+def test_request_bodies_are_as_strict_as_the_code(schema):
+    """Issue 11 #7 (schemathesis' ST202 findings): every request body refuses unknown keys, as the
+    API does (``unknown_field``); campaigns state content xor template_id, scheduled_at xor
+    local_time and missed_policy only with local_time; a template needs a variant; the locale and
+    the user id of every path have their patterns; equal quiet-hours bounds are documented."""
+    components = schema["components"]["schemas"]
+    requests = sorted(name for name in components if name.endswith("Request"))
+    assert requests == ["CampaignRequestRequest", "ContentRequest", "DeviceRequest", "LocalTimeRequest",
+                        "MembersRequest", "PreferencesRequest", "QuietHoursRequest", "RecipientRequest",
+                        "SegmentRequest", "SendRequestRequest", "TemplateRequest", "VariantRequest"]
+    assert {name: components[name].get("additionalProperties") for name in requests} == dict.fromkeys(requests, False)
+    assert "additionalProperties" not in components["Segment"]  # responses may grow fields
+    assert "Serializer mixin" not in str(components["ContentRequest"])  # no description borrowed from the mixin
+
+    rules = components["CampaignRequestRequest"]["allOf"]
+    assert rules[0] == {"oneOf": [{"required": ["content"], "properties": {"content": {"type": "object"}}},
+                                  {"required": ["template_id"], "properties": {"template_id": {"type": "string"}}}]}
+    assert rules[1]["not"]["required"] == ["scheduled_at", "local_time"]
+    assert components["TemplateRequest"]["allOf"] == [{"properties": {"variants": {"minItems": 1}}}]
+    assert "must differ from start" in components["QuietHoursRequest"]["properties"]["end"]["description"]
+    assert components["RecipientRequest"]["properties"]["locale"]["oneOf"][0]["pattern"] == \
+        "^[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{2,8})*$"
+    for path, operations in schema["paths"].items():
+        for operation in operations.values():
+            for parameter in operation.get("parameters", []):
+                if parameter["in"] == "path" and parameter["name"] == "user_id":
+                    assert parameter["schema"]["pattern"] == "^[^\\u0000-\\u001f\\u007f]{1,255}$", path

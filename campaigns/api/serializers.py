@@ -105,6 +105,9 @@ class TemplateSerializer(RejectUnknownFields, serializers.Serializer):
     default_locale = serializers.CharField(max_length=35, default="en")
     variants = VariantSerializer(many=True, allow_empty=False)
 
+    #: In the OpenAPI schema too (notifications.api.serializers.RejectUnknownFieldsSchema).
+    schema_rules = {"allOf": [{"properties": {"variants": {"minItems": 1}}}]}
+
     def validate(self, attrs):
         locales = [v["locale"] for v in attrs["variants"]]
         if len(set(locales)) != len(locales):
@@ -123,7 +126,18 @@ class LocalTimeSerializer(RejectUnknownFields, serializers.Serializer):
 
 class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
     """``POST /v1/campaigns`` body: exactly one of ``content`` / ``template_id``, at most one of
-    ``scheduled_at`` / ``local_time``."""
+    ``scheduled_at`` / ``local_time``, ``missed_policy`` only with ``local_time``."""
+
+    #: The same rules in the OpenAPI schema (notifications.api.serializers.RejectUnknownFieldsSchema);
+    #: null counts as absent, as in validate().
+    schema_rules = {"allOf": [
+        {"oneOf": [{"required": ["content"], "properties": {"content": {"type": "object"}}},
+                   {"required": ["template_id"], "properties": {"template_id": {"type": "string"}}}]},
+        {"not": {"required": ["scheduled_at", "local_time"],
+                 "properties": {"scheduled_at": {"type": "string"}, "local_time": {"type": "object"}}}},
+        {"anyOf": [{"not": {"required": ["missed_policy"], "properties": {"missed_policy": {"type": "string"}}}},
+                   {"required": ["local_time"], "properties": {"local_time": {"type": "object"}}}]},
+    ]}
 
     name = serializers.CharField(required=False, allow_blank=True, default="", max_length=200)
     segment_id = serializers.CharField(max_length=64)

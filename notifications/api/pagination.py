@@ -91,7 +91,7 @@ def read_query(params, filters: dict[str, Sequence[str] | None]) -> dict:
             raise QueryError(name, "invalid", "give this parameter at most once")
     out: dict = {"cursor": params.get("cursor") or None}
     raw_limit = params.get("limit", str(DEFAULT_LIMIT))
-    if not raw_limit.isdigit():
+    if not (raw_limit.isascii() and raw_limit.isdigit()):  # "²" and "٣" are digits to str.isdigit()
         raise QueryError("limit", "invalid", f"must be a whole number from 1 to {MAX_LIMIT}")
     out["limit"] = int(raw_limit)
     if out["limit"] < 1:

@@ -17,6 +17,7 @@ from datetime import timedelta
 
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
+from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -110,6 +111,26 @@ class RejectUnknownFields:
         return super().to_internal_value(data)
 
 
+class RejectUnknownFieldsSchema(OpenApiSerializerExtension):
+    """The OpenAPI schema of a :class:`RejectUnknownFields` request body says what the code does:
+    ``additionalProperties: false`` (an unknown key is refused), plus the rules across fields the
+    serializer states in its ``schema_rules`` (merged into the object schema). Responses are left
+    as drf-spectacular maps them. A serializer without its own docstring gets no description
+    (not the mixin's)."""
+
+    target_class = RejectUnknownFields
+    match_subclasses = True
+
+    def map_serializer(self, auto_schema, direction):
+        schema = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
+        if direction == "request":
+            schema["additionalProperties"] = False
+            schema.update(getattr(self.target, "schema_rules", {}))
+        if type(self.target).__doc__ is None:
+            schema.pop("description", None)
+        return schema
+
+
 @extend_schema_field(OpenApiTypes.DATETIME)
 class AwareDateTimeField(serializers.Field):
     """ISO 8601 instant that must carry a UTC offset or ``Z``; naive times are rejected."""
@@ -136,9 +157,11 @@ class AwareDateTimeField(serializers.Field):
         return value.isoformat() if value else None
 
 
-@extend_schema_field({"type": "string", "pattern": r"^([a-z0-9][a-z0-9_.-]{0,63})?$", "maxLength": 64})
+@extend_schema_field({"type": "string", "pattern": r"^[a-z0-9][a-z0-9_.-]{0,63}$", "maxLength": 64})
 class CategoryField(serializers.CharField):
-    """A category name (or empty); the pattern is checked by ``validate_category`` (``invalid_category``)."""
+    """A category name (or empty: drf-spectacular adds that alternative for ``allow_blank``, so the
+    pattern must not match "" too, or ``oneOf`` refuses it); checked by ``validate_category``
+    (``invalid_category``)."""
 
 
 @extend_schema_field({"type": "string", "pattern": r"^([01]?[0-9]|2[0-3]):[0-5]?[0-9]$", "example": "22:00"})

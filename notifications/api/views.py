@@ -20,7 +20,7 @@ from notifications.api.serializers import (
 )
 from notifications.models import Notification, Priority, Status
 from notifications.scopes import Scope
-from preferences.api.views import PathIdView, recipient_or_404
+from preferences.api.views import _USER_ID, PathIdView, recipient_or_404
 from preferences.models import Channel
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -198,7 +198,7 @@ class UserNotificationsView(PathIdView):
     @extend_schema(
         operation_id="v1_users_notifications_list",
         summary="A user's notifications, newest first (keyset pagination)",
-        parameters=[*page_parameters(status=(Status.values, "Only notifications in this status."),
+        parameters=[_USER_ID, *page_parameters(status=(Status.values, "Only notifications in this status."),
                                      channel=(Channel.values, "Only this channel."),
                                      category=(None, "Only this category.")), *response_headers()],
         responses={200: page_serializer("NotificationPage", NotificationSummarySerializer()),

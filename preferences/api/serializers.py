@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from notifications.api.serializers import CATEGORY_PATTERN, RejectUnknownFields, WallTimeField
@@ -12,6 +13,12 @@ from preferences.models import Channel, Device, Erasure, Recipient
 from preferences.validation import normalize_phone, validate_iana_zone
 
 _LOCALE = re.compile(r"^[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{2,8})*$")
+
+
+@extend_schema_field({"type": "string", "maxLength": 35, "pattern": _LOCALE.pattern})
+class LocaleField(serializers.CharField):
+    """A BCP 47 language tag (or empty: drf-spectacular adds that alternative for ``allow_blank``);
+    the pattern is checked by ``validate_locale`` (``invalid_locale``)."""
 
 
 def _run(validator, value):
@@ -30,8 +37,8 @@ class RecipientSerializer(RejectUnknownFields, serializers.Serializer):
                                   help_text="International format; stored as E.164.")
     timezone = serializers.CharField(required=False, allow_blank=True, max_length=64, default="",
                                      help_text="IANA zone name, e.g. Europe/Berlin.")
-    locale = serializers.CharField(required=False, allow_blank=True, max_length=35, default="",
-                                   help_text="BCP 47 language tag, e.g. de-DE.")
+    locale = LocaleField(required=False, allow_blank=True, max_length=35, default="",
+                         help_text="BCP 47 language tag, e.g. de-DE.")
     attributes = serializers.DictField(child=serializers.CharField(max_length=1000, allow_blank=True),
                                        required=False, default=dict,
                                        help_text="String attributes usable in templates ({{ first_name }}).")
@@ -63,7 +70,8 @@ class RecipientSerializer(RejectUnknownFields, serializers.Serializer):
 class QuietHoursSerializer(RejectUnknownFields, serializers.Serializer):
     start = WallTimeField(help_text="Local wall-clock start, inclusive (HH:MM).")
     end = WallTimeField(help_text="Local wall-clock end, exclusive (HH:MM); may be before start "
-                                  "(the window crosses midnight).")
+                                  "(the window crosses midnight); must differ from start (422 `empty_window`: "
+                                  "send `quiet_hours: null` for no window).")
     timezone = serializers.CharField(required=False, allow_blank=True, max_length=64, default="",
                                      help_text="IANA zone; defaults to the recipient's timezone, then UTC.")
 

@@ -2,20 +2,24 @@
 
 Verified with the SDK's ``RequestValidator`` against the public URL (query included) and the form
 parameters, with the account's AuthToken (``shared/reference/providers.md`` §1(d)). Unsigned or
-forged requests get 403 and change nothing. Statuses map to receipts as follows:
-``queued``/``accepted``/``sending``/``sent``/``scheduled`` → accepted (no state change);
-``delivered`` → delivered; ``read`` → engagement; ``undelivered``/``failed``/``canceled`` → failed,
-with ``ErrorCode`` (30003 unreachable, 30005 unknown handset, 30006 landline, 30007 filtered…).
+forged requests get 403 and change nothing; so are requests signed with the emulator's public
+built-in token (``providers/emulator/defaults.py``) unless the platform is in emulator mode.
+Statuses map to receipts as follows: ``queued``/``accepted``/``sending``/``sent``/``scheduled`` →
+accepted (no state change); ``delivered`` → delivered; ``read`` → engagement;
+``undelivered``/``failed``/``canceled`` → failed, with ``ErrorCode`` (30003 unreachable, 30005
+unknown handset, 30006 landline, 30007 filtered…).
 """
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.http import HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 from twilio.request_validator import RequestValidator
 
 from notifications import receipts
+from providers.emulator.defaults import BUILT_IN_SECRETS
 from providers.webhooks import forbidden, public_url
 
 STATUS_KINDS = {
@@ -28,19 +32,19 @@ STATUS_KINDS = {
 
 def _auth_token(account_sid: str) -> str:
     """The AuthToken of the configured Twilio account ``account_sid`` (the primary or a backup such
-    as ``twilio_backup``: each account signs its own callbacks), else the primary ``twilio`` entry's.
-    The request still has to carry a valid signature made with that token."""
-    from django.conf import settings
-
+    as ``twilio_backup``: each account signs its own callbacks), else the primary ``twilio`` entry's;
+    ``""`` (every signature refused) when there is none, or when it is the emulator's public built-in
+    token outside emulator mode. The request still has to carry a valid signature made with it."""
+    token = ""
     entries = [e for e in settings.PROVIDERS.get("sms", [])
                if e.get("NAME") == "twilio" or str(e.get("BACKEND", "")).endswith("TwilioSmsBackend")]
-    for entry in entries:
-        if account_sid and entry["OPTIONS"].get("ACCOUNT_SID") == account_sid:
-            return str(entry["OPTIONS"].get("AUTH_TOKEN") or "")
-    for entry in entries:
-        if entry.get("NAME") == "twilio":
-            return str(entry["OPTIONS"].get("AUTH_TOKEN") or "")
-    return ""
+    by_account = [e for e in entries if account_sid and e["OPTIONS"].get("ACCOUNT_SID") == account_sid]
+    for entry in by_account or [e for e in entries if e.get("NAME") == "twilio"]:
+        token = str(entry["OPTIONS"].get("AUTH_TOKEN") or "")
+        break
+    if token in BUILT_IN_SECRETS and getattr(settings, "PROVIDER_MODE", "real") != "emulator":
+        return ""
+    return token
 
 
 @csrf_exempt

@@ -238,11 +238,12 @@ class Command(BaseCommand):
             self.line("OK", f"metrics: processes write their counters to {path}")
         if getattr(settings, "METRICS_TOKEN", ""):
             self.line("OK", "metrics: /metrics requires the bearer token METRICS_TOKEN")
-        elif self.real:
-            self.line("WARN", "metrics: METRICS_TOKEN is not set; /metrics answers local requests only "
-                              "(set it for a remote Prometheus)")
+        elif not getattr(settings, "LOCAL_DEVELOPMENT", False):
+            self.line("WARN", "metrics: METRICS_TOKEN is not set; outside local development /metrics refuses "
+                              "every request (set it, and give it to Prometheus)")
         else:
-            self.line("INFO", "metrics: METRICS_TOKEN is not set; /metrics answers local requests only")
+            self.line("INFO", "metrics: METRICS_TOKEN is not set; /metrics answers local requests only "
+                              "(local development)")
 
     def check_progress(self) -> None:
         from notifications.health import PROGRESS_CHECKS

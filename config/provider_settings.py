@@ -1,0 +1,163 @@
+"""``settings.PROVIDERS`` built from the environment, in one of two explicit provider modes.
+
+* ``emulator`` — the local provider emulator (``providers/emulator``) with its built-in, public
+  credentials (``providers/emulator/defaults.py``) for every provider whose own credentials are not
+  set. The default when ``NOTIFY_ENV=local``, which ``scripts/devservices.py`` writes into
+  ``.run/env``: ``make run``, ``make test`` and every ``manage.py`` of a checkout are local.
+* ``real`` — the default everywhere else (a deployment has no ``.run/env``). No built-in credential
+  is ever used: every listed provider takes its credentials from its variables, and a provider
+  listed without them fails ``manage.py check`` naming each missing variable (``ENV`` below).
+
+Why explicit: a platform configured for real Twilio whose backup account's variables were missing
+used to fill the gap with the emulator's public token, so anyone could sign a status callback for
+that account. Deciding "emulator" per variable can always be fooled by a variable left out; a mode
+that only a local checkout sets cannot.
+
+Every entry is ``{"NAME", "BACKEND", "OPTIONS", "MODE": "emulator" | "real", "ENV": {option: variable}}``;
+``ENV`` names the variable each credential option comes from (for the check's message and
+``manage.py doctor``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from providers.emulator import defaults as emu_defaults
+
+MODES = ("emulator", "real")
+
+TWILIO = "providers.twilio.backend.TwilioSmsBackend"
+SENDGRID = "providers.sendgrid.backend.SendGridEmailBackend"
+SMTP = "providers.smtp.backend.SmtpEmailBackend"
+FCM = "providers.fcm.backend.FcmPushBackend"
+
+#: Variables each provider's credential options come from (the ones a real provider needs).
+ENV = {
+    "twilio": {"ACCOUNT_SID": "TWILIO_ACCOUNT_SID", "AUTH_TOKEN": "TWILIO_AUTH_TOKEN",
+               "FROM_NUMBER": "TWILIO_FROM_NUMBER"},
+    "twilio_backup": {"ACCOUNT_SID": "TWILIO_BACKUP_ACCOUNT_SID", "AUTH_TOKEN": "TWILIO_BACKUP_AUTH_TOKEN",
+                      "FROM_NUMBER": "TWILIO_BACKUP_FROM_NUMBER"},
+    "sendgrid": {"API_KEY": "SENDGRID_API_KEY", "FROM_EMAIL": "EMAIL_FROM"},
+    "smtp": {"HOST": "SMTP_HOST", "PORT": "SMTP_PORT", "FROM_EMAIL": "EMAIL_FROM"},
+    "fcm": {"CREDENTIALS": "FCM_CREDENTIALS", "PROJECT_ID": "FCM_PROJECT_ID"},
+}
+#: The variable whose presence makes a provider real in emulator mode (its account or host).
+_SWITCH = {"twilio": "TWILIO_ACCOUNT_SID", "twilio_backup": "TWILIO_BACKUP_ACCOUNT_SID",
+           "sendgrid": "SENDGRID_API_KEY", "smtp": "SMTP_HOST", "fcm": "FCM_CREDENTIALS"}
+
+
+def provider_mode(environ: Mapping[str, str], local: bool) -> str:
+    """``PROVIDER_MODE`` from ``environ``, else ``"emulator"`` when ``local`` else ``"real"``.
+
+    Raises:
+        ValueError: ``PROVIDER_MODE`` is set to anything but ``emulator`` or ``real``.
+    """
+    mode = (environ.get("PROVIDER_MODE") or "").strip().lower() or ("emulator" if local else "real")
+    if mode not in MODES:
+        raise ValueError(f"PROVIDER_MODE={environ.get('PROVIDER_MODE')!r}: expected emulator or real")
+    return mode
+
+
+def build_providers(environ: Mapping[str, str], mode: str, *, emulator_url: str, emulator_smtp_port: int,
+                    public_base_url: str, timeout: float) -> dict[str, list[dict]]:
+    """``{"sms": [entry, …], "email": […], "push": […]}``, primary first (module docstring).
+
+    In ``real`` mode an unset credential is ``""`` (never a built-in value), which the providers'
+    system check reports by variable name. The lists come from ``SMS_PROVIDERS``,
+    ``EMAIL_PROVIDERS``, ``PUSH_PROVIDERS`` (comma-separated names), else the defaults of
+    :func:`default_order`.
+
+    Raises:
+        ValueError: a list names a provider that does not exist.
+    """
+    def get(name: str) -> str:
+        return (environ.get(name) or "").strip()
+
+    def real(provider: str) -> bool:
+        return mode == "real" or bool(get(_SWITCH[provider]))
+
+    def value(provider: str, option: str, built_in: str) -> str:
+        own = get(ENV[provider][option])
+        return own if own or real(provider) else built_in
+
+    def entry(provider: str, backend: str, options: dict) -> dict:
+        return {"NAME": provider, "BACKEND": backend, "OPTIONS": options,
+                "MODE": "real" if real(provider) else "emulator", "ENV": dict(ENV[provider])}
+
+    callback = get("TWILIO_STATUS_CALLBACK_URL") or (
+        None if real("twilio") else f"{public_base_url}/webhooks/twilio/status")
+
+    def twilio(provider: str, sid: str, number: str) -> dict:
+        return entry(provider, TWILIO, {
+            "ACCOUNT_SID": value(provider, "ACCOUNT_SID", sid),
+            "AUTH_TOKEN": value(provider, "AUTH_TOKEN", emu_defaults.TWILIO_AUTH_TOKEN),
+            "FROM_NUMBER": value(provider, "FROM_NUMBER", number),
+            "BASE_URL": None if real(provider) else emulator_url,
+            # Twilio status callbacks (delivery receipts); the notification id is appended as ?nid=.
+            # With the emulator it only carries that id; against real Twilio set it once the
+            # receiving webhook is deployed.
+            "STATUS_CALLBACK_URL": callback,
+            "TIMEOUT": timeout,
+        })
+
+    smtp_real = real("smtp")
+    by_name = {
+        "twilio": twilio("twilio", emu_defaults.TWILIO_ACCOUNT_SID, emu_defaults.TWILIO_FROM_NUMBER),
+        # A second Twilio account (own sub-account and sender) as the SMS backup: with the emulator
+        # it is a distinct account on the same server, so a brownout of the primary can be injected alone.
+        "twilio_backup": twilio("twilio_backup", emu_defaults.TWILIO_BACKUP_ACCOUNT_SID,
+                                emu_defaults.TWILIO_BACKUP_FROM_NUMBER),
+        "sendgrid": entry("sendgrid", SENDGRID, {
+            "API_KEY": value("sendgrid", "API_KEY", emu_defaults.SENDGRID_API_KEY),
+            "FROM_EMAIL": value("sendgrid", "FROM_EMAIL", emu_defaults.EMAIL_FROM),
+            "HOST": None if real("sendgrid") else emulator_url,
+            "TIMEOUT": timeout,
+        }),
+        "smtp": entry("smtp", SMTP, {
+            "HOST": value("smtp", "HOST", "127.0.0.1"),
+            "PORT": int(get("SMTP_PORT")) if get("SMTP_PORT") else (None if smtp_real else emulator_smtp_port),
+            "USE_TLS": get("SMTP_USE_TLS").lower() in ("1", "true", "yes", "on"),
+            "USERNAME": get("SMTP_USERNAME"),
+            "PASSWORD": get("SMTP_PASSWORD"),
+            "FROM_EMAIL": value("smtp", "FROM_EMAIL", emu_defaults.EMAIL_FROM),
+            "TIMEOUT": timeout,
+        }),
+        "fcm": entry("fcm", FCM, {
+            "PROJECT_ID": value("fcm", "PROJECT_ID", emu_defaults.FCM_PROJECT_ID),
+            "CREDENTIALS": get("FCM_CREDENTIALS") or None,
+            "FCM_URL": None if real("fcm") else emulator_url + "/v1/projects/{0}/messages:send",
+            "TOKEN_URI": None if real("fcm") else emulator_url + "/token",
+            "TIMEOUT": timeout,
+        }),
+    }
+    order = default_order(environ, mode)
+    for channel, variable in (("sms", "SMS_PROVIDERS"), ("email", "EMAIL_PROVIDERS"), ("push", "PUSH_PROVIDERS")):
+        names = [n.strip() for n in get(variable).split(",") if n.strip()]
+        if names:
+            unknown = [n for n in names if n not in by_name]
+            if unknown:
+                raise ValueError(f"{variable}: unknown provider(s) {', '.join(unknown)} "
+                                 f"(known: {', '.join(by_name)})")
+            order[channel] = names
+    return {channel: [by_name[n] for n in names] for channel, names in order.items()}
+
+
+def default_order(environ: Mapping[str, str], mode: str) -> dict[str, list[str]]:
+    """The provider lists when ``*_PROVIDERS`` are not set.
+
+    Emulator mode: ``twilio, twilio_backup`` (only ``twilio`` once real Twilio is configured, unless
+    the backup's SID is set too) / ``sendgrid, smtp`` / ``fcm``. Real mode: the providers whose
+    account or host variable is set (``twilio`` and, with ``TWILIO_BACKUP_ACCOUNT_SID``,
+    ``twilio_backup``; ``sendgrid`` unless only ``SMTP_HOST`` is set, then ``smtp`` when it is;
+    ``fcm``), so that a provider nobody configured is never a silent failover target.
+    """
+    def has(name: str) -> bool:
+        return bool((environ.get(name) or "").strip())
+
+    backup = has("TWILIO_BACKUP_ACCOUNT_SID") or (mode == "emulator" and not has("TWILIO_ACCOUNT_SID"))
+    if mode == "emulator":
+        email = ["sendgrid", "smtp"]
+    else:
+        email = (["sendgrid"] if has("SENDGRID_API_KEY") or not has("SMTP_HOST") else []) + \
+                (["smtp"] if has("SMTP_HOST") else [])
+    return {"sms": ["twilio", *(["twilio_backup"] if backup else [])], "email": email, "push": ["fcm"]}

@@ -1,0 +1,170 @@
+"""Nothing a person must not read reaches a log (issue 11 #6, DESIGN.md §10): phone numbers and
+emails are masked, and a sensitive notification's content is removed, in messages, arguments and
+tracebacks, of every process: the pytest process's records (caplog), Celery's handlers, and the
+access log of the ``Procfile``'s gunicorn."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import uuid
+
+import pytest
+import requests
+
+from config import redaction
+from notifications import sending
+from notifications.models import Notification
+from notifications.sending import send_notifications
+from preferences.models import Recipient
+from tests.stack import LOG_DIR, ROOT, free_port, procfile_command, wait_until
+
+PHONE = "+4915112345678"
+EMAIL = "alice.liddell@example.com"
+SUBJECT = "Your sign-in code 493817"
+BODY = "Use 493817 to sign in.\nIt expires in 10 minutes."
+log = logging.getLogger("tests.redaction")
+
+
+def assert_clean(text: str) -> None:
+    for secret in (PHONE, "4915112345678", EMAIL, "alice.liddell", SUBJECT, "493817", "It expires in 10 minutes"):
+        assert secret not in text, f"{secret!r} in {text!r}"
+
+
+def test_contacts_are_masked_in_messages_arguments_and_tracebacks(caplog):
+    caplog.set_level(logging.INFO, logger="tests.redaction")
+    log.info("sms to %s and email to %s failed", PHONE, EMAIL)
+    log.warning(f"inline: {PHONE} / {EMAIL} / +49 151 1234 5678")
+    try:
+        raise ValueError(f"provider refused {EMAIL} and {PHONE}")
+    except ValueError:
+        log.exception("send crashed")
+
+    assert_clean(caplog.text)
+    assert "sms to +49*****78 and email to a***@example.com failed" in caplog.text
+    assert "inline: +49*****78 / a***@example.com / +49*****78" in caplog.text
+    assert "ValueError: provider refused a***@example.com and +49*****78" in caplog.text
+    assert all(record.exc_info is None for record in caplog.records)  # only the masked text is kept
+    assert "4915112345678" not in repr([(r.msg, r.args, r.exc_text) for r in caplog.records])
+
+
+def test_masking_keeps_what_is_not_a_contact():
+    text = "at 2030-03-01T09:00:00+01:00 took +120 ms, id 3f2c; limit 6000/min"
+    assert redaction.mask_contacts(text) == text
+    assert redaction.mask_contacts("GET /admin/?q=%2B49+151+1234+5678&u=bob%40example.org") == \
+        "GET /admin/?q=%2B49*****78&u=b***%40example.org"
+
+
+def _notification(sensitive: bool, priority: str = "high") -> Notification:
+    r = Recipient.objects.create(user_id=f"red-{uuid.uuid4().hex[:8]}", email=EMAIL, phone=PHONE)
+    return Notification.objects.create(id=uuid.uuid4(), recipient=r, channel="email", priority=priority,
+                                       title=SUBJECT, body=BODY, sensitive=sensitive, status="queued")
+
+
+@pytest.fixture
+def crashing_checks(monkeypatch):
+    """The checks before the call crash with the content and contacts in the exception's message (as
+    Django's BadHeaderError quotes a subject)."""
+
+    def broken(n, stopped_phones=None):
+        raise ValueError(f"Header values can't contain newlines (got {n.title!r}, {n.body!r}) "
+                         f"for {n.recipient.email} / {n.recipient.phone}")
+
+    monkeypatch.setattr(sending, "suppression_reason", broken)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("priority", ["high", "standard"])  # the single and the batch path
+def test_a_sensitive_notifications_content_never_reaches_the_worker_log(caplog, crashing_checks, priority):
+    caplog.set_level(logging.INFO)
+    n = _notification(sensitive=True, priority=priority)
+
+    send_notifications([str(n.pk)])
+
+    n.refresh_from_db()
+    assert (n.status, n.reason) == ("scheduled", "worker_error")  # it did crash, and was logged
+    assert "checks of" in caplog.text and "ValueError: Header values" in caplog.text
+    assert_clean(caplog.text)
+    assert "[sensitive]" in caplog.text
+    assert SUBJECT not in n.reason_detail and "493817" not in n.reason_detail  # shown to support
+
+
+@pytest.mark.django_db
+def test_content_that_is_not_sensitive_stays_readable_with_contacts_masked(caplog, crashing_checks):
+    caplog.set_level(logging.INFO)
+    n = _notification(sensitive=False)
+
+    send_notifications([str(n.pk)])
+
+    assert SUBJECT in caplog.text
+    assert PHONE not in caplog.text and EMAIL not in caplog.text
+
+
+def test_an_exception_from_a_sensitive_scope_is_redacted_when_logged_after_it(caplog):
+    class Row:
+        title, body, html = SUBJECT, BODY, ""
+
+    with pytest.raises(RuntimeError) as raised, redaction.sensitive_content([Row()]):
+        raise RuntimeError(f"render failed: {BODY!r}")
+    log.error("task failed: %s", raised.value, exc_info=raised.value)  # e.g. Celery's task failure line
+
+    assert_clean(caplog.text)
+    assert "task failed: render failed: '[sensitive]'" in caplog.text
+
+
+def test_every_handler_filters(settings):
+    assert all("redact" in h.get("filters", []) for h in settings.LOGGING["handlers"].values())
+    assert settings.LOGGING_CONFIG == "config.redaction.configure_logging"
+    console = [h for h in logging.getLogger().handlers if type(h) is logging.StreamHandler]
+    assert console and all(any(isinstance(f, redaction.RedactingFilter) for f in h.filters) for h in console)
+
+    from celery.signals import after_setup_task_logger
+
+    task_logger = logging.getLogger(f"tests.celery-task-{uuid.uuid4().hex[:6]}")
+    handler = logging.StreamHandler()
+    task_logger.addHandler(handler)
+    after_setup_task_logger.send(sender=None, logger=task_logger, loglevel=logging.INFO, logfile=None,
+                                 format="", colorize=False)
+    assert any(isinstance(f, redaction.RedactingFilter) for f in handler.filters)
+
+
+def test_the_gunicorn_access_log_masks_searched_numbers_and_emails(tmp_path):
+    """The Procfile's web process: a support agent's admin searches by phone and email, and an API
+    path with an email, as they appear in gunicorn's access log (and Django's warnings)."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TWILIO_", "SENDGRID_", "FCM_", "SMTP_"))}
+    env.update({"DJANGO_SETTINGS_MODULE": "config.settings", "PORT": str(port),
+                "PUBLIC_BASE_URL": f"http://127.0.0.1:{port}", "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)})
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    log_path = LOG_DIR / "redaction-web.log"
+    with open(log_path, "wb") as out:
+        proc = subprocess.Popen(procfile_command("web", port), cwd=ROOT, env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: _answers(f"{base}/healthz"), 60, interval=0.2, message="the web process")
+        paths = ["/admin/notifications/notification/?q=%2B4915112345678",
+                 "/admin/preferences/recipient/?q=%2B49+151+1234+5678",
+                 "/admin/preferences/recipient/?q=alice.liddell%40example.com",
+                 "/v1/users/alice.liddell@example.com"]
+        for path in paths:
+            assert requests.get(base + path, timeout=10, allow_redirects=False).status_code in (302, 401)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+    text = log_path.read_text()
+    assert text.count('"GET /') == len(paths) + 1, text  # every request is in the access log
+    assert_clean(text)
+    assert "alice.liddell%40" not in text
+    assert '"GET /admin/notifications/notification/?q=%2B49*****78 HTTP/1.1" 302' in text
+    assert '"GET /admin/preferences/recipient/?q=%2B49*****78 HTTP/1.1" 302' in text
+    assert '"GET /admin/preferences/recipient/?q=a***%40example.com HTTP/1.1" 302' in text
+    assert '"GET /v1/users/a***@example.com HTTP/1.1" 401' in text
+
+
+def _answers(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=2).status_code == 200
+    except requests.RequestException:
+        return False
