@@ -44,13 +44,18 @@ def _valid_user_id(value: str) -> None:
         raise serializers.ValidationError(f"a user id {problem}, as in /v1/users/{{user_id}}", code="invalid")
 
 
+@extend_schema_field({"type": "string", "minLength": 1, "maxLength": MAX_USER_ID_LENGTH,
+                       "pattern": r"^[^\u0000-\u001f\u007f]{1,255}$"})
+class MemberIdField(serializers.CharField):
+    """A user id to add to a segment: the ``/v1/users/{user_id}`` rule, documented as its pattern."""
+
+
 class MembersSerializer(RejectUnknownFields, serializers.Serializer):
     """``{"add": [user id, …], "remove": [user id, …]}``. Ids to add follow the ``/v1/users/{user_id}``
     rule (1–255 characters, no control character): a member must be reachable there. Ids to remove
     need not (a member created before the rule existed can still be removed)."""
 
-    add = serializers.ListField(child=serializers.CharField(max_length=MAX_USER_ID_LENGTH,
-                                                            validators=[_valid_user_id]),
+    add = serializers.ListField(child=MemberIdField(max_length=MAX_USER_ID_LENGTH, validators=[_valid_user_id]),
                                 required=False, default=list, max_length=MAX_MEMBER_IDS,
                                 help_text="User ids to add (unknown ones are created as bare recipients); 1–255 "
                                           "characters without control characters, as in /v1/users/{user_id}.")
