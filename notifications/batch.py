@@ -36,7 +36,7 @@ from django.db import connection, transaction
 from notifications import clock, leases, markers, metrics
 from notifications.bulk import array_literal, copy_rows
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
-from notifications.recording import Call, attempt_for, error_detail, record_call, retry_delay
+from notifications.recording import Call, attempt_for, error_detail, record_call, retry_delay, shown
 from notifications.routing import sms_sender
 from notifications.sending import _CampaignContent, call_deadline_seconds, message_for, prepare, worker_error
 from preferences.models import Device, SmsStop
@@ -342,6 +342,7 @@ class _Batch:
         detail = f"attempt failed ({error_detail(exc)}); retry in {delay:.1f}s"
         if reason == Reason.OUTCOME_UNKNOWN:
             detail += " (it may have been accepted: waited for first)"
+        detail = shown([n for n, _ in retry], detail)
         self._reschedule([n for n, _ in retry], until, detail, kind="retry", give_back_attempt=False,
                          attempts=attempts, reason=reason)
 

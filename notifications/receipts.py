@@ -57,6 +57,7 @@ from django.db.models import Q
 from notifications import clock, markers, metrics
 from notifications.bulk import array_literal
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
+from notifications.recording import shown
 from preferences.models import Preferences, Recipient, SmsStop
 
 log = logging.getLogger(__name__)
@@ -263,7 +264,7 @@ def _apply_one(receipt: Receipt) -> str:
             with transaction.atomic():
                 event = DeliveryEvent.objects.create(
                     notification=n, kind=f"receipt:{receipt.raw}"[:32], dedup_key=receipt.dedup_key[:200],
-                    detail=_detail(receipt))
+                    detail=shown(n, _detail(receipt)))
         except IntegrityError:
             return "duplicate"
         now = clock.now()
@@ -285,7 +286,7 @@ def _settle(n: Notification, receipt: Receipt, event: DeliveryEvent, now: dateti
     else:
         status = Status.FAILED
         reason = Reason.PROVIDER_BOUNCED if n.channel == "email" else Reason.PROVIDER_UNDELIVERED
-        fields.update(reason=reason, reason_detail=_detail(receipt))
+        fields.update(reason=reason, reason_detail=shown(n, _detail(receipt)))
     moved = Notification.objects.filter(pk=n.pk, status=Status.SENT).update(status=status, **fields)
     if not moved:
         moved = _settle_unrecorded(n, receipt, status, fields, now)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -17,6 +18,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 
+from config.redaction import SENSITIVE
 from notifications import clock, markers, metrics
 from notifications.enqueue import enqueue_on_commit
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
@@ -57,6 +59,32 @@ class Call:
     lost: bool = False  # the row changed hands (lease lost) before a call: nothing more is sent
 
 
+#: A word of a sensitive message that may be its secret (an OTP code, a token): 4+ characters with a digit.
+_SECRET_WORD = re.compile(r"\w*\d\w*")
+
+
+def shown(rows, text: str) -> str:
+    """``text`` as it may be stored and shown (reason details, attempt errors, timeline events) for
+    ``rows`` (one notification or several sharing the text): a provider's error message may quote
+    the message it refused ("bad content: Your code is 626262"), so for sensitive rows their
+    content, each of its lines and each of its words that holds a digit (4+ characters: a code)
+    become ``[sensitive]``. Text about non-sensitive rows is unchanged."""
+    rows = [rows] if isinstance(rows, Notification) else list(rows)
+    secrets: set[str] = set()
+    for n in rows:
+        if not n.sensitive:
+            continue
+        for part in (n.title, n.body, n.html):
+            if not part:
+                continue
+            secrets.add(part)
+            secrets.update(line.strip() for line in part.splitlines() if len(line.strip()) >= 4)
+            secrets.update(w for w in _SECRET_WORD.findall(part) if len(w) >= 4)
+    for secret in sorted(secrets, key=len, reverse=True):  # the whole text before its lines and words
+        text = text.replace(secret, SENSITIVE)
+    return text
+
+
 def attempt_for(n: Notification, outcome, *, device: Device | None = None, latency_ms: int | None = None
                 ) -> DeliveryAttempt:
     """The (unsaved) DeliveryAttempt of one provider call of ``n``: ``outcome`` is the SendResult or
@@ -66,7 +94,7 @@ def attempt_for(n: Notification, outcome, *, device: Device | None = None, laten
     if isinstance(outcome, Exception):
         attempt.outcome = outcome_of(outcome)
         attempt.error_code = outcome.code[:64]
-        attempt.error_message = (outcome.message or str(outcome))[:500]
+        attempt.error_message = shown(n, outcome.message or str(outcome))[:500]
         attempt.http_status = getattr(outcome, "http_status", None)
     else:
         attempt.outcome = Outcome.ACCEPTED
@@ -196,6 +224,7 @@ def transition(n: Notification, status: str, reason: str = "", *, kind: str, det
     ``sent`` is also recorded on a row the reconciler took back after its lease ran out
     (``lease_expired``) as long as nobody has claimed it again: the call we made was accepted, so
     the pending re-send must not happen (a worker that was slow, not dead)."""
+    detail = shown(n, detail)
     fields = {"status": status, "reason": reason, "reason_detail": detail[:500], "lease_until": None,
               "updated_at": clock.now(), **(extra or {})}
     ours = Q(status=Status.SENDING)

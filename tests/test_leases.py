@@ -261,3 +261,24 @@ def test_an_exception_outside_the_provider_contract_is_an_attempt_and_ends_in_a_
     assert "Header values can't contain newlines" in attempt.error_message
     assert b.body not in attempt.error_message and b.body not in b.reason_detail
     assert "[content]" in attempt.error_message
+
+
+def test_a_provider_error_quoting_a_sensitive_message_is_stored_without_it(providers, emulator):
+    """Adversarial finding (issue 11): a provider's error text that quotes the message ("bad content:
+    Your code is 626262") was stored verbatim in the reason, the timeline and the attempt, and shown
+    to support and to any `read` key. For a sensitive row its content, lines and code-like words
+    are blanked; a row that is not sensitive keeps the provider's words."""
+    emulator.fault(provider="sendgrid", status=400, code="bad content: Your code is 626262 (x)")
+    secret, plain = queued("email", 2)
+    Notification.objects.filter(pk=secret).update(body="Your code is 626262", sensitive=True)
+    Notification.objects.filter(pk=plain).update(body="Your code is 626262")
+
+    send_notifications([secret, plain])
+
+    s, p = Notification.objects.get(pk=secret), Notification.objects.get(pk=plain)
+    assert (s.status, s.reason) == (p.status, p.reason) == ("failed", "permanent_error")
+    texts = [s.reason_detail, *s.attempts_log.values_list("error_message", flat=True),
+             *s.events.values_list("detail", flat=True)]
+    assert not [t for t in texts if "626262" in t]
+    assert "bad content: [sensitive] (x)" in s.reason_detail
+    assert "Your code is 626262" in p.reason_detail
