@@ -266,10 +266,18 @@ def prepare(n: Notification, already_sent: set[str], content: _CampaignContent,
 def _found_at_provider(n: Notification, content: _CampaignContent) -> bool:
     """Before re-sending a row whose previous call may have been accepted unseen, ask the providers
     that offer a lookup (Twilio) whether they have it. Found → ``sent`` with the provider's id (an
-    attempt ``found_by_lookup``), and True: nothing is sent again."""
+    attempt ``found_by_lookup``), and True: nothing is sent again.
+
+    Only a message created since the call in doubt started counts (:func:`_call_in_doubt_since`),
+    and never one recorded for another notification (the same text to the same number sent for
+    another reason: an earlier OTP, a campaign run twice)."""
     if n.channel != "sms" or not n.recipient.phone:
         return False
-    since = (n.first_attempt_at or n.created_at) - timedelta(seconds=60)
+    since = _call_in_doubt_since(n)
+
+    def is_taken(message_id: str) -> bool:
+        return Notification.objects.filter(provider_message_id=message_id).exclude(pk=n.pk).exists()
+
     for name in provider_names(n.channel):
         backend = get_backend(n.channel, name)
         if not backend.supports_lookup:
@@ -281,18 +289,37 @@ def _found_at_provider(n: Notification, content: _CampaignContent) -> bool:
                 content.apply(n)
             except RenderError:
                 return False
-        found = backend.find_accepted(message_for(n, n.recipient.phone), since)
+        found = backend.find_accepted(message_for(n, n.recipient.phone), since, is_taken=is_taken)
         if found is None:
             continue
         now = clock.now()
         finish(n, Status.SENT, kind="sent", detail=f"found at {found.provider} ({found.provider_message_id}): "
-                "the earlier call whose answer was lost had been accepted; not sent again",
-                extra={"sent_at": now, "provider": found.provider, "provider_message_id": found.provider_message_id},
-                attempt=DeliveryAttempt(number=n.attempts, provider=found.provider, outcome=Outcome.FOUND_BY_LOOKUP,
-                                        provider_message_id=found.provider_message_id[:255]))
+               "the earlier call whose answer was lost had been accepted; not sent again",
+               extra={"sent_at": now, "provider": found.provider, "provider_message_id": found.provider_message_id},
+               attempt=DeliveryAttempt(number=n.attempts, provider=found.provider, outcome=Outcome.FOUND_BY_LOOKUP,
+                                       provider_message_id=found.provider_message_id[:255]))
         markers.mark_sent([n.pk])
         return True
     return False
+
+
+#: Allowance for the provider's clock and its whole-second timestamps (seconds).
+LOOKUP_CLOCK_SKEW_SECONDS = 2
+
+
+def _call_in_doubt_since(n: Notification) -> datetime:
+    """When the call whose outcome is unknown may have started (UTC, minus the clock allowance):
+    the start of the last ``unknown`` attempt (its end minus its latency); for a row whose worker
+    lost its lease, which records no attempt, the start of the earliest attempt not accounted for
+    (the first attempt, or the end of the last recorded one)."""
+    last = n.attempts_log.order_by("-created_at", "-id").values("outcome", "created_at", "latency_ms").first()
+    if last is not None and last["outcome"] == Outcome.UNKNOWN:
+        started = last["created_at"] - timedelta(milliseconds=last["latency_ms"] or 0)
+    elif last is not None:
+        started = last["created_at"]
+    else:
+        started = n.first_attempt_at or n.created_at
+    return started - timedelta(seconds=LOOKUP_CLOCK_SKEW_SECONDS)
 
 
 def suppression_reason(n: Notification, stopped_phones: set[str] | None = None) -> str:

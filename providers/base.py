@@ -19,6 +19,7 @@ failure of the message *and* logs it loudly.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
@@ -250,10 +251,12 @@ class ProviderBackend:
         raise NotImplementedError
 
 
-    def find_accepted(self, message: OutboundMessage, since: datetime) -> SendResult | None:
+    def find_accepted(self, message: OutboundMessage, since: datetime,
+                      is_taken: Callable[[str], bool] | None = None) -> SendResult | None:
         """Look up, at the provider, a message an earlier call for ``message`` may have created
         although its answer never reached us (a timeout, a worker killed mid-call): the provider's
-        record of the same destination and content created at or after ``since`` (UTC).
+        record of the same destination and content created at or after ``since`` (UTC), that
+        ``is_taken(provider_message_id)`` does not claim for another notification.
 
         Returns its ``SendResult`` if found, ``None`` if not found *or* if this provider offers no
         lookup (this default; :attr:`supports_lookup` says which). Never raises for the provider's

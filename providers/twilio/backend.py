@@ -15,6 +15,7 @@ created before the pipeline sends again.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar
@@ -203,7 +204,8 @@ class TwilioSmsBackend(SmsBackend):
             raise TransientProviderError(self.name, transport_code(exc), type(exc).__name__) from exc
         return SendResult(provider=self.name, provider_message_id=created.sid, raw_status=created.status)
 
-    def find_accepted(self, message: OutboundMessage, since: datetime) -> SendResult | None:
+    def find_accepted(self, message: OutboundMessage, since: datetime,
+                      is_taken: Callable[[str], bool] | None = None) -> SendResult | None:
         """The Twilio Message an earlier :meth:`send` of ``message`` may have created without its
         answer reaching us (timeout, worker killed mid-call), or ``None``.
 
@@ -215,12 +217,16 @@ class TwilioSmsBackend(SmsBackend):
         ``accepted`` (the likely state seconds after the lost answer) would be missed; To/From
         narrow the list at the API instead. ``date_created`` is RFC 2822, whole seconds, so ``since``
         is compared truncated to its second; the clocks of Twilio and this host are assumed to
-        agree within that. If several match (an earlier duplicate), the oldest is returned.
+        agree within that. A message ``is_taken`` says belongs to another notification (the same text
+        sent to the same number for another reason, e.g. an earlier OTP or campaign) never counts.
+        If several match (an earlier duplicate), the oldest is returned.
 
         Args:
             message: the message as given to ``send``.
             since: aware datetime (UTC; a naive one is taken as UTC), the instant before the
                 earlier call started.
+            is_taken: ``sid -> bool``, True for a message already recorded for another
+                notification; ``None``: none is.
 
         Returns:
             ``SendResult(provider="twilio", provider_message_id=<"SM…" sid>, raw_status=<its status
@@ -245,6 +251,7 @@ class TwilioSmsBackend(SmsBackend):
         matches = [
             m for m in listed
             if m.body == message.body and isinstance(m.date_created, datetime) and m.date_created >= not_before
+            and not (is_taken is not None and is_taken(m.sid))
         ]
         if not matches:
             return None
