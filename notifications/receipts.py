@@ -32,8 +32,11 @@ Rules:
   the sent marker. The reason (``outcome_unknown``…) is cleared on ``delivered``; ``due_at`` and the
   lease are cleared. Should the worker still record its answer afterwards, its attempt row is added
   beside this one; the row's state stays the receipt's.
-  Other non-terminal rows (never claimed, retrying after a transient error, deferred for quiet
-  hours) only store the receipt. ``accepted``/``processed`` receipts settle nothing.
+  An ``accepted`` receipt (Twilio ``queued``/``sent``, SendGrid ``processed``) proves as much for
+  those rows and settles them as ``sent`` the same way (SendGrid sends ``processed`` within
+  seconds, ``delivered`` may come much later: without it a timed-out 1,000-recipient request was
+  re-sent whole once the wait ran out). Other non-terminal rows (never claimed, retrying after a
+  transient error, deferred for quiet hours) only store the receipt.
 * **Contact hygiene** (``shared/reference/providers.md`` §1(c), §2(c)): hard bounce, ``dropped``
   for a bounced/invalid address, Twilio 30005/30006 → the address/number is marked invalid;
   ``spamreport`` → email channel opt-out; ``unsubscribe``/``group_unsubscribe``/``dropped`` for an
@@ -193,7 +196,7 @@ def _plan(receipts: list[Receipt], found: dict[int, Notification]) -> tuple[list
             continue
         if r.kind in (DELIVERED, FAILED):
             settling[n.pk] = settling.get(n.pk, 0) + 1
-        if r.kind not in _BULK_KINDS or r.invalid_address or r.error_code:
+        if r.kind not in _BULK_KINDS or r.invalid_address or r.error_code or n.status in _UNRECORDED:
             slow_rows.add(n.pk)
     slow_rows.update(pk for pk, k in settling.items() if k > 1)
     bulk, single = [], []
@@ -205,6 +208,10 @@ def _plan(receipts: list[Receipt], found: dict[int, Notification]) -> tuple[list
             single.append(r)
     return bulk, single
 
+
+#: States of a row whose provider call may have happened unrecorded (still being recorded, or
+#: waiting for a re-send after an unknown outcome): a receipt for it goes one by one.
+_UNRECORDED = frozenset({Status.SENDING, Status.SCHEDULED, Status.QUEUED})
 
 #: Receipt kinds the bulk path applies: store the event; ``delivered`` also settles the row.
 _BULK_KINDS = frozenset({ACCEPTED, DEFERRED, ENGAGEMENT, DELIVERED})
@@ -270,6 +277,11 @@ def _apply_one(receipt: Receipt) -> str:
         now = clock.now()
         if receipt.kind in (DELIVERED, FAILED):
             _settle(n, receipt, event, now)
+        elif (receipt.kind == ACCEPTED and n.status in _UNRECORDED
+              and _settle_unrecorded(n, receipt, Status.SENT, {"lease_until": None, "updated_at": now}, now)):
+            # The provider has it (Twilio queued/sent, SendGrid processed): a call whose answer we
+            # never got, or have not recorded yet, was accepted; a pending re-send must not happen.
+            DeliveryEvent.objects.filter(pk=event.pk).update(status=Status.SENT)
         _contact_hygiene(n, receipt, now)
         metrics.receipt_applied(n, receipt)
     return "applied"
@@ -313,7 +325,7 @@ def _settle_unrecorded(n: Notification, receipt: Receipt, status: str, fields: d
     fields = {**fields, "provider": row["provider"] or receipt.provider[:32], "provider_message_id": message_id,
               "sent_at": row["sent_at"] or _sent_at(receipt, row["first_attempt_at"] or row["created_at"], now),
               "due_at": None}
-    if status == Status.DELIVERED:
+    if status in (Status.SENT, Status.DELIVERED):
         fields.update(reason="", reason_detail="")  # outcome_unknown/lease_expired no longer hold
     Notification.objects.filter(pk=n.pk, status=row["status"]).update(status=status, **fields)
     DeliveryAttempt.objects.create(

@@ -153,8 +153,8 @@ def cancel_notification(notification_id: uuid.UUID, client: APIClient | None = N
         qs = qs.filter(client=client)
     with transaction.atomic():
         updated = qs.filter(status__in=[Status.SCHEDULED, Status.QUEUED]).update(
-            status=Status.CANCELLED, reason=Reason.CANCELLED_BY_CLIENT, lease_until=None, due_at=None,
-            updated_at=clock.now())
+            status=Status.CANCELLED, reason=Reason.CANCELLED_BY_CLIENT, reason_detail="", lease_until=None,
+            due_at=None, updated_at=clock.now())
         notification = qs.get()
         if not updated:
             raise NotCancellable(notification)
@@ -209,8 +209,8 @@ def cancel_campaign_notifications(campaign_id, *, limit: int = 5000) -> int:
         if not pending:
             return 0
         moved = Notification.objects.filter(pk__in=pending, status__in=[Status.SCHEDULED, Status.QUEUED]).update(
-            status=Status.CANCELLED, reason=Reason.CAMPAIGN_CANCELLED, due_at=None, lease_until=None,
-            updated_at=now)
+            status=Status.CANCELLED, reason=Reason.CAMPAIGN_CANCELLED, reason_detail="its campaign was cancelled",
+            due_at=None, lease_until=None, updated_at=now)
         DeliveryEvent.objects.bulk_create([
             DeliveryEvent(notification_id=pk, kind="cancelled", status=Status.CANCELLED,
                           reason=Reason.CAMPAIGN_CANCELLED, detail="its campaign was cancelled", created_at=now)

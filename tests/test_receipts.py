@@ -209,3 +209,21 @@ def test_a_provider_batch_is_applied_in_bulk_and_in_order_where_order_matters(fr
     bounced.refresh_from_db()
     assert (bounced.status, bounced.reason) == (Status.FAILED, Reason.PROVIDER_BOUNCED)
     assert Recipient.objects.get(pk=bounced.recipient_id).email_invalid_reason == "sendgrid bounce"
+
+
+@pytest.mark.parametrize("status", [Status.SCHEDULED, Status.QUEUED])
+def test_a_processed_receipt_settles_a_row_waiting_after_an_unknown_outcome_as_sent(frozen, status):
+    """Adversarial finding (delivery): one SendGrid request that timed out (500 recipients) was sent
+    again whole once the wait ran out, because only `delivered` settled waiting rows and SendGrid's
+    delivered events were late; `processed` comes within seconds and proves as much."""
+    n = row("email", status=status, reason=Reason.OUTCOME_UNKNOWN, due_at=NOW + timedelta(minutes=2))
+    counts = receipts.apply_receipts([sendgrid(n, "processed", receipts.ACCEPTED, NOW - timedelta(seconds=30))])
+
+    assert counts == {"applied": 1, "duplicate": 0, "unknown": 0}
+    status_now, reason, _detail, provider, message_id, sent_at, delivered_at, lease, due = settled(n)
+    assert (status_now, reason, provider, message_id, delivered_at, lease, due) == (
+        Status.SENT, "", "sendgrid", "sg-msg-1", None, None, None)
+    assert sent_at == NOW - timedelta(seconds=30)
+    assert attempts_of(n) == [(2, "sendgrid", "from_receipt", "sg-msg-1", "")]
+    assert DeliveryEvent.objects.get(notification=n, kind="receipt:processed").status == Status.SENT
+    assert scheduler.release_due() == 0

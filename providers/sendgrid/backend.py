@@ -166,7 +166,7 @@ class SendGridEmailBackend(EmailBackend):
         Messages with and without HTML go in separate requests; one whose substitutions exceed
         SendGrid's 10,000 bytes goes alone through :meth:`send`. Every message of an accepted
         request gets that request's ``X-Message-Id``. A permanent (4xx) refusal of a request is
-        retried message by message, so one bad address fails only itself; a transient or
+        retried in halves (:meth:`_send_halving`), so one bad address fails only itself; a transient or
         configuration error applies to every message of the request. ``concurrency`` is unused
         (one request carries the whole batch). Returns one result or exception per message, in order.
         """
@@ -179,15 +179,23 @@ class SendGridEmailBackend(EmailBackend):
                 groups[bool(m.html)].append(index)
         for with_html, indexes in groups.items():
             for start in range(0, len(indexes), MAX_PERSONALIZATIONS):
-                chunk = indexes[start:start + MAX_PERSONALIZATIONS]
-                outcome = self._post_batch([messages[i] for i in chunk], with_html)
-                if isinstance(outcome, PermanentProviderError) and len(chunk) > 1:
-                    for i in chunk:
-                        results[i] = self.send_or_error(messages[i])
-                    continue
-                for i in chunk:
-                    results[i] = outcome
+                self._send_halving(messages, indexes[start:start + MAX_PERSONALIZATIONS], with_html, results)
         return results  # type: ignore[return-value]
+
+    def _send_halving(self, messages: list[OutboundMessage], chunk: list[int], with_html: bool,
+                      results: list) -> None:
+        """One request for ``chunk``; a permanent refusal (one bad address refuses the whole request)
+        is retried as two halves, recursively, so ``k`` bad addresses among ``n`` cost about
+        ``2·k·log2(n)`` requests instead of ``n`` one-by-one sends (500 sends took 6 minutes behind
+        a slow SendGrid and outlived the task's time limit)."""
+        outcome = self._post_batch([messages[i] for i in chunk], with_html)
+        if isinstance(outcome, PermanentProviderError) and len(chunk) > 1:
+            middle = len(chunk) // 2
+            self._send_halving(messages, chunk[:middle], with_html, results)
+            self._send_halving(messages, chunk[middle:], with_html, results)
+            return
+        for i in chunk:
+            results[i] = outcome
 
     def _post_batch(self, messages: list[OutboundMessage], with_html: bool) -> SendResult | Exception:
         """One request for ``messages``: the shared SendResult, or the error for all of them."""

@@ -46,9 +46,22 @@ def test_sendgrid_batch_refused_for_one_bad_address_fails_only_that_message(send
 
     assert isinstance(results[0], SendResult) and isinstance(results[2], SendResult)
     assert isinstance(results[1], PermanentProviderError) and results[1].code == "400"
-    # The batch (refused), then each message alone: 1 + 3 requests, 2 recipients recorded.
-    assert emu.stats("sendgrid") == {"requests": 4, "accepted": 2, "rejected": 2, "messages": 2}
+    # The batch (refused), then halves: [0] accepted, [bad, 2] refused, then [bad] refused, [2] accepted.
+    assert emu.stats("sendgrid") == {"requests": 5, "accepted": 2, "rejected": 3, "messages": 2}
     assert sorted(m["to"] for m in emu.messages()) == [messages[0].to, messages[2].to]
+
+
+def test_one_bad_address_among_500_costs_a_few_requests_not_500(sendgrid, emu):
+    """Adversarial finding: a refused 500-recipient request was re-sent one message at a time (500
+    requests: 6 minutes behind a slow SendGrid, past the task's time limit, so the batch was killed
+    unrecorded and sent again). Halving finds the bad address in about 2·log2(500) requests."""
+    messages = [mail(i) for i in range(500)]
+    messages[137] = mail(137, to="not-an-address")
+    results = sendgrid.send_batch(messages)
+
+    assert [i for i, r in enumerate(results) if not isinstance(r, SendResult)] == [137]
+    assert emu.stats("sendgrid")["requests"] == 1 + 2 * 9  # the batch, then two halves per level (9 levels)
+    assert emu.count() == 499
 
 
 def test_sendgrid_batch_outage_gives_every_message_the_same_transient_error(sendgrid, emu):
