@@ -1,7 +1,8 @@
 """The Celery app: Redis broker, one queue per priority tier and channel (DESIGN.md §6).
 
 Queues: ``high.sms``, ``high.email``, ``high.push`` (consumed only by the high-tier worker),
-``standard.sms``, ``standard.email``, ``standard.push``, ``fanout`` and ``maintenance``.
+``standard.sms``, ``standard.email``, ``standard.push``, ``fanout``, ``maintenance`` and ``receipts``
+(provider delivery receipts, applied by their own worker so callbacks never hold the API's threads).
 
 Every queue is published through the anonymous (default) exchange, routing key = queue name. With
 kombu's Redis transport that path needs no ``_kombu.binding.*`` keys, so a ``FLUSHALL`` (or a Redis
@@ -32,7 +33,7 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 CHANNELS = ("sms", "email", "push")
 TIERS = ("high", "standard")
 SEND_QUEUES = tuple(f"{tier}.{channel}" for tier in TIERS for channel in CHANNELS)
-ALL_QUEUES = (*SEND_QUEUES, "fanout", "maintenance")
+ALL_QUEUES = (*SEND_QUEUES, "fanout", "maintenance", "receipts")
 # The benchmark's baseline pipeline (NOTIFY_PIPELINE=naive) puts every task on this one queue.
 NAIVE_QUEUE = "naive"
 

@@ -253,6 +253,9 @@ NOTIFY = {
     # call's deadline (notifications/leases.py): a lease only runs out when the worker died or hung.
     "LEASE_SECONDS": env.int("LEASE_SECONDS", default=30),
     "LEASE_HEARTBEAT": env.bool("LEASE_HEARTBEAT", default=True),
+    # Provider receipts a webhook verified are queued for the receipts worker (False) or applied in
+    # the request (True: only the in-process tests, which run no worker).
+    "RECEIPTS_INLINE": env.bool("RECEIPTS_INLINE", default=False),
     # A task holding rows for longer than this (seconds) is taken to be stuck: its rows' leases are
     # no longer renewed, and the reconciler takes them over.
     "LEASE_MAX_HOLD_SECONDS": env.int("LEASE_MAX_HOLD_SECONDS", default=900),

@@ -1,7 +1,8 @@
 """Delivery receipts: normalised provider events applied to notifications (DESIGN.md §5).
 
 Provider webhooks (``providers/twilio/webhooks.py``, ``providers/sendgrid/webhooks.py``) verify the
-signature, map the provider's vocabulary to a :class:`Receipt`, and call :func:`apply_receipts`.
+signature, map the provider's vocabulary to a :class:`Receipt`, and call :func:`accept_receipts`,
+which queues them for the receipts worker (:func:`apply_wire` → :func:`apply_receipts`).
 
 Rules:
 
@@ -49,11 +50,14 @@ Rules:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
+from celery import current_app
+from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 
@@ -129,6 +133,52 @@ def _find(receipt: Receipt) -> Notification | None:
     if receipt.provider_message_id:
         return qs.filter(provider_message_id=receipt.provider_message_id).first()
     return None
+
+
+def accept_receipts(receipts: list[Receipt]) -> None:
+    """What a provider webhook calls once it verified the request: the receipts go to the
+    ``receipts`` queue and its own worker applies them (:func:`apply_wire`), so the request answers
+    at once and a burst of provider callbacks (two per SMS of a campaign) never holds the API's
+    threads while an OTP waits to be accepted. When the broker cannot take them they are applied
+    here, in the request (slower, never lost). A receipt queued and then lost with the broker
+    (Redis flushed) leaves its notification ``sent`` instead of ``delivered``: receipts inform, the
+    delivery itself is already recorded."""
+    if not receipts:
+        return
+    if settings.NOTIFY["RECEIPTS_INLINE"]:
+        apply_receipts(receipts)
+        return
+    try:
+        current_app.send_task(RECEIPTS_TASK, args=[[to_wire(r) for r in receipts]], queue=RECEIPTS_QUEUE,
+                              routing_key=RECEIPTS_QUEUE, exchange="")
+    except Exception as exc:  # kombu/redis raise many types; all mean "not queued"
+        log.warning("receipts queue unavailable (%s); applying %d receipt(s) in the request", exc, len(receipts))
+        apply_receipts(receipts)
+
+
+#: The queue and the task that apply receipts (notifications/tasks.py, the receipts worker).
+RECEIPTS_QUEUE = "receipts"
+RECEIPTS_TASK = "notifications.apply_receipts"
+
+
+def to_wire(receipt: Receipt) -> dict:
+    """``receipt`` as JSON-serialisable fields (``occurred_at`` as ISO 8601) for the task message."""
+    fields = dataclasses.asdict(receipt)
+    if receipt.occurred_at is not None:
+        fields["occurred_at"] = receipt.occurred_at.isoformat()
+    return fields
+
+
+def apply_wire(items: list[dict]) -> dict[str, int]:
+    """:func:`apply_receipts` for receipts as :func:`to_wire` wrote them (unknown keys ignored)."""
+    names = {f.name for f in dataclasses.fields(Receipt)}
+    receipts = []
+    for item in items:
+        fields = {k: v for k, v in item.items() if k in names}
+        if fields.get("occurred_at"):
+            fields["occurred_at"] = datetime.fromisoformat(fields["occurred_at"])
+        receipts.append(Receipt(**fields))
+    return apply_receipts(receipts)
 
 
 def apply_receipts(receipts: list[Receipt]) -> dict[str, int]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from notifications import scheduler, sending
+from notifications import receipts, scheduler, sending
 
 
 def notification_task(name: str, **options):
@@ -32,3 +32,9 @@ def release_due() -> int:
 def reconcile() -> dict:
     """Reconciler tick: re-drive expired leases and stale queued rows."""
     return scheduler.reconcile()
+
+
+@notification_task(receipts.RECEIPTS_TASK)
+def apply_receipts(items: list[dict]) -> dict:
+    """Apply provider receipts a webhook verified and queued (``receipts`` queue)."""
+    return receipts.apply_wire(items)

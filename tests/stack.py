@@ -172,6 +172,8 @@ class Stack:
                               "--prefetch-multiplier", "1", "-O", "fair", *WORKER_FLAGS],
             "worker_maintenance": [*CELERY, "worker", "-n", "maintenance@%h", "-Q", "maintenance",
                                    "--concurrency", "1", *WORKER_FLAGS],
+            "worker_receipts": [*CELERY, "worker", "-n", "receipts@%h", "-Q", "receipts", "--concurrency", "2",
+                                "--prefetch-multiplier", "4", "-O", "fair", *WORKER_FLAGS],
             "beat": [*CELERY, "beat", "-l", "info"],
             # A second beat: only ever started by the chaos scenario for that operator mistake.
             "beat2": [*CELERY, "beat", "-l", "info"],
@@ -202,7 +204,8 @@ class Stack:
         self.procs = {}
         self.start_all()
 
-    def wait_for_workers(self, names=("high@", "standard@", "fanout@", "maintenance@"), timeout: float = 60) -> None:
+    def wait_for_workers(self, names=("high@", "standard@", "fanout@", "maintenance@", "receipts@"),
+                         timeout: float = 60) -> None:
         from config.celery import app
 
         def ready():

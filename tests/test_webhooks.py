@@ -315,3 +315,45 @@ def test_sendgrid_delivered_for_a_sending_row_is_sent_at_the_event_time(sg_key):
         "delivered", "sendgrid", "msg-42", datetime.fromtimestamp(event["timestamp"], tz=UTC))
     assert list(n.attempts_log.values_list("number", "provider", "outcome", "provider_message_id")) == [
         (1, "sendgrid", "from_receipt", "msg-42")]
+
+
+def test_a_verified_receipt_is_queued_for_the_receipts_worker_and_applied_there(settings):
+    """Outside the in-process tests, a webhook only verifies and queues (the receipts worker applies
+    them): a burst of callbacks never holds the API's threads (adversarial finding: 4,000 Twilio
+    callbacks of a 2,000-SMS campaign made OTP accepts wait over a second). The queued message
+    carries everything apply_wire needs."""
+    from kombu import Connection
+
+    from notifications import receipts
+
+    settings.NOTIFY = {**settings.NOTIFY, "RECEIPTS_INLINE": False}
+    n = make_notification("sms")
+    with Connection(settings.CELERY_BROKER_URL) as conn:
+        conn.default_channel.queue_purge(receipts.RECEIPTS_QUEUE)
+        assert twilio_post(n, "delivered").status_code == 204
+        n.refresh_from_db()
+        assert n.status == "sent" and not n.events.exists()  # nothing applied in the request
+        queue = conn.SimpleQueue(receipts.RECEIPTS_QUEUE)
+        message = queue.get(timeout=5)
+        task = message.headers["task"]
+        (items,) = message.decode()[0]
+        message.ack()
+        queue.close()
+    assert task == "notifications.apply_receipts"
+    assert receipts.apply_wire(items) == {"applied": 1, "duplicate": 0, "unknown": 0}
+    n.refresh_from_db()
+    assert n.status == "delivered"
+
+
+def test_a_receipt_is_applied_in_the_request_when_the_broker_is_down(settings, monkeypatch):
+    from notifications import receipts
+
+    def broker_down(*args, **kwargs):
+        raise ConnectionError("redis down")
+
+    settings.NOTIFY = {**settings.NOTIFY, "RECEIPTS_INLINE": False}
+    monkeypatch.setattr(receipts.current_app, "send_task", broker_down)
+    n = make_notification("sms")
+    assert twilio_post(n, "delivered").status_code == 204
+    n.refresh_from_db()
+    assert n.status == "delivered"

@@ -21,7 +21,8 @@ from notifications.bench.stats import (
 MILLION = 1_000_000
 ACTIVE = ("scheduled", "queued", "sending")
 SENT = ("sent", "delivered")
-WORKER_KINDS = ("worker_high", "worker_standard", "worker_fanout", "worker_naive", "worker_maintenance")
+WORKER_KINDS = ("worker_high", "worker_standard", "worker_fanout", "worker_naive", "worker_maintenance",
+                "worker_receipts")
 MB = 1024 * 1024
 
 

@@ -32,6 +32,7 @@ OTP_USERS = 1000
 #: campaigns with everything that references them. Recipients, devices and segments stay.
 RESET_TABLES = ("notifications_notification", "campaigns_campaign")
 PLATFORM_KINDS = ("web", "worker_high", "worker_standard", "worker_fanout", "worker_naive", "worker_maintenance",
+                  "worker_receipts",
                   "beat", "postgres", "redis")
 
 

@@ -30,10 +30,12 @@ TEST_TIMINGS = (
 )
 WORKER_FLAGS = ["--without-gossip", "--without-mingle", "-l", "warning"]
 PROCESSES = {
-    "tiered": ("emulator", "web", "worker_high", "worker_standard", "worker_fanout", "worker_maintenance", "beat"),
-    "naive": ("emulator", "web", "worker_naive", "worker_maintenance", "beat"),
+    "tiered": ("emulator", "web", "worker_high", "worker_standard", "worker_fanout", "worker_maintenance",
+               "worker_receipts", "beat"),
+    "naive": ("emulator", "web", "worker_naive", "worker_maintenance", "worker_receipts", "beat"),
 }
-WORKER_NAMES = {"tiered": ("high@", "standard@", "fanout@", "maintenance@"), "naive": ("naive@", "maintenance@")}
+WORKER_NAMES = {"tiered": ("high@", "standard@", "fanout@", "maintenance@", "receipts@"),
+                "naive": ("naive@", "maintenance@", "receipts@")}
 
 
 class BenchStack(Stack):

@@ -152,5 +152,5 @@ def events(request):
     except ValueError:
         return HttpResponse(status=400)
     items = payload if isinstance(payload, list) else [payload]
-    receipts.apply_receipts([to_receipt(e) for e in items if isinstance(e, dict)])
+    receipts.accept_receipts([to_receipt(e) for e in items if isinstance(e, dict)])
     return HttpResponse(status=204)

@@ -64,5 +64,5 @@ def status_callback(request):
         provider="twilio", dedup_key=f"twilio:{sid}:{status}:{code}", kind=STATUS_KINDS.get(status, "unknown"),
         raw=status or "unknown", notification_id=request.GET.get("nid"), provider_message_id=sid,
         error_code=code, sender=params.get("From", "") or params.get("MessagingServiceSid", ""))
-    receipts.apply_receipts([receipt])
+    receipts.accept_receipts([receipt])
     return HttpResponse(status=204)

@@ -278,9 +278,9 @@ def _spent(stack, fault_id) -> bool:
 def test_7_sigterm_all_workers_with_prefetched_tasks(run_for, chaos_stack):
     run = run_for("7-sigterm-all-workers")
     run.wait_progress(0.2)
-    for name in ("worker_high", "worker_standard", "worker_fanout", "worker_maintenance"):
+    for name in ("worker_high", "worker_standard", "worker_fanout", "worker_maintenance", "worker_receipts"):
         chaos_stack.procs[name].send_signal(signal.SIGTERM)  # warm shutdown
-    for name in ("worker_high", "worker_standard", "worker_fanout", "worker_maintenance"):
+    for name in ("worker_high", "worker_standard", "worker_fanout", "worker_maintenance", "worker_receipts"):
         chaos_stack.procs[name].wait(timeout=60)
         chaos_stack.start(name)
     rep = run.finish(duplicates_allowed=0)
