@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from django.db.models import Count, Q
+from django.db.models import Count
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
@@ -335,7 +335,7 @@ class CampaignListView(APIView):
 
 def _readable_campaigns(request):
     """What a client may read: its own campaigns and those created in the admin (no client)."""
-    return Campaign.objects.filter(Q(client=request.auth) | Q(client__isnull=True))
+    return ownership.readable_campaigns(request.auth)
 
 
 def _own_campaign(request, campaign_id):

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from django.db.models import Q
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from campaigns.ownership import readable_notifications
 from notifications import audit, services
 from notifications.api.errors import BODY, MissingScope, error_responses, field_error, response_headers
 from notifications.api.pagination import Ordering, list_page, page_parameters, page_serializer
@@ -141,12 +141,9 @@ def _own(request, notification_id):
 
 
 def _readable(request, notification_id):
-    """A client reads its own single sends and the sends of campaigns it may read (its own and those
-    made in the admin), so a row found in ``GET /v1/users/{id}/notifications`` can be opened."""
-    from campaigns.models import Campaign
-
-    campaigns = Campaign.objects.filter(Q(client=request.auth) | Q(client__isnull=True)).values("id")
-    return Notification.objects.filter(Q(client=request.auth) | Q(campaign_id__in=campaigns), pk=notification_id)
+    """The notification if this client may read it (:func:`campaigns.ownership.readable_notifications`,
+    the rule ``GET /v1/users/{id}/notifications`` lists by too)."""
+    return readable_notifications(request.auth).filter(pk=notification_id)
 
 
 class NotificationDetailView(APIView):
@@ -190,14 +187,19 @@ _USER_NOTIFICATION_FILTERS = {"status": Status.values, "channel": Channel.values
 
 
 class UserNotificationsView(PathIdView):
-    """What was sent to one user: every notification to them (single sends of every API client and
-    campaign sends), newest first."""
+    """What this client sent to one user, newest first: the user's notifications it may read
+    (:func:`campaigns.ownership.readable_notifications`: its own single sends, and the sends of its
+    own campaigns and of those made in the admin), as ``GET /v1/notifications/{id}`` reads them."""
 
     required_scopes = {"get": Scope.READ}
 
     @extend_schema(
         operation_id="v1_users_notifications_list",
-        summary="A user's notifications, newest first (keyset pagination)",
+        summary="A user's notifications this client may read, newest first (keyset pagination)",
+        description="The user's notifications that `GET /v1/notifications/{id}` opens for this client: its "
+                    "own single sends, and the sends of its own campaigns and of those made in the admin. "
+                    "Other clients' messages to the same user are not listed (support reads them in the "
+                    "admin).",
         parameters=[_USER_ID, *page_parameters(status=(Status.values, "Only notifications in this status."),
                                      channel=(Channel.values, "Only this channel."),
                                      category=(None, "Only this category.")), *response_headers()],
@@ -206,6 +208,7 @@ class UserNotificationsView(PathIdView):
                                      _422="A bad query parameter or path id; `field` names it.")})
     def get(self, request, user_id: str):
         recipient = recipient_or_404(user_id)
-        return Response(list_page(request.query_params, Notification.objects.filter(recipient=recipient),
+        return Response(list_page(request.query_params,
+                                  readable_notifications(request.auth).filter(recipient=recipient),
                                   _NEWEST_FIRST, lambda rows: NotificationSummarySerializer(rows, many=True).data,
                                   _USER_NOTIFICATION_FILTERS))
