@@ -54,7 +54,9 @@ def _record_lines(text: str) -> list[int]:
 def parse_user_ids(text: str) -> list[str]:
     """User ids from CSV ``text``: a header row with a ``user_id`` column, or a single unnamed column.
 
-    Ids are stripped of surrounding spaces; blank lines are skipped. Each id must follow the
+    Ids are stripped of surrounding spaces (U+0020 only: any other character, a line separator or a
+    C1 control included, is part of the id, and the rule refuses the controls); blank lines are
+    skipped. Each id must follow the
     ``/v1/users/{user_id}`` rule (:func:`preferences.validation.user_id_problem`). Raises
     ValidationError (listing the offending rows by their line in the file) for an id that does not
     (empty, overlong, a control character),
@@ -84,7 +86,7 @@ def parse_user_ids(text: str) -> list[str]:
         raise ValidationError(f"{len(rows) - first:,} rows; at most {MAX_UPLOAD_IDS:,} user ids per upload.")
     ids, problems = [], []
     for index in range(first, len(rows)):
-        value = rows[index][column].strip()
+        value = rows[index][column].strip(" ")
         problem = user_id_problem(value)
         if problem:
             problems.append((index, "empty user id" if not value else f"user id {problem}"))

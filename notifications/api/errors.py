@@ -37,6 +37,16 @@ class NotFoundError(exceptions.NotFound):
         self.field = field
 
 
+class InvalidParameter(serializers.ValidationError):
+    """422 ``validation_error`` naming a path id or query parameter and the rule it broke:
+    ``InvalidParameter("segment_id", "invalid", "contains a control character (U+0000); …")`` answers
+    ``{"error": {"status": 422, "code": "validation_error", "message": "segment_id: contains …",
+    "fields": [{"field": "segment_id", "code": "invalid", "message": "contains …"}]}}``."""
+
+    def __init__(self, field: str, code: str, message: str) -> None:
+        super().__init__({field: [serializers.ErrorDetail(message, code=code)]})
+
+
 class PayloadTooLarge(exceptions.APIException):
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
     default_code = "payload_too_large"

@@ -9,6 +9,7 @@ from rest_framework.views import APIView
 
 from campaigns.ownership import readable_notifications
 from notifications import audit, services
+from notifications.api import parameters
 from notifications.api.errors import BODY, MissingScope, error_responses, field_error, response_headers
 from notifications.api.pagination import Ordering, list_page, page_parameters, page_serializer
 from notifications.api.serializers import (
@@ -20,7 +21,7 @@ from notifications.api.serializers import (
 )
 from notifications.models import Notification, Priority, Status
 from notifications.scopes import Scope
-from preferences.api.views import _USER_ID, PathIdView, recipient_or_404
+from preferences.api.views import _USER_ID, recipient_or_404
 from preferences.models import Channel
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -183,10 +184,10 @@ class NotificationCancelView(APIView):
 
 
 _NEWEST_FIRST = Ordering(("created_at", "id"), descending=True)
-_USER_NOTIFICATION_FILTERS = {"status": Status.values, "channel": Channel.values, "category": None}
+_USER_NOTIFICATION_FILTERS = {"status": Status.values, "channel": Channel.values, "category": parameters.CATEGORY}
 
 
-class UserNotificationsView(PathIdView):
+class UserNotificationsView(APIView):
     """What this client sent to one user, newest first: the user's notifications it may read
     (:func:`campaigns.ownership.readable_notifications`: its own single sends, and the sends of its
     own campaigns and of those made in the admin), as ``GET /v1/notifications/{id}`` reads them."""
@@ -202,7 +203,8 @@ class UserNotificationsView(PathIdView):
                     "admin).",
         parameters=[_USER_ID, *page_parameters(status=(Status.values, "Only notifications in this status."),
                                      channel=(Channel.values, "Only this channel."),
-                                     category=(None, "Only this category.")), *response_headers()],
+                                     category=(parameters.CATEGORY, "Only this category.")),
+                    *response_headers()],
         responses={200: page_serializer("NotificationPage", NotificationSummarySerializer()),
                    **error_responses(404, 422, _404="Unknown user_id.",
                                      _422="A bad query parameter or path id; `field` names it.")})
