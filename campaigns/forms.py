@@ -32,6 +32,7 @@ from notifications.api.serializers import (
 from notifications.quiet_hours_policy import priority_category_problem
 from preferences.models import Channel
 from preferences.validation import user_id_problem
+from providers.registry import unavailable_channel_problem
 
 MAX_UPLOAD_IDS = 100_000
 # 100,000 ids of 255 ASCII characters with line ends, plus room for a header and other columns.
@@ -257,6 +258,9 @@ class CampaignForm(forms.ModelForm):
 
     def clean(self):
         cleaned = super().clean()
+        problem = unavailable_channel_problem(cleaned.get("channel") or "") if cleaned.get("channel") else ""
+        if problem:  # the platform has no provider for it (an empty *_PROVIDERS list)
+            self.add_error("channel", problem[:1].upper() + problem[1:] + ".")
         self._clean_content(cleaned)
         self._clean_schedule(cleaned)
         self._clean_priority(cleaned)

@@ -19,6 +19,7 @@ from notifications.api.serializers import (
     LabelField,
     RejectUnknownFields,
     WallTimeSecondsField,
+    channel_available_errors,
     channel_content_errors,
     check_schedule_window,
     priority_category_errors,
@@ -179,6 +180,7 @@ class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
             errors["content"] = serializers.ErrorDetail("give exactly one of content or template_id",
                                                         code="content_xor_template")
         errors.update(priority_category_errors(attrs["priority"], attrs["category"]))
+        errors.update(channel_available_errors(attrs["channel"]))
         if attrs.get("scheduled_at") and attrs.get("local_time"):
             errors["local_time"] = serializers.ErrorDetail("give at most one of scheduled_at or local_time",
                                                            code="schedule_conflict")

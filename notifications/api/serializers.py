@@ -28,6 +28,7 @@ from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, P
 from notifications.quiet_hours_policy import priority_category_problem
 from preferences.models import Channel, Recipient
 from preferences.validation import control_character_problem, no_control_pattern
+from providers.registry import unavailable_channel_problem
 
 SMS_MAX_CHARS = 1600
 PUSH_MAX_BYTES = 4096
@@ -264,6 +265,7 @@ class SendRequestSerializer(RejectUnknownFields, serializers.Serializer):
     def validate(self, attrs):
         errors = channel_content_errors(attrs["channel"], attrs["content"])
         errors.update(priority_category_errors(attrs["priority"], attrs["category"]))
+        errors.update(channel_available_errors(attrs["channel"]))
         if errors:
             raise serializers.ValidationError(errors)
         recipient = Recipient.objects.filter(pk=attrs["user_id"]).first()
@@ -272,6 +274,14 @@ class SendRequestSerializer(RejectUnknownFields, serializers.Serializer):
                 f"unknown user; create it with PUT /v1/users/{attrs['user_id']}", code="unknown_user")})
         attrs["recipient"] = recipient
         return attrs
+
+
+def channel_available_errors(channel: str) -> dict:
+    """``{"channel": ErrorDetail(code="channel_unavailable")}`` when the platform has no provider for
+    ``channel`` (its ``*_PROVIDERS`` list is empty: :func:`providers.registry.unavailable_channel_problem`),
+    else ``{}``: a send that could only become a dead letter is refused when it is made."""
+    problem = unavailable_channel_problem(channel)
+    return {"channel": serializers.ErrorDetail(problem, code="channel_unavailable")} if problem else {}
 
 
 def priority_category_errors(priority: str, category: str) -> dict:
