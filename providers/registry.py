@@ -51,15 +51,17 @@ def provider_names(channel: str) -> list[str]:
 
 
 def unavailable_channel_problem(channel: str) -> str:
-    """Why nothing can be sent on ``channel``, or ``''`` when it has a provider: ``"no push provider is
-    configured (PUSH_PROVIDERS is empty): nothing is sent on push"``. A deployment without a channel
+    """Why nothing can be sent on ``channel``, or ``''`` when it has a provider: ``'no push provider is
+    configured (PUSH_PROVIDERS is empty; settings.PROVIDERS["push"] lists none): nothing is sent on
+    push'``. A deployment without a channel
     sets its list empty; sends on it are refused when made (API 422 ``channel_unavailable``, the
     admin's campaign form) and a row accepted before fails as a dead letter with this reason."""
     providers = getattr(settings, "PROVIDERS", None) or {}
     if isinstance(providers, dict) and providers.get(channel):
         return ""
     variable = _LIST_VARIABLES.get(channel, f'settings.PROVIDERS["{channel}"]')
-    return f"no {channel} provider is configured ({variable} is empty): nothing is sent on {channel}"
+    return (f'no {channel} provider is configured ({variable} is empty; settings.PROVIDERS["{channel}"] lists none): '
+            f"nothing is sent on {channel}")
 
 
 def get_backend(channel: str, name: str | None = None, tier: str = "standard") -> ProviderBackend:

@@ -23,7 +23,8 @@ from providers.registry import check_providers_configured
 from tests.conftest import EVERY_SCOPE
 
 pytestmark = pytest.mark.django_db
-REFUSAL = "no push provider is configured (PUSH_PROVIDERS is empty): nothing is sent on push"
+REFUSAL = ('no push provider is configured (PUSH_PROVIDERS is empty; settings.PROVIDERS["push"] lists none): '
+           "nothing is sent on push")
 
 
 @pytest.fixture
