@@ -32,6 +32,7 @@ from notifications.api.serializers import (
 from notifications.quiet_hours_policy import priority_category_problem
 from preferences.models import Channel
 from preferences.validation import user_id_problem
+from providers.registry import unavailable_channel_problem
 
 MAX_UPLOAD_IDS = 100_000
 # 100,000 ids of 255 ASCII characters with line ends, plus room for a header and other columns.
@@ -54,7 +55,9 @@ def _record_lines(text: str) -> list[int]:
 def parse_user_ids(text: str) -> list[str]:
     """User ids from CSV ``text``: a header row with a ``user_id`` column, or a single unnamed column.
 
-    Ids are stripped of surrounding spaces; blank lines are skipped. Each id must follow the
+    Ids are stripped of surrounding spaces (U+0020 only: any other character, a line separator or a
+    C1 control included, is part of the id, and the rule refuses the controls); blank lines are
+    skipped. Each id must follow the
     ``/v1/users/{user_id}`` rule (:func:`preferences.validation.user_id_problem`). Raises
     ValidationError (listing the offending rows by their line in the file) for an id that does not
     (empty, overlong, a control character),
@@ -84,7 +87,7 @@ def parse_user_ids(text: str) -> list[str]:
         raise ValidationError(f"{len(rows) - first:,} rows; at most {MAX_UPLOAD_IDS:,} user ids per upload.")
     ids, problems = [], []
     for index in range(first, len(rows)):
-        value = rows[index][column].strip()
+        value = rows[index][column].strip(" ")
         problem = user_id_problem(value)
         if problem:
             problems.append((index, "empty user id" if not value else f"user id {problem}"))
@@ -255,6 +258,9 @@ class CampaignForm(forms.ModelForm):
 
     def clean(self):
         cleaned = super().clean()
+        problem = unavailable_channel_problem(cleaned.get("channel") or "") if cleaned.get("channel") else ""
+        if problem:  # the platform has no provider for it (an empty *_PROVIDERS list)
+            self.add_error("channel", problem[:1].upper() + problem[1:] + ".")
         self._clean_content(cleaned)
         self._clean_schedule(cleaned)
         self._clean_priority(cleaned)

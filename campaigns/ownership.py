@@ -8,6 +8,10 @@ admin has no owner.
 * **Read**: templates, every client with ``read`` (content, no audience); segments, the owner and
   admin-made ones only, as for campaigns: a segment's members are its owner's targeting data (who is
   "at risk of churn"), not something every service needs.
+* **Read notifications** (``GET /v1/notifications/{id}`` and ``GET /v1/users/{id}/notifications``
+  alike, :func:`readable_notifications`): a client's own single sends and the sends of the
+  campaigns it may read. Another client's messages to a shared user are that client's business
+  (their content, status and provider's reasons); support reads every one in the admin.
 * **Use** in a campaign: the client's own and admin-made segments and templates, so one client's
   edit never changes another client's campaign.
 * **High tier**: a template that an active high-priority campaign uses (draft, scheduled, fanning
@@ -24,7 +28,7 @@ from __future__ import annotations
 from django.db.models import Q, QuerySet
 
 from campaigns.models import Campaign, CampaignStatus, Segment, Template
-from notifications.models import APIClient, Priority
+from notifications.models import APIClient, Notification, Priority
 from notifications.scopes import Scope
 
 #: Campaigns whose sends a template edit would still change (rendered at send time).
@@ -73,6 +77,19 @@ def check_use(obj: Segment | Template, client: APIClient, action: str = "use") -
 def readable_segments(client: APIClient) -> QuerySet[Segment]:
     """The segments ``client`` may read: its own and those made in the admin."""
     return Segment.objects.filter(Q(client=client) | Q(client__isnull=True))
+
+
+def readable_campaigns(client: APIClient) -> QuerySet[Campaign]:
+    """The campaigns ``client`` may read: its own and those made in the admin (no client)."""
+    return Campaign.objects.filter(Q(client=client) | Q(client__isnull=True))
+
+
+def readable_notifications(client: APIClient) -> QuerySet[Notification]:
+    """The notifications ``client`` may read: its own single sends and the sends of the campaigns
+    of :func:`readable_campaigns`. The one rule of every API read of notifications (a row a list
+    shows can be opened, and no other), never widened by a scope."""
+    campaigns = readable_campaigns(client).values("id")
+    return Notification.objects.filter(Q(client=client) | Q(campaign_id__in=campaigns))
 
 
 def active_high_campaign(template: Template) -> Campaign | None:

@@ -41,6 +41,8 @@ ENV = {
     "smtp": {"HOST": "SMTP_HOST", "PORT": "SMTP_PORT", "FROM_EMAIL": "EMAIL_FROM"},
     "fcm": {"CREDENTIALS": "FCM_CREDENTIALS", "PROJECT_ID": "FCM_PROJECT_ID"},
 }
+#: The variable that lists each channel's providers; set but empty, the channel has none.
+LIST_VARIABLES = {"sms": "SMS_PROVIDERS", "email": "EMAIL_PROVIDERS", "push": "PUSH_PROVIDERS"}
 #: The variable whose presence makes a provider real in emulator mode (its account or host).
 _SWITCH = {"twilio": "TWILIO_ACCOUNT_SID", "twilio_backup": "TWILIO_BACKUP_ACCOUNT_SID",
            "sendgrid": "SENDGRID_API_KEY", "smtp": "SMTP_HOST", "fcm": "FCM_CREDENTIALS"}
@@ -64,8 +66,9 @@ def build_providers(environ: Mapping[str, str], mode: str, *, emulator_url: str,
 
     In ``real`` mode an unset credential is ``""`` (never a built-in value), which the providers'
     system check reports by variable name. The lists come from ``SMS_PROVIDERS``,
-    ``EMAIL_PROVIDERS``, ``PUSH_PROVIDERS`` (comma-separated names), else the defaults of
-    :func:`default_order`.
+    ``EMAIL_PROVIDERS``, ``PUSH_PROVIDERS`` (comma-separated names) when set, an empty value meaning
+    no provider for that channel (``PUSH_PROVIDERS=``: a deployment without push); unset, the
+    defaults of :func:`default_order`.
 
     Raises:
         ValueError: a list names a provider that does not exist.
@@ -131,14 +134,17 @@ def build_providers(environ: Mapping[str, str], mode: str, *, emulator_url: str,
         }),
     }
     order = default_order(environ, mode)
-    for channel, variable in (("sms", "SMS_PROVIDERS"), ("email", "EMAIL_PROVIDERS"), ("push", "PUSH_PROVIDERS")):
+    for channel, variable in LIST_VARIABLES.items():
+        if variable not in environ:
+            continue
+        # Set, even empty: the list itself. Empty (PUSH_PROVIDERS=): no provider for the channel, whose
+        # sends are refused (providers.registry.unavailable_channel_problem).
         names = [n.strip() for n in get(variable).split(",") if n.strip()]
-        if names:
-            unknown = [n for n in names if n not in by_name]
-            if unknown:
-                raise ValueError(f"{variable}: unknown provider(s) {', '.join(unknown)} "
-                                 f"(known: {', '.join(by_name)})")
-            order[channel] = names
+        unknown = [n for n in names if n not in by_name]
+        if unknown:
+            raise ValueError(f"{variable}: unknown provider(s) {', '.join(unknown)} "
+                             f"(known: {', '.join(by_name)})")
+        order[channel] = names
     return {channel: [by_name[n] for n in names] for channel, names in order.items()}
 
 
@@ -146,10 +152,13 @@ def default_order(environ: Mapping[str, str], mode: str) -> dict[str, list[str]]
     """The provider lists when ``*_PROVIDERS`` are not set.
 
     Emulator mode: ``twilio, twilio_backup`` (only ``twilio`` once real Twilio is configured, unless
-    the backup's SID is set too) / ``sendgrid, smtp`` / ``fcm``. Real mode: the providers whose
-    account or host variable is set (``twilio`` and, with ``TWILIO_BACKUP_ACCOUNT_SID``,
-    ``twilio_backup``; ``sendgrid`` unless only ``SMTP_HOST`` is set, then ``smtp`` when it is;
-    ``fcm``), so that a provider nobody configured is never a silent failover target.
+    the backup's SID is set too) / ``sendgrid, smtp`` / ``fcm``. Real mode: each channel's primary
+    (``twilio``; ``sendgrid`` unless only ``SMTP_HOST`` is set; ``fcm``), so that a deployment that
+    forgot a primary's credentials fails ``manage.py check`` naming them rather than silently
+    refusing the channel, plus the failover targets whose account or host variable is set
+    (``twilio_backup`` with ``TWILIO_BACKUP_ACCOUNT_SID``, ``smtp`` with ``SMTP_HOST``), so that a
+    provider nobody configured is never a silent failover target. A deployment without a channel
+    says so: ``PUSH_PROVIDERS=`` (empty).
     """
     def has(name: str) -> bool:
         return bool((environ.get(name) or "").strip())

@@ -1,9 +1,19 @@
 """What never reaches a log (DESIGN.md §10): phone numbers and email addresses are masked, and the
 content of sensitive notifications is removed, in every log record of every process.
 
-* :func:`mask_contacts` masks E.164 numbers (``+4915112345678`` → ``+49*****78``, also written with
-  spaces or dashes, and URL-encoded as in an access log's query string: ``%2B49…``, ``+49+151+…``)
-  and email addresses (``alice@example.com`` → ``a***@example.com``, also ``alice%40example.com``).
+* :func:`mask_contacts` masks phone numbers and email addresses, keeping a log line useful:
+
+  - numbers with ``+`` (``+4915112345678``, ``+1 (415) 555-0100``, ``+49 (0)151 12345678``: any
+    separators, parentheses and a national ``(0)`` included) keep ``+``, their first two and last
+    two digits: ``+49*****78``; numbers without (national ``015112345678``, ``0151 1234 5678``,
+    ``(415) 555-0100``, ``415-555-0100``, a bare run of 9–15 digits) keep their last two:
+    ``*****78``. Dates, times, IPv4 addresses, decimals and ids (UUIDs, provider ids) are left alone;
+    a bare 9–15 digit run (an epoch second too) is taken for a number: privacy first;
+  - email addresses, internationalised ones too (``carol.smith@bücher.de``, punycode, Unicode
+    local parts), keep their first character and domain: ``a***@example.com``;
+  - URL-encoded text (an access log's path and query string) is decoded for matching, each
+    component on its own, and masked in its encoded form: ``q=%2B1+%28415%29+555-0100`` reads
+    ``q=%2B14*****00``, ``carol.smith%40b%C3%BCcher.de`` reads ``c***%40b%C3%BCcher.de``.
 * :func:`sensitive_content` is the pipeline's way to keep content out of logs: while it is active
   (per thread / context), every text of the given notifications (their ``title``, ``body``, ``html``
   as they are when a record is made, each line of at least 4 characters too) reads ``[sensitive]``
@@ -21,6 +31,7 @@ Imports nothing of the project: every layer may log, and gunicorn's config loads
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import contextvars
 import logging
@@ -31,34 +42,134 @@ from collections.abc import Iterator
 SENSITIVE = "[sensitive]"
 _MIN_LINE = 4
 
-# "+" or its URL encoding, a first digit 1-9, then 6-14 more digits, each optionally after one
-# separator (space, dash, dot, "%20", or "+" as a query string's space); not part of a longer number.
-# Every repetition is bounded, so a long line costs linear time.
-_PHONE = re.compile(r"(\+|%2[bB])([1-9](?:(?:[ .\-]|%20|\+)?\d){6,14})(?!\d)")
-_EMAIL = re.compile(r"([A-Za-z0-9._%+\-]{1,64})(@|%40)([A-Za-z0-9\-]{1,63}(?:\.[A-Za-z0-9\-]{1,63}){0,8}"
-                    r"\.[A-Za-z]{2,24})")
+# Phone-like digit runs. Between two digits at most three separators: space, no-break space, dot,
+# dash, slash, parentheses, or "+" (a query string's space); so "+1 (415) 555-0100", "+49 (0)151
+# 12345678" and "0151 1234 5678" are one run each. Every repetition is bounded, so a long line costs
+# linear time.
+_SEP = r"[ \u00a0.\-/()+]{0,3}"
+# With "+" (international): a first digit 1-9 and 8-15 digits in all, not followed by another digit.
+_PLUS_PHONE = re.compile(rf"\+([1-9](?:{_SEP}\d){{7,14}})(?!\d)")
+# Without "+": 9-15 digits that are one run ("015112345678", "4915112345678"); or start with a
+# national trunk "0" or an area code in parentheses ("0151 1234 5678", "0049 151 12345678", "(415)
+# 555-0100"), any separators; or groups joined by dashes, dots or slashes ("415-555-0100"). Space-
+# separated small numbers ("sizes 500 200 200") are not a phone. Never glued to a word, an id
+# ("a456-426614174000"), a decimal, a path or an escape before it, nor to a word or id group after it.
+_BARE_PHONE = re.compile(r"(?<![\w\-.:/+%])(\d{9,15}|(?:\(\d{1,5}\)|0\d{0,4})(?:" + _SEP + r"\d{1,8}){1,6}"
+                         r"|\d{2,4}(?:[.\-/]\d{2,8}){1,5})(?![\w]|[\-.]\w)")
+# Digit runs a bare match may be that are not phone numbers: dates (with an hour), IPv4, decimals.
+_NOT_A_PHONE = re.compile(r"\(?\d{1,4}[-./]\d{1,2}[-./]\d{1,4}(?:[ T]\d{1,2})?|\d{1,3}(?:\.\d{1,3}){3}|\d+\.\d+")
+# Email addresses, internationalised ones too: Unicode local parts and domain labels ("bücher.de",
+# "пример.рф"), punycode ("xn--bcher-kva.de").
+_EMAIL = re.compile(r"([\w.!#$'*+^`{|}~\-]{1,64})@((?:[^\W_](?:[\w\-]{0,61}[^\W_])?\.){1,8}"
+                    r"(?:[^\W\d_]{2,24}|(?i:xn--)[a-z0-9\-]{1,59}))(?![\w\-])")
+# Runs of non-space text that may be URL-encoded: decoded for matching (module docstring).
+_TOKEN = re.compile(r"[^\s\"'<>\[\]]+")
+_ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
+_URL_DELIMITERS = re.compile(r"([?&=/;,])")
 _sources: contextvars.ContextVar[tuple] = contextvars.ContextVar("notify_sensitive_sources", default=())
 
 
-def _mask_phone(match: re.Match) -> str:
-    digits = re.sub(r"\D", "", match.group(2).replace("%20", " "))
-    return f"{match.group(1)}{digits[:2]}*****{digits[-2:]}"
+def _digits(text: str) -> str:
+    return re.sub(r"\D", "", text)
 
 
-def _mask_email(match: re.Match) -> str:
-    local = match.group(1)
-    if local.upper().startswith("%2B"):
-        local = local[3:]
-    return f"{local[:1]}***{match.group(2)}{match.group(3)}"
+# A replacement: (start, end, pieces) over a text, each piece a literal or a (start, end) span of
+# the text kept as it was written (in a URL-encoded text: its encoded form, "%2B" or "%40").
+_Replacement = tuple[int, int, list]
+
+
+def _replacements(text: str) -> list[_Replacement]:
+    """Where ``text`` holds contacts, and what each becomes (emails first; a number inside one is
+    part of it)."""
+    found: list[_Replacement] = []
+    if "@" in text:
+        for m in _EMAIL.finditer(text):
+            found.append((m.start(), m.end(), [(m.start(1), m.start(1) + 1), "***", (m.end(1), m.start(2)),
+                                               (m.start(2), m.end(2))]))
+    if "+" in text:
+        for m in _PLUS_PHONE.finditer(text):
+            digits = _digits(m.group(1))
+            found.append((m.start(), m.end(), [(m.start(), m.start() + 1), f"{digits[:2]}*****{digits[-2:]}"]))
+    for m in _BARE_PHONE.finditer(text):
+        digits = _digits(m.group(1))
+        if 9 <= len(digits) <= 15 and not _NOT_A_PHONE.fullmatch(m.group(1)):
+            found.append((m.start(1), m.end(1), [f"*****{digits[-2:]}"]))
+    kept: list[_Replacement] = []
+    for rep in found:  # in order of precedence: a later one overlapping an earlier one is dropped
+        if all(rep[1] <= k[0] or rep[0] >= k[1] for k in kept):
+            kept.append(rep)
+    return sorted(kept)
+
+
+def _rebuild(text: str, replacements: list[_Replacement], source) -> str:
+    """The source form of ``text`` with ``replacements`` applied; ``source(i, j)`` is how
+    ``text[i:j]`` was written."""
+    out, at = [], 0
+    for start, end, pieces in replacements:
+        out.append(source(at, start))
+        out.extend(source(*p) if isinstance(p, tuple) else p for p in pieces)
+        at = end
+    out.append(source(at, len(text)))
+    return "".join(out)
+
+
+def _decode(part: str) -> tuple[str, list[int]]:
+    """``part`` URL-decoded (``%XX`` as UTF-8, undecodable bytes as U+FFFD; ``+`` left as it is, a
+    separator to the rules either way), and for each decoded character the offset in ``part`` where
+    its encoding starts (one more at the end)."""
+    decoded, offsets = [], []
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    i, pending = 0, None  # pending: where the escape run of a not yet completed character starts
+    while i < len(part):
+        escape = _ESCAPE.match(part, i)
+        if escape is None:
+            tail = decoder.decode(b"", final=True)  # an incomplete sequence before a plain character
+            decoded.extend(tail)
+            offsets.extend([pending] * len(tail))
+            decoder.reset()
+            decoded.append(part[i])
+            offsets.append(i)
+            pending, i = None, i + 1
+            continue
+        pending = i if pending is None else pending
+        chars = decoder.decode(bytes([int(escape.group(1), 16)]))
+        decoded.extend(chars)
+        offsets.extend([pending] * len(chars))
+        if chars:
+            pending = None
+        i = escape.end()
+    tail = decoder.decode(b"", final=True)
+    decoded.extend(tail)
+    offsets.extend([pending] * len(tail))
+    offsets.append(len(part))
+    return "".join(decoded), offsets
+
+
+def _mask_encoded(token: str) -> str:
+    """``token`` (no spaces) with each URL component that holds an escape decoded for matching and
+    masked in its encoded form: ``q=%2B1+%28415%29+555-0100`` → ``q=%2B14*****00``."""
+    parts = _URL_DELIMITERS.split(token)
+    for index in range(0, len(parts), 2):
+        part = parts[index]
+        if "%" not in part:
+            continue
+        decoded, offsets = _decode(part)
+        replacements = _replacements(decoded)
+        if replacements:
+            parts[index] = _rebuild(decoded, replacements, lambda i, j, p=part, o=offsets: p[o[i]:o[j]])
+    return "".join(parts)
 
 
 def mask_contacts(text: str) -> str:
-    """``text`` with every E.164 phone number and email address masked (module docstring)."""
-    if "@" in text or "%40" in text:
-        text = _EMAIL.sub(_mask_email, text)
-    if "+" in text or "%2b" in text or "%2B" in text:
-        text = _PHONE.sub(_mask_phone, text)
-    return text
+    """``text`` with every phone number and email address masked (module docstring): a number keeps
+    its last two digits (and after ``+`` its first two: ``+49*****78``; ``*****78`` without), an
+    address its first character and its domain (``a***@example.com``). URL-encoded text (an access
+    log's query string or path) is decoded for matching and stays encoded: ``q=%2B49*****78``,
+    ``c***%40b%C3%BCcher.de``."""
+    if "%" in text:
+        text = _TOKEN.sub(lambda m: _mask_encoded(m.group()) if "%" in m.group() else m.group(), text)
+    replacements = _replacements(text)
+    return _rebuild(text, replacements, lambda i, j: text[i:j]) if replacements else text
 
 
 @contextlib.contextmanager

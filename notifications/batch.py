@@ -42,7 +42,7 @@ from notifications.sending import _CampaignContent, call_deadline_seconds, messa
 from preferences.models import Device, SmsStop
 from providers import isolation
 from providers.base import ProviderConfigurationError, ProviderError, TransientProviderError
-from providers.registry import get_backend, provider_names
+from providers.registry import get_backend, provider_names, unavailable_channel_problem
 
 log = logging.getLogger(__name__)
 Outcome = DeliveryAttempt.Outcome
@@ -99,7 +99,8 @@ class _Batch:
     def __init__(self, channel: str, rows: list[Notification]) -> None:
         self.channel = channel
         self.rows = rows
-        self.provider = provider_names(channel)[0]
+        # None: the channel has no provider (an empty *_PROVIDERS list); its rows become dead letters.
+        self.provider = None if unavailable_channel_problem(channel) else provider_names(channel)[0]
         # (notification, device or None, OutboundMessage) per provider call to make
         self.items: list[tuple] = []
         # item index -> (SendResult or exception, latency ms)
@@ -122,6 +123,9 @@ class _Batch:
                 ready.append((n, found))
         if not ready:
             return
+        if self.provider is None:
+            self._no_provider(ready)
+            return
         for n, found in ready:
             if self.channel == "sms":
                 self.items.append((n, None, message_for(n, n.recipient.phone)))
@@ -134,6 +138,17 @@ class _Batch:
         # recorded (attempts, sent marker, and `sent` if nobody has claimed it again).
         called = {self.items[i][0].pk for i in self.results}
         self._record([(n, d) for n, d in ready if n.pk not in self.lost_rows or n.pk in called], waiting)
+
+    def _no_provider(self, ready: list) -> None:
+        """The channel has no provider: each row that passed its checks fails as a dead letter with
+        the reason (``configuration_error``, "no push provider is configured …"), recorded as the
+        single path records it, rather than crashing the batch into retries."""
+        error = ProviderConfigurationError(self.channel, unavailable_channel_problem(self.channel),
+                                           code="not_configured")
+        for n, found in ready:
+            call = Call()
+            call.errors.append((error, None))
+            record_call(n, call, [attempt_for(n, error, latency_ms=0)], found if self.channel == "push" else [])
 
     # --- preloading ---------------------------------------------------------------------------
 

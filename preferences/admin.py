@@ -129,6 +129,11 @@ class RecipientForm(forms.ModelForm):
         fields = ["user_id", "email", "phone", "timezone", "locale", "attributes", "email_invalid_reason",
                   "phone_invalid_reason"]
 
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if "user_id" in self.fields:  # taken as given, as the API takes it: never trimmed
+            self.fields["user_id"].strip = False
+
     def clean_user_id(self) -> str:
         """The ``/v1/users/{user_id}`` rule: a recipient made here must be reachable there."""
         value = self.cleaned_data["user_id"]

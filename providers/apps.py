@@ -9,14 +9,16 @@ class ProvidersConfig(AppConfig):
     def ready(self) -> None:
         checks.register(check_providers, checks.Tags.compatibility)
         checks.register(check_isolation, checks.Tags.compatibility)
+        checks.register(check_emulator_mode, checks.Tags.security, deploy=True)
 
 
 def check_providers(app_configs=None, **kwargs):
     """System check: ``settings.PROVIDERS`` is complete (run by `manage.py check`, runserver, tests)."""
     from providers.registry import check_providers_configured
 
-    return [checks.Error(problem, hint="See the Configuration section of README.md.", id="providers.E001")
-            for problem in check_providers_configured()]
+    hint = ("See the Configuration section of README.md. A channel this deployment does not use: set its list "
+            "empty (PUSH_PROVIDERS= (empty): no push provider, and sends on push are refused).")
+    return [checks.Error(problem, hint=hint, id="providers.E001") for problem in check_providers_configured()]
 
 
 def check_isolation(app_configs=None, **kwargs):
@@ -26,3 +28,20 @@ def check_isolation(app_configs=None, **kwargs):
 
     return [checks.Error(problem, hint="See the Configuration section of README.md.", id="providers.E002")
             for problem in check_isolation_settings()]
+
+
+def check_emulator_mode(app_configs=None, **kwargs):
+    """Deploy check (``manage.py check --deploy``): emulator mode outside local development. Every
+    provider without credentials of its own is then the local emulator, and webhooks signed with its
+    public built-in credentials (in this repository) are accepted: anyone can forge a receipt."""
+    from django.conf import settings
+
+    if getattr(settings, "LOCAL_DEVELOPMENT", False) or getattr(settings, "PROVIDER_MODE", "real") != "emulator":
+        return []
+    env = getattr(settings, "NOTIFY_ENV", "production")
+    return [checks.Warning(f"PROVIDER_MODE=emulator outside local development (NOTIFY_ENV={env}): providers "
+                           "without credentials of their own are the emulator, and webhooks signed with its public "
+                           "built-in credentials are accepted",
+                           hint="Unset PROVIDER_MODE (real is the default outside local development) and give "
+                                "every listed provider its credentials (docs/SECURITY.md › Emulator mode).",
+                           id="providers.W001")]

@@ -36,13 +36,32 @@ _local = threading.local()
 _generation = 0
 
 
+#: The setting that lists each channel's providers (config/provider_settings.py).
+_LIST_VARIABLES = {"sms": "SMS_PROVIDERS", "email": "EMAIL_PROVIDERS", "push": "PUSH_PROVIDERS"}
+
+
 def provider_names(channel: str) -> list[str]:
     """Configured provider names for ``channel``, primary first.
 
     Raises:
-        ProviderConfigurationError: ``settings.PROVIDERS[channel]`` is missing or empty.
+        ProviderConfigurationError: ``settings.PROVIDERS[channel]`` is missing or empty (code
+            ``not_configured``, the message of :func:`unavailable_channel_problem`).
     """
     return [entry["NAME"] for entry in _entries(channel)]
+
+
+def unavailable_channel_problem(channel: str) -> str:
+    """Why nothing can be sent on ``channel``, or ``''`` when it has a provider: ``'no push provider is
+    configured (PUSH_PROVIDERS is empty; settings.PROVIDERS["push"] lists none): nothing is sent on
+    push'``. A deployment without a channel
+    sets its list empty; sends on it are refused when made (API 422 ``channel_unavailable``, the
+    admin's campaign form) and a row accepted before fails as a dead letter with this reason."""
+    providers = getattr(settings, "PROVIDERS", None) or {}
+    if isinstance(providers, dict) and providers.get(channel):
+        return ""
+    variable = _LIST_VARIABLES.get(channel, f'settings.PROVIDERS["{channel}"]')
+    return (f'no {channel} provider is configured ({variable} is empty; settings.PROVIDERS["{channel}"] lists none): '
+            f"nothing is sent on {channel}")
 
 
 def get_backend(channel: str, name: str | None = None, tier: str = "standard") -> ProviderBackend:
@@ -105,6 +124,8 @@ def check_providers_configured() -> list[str]:
     outside emulator mode (``settings.PROVIDER_MODE``) no option may hold one of the emulator's
     public built-in secrets.
 
+    An empty list is a channel without a provider (``PUSH_PROVIDERS=``), not a problem.
+
     Returns:
         Human-readable problems (empty when everything is fine), e.g.
         ``'settings.PROVIDERS["sms"][0]: OPTIONS misses ACCOUNT_SID'`` or
@@ -118,8 +139,8 @@ def check_providers_configured() -> list[str]:
     for channel in CHANNELS:
         entries = providers.get(channel)
         where = f'settings.PROVIDERS["{channel}"]'
-        if not isinstance(entries, (list, tuple)) or not entries:
-            problems.append(f"{where}: needs a non-empty list of providers")
+        if not isinstance(entries, (list, tuple)):
+            problems.append(f"{where}: needs a list of providers (empty: none for this channel)")
             continue
         seen: set[str] = set()
         for index, entry in enumerate(entries):
@@ -172,9 +193,7 @@ def _entries(channel: str) -> list[dict]:
     providers = getattr(settings, "PROVIDERS", None) or {}
     entries = providers.get(channel) if isinstance(providers, dict) else None
     if not entries:
-        raise ProviderConfigurationError(
-            channel, f'settings.PROVIDERS["{channel}"] is missing or empty', code="not_configured",
-        )
+        raise ProviderConfigurationError(channel, unavailable_channel_problem(channel), code="not_configured")
     return list(entries)
 
 

@@ -1,4 +1,5 @@
-"""What every provider webhook shares: the public URL a signature covers, and the 403 answer.
+"""What every provider webhook shares: the public URL a signature covers, the 403 answer, and text
+made storable.
 
 Signatures cover the URL the provider called, which behind a TLS-terminating proxy is not what
 Django sees. ``settings.PUBLIC_BASE_URL`` is that public origin (scheme + host [+ port]); the path and
@@ -9,6 +10,7 @@ query come from the request. ``X-Forwarded-Proto`` is honoured only through Djan
 from __future__ import annotations
 
 import logging
+import re
 
 from django.conf import settings
 from django.http import JsonResponse
@@ -28,3 +30,28 @@ def forbidden(provider: str, why: str) -> JsonResponse:
     """403 for an unsigned, forged or stale webhook. Nothing was changed."""
     log.warning("%s webhook refused: %s", provider, why)
     return JsonResponse({"error": {"status": 403, "code": "invalid_signature", "message": why}}, status=403)
+
+
+#: What Postgres text cannot hold (NUL) or UTF-8 cannot encode (a lone UTF-16 surrogate, which JSON's
+#: ``"\ud800"`` can carry).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+REPLACEMENT = "\ufffd"
+
+
+def storable(value):
+    """``value`` with every NUL and lone surrogate replaced by U+FFFD when it is a string; anything
+    else unchanged.
+
+    Replaced, not stripped, and not refused: a provider retries an event it was refused (a 4xx or a
+    5xx) for days, while the event itself is genuine (its signature held). Kept with the damage
+    visible, it is stored once like any other; a damaged id (``"SM12\ufffd34"``) matches no message,
+    where a stripped one (``"SM1234"``) could match somebody else's."""
+    if isinstance(value, str) and _UNSTORABLE.search(value):
+        return _UNSTORABLE.sub(REPLACEMENT, value)
+    return value
+
+
+def storable_fields(fields: dict) -> dict:
+    """``fields`` (one provider event, or a callback's form parameters) with :func:`storable` keys and
+    string values; nested values are left alone (nothing reads them but ``str()``, whose repr escapes)."""
+    return {storable(str(key)): storable(value) for key, value in fields.items()}

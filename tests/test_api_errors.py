@@ -232,3 +232,28 @@ def test_wrong_content_type_is_415_naming_the_header(http, alice):
     assert fields(r) == {("Content-Type", "unsupported_media_type")}
     assert error(r)["message"] == "Content-Type: must be application/json, not application/x-www-form-urlencoded"
     assert Notification.objects.count() == 0
+
+
+# --- issue 12 #3: revoked, expired and unknown keys say which ------------------------------------
+
+def test_a_revoked_key_says_revoked_an_expired_one_expired_and_a_wrong_secret_unknown(alice):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    revoked, revoked_key = APIClient.objects.create_key(name="old", scopes=EVERY_SCOPE)
+    revoked.revoked = True
+    revoked.save()
+    _, expired_key = APIClient.objects.create_key(name="temp", scopes=EVERY_SCOPE,
+                                                        expiry_date=timezone.now() - timedelta(days=1))
+    prefix, _, secret = revoked_key.partition(".")
+    cases = {revoked_key: ("revoked_api_key", "this API key is revoked"),
+             expired_key: ("expired_api_key", "this API key expired at "),
+             # The revoked key's prefix with a wrong secret: nothing learned about that key.
+             f"{prefix}.{'x' * len(secret)}": ("invalid_api_key", "unknown API key"),
+             "nosuchpf.secret": ("invalid_api_key", "unknown API key")}
+    for given, (code, message) in cases.items():
+        r = Client(headers={"Authorization": f"Api-Key {given}"}).get("/v1/users/alice")
+        assert r.status_code == 401, given
+        assert fields(r) == {("Authorization", code)}, (given, r.json())
+        assert error(r)["message"].startswith(f"Authorization: {message}"), error(r)

@@ -308,13 +308,14 @@ def test_a_campaign_send_listed_for_a_user_can_be_opened(http, alice, segment):
     r = http.get(f"/v1/notifications/{row.pk}")
     assert r.status_code == 200
     assert (r.json()["status"], r.json()["reason"]) == ("suppressed", "opted_out_channel")
-    # Another client's campaign: listed for the user (what we sent them), but not openable.
+    # Another client's campaign: neither listed nor openable (one rule for both, issue 12 #1).
     other, _ = APIClient.objects.create_key(name="other")
     theirs = campaign_services.create_campaign(client=other, idempotency_key="k", name="theirs", segment=segment,
                                                channel="sms", body="x").campaign
     hidden = Notification.objects.create(id=uuid.uuid4(), recipient=alice, channel="sms", body="",
                                          campaign_id=theirs.pk)
     assert http.get(f"/v1/notifications/{hidden.pk}").status_code == 404
+    assert [i["id"] for i in http.get("/v1/users/alice/notifications").json()["items"]] == [str(row.pk)]
     assert http.post(f"/v1/notifications/{row.pk}/cancel").status_code == 404  # cancel: own single sends only
 
 
@@ -325,14 +326,15 @@ _users = iter(range(10**9))
 @given(stamps=st.lists(st.integers(0, 4), max_size=25), statuses=st.lists(st.sampled_from(["queued", "sent"]),
                                                                              min_size=25, max_size=25),
        limit=st.integers(1, 7), status=st.sampled_from([None, "queued", "sent"]))
-def test_keyset_pages_return_every_row_once_in_order(http, stamps, statuses, limit, status):
+def test_keyset_pages_return_every_row_once_in_order(http, api_client, stamps, statuses, limit, status):
     """Generated histories with many equal creation instants (ties broken by id), any page size and
     filter: walking the pages yields exactly the matching rows, each once, newest first."""
     uid = f"walker-{next(_users)}"
     recipient = Recipient.objects.create(user_id=uid)
     base = clock.now()
     rows = Notification.objects.bulk_create([
-        Notification(id=uuid.uuid4(), recipient=recipient, channel="sms", body="x", status=statuses[i])
+        Notification(id=uuid.uuid4(), client=api_client[0], recipient=recipient, channel="sms", body="x",
+                     status=statuses[i])
         for i in range(len(stamps))])
     for row, stamp in zip(rows, stamps, strict=True):
         Notification.objects.filter(pk=row.pk).update(created_at=base - timedelta(seconds=stamp))

@@ -68,3 +68,35 @@ def test_the_https_redirect_spares_the_probes_and_metrics(client, settings):
     assert redirected.status_code == 301 and redirected["Location"] == "https://testserver/admin/login/"
     assert client.get("/healthz").status_code == 200
     assert client.get("/metrics").status_code in (200, 401, 403)  # never a redirect
+
+
+# --- issue 12 #6: what check --deploy used to let through ------------------------------------------
+
+def test_check_deploy_warns_of_emulator_mode_outside_local_development():
+    result = manage("check", "--deploy", "--fail-level", "WARNING", **{**PRODUCTION, "PROVIDER_MODE": "emulator"})
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert ("(providers.W001) PROVIDER_MODE=emulator outside local development (NOTIFY_ENV=production)"
+            in result.stderr), result.stderr
+
+
+def test_check_deploy_warns_of_a_short_metrics_token():
+    result = manage("check", "--deploy", "--fail-level", "WARNING", **{**PRODUCTION, "METRICS_TOKEN": "a"})
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "(notifications.W002) METRICS_TOKEN is 1 character long; use at least 32" in result.stderr
+    ok = manage("check", "--deploy", "--fail-level", "WARNING", **{**PRODUCTION, "METRICS_TOKEN": "x" * 32})
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+
+
+WITHOUT_PUSH = {k: v for k, v in PRODUCTION.items() if not k.startswith("FCM_")}
+
+
+def test_a_deployment_without_push_passes_check_with_an_empty_push_list():
+    missing = manage("check", **WITHOUT_PUSH)
+    assert missing.returncode == 1  # forgotten credentials still fail, naming them
+    assert "FCM_CREDENTIALS, FCM_PROJECT_ID are not set" in missing.stderr
+    assert "PUSH_PROVIDERS= (empty)" in missing.stderr  # …and say how to run without push
+    without = manage("check", "--deploy", "--fail-level", "WARNING", **{**WITHOUT_PUSH, "PUSH_PROVIDERS": ""})
+    assert without.returncode == 0, without.stdout + without.stderr
+    code = "from django.conf import settings as s; print({c: [e['NAME'] for e in s.PROVIDERS[c]] for c in s.PROVIDERS})"
+    shown = manage("shell", "-v", "0", "-c", code, **{**WITHOUT_PUSH, "PUSH_PROVIDERS": ""})
+    assert shown.stdout.strip() == "{'sms': ['twilio'], 'email': ['sendgrid'], 'push': []}", shown.stderr

@@ -12,6 +12,7 @@ In-process (Django test client, rolled-back transactions); no worker processes.
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -225,3 +226,46 @@ def test_staff_give_a_segment_an_owner_in_the_admin(admin_client, fast_password_
     assert r.status_code == 302, r.content.decode()[:2000]
     assert Segment.objects.get().client == client
     assert call(http_for(key), "put", "/v1/segments/newsletter", {"name": "Weekly"}).status_code == 200
+
+
+# --- reading notifications: one rule for the list and the detail -------------------------------------
+
+def test_a_users_notification_list_shows_exactly_what_the_client_may_open(a, world):
+    """Issue 12 #1: ``GET /v1/users/{id}/notifications`` showed every client's notifications (ids,
+    content, status, reason_detail) to a key with only the default scopes, while
+    ``GET /v1/notifications/{id}`` answered 404 for the same rows. The list now follows the detail's
+    rule (campaigns.ownership.readable_notifications): own single sends, and sends of campaigns the
+    client may read (its own, and those made in the admin)."""
+    from notifications.models import Notification
+
+    alice = world["alice"]
+    a_client, _ = a
+    plain, plain_key = APIClient.objects.create_key(name="shop")  # the default scopes only
+    assert plain.scopes == [Scope.SEND, Scope.READ]
+    http = http_for(plain_key)
+    r = call(http, "post", "/v1/notifications", {"user_id": "alice", "channel": "sms", "content": {"body": "Order"}},
+             **{"Idempotency-Key": "order-1"})
+    assert r.status_code == 202, r.content
+    own = r.json()["id"]
+    admin_made = campaign_services.create_campaign(client=None, idempotency_key=None, name="Newsletter",
+                                                   segment=world["segment"], channel="sms", body="News").campaign
+
+    def row(**fields):
+        return str(Notification.objects.create(id=uuid.uuid4(), recipient=alice, channel="sms", body="secret",
+                                               status="failed", reason="provider_rejected",
+                                               reason_detail="Twilio 21610 for +4915112345678", **fields).pk)
+
+    others_single = row(client=a_client)
+    others_campaign = row(campaign_id=world["campaign"].pk)
+    admin_campaign = row(campaign_id=admin_made.pk)
+
+    listed = [i["id"] for i in http.get("/v1/users/alice/notifications").json()["items"]]
+    openable = [nid for nid in (own, others_single, others_campaign, admin_campaign)
+                if http.get(f"/v1/notifications/{nid}").status_code == 200]
+    assert sorted(listed) == sorted(openable) == sorted([own, admin_campaign])
+    for query in ({"status": "failed"}, {"channel": "sms"}, {"limit": "1"}):
+        assert set(i["id"] for i in http.get("/v1/users/alice/notifications", query).json()["items"]) <= {
+            own, admin_campaign}
+    # The owner of the others sees its own, and the admin-made campaign's send, not the shop's.
+    a_listed = {i["id"] for i in http_for(a[1]).get("/v1/users/alice/notifications").json()["items"]}
+    assert a_listed == {others_single, others_campaign, admin_campaign}

@@ -56,6 +56,71 @@ def test_masking_keeps_what_is_not_a_contact():
         "GET /admin/?q=%2B49*****78&u=b***%40example.org"
 
 
+# --- issue 12 #4: phone-like digit runs, URL-encoded text, internationalised domains -------------------
+
+@pytest.mark.parametrize(("text", "masked"), [
+    # Separators (spaces, dashes, dots, slashes, parentheses) and the "(0)" of a national prefix.
+    ("+1 (415) 555-0100", "+14*****00"),
+    ("+49 (0)151 12345678", "+49*****78"),
+    ("+49 151/1234-5678", "+49*****78"),
+    ("+44 20 7946 0958", "+44*****58"),
+    # National formats and numbers written without "+".
+    ("015112345678", "*****78"),
+    ("0151 1234 5678", "*****78"),
+    ("(415) 555-0100", "*****00"),
+    ("415-555-0100", "*****00"),
+    ("4915112345678", "*****78"),
+    ("0049 151 12345678", "*****78"),
+])
+def test_phone_like_digit_runs_keep_only_their_last_two_digits(text, masked):
+    assert redaction.mask_contacts(f"support searched {text} today") == f"support searched {masked} today"
+
+
+@pytest.mark.parametrize(("text", "masked"), [
+    ("q=%2B1+%28415%29+555-0100", "q=%2B14*****00"),
+    ("q=%2B49+%280%29151+12345678", "q=%2B49*****78"),
+    ("q=015112345678", "q=*****78"),
+    ("q=0151%2012345678", "q=*****78"),
+    ("q=%2B4915112345678&page=2", "q=%2B49*****78&page=2"),
+    ("q=carol.smith%40b%C3%BCcher.de", "q=c***%40b%C3%BCcher.de"),
+    ("/v1/users/carol.smith%40b%C3%BCcher.de/devices", "/v1/users/c***%40b%C3%BCcher.de/devices"),
+    ("q=alice%2Btag%40example.com", "q=a***%40example.com"),
+])
+def test_url_encoded_contacts_are_masked_as_decoded(text, masked):
+    assert redaction.mask_contacts(f'"GET /admin/?{text} HTTP/1.1" 200') == f'"GET /admin/?{masked} HTTP/1.1" 200'
+
+
+@pytest.mark.parametrize(("text", "masked"), [
+    ("carol.smith@bücher.de", "c***@bücher.de"),
+    ("josé@correo.españa.es", "j***@correo.españa.es"),
+    ("user@xn--bcher-kva.de", "u***@xn--bcher-kva.de"),
+    ("ivan@пример.рф", "i***@пример.рф"),
+    ("alice+tag@example.com", "a***@example.com"),
+])
+def test_internationalised_emails_are_masked(text, masked):
+    assert redaction.mask_contacts(f"bounce for {text}.") == f"bounce for {masked}."
+
+
+@pytest.mark.parametrize("text", [
+    "at 2030-03-01T09:00:00+01:00 took +120 ms, id 3f2c; limit 6000/min",
+    "[01/Mar/2030:09:00:00 +0000] 2030-03-01 09:00:00,123 01.03.2030 09:00",
+    "notification 123e4567-e89b-12d3-a456-426614174000 and 12345678-1234-1234-1234-123456789012",
+    "from 192.168.100.200 in 0.123456789 s, 1234.56789 ms, pid 4711, 5242880 bytes",
+    "SM0123456789abcdef0123456789abcdef sent; sg id 14c5d75ce93.dfd.64b469.filter0001.16648.5515E0B88.0",
+])
+def test_masking_keeps_dates_ids_addresses_and_measurements(text):
+    assert redaction.mask_contacts(text) == text
+
+
+def test_a_support_search_reaches_the_log_masked(caplog):
+    caplog.set_level(logging.INFO, logger="tests.redaction")
+    for query in ("%2B1+%28415%29+555-0100", "%2B49+%280%29151+12345678", "carol.smith%40b%C3%BCcher.de",
+                  "015112345678", "carol.smith@bücher.de"):
+        log.warning("Not Found: /admin/preferences/recipient/?q=%s", query)
+    for leaked in ("415", "5550100", "555-0100", "12345678", "carol", "smith", "0151"):
+        assert leaked not in caplog.text, leaked
+
+
 def _notification(sensitive: bool, priority: str = "high") -> Notification:
     r = Recipient.objects.create(user_id=f"red-{uuid.uuid4().hex[:8]}", email=EMAIL, phone=PHONE)
     return Notification.objects.create(id=uuid.uuid4(), recipient=r, channel="email", priority=priority,
@@ -147,7 +212,10 @@ def test_the_gunicorn_access_log_masks_searched_numbers_and_emails(tmp_path):
         paths = ["/admin/notifications/notification/?q=%2B4915112345678",
                  "/admin/preferences/recipient/?q=%2B49+151+1234+5678",
                  "/admin/preferences/recipient/?q=alice.liddell%40example.com",
-                 "/v1/users/alice.liddell@example.com"]
+                 "/v1/users/alice.liddell@example.com",
+                 "/admin/preferences/recipient/?q=%2B1+%28415%29+555-0100",
+                 "/admin/preferences/recipient/?q=carol.smith%40b%C3%BCcher.de",
+                 "/admin/preferences/recipient/?q=015112345678"]
         for path in paths:
             assert requests.get(base + path, timeout=10, allow_redirects=False).status_code in (302, 401)
     finally:
@@ -161,6 +229,11 @@ def test_the_gunicorn_access_log_masks_searched_numbers_and_emails(tmp_path):
     assert '"GET /admin/preferences/recipient/?q=%2B49*****78 HTTP/1.1" 302' in text
     assert '"GET /admin/preferences/recipient/?q=a***%40example.com HTTP/1.1" 302' in text
     assert '"GET /v1/users/a***@example.com HTTP/1.1" 401' in text
+    assert '"GET /admin/preferences/recipient/?q=%2B14*****00 HTTP/1.1" 302' in text
+    assert '"GET /admin/preferences/recipient/?q=c***%40b%C3%BCcher.de HTTP/1.1" 302' in text
+    assert '"GET /admin/preferences/recipient/?q=*****78 HTTP/1.1" 302' in text
+    for leaked in ("415", "555-0100", "carol.smith", "015112345678"):
+        assert leaked not in text, leaked
 
 
 def _answers(url: str) -> bool:

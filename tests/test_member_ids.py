@@ -15,16 +15,19 @@ from django.urls import reverse
 
 from campaigns import services
 from campaigns.models import Segment, SegmentMember
+from notifications.api import parameters
+from notifications.api.errors import InvalidParameter
 from notifications.models import APIClient
 from preferences.admin import RecipientForm
-from preferences.api.views import BadPathId, check_path_id
 from preferences.models import Recipient
 from preferences.validation import user_id_problem
 from tests.conftest import MARKETING_SCOPES
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fast_password_hashing")]
 
-HOSTILE = ["a\x01b", "tab\tinside", "line\nbreak", "bell\x07", "del\x7f", "esc\x1b[31m", "cr\rx", "unit\x1fsep"]
+HOSTILE = ["a\x01b", "tab\tinside", "line\nbreak", "bell\x07", "del\x7f", "esc\x1b[31m", "cr\rx", "unit\x1fsep",
+           # C1 (issue 12 #5): U+0085 NEXT LINE is a line break to many readers; U+0080 and U+009F its bounds.
+           "nel\x85", "c1\x80", "c1\x9f"]
 FINE = ["alice", "user 42", "ü-ß-東京", "a/b", "x" * 255, "with\u2028separator"]
 
 
@@ -49,8 +52,8 @@ def post_members(http, body):
 
 def path_rule_refuses(value: str) -> bool:
     try:
-        check_path_id("user_id", value)
-    except BadPathId:
+        parameters.USER_ID.check("user_id", value)
+    except InvalidParameter:
         return True
     return False
 
@@ -107,3 +110,89 @@ def test_every_member_added_is_reachable_at_the_users_path(http, segment):
     assert post_members(http, {"add": ["alice", "user 42"]}).status_code == 200
     for user_id in Segment.objects.get(pk="vip").members.values_list("recipient_id", flat=True):
         assert not path_rule_refuses(user_id)
+
+
+# --- issue 12 #5: ids are taken as given; one token rule; names and slugs -----------------------------
+
+@pytest.mark.parametrize("value", ["\u2028sep", " spaced ", "nbsp\u00a0", "\u3000ideographic"])
+def test_member_ids_are_stored_as_given_so_the_path_reaches_them(http, segment, value):
+    """DRF trimmed member ids (``"\\u2028sep"`` was stored as ``sep``) while the path is taken as given."""
+    assert post_members(http, {"add": [value]}).status_code == 200
+    assert list(SegmentMember.objects.values_list("recipient_id", flat=True)) == [value]
+    from urllib.parse import quote
+
+    assert http.get(f"/v1/users/{quote(value, safe='')}").status_code == 200
+    assert post_members(http, {"remove": [value]}).json()["removed"] == 1
+
+
+@pytest.mark.parametrize("bad", ["nel\x85", "c1\x80", "c1\x9f"])
+def test_c1_controls_are_refused_in_the_users_path_and_in_csv_uploads(http, admin_client, segment, bad):
+    from urllib.parse import quote
+
+    r = http.get(f"/v1/users/{quote(bad, safe='')}")
+    assert r.status_code == 422 and r.json()["error"]["fields"][0]["field"] == "user_id"
+    upload = SimpleUploadedFile("ids.csv", f"user_id\nalice\n{bad}\n".encode(), content_type="text/csv")
+    r = admin_client.post(reverse("admin:campaigns_segment_upload_members", args=["vip"]), {"file": upload},
+                          follow=True)
+    assert "control character" in " ".join(str(m) for m in r.context["messages"])
+    assert not SegmentMember.objects.exists()
+
+
+def test_a_push_token_that_can_be_registered_can_be_removed():
+    """``PUT …/devices`` took ``"\\u0001"`` in a token that ``DELETE …/devices/{push_token}`` refused (422),
+    so it could never be removed: one token rule at both."""
+    from urllib.parse import quote
+
+    _, key = APIClient.objects.create_key(name="mobile", scopes=["devices:write", "read"])
+    mobile = Client(headers={"Authorization": f"Api-Key {key}"})
+    Recipient.objects.create(user_id="alice")
+
+    def put(token):
+        return mobile.put("/v1/users/alice/devices", data=json.dumps({"platform": "android", "push_token": token}),
+                          content_type="application/json")
+
+    for bad in ["tok\x01en", "tok\x85en", "x" * 1025]:
+        r = put(bad)
+        assert r.status_code == 422, r.content
+        assert r.json()["error"]["fields"][0]["field"] == "push_token"
+        assert mobile.delete(f"/v1/users/alice/devices/{quote(bad, safe='')}").status_code == 422
+    for good in ["tok-1", " spaced token ", "a/b:c", "x" * 1024]:
+        assert put(good).status_code == 201, good
+        assert mobile.delete(f"/v1/users/alice/devices/{quote(good, safe='')}").status_code == 204, good
+
+
+@pytest.mark.parametrize("bad", ["Spring\nsale", "tab\tname", "nel\x85", "esc\x1b[2J"])
+def test_segment_template_and_campaign_names_refuse_control_characters(http, segment, bad):
+    assert http.put("/v1/segments/vip", data=json.dumps({"name": bad}),
+                    content_type="application/json").status_code == 422
+    r = http.put("/v1/templates/t1", data=json.dumps({"name": bad, "variants": [{"locale": "en", "body": "Hi"}]}),
+                 content_type="application/json")
+    assert r.status_code == 422 and r.json()["error"]["fields"][0]["field"] == "name"
+    r = http.post("/v1/campaigns", data=json.dumps({"name": bad, "segment_id": "vip", "channel": "sms",
+                                                    "content": {"body": "Hi"}}),
+                  content_type="application/json", headers={"Idempotency-Key": "k"})
+    assert r.status_code == 422 and r.json()["error"]["fields"][0]["field"] == "name"
+    assert Segment.objects.get().name == "VIPs"
+
+
+@pytest.mark.parametrize("bad", ["vip\n", "v\x85p", "vip\x00", "vïp", "v p"])
+def test_segment_and_template_ids_refuse_what_is_not_a_slug(http, bad):
+    """``PUT /v1/segments/vip%0A`` created ``"vip\\n"`` (a ``$`` that matched before the newline)."""
+    from urllib.parse import quote
+
+    for path, body in [("segments", {"name": "S"}), ("templates", {"name": "T", "variants": [
+            {"locale": "en", "body": "Hi"}]})]:
+        r = http.put(f"/v1/{path}/{quote(bad, safe='')}", data=json.dumps(body), content_type="application/json")
+        assert r.status_code == 422, r.content
+        assert r.json()["error"]["fields"][0]["field"] == f"{path[:-1]}_id"
+    assert not Segment.objects.exists()
+
+
+def test_segment_ids_are_case_sensitive(http):
+    """Decided: ids are compared exactly (as user ids are): ``VIP`` and ``vip`` are two segments."""
+    assert http.put("/v1/segments/vip", data=json.dumps({"name": "lower"}), content_type="application/json"
+                    ).status_code == 201
+    assert http.put("/v1/segments/VIP", data=json.dumps({"name": "upper"}), content_type="application/json"
+                    ).status_code == 201
+    assert http.get("/v1/segments/VIP").json()["name"] == "upper"
+    assert sorted(Segment.objects.values_list("segment_id", flat=True)) == ["VIP", "vip"]

@@ -82,4 +82,28 @@ def test_request_bodies_are_as_strict_as_the_code(schema):
         for operation in operations.values():
             for parameter in operation.get("parameters", []):
                 if parameter["in"] == "path" and parameter["name"] == "user_id":
-                    assert parameter["schema"]["pattern"] == "^[^\\u0000-\\u001f\\u007f]{1,255}$", path
+                    assert parameter["schema"]["pattern"] == "^[^\\u0000-\\u001f\\u007f-\\u009f]{1,255}$", path
+
+
+def test_every_no_control_character_pattern_is_the_one_rule(schema):
+    """Issue 12 #5: the patterns of user ids, member ids, push tokens and names are built from one
+    character class (preferences.validation.CONTROL_CHARACTERS: C0, DEL and C1), so they keep in step."""
+    found = []
+
+    def walk(node, where):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "pattern" and isinstance(value, str) and "\\u0000" in value:
+                    found.append((where, value))
+                walk(value, f"{where}.{key}")
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                walk(value, f"{where}.{i}")
+
+    walk(schema, "")
+    assert len(found) >= 5, found
+    for where, pattern in found:
+        assert pattern.startswith("^[^\\u0000-\\u001f\\u007f-\\u009f]{"), (where, pattern)
+    where_all = " ".join(w for w, _ in found)
+    for place in ("user_id", "push_token", "MembersRequest", "DeviceRequest", "SegmentRequest", "TemplateRequest"):
+        assert place in where_all, place

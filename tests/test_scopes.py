@@ -303,3 +303,68 @@ def test_admin_adds_a_client_with_the_checked_scopes(admin_client, fast_password
     client = APIClient.objects.get(name="otp-service")
     assert client.scopes == ["notifications:send", "notifications:send_high"]
     assert client.allow_high
+
+
+# --- methods a view does not implement: 405 before the scope check (issue 12 #3) --------------------
+
+ALL_METHODS = ("get", "post", "put", "patch", "delete")
+
+
+@pytest.mark.parametrize("scopes", [list(Scope.values), []], ids=["every scope", "no scope"])
+def test_a_method_the_view_does_not_implement_is_405_with_allow_whatever_the_scopes(scopes):
+    """``PATCH /v1/users/x``, ``DELETE /v1/segments/x``, ``GET /v1/users/x/devices/<token>`` answered 403
+    ``no_scope_declared``: DRF's method check now answers first, in the API's error shape."""
+    _, key = APIClient.objects.create_key(name="methods", scopes=scopes)
+    http = Client(headers={"Authorization": f"Api-Key {key}"})
+    seen = 0
+    for pattern in get_resolver().url_patterns:
+        view_class = getattr(pattern.callback, "cls", None)
+        if view_class is None or not issubclass(view_class, APIView) or view_class in PUBLIC_VIEWS:
+            continue
+        path = "/" + re.sub(r"<(?:(\w+):)?(\w+)>",
+                            lambda m: "00000000-0000-0000-0000-000000000000" if m.group(1) == "uuid" else "x",
+                            str(pattern.pattern))
+        implemented = [m for m in ALL_METHODS if hasattr(view_class, m)]
+        allow = {m.upper() for m in implemented} | {"OPTIONS"} | ({"HEAD"} if "get" in implemented else set())
+        for method in ALL_METHODS:
+            if method in implemented:
+                continue
+            seen += 1
+            r = http.get(path) if method == "get" else getattr(http, method)(path, data="{}",
+                                                                               content_type="application/json")
+            assert r.status_code == 405, (method, path, r.content)
+            assert set(r.headers["Allow"].split(", ")) == allow, (method, path, r.headers["Allow"])
+            message = f"{method.upper()} is not allowed on this endpoint; it allows {r.headers['Allow']}"
+            assert r.json() == {"error": {"status": 405, "code": "method_not_allowed",
+                                          "message": f"method: {message}",
+                                          "fields": [{"field": "method", "code": "method_not_allowed",
+                                                      "message": message}]}}, (method, path)
+    assert seen == 16 * len(ALL_METHODS) - 24
+
+
+def test_the_reported_methods_are_405():
+    _, key = APIClient.objects.create_key(name="methods", scopes=list(Scope.values))
+    http = Client(headers={"Authorization": f"Api-Key {key}"})
+    assert http.patch("/v1/users/x").status_code == 405
+    assert http.delete("/v1/segments/x").status_code == 405
+    r = http.get("/v1/users/x/devices/tok")
+    assert (r.status_code, r.headers["Allow"]) == (405, "DELETE, OPTIONS")
+    assert http.options("/v1/users/x/devices/tok").status_code == 200  # OPTIONS: implemented, scope read
+
+
+def test_an_implemented_method_without_a_declared_scope_still_fails_closed():
+    class HalfDeclared(APIView):
+        required_scopes = {"get": Scope.READ}
+
+        def get(self, request):
+            raise AssertionError("not this one")
+
+        def post(self, request):
+            raise AssertionError("must not run")
+
+    _, key = APIClient.objects.create_key(name="all", scopes=list(Scope.values))
+    request = RequestFactory().post("/v1/half", headers={"Authorization": f"Api-Key {key}"})
+    response = HalfDeclared.as_view()(request)
+    assert (response.status_code, response.data["error"]["code"]) == (403, "no_scope_declared")
+    request = RequestFactory().delete("/v1/half", headers={"Authorization": f"Api-Key {key}"})
+    assert HalfDeclared.as_view()(request).status_code == 405

@@ -8,6 +8,7 @@ import json
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
+from urllib.parse import quote, urlencode
 
 import pytest
 from cryptography.hazmat.primitives import hashes, serialization
@@ -357,3 +358,71 @@ def test_a_receipt_is_applied_in_the_request_when_the_broker_is_down(settings, m
     assert twilio_post(n, "delivered").status_code == 204
     n.refresh_from_db()
     assert n.status == "delivered"
+
+
+# --- what cannot be stored (issue 12 #2) ---------------------------------------------------------
+# A signed webhook that answers 500 is retried by the provider for days. NUL (and a lone UTF-16
+# surrogate) in an event's string is replaced with U+FFFD before anything is stored or looked up: the
+# event is kept (its damaged id matches no message), the rest of the batch applies, the answer is 204.
+# A body that is not UTF-8 or JSON nested beyond what can be read is 400.
+
+UNSTORABLE = ["\u0000", "SM\u0000x", "\ud800"]
+
+
+@pytest.mark.parametrize("bad", UNSTORABLE, ids=ascii)
+@pytest.mark.parametrize("field", ["sg_message_id", "event", "reason", "type", "status", "notification_id",
+                                   "sg_event_id", "email", "timestamp"])
+def test_sendgrid_unstorable_characters_in_any_event_string_are_stored_replaced_and_answered_204(
+        sg_key, field, bad):
+    n, other = make_notification("email"), make_notification("email")
+    damaged = sg_event(n, "bounce", type="bounce", reason="550 unknown user", status="5.1.1") | {field: bad,
+                                                                                                     bad: bad}
+    r = sg_post(sg_key, [damaged, sg_event(other, "delivered")])
+    assert r.status_code == 204, r.content
+    other.refresh_from_db()
+    assert other.status == "delivered"  # the rest of the batch applied
+    stored = " ".join(DeliveryEvent.objects.exclude(dedup_key=None).values_list("dedup_key", flat=True))
+    assert "\x00" not in stored and "\ud800" not in stored
+
+
+def test_sendgrid_a_damaged_message_id_matches_no_other_message(sg_key):
+    n = make_notification("email")
+    event = sg_event(n, "delivered") | {"sg_message_id": n.provider_message_id[:5] + "\u0000" +
+                                        n.provider_message_id[5:], "notification_id": None}
+    assert sg_post(sg_key, [event]).status_code == 204
+    n.refresh_from_db()
+    assert n.status == "sent"  # "SM12\x0034" is not "SM1234": stripping the NUL would have matched it
+
+
+@pytest.mark.parametrize("body", [b"[" * 5000 + b"]" * 5000, b'{"a":' * 5000 + b"1" + b"}" * 5000,
+                                  b"\xff\xfe not utf-8", b'[{"event": "delivered"', b"1" * 5000])
+def test_sendgrid_signed_body_that_cannot_be_read_is_400(sg_key, body):
+    r = sg_post(sg_key, [], body=body)
+    assert r.status_code == 400, r.content
+    assert not DeliveryEvent.objects.exists()
+
+
+def test_sendgrid_unsigned_unreadable_body_is_still_403(sg_key):
+    r = sg_post(sg_key, [], body=b"[" * 5000, sign_body=b"something else")
+    assert r.status_code == 403
+
+
+@pytest.mark.parametrize("bad", UNSTORABLE, ids=ascii)
+@pytest.mark.parametrize("field", ["MessageSid", "MessageStatus", "ErrorCode", "From", "nid"])
+def test_twilio_unstorable_characters_are_stored_replaced_and_answered_204(field, bad):
+    n = make_notification("sms")
+    path = f"/webhooks/twilio/status?nid={n.pk if field != 'nid' else quote(bad.encode('utf-8', 'surrogatepass'))}"
+    params = {"MessageSid": n.provider_message_id, "MessageStatus": "undelivered", "ErrorCode": "30004",
+              "AccountSid": "AC" + "0" * 32, "From": SENDER, "To": "+4915112345678"}
+    if field != "nid":
+        params[field] = bad
+    body = urlencode({k: v.encode("utf-8", "surrogatepass") for k, v in params.items()})
+    # What Django will read back (a lone surrogate's bytes are not UTF-8: decoded as U+FFFD).
+    signed = {k: v.encode("utf-8", "surrogatepass").decode("utf-8", "replace") for k, v in params.items()}
+    sig = RequestValidator(TWILIO_TOKEN).compute_signature(PUBLIC + path, signed)
+    r = Client().post(path, data=body, content_type="application/x-www-form-urlencoded",
+                      headers={"X-Twilio-Signature": sig})
+    assert r.status_code == 204, r.content
+    stored = list(DeliveryEvent.objects.exclude(dedup_key=None).values_list("dedup_key", "detail", "kind"))
+    assert stored and "\x00" not in repr(stored)
+    assert "\x00" not in "".join(SmsStop.objects.values_list("sender", flat=True))

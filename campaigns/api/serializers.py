@@ -16,15 +16,17 @@ from notifications.api.serializers import (
     MAX_TTL_SECONDS,
     AwareDateTimeField,
     ContentSerializer,
+    LabelField,
     RejectUnknownFields,
     WallTimeSecondsField,
+    channel_available_errors,
     channel_content_errors,
     check_schedule_window,
     priority_category_errors,
 )
 from notifications.models import Priority
 from preferences.models import Channel
-from preferences.validation import MAX_USER_ID_LENGTH, user_id_problem
+from preferences.validation import MAX_USER_ID_LENGTH, no_control_pattern, user_id_problem
 
 MAX_MEMBER_IDS = 10_000
 MAX_SPREAD_SECONDS = 24 * 3600
@@ -32,7 +34,7 @@ MAX_SPREAD_SECONDS = 24 * 3600
 
 class SegmentSerializer(RejectUnknownFields, serializers.Serializer):
     segment_id = serializers.CharField(read_only=True)
-    name = serializers.CharField(max_length=200)
+    name = LabelField()
     description = serializers.CharField(required=False, allow_blank=True, default="", max_length=10_000)
     member_count = serializers.IntegerField(read_only=True)
 
@@ -45,9 +47,14 @@ def _valid_user_id(value: str) -> None:
 
 
 @extend_schema_field({"type": "string", "minLength": 1, "maxLength": MAX_USER_ID_LENGTH,
-                       "pattern": r"^[^\u0000-\u001f\u007f]{1,255}$"})
+                       "pattern": no_control_pattern(MAX_USER_ID_LENGTH)})
 class MemberIdField(serializers.CharField):
-    """A user id to add to a segment: the ``/v1/users/{user_id}`` rule, documented as its pattern."""
+    """A user id to add to a segment: the ``/v1/users/{user_id}`` rule, documented as its pattern.
+    Taken as given, never trimmed (DRF's default would store ``"\u2028sep"`` as ``sep``, which the
+    path ``/v1/users/%E2%80%A8sep`` does not reach)."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(trim_whitespace=False, **kwargs)
 
 
 class MembersSerializer(RejectUnknownFields, serializers.Serializer):
@@ -59,7 +66,8 @@ class MembersSerializer(RejectUnknownFields, serializers.Serializer):
                                 required=False, default=list, max_length=MAX_MEMBER_IDS,
                                 help_text="User ids to add (unknown ones are created as bare recipients); 1–255 "
                                           "characters without control characters, as in /v1/users/{user_id}.")
-    remove = serializers.ListField(child=serializers.CharField(max_length=MAX_USER_ID_LENGTH), required=False,
+    remove = serializers.ListField(child=serializers.CharField(max_length=MAX_USER_ID_LENGTH, trim_whitespace=False),
+                                   required=False,
                                    default=list, max_length=MAX_MEMBER_IDS)
 
     def validate(self, attrs):
@@ -106,7 +114,7 @@ class VariantSerializer(RejectUnknownFields, serializers.Serializer):
 
 class TemplateSerializer(RejectUnknownFields, serializers.Serializer):
     template_id = serializers.CharField(read_only=True)
-    name = serializers.CharField(max_length=200)
+    name = LabelField()
     default_locale = serializers.CharField(max_length=35, default="en")
     variants = VariantSerializer(many=True, allow_empty=False)
 
@@ -144,13 +152,13 @@ class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
                    {"required": ["local_time"], "properties": {"local_time": {"type": "object"}}}]},
     ]}
 
-    name = serializers.CharField(required=False, allow_blank=True, default="", max_length=200)
-    segment_id = serializers.CharField(max_length=64)
+    name = LabelField(required=False, allow_blank=True, default="")
+    segment_id = serializers.CharField(max_length=64, trim_whitespace=False)
     channel = serializers.ChoiceField(choices=Channel.choices)
     priority = serializers.ChoiceField(choices=Priority.choices, default=Priority.STANDARD)
     category = serializers.RegexField(r"^[a-z0-9][a-z0-9_.-]{0,63}$", default="marketing", required=False)
     content = ContentSerializer(required=False, allow_null=True)
-    template_id = serializers.CharField(required=False, allow_null=True, max_length=64)
+    template_id = serializers.CharField(required=False, allow_null=True, max_length=64, trim_whitespace=False)
     scheduled_at = AwareDateTimeField(required=False, allow_null=True, default=None)
     local_time = LocalTimeSerializer(required=False, allow_null=True, default=None)
     missed_policy = serializers.ChoiceField(
@@ -172,6 +180,7 @@ class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
             errors["content"] = serializers.ErrorDetail("give exactly one of content or template_id",
                                                         code="content_xor_template")
         errors.update(priority_category_errors(attrs["priority"], attrs["category"]))
+        errors.update(channel_available_errors(attrs["channel"]))
         if attrs.get("scheduled_at") and attrs.get("local_time"):
             errors["local_time"] = serializers.ErrorDetail("give at most one of scheduled_at or local_time",
                                                            code="schedule_conflict")

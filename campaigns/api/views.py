@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import re
-
-from django.db.models import Count, Q
-from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
+from django.db.models import Count
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -24,6 +22,7 @@ from campaigns.api.serializers import (
 )
 from campaigns.models import Campaign, CampaignStatus, MissedPolicy, Segment, SegmentMember, Template
 from notifications import audit
+from notifications.api import parameters
 from notifications.api.errors import (
     BODY,
     MissingScope,
@@ -47,17 +46,11 @@ from notifications.scopes import Scope
 from notifications.services import request_fingerprint
 from preferences.models import Channel
 
-_SLUG = re.compile(r"^[-a-zA-Z0-9_]{1,64}$")
-_SLUG_SCHEMA = {"type": "string", "pattern": _SLUG.pattern}
-_SEGMENT_ID = OpenApiParameter("segment_id", _SLUG_SCHEMA, OpenApiParameter.PATH,
-                               description="Letters, digits, '-' and '_'; at most 64.",
-                               examples=[OpenApiExample("segment", value="spring-sale")])
-_TEMPLATE_ID = OpenApiParameter("template_id", _SLUG_SCHEMA, OpenApiParameter.PATH,
-                                description="Letters, digits, '-' and '_'; at most 64.",
-                                examples=[OpenApiExample("template", value="welcome")])
-_SLUG_422 = "Validation failed (including a path id that is not 1–64 letters, digits, '-' or '_')."
+_SEGMENT_ID = parameters.SLUG.parameter("segment_id", examples=[OpenApiExample("segment", value="spring-sale")])
+_TEMPLATE_ID = parameters.SLUG.parameter("template_id", examples=[OpenApiExample("template", value="welcome")])
+_SLUG_422 = "Validation failed (including a path id that is not 1–64 letters, digits, '-' or '_'); `field` names it."
 _CAMPAIGN_404 = "No campaign with this id that this API client may read (its own, or one made in the admin)."
-_LIST_422 = "A bad query parameter; `field` names it."
+_LIST_422 = "A bad query parameter (or path id); `field` names it."
 _SEGMENT_403_CHANGE = ("Or `not_owner` on `segment_id`: the segment belongs to another API client, or was made in "
                        "the admin (only staff change it).")
 _SEGMENT_403_READ = "Or `not_owner` on `segment_id`: the segment belongs to another API client."
@@ -70,6 +63,8 @@ _BY_ID = Ordering(("pk",))
 
 
 def _segment(segment_id: str) -> Segment:
+    """The segment. Raises InvalidParameter (422, the id rule) or NotFoundError (404), naming ``segment_id``."""
+    parameters.SLUG.check("segment_id", segment_id)
     segment = Segment.objects.filter(pk=segment_id).first()
     if segment is None:
         raise NotFoundError("segment_id", f"no segment with this id; create it with PUT /v1/segments/{segment_id}")
@@ -94,6 +89,8 @@ def _owned(request, obj: Segment | Template, check=ownership.check_change, *args
 
 
 def _template(template_id: str) -> Template:
+    """The template. Raises InvalidParameter (422, the id rule) or NotFoundError (404), naming ``template_id``."""
+    parameters.SLUG.check("template_id", template_id)
     template = Template.objects.filter(pk=template_id).first()
     if template is None:
         raise NotFoundError("template_id", f"no template with this id; create it with PUT /v1/templates/{template_id}")
@@ -128,8 +125,7 @@ class SegmentView(APIView):
                               **error_responses(*BODY, 403, 422, _422=_SLUG_422, _403=_SEGMENT_403_CHANGE)},
                    summary="Create or rename a segment (this client's own)")
     def put(self, request, segment_id: str):
-        if not _SLUG.match(segment_id):
-            return field_error("segment_id", "invalid", "letters, digits, '-' and '_' only; at most 64", 422)
+        parameters.SLUG.check("segment_id", segment_id)
         existing = Segment.objects.filter(pk=segment_id).first()
         if existing is not None:
             _owned(request, existing)  # before validation: a refused write learns nothing more
@@ -144,7 +140,8 @@ class SegmentView(APIView):
         return Response(_segment_payload(segment), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     @extend_schema(parameters=[_SEGMENT_ID, *response_headers()],
-                   responses={200: SegmentSerializer, **error_responses(403, 404, _403=_SEGMENT_403_READ)},
+                   responses={200: SegmentSerializer,
+                              **error_responses(403, 404, 422, _403=_SEGMENT_403_READ, _422=_SLUG_422)},
                    summary="A segment and its member count (this client's own, or made in the admin)")
     def get(self, request, segment_id: str):
         segment = _segment(segment_id)
@@ -219,8 +216,7 @@ class TemplateView(APIView):
                               **error_responses(*BODY, 403, 422, _422=_SLUG_422, _403=_TEMPLATE_403)},
                    summary="Create or replace a template (this client's own) and its locale variants")
     def put(self, request, template_id: str):
-        if not _SLUG.match(template_id):
-            return field_error("template_id", "invalid", "letters, digits, '-' and '_' only; at most 64", 422)
+        parameters.SLUG.check("template_id", template_id)
         existing = Template.objects.filter(pk=template_id).first()
         if existing is not None:
             _owned(request, existing, ownership.check_template_change)
@@ -236,7 +232,7 @@ class TemplateView(APIView):
         return Response(self._payload(template), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     @extend_schema(parameters=[_TEMPLATE_ID, *response_headers()],
-                   responses={200: TemplateSerializer, **error_responses(404)},
+                   responses={200: TemplateSerializer, **error_responses(404, 422, _422=_SLUG_422)},
                    summary="A template and its variants")
     def get(self, request, template_id: str):
         return Response(self._payload(_template(template_id)))
@@ -262,7 +258,7 @@ class TemplateListView(APIView):
                                   lambda rows: [TemplateView._payload(t) for t in rows]))
 
 
-_CAMPAIGN_FILTERS = {"status": CampaignStatus.values, "channel": Channel.values, "segment_id": None}
+_CAMPAIGN_FILTERS = {"status": CampaignStatus.values, "channel": Channel.values, "segment_id": parameters.SLUG}
 
 
 class CampaignListView(APIView):
@@ -276,7 +272,8 @@ class CampaignListView(APIView):
         summary="Campaigns this client may read (its own and those made in the admin), newest first",
         parameters=[*page_parameters(status=(CampaignStatus.values, "Only campaigns in this status."),
                                      channel=(Channel.values, "Only this channel."),
-                                     segment_id=(None, "Only campaigns to this segment.")), *response_headers()],
+                                     segment_id=(parameters.SLUG, "Only campaigns to this segment.")),
+                    *response_headers()],
         responses={200: page_serializer("CampaignPage", CampaignSummarySerializer()),
                    **error_responses(422, _422=_LIST_422)})
     def get(self, request):
@@ -335,7 +332,7 @@ class CampaignListView(APIView):
 
 def _readable_campaigns(request):
     """What a client may read: its own campaigns and those created in the admin (no client)."""
-    return Campaign.objects.filter(Q(client=request.auth) | Q(client__isnull=True))
+    return ownership.readable_campaigns(request.auth)
 
 
 def _own_campaign(request, campaign_id):

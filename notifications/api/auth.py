@@ -2,7 +2,9 @@
 scope each operation needs.
 
 Keys are stored hashed (SHA-512); the lookup is by the key's public prefix, then a constant-time
-hash comparison. ``request.auth`` is the :class:`~notifications.models.APIClient`.
+hash comparison (:func:`key_owner`); a key whose secret matches is then refused as revoked
+(``revoked_api_key``) or expired (``expired_api_key``), any other as unknown (``invalid_api_key``).
+``request.auth`` is the :class:`~notifications.models.APIClient`.
 
 Every API view declares the scope of each method it implements::
 
@@ -10,11 +12,14 @@ Every API view declares the scope of each method it implements::
         required_scopes = {"get": Scope.READ, "put": Scope.RECIPIENTS_WRITE, "delete": Scope.RECIPIENTS_WRITE}
 
 :class:`HasRequiredScope` (a default permission) refuses a key without it (403 ``missing_scope``) before
-the view runs, and refuses a method the view declares no scope for (fail closed);
+the view runs, and refuses a method the view implements but declares no scope for (fail closed); a
+method the view does not implement is 405 with ``Allow``, for every key;
 ``tests/test_scopes.py`` walks every URL pattern so an endpoint cannot forget its declaration.
 """
 
 from __future__ import annotations
+
+from datetime import UTC
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
@@ -42,16 +47,33 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
                 raise exceptions.AuthenticationFailed("no key after Api-Key: send `Authorization: Api-Key <key>`",
                                                       code="invalid_api_key")
             return None
-        try:
-            client = APIClient.objects.get_from_key(key)
-        except APIClient.DoesNotExist:
-            raise exceptions.AuthenticationFailed("unknown API key", code="invalid_api_key") from None
-        if client.revoked or client.has_expired:
-            raise exceptions.AuthenticationFailed("this API key is revoked or expired", code="revoked_api_key")
+        client = key_owner(key)
+        if client is None:
+            raise exceptions.AuthenticationFailed("unknown API key", code="invalid_api_key")
+        if client.revoked:
+            raise exceptions.AuthenticationFailed("this API key is revoked", code="revoked_api_key")
+        if client.has_expired:
+            raise exceptions.AuthenticationFailed(
+                f"this API key expired at {client.expiry_date.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}",
+                code="expired_api_key")
         return (None, client)
 
     def authenticate_header(self, request) -> str:
         return self.keyword
+
+
+def key_owner(key: str) -> APIClient | None:
+    """The API client whose key ``key`` is, revoked and expired ones included, or None.
+
+    Looked up by the key's public prefix, then the library's constant-time hash comparison
+    (``APIClient.is_valid``); only a matching secret tells a revoked key from an unknown one, so
+    nothing is learned about a key without its secret. (``APIClient.objects.get_from_key`` leaves
+    revoked keys out, so a revoked key read as unknown.)"""
+    prefix, _, _ = key.partition(".")
+    client = APIClient.objects.filter(prefix=prefix).first()
+    if client is None or not client.is_valid(key):
+        return None
+    return client
 
 
 class IsApiClient(permissions.BasePermission):
@@ -72,13 +94,24 @@ def required_scope(view, method: str) -> str | None:
     return declared.get("get" if method == "head" else method)
 
 
+def implements(view, method: str) -> bool:
+    """Whether ``view`` has a handler for ``method`` (``HEAD`` where it has ``GET``; ``OPTIONS``: DRF's)."""
+    method = method.lower()
+    return method in view.http_method_names and hasattr(view, method)
+
+
 class HasRequiredScope(permissions.BasePermission):
     """Allows a request only if its API key holds the scope the view declares for the method.
 
-    Raises MissingScope (403 ``missing_scope``, field ``Authorization``), or PermissionDenied
-    (``no_scope_declared``) for a method without a declared scope."""
+    A method the view does not implement is left to DRF's own answer, whatever the key holds:
+    raises MethodNotAllowed (405 ``method_not_allowed``, with ``Allow``), as DRF's dispatch would
+    after the permissions. For an implemented method, raises MissingScope (403 ``missing_scope``,
+    field ``Authorization``), or PermissionDenied (``no_scope_declared``) when the view declares no
+    scope for it (fail closed)."""
 
     def has_permission(self, request, view) -> bool:
+        if not implements(view, request.method):
+            raise exceptions.MethodNotAllowed(request.method)
         scope = required_scope(view, request.method)
         if scope is None:
             raise exceptions.PermissionDenied(f"{request.method} on this endpoint declares no scope: refused",

@@ -37,6 +37,16 @@ class NotFoundError(exceptions.NotFound):
         self.field = field
 
 
+class InvalidParameter(serializers.ValidationError):
+    """422 ``validation_error`` naming a path id or query parameter and the rule it broke:
+    ``InvalidParameter("segment_id", "invalid", "contains a control character (U+0000); …")`` answers
+    ``{"error": {"status": 422, "code": "validation_error", "message": "segment_id: contains …",
+    "fields": [{"field": "segment_id", "code": "invalid", "message": "contains …"}]}}``."""
+
+    def __init__(self, field: str, code: str, message: str) -> None:
+        super().__init__({field: [serializers.ErrorDetail(message, code=code)]})
+
+
 class PayloadTooLarge(exceptions.APIException):
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
     default_code = "payload_too_large"
@@ -72,7 +82,8 @@ class ErrorSerializer(serializers.Serializer):
 
 ERROR_DESCRIPTIONS = {
     400: "Malformed JSON body, or a missing/invalid `Idempotency-Key` header.",
-    401: "No API key, or an unknown, revoked or expired one (`WWW-Authenticate: Api-Key`).",
+    401: "No API key, or an unknown (`invalid_api_key`), revoked (`revoked_api_key`) or expired "
+         "(`expired_api_key`) one (`WWW-Authenticate: Api-Key`).",
     403: "The API key lacks the scope this operation needs (`missing_scope`, naming it).",
     404: "Unknown id (or one of another API client).",
     409: "Not cancellable any more.",
@@ -190,6 +201,14 @@ def exception_handler(exc, context):
                    else "required: send `Authorization: Api-Key <key>`")
         response.data = _body(response.status_code, code, f"Authorization: {message}",
                               [{"field": "Authorization", "code": code, "message": message}])
+        return response
+    if isinstance(exc, exceptions.MethodNotAllowed):
+        view, request = context.get("view"), context.get("request")
+        allowed = ", ".join(view.allowed_methods) if view is not None else ""
+        method = getattr(request, "method", "") or "this method"
+        message = f"{method} is not allowed on this endpoint; it allows {allowed}"
+        response.data = _body(405, "method_not_allowed", f"method: {message}",
+                              [{"field": "method", "code": "method_not_allowed", "message": message}])
         return response
     if isinstance(exc, exceptions.ValidationError):
         fields = _flatten(exc.get_full_details())

@@ -6,8 +6,9 @@ in the list's fixed order, found with an index range scan: no OFFSET, so page 1,
 page 1 does and rows inserted meanwhile never shift or repeat what a client already saw.
 
 Query parameters every list takes: ``limit`` (1–200, default 50) and ``cursor``; each list adds its
-own filters (choices checked). An unknown parameter, a bad value or a cursor that was not ours is a
-422 naming the parameter.
+own filters (choices, or the rule of the id they name: :mod:`notifications.api.parameters`). An
+unknown parameter, a bad value or a cursor that was not ours (or that holds what cannot be stored,
+such as NUL) is a 422 naming the parameter, before any query runs.
 """
 
 from __future__ import annotations
@@ -23,16 +24,17 @@ from django.db.models import Q, QuerySet
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework import serializers
 
+from notifications.api.errors import InvalidParameter
+from notifications.api.parameters import IdRule
+from notifications.api.parsers import unstorable
+
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 200
 
 
-class QueryError(serializers.ValidationError):
+class QueryError(InvalidParameter):
     """A bad query parameter (a 422 naming it): codes ``unknown_parameter``, ``invalid``,
     ``invalid_choice``, ``min_value``, ``max_value``, ``invalid_cursor``."""
-
-    def __init__(self, field: str, code: str, message: str) -> None:
-        super().__init__({field: [serializers.ErrorDetail(message, code=code)]})
 
 
 @dataclass(frozen=True)
@@ -69,18 +71,21 @@ def decode_cursor(cursor: str, size: int) -> list[str]:
         values = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
     except (binascii.Error, ValueError, UnicodeDecodeError):
         values = None
-    if not isinstance(values, list) or len(values) != size or not all(isinstance(v, str) for v in values):
+    if (not isinstance(values, list) or len(values) != size
+            or not all(isinstance(v, str) and not unstorable(v) for v in values)):
         raise QueryError("cursor", "invalid_cursor", "not a cursor from this list's next_cursor")
     return values
 
 
-def read_query(params, filters: dict[str, Sequence[str] | None]) -> dict:
+def read_query(params, filters: dict[str, Sequence[str] | IdRule]) -> dict:
     """Validate ``params`` (a QueryDict): ``limit``, ``cursor`` and the given ``filters``
-    (``{name: allowed values}``; ``None`` = any string of 1–255 characters). Returns
-    ``{"limit": int, "cursor": str | None, <filter>: str…}`` (absent filters left out).
+    (``{name: allowed values}``, or ``{name: IdRule}`` for a filter naming an id, such as
+    ``segment_id``). Returns ``{"limit": int, "cursor": str | None, <filter>: str…}`` (absent
+    filters left out).
 
     Raises:
         QueryError: unknown parameter, repeated parameter, bad limit, value not among the choices.
+        InvalidParameter: a filter's value breaks its id rule (code ``invalid``).
     """
     allowed = {"limit", "cursor", *filters}
     for name in params:
@@ -102,10 +107,11 @@ def read_query(params, filters: dict[str, Sequence[str] | None]) -> dict:
         if name not in params:
             continue
         value = params[name]
-        if choices is not None and value not in choices:
+        if isinstance(choices, IdRule):
+            out[name] = choices.check(name, value)
+            continue
+        if value not in choices:
             raise QueryError(name, "invalid_choice", f"must be one of {', '.join(choices)}")
-        if choices is None and not 1 <= len(value) <= 255:
-            raise QueryError(name, "invalid", "must be 1–255 characters")
         out[name] = value
     return out
 
@@ -134,7 +140,7 @@ def page(qs: QuerySet, ordering: Ordering, *, limit: int, cursor: str | None,
 
 
 def list_page(params, qs: QuerySet, ordering: Ordering, items: Callable[[list], list],
-              filters: dict[str, Sequence[str] | None] | None = None) -> dict:
+              filters: dict[str, Sequence[str] | IdRule] | None = None) -> dict:
     """A list endpoint's answer, ``{"items": items(rows), "next_cursor": str | None}``: ``params``
     (the request's QueryDict) read by :func:`read_query`, each given filter applied to ``qs`` as
     an equality on the field of the same name, then one :func:`page`. Raises QueryError."""
@@ -145,8 +151,9 @@ def list_page(params, qs: QuerySet, ordering: Ordering, items: Callable[[list], 
     return {"items": items(rows), "next_cursor": next_cursor}
 
 
-def page_parameters(**filters: tuple[Sequence[str] | None, str]) -> list[OpenApiParameter]:
-    """OpenAPI query parameters: ``limit``, ``cursor`` and ``filters`` (``name=(choices, description)``)."""
+def page_parameters(**filters: tuple[Sequence[str] | IdRule, str]) -> list[OpenApiParameter]:
+    """OpenAPI query parameters: ``limit``, ``cursor`` and ``filters`` (``name=(choices or IdRule,
+    description)``)."""
     params = [
         OpenApiParameter("limit", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT},
                          OpenApiParameter.QUERY, description=f"Items per page (1–{MAX_LIMIT})."),
@@ -154,8 +161,7 @@ def page_parameters(**filters: tuple[Sequence[str] | None, str]) -> list[OpenApi
                          description="`next_cursor` of the previous page; omit for the first page."),
     ]
     for name, (choices, description) in filters.items():
-        schema = {"type": "string", "enum": list(choices)} if choices else {"type": "string", "minLength": 1,
-                                                                            "maxLength": 255}
+        schema = dict(choices.schema) if isinstance(choices, IdRule) else {"type": "string", "enum": list(choices)}
         params.append(OpenApiParameter(name, schema, OpenApiParameter.QUERY, description=description))
     return params
 

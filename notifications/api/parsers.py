@@ -18,7 +18,7 @@ from rest_framework.parsers import JSONParser
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
-def _unstorable(text: str) -> str | None:
+def unstorable(text: str) -> str | None:
     """What in ``text`` cannot be stored or echoed: ``"NUL characters (\\u0000)"``, ``"a lone UTF-16
     surrogate (\\udXXX)"``, or None."""
     match = _UNSTORABLE.search(text)
@@ -36,12 +36,12 @@ def _printable(path: str) -> str:
 def _find_unstorable(value, path: str = "") -> tuple[str, str] | None:
     """``(path, what)`` of the first key or string value that cannot be stored, or None."""
     if isinstance(value, str):
-        what = _unstorable(value)
+        what = unstorable(value)
         return (path or "(body)", what) if what else None
     if isinstance(value, dict):
         for key, item in value.items():
             here = f"{path}.{key}" if path else str(key)
-            what = _unstorable(str(key))
+            what = unstorable(str(key))
             if what:
                 return here, what
             found = _find_unstorable(item, here)

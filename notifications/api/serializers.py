@@ -27,6 +27,8 @@ from notifications import clock
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Priority
 from notifications.quiet_hours_policy import priority_category_problem
 from preferences.models import Channel, Recipient
+from preferences.validation import control_character_problem, no_control_pattern
+from providers.registry import unavailable_channel_problem
 
 SMS_MAX_CHARS = 1600
 PUSH_MAX_BYTES = 4096
@@ -164,6 +166,28 @@ class CategoryField(serializers.CharField):
     (``invalid_category``)."""
 
 
+MAX_LABEL_LENGTH = 200
+
+
+@extend_schema_field({"type": "string", "minLength": 1, "maxLength": MAX_LABEL_LENGTH,
+                      "pattern": no_control_pattern(MAX_LABEL_LENGTH)})
+class LabelField(serializers.CharField):
+    """A one-line name shown in lists and logs (a segment's, a template's, a campaign's): at most
+    MAX_LABEL_LENGTH characters, no control character (C0, DEL, C1: a line break or a terminal
+    escape in an admin list or a log line); code ``invalid``. (Or empty, where ``allow_blank``:
+    drf-spectacular adds that alternative.)"""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(max_length=MAX_LABEL_LENGTH, **kwargs)
+
+    def to_internal_value(self, data):
+        # Checked before DRF trims the surrounding whitespace, of which U+0085 is a part for Python.
+        problem = control_character_problem(data) if isinstance(data, str) else ""
+        if problem:
+            raise serializers.ValidationError(f"a name {problem}", code="invalid")
+        return super().to_internal_value(data)
+
+
 @extend_schema_field({"type": "string", "pattern": r"^([01]?[0-9]|2[0-3]):[0-5]?[0-9]$", "example": "22:00"})
 class WallTimeField(serializers.TimeField):
     """A wall-clock time written ``HH:MM`` (in and out). Documented with a pattern: the OpenAPI ``time``
@@ -214,7 +238,8 @@ class ContentSerializer(RejectUnknownFields, serializers.Serializer):
 class SendRequestSerializer(RejectUnknownFields, serializers.Serializer):
     """``POST /v1/notifications`` body."""
 
-    user_id = serializers.CharField(max_length=255)
+    user_id = serializers.CharField(max_length=255, trim_whitespace=False,
+                                    help_text="An existing user id, exactly as stored (never trimmed).")
     channel = serializers.ChoiceField(choices=Channel.choices)
     priority = serializers.ChoiceField(choices=Priority.choices, default=Priority.STANDARD)
     category = CategoryField(required=False, allow_blank=True, default="", max_length=64,
@@ -240,6 +265,7 @@ class SendRequestSerializer(RejectUnknownFields, serializers.Serializer):
     def validate(self, attrs):
         errors = channel_content_errors(attrs["channel"], attrs["content"])
         errors.update(priority_category_errors(attrs["priority"], attrs["category"]))
+        errors.update(channel_available_errors(attrs["channel"]))
         if errors:
             raise serializers.ValidationError(errors)
         recipient = Recipient.objects.filter(pk=attrs["user_id"]).first()
@@ -248,6 +274,14 @@ class SendRequestSerializer(RejectUnknownFields, serializers.Serializer):
                 f"unknown user; create it with PUT /v1/users/{attrs['user_id']}", code="unknown_user")})
         attrs["recipient"] = recipient
         return attrs
+
+
+def channel_available_errors(channel: str) -> dict:
+    """``{"channel": ErrorDetail(code="channel_unavailable")}`` when the platform has no provider for
+    ``channel`` (its ``*_PROVIDERS`` list is empty: :func:`providers.registry.unavailable_channel_problem`),
+    else ``{}``: a send that could only become a dead letter is refused when it is made."""
+    problem = unavailable_channel_problem(channel)
+    return {"channel": serializers.ErrorDetail(problem, code="channel_unavailable")} if problem else {}
 
 
 def priority_category_errors(priority: str, category: str) -> dict:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from django.db.models import Q
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from campaigns.ownership import readable_notifications
 from notifications import audit, services
+from notifications.api import parameters
 from notifications.api.errors import BODY, MissingScope, error_responses, field_error, response_headers
 from notifications.api.pagination import Ordering, list_page, page_parameters, page_serializer
 from notifications.api.serializers import (
@@ -20,7 +21,7 @@ from notifications.api.serializers import (
 )
 from notifications.models import Notification, Priority, Status
 from notifications.scopes import Scope
-from preferences.api.views import _USER_ID, PathIdView, recipient_or_404
+from preferences.api.views import _USER_ID, recipient_or_404
 from preferences.models import Channel
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -141,12 +142,9 @@ def _own(request, notification_id):
 
 
 def _readable(request, notification_id):
-    """A client reads its own single sends and the sends of campaigns it may read (its own and those
-    made in the admin), so a row found in ``GET /v1/users/{id}/notifications`` can be opened."""
-    from campaigns.models import Campaign
-
-    campaigns = Campaign.objects.filter(Q(client=request.auth) | Q(client__isnull=True)).values("id")
-    return Notification.objects.filter(Q(client=request.auth) | Q(campaign_id__in=campaigns), pk=notification_id)
+    """The notification if this client may read it (:func:`campaigns.ownership.readable_notifications`,
+    the rule ``GET /v1/users/{id}/notifications`` lists by too)."""
+    return readable_notifications(request.auth).filter(pk=notification_id)
 
 
 class NotificationDetailView(APIView):
@@ -186,26 +184,33 @@ class NotificationCancelView(APIView):
 
 
 _NEWEST_FIRST = Ordering(("created_at", "id"), descending=True)
-_USER_NOTIFICATION_FILTERS = {"status": Status.values, "channel": Channel.values, "category": None}
+_USER_NOTIFICATION_FILTERS = {"status": Status.values, "channel": Channel.values, "category": parameters.CATEGORY}
 
 
-class UserNotificationsView(PathIdView):
-    """What was sent to one user: every notification to them (single sends of every API client and
-    campaign sends), newest first."""
+class UserNotificationsView(APIView):
+    """What this client sent to one user, newest first: the user's notifications it may read
+    (:func:`campaigns.ownership.readable_notifications`: its own single sends, and the sends of its
+    own campaigns and of those made in the admin), as ``GET /v1/notifications/{id}`` reads them."""
 
     required_scopes = {"get": Scope.READ}
 
     @extend_schema(
         operation_id="v1_users_notifications_list",
-        summary="A user's notifications, newest first (keyset pagination)",
+        summary="A user's notifications this client may read, newest first (keyset pagination)",
+        description="The user's notifications that `GET /v1/notifications/{id}` opens for this client: its "
+                    "own single sends, and the sends of its own campaigns and of those made in the admin. "
+                    "Other clients' messages to the same user are not listed (support reads them in the "
+                    "admin).",
         parameters=[_USER_ID, *page_parameters(status=(Status.values, "Only notifications in this status."),
                                      channel=(Channel.values, "Only this channel."),
-                                     category=(None, "Only this category.")), *response_headers()],
+                                     category=(parameters.CATEGORY, "Only this category.")),
+                    *response_headers()],
         responses={200: page_serializer("NotificationPage", NotificationSummarySerializer()),
                    **error_responses(404, 422, _404="Unknown user_id.",
                                      _422="A bad query parameter or path id; `field` names it.")})
     def get(self, request, user_id: str):
         recipient = recipient_or_404(user_id)
-        return Response(list_page(request.query_params, Notification.objects.filter(recipient=recipient),
+        return Response(list_page(request.query_params,
+                                  readable_notifications(request.auth).filter(recipient=recipient),
                                   _NEWEST_FIRST, lambda rows: NotificationSummarySerializer(rows, many=True).data,
                                   _USER_NOTIFICATION_FILTERS))

@@ -10,7 +10,13 @@ from rest_framework import serializers
 
 from notifications.api.serializers import CATEGORY_PATTERN, RejectUnknownFields, WallTimeField
 from preferences.models import Channel, Device, Erasure, Recipient
-from preferences.validation import normalize_phone, validate_iana_zone
+from preferences.validation import (
+    MAX_PUSH_TOKEN_LENGTH,
+    no_control_pattern,
+    normalize_phone,
+    push_token_problem,
+    validate_iana_zone,
+)
 
 _LOCALE = re.compile(r"^[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{2,8})*$")
 
@@ -115,10 +121,29 @@ class PreferencesSerializer(RejectUnknownFields, serializers.Serializer):
         }
 
 
+@extend_schema_field({"type": "string", "minLength": 1, "maxLength": MAX_PUSH_TOKEN_LENGTH,
+                       "pattern": no_control_pattern(MAX_PUSH_TOKEN_LENGTH)})
+class PushTokenField(serializers.CharField):
+    """A push token, by the one token rule (:func:`preferences.validation.push_token_problem`) that
+    ``DELETE /v1/users/{id}/devices/{push_token}`` applies too: a token that can be registered can be
+    removed. Taken as given (never trimmed); code ``invalid``."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(max_length=MAX_PUSH_TOKEN_LENGTH, trim_whitespace=False, **kwargs)
+
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        # Empty and overlong values are left to DRF's own checks (codes ``blank``, ``max_length``).
+        problem = push_token_problem(value) if 0 < len(value) <= MAX_PUSH_TOKEN_LENGTH else ""
+        if problem:
+            raise serializers.ValidationError(f"a push token {problem}", code="invalid")
+        return value
+
+
 class DeviceSerializer(RejectUnknownFields, serializers.ModelSerializer):
     # FCM registration tokens are ~160 characters, APNs tokens 64 hex digits; 1,024 leaves room
     # and stays well inside what the unique index can hold.
-    push_token = serializers.CharField(max_length=1024)
+    push_token = PushTokenField()
 
     class Meta:
         model = Device

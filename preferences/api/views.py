@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from notifications import audit
-from notifications.api.errors import BODY, NotFoundError, error_responses, field_error, response_headers
+from notifications.api import parameters
+from notifications.api.errors import BODY, NotFoundError, error_responses, response_headers
 from notifications.scopes import Scope
 from preferences import services
 from preferences.api.erasure import erase_user
@@ -21,13 +22,8 @@ from preferences.api.serializers import (
 )
 from preferences.models import Device, Preferences, Recipient
 
-# check_path_id: 1–255 (push tokens 1–4096) characters without control characters.
-_USER_ID = OpenApiParameter("user_id", {"type": "string", "pattern": r"^[^\u0000-\u001f\u007f]{1,255}$"},
-                            OpenApiParameter.PATH, description="The upstream service's user id (1–255 characters, "
-                                                               "no control characters).",
-                            examples=[OpenApiExample("user", value="alice")])
-_PUSH_TOKEN = OpenApiParameter("push_token", {"type": "string", "pattern": r"^[^\u0000-\u001f\u007f]{1,4096}$"},
-                               OpenApiParameter.PATH, examples=[OpenApiExample("token", value="fcm-token-1")])
+_USER_ID = parameters.USER_ID.parameter("user_id")
+_PUSH_TOKEN = parameters.PUSH_TOKEN.parameter("push_token")
 _404 = "Unknown user_id (create it with PUT /v1/users/{user_id})."
 _422_PATH = "Validation failed (including a path id that is empty, too long or has control characters)."
 
@@ -47,38 +43,17 @@ def _device_state(device: Device) -> dict:
     return {"user_id": device.recipient_id, "platform": device.platform, "active": device.active}
 
 
-class BadPathId(Exception):
-    def __init__(self, response):
-        self.response = response
-
-
-def check_path_id(name: str, value: str, max_length: int = 255) -> None:
-    """Path ids must be 1–``max_length`` characters without control characters (NUL cannot even be
-    stored). Raises BadPathId carrying the 422 response."""
-    if not value or len(value) > max_length or any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise BadPathId(field_error(name, "invalid", f"must be 1–{max_length} characters without control "
-                                                     "characters", 422))
-
-
 def recipient_or_404(user_id: str) -> Recipient:
-    """The recipient, or a 422 (bad path id) / 404 naming ``user_id`` (raised)."""
-    check_path_id("user_id", user_id)
+    """The recipient. Raises InvalidParameter (422: ``user_id`` breaks the user-id rule,
+    :data:`notifications.api.parameters.USER_ID`) or NotFoundError (404), both naming ``user_id``."""
+    parameters.USER_ID.check("user_id", user_id)
     recipient = Recipient.objects.filter(pk=user_id).first()
     if recipient is None:
         raise NotFoundError("user_id", f"no user with this id; create it with PUT /v1/users/{user_id}")
     return recipient
 
 
-class PathIdView(APIView):
-    """Answers a :class:`BadPathId` with its 422."""
-
-    def handle_exception(self, exc):
-        if isinstance(exc, BadPathId):
-            return exc.response
-        return super().handle_exception(exc)
-
-
-class RecipientView(PathIdView):
+class RecipientView(APIView):
     required_scopes = {"get": Scope.READ, "put": Scope.RECIPIENTS_WRITE, "delete": Scope.RECIPIENTS_WRITE}
     audit_object = "recipient"
 
@@ -91,7 +66,7 @@ class RecipientView(PathIdView):
                               **error_responses(*BODY, 422, _422=_422_PATH)},
                    summary="Create or replace a recipient's contacts")
     def put(self, request, user_id: str):
-        check_path_id("user_id", user_id)
+        parameters.USER_ID.check("user_id", user_id)
         ser = RecipientSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         existing = Recipient.objects.filter(pk=user_id).first()
@@ -121,7 +96,7 @@ class RecipientView(PathIdView):
         return Response(data)
 
 
-class PreferencesView(PathIdView):
+class PreferencesView(APIView):
     required_scopes = {"get": Scope.READ, "put": Scope.PREFERENCES_WRITE}
     audit_object = "preferences"
 
@@ -151,7 +126,7 @@ class PreferencesView(PathIdView):
         return Response(after)
 
 
-class DevicesView(PathIdView):
+class DevicesView(APIView):
     required_scopes = {"get": Scope.READ, "put": Scope.DEVICES_WRITE}
     audit_object = "device"
 
@@ -183,7 +158,7 @@ class DevicesView(PathIdView):
         return Response(DeviceSerializer(device).data, status=code)
 
 
-class DeviceView(PathIdView):
+class DeviceView(APIView):
     required_scopes = {"delete": Scope.DEVICES_WRITE}
     audit_object = "device"
 
@@ -194,7 +169,7 @@ class DeviceView(PathIdView):
                    summary="Remove a push token")
     def delete(self, request, user_id: str, push_token: str):
         recipient = recipient_or_404(user_id)
-        check_path_id("push_token", push_token, 4096)
+        parameters.PUSH_TOKEN.check("push_token", push_token)
         if not services.remove_device(recipient, push_token):
             raise NotFoundError("push_token", "this user has no device with this push_token")
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -10,23 +10,31 @@ address invalid; ``spamreport`` → complaint; ``unsubscribe``/``group_unsubscri
 for unsubscribed/spam-reporting addresses → unsubscribe; ``open``/``click`` → engagement. An event's
 ``timestamp`` becomes the receipt's ``occurred_at`` (a candidate ``sent_at`` when the receipt settles a
 row whose call was never recorded) and part of its de-duplication key (:func:`dedup_key`).
+
+What cannot be stored is never stored, and never answered with a 5xx (which SendGrid retries for
+days): NUL or a lone surrogate in an event's key or string is stored as U+FFFD
+(``providers.webhooks.storable``: the event is kept, a damaged id matches no message); a signed body
+that is not UTF-8 JSON, or nests deeper than can be read, is 400 and stores nothing.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from datetime import UTC, datetime
 
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
 from django.conf import settings
-from django.http import HttpResponse
+from django.http import HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 from sendgrid.helpers.eventwebhook import EventWebhook
 from sendgrid.helpers.eventwebhook.eventwebhook_header import EventWebhookHeader
 
 from notifications import receipts
-from providers.webhooks import forbidden
+from providers.webhooks import forbidden, storable_fields
 
 MAX_SKEW_SECONDS = 300
 _INVALID_DROP_REASONS = ("bounced address", "invalid")
@@ -140,17 +148,32 @@ def events(request):
         return forbidden("sendgrid", "timestamp header is not unix seconds")
     if skew > MAX_SKEW_SECONDS:
         return forbidden("sendgrid", f"timestamp is {int(skew)} s away from now (replay window is 300 s)")
-    raw = request.body.decode("utf-8", errors="replace")
-    try:
-        valid = EventWebhook(public_key).verify_signature(raw, signature, timestamp)
-    except Exception:  # malformed key or signature encoding
-        valid = False
-    if not valid:
+    if not signature_valid(public_key, signature, timestamp, request.body):
         return forbidden("sendgrid", "signature does not match the raw body and timestamp")
     try:
-        payload = json.loads(raw)
-    except ValueError:
-        return HttpResponse(status=400)
+        payload = json.loads(request.body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        return _unreadable(exc)
     items = payload if isinstance(payload, list) else [payload]
-    receipts.accept_receipts([to_receipt(e) for e in items if isinstance(e, dict)])
+    receipts.accept_receipts([to_receipt(storable_fields(e)) for e in items if isinstance(e, dict)])
     return HttpResponse(status=204)
+
+
+def signature_valid(public_key: str, signature: str, timestamp: str, body: bytes) -> bool:
+    """Whether ``signature`` (base64 ECDSA P-256/SHA-256) signs ``timestamp`` + the raw ``body`` for
+    ``public_key`` (base64 DER, parsed by the SDK's ``EventWebhook``). The SDK's own
+    ``verify_signature`` takes the body as text and encodes it as UTF-8 again, so a body that is not
+    UTF-8 could not be checked as sent: this is its check over the bytes SendGrid signed. Never raises."""
+    try:
+        key = EventWebhook(public_key).public_key
+        key.verify(base64.b64decode(signature), timestamp.encode("utf-8") + body, ec.ECDSA(hashes.SHA256()))
+    except Exception:  # malformed key or signature encoding, or InvalidSignature
+        return False
+    return True
+
+
+def _unreadable(exc: Exception) -> JsonResponse:
+    """400 for a signed body that is not UTF-8 JSON, or nests deeper than can be read (nothing stored)."""
+    why = ("JSON nested too deeply" if isinstance(exc, RecursionError) else
+           "not UTF-8" if isinstance(exc, UnicodeDecodeError) else "not JSON")
+    return JsonResponse({"error": {"status": 400, "code": "parse_error", "message": f"body: {why}"}}, status=400)

@@ -7,7 +7,8 @@ built-in token (``providers/emulator/defaults.py``) unless the platform is in em
 Statuses map to receipts as follows: ``queued``/``accepted``/``sending``/``sent``/``scheduled`` →
 accepted (no state change); ``delivered`` → delivered; ``read`` → engagement;
 ``undelivered``/``failed``/``canceled`` → failed, with ``ErrorCode`` (30003 unreachable, 30005
-unknown handset, 30006 landline, 30007 filtered…).
+unknown handset, 30006 landline, 30007 filtered…). NUL or a lone surrogate in a parameter is stored as
+U+FFFD (``providers.webhooks.storable``): the callback is answered 204, never a 500 Twilio retries.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from twilio.request_validator import RequestValidator
 
 from notifications import receipts
 from providers.emulator.defaults import BUILT_IN_SECRETS
-from providers.webhooks import forbidden, public_url
+from providers.webhooks import forbidden, public_url, storable, storable_fields
 
 STATUS_KINDS = {
     "queued": receipts.ACCEPTED, "accepted": receipts.ACCEPTED, "sending": receipts.ACCEPTED,
@@ -56,13 +57,14 @@ def status_callback(request):
         return forbidden("twilio", "missing X-Twilio-Signature header")
     if not token or not RequestValidator(token).validate(public_url(request), request.POST, signature):
         return forbidden("twilio", "signature does not match the public URL and parameters")
-    params = request.POST
+    # After the signature (which covers the parameters as sent): what is stored must be storable.
+    params = storable_fields(request.POST.dict())
     status = (params.get("MessageStatus") or params.get("SmsStatus") or "").lower()
     sid = params.get("MessageSid") or params.get("SmsSid") or ""
     code = params.get("ErrorCode") or ""
     receipt = receipts.Receipt(
         provider="twilio", dedup_key=f"twilio:{sid}:{status}:{code}", kind=STATUS_KINDS.get(status, "unknown"),
-        raw=status or "unknown", notification_id=request.GET.get("nid"), provider_message_id=sid,
+        raw=status or "unknown", notification_id=storable(request.GET.get("nid")), provider_message_id=sid,
         error_code=code, sender=params.get("From", "") or params.get("MessagingServiceSid", ""))
     receipts.accept_receipts([receipt])
     return HttpResponse(status=204)

@@ -1,0 +1,92 @@
+"""The rule of every kind of id a path or a query string names, in one place: what it accepts, its
+OpenAPI schema (generated from the same rule), and the 422 for a value that breaks it, in the
+API's one error shape naming the parameter (:class:`~notifications.api.errors.InvalidParameter`).
+
+========================  =============================================================================
+kind                      rule
+========================  =============================================================================
+user id                   1–255 characters, no control character (C0, DEL, C1):
+                          :func:`preferences.validation.user_id_problem`, also for members and the admin
+push token                1–1,024 characters, no control character: :func:`~preferences.validation.
+                          push_token_problem`, also the body of ``PUT /v1/users/{id}/devices``
+segment / template id     1–64 ASCII letters, digits, ``-``, ``_`` (:data:`SLUG`); case-sensitive:
+                          ``VIP`` and ``vip`` are two segments
+category (query filter)   as on sends: lower-case letters, digits, ``_ . -``, at most 64, first a
+                          letter or digit (:data:`CATEGORY`)
+notification, campaign    UUIDs, matched by the URL itself (anything else: ``404`` for the URL)
+========================  =============================================================================
+
+Ids are taken exactly as given: never trimmed, never case-folded, so what is stored is what the
+path reaches. Every text id is checked before any query runs (Postgres text cannot hold NUL: an
+unchecked ``%00`` was a 500).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter
+
+from notifications.api.errors import InvalidParameter
+from notifications.api.serializers import CATEGORY_PATTERN
+from preferences.validation import (
+    MAX_PUSH_TOKEN_LENGTH,
+    MAX_USER_ID_LENGTH,
+    control_character_problem,
+    no_control_pattern,
+    push_token_problem,
+    user_id_problem,
+)
+
+
+@dataclass(frozen=True)
+class IdRule:
+    """One kind of id: ``problem(value)`` says why a value breaks the rule (``''``: it does not),
+    ``schema`` is its OpenAPI schema, ``description`` the rule in words."""
+
+    problem: Callable[[str], str]
+    schema: dict
+    description: str
+    examples: dict = field(default_factory=dict)
+
+    def check(self, name: str, value: str) -> str:
+        """``value`` if it follows the rule. Raises InvalidParameter (422, code ``invalid``, naming
+        ``name``: ``"segment_id: contains a control character (U+0000); 1–64 letters, …"``)."""
+        why = self.problem(value)
+        if why:
+            raise InvalidParameter(name, "invalid", f"{why}; {self.description}")
+        return value
+
+    def parameter(self, name: str, location: str = OpenApiParameter.PATH, **kwargs) -> OpenApiParameter:
+        """The OpenAPI parameter ``name`` following this rule."""
+        kwargs.setdefault("examples", [OpenApiExample(k, value=v) for k, v in self.examples.items()] or None)
+        kwargs.setdefault("description", self.description[:1].upper() + self.description[1:] + ".")
+        return OpenApiParameter(name, dict(self.schema), location, **kwargs)
+
+
+def _pattern_problem(pattern: re.Pattern, max_length: int) -> Callable[[str], str]:
+    def problem(value: str) -> str:
+        if not value:
+            return "must not be empty"
+        if len(value) > max_length:
+            return f"is {len(value)} characters; at most {max_length}"
+        return control_character_problem(value) or ("" if pattern.fullmatch(value) else "has a character the "
+                                                                                          "rule does not allow")
+    return problem
+
+
+_SLUG_PATTERN = re.compile(r"^[-a-zA-Z0-9_]{1,64}$")
+
+USER_ID = IdRule(user_id_problem, {"type": "string", "pattern": no_control_pattern(MAX_USER_ID_LENGTH)},
+                 f"the upstream service's user id: 1–{MAX_USER_ID_LENGTH} characters without control characters "
+                 "(case-sensitive, taken as given)", {"user": "alice"})
+PUSH_TOKEN = IdRule(push_token_problem, {"type": "string", "pattern": no_control_pattern(MAX_PUSH_TOKEN_LENGTH)},
+                    f"a registered push token: 1–{MAX_PUSH_TOKEN_LENGTH} characters without control characters",
+                    {"token": "fcm-token-1"})
+SLUG = IdRule(_pattern_problem(_SLUG_PATTERN, 64), {"type": "string", "pattern": _SLUG_PATTERN.pattern},
+              "1–64 letters, digits, '-' and '_' (case-sensitive)")
+CATEGORY = IdRule(_pattern_problem(CATEGORY_PATTERN, 64),
+                  {"type": "string", "minLength": 1, "maxLength": 64, "pattern": CATEGORY_PATTERN.pattern},
+                  "a category: lower-case letters, digits, '_', '.', '-'; at most 64, as on sends")
