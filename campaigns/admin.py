@@ -10,13 +10,16 @@ page (:class:`notifications.admin.RecipientNotificationInline`).
 
 Priority ``high`` needs the permission ``campaigns.send_high_priority`` (see
 :func:`campaigns.forms.can_send_high`): superusers, and staff it is granted to one by one; the
-``marketing`` group does not have it.
+``marketing`` group does not have it. So does everything that changes what the high tier delivers
+(the API's rule with ``notifications:send_high``, :mod:`campaigns.ownership`): a high-priority
+campaign is launched, cancelled, edited or deleted only with it, and a template or a segment's
+members that an active high-priority campaign uses are read-only without it (the page says why).
 """
 
 from __future__ import annotations
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin.utils import flatten_fieldsets, unquote
 from django.contrib.admin.views.main import ChangeList
 from django.db import transaction
@@ -117,6 +120,9 @@ class SegmentAdmin(ContentLookupGuard, OwnerColumn, admin_views.SegmentUploadVie
     def change_view(self, request, object_id, form_url="", extra_context=None):
         extra = {"upload_form": MemberUploadForm(),
                  "upload_url": reverse("admin:campaigns_segment_upload_members", args=[object_id])}
+        segment = self.get_object(request, unquote(object_id))
+        if segment is not None:
+            extra["members_locked"] = admin_views.high_priority_lock(request, segment)
         return super().change_view(request, object_id, form_url, {**extra, **(extra_context or {})})
 
 
@@ -130,6 +136,29 @@ class SegmentMemberAdmin(ContentLookupGuard, admin.ModelAdmin):
     raw_id_fields = ["recipient"]
     ordering = ["segment", "recipient"]  # the unique constraint's index
     show_full_result_count = False
+
+    # Members of a segment an active high-priority campaign uses: only with campaigns.send_high_priority.
+    def has_change_permission(self, request, obj=None):
+        return super().has_change_permission(request, obj) and not (
+            obj is not None and admin_views.high_priority_lock(request, obj.segment))
+
+    def has_delete_permission(self, request, obj=None):
+        return super().has_delete_permission(request, obj) and not (
+            obj is not None and admin_views.high_priority_lock(request, obj.segment))
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        base = super().get_form(request, obj, change, **kwargs)
+
+        class MemberForm(base):
+            def clean(self):
+                cleaned = super().clean()
+                segment = cleaned.get("segment")
+                locked = segment is not None and admin_views.high_priority_lock(request, segment)
+                if locked:
+                    self.add_error("segment", locked)
+                return cleaned
+
+        return MemberForm
 
 
 # --- templates -------------------------------------------------------------------------------------
@@ -163,6 +192,15 @@ class TemplateAdmin(ContentLookupGuard, OwnerColumn, admin.ModelAdmin):
     def get_readonly_fields(self, request, obj=None):
         return ["template_id", "used_by"] if obj is not None else []
 
+    # A template an active high-priority campaign uses: only with campaigns.send_high_priority.
+    def has_change_permission(self, request, obj=None):
+        return super().has_change_permission(request, obj) and not (
+            obj is not None and admin_views.high_priority_lock(request, obj))
+
+    def has_delete_permission(self, request, obj=None):
+        return super().has_delete_permission(request, obj) and not (
+            obj is not None and admin_views.high_priority_lock(request, obj))
+
     def get_fields(self, request, obj=None):
         return ["template_id", "name", "default_locale", "client", *(["used_by"] if obj is not None else [])]
 
@@ -182,6 +220,9 @@ class TemplateAdmin(ContentLookupGuard, OwnerColumn, admin.ModelAdmin):
         template = self.get_object(request, unquote(object_id)) if request.method == "GET" else None
         if user_id and template is not None:
             extra["preview"] = admin_views.template_preview(template, user_id)
+        locked = template is not None and admin_views.high_priority_lock(request, template)
+        if locked:
+            messages.warning(request, f"Read-only. {locked}")
         return super().change_view(request, object_id, form_url, {**extra, **(extra_context or {})})
 
 
@@ -293,9 +334,16 @@ class CampaignAdmin(ContentLookupGuard, admin_views.CampaignLifecycleViews, admi
         else:
             obj.save(force_insert=True)
 
+    def has_change_permission(self, request, obj=None):
+        """A high-priority campaign: only with campaigns.send_high_priority (edit, launch, cancel)."""
+        return super().has_change_permission(request, obj) and (
+            obj is None or admin_views.may_change_high(request, obj))
+
     def has_delete_permission(self, request, obj=None):
-        """Only drafts can be deleted; launched campaigns are cancelled."""
-        return super().has_delete_permission(request, obj) and (obj is None or obj.status == CampaignStatus.DRAFT)
+        """Only drafts can be deleted (launched campaigns are cancelled); high-priority ones only with
+        campaigns.send_high_priority."""
+        return super().has_delete_permission(request, obj) and (obj is None or (
+            obj.status == CampaignStatus.DRAFT and admin_views.may_change_high(request, obj)))
 
     def get_actions(self, request):
         actions = super().get_actions(request)
@@ -359,6 +407,9 @@ class CampaignAdmin(ContentLookupGuard, admin_views.CampaignLifecycleViews, admi
         extra = {}
         if campaign is not None and self.has_view_permission(request, campaign):
             may_change = self.has_change_permission(request, campaign)
+            if request.method == "GET" and not admin_views.may_change_high(request, campaign):
+                messages.info(request, "A high-priority campaign is launched, cancelled or changed only by staff with "
+                                       "the permission campaigns.send_high_priority.")
             extra = {"campaign": campaign,
                      "launch_url": reverse("admin:campaigns_campaign_launch", args=[campaign.pk]),
                      "cancel_url": reverse("admin:campaigns_campaign_cancel", args=[campaign.pk]),

@@ -17,7 +17,7 @@ from django.http import Http404, JsonResponse
 from django.shortcuts import redirect
 from django.urls import reverse
 
-from campaigns import fanout, services
+from campaigns import fanout, ownership, services
 from campaigns.forms import MemberUploadForm, can_send_high
 from campaigns.models import Campaign, CampaignStatus, Segment, Template
 from campaigns.rendering import Rendered, RenderError, pick_variant, render_template
@@ -52,6 +52,32 @@ def add_members(segment: Segment, user_ids: list[str]) -> dict[str, int]:
             created += result["created_recipients"]
     return {"ids": len(user_ids), "added": added, "already_members": len(user_ids) - added,
             "created_recipients": created}
+
+
+def high_priority_lock(request, obj: Template | Segment) -> str:
+    """Why the staff user of ``request`` may not change ``obj`` (a template, or a segment's members):
+    the message naming the active high-priority campaign that uses it, or ``""`` when they may (they
+    hold ``campaigns.send_high_priority``, or no such campaign uses it). The admin's side of the rule
+    in :mod:`campaigns.ownership` ("High tier"); remembered for the request (pages ask several times)."""
+    cache = request.__dict__.setdefault("_high_priority_locks", {})
+    key = (type(obj).__name__, obj.pk)
+    if key not in cache:
+        campaign = ownership.locked_for_staff(obj, can_send_high(request.user))
+        if campaign is None:
+            cache[key] = ""
+        else:
+            kind, action = (("template", "changing it") if isinstance(obj, Template)
+                            else ("segment", "changing its members"))
+            cache[key] = (f"This {kind} is used by the active high-priority campaign “{campaign}” "
+                          f"({campaign.get_status_display()}): {action} needs the permission "
+                          "campaigns.send_high_priority.")
+    return cache[key]
+
+
+def may_change_high(request, campaign: Campaign) -> bool:
+    """Launching, cancelling, editing or deleting a campaign of priority ``high`` needs the permission
+    ``campaigns.send_high_priority`` (:func:`campaigns.forms.can_send_high`), as choosing it does."""
+    return campaign.priority != Priority.HIGH or can_send_high(request.user)
 
 
 @dataclass(frozen=True)
@@ -157,6 +183,10 @@ class SegmentUploadViews:
         change_url = reverse("admin:campaigns_segment_change", args=[quote(segment.pk)])
         if request.method != "POST":
             return redirect(change_url)
+        locked = high_priority_lock(request, segment)
+        if locked:
+            messages.error(request, f"Upload rejected; nothing was added. {locked}")
+            return redirect(change_url)
         form = MemberUploadForm(request.POST, request.FILES)
         if not form.is_valid():
             problems = " ".join(e for errors in form.errors.values() for e in errors)
@@ -182,7 +212,7 @@ class CampaignLifecycleViews:
             return None
 
     def _may_send(self, request, campaign) -> bool:
-        return campaign.priority != Priority.HIGH or can_send_high(request.user)
+        return may_change_high(request, campaign)
 
     def _post_target(self, request, object_id):
         campaign = self._campaign(object_id)
@@ -214,13 +244,19 @@ class CampaignLifecycleViews:
         return redirect(change_url)
 
     def cancel_view(self, request, object_id):
-        """POST: cancel a scheduled / fanning-out / sending campaign and its unclaimed notifications."""
+        """POST: cancel a scheduled / fanning-out / sending campaign and its unclaimed notifications
+        (a high-priority one only with ``campaigns.send_high_priority``, as its launch)."""
         campaign = self._post_target(request, object_id)
+        if not self._may_send(request, campaign):
+            raise PermissionDenied
         level, text = self._cancel(request, campaign)
         messages.add_message(request, level, text)
         return redirect(reverse("admin:campaigns_campaign_change", args=[campaign.pk]))
 
     def _cancel(self, request, campaign) -> tuple[int, str]:
+        if not self._may_send(request, campaign):
+            return messages.ERROR, (f"{campaign}: not cancelled: cancelling a high-priority campaign needs the "
+                                    "permission campaigns.send_high_priority.")
         if campaign.status not in ACTIVE_CAMPAIGN_STATUSES:
             return messages.WARNING, f"{campaign}: not cancelled, it is {campaign.get_status_display()}."
         try:

@@ -14,9 +14,12 @@ admin has no owner.
   (their content, status and provider's reasons); support reads every one in the admin.
 * **Use** in a campaign: the client's own and admin-made segments and templates, so one client's
   edit never changes another client's campaign.
-* **High tier**: a template that an active high-priority campaign uses (draft, scheduled, fanning
-  out, sending) is changed only by a key holding ``notifications:send_high`` as well: otherwise a
-  key that may not send ``high`` could choose the text the high tier delivers.
+* **High tier**: a template or segment that an active high-priority campaign uses (draft,
+  scheduled, fanning out, sending) is changed (a template's text, a segment's members) only by a key
+  holding ``notifications:send_high`` as well, and so is such a campaign cancelled: otherwise a key
+  that may not send ``high`` could choose the text the high tier delivers, whom it delivers it to
+  (the quiet-hours-bypassing lane), or stop it. The admin applies the same rule with the permission
+  ``campaigns.send_high_priority`` (:func:`locked_for_staff`).
 
 Segment and template ids are one namespace for every client (a ``PUT`` of a taken id cannot make a
 second one), so refusing names the rule (403 ``not_owner``) instead of pretending the id is free.
@@ -48,13 +51,19 @@ class NotOwner(Exception):
 
 
 class NeedsHighScope(Exception):
-    """A template that an active high-priority campaign uses, changed by a key without
-    ``notifications:send_high``."""
+    """A template or segment that an active high-priority campaign uses, changed (or such a campaign
+    cancelled) by a key without ``notifications:send_high``. ``kind`` is ``"template"``,
+    ``"segment"`` or ``"campaign"``; ``why`` says which campaign, for the API's message."""
 
-    def __init__(self, campaign: Campaign) -> None:
-        self.campaign = campaign
-        super().__init__(f"this template is used by the high-priority campaign {campaign.pk} ({campaign.status}); "
-                         f"changing it needs the scope {Scope.SEND_HIGH}")
+    def __init__(self, campaign: Campaign, kind: str = "template") -> None:
+        self.campaign, self.kind = campaign, kind
+        if kind == "campaign":
+            self.why = "cancelling a high-priority campaign"
+            action = "cancelling it"
+        else:
+            self.why = f"this {kind} is used by the high-priority campaign {campaign.pk}"
+            action = "changing its members" if kind == "segment" else "changing it"
+        super().__init__(f"{self.why} ({campaign.status}); {action} needs the scope {Scope.SEND_HIGH}")
 
 
 def is_owner(obj: Segment | Template | Campaign, client: APIClient) -> bool:
@@ -92,9 +101,10 @@ def readable_notifications(client: APIClient) -> QuerySet[Notification]:
     return Notification.objects.filter(Q(client=client) | Q(campaign_id__in=campaigns))
 
 
-def active_high_campaign(template: Template) -> Campaign | None:
-    """The first active high-priority campaign using ``template`` (oldest), or None."""
-    return (Campaign.objects.filter(template=template, priority=Priority.HIGH, status__in=ACTIVE_STATUSES)
+def active_high_campaign(obj: Template | Segment) -> Campaign | None:
+    """The first active high-priority campaign (oldest) using the template or segment ``obj``, or None."""
+    uses = {"template": obj} if isinstance(obj, Template) else {"segment": obj}
+    return (Campaign.objects.filter(**uses, priority=Priority.HIGH, status__in=ACTIVE_STATUSES)
             .order_by("created_at").first())
 
 
@@ -106,3 +116,29 @@ def check_template_change(template: Template, client: APIClient) -> None:
         campaign = active_high_campaign(template)
         if campaign is not None:
             raise NeedsHighScope(campaign)
+
+
+def check_members_change(segment: Segment, client: APIClient) -> None:
+    """Adding or removing members: raises NotOwner unless ``client`` owns ``segment``, then
+    NeedsHighScope (kind ``"segment"``) if an active high-priority campaign uses it and ``client``
+    lacks ``notifications:send_high``."""
+    check_change(segment, client)
+    if not client.has_scope(Scope.SEND_HIGH):
+        campaign = active_high_campaign(segment)
+        if campaign is not None:
+            raise NeedsHighScope(campaign, "segment")
+
+
+def check_cancel(campaign: Campaign, client: APIClient) -> None:
+    """Cancelling through the API (its own campaigns only; the caller looks it up so): raises
+    NeedsHighScope (kind ``"campaign"``) for a high-priority campaign when ``client`` lacks
+    ``notifications:send_high``."""
+    if campaign.priority == Priority.HIGH and not client.has_scope(Scope.SEND_HIGH):
+        raise NeedsHighScope(campaign, "campaign")
+
+
+def locked_for_staff(obj: Template | Segment, may_send_high: bool) -> Campaign | None:
+    """The admin's rule: the active high-priority campaign that keeps staff without the permission
+    ``campaigns.send_high_priority`` (``may_send_high`` False) from changing ``obj`` (a template's
+    variants, a segment's members), or None when they may."""
+    return None if may_send_high else active_high_campaign(obj)

@@ -1,23 +1,33 @@
-"""Bounds on one template render: CPU time, loop iterations, output size (DESIGN.md §10).
+"""Bounds on one template render: CPU time, loop iterations, output size, and the size of every
+value an operation makes or reads (DESIGN.md §10).
 
 :class:`BoundedSandbox` is Jinja2's ``SandboxedEnvironment`` with every way a template can spend
 time or memory routed through a per-render :class:`Budget` (held in a context variable while
-:func:`budget` is active), using the library's own hooks:
+:func:`budget` is active), using the library's own hooks. The principle: **an operation whose work
+happens in C (or in a Python loop that never returns to the template) is sized before it runs**,
+because the CPU bound is only checked between operations and cannot interrupt one.
 
 * loops: a code generator (``code_generator_class``) wraps the iterable of every ``{% for %}``
   (and of every recursive ``loop(…)`` call, through :meth:`BoundedSandbox.call`) so that each
   iteration is charged; ``range()`` (the sandbox's global) refuses a range longer than the
   iterations left;
-* operators: ``+ * ** %`` are ``intercepted_binops``; :meth:`BoundedSandbox.call_binop` refuses a
-  string or list that would pass the bounds and an integer of more than :data:`MAX_INT_BITS` bits
-  before computing it (``'x' * 10**10``, ``9 ** 9 ** 9``, ``'%999999999d' % 1``);
-* output: every ``{{ … }}`` (through ``finalize``) and every piece of template text (charged by the
-  code generator) counts against the output bound, also when written into a macro, a ``{% set %}``
-  block or a filter block; ``~`` concatenations are measured before they are joined;
-* calls, filters and ``str.format``: each call ticks the clock; the arguments of the filters and
-  string methods that size their result (``center``, ``indent``, ``replace``, ``wordwrap``,
-  ``format``, ``join``, ``batch``, ``slice``, ``sum``, ``ljust``, ``zfill``…) are checked first, and
-  every result is measured.
+* sizes count nested items and **every repeated reference** (:mod:`campaigns.render_sizes`):
+  ``[[1] * 10000] * 10000`` holds 100,010,000 items, not 10,000 + 10,000;
+* making values: ``+ * ** %`` are ``intercepted_binops``; :meth:`BoundedSandbox.call_binop` sizes the
+  result from its operands first (``'x' * 10**10``, ``[[1] * 10000] * 10000``, ``9 ** 9 ** 9``,
+  ``'%999999999d' % 1``, ``'%s%s' % (big, big)``); list, tuple and dict literals are measured as they
+  are made (:meth:`BoundedSandbox.made_literal`); every new value is charged to the render's allowance
+  of made values (:func:`campaigns.render_budget.make`);
+* reading values: what is written (``{{ … }}``, through ``finalize``), joined by ``~``, compared
+  (``==``, ``<``, ``in``…: the code generator routes each operand through
+  :meth:`BoundedSandbox.compared`), used as a dictionary key, or given to a filter, test or method
+  that walks it (turns it into text, compares, sorts or adds up its items) is measured before the
+  operation; text may be at most what is left of the output bound. What only passes a value on
+  (a macro argument, ``|length``, ``|first``, ``dict(a=v)``, ``list.append``) costs its length;
+* filters, tests, methods and globals: :mod:`campaigns.render_calls` (what each may cost, and the
+  allowlist of built-in methods; ``str.format`` fields are measured one by one);
+* output: every ``{{ … }}`` and every piece of template text (charged by the code generator) counts
+  against the output bound, also when written into a macro, a ``{% set %}`` block or a filter block.
 
 The budget, its limits (settings ``TEMPLATE_RENDER_*``) and the size checks are in
 :mod:`campaigns.render_budget`; a bound exceeded raises its :class:`RenderBoundExceeded`.
@@ -25,11 +35,11 @@ The budget, its limits (settings ``TEMPLATE_RENDER_*``) and the size checks are 
 
 from __future__ import annotations
 
-import functools
+import types
 
 from jinja2 import nodes
-from jinja2.compiler import CodeGenerator
-from jinja2.runtime import LoopContext
+from jinja2.compiler import CodeGenerator, operators, optimizeconst
+from jinja2.runtime import LoopContext, Undefined
 from jinja2.sandbox import MAX_RANGE, SandboxedEnvironment
 from jinja2.utils import pass_context
 from markupsafe import soft_str
@@ -38,133 +48,27 @@ from campaigns.render_budget import (
     CURRENT,
     MAX_INT_BITS,
     RenderBoundExceeded,
-    check_brace_format,
+    charge,
     check_chars,
     check_items,
-    check_percent_format,
     check_size,
     limits,
-    tick,
+    limits_now,
+    make,
+    output_left,
+    too_long,
 )
+from campaigns.render_calls import (
+    attribute_allowed,
+    bounded_format,
+    bounded_lipsum,
+    check_method,
+    checked_result,
+    guard_filter,
+    guard_test,
+)
+from campaigns.render_sizes import SCALARS, measure, measure_all, percent_estimate, units
 
-# --- filters and string methods whose result size their arguments decide --------------------------
-
-def _arg(args, kwargs, index: int, name: str, default=None):
-    return args[index] if len(args) > index else kwargs.get(name, default)
-
-
-def _replace_estimate(s, old, new, count) -> int:
-    s, old, new = soft_str(s), soft_str(old), soft_str(new)
-    found = s.count(old) if old else len(s) + 1
-    if count is not None and count >= 0:
-        found = min(found, count)
-    return len(s) + found * max(0, len(new) - len(old))
-
-
-def _pre_center(a, k, what):
-    width = _arg(a, k, 1, "width", 80)
-    if isinstance(width, int):
-        check_chars(width, what)
-
-
-def _pre_indent(a, k, what):
-    s, width = soft_str(_arg(a, k, 0, "s", "")), _arg(a, k, 1, "width", 4)
-    each = width if isinstance(width, int) else len(soft_str(width))
-    check_chars(len(s) + (s.count("\n") + 1) * max(each, 0), what)
-
-
-def _pre_replace(a, k, what):
-    check_chars(_replace_estimate(_arg(a, k, 0, "s", ""), _arg(a, k, 1, "old", ""), _arg(a, k, 2, "new", ""),
-                                      _arg(a, k, 3, "count")), what)
-
-
-def _pre_wordwrap(a, k, what):
-    s, width = soft_str(_arg(a, k, 0, "s", "")), _arg(a, k, 1, "width", 79)
-    wrap = soft_str(_arg(a, k, 3, "wrapstring") or "\n")
-    if isinstance(width, int):
-        check_chars(len(s) + (len(s) // max(width, 1) + 1) * len(wrap), what)
-
-
-def _pre_format(a, k, what):
-    check_percent_format(soft_str(_arg(a, k, 0, "value", "")), what)
-
-
-def _pre_count(index: int, name: str):
-    def check(a, k, what):
-        n = _arg(a, k, index, name)
-        if isinstance(n, int):
-            check_items(n, what)
-    return check
-
-
-def _sizes(items) -> int:
-    return sum(len(x) if isinstance(x, str | list | tuple) else len(soft_str(x)) for x in items)
-
-
-def _pre_join(a, k, what):
-    """Materialises the items (so they are read once) and returns the new arguments."""
-    if _arg(a, k, 2, "attribute") is not None or not a:
-        return None
-    items = list(a[0])
-    sep = soft_str(_arg(a, k, 1, "d", ""))
-    check_chars(_sizes(items) + len(sep) * max(len(items) - 1, 0), what)
-    return (items, *a[1:])
-
-
-def _pre_sum(a, k, what):
-    if _arg(a, k, 1, "attribute") is not None or not a:
-        return None
-    items = list(a[0])
-    start = _arg(a, k, 2, "start", 0)
-    if not isinstance(start, int | float) or any(not isinstance(x, int | float) for x in items):
-        check_items(_sizes(items) + (len(start) if isinstance(start, str | list | tuple) else 0), what)
-    return (items, *a[1:])
-
-
-#: Checks before a filter runs: ``(args after any context argument, kwargs, what)`` → new args or None.
-FILTER_PRECHECKS = {
-    "center": _pre_center, "indent": _pre_indent, "replace": _pre_replace, "wordwrap": _pre_wordwrap,
-    "format": _pre_format, "batch": _pre_count(1, "linecount"), "slice": _pre_count(1, "slices"),
-    "join": _pre_join, "sum": _pre_sum,
-}
-
-
-def _guard_filter(name: str, func):
-    precheck = FILTER_PRECHECKS.get(name)
-    offset = 1 if getattr(func, "jinja_pass_arg", None) is not None else 0
-    what = f"the result of |{name}"
-
-    @functools.wraps(func)
-    def guarded(*args, **kwargs):
-        tick()
-        if precheck is not None:
-            new = precheck(args[offset:], kwargs, what)
-            if new is not None:
-                args = (*args[:offset], *new)
-        return check_size(func(*args, **kwargs), what)
-
-    return guarded
-
-
-def _check_str_method(method, args, kwargs) -> tuple:
-    """Checks before ``some_string.<method>(…)``; returns the (possibly materialised) args."""
-    s, name, what = method.__self__, method.__name__, f"str.{method.__name__}()"
-    if name in ("ljust", "rjust", "center", "zfill") and args and isinstance(args[0], int):
-        check_chars(args[0], what)
-    elif name == "expandtabs":
-        size = _arg(args, kwargs, 0, "tabsize", 8)
-        if isinstance(size, int):
-            check_chars(len(s) + s.count("\t") * max(size, 0), what)
-    elif name == "replace" and len(args) >= 2:
-        check_chars(_replace_estimate(s, args[0], args[1], _arg(args, kwargs, 2, "count")), what)
-    elif name == "join" and args:
-        items = list(args[0])
-        check_chars(_sizes(items) + len(s) * max(len(items) - 1, 0), what)
-        args = (items, *args[1:])
-    return args
-
-
-# --- the environment ---------------------------------------------------------------------------------
 
 def _is_budgeted(expr) -> bool:
     return (isinstance(expr, nodes.Call) and isinstance(expr.node, nodes.EnvironmentAttribute)
@@ -172,8 +76,8 @@ def _is_budgeted(expr) -> bool:
 
 
 class BoundedCodeGenerator(CodeGenerator):
-    """Jinja's code generator, with each loop's iterable, each ``~`` and each piece of template text
-    routed through the environment's budget hooks."""
+    """Jinja's code generator, with each loop's iterable, each ``~``, each literal container, each
+    compared operand and each piece of template text routed through the environment's hooks."""
 
     def visit_For(self, node: nodes.For, frame) -> None:
         # The iterable becomes environment.bounded_iter(<iterable>) (Jinja allows no custom nodes).
@@ -201,14 +105,60 @@ class BoundedCodeGenerator(CodeGenerator):
             self.writeline(f"environment.charge_output({static})")
         super().visit_Output(node, frame)
 
+    def _literal(self, visit, node, frame) -> None:
+        self.write("environment.made_literal(")
+        visit(node, frame)
+        self.write(")")
+
+    def visit_List(self, node: nodes.List, frame) -> None:
+        self._literal(super().visit_List, node, frame)
+
+    def visit_Dict(self, node: nodes.Dict, frame) -> None:
+        self._literal(super().visit_Dict, node, frame)
+
+    def visit_Tuple(self, node: nodes.Tuple, frame) -> None:
+        if node.ctx == "load":
+            self._literal(super().visit_Tuple, node, frame)
+        else:  # an assignment target: {% set a, b = … %}, {% for k, v in … %}
+            super().visit_Tuple(node, frame)
+
+    def _operand(self, expr, frame) -> None:
+        if isinstance(expr, nodes.Const):  # a constant is as small as the source that wrote it
+            self.visit(expr, frame)
+            return
+        self.write("environment.compared(")
+        self.visit(expr, frame)
+        self.write(")")
+
+    @optimizeconst
+    def visit_Compare(self, node: nodes.Compare, frame) -> None:
+        self.write("(")
+        self._operand(node.expr, frame)
+        for op in node.ops:
+            self.write(f" {operators[op.op]} ")
+            self._operand(op.expr, frame)
+        self.write(")")
+
 
 @pass_context
 def _charge_expression(context, value):
-    """``finalize``: every ``{{ … }}`` written anywhere is charged to the output bound."""
+    """``finalize``: every ``{{ … }}`` written anywhere is charged to the output bound, a value that is
+    not a string measured first (its text may be at most what is left) and turned into text once."""
     current = CURRENT.get()
+    if isinstance(value, str):
+        if current is not None:
+            current.tick()
+            current.produce(len(value))
+        return value
+    if hasattr(value, "__html__"):
+        text = value.__html__()
+    else:
+        if type(value) not in SCALARS and not isinstance(value, Undefined):
+            measure(value, "a value written by {{ … }}", chars=output_left())
+        text = value = soft_str(value)
     if current is not None:
-        current.tick()
-        current.produce(len(value) if isinstance(value, str) else len(soft_str(value)))
+        current.charge(len(text))
+        current.produce(len(text))
     return value
 
 
@@ -222,7 +172,9 @@ class BoundedSandbox(SandboxedEnvironment):
     def __init__(self, **options) -> None:
         super().__init__(finalize=_charge_expression, **options)
         self.globals["range"] = self.bounded_range
-        self.filters = {name: _guard_filter(name, func) for name, func in self.filters.items()}
+        self.globals["lipsum"] = bounded_lipsum
+        self.filters = {name: guard_filter(name, func) for name, func in self.filters.items()}
+        self.tests = {name: guard_test(name, func) for name, func in self.tests.items()}
 
     # Called by generated code.
     def bounded_iter(self, iterable):
@@ -230,14 +182,35 @@ class BoundedSandbox(SandboxedEnvironment):
         return iterable if current is None else current.iterate(iterable)
 
     def bounded_concat(self, join, parts):
-        strings = [soft_str(p) for p in parts]
-        check_chars(sum(map(len, strings)), "a ~ concatenation")
+        strings, chars = [], 0
+        for part in parts:
+            if not isinstance(part, str):
+                if type(part) not in SCALARS:  # measured before str() walks it
+                    measure(part, "a part of a ~ concatenation", chars=output_left() - chars)
+                part = soft_str(part)
+            strings.append(part)
+            chars += len(part)
+        check_chars(chars, "a ~ concatenation")
+        charge(chars)
+        make(chars)
         return join(strings)
 
     def charge_output(self, chars: int) -> None:
         current = CURRENT.get()
         if current is not None:
             current.produce(chars)
+
+    def made_literal(self, value):
+        """A list, tuple or dict the template wrote as a literal (``[a, b]``, ``{k: v}``), measured."""
+        charge(units(measure(value, f"a {type(value).__name__} built by the template")))
+        make(len(value))
+        return value
+
+    def compared(self, value):
+        """An operand of a comparison (``==``, ``<``, ``in``…), measured: comparing walks both."""
+        if not isinstance(value, str) and type(value) not in SCALARS:
+            charge(units(measure(value, "a compared value")))
+        return value
 
     def bounded_range(self, *args) -> range:
         """``range()`` for templates: refused when longer than the iterations left (or MAX_RANGE)."""
@@ -254,9 +227,27 @@ class BoundedSandbox(SandboxedEnvironment):
                                                     f"{left:,} loop iterations left of {most:,} per render")
         return rng
 
+    # Sandbox hooks.
+    def is_safe_attribute(self, obj, attr: str, value) -> bool:
+        allowed = attribute_allowed(obj, attr)
+        return (allowed is not False) and super().is_safe_attribute(obj, attr, value)
+
+    def getitem(self, obj, argument):
+        if isinstance(argument, tuple):  # hashing a tuple key walks it
+            charge(units(measure(argument, "a dictionary key")))
+        return super().getitem(obj, argument)
+
     def call_binop(self, context, operator: str, left, right):
-        tick()
         what = f"the result of {operator}"
+        charge(self._check_binop(operator, left, right, what))
+        result = super().call_binop(context, operator, left, right)
+        if isinstance(result, str | list | tuple):
+            return checked_result(result, what, (left, right))
+        return check_size(result, what)
+
+    @staticmethod
+    def _check_binop(operator: str, left, right, what: str) -> int:
+        """Refuses an operation whose result would pass a bound; returns the units to charge."""
         if operator == "**" and isinstance(left, int) and isinstance(right, int) and right > 0 and abs(left) > 1:
             if right * abs(left).bit_length() > MAX_INT_BITS:
                 raise RenderBoundExceeded("size", f"{what} would be a number of more than {MAX_INT_BITS:,} bits")
@@ -264,45 +255,54 @@ class BoundedSandbox(SandboxedEnvironment):
             if isinstance(left, int) and isinstance(right, int):
                 if left.bit_length() + right.bit_length() > MAX_INT_BITS:
                     raise RenderBoundExceeded("size", f"{what} would be a number of more than {MAX_INT_BITS:,} bits")
-            else:
-                seq, times = (left, right) if isinstance(right, int) else (right, left)
-                if isinstance(times, int) and isinstance(seq, str):
-                    check_chars(len(seq) * max(times, 0), what)
-                elif isinstance(times, int) and isinstance(seq, list | tuple):
-                    check_items(len(seq) * max(times, 0), what)
-        elif operator == "+" and isinstance(left, str) and isinstance(right, str):
-            check_chars(len(left) + len(right), what)
+                return 1
+            seq, times = (left, right) if isinstance(right, int) else (right, left)
+            if not isinstance(times, int):
+                return 1
+            times = max(times, 0)
+            if isinstance(seq, str):
+                check_chars(len(seq) * times, what)
+                return len(seq) * times
+            if isinstance(seq, list | tuple):
+                check_items(len(seq) * times, what)
+                size = measure(seq, what)
+                lim = limits_now()
+                if size.items * times > lim.iterations:
+                    raise too_long(f"{what} (counting nested items, each reference)", size.items * times, "items")
+                if size.chars * times > lim.output:
+                    raise too_long(f"{what} as text", size.chars * times)
+                return (size.items + size.chars) * times
+        elif operator == "+":
+            if isinstance(left, str) and isinstance(right, str):
+                check_chars(len(left) + len(right), what)
+                return len(left) + len(right)
+            if isinstance(left, list | tuple) and isinstance(right, list | tuple):
+                return units(measure([left, right], what))
         elif operator == "%" and isinstance(left, str):
-            check_percent_format(left, what)
-        return check_size(super().call_binop(context, operator, left, right), what)
+            estimate = percent_estimate(left, right, what, chars=output_left())
+            check_chars(estimate, what)
+            return estimate
+        return 1
 
     def call(self, context, obj, /, *args, **kwargs):
         current = CURRENT.get()
-        if current is not None:
-            current.tick()
-            if isinstance(obj, LoopContext) and args:  # a recursive loop(…) iterates again
-                args = (current.iterate(args[0]), *args[1:])
+        if isinstance(obj, LoopContext) and args and current is not None:  # a recursive loop(…) iterates again
+            args = (current.iterate(args[0]), *args[1:])
         owner = getattr(obj, "__self__", None)
-        if isinstance(owner, str) and hasattr(obj, "__name__"):
-            args = _check_str_method(obj, args, kwargs)
-        elif (isinstance(owner, list | dict | set) and getattr(obj, "__name__", "") in ("extend", "update")
-              and args and hasattr(args[0], "__len__")):
-            check_items(len(owner) + len(args[0]), f"{type(owner).__name__}.{obj.__name__}()")
+        if isinstance(owner, LoopContext) and getattr(obj, "__name__", "") == "changed":  # compares its arguments
+            charge(units(measure_all((*args, *kwargs.values()), "the arguments of loop.changed()")))
+        else:
+            charge(len(args) + len(kwargs))
+        if owner is not None and hasattr(obj, "__name__"):
+            args = check_method(obj, args, kwargs)
         result = super().call(context, obj, *args, **kwargs)
-        if isinstance(owner, list | dict | set):
+        if isinstance(owner, list | dict):
             check_size(owner, f"a {type(owner).__name__} built by the template")
-        return check_size(result, "the result of a call")
+        return checked_result(result, "the result of a call", (*args, owner))
 
     def wrap_str_format(self, value):
-        wrapper = super().wrap_str_format(value)
-        if wrapper is None:
+        """``str.format`` and ``format_map``: sandboxed and bounded (:func:`campaigns.render_calls.bounded_format`)."""
+        if (not isinstance(value, types.MethodType | types.BuiltinMethodType)
+                or value.__name__ not in ("format", "format_map") or not isinstance(value.__self__, str)):
             return None
-        fmt = value.__self__
-
-        @functools.wraps(wrapper)
-        def bounded(*args, **kwargs):
-            tick()
-            check_brace_format(fmt, f"str.{value.__name__}()")
-            return check_size(wrapper(*args, **kwargs), f"the result of str.{value.__name__}()")
-
-        return bounded
+        return bounded_format(self, value)

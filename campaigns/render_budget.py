@@ -2,11 +2,15 @@
 :mod:`campaigns.render_bounds`, which routes a template's work through them).
 
 A :class:`Budget` holds what one render may still spend: the thread's CPU time
-(``time.thread_time``, read every :data:`TICKS_PER_CLOCK_READ` charged operations: a render is not
-failed because the machine is busy), loop iterations, characters written. ``with budget():`` makes
-one current for this thread (a context variable, :data:`CURRENT`). The size checks
+(``time.thread_time``, read every :data:`TICKS_PER_CLOCK_READ` charged operations, and before any
+operation once :data:`WORK_PER_CLOCK_READ` units of input have been charged since the last read: a
+render is not failed because the machine is busy), loop iterations, characters written, and the
+characters and items of the new values it makes (at most :data:`MADE_PER_OUTPUT` times the output
+bound: a render cannot fill the worker's memory with strings and lists it keeps). ``with budget():``
+makes one current for this thread (a context variable, :data:`CURRENT`). The size checks
 (:func:`check_size`, :func:`check_chars`, :func:`check_items`, the format checks) also work with no
-budget current, against the configured limits.
+budget current, against the configured limits; with one, a string may be at most as long as the
+output the render may still write (:func:`output_left`).
 
 Limits come from ``settings.CAMPAIGNS`` (``RENDER_CPU_MS``, ``RENDER_MAX_ITERATIONS``,
 ``RENDER_MAX_OUTPUT``; environment ``TEMPLATE_RENDER_*``), plus the constants :data:`MAX_INT_BITS`
@@ -29,6 +33,12 @@ from django.conf import settings
 MAX_INT_BITS = 10_000
 #: The CPU clock is read once per this many charged operations (a read costs a system call).
 TICKS_PER_CLOCK_READ = 32
+#: ... and before an operation once this many units of input (characters plus items) were charged
+#: since the last read: a few large operations cannot add up unnoticed between two reads.
+WORK_PER_CLOCK_READ = 200_000
+#: A render makes new strings and containers of at most this many times RENDER_MAX_OUTPUT
+#: characters plus items in total (each counted when made; 20,000,000 at the defaults).
+MADE_PER_OUTPUT = 10
 #: A template part is at most this many tokens (Jinja's lexer: text runs, names, operators, tag
 #: delimiters; ``{{ x }}`` is 3). Compiling costs about 0.1 ms per token, before any render starts.
 MAX_TEMPLATE_TOKENS = 10_000
@@ -73,20 +83,39 @@ class Budget:
     are not counted, and a typical render never reads the clock at all.
     """
 
-    __slots__ = ("deadline", "iterations_left", "limits", "produced", "ticks")
+    __slots__ = ("deadline", "iterations_left", "limits", "made", "produced", "ticks", "work")
 
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
         self.deadline = None
         self.iterations_left = limits.iterations
         self.produced = 0
+        self.made = 0
         self.ticks = 0
+        self.work = 0
 
     def tick(self) -> None:
         """Count one operation; every TICKS_PER_CLOCK_READ, check the CPU deadline."""
         self.ticks += 1
         if not self.ticks % TICKS_PER_CLOCK_READ:
             self.check_time()
+
+    def charge(self, units: int) -> None:
+        """Charge an operation about to run on ``units`` characters plus items of input: one tick,
+        and a clock read first when WORK_PER_CLOCK_READ units were charged since the last one."""
+        self.work += units
+        if self.work >= WORK_PER_CLOCK_READ:
+            self.work = 0
+            self.check_time()
+        self.tick()
+
+    def make(self, units: int) -> None:
+        """Charge a new value of ``units`` characters plus items (raises past MADE_PER_OUTPUT × output)."""
+        self.made += units
+        if self.made > self.limits.output * MADE_PER_OUTPUT:
+            raise RenderBoundExceeded("output", f"the template made more than {self.limits.output * MADE_PER_OUTPUT:,} "
+                                                f"characters and items of new values in one render "
+                                                f"({MADE_PER_OUTPUT}× the output bound)")
 
     def check_time(self) -> None:
         now = time.thread_time()
@@ -148,11 +177,36 @@ def tick() -> None:
         current.tick()
 
 
-def _too_long(what: str, size: int, unit: str = "characters") -> RenderBoundExceeded:
-    """Characters count against the output bound; items of a list against the iteration bound."""
+def charge(units: int) -> None:
+    """:meth:`Budget.charge` on the current budget, if any (may raise the time bound)."""
+    current = CURRENT.get()
+    if current is not None:
+        current.charge(units)
+
+
+def make(units: int) -> None:
+    """:meth:`Budget.make` on the current budget, if any (may raise the output bound)."""
+    current = CURRENT.get()
+    if current is not None and units:
+        current.make(units)
+
+
+def output_left() -> int:
+    """Characters the current render may still write (the output bound when no budget is current)."""
+    current = CURRENT.get()
+    if current is None:
+        return limits().output
+    return current.limits.output - current.produced
+
+
+def too_long(what: str, size: int, unit: str = "characters", most: int | None = None) -> RenderBoundExceeded:
+    """Characters count against the output bound (``most``: what is left of it); items of a list
+    against the iteration bound."""
     lim = limits_now()
     if unit == "characters":
-        return RenderBoundExceeded("output", f"{what} would be {size:,} characters; at most {lim.output:,}")
+        most = lim.output if most is None else most
+        left = "" if most >= lim.output else f" (left of {lim.output:,} per render)"
+        return RenderBoundExceeded("output", f"{what} would be {size:,} characters; at most {most:,}{left}")
     return RenderBoundExceeded("iterations", f"{what} would be {size:,} items; at most {lim.iterations:,}")
 
 
@@ -162,31 +216,33 @@ def check_size(value, what: str):
     lim = limits_now()
     if isinstance(value, str):
         if len(value) > lim.output:
-            raise _too_long(what, len(value))
+            raise too_long(what, len(value))
     elif isinstance(value, list | tuple | dict | set | frozenset):
         if len(value) > lim.iterations:
-            raise _too_long(what, len(value), "items")
+            raise too_long(what, len(value), "items")
     elif isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
         raise RenderBoundExceeded("size", f"{what} would be a number of more than {MAX_INT_BITS:,} bits")
     return value
 
 
 def check_chars(chars: int, what: str) -> None:
-    """Raise (output bound) when a string of ``chars`` characters would be too long to make."""
-    if chars > limits_now().output:
-        raise _too_long(what, chars)
+    """Raise (output bound) when a string of ``chars`` characters would be too long to make: longer
+    than the output the render may still write (:func:`output_left`)."""
+    left = output_left()
+    if chars > left:
+        raise too_long(what, chars, most=left)
 
 
 def check_items(items: int, what: str) -> None:
     """Raise (iteration bound) when a list of ``items`` items would be too long to make."""
     if items > limits_now().iterations:
-        raise _too_long(what, items, "items")
+        raise too_long(what, items, "items")
 
 
 def _widths_ok(numbers: Iterable[str], what: str) -> None:
     for digits in numbers:
         if len(digits) > 9 or int(digits) > limits_now().output:
-            raise _too_long(what, int(digits) if len(digits) <= 30 else 10 ** 30)
+            raise too_long(what, int(digits) if len(digits) <= 30 else 10 ** 30)
 
 
 _PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?([^a-zA-Z%]*)")

@@ -10,8 +10,11 @@ Every render (the three parts of one message together) is bounded in CPU time, l
 output size (:mod:`campaigns.render_bounds`, settings ``TEMPLATE_RENDER_*``). Whatever goes wrong
 inside a render (a bound exceeded, a syntax error, a sandbox violation, ``OverflowError``, any other
 exception) raises :class:`RenderError`, which the send path records as ``template_error`` (a dead
-letter, never retried). Saving a template or inline campaign content runs :func:`check_parts`: a
-dry render on sample data that passes a bound is refused there, naming the field and the bound.
+letter, never retried). Saving a template or inline campaign content runs :func:`check_parts`: dry
+renders on a few sample recipients (:func:`sample_contexts`); one that passes a bound is refused
+there, naming the field and the bound. That check is a convenience, not a guarantee: a template
+can behave differently for real recipients (``{% if user_id != … %}``); the bounds at send time are
+what hold.
 
 Locale fallback: the exact variant (``de-AT``), then the language (``de``), then the template's
 ``default_locale``, then any variant.
@@ -19,6 +22,8 @@ Locale fallback: the exact variant (``de-AT``), then the language (``de``), then
 
 from __future__ import annotations
 
+import random
+import string
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -32,9 +37,12 @@ from campaigns.render_budget import RenderBoundExceeded
 _text_env = BoundedSandbox(autoescape=False)
 _html_env = BoundedSandbox(autoescape=True)
 PARTS = ("title", "body", "html")
-#: The recipient a save-time dry render uses; every other variable a template names is "Sample".
+#: The first recipient a save-time dry render uses; every other variable a template names is "Sample".
 SAMPLE_CONTEXT = {"user_id": "sample-user", "email": "sample@example.com", "locale": "en", "timezone": "UTC"}
 SAMPLE_VALUE = "Sample"
+_LOCALES = ("en", "de", "de-AT", "fr-CA", "pt-BR", "ja", "")
+_ZONES = ("UTC", "Europe/Berlin", "America/New_York", "Asia/Kolkata", "Pacific/Kiritimati", "")
+_NAMES = ("Ada", "Zoë", "Łukasz", "李", "O'Brien", "Jean-Luc", "<b>", "")
 
 
 class RenderError(Exception):
@@ -66,13 +74,45 @@ def _render_error(exc: Exception) -> RenderError:
     return RenderError(f"template error: {type(exc).__name__}: {exc}"[:1000])
 
 
+def sample_contexts(names: set[str]) -> list[dict[str, str]]:
+    """The recipients a save-time dry render uses (``{name: str}`` for ``names`` and the four fixed
+    variables), in order: SAMPLE_CONTEXT with "Sample" for every other name; then three made afresh
+    for each call, so a template cannot single the samples out by their values: a realistic one
+    (random ids, addresses, names, locales, zones), a numeric one (digits where attributes go,
+    no email, locale or zone) and a long one (255-character id, 1,000-character attributes: the
+    most an attribute may hold).
+
+    This makes a template that behaves well only on the sample harder to write, not impossible
+    (``{% if user_id == "alice" %}``: a value only real data has): the render bounds at send time
+    are the guarantee, this check a convenience that names the problem at save time."""
+    rnd = random.SystemRandom()
+
+    def token(n: int) -> str:
+        return "".join(rnd.choice(string.ascii_lowercase + string.digits) for _ in range(n))
+
+    others = sorted(names - set(SAMPLE_CONTEXT))
+    return [
+        {**dict.fromkeys(others, SAMPLE_VALUE), **SAMPLE_CONTEXT},
+        {**{n: rnd.choice((rnd.choice(_NAMES), token(rnd.randint(1, 40)))) for n in others},
+         "user_id": f"{token(rnd.randint(4, 12))}-{token(rnd.randint(2, 12))}",
+         "email": f"{token(rnd.randint(1, 20))}@{token(rnd.randint(2, 12))}.{rnd.choice(('com', 'de', 'io', 'net'))}",
+         "locale": rnd.choice(_LOCALES), "timezone": rnd.choice(_ZONES)},
+        {**{n: str(rnd.randint(1, 10 ** rnd.randint(1, 12))) for n in others},
+         "user_id": str(rnd.randint(1, 10 ** 12)), "email": "", "locale": "", "timezone": ""},
+        {**{n: token(1000) for n in others}, "user_id": token(255),
+         "email": f"{token(64)}@{token(63)}.org", "locale": "de-AT", "timezone": "America/Argentina/ComodRivadavia"},
+    ]
+
+
 def check_parts(parts: dict[str, str]) -> dict[str, RenderError]:
     """Save-time check of a message's parts (``{"title": src, "body": src, "html": src}``, any
-    subset): ``{part: RenderError}`` for each part that does not compile, then, if all compile, a
-    dry render of them together as one send would (one budget, ``SAMPLE_CONTEXT`` and "Sample" for
-    every other variable named) that names the part where a bound was passed. Other errors of the
-    dry render (``{{ 1 / 0 }}``, a variable used as a number) are not reported: real recipient data
-    may differ, and a send that fails records ``template_error``. ``{}`` = accepted."""
+    subset): ``{part: RenderError}`` for each part that does not compile, then, if all compile, dry
+    renders of them together as one send would (one budget per recipient of
+    :func:`sample_contexts`, in turn) that name the part where a bound was first passed. Other
+    errors of a dry render (``{{ 1 / 0 }}``, a variable used as a number) are not reported: real
+    recipient data may differ, and a send that fails records ``template_error``. ``{}`` = accepted.
+
+    Not a guarantee (see :func:`sample_contexts`): what holds at send time are the render bounds."""
     errors: dict[str, RenderError] = {}
     names: set[str] = set()
     for part, source in parts.items():
@@ -88,16 +128,19 @@ def check_parts(parts: dict[str, str]) -> dict[str, RenderError]:
             errors[part] = _render_error(exc)
     if errors:
         return errors
-    context = {**dict.fromkeys(names - set(_text_env.globals), SAMPLE_VALUE), **SAMPLE_CONTEXT}
-    with render_budget.budget():
-        for part, source in parts.items():
-            try:
-                _render(source, part == "html", context)
-            except Exception as exc:
-                error = _render_error(exc)
-                if error.bound is not None:
-                    return {part: RenderError(f"a dry render on sample data failed: {error}", bound=error.bound)}
-                return {}
+    contexts = sample_contexts(names - set(_text_env.globals))
+    for number, context in enumerate(contexts, 1):
+        with render_budget.budget():
+            for part, source in parts.items():
+                try:
+                    _render(source, part == "html", context)
+                except Exception as exc:
+                    error = _render_error(exc)
+                    if error.bound is not None:
+                        where = f"recipient {number} of {len(contexts)}"
+                        return {part: RenderError(f"a dry render on sample data ({where}) failed: {error}",
+                                                  bound=error.bound)}
+                    break  # another error: this recipient's render stops here, as a send's would
     return {}
 
 

@@ -11,7 +11,9 @@ Permissions are ``"app_label.codename"``. Two are not declared on any model (the
 no ``permissions``); the migration creates their rows:
 
 * ``campaigns.send_high_priority`` (content type campaigns.campaign): may give a campaign priority
-  ``high`` (see :func:`campaigns.forms.can_send_high`). No group has it; grant it to a person.
+  ``high`` (see :func:`campaigns.forms.can_send_high`), launch, cancel, edit or delete a
+  high-priority campaign, and change a template or a segment's members that an active one uses
+  (:func:`campaigns.admin_views.high_priority_lock`). No group has it; grant it to a person.
 * ``notifications.replay_deadletter`` (content type notifications.deadletter, the proxy): may use
   the dead-letter admin's "Replay" action.
 """

@@ -88,7 +88,8 @@ def upsert_segment(segment_id: str, *, name: str, description: str = "",
     return segment, False
 
 
-def change_members(segment: Segment, *, add: list[str], remove: list[str]) -> dict[str, int]:
+def change_members(segment: Segment, *, add: list[str], remove: list[str],
+                   client: APIClient | None = None) -> dict[str, int]:
     """Add and remove members (user ids). Unknown users are created as bare recipients (no contacts
     yet; their sends are suppressed with a reason until the upstream service fills them in), so the
     tool that writes segments need not run after the one that writes contacts.
@@ -96,6 +97,11 @@ def change_members(segment: Segment, *, add: list[str], remove: list[str]) -> di
     Returns ``{"added": n, "removed": m, "created_recipients": k}`` (already-members count as neither).
     Raises ValueError for an id to add that breaks the ``/v1/users/{user_id}`` rule
     (:func:`preferences.validation.user_id_problem`; the API and the CSV upload refuse those first).
+    ``client`` is the API client writing them: with the segment's row locked, raises
+    :class:`campaigns.ownership.NotOwner` unless it owns the segment and
+    :class:`campaigns.ownership.NeedsHighScope` when an active high-priority campaign uses it and
+    the key lacks ``notifications:send_high`` (nothing changed either way). ``None`` is staff (the
+    admin, whose views apply their own rule: :func:`campaigns.ownership.locked_for_staff`).
     """
     bad = next((u for u in add if user_id_problem(u)), None)
     if bad is not None:
@@ -103,6 +109,8 @@ def change_members(segment: Segment, *, add: list[str], remove: list[str]) -> di
     add = list(dict.fromkeys(add))
     remove = list(dict.fromkeys(remove))
     with transaction.atomic():
+        if client is not None:
+            ownership.check_members_change(Segment.objects.select_for_update().get(pk=segment.pk), client)
         existing = set(Recipient.objects.filter(pk__in=add).values_list("pk", flat=True))
         new = [Recipient(user_id=u) for u in add if u not in existing]
         Recipient.objects.bulk_create(new, ignore_conflicts=True, batch_size=2000)

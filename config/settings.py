@@ -358,8 +358,9 @@ CAMPAIGNS = {
     # manage.py doctor fails for a campaign that made no progress for this many minutes.
     "STALL_MINUTES": env.int("CAMPAIGN_STALL_MINUTES", default=10),
     # Bounds on one template render (the title, body and html of one message): CPU time (ms of the
-    # rendering thread), loop iterations (also the most items of a list it builds), characters
-    # written (campaigns/render_budget.py, render_bounds.py). Past one: template_error, never a retry.
+    # rendering thread), loop iterations (also the most items a value holds, nested ones and repeated
+    # references included), characters written (campaigns/render_budget.py, render_bounds.py,
+    # render_sizes.py, render_calls.py). Past one: template_error, never a retry.
     "RENDER_CPU_MS": env.int("TEMPLATE_RENDER_CPU_MS", default=100),
     "RENDER_MAX_ITERATIONS": env.int("TEMPLATE_RENDER_MAX_ITERATIONS", default=10_000),
     "RENDER_MAX_OUTPUT": env.int("TEMPLATE_RENDER_MAX_OUTPUT", default=2_000_000),

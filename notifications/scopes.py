@@ -1,8 +1,9 @@
 """API key scopes: what an API client may do (least privilege, like Stripe's restricted keys).
 
 Every API operation needs one scope (``notifications.api.auth.HasRequiredScope`` checks the one the
-view declares); ``priority: high`` also needs :attr:`Scope.SEND_HIGH`, and so does changing a
-template that an active high-priority campaign uses. The scopes are stored on
+view declares); ``priority: high`` also needs :attr:`Scope.SEND_HIGH`, and so do changing a
+template or a segment's members that an active high-priority campaign uses and cancelling a
+high-priority campaign (:mod:`campaigns.ownership`). The scopes are stored on
 :class:`notifications.models.APIClient` as a JSON list of these values.
 """
 
@@ -17,7 +18,8 @@ from django.db import models
 class Scope(models.TextChoices):
     SEND = "notifications:send", "notifications:send — send notifications and cancel its own"
     SEND_HIGH = "notifications:send_high", ("notifications:send_high — priority high (OTPs, alerts); change "
-                                            "templates that active high-priority campaigns use")
+                                            "templates and segment members that active high-priority campaigns "
+                                            "use; cancel high-priority campaigns")
     RECIPIENTS_WRITE = "recipients:write", ("recipients:write — contacts (email, phone, zone, locale, attributes) "
                                             "and erasure: the user service only")
     PREFERENCES_WRITE = "preferences:write", "preferences:write — opt-outs and quiet hours"

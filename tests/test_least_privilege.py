@@ -269,3 +269,45 @@ def test_a_users_notification_list_shows_exactly_what_the_client_may_open(a, wor
     # The owner of the others sees its own, and the admin-made campaign's send, not the shop's.
     a_listed = {i["id"] for i in http_for(a[1]).get("/v1/users/alice/notifications").json()["items"]}
     assert a_listed == {others_single, others_campaign, admin_campaign}
+
+
+# --- the high tier beyond template text (review finding 3a) ---------------------------------------------
+
+@pytest.mark.parametrize("status", ["draft", "scheduled", "fanning_out", "sending"])
+def test_a_key_without_send_high_cannot_change_the_members_of_a_segment_a_high_campaign_uses(b, status):
+    client, key = b
+    segment = Segment.objects.create(segment_id="b-seg", name="B", client=client)
+    SegmentMember.objects.create(segment=segment, recipient=Recipient.objects.create(user_id="alice"))
+    campaign = campaign_services.create_campaign(  # made by staff (the admin), who may use any segment
+        client=None, idempotency_key=None, status=status, segment=segment, channel="sms", priority="high",
+        category="security", body="Your account was accessed").campaign
+    before = snapshot()
+    message = (f"this API key lacks the scope notifications:send_high (this segment is used by the high-priority "
+               f"campaign {campaign.pk})")
+    for body in ({"add": ["mallory"]}, {"remove": ["alice"]}, {"add": ["mallory"], "remove": ["alice"]}):
+        r = call(http_for(key), "post", "/v1/segments/b-seg/members", body)
+        assert (r.status_code, r.json()) == (403, refusal("missing_scope", "segment_id", message)), body
+    assert snapshot() == before
+    # Once that campaign is over, the owner may change its members again.
+    Campaign.objects.filter(pk=campaign.pk).update(status="completed")
+    r = call(http_for(key), "post", "/v1/segments/b-seg/members", {"add": ["mallory"]})
+    assert (r.status_code, r.json()["added"]) == (200, 1)
+
+
+def test_a_key_with_send_high_changes_the_members_of_its_high_campaigns_segment(a, world):
+    r = call(http_for(a[1]), "post", "/v1/segments/a-seg/members", {"add": ["mallory"]})
+    assert (r.status_code, r.json()["added"]) == (200, 1)
+
+
+def test_cancelling_a_high_priority_campaign_needs_send_high(a, world):
+    client, _ = a
+    narrowed, key = APIClient.objects.create_key(name="narrowed", scopes=[Scope.CAMPAIGNS_WRITE, Scope.READ])
+    Campaign.objects.filter(pk=world["campaign"].pk).update(client=narrowed)  # its key lost send_high since
+    before = snapshot()
+    r = call(http_for(key), "post", f"/v1/campaigns/{world['campaign'].pk}/cancel")
+    message = "this API key lacks the scope notifications:send_high (cancelling a high-priority campaign)"
+    assert (r.status_code, r.json()) == (403, refusal("missing_scope", "campaign_id", message))
+    assert snapshot() == before
+    Campaign.objects.filter(pk=world["campaign"].pk).update(client=client)
+    r = call(http_for(a[1]), "post", f"/v1/campaigns/{world['campaign'].pk}/cancel")
+    assert (r.status_code, Campaign.objects.get(pk=world["campaign"].pk).status) == (200, "cancelled")

@@ -262,6 +262,49 @@ def test_a_template_within_the_bounds_is_saved_even_if_sample_data_breaks_it(htt
     assert check_parts({"body": "{% for i in range(first_name|length) %}.{% endfor %}"}) == {}
 
 
+#: Bombs that stay quiet for the first sample recipient (user_id "sample-user", "Sample" elsewhere).
+BOMB = "{{ ([[1] * 10000] * 10000)|string|length }}"
+DISGUISED = {
+    "not_the_sample_user": '{% if user_id != "sample-user" %}' + BOMB + "{% endif %}",
+    "not_the_sample_name": '{% if first_name != "Sample" %}' + BOMB + "{% endif %}",
+    "no_email": "{% if not email %}" + BOMB + "{% endif %}",
+    "long_attribute": "{% if first_name|length > 500 %}" + BOMB + "{% endif %}",
+    "numeric_attribute": "{% if points is defined and points|int > 0 %}" + BOMB + "{% endif %}",
+}
+
+
+@pytest.mark.parametrize("name", list(DISGUISED))
+def test_saving_tries_several_sample_recipients(http, name):
+    r = call(http, "put", "/v1/templates/evil", {"name": "Evil", "default_locale": "en", "variants": [
+        {"locale": "en", "body": DISGUISED[name]}]})
+    assert r.status_code == 422, r.content
+    [error] = r.json()["error"]["fields"]
+    assert (error["field"], error["code"]) == ("variants.0.body", "render_bound")
+    assert "a dry render on sample data (recipient " in error["message"]
+    assert not Template.objects.exists()
+
+
+def test_admin_form_tries_several_sample_recipients(admin_client):
+    r = admin_client.post(reverse("admin:campaigns_template_add"), template_post(body=DISGUISED["no_email"]))
+    assert r.status_code == 200
+    assert "TEMPLATE_RENDER_MAX_ITERATIONS" in r.context["inline_admin_formsets"][0].formset.errors[0]["body"][0]
+    assert not Template.objects.exists()
+
+
+def test_a_bomb_the_samples_miss_is_saved_and_still_bounded_when_sent(http):
+    # The save-time check is not a guarantee (one real user id singles the bomb out): the send-time
+    # bounds are, and they refuse it at once.
+    r = call(http, "put", "/v1/templates/evil", {"name": "Evil", "default_locale": "en", "variants": [
+        {"locale": "en", "body": '{% if user_id == "alice" %}' + BOMB + "{% endif %}Hi"}]})
+    assert r.status_code == 201, r.content
+    template = Template.objects.get()
+    assert render_template(template, list(template.variants.all()), Recipient(user_id="bob")).body == "Hi"
+    started = time.monotonic()
+    with pytest.raises(RenderError) as caught:
+        render_template(template, list(template.variants.all()), Recipient(user_id="alice"))
+    assert time.monotonic() - started < FAST and caught.value.bound == "iterations"
+
+
 def template_post(**variant) -> dict:
     data = {"template_id": "evil", "name": "Evil", "default_locale": "en", "variants-TOTAL_FORMS": "1",
             "variants-INITIAL_FORMS": "0", "variants-MIN_NUM_FORMS": "1", "variants-MAX_NUM_FORMS": "1000"}

@@ -15,11 +15,12 @@ import pytest
 from django.contrib.admin.models import ADDITION, CHANGE, LogEntry
 from django.contrib.auth.models import Group, Permission, User
 from django.contrib.contenttypes.models import ContentType
+from django.contrib.messages import get_messages
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from campaigns import roles, services
-from campaigns.models import Campaign, CampaignStatus, Segment
+from campaigns.models import Campaign, CampaignStatus, Segment, SegmentMember, Template, TemplateVariant
 from notifications.admin import HIDDEN, phone_search_term
 from notifications.models import DeadLetter, DeliveryEvent, Notification, Reason, Status
 from preferences.models import Preferences, Recipient
@@ -205,6 +206,107 @@ def test_marketing_state_changes_are_in_the_admin_log(client, marketer):
     flags, messages = zip(*log_of(marketer, campaign), strict=True)
     assert flags == (ADDITION, CHANGE, CHANGE)
     assert messages[1].startswith("Launched; fan-out at ") and messages[2].startswith("Cancelled; ")
+
+
+# --- the high tier in the admin (review finding 3b, 3c) ---------------------------------------------
+
+NEEDS_HIGH = "needs the permission campaigns.send_high_priority"
+
+
+def msgs(response) -> list[str]:
+    return [str(m) for m in get_messages(response.wsgi_request)]
+
+
+def granted(user: User) -> User:
+    user.user_permissions.add(Permission.objects.get(codename="send_high_priority"))
+    return User.objects.get(pk=user.pk)
+
+
+@pytest.fixture
+def security():
+    """A scheduled high-priority security campaign (made by a superuser) with its template and segment."""
+    segment, _ = services.upsert_segment("accounts", name="Account holders")
+    services.change_members(segment, add=["alice"], remove=[])
+    template = services.upsert_template("new-login", name="New login", default_locale="en",
+                                        variants=[{"locale": "en", "body": "New login to your account"}])
+    campaign = services.create_campaign(client=None, idempotency_key=None, status=CampaignStatus.SCHEDULED,
+                                        segment=segment, channel="sms", priority="high", category="security",
+                                        template=template).campaign
+    return {"segment": segment, "template": template, "campaign": campaign}
+
+
+def variant_post(template: Template, body: str) -> dict:
+    variant = template.variants.get()
+    return {"name": template.name, "default_locale": "en", "client": "",
+            "variants-TOTAL_FORMS": "1", "variants-INITIAL_FORMS": "1", "variants-MIN_NUM_FORMS": "1",
+            "variants-MAX_NUM_FORMS": "1000", "variants-0-id": str(variant.pk), "variants-0-template": template.pk,
+            "variants-0-locale": "en", "variants-0-title": "", "variants-0-body": body, "variants-0-html": ""}
+
+
+def test_marketing_cannot_change_a_template_an_active_high_campaign_uses(client, marketer, security):
+    template, url = security["template"], reverse("admin:campaigns_template_change", args=["new-login"])
+    as_user(client, marketer)
+    page = client.get(url)
+    assert page.status_code == 200 and page.context["has_change_permission"] is False  # read-only
+    assert msgs(page) == [f"Read-only. This template is used by the active high-priority campaign "
+                          f"“{security['campaign']}” (Scheduled): changing it {NEEDS_HIGH}."]
+    assert client.post(url, variant_post(template, "Call +1 900 SCAM")).status_code == 403
+    assert TemplateVariant.objects.get().body == "New login to your account"
+    # Granted the permission, or once the campaign is over, the template is theirs to change again.
+    as_user(client, granted(marketer))
+    assert client.post(url, variant_post(template, "A new login")).status_code == 302
+    assert TemplateVariant.objects.get().body == "A new login"
+    Campaign.objects.filter(pk=security["campaign"].pk).update(status=CampaignStatus.COMPLETED)
+    as_user(client, staff("max", roles.MARKETING))
+    assert client.post(url, variant_post(template, "Hello")).status_code == 302
+
+
+def test_marketing_cannot_change_the_members_of_a_segment_an_active_high_campaign_uses(client, marketer, security):
+    segment = security["segment"]
+    Recipient.objects.create(user_id="mallory")
+    as_user(client, marketer)
+    page = client.get(reverse("admin:campaigns_segment_change", args=["accounts"])).content.decode()
+    assert f"changing its members {NEEDS_HIGH}" in page and 'name="file"' not in page
+    upload = SimpleUploadedFile("ids.csv", b"user_id\nmallory\n", content_type="text/csv")
+    r = client.post(reverse("admin:campaigns_segment_upload_members", args=["accounts"]), {"file": upload})
+    assert r.status_code == 302
+    assert msgs(r) == [f"Upload rejected; nothing was added. This segment is used by the active high-priority "
+                       f"campaign “{security['campaign']}” (Scheduled): changing its members {NEEDS_HIGH}."]
+    r = client.post(reverse("admin:campaigns_segmentmember_add"), {"segment": "accounts", "recipient": "mallory"})
+    assert r.status_code == 200 and NEEDS_HIGH in r.context["adminform"].form.errors["segment"][0]
+    member = SegmentMember.objects.get(segment=segment)
+    assert client.post(reverse("admin:campaigns_segmentmember_delete", args=[member.pk]), {"post": "yes"}
+                       ).status_code == 403
+    assert set(SegmentMember.objects.values_list("recipient_id", flat=True)) == {"alice"}
+    as_user(client, granted(marketer))
+    upload = SimpleUploadedFile("ids.csv", b"user_id\nmallory\n", content_type="text/csv")
+    client.post(reverse("admin:campaigns_segment_upload_members", args=["accounts"]), {"file": upload})
+    assert set(SegmentMember.objects.values_list("recipient_id", flat=True)) == {"alice", "mallory"}
+
+
+def test_marketing_cannot_cancel_or_change_a_high_priority_campaign(client, marketer, security):
+    campaign = security["campaign"]
+    as_user(client, marketer)
+    page = client.get(reverse("admin:campaigns_campaign_change", args=[campaign.pk]))
+    assert page.status_code == 200 and not page.context["can_cancel"]
+    assert client.post(reverse("admin:campaigns_campaign_cancel", args=[campaign.pk])).status_code == 403
+    r = client.post(reverse("admin:campaigns_campaign_changelist"),
+                    {"action": "cancel_selected", "_selected_action": [str(campaign.pk)]})
+    assert msgs(r) == [f"{campaign}: not cancelled: cancelling a high-priority campaign {NEEDS_HIGH}."]
+    assert Campaign.objects.get(pk=campaign.pk).status == CampaignStatus.SCHEDULED
+    draft = services.create_campaign(client=None, idempotency_key=None, status=CampaignStatus.DRAFT,
+                                     segment=security["segment"], channel="sms", priority="high", category="security",
+                                     body="Reset your password").campaign
+    assert client.post(reverse("admin:campaigns_campaign_change", args=[draft.pk]),
+                       campaign_post(security["segment"], priority="standard", body="Sale!")).status_code == 403
+    assert client.post(reverse("admin:campaigns_campaign_delete", args=[draft.pk]), {"post": "yes"}
+                       ).status_code == 403
+    assert Campaign.objects.get(pk=draft.pk).body == "Reset your password"
+    # With the permission (as launching needs), cancelling works and is logged.
+    as_user(client, granted(marketer))
+    assert client.post(reverse("admin:campaigns_campaign_cancel", args=[campaign.pk])).status_code == 302
+    assert Campaign.objects.get(pk=campaign.pk).status == CampaignStatus.CANCELLED
+    assert log_of(marketer, campaign)[0][1].startswith("Cancelled; ")
 
 
 # --- support ---------------------------------------------------------------------------------------

@@ -125,8 +125,10 @@ ENDPOINTS = [
     Endpoint("put", "/v1/segments/{segment_id}", "/v1/segments/seg", 200, (Scope.SEGMENTS_WRITE,),
              {"name": "Renamed"}),
     Endpoint("get", "/v1/segments/{segment_id}/members", "/v1/segments/seg/members", 200, (R,)),
-    Endpoint("post", "/v1/segments/{segment_id}/members", "/v1/segments/seg/members", 200,
+    Endpoint("post", "/v1/segments/{segment_id}/members", "/v1/segments/plain/members", 200,
              (Scope.SEGMENTS_WRITE,), {"add": ["bob"]}),
+    Endpoint("post", "/v1/segments/{segment_id}/members", "/v1/segments/seg/members", 200,
+             (Scope.SEGMENTS_WRITE, Scope.SEND_HIGH), {"add": ["bob"]}, extra_field="segment_id"),
     Endpoint("get", "/v1/templates", "/v1/templates", 200, (R,)),
     Endpoint("get", "/v1/templates/{template_id}", "/v1/templates/tpl", 200, (R,)),
     Endpoint("put", "/v1/templates/{template_id}", "/v1/templates/tpl", 200, (Scope.TEMPLATES_WRITE,), TEMPLATE),
@@ -139,6 +141,8 @@ ENDPOINTS = [
     Endpoint("get", "/v1/campaigns/{campaign_id}", "/v1/campaigns/{cid}", 200, (R,)),
     Endpoint("post", "/v1/campaigns/{campaign_id}/cancel", "/v1/campaigns/{cid}/cancel", 200,
              (Scope.CAMPAIGNS_WRITE,)),
+    Endpoint("post", "/v1/campaigns/{campaign_id}/cancel", "/v1/campaigns/{hcid}/cancel", 200,
+             (Scope.CAMPAIGNS_WRITE, Scope.SEND_HIGH), extra_field="campaign_id"),
 ]
 
 
@@ -148,25 +152,26 @@ def test_the_endpoint_table_covers_every_operation():
 
 
 def build_world(client: APIClient) -> dict[str, str]:
-    """alice (phone, email, a device) in segment ``seg``; templates ``tpl`` and ``otp-tpl``, the latter
-    used by a scheduled high-priority campaign; a scheduled campaign and single send: all of
-    ``client``'s. Returns the ids the paths need."""
+    """alice (phone, email, a device) in segment ``seg``, and an empty segment ``plain``; templates
+    ``tpl`` and ``otp-tpl``, the latter used (with ``seg``) by a scheduled high-priority campaign; a
+    scheduled campaign and single send: all of ``client``'s. Returns the ids the paths need."""
     alice = Recipient.objects.create(user_id="alice", email="alice@example.com", phone="+4915112345678",
                                      timezone="Europe/Berlin")
     Device.objects.create(recipient=alice, platform="android", push_token="tok-alice")
     segment = Segment.objects.create(segment_id="seg", name="Seg", client=client)
     SegmentMember.objects.create(segment=segment, recipient=alice)
+    Segment.objects.create(segment_id="plain", name="Plain", client=client)
     for template_id in ("tpl", "otp-tpl"):
         template = Template.objects.create(template_id=template_id, name="T", default_locale="en", client=client)
         TemplateVariant.objects.create(template=template, locale="en", title="Hi", body="Hi")
-    campaign_services.create_campaign(client=client, idempotency_key="otp", segment=segment, channel="sms",
-                                      priority="high", category="security", template=template,
-                                      scheduled_at=clock.now() + LATER)
+    high = campaign_services.create_campaign(client=client, idempotency_key="otp", segment=segment, channel="sms",
+                                             priority="high", category="security", template=template,
+                                             scheduled_at=clock.now() + LATER).campaign
     campaign = campaign_services.create_campaign(client=client, idempotency_key="world", segment=segment,
                                                  channel="sms", body="Sale", scheduled_at=clock.now() + LATER).campaign
     single = Notification.objects.create(id=uuid.uuid4(), client=client, recipient=alice, channel="sms", body="x",
                                          status="scheduled", scheduled_at=clock.now() + LATER)
-    return {"nid": str(single.pk), "cid": str(campaign.pk)}
+    return {"nid": str(single.pk), "cid": str(campaign.pk), "hcid": str(high.pk)}
 
 
 WORLD_MODELS = (Recipient, Device, Preferences, Notification, DeliveryEvent, Segment, SegmentMember, Template,

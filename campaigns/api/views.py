@@ -54,6 +54,8 @@ _LIST_422 = "A bad query parameter (or path id); `field` names it."
 _SEGMENT_403_CHANGE = ("Or `not_owner` on `segment_id`: the segment belongs to another API client, or was made in "
                        "the admin (only staff change it).")
 _SEGMENT_403_READ = "Or `not_owner` on `segment_id`: the segment belongs to another API client."
+_MEMBERS_403 = (_SEGMENT_403_CHANGE + " Or `missing_scope` on `segment_id`: an active high-priority campaign uses the "
+                "segment, and changing its members needs `notifications:send_high`.")
 _TEMPLATE_403 = ("Or `not_owner` on `template_id`: the template belongs to another API client, or was made in the "
                  "admin; or `missing_scope` on `template_id`: an active high-priority campaign uses it, and changing "
                  "it needs `notifications:send_high`.")
@@ -73,10 +75,9 @@ def _segment(segment_id: str) -> Segment:
 
 def _refused(exc: ownership.NotOwner | ownership.NeedsHighScope) -> Exception:
     """The API's 403 for an ownership rule: ``not_owner`` on the path id, or ``missing_scope``
-    (``notifications:send_high``) on ``template_id``."""
+    (``notifications:send_high``) on ``template_id``, ``segment_id`` or ``campaign_id``."""
     if isinstance(exc, ownership.NeedsHighScope):
-        return MissingScope(Scope.SEND_HIGH, field="template_id",
-                            why=f"this template is used by the high-priority campaign {exc.campaign.pk}")
+        return MissingScope(Scope.SEND_HIGH, field=f"{exc.kind}_id", why=exc.why)
     return NotOwner(f"{exc.kind}_id", str(exc))
 
 
@@ -188,14 +189,17 @@ class SegmentMembersView(APIView):
                    examples=[OpenApiExample("Members", request_only=True,
                                             value={"add": ["alice", "bob"], "remove": ["carol"]})],
                    responses={200: MembersResultSerializer,
-                              **error_responses(*BODY, 403, 404, 422, _403=_SEGMENT_403_CHANGE)},
+                              **error_responses(*BODY, 403, 404, 422, _403=_MEMBERS_403)},
                    summary="Add and remove members of this client's segment (up to 10,000 ids a call)")
     def post(self, request, segment_id: str):
         segment = _segment(segment_id)
-        _owned(request, segment)
+        _owned(request, segment, ownership.check_members_change)  # before validation: a refusal learns nothing
         ser = MembersSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
-        result = services.change_members(segment, **ser.validated_data)
+        try:
+            result = services.change_members(segment, client=request.auth, **ser.validated_data)
+        except (ownership.NotOwner, ownership.NeedsHighScope) as exc:  # a campaign made meanwhile
+            raise _refused(exc) from None
         audit.note_fields(request, ["members"] if result["added"] or result["removed"] else [])
         result["member_count"] = segment.members.count()
         return Response(result)
@@ -356,6 +360,8 @@ class CampaignDetailView(APIView):
 
 class CampaignCancelView(APIView):
     required_scopes = {"post": Scope.CAMPAIGNS_WRITE}
+    scope_notes = {"post": "Cancelling a `priority: high` campaign also needs `notifications:send_high` (403 "
+                           "`missing_scope` on `campaign_id`)."}
     audit_object = "campaign"
 
     @extend_schema(request=None, parameters=response_headers(),
@@ -365,9 +371,14 @@ class CampaignCancelView(APIView):
                                                 _409="Already completed or cancelled.")},
                    summary="Stop fan-out and cancel every notification not yet claimed")
     def post(self, request, campaign_id):
-        if _own_campaign(request, campaign_id) is None:
+        campaign = _own_campaign(request, campaign_id)
+        if campaign is None:
             return field_error("campaign_id", "not_found", "no campaign with this id for this API client", 404,
                                error_code="not_found")
+        try:
+            ownership.check_cancel(campaign, request.auth)
+        except ownership.NeedsHighScope as exc:
+            raise _refused(exc) from None
         try:
             campaign, _ = services.cancel_campaign(campaign_id)
         except services.CampaignNotCancellable as exc:
