@@ -11,11 +11,10 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from campaigns.api import views as campaign_views
-from notifications import health, metrics
+from notifications import health, health_admin, metrics
 from notifications.api import views as notification_views
 from preferences import admin_guard
 from preferences.api import views as preference_views
-from providers import health_admin
 from providers.sendgrid import webhooks as sendgrid_webhooks
 from providers.twilio import webhooks as twilio_webhooks
 

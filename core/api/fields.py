@@ -25,7 +25,7 @@ def _json_type(value) -> str:
         return "boolean"
     if isinstance(value, int | float):
         return "number"
-    return {str: "string", list: "array", dict: "object"}.get(type(value), type(value).__name__)
+    return {str: "string", list: "array", dict: "object"}.get(type(value), type(value).__name__)  # type: ignore[call-overload]
 
 
 def _expected_json_type(field) -> str | None:

@@ -122,7 +122,7 @@ def disable_sdk_retries(app: firebase_admin.App) -> None:
             code="sdk_hook_missing",
         )
     for prefix, old in list(adapters.items()):
-        session.mount(prefix, requests.adapters.HTTPAdapter(
+        session.mount(prefix, requests.adapters.HTTPAdapter(  # type: ignore[union-attr]
             pool_connections=getattr(old, "_pool_connections", requests.adapters.DEFAULT_POOLSIZE),
             pool_maxsize=getattr(old, "_pool_maxsize", requests.adapters.DEFAULT_POOLSIZE),
             pool_block=getattr(old, "_pool_block", requests.adapters.DEFAULT_POOLBLOCK),
@@ -322,7 +322,7 @@ class FcmPushBackend(PushBackend):
         if response is None:
             # No HTTP answer: connection refused/reset or timed out (requests error as cause).
             return TransientProviderError(self.name, transport_code(exc.cause), text)
-        if status >= 500 or isinstance(
+        if status >= 500 or isinstance(  # type: ignore[operator]
             exc, (exceptions.UnavailableError, exceptions.InternalError, exceptions.DeadlineExceededError)
         ):
             return TransientProviderError(

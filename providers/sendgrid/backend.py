@@ -210,7 +210,7 @@ class SendGridEmailBackend(EmailBackend):
         """POST ``body`` to ``/v3/mail/send``; SendResult with ``X-Message-Id``, or raise (see send)."""
         timeout = float(self.option("TIMEOUT", DEFAULT_TIMEOUT_SECONDS))
         try:
-            response = self._client.client.mail.send.post(request_body=body, timeout=timeout)
+            response = self._client.client.mail.send.post(request_body=body, timeout=timeout)  # type: ignore[union-attr]
         except HTTPError as exc:
             raise self._classify(exc) from exc
         except TimeoutError as exc:

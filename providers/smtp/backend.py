@@ -131,16 +131,16 @@ class SmtpEmailBackend(EmailBackend):
         come within TIMEOUT as ``SMTPServerDisconnected`` too, and by then the server may have
         accepted the message (the pipeline reconciles or re-sends it, counted as an attempt).
         """
-        reused = self._connection.connection is not None
-        self._connection.open()
+        reused = self._connection.connection is not None  # type: ignore[union-attr]
+        self._connection.open()  # type: ignore[union-attr]
         try:
-            return self._connection.send_messages([email])
+            return self._connection.send_messages([email])  # type: ignore[union-attr]
         except smtplib.SMTPServerDisconnected as exc:
-            self._connection.close()
+            self._connection.close()  # type: ignore[union-attr]
             if not reused or _timed_out(exc):
                 raise
-            self._connection.open()
-            return self._connection.send_messages([email])
+            self._connection.open()  # type: ignore[union-attr]
+            return self._connection.send_messages([email])  # type: ignore[union-attr]
 
     def _drop_session(self) -> None:
         """Forget a session in an unknown state so the next send reconnects."""

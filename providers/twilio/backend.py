@@ -195,7 +195,7 @@ class TwilioSmsBackend(SmsBackend):
         if validity is not None:
             params["validity_period"] = validity
         try:
-            created = self._client.messages.create(**params)
+            created = self._client.messages.create(**params)  # type: ignore[union-attr]
         except (TwilioRestException, TwilioServiceException) as exc:
             raise self._classify(exc) from exc
         except requests.exceptions.Timeout as exc:
@@ -242,7 +242,7 @@ class TwilioSmsBackend(SmsBackend):
             since = since.replace(tzinfo=UTC)
         not_before = since.astimezone(UTC).replace(microsecond=0)
         try:
-            listed = self._client.messages.list(to=message.to, from_=self.option("FROM_NUMBER"), limit=LOOKUP_LIMIT)
+            listed = self._client.messages.list(to=message.to, from_=self.option("FROM_NUMBER"), limit=LOOKUP_LIMIT)  # type: ignore[union-attr]
         except (TwilioException, requests.exceptions.RequestException, ValueError, KeyError, TypeError) as exc:
             status = getattr(exc, "status", None)
             logger.warning("twilio: lookup of notification %s failed (%s%s); it will be sent again",

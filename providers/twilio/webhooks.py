@@ -19,7 +19,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 from twilio.request_validator import RequestValidator
 
-from notifications import receipts
+from providers import receipts
 from providers.emulator.defaults import BUILT_IN_SECRETS
 from providers.webhooks import forbidden, public_url, storable, storable_fields
 
@@ -66,5 +66,5 @@ def status_callback(request):
         provider="twilio", dedup_key=f"twilio:{sid}:{status}:{code}", kind=STATUS_KINDS.get(status, "unknown"),
         raw=status or "unknown", notification_id=storable(request.GET.get("nid")), provider_message_id=sid,
         error_code=code, sender=params.get("From", "") or params.get("MessagingServiceSid", ""))
-    receipts.accept_receipts([receipt])
+    receipts.publish([receipt])
     return HttpResponse(status=204)
