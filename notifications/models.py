@@ -70,10 +70,6 @@ class Status(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
 
 
-TERMINAL_STATUSES = frozenset({Status.DELIVERED, Status.FAILED, Status.SUPPRESSED, Status.EXPIRED,
-                               Status.CANCELLED})
-
-
 class Reason(models.TextChoices):
     """Why a notification was not (yet) delivered. Shown to support agents."""
 
@@ -201,10 +197,6 @@ class Notification(models.Model):
 
     def __str__(self) -> str:
         return f"{self.channel} {self.priority} to {self.recipient_id} ({self.status})"
-
-    @property
-    def queue_name(self) -> str:
-        return f"{self.priority}.{self.channel}"
 
 
 class DeadLetter(Notification):

@@ -91,8 +91,6 @@ class ProviderError(Exception):
             else ``None``.
     """
 
-    transient: ClassVar[bool] = False
-
     def __init__(
         self,
         provider: str,
@@ -112,8 +110,6 @@ class ProviderError(Exception):
 
 class TransientProviderError(ProviderError):
     """Retry later with backoff (timeouts, connection errors, 5xx, 429)."""
-
-    transient = True
 
 
 def transport_code(exc: BaseException | None) -> str:
