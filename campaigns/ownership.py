@@ -1,4 +1,4 @@
-"""Who may change, read and use segments, templates and campaigns (DESIGN.md §10, issue 11 #2).
+"""Who may change, read and use segments, templates and campaigns (docs/ARCHITECTURE.md §10, issue 11 #2).
 
 The API client that creates a segment, template or campaign owns it (``client``); one made in the
 admin has no owner.

@@ -1,4 +1,4 @@
-"""What never reaches a log (DESIGN.md §10): phone numbers and email addresses are masked, and the
+"""What never reaches a log (docs/ARCHITECTURE.md §10): phone numbers and email addresses are masked, and the
 content of sensitive notifications is removed, in every log record of every process.
 
 * :func:`mask_contacts` masks phone numbers and email addresses, keeping a log line useful:

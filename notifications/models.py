@@ -1,4 +1,4 @@
-"""Notifications, the delivery log and API clients (DESIGN.md §4–6)."""
+"""Notifications, the delivery log and API clients (docs/ARCHITECTURE.md §4–6)."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ class Reason(models.TextChoices):
 
 
 class Notification(models.Model):
-    """One message to one recipient on one channel (DESIGN.md §4–5).
+    """One message to one recipient on one channel (docs/ARCHITECTURE.md §4–5).
 
     The id is derived, never random: ``uuid5(NOTIFICATION_ID_NAMESPACE, f"{client_id}:{key}")`` for
     API sends, so a repeated creation yields the same id and the primary key rejects the copy.

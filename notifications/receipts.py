@@ -1,4 +1,4 @@
-"""Delivery receipts: normalised provider events applied to notifications (DESIGN.md §5).
+"""Delivery receipts: normalised provider events applied to notifications (docs/ARCHITECTURE.md §5).
 
 Provider webhooks (``providers/twilio/webhooks.py``, ``providers/sendgrid/webhooks.py``) verify the
 signature, map the provider's vocabulary to a provider-neutral :class:`providers.receipts.Receipt`,
@@ -40,7 +40,7 @@ Rules:
   seconds, ``delivered`` may come much later: without it a timed-out 1,000-recipient request was
   re-sent whole once the wait ran out). Other non-terminal rows (never claimed, retrying after a
   transient error, deferred for quiet hours) only store the receipt.
-* **Contact hygiene** (``shared/reference/providers.md`` §1(c), §2(c)): hard bounce, ``dropped``
+* **Contact hygiene** (``docs/PROVIDERS.md`` §1(c), §2(c)): hard bounce, ``dropped``
   for a bounced/invalid address, Twilio 30005/30006 → the address/number is marked invalid;
   ``spamreport`` → email channel opt-out; ``unsubscribe``/``group_unsubscribe``/``dropped`` for an
   unsubscribed address → opt-out of the notification's category on email (the whole channel when it
@@ -85,7 +85,7 @@ log = logging.getLogger(__name__)
 
 UNKNOWN_COUNTER_KEY = "receipts:unknown"
 
-# Twilio status-callback error codes with a contact consequence (providers.md §1(c)).
+# Twilio status-callback error codes with a contact consequence (docs/PROVIDERS.md §1(c)).
 TWILIO_DEAD_NUMBER = {"30005": "unknown_handset", "30006": "landline"}
 TWILIO_BLOCKED = "30004"
 

@@ -1,4 +1,4 @@
-"""Isolation under load and provider trouble (DESIGN.md §8), with shared state in Redis.
+"""Isolation under load and provider trouble (docs/ARCHITECTURE.md §8), with shared state in Redis.
 
 Three mechanisms, each keyed by provider name (``settings.PROVIDERS[...]["NAME"]``) and shared by
 every worker process through Redis, so the limits hold for the whole platform, not per process:

@@ -1,4 +1,4 @@
-"""Isolation mechanisms (providers/isolation.py, DESIGN.md §8) against the real Redis, and the router
+"""Isolation mechanisms (providers/isolation.py, docs/ARCHITECTURE.md §8) against the real Redis, and the router
 and batch path against the whole stack: reserved high budget, circuit breaker, bulkhead, failover."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Nothing a person must not read reaches a log (issue 11 #6, DESIGN.md §10): phone numbers and
+"""Nothing a person must not read reaches a log (issue 11 #6, docs/ARCHITECTURE.md §10): phone numbers and
 emails are masked, and a sensitive notification's content is removed, in messages, arguments and
 tracebacks, of every process: the pytest process's records (caplog), Celery's handlers, and the
 access log of the ``Procfile``'s gunicorn."""

@@ -3,7 +3,7 @@
 Verified with the SDK's ``EventWebhook`` helper: ECDSA P-256/SHA-256 over the timestamp header plus
 the **raw** body, with the public key from ``SENDGRID_WEBHOOK_PUBLIC_KEY`` (base64 DER, as SendGrid's
 console shows it); timestamps more than 5 minutes from now are refused as replays
-(``shared/reference/providers.md`` §2(d)). Events map to receipts (§2(c)): ``processed`` → accepted;
+(``docs/PROVIDERS.md`` §2(d)). Events map to receipts (§2(c)): ``processed`` → accepted;
 ``delivered`` → delivered; ``deferred`` → deferred; ``bounce`` (``type`` bounce = hard, blocked =
 soft) and ``dropped`` → failed, with ``Bounced Address``/``Invalid`` and hard bounces marking the
 address invalid; ``spamreport`` → complaint; ``unsubscribe``/``group_unsubscribe`` and ``dropped``

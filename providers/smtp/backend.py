@@ -1,8 +1,8 @@
 """SMTP email backend on Django's ``django.core.mail.backends.smtp.EmailBackend``.
 
 One recipient per message: with several recipients Django silently drops refused ones
-(providers.md §5). The SMTP session is kept open between sends and re-opened once if the server
-dropped it while idle. Errors are classified per providers.md §5.
+(docs/PROVIDERS.md §5). The SMTP session is kept open between sends and re-opened once if the server
+dropped it while idle. Errors are classified per docs/PROVIDERS.md §5.
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ class SmtpEmailBackend(EmailBackend):
                 self._connection.close()
 
     def _classify(self, exc: smtplib.SMTPException) -> Exception:
-        """Map an SMTP error to our hierarchy (providers.md §5)."""
+        """Map an SMTP error to our hierarchy (docs/PROVIDERS.md §5)."""
         if isinstance(exc, smtplib.SMTPRecipientsRefused):
             code, reply = next(iter(exc.recipients.values()), (0, b""))
             return self._reply_error(int(code), _text(reply), contact_invalid=True)

@@ -1,7 +1,7 @@
 """``POST /webhooks/twilio/status``: Twilio message status callbacks (delivery receipts).
 
 Verified with the SDK's ``RequestValidator`` against the public URL (query included) and the form
-parameters, with the account's AuthToken (``shared/reference/providers.md`` §1(d)). Unsigned or
+parameters, with the account's AuthToken (``docs/PROVIDERS.md`` §1(d)). Unsigned or
 forged requests get 403 and change nothing; so are requests signed with the emulator's public
 built-in token (``providers/emulator/defaults.py``) unless the platform is in emulator mode.
 Statuses map to receipts as follows: ``queued``/``accepted``/``sending``/``sent``/``scheduled`` →
