@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from providers.emulator import defaults as emu_defaults
+from providers import emulator_credentials as emu_defaults
 
 MODES = ("emulator", "real")
 

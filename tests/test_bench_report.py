@@ -1,8 +1,8 @@
-"""notifications.bench.report: figures, targets, sanity and the docs block, from synthetic inputs."""
+"""bench.report: figures, targets, sanity and the docs block, from synthetic inputs."""
 
 from datetime import UTC, datetime
 
-from notifications.bench import report
+from bench import report
 
 LAUNCH = 1_700_000_000_000.0  # ms; a whole second
 MB = 1024 * 1024

@@ -19,11 +19,11 @@ from django.core.management import call_command
 from django.test import Client
 from twilio.request_validator import RequestValidator
 
+from bench.stack import ROOT
 from config.provider_settings import build_providers
 from notifications.models import Notification
 from preferences.models import Recipient
 from providers.registry import check_providers_configured
-from tests.stack import ROOT
 
 EMULATOR_TOKEN = "emulator-auth-token"  # public: providers/emulator/defaults.py
 BACKUP_SID = "AC" + "1" * 32

@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from notifications.bench.stats import (
+from bench.stats import (
     bucket_series,
     cpu_us_per_message,
     growth,

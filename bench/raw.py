@@ -2,7 +2,7 @@
 size and send concurrency, in a tight loop with no database and no queue.
 
 :func:`run_raw_ceiling` starts as many processes as the standard worker has (:data:`STANDARD_PROCESSES`), each running
-``python -m notifications.bench.raw`` (Django settings only, for the provider registry): it builds
+``python -m bench.raw`` (Django settings only, for the provider registry): it builds
 its messages up front, waits for a common start instant, then loops ``send_batch`` until the end
 instant and prints one JSON line. The parent samples the emulator's CPU over the same window.
 """
@@ -18,7 +18,7 @@ import time
 import uuid
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_BATCH = {"email": 500, "sms": 100, "push": 100}
 
 
@@ -155,7 +155,7 @@ def child_main(argv: list[str]) -> int:
     return 0
 
 
-#: Pool processes of the standard worker (Procfile / tests/stack.py: --concurrency 4).
+#: Pool processes of the standard worker (Procfile / bench/stack.py: --concurrency 4).
 STANDARD_PROCESSES = 4
 
 
@@ -165,7 +165,7 @@ def run_raw_ceiling(channel: str, env: dict[str, str], monitor, seconds: float =
     watching the emulator). Returns msgs/s and CPU-µs per message (client, emulator).
     ``transport="http"``: the SMS/push requests over pooled aiohttp instead of the SDKs."""
     start_at = time.time() + 12.0  # Django setup and message building happen before
-    procs = [subprocess.Popen([sys.executable, "-m", "notifications.bench.raw", "--channel", channel,
+    procs = [subprocess.Popen([sys.executable, "-m", "bench.raw", "--channel", channel,
                                "--start-at", str(start_at), "--seconds", str(seconds), "--tag", str(i),
                                "--transport", transport],
                               cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

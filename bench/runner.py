@@ -1,6 +1,6 @@
 """One measured run: start the bench stack, (optionally) the raw ceiling, then a campaign blast with
 an OTP stream through the API, until the campaign is drained; collect what the database, the
-emulator and the process monitor saw. The figures are computed by :mod:`notifications.bench.report`.
+emulator and the process monitor saw. The figures are computed by :mod:`bench.report`.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from urllib.parse import urlsplit
 import requests
 from django.db import connection
 
+from bench import procs, report, seed
+from bench.emulator import BACKUP_SMS_ACCOUNT, PRIMARY_SMS_ACCOUNT, PROVIDER_OF_CHANNEL, Emulator
+from bench.otp import OtpSender
+from bench.production_stack import BenchStack
+from bench.raw import run_raw_ceiling
 from campaigns.models import Campaign
-from notifications.bench import procs, report, seed
-from notifications.bench.emulator import BACKUP_SMS_ACCOUNT, PRIMARY_SMS_ACCOUNT, PROVIDER_OF_CHANNEL, Emulator
-from notifications.bench.otp import OtpSender
-from notifications.bench.raw import run_raw_ceiling
-from notifications.bench.stack import BenchStack
 from notifications.models import APIClient
 from notifications.scopes import Scope
 

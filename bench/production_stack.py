@@ -1,4 +1,4 @@
-"""The bench's own platform: ``tests.stack.Stack`` with production timings.
+"""The bench's own platform: ``bench.stack.Stack`` with production timings.
 
 Differences from the test stack: no clock-offset file and none of the shortened test timings (lease,
 backoff, stale-queued and reconciler intervals are the settings' defaults), no delivery receipts
@@ -15,12 +15,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.stack import CELERY, Stack, wait_until
+from bench.stack import CELERY, Stack, wait_until
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+ROOT = Path(__file__).resolve().parent.parent
 LOG_DIR = ROOT / "test-artifacts" / "bench"
 
-#: Test-only timings of tests.stack.Stack that the bench drops (the settings' defaults apply).
+#: Test-only timings of bench.stack.Stack that the bench drops (the settings' defaults apply).
 TEST_TIMINGS = (
     "LEASE_SECONDS", "QUEUED_STALE_SECONDS", "QUEUED_STALE_SECONDS_HIGH", "RECONCILER_INTERVAL_SECONDS",
     "SCHEDULER_INTERVAL_SECONDS", "PROVIDER_TIMEOUT_SECONDS", "BACKOFF_BASE_HIGH", "BACKOFF_CAP_HIGH",

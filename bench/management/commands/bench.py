@@ -113,9 +113,9 @@ class Command(BaseCommand):
     def run(self, o):
         # SIGTERM unwinds like Ctrl-C, so the stack this run started is stopped (finally blocks).
         signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(143))
-        from notifications.bench import plot, report
-        from notifications.bench.runner import RunConfig, run_blast
-        from notifications.bench.stack import naive_pipeline_available
+        from bench import plot, report
+        from bench.production_stack import naive_pipeline_available
+        from bench.runner import RunConfig, run_blast
 
         database_url, redis_url = os.environ["DATABASE_URL"], os.environ["REDIS_URL"]
         self.say(f"database {BENCH_DATABASE}: migrating…")
@@ -185,7 +185,7 @@ class Command(BaseCommand):
             sys.exit(1)
 
     def write_docs(self, path: Path):
-        from notifications.bench import report
+        from bench import report
 
         data = json.loads(path.read_text())
         docs = settings.BASE_DIR / "docs" / "PERFORMANCE.md"
