@@ -23,8 +23,8 @@ from bench.emulator import BACKUP_SMS_ACCOUNT, PRIMARY_SMS_ACCOUNT, PROVIDER_OF_
 from bench.otp import OtpSender
 from bench.production_stack import BenchStack
 from campaigns.models import Campaign
+from core.api.scopes import Scope
 from notifications.models import APIClient
-from notifications.scopes import Scope
 
 BUCKET_MS = 100
 #: Brownout: OTPs keep flowing at least this long after the primary SMS provider slowed down.

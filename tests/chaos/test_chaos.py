@@ -34,7 +34,7 @@ from django.conf import settings
 
 from bench.stack import ROOT, wait_until
 from campaigns.models import Campaign
-from notifications.markers import get_redis
+from core.redis_client import get_redis
 from notifications.models import Notification
 from tests.e2e import make_segment, make_user
 
