@@ -4,6 +4,7 @@ batch (bench/ceilings.py). Exact outcomes: rows, statuses, what the emulator rec
 
 from __future__ import annotations
 
+import os
 import uuid
 
 import pytest
@@ -103,3 +104,18 @@ def test_durable_ceiling_inserts_sends_and_marks_each_batch_then_deletes_its_row
         str(pk) for pk in rows.values_list("pk", flat=True))
     assert ceilings.delete_durable_rows() == 5
     assert not Notification.objects.filter(category=ceilings.DURABLE_CATEGORY).exists()
+
+
+@pytest.mark.parametrize(("pool", "workers"), [("prefork", 1), ("threads", os.cpu_count() or 1)])
+def test_the_naive_stack_runs_the_emulator_and_its_own_workers_only(tmp_path, pool, workers):
+    from bench.production_stack import BenchStack
+
+    stack = BenchStack("postgres://x/y", "redis://x/3", tmp_path, pipeline="naive", naive_pool=pool,
+                       naive_concurrency=16, log_dir=tmp_path)
+    commands = stack.commands()
+    assert sorted(commands) == ["emulator", *sorted(stack.naive_workers())] and len(stack.naive_workers()) == workers
+    for kind, command in stack.naive_workers().items():
+        joined = " ".join(command)
+        assert kind.startswith("worker_naive") and "-A bench.naive worker" in joined
+        assert f"-Q {naive.QUEUE} --pool {pool} --concurrency 16" in joined
+    assert not any("-A config" in " ".join(c) for c in commands.values())
