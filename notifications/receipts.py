@@ -63,8 +63,8 @@ from django.db.models import Q
 
 from notifications import clock, markers, metrics
 from notifications.bulk import array_literal
+from notifications.delivery.outcomes import shown
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
-from notifications.recording import shown
 from preferences.models import Preferences, Recipient, SmsStop
 
 log = logging.getLogger(__name__)

@@ -14,9 +14,11 @@ from datetime import timedelta
 
 import pytest
 
-from notifications import clock, leases, scheduler, sending
+from notifications import clock, scheduler
+from notifications.delivery import checks, leases
+from notifications.delivery.claim import claim
+from notifications.delivery.pipeline import send_notifications
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification
-from notifications.sending import claim, send_notifications
 from providers.base import SendResult
 from providers.registry import get_backend
 from tests import test_batch_path
@@ -195,7 +197,7 @@ def test_a_row_that_crashes_the_checks_is_retried_then_dead_lettered_with_the_er
     def broken(n, stopped_phones=None):
         raise IsADirectoryError(21, "Is a directory", "/usr/share/zoneinfo/America")
 
-    monkeypatch.setattr(sending, "suppression_reason", broken)
+    monkeypatch.setattr(checks, "suppression_reason", broken)
     first, last = queued("sms", 2)
     Notification.objects.filter(pk=last).update(attempts=2)
 

@@ -12,8 +12,8 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from notifications.delivery.pipeline import send_notifications
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification
-from notifications.sending import send_notifications
 from preferences.models import Recipient
 from providers.registry import reset_backends
 from tests.conftest import make_client

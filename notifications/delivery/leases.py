@@ -1,4 +1,5 @@
-"""Leases on claimed rows, renewed for as long as the rows are in flight (DESIGN.md §6 step 3).
+"""Leases on claimed rows, renewed for as long as the rows are in flight: the claim stage of the
+delivery pipeline (docs/ARCHITECTURE.md, "The send path").
 
 A worker claims rows (``queued → sending``, ``lease_until = now + LEASE_SECONDS``); the reconciler
 re-drives a ``sending`` row only once its lease has run out. A slow machine must make delivery
