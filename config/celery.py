@@ -34,11 +34,9 @@ CHANNELS = ("sms", "email", "push")
 TIERS = ("high", "standard")
 SEND_QUEUES = tuple(f"{tier}.{channel}" for tier in TIERS for channel in CHANNELS)
 ALL_QUEUES = (*SEND_QUEUES, "fanout", "maintenance", "receipts")
-# The benchmark's baseline pipeline (NOTIFY_PIPELINE=naive) puts every task on this one queue.
-NAIVE_QUEUE = "naive"
 
 _default_exchange = Exchange("", type="direct")
-app.conf.task_queues = [Queue(name, _default_exchange, routing_key=name) for name in (*ALL_QUEUES, NAIVE_QUEUE)]
+app.conf.task_queues = [Queue(name, _default_exchange, routing_key=name) for name in ALL_QUEUES]
 app.conf.task_default_queue = "maintenance"
 app.conf.task_default_exchange = ""
 app.conf.task_default_routing_key = "maintenance"

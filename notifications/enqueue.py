@@ -18,28 +18,19 @@ from notifications import metrics
 
 log = logging.getLogger(__name__)
 
-#: The one shared queue of the naive pipeline (``NOTIFY["PIPELINE"] == "naive"``, the benchmark's
-#: baseline): every send and fan-out task of every tier goes there.
-NAIVE_QUEUE = "naive"
-
-
-def naive() -> bool:
-    return settings.NOTIFY["PIPELINE"] == "naive"
-
-
 def queue_for(priority: str, channel: str) -> str:
-    """``{tier}.{channel}`` (DESIGN.md §6 step 2), or the shared ``naive`` queue in naive mode."""
-    return NAIVE_QUEUE if naive() else f"{priority}.{channel}"
+    """``{tier}.{channel}``: the queue of the send tasks of a tier and channel (docs/ARCHITECTURE.md)."""
+    return f"{priority}.{channel}"
 
 
 def fanout_queue() -> str:
-    return NAIVE_QUEUE if naive() else "fanout"
+    return "fanout"
 
 
 def chunk_size(priority: str, channel: str) -> int:
     """Notification ids per send task: one for the high tier (the high worker's threads work on
-    different OTPs in parallel) and in naive mode; ``NOTIFY["BATCH_SIZE"][channel]`` for standard."""
-    if priority == "high" or naive():
+    different OTPs in parallel); ``NOTIFY["BATCH_SIZE"][channel]`` for standard."""
+    if priority == "high":
         return 1
     return max(1, int(settings.NOTIFY["BATCH_SIZE"][channel]))
 
