@@ -12,7 +12,7 @@ import pytest
 
 from notifications.delivery.pipeline import send_notifications
 from notifications.markers import find_sent, get_redis
-from notifications.models import DeliveryAttempt, DeliveryEvent, Notification
+from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, TimelineEntry
 from preferences.models import Recipient
 from providers import isolation
 from providers.registry import reset_backends
@@ -81,7 +81,7 @@ def test_email_batch_is_one_request_and_is_recorded_in_bulk(providers, emulator)
     assert {(m["notification_id"], m["body"]) for m in emulator.messages()} == {
         (str(n.pk), n.body) for n in rows}
     assert DeliveryAttempt.objects.filter(notification_id__in=ids, outcome="accepted", provider=email).count() == 30
-    assert DeliveryEvent.objects.filter(notification_id__in=ids, kind="sent", status="sent").count() == 30
+    assert TimelineEntry.objects.filter(notification_id__in=ids, kind="sent", status="sent").count() == 30
     assert find_sent(ids) == set(ids)
 
 

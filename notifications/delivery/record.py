@@ -81,7 +81,8 @@ def transition(n: Notification, status: str, reason: str = "", *, kind: str, det
     moved = Notification.objects.filter(ours, pk=n.pk, attempts=n.attempts).update(**fields)
     copy_rows(ATTEMPTS_TABLE, ATTEMPT_COLUMNS, list(attempts))
     if moved:
-        DeliveryEvent.objects.create(notification=n, kind=kind, status=status, reason=reason, detail=detail[:500])
+        if status != Status.SENT:  # a sent row's attempt row is its `sent` line (models.TimelineEntry)
+            DeliveryEvent.objects.create(notification=n, kind=kind, status=status, reason=reason, detail=detail[:500])
         for key, value in fields.items():
             setattr(n, key, value)
         metrics.notification_transitioned(n)
@@ -185,8 +186,6 @@ def record_sent(rows: list[tuple], provider: str, channel: str, tier: str) -> No
                                     array_literal(message_ids), array_literal(details)])
             moved = {str(row[0]) for row in cur.fetchall()}
         copy_rows(ATTEMPTS_TABLE, ATTEMPT_COLUMNS, attempts)
-        copy_rows(EVENTS_TABLE, EVENT_COLUMNS, [(i, "sent", Status.SENT.value, "", d, now)
-                                                for i, d in zip(ids, details, strict=True) if i in moved])
         for index, i in enumerate(ids):
             if i not in moved:
                 # The receipt settled the row before we recorded the call (or it changed hands):
