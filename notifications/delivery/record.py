@@ -157,6 +157,8 @@ def record(decided: list[tuple[Notification, Decision, list[AttemptRow], list]],
     for rows in retries.values():
         _guarded(record_retry, rows)
     for n, decision, attempts in single:
+        for a in attempts:
+            metrics.provider_call(n, a)
         _guarded(finish, n, decision.status, decision.reason, kind=decision.kind, detail=decision.detail,
                  attempts=attempts, extra={"provider": decision.error.provider,
                                            **({"dead_lettered_at": clock.now()}
@@ -211,9 +213,10 @@ def record_sent(rows: list[tuple], provider: str, channel: str, tier: str) -> No
 
 def record_retry(rows: list[tuple]) -> None:
     """These rows failed with the same transient error: one backoff for the group (from the row with
-    the most attempts, honouring Retry-After). A lone row due within ``MAX_COUNTDOWN_SECONDS`` goes
-    back to its queue with a countdown; otherwise the rows wait in ``scheduled`` together, so the
-    scheduler releases them as batches again instead of one retry task per row."""
+    the most attempts, honouring Retry-After). A high-tier row (a batch of one) due within
+    ``MAX_COUNTDOWN_SECONDS`` goes back to its queue with a countdown; otherwise the rows wait in
+    ``scheduled`` together, so the scheduler releases standard rows as batches again instead of one
+    retry task per row."""
     exc = rows[0][1].error
     now = clock.now()
     slowest = max((n for n, _d, _a in rows), key=lambda n: n.attempts)
@@ -225,7 +228,7 @@ def record_retry(rows: list[tuple]) -> None:
     if reason == Reason.OUTCOME_UNKNOWN:
         detail += " (it may have been accepted: looked up or waited for first)"
     attempts = [a for _n, _d, row_attempts in rows for a in row_attempts]
-    if len(rows) == 1 and delay <= settings.NOTIFY["MAX_COUNTDOWN_SECONDS"]:
+    if len(rows) == 1 and slowest.priority == "high" and delay <= settings.NOTIFY["MAX_COUNTDOWN_SECONDS"]:
         n = rows[0][0]
         with transaction.atomic():
             if transition(n, Status.QUEUED, reason, kind="retry", detail=detail, attempts=attempts,
