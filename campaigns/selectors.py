@@ -10,7 +10,7 @@ from django.db.models import Count, Max, Sum
 
 from campaigns.models import Campaign, CampaignStatus, Template
 from campaigns.rendering import Rendered, RenderError, render_strings, render_template
-from notifications import clock
+from core import clock
 from notifications.delivery.content import ContentError
 from notifications.models import Notification
 

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from core.redis_client import get_redis
 from notifications.delivery.checks import Facts, verdict
 from notifications.delivery.outcomes import decide
 from notifications.delivery.pipeline import send_notifications
-from notifications.markers import get_redis
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification
 from preferences.models import Preferences, Recipient
 from providers.base import ContactInvalidError, PermanentProviderError, SendResult, TransientProviderError

@@ -14,7 +14,8 @@ from datetime import timedelta
 
 import pytest
 
-from notifications import clock, scheduler
+from core import clock
+from notifications import scheduler
 from notifications.delivery import checks, leases
 from notifications.delivery.claim import claim
 from notifications.delivery.pipeline import send_notifications

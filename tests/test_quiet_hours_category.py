@@ -16,12 +16,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from campaigns.models import Campaign, Segment
-from notifications import clock
+from core import clock
+from core.api.scopes import Scope
 from notifications.delivery.content import Content as _CampaignContent
 from notifications.delivery.pipeline import prepare
 from notifications.models import APIClient, DeliveryEvent, Notification
 from notifications.quiet_hours_policy import bypasses_quiet_hours, priority_category_problem
-from notifications.scopes import Scope
 from preferences.models import Preferences, Recipient
 
 pytestmark = pytest.mark.django_db

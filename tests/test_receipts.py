@@ -12,8 +12,8 @@ import pytest
 
 from notifications import receipts, scheduler
 from notifications.delivery.claim import claim
-from notifications.markers import find_sent
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
+from notifications.sent_markers import find_sent
 from preferences.models import Recipient
 
 pytestmark = pytest.mark.django_db

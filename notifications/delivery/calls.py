@@ -27,7 +27,8 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 
-from notifications import clock, metrics
+from core import clock
+from notifications import metrics
 from notifications.delivery.claim import call_deadline_seconds, still_ours
 from notifications.delivery.routing import route_for
 from notifications.models import Notification

@@ -11,8 +11,8 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import connection
 
-from notifications import markers
-from notifications.bulk import array_literal
+from core.postgres import array_literal
+from notifications import sent_markers as markers
 from notifications.delivery import leases
 
 _CLAIM_SQL = """

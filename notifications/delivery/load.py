@@ -12,8 +12,9 @@ from datetime import datetime, timedelta
 
 from django.db.models.expressions import RawSQL
 
-from notifications import clock, markers
-from notifications.bulk import array_literal
+from core import clock
+from core.postgres import array_literal
+from notifications import sent_markers as markers
 from notifications.delivery.content import Content, ContentError
 from notifications.delivery.outcomes import AttemptRow
 from notifications.delivery.record import finish

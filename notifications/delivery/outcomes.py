@@ -27,8 +27,8 @@ from typing import NamedTuple
 
 from django.conf import settings
 
-from config.redaction import SENSITIVE
-from notifications import clock
+from core import clock
+from core.redaction import SENSITIVE
 from notifications.models import DeliveryAttempt, Notification, Reason, Status
 from providers.base import ContactInvalidError, ProviderConfigurationError, ProviderError, TransientProviderError
 

@@ -22,8 +22,8 @@ import logging
 from collections import defaultdict
 from collections.abc import Iterable
 
-from config.redaction import sensitive_content
-from notifications import clock
+from core import clock
+from core.redaction import sensitive_content
 from notifications.delivery import checks, claim, load, record
 from notifications.delivery.calls import Calls, Item, call_high, call_standard
 from notifications.delivery.checks import Facts
@@ -49,7 +49,7 @@ def send_notifications(ids: Iterable[str]) -> None:
         already_sent = claim.sent_markers(claimed)
         rows = load.rows(claimed)
         # Whatever is logged while these rows are handled (tracebacks included) never shows the
-        # content of the sensitive ones (config/redaction.py).
+        # content of the sensitive ones (core/redaction.py).
         with sensitive_content(n for n in rows if n.sensitive):
             content = Content()
             batches: dict[tuple, list] = defaultdict(list)

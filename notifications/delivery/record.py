@@ -18,9 +18,11 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Q
 
-from config.redaction import without_sensitive
-from notifications import clock, markers, metrics
-from notifications.bulk import array_literal, copy_rows
+from core import clock
+from core.postgres import array_literal, copy_rows
+from core.redaction import without_sensitive
+from notifications import metrics
+from notifications import sent_markers as markers
 from notifications.delivery.outcomes import (
     ATTEMPT_COLUMNS,
     AttemptRow,

@@ -1,0 +1,35 @@
+"""The queue topology: every Celery queue, which queue a piece of work goes to, and the names of the
+tasks that other floors publish by name (docs/ARCHITECTURE.md, "Queues and workers").
+
+Queues: ``{tier}.{channel}`` for sends (``high.sms``… consumed only by the high-tier worker;
+``standard.*`` by the standard worker), ``fanout`` (campaign pages), ``maintenance`` (scheduler,
+reconciler) and ``receipts`` (provider delivery receipts). The benchmark's naive baseline is the
+benchmark's own; production code has no naive mode.
+
+Publishing by task name (``current_app.send_task(SEND_TASK, …)``) lets a module queue work without
+importing the module that defines the task, so no import runs back up from a service to its tasks.
+"""
+
+from __future__ import annotations
+
+from core.vocabulary import CHANNELS, TIERS
+
+SEND_QUEUES = tuple(f"{tier}.{channel}" for tier in TIERS for channel in CHANNELS)
+FANOUT_QUEUE = "fanout"
+MAINTENANCE_QUEUE = "maintenance"
+RECEIPTS_QUEUE = "receipts"
+ALL_QUEUES = (*SEND_QUEUES, FANOUT_QUEUE, MAINTENANCE_QUEUE, RECEIPTS_QUEUE)
+
+#: Task names (stable: they are in queued messages). Defined in notifications/tasks.py.
+SEND_TASK = "notifications.send"
+RECEIPTS_TASK = "notifications.apply_receipts"
+
+
+def queue_for(priority: str, channel: str) -> str:
+    """``{tier}.{channel}`` (``high.sms``)."""
+    return f"{priority}.{channel}"
+
+
+def fanout_queue() -> str:
+    """``fanout``: the queue of campaign fan-out pages."""
+    return FANOUT_QUEUE
