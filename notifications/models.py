@@ -288,9 +288,9 @@ class DeliveryEvent(models.Model):
 class TimelineEntry(models.Model):
     """One line of a notification's timeline as every reader shows it (API, admin, support pages):
     its DeliveryEvent rows, plus one ``sent`` line per attempt that was accepted (or found by the
-    lookup, or skipped on a sent marker), read from the DeliveryAttempt row that says the same. The
-    pipeline writes no ``sent`` event of its own (one row fewer per notification,
-    docs/ARCHITECTURE.md). A database view (migration 0015); ``id`` is the event's, or minus the
+    lookup, or skipped on a sent marker), read from the DeliveryAttempt row that says the same, unless
+    the notification has a ``sent`` event (rows written before migration 0015). The pipeline writes
+    no ``sent`` event of its own (one row fewer per notification, docs/ARCHITECTURE.md). A database view (migration 0015); ``id`` is the event's, or minus the
     attempt's."""
 
     id = models.BigIntegerField(primary_key=True)

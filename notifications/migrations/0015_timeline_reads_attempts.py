@@ -4,7 +4,8 @@ import django.db.models.deletion
 from django.db import migrations, models
 
 #: A notification's timeline: its events, and a `sent` line per accepted (found, marker-skipped)
-#: attempt, the first of its attempt number (push: one line for all devices).
+#: attempt, the first of its attempt number (push: one line for all devices), unless the notification
+#: has a `sent` event of its own (written before this migration, or by a receipt path).
 VIEW_SQL = """
 CREATE VIEW notifications_timeline AS
 SELECT e.id, e.notification_id, e.kind, e.status, e.reason, e.detail, e.created_at
@@ -29,6 +30,8 @@ SELECT -a.id, a.notification_id, 'sent', 'sent', '',
    AND NOT EXISTS (SELECT 1 FROM notifications_deliveryattempt AS b
                     WHERE b.notification_id = a.notification_id AND b.number = a.number
                       AND b.outcome = 'accepted' AND b.id < a.id)
+   AND NOT EXISTS (SELECT 1 FROM notifications_deliveryevent AS s
+                    WHERE s.notification_id = a.notification_id AND s.kind = 'sent')
 """
 
 
