@@ -1,4 +1,4 @@
-"""Notifications, the delivery log and API clients (DESIGN.md §4–6)."""
+"""Notifications, the delivery log and API clients (docs/ARCHITECTURE.md §4–6)."""
 
 from __future__ import annotations
 
@@ -70,10 +70,6 @@ class Status(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
 
 
-TERMINAL_STATUSES = frozenset({Status.DELIVERED, Status.FAILED, Status.SUPPRESSED, Status.EXPIRED,
-                               Status.CANCELLED})
-
-
 class Reason(models.TextChoices):
     """Why a notification was not (yet) delivered. Shown to support agents."""
 
@@ -109,7 +105,7 @@ class Reason(models.TextChoices):
 
 
 class Notification(models.Model):
-    """One message to one recipient on one channel (DESIGN.md §4–5).
+    """One message to one recipient on one channel (docs/ARCHITECTURE.md §4–5).
 
     The id is derived, never random: ``uuid5(NOTIFICATION_ID_NAMESPACE, f"{client_id}:{key}")`` for
     API sends, so a repeated creation yields the same id and the primary key rejects the copy.
@@ -202,10 +198,6 @@ class Notification(models.Model):
     def __str__(self) -> str:
         return f"{self.channel} {self.priority} to {self.recipient_id} ({self.status})"
 
-    @property
-    def queue_name(self) -> str:
-        return f"{self.priority}.{self.channel}"
-
 
 class DeadLetter(Notification):
     """Notifications that failed for a reason a person must look at: attempts ran out, or a
@@ -290,8 +282,8 @@ class TimelineEntry(models.Model):
     its DeliveryEvent rows, plus one ``sent`` line per attempt that was accepted (or found by the
     lookup, or skipped on a sent marker), read from the DeliveryAttempt row that says the same, unless
     the notification has a ``sent`` event (rows written before migration 0015). The pipeline writes
-    no ``sent`` event of its own (one row fewer per notification, docs/ARCHITECTURE.md). A database view (migration 0015); ``id`` is the event's, or minus the
-    attempt's."""
+    no ``sent`` event of its own (one row fewer per notification, docs/ARCHITECTURE.md). A database
+    view (migration 0015); ``id`` is the event's, or minus the attempt's."""
 
     id = models.BigIntegerField(primary_key=True)
     notification = models.ForeignKey(Notification, on_delete=models.DO_NOTHING, related_name="timeline",
