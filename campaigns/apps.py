@@ -7,10 +7,12 @@ class CampaignsConfig(AppConfig):
     verbose_name = "Campaigns"
 
     def ready(self) -> None:
-        from campaigns.selectors import stalled_campaigns
+        from campaigns.selectors import SendTimeContent, stalled_campaigns
+        from notifications.delivery.content import register_content_source
         from notifications.health import register_progress_check
 
         register_progress_check("campaigns", stalled_campaigns)
+        register_content_source(SendTimeContent)
         # A recipient's erasure (DELETE /v1/users/{id}) removes it from every segment.
         from preferences.api.erasure import register_eraser
 

@@ -45,7 +45,7 @@ def fact_params(campaign) -> dict:
     """The query parameters :func:`fact_columns` needs: the campaign's category and SMS sender."""
     sender = ""
     if campaign.channel == "sms":
-        from notifications.routing import sms_sender
+        from notifications.delivery.routing import sms_sender
 
         sender = sms_sender()
     return {"category": campaign.category or "", "sms_sender": sender}

@@ -9,8 +9,9 @@ from django.conf import settings
 from django.db.models import Count, Max, Sum
 
 from campaigns.models import Campaign, CampaignStatus, Template
-from campaigns.rendering import Rendered, render_strings, render_template
+from campaigns.rendering import Rendered, RenderError, render_strings, render_template
 from core import clock
+from notifications.delivery.content import ContentError
 from notifications.models import Notification
 
 STATUSES = ["scheduled", "queued", "sending", "sent", "delivered", "failed", "suppressed", "expired", "cancelled"]
@@ -88,6 +89,26 @@ class ContentCache:
     def cancelled(self, notification: Notification) -> bool:
         """Whether the notification's campaign was cancelled (as loaded for this batch)."""
         return self._campaign(notification.campaign_id)[0].status == CampaignStatus.CANCELLED
+
+
+class SendTimeContent:
+    """The delivery pipeline's content source for campaign notifications (registered in
+    CampaignsConfig.ready(); notifications/delivery/content.py describes the hook): one per batch."""
+
+    def __init__(self) -> None:
+        self._cache = ContentCache()
+
+    def render(self, notification: Notification) -> tuple:
+        """``(title, body, html, data)`` of a campaign notification. Raises ContentError (the
+        RenderError's message) when its template cannot be rendered."""
+        try:
+            rendered = self._cache.render(notification)
+        except RenderError as exc:
+            raise ContentError(str(exc)) from exc
+        return rendered.title, rendered.body, rendered.html, self._cache.data(notification)
+
+    def cancelled(self, notification: Notification) -> bool:
+        return self._cache.cancelled(notification)
 
 
 def stalled_campaigns(now=None) -> list[str]:

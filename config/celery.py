@@ -18,7 +18,7 @@ from celery.exceptions import SecurityWarning
 from celery.signals import after_setup_logger, after_setup_task_logger, worker_process_init
 from kombu import Exchange, Queue
 
-from core.queues import ALL_QUEUES, MAINTENANCE_QUEUE, NAIVE_QUEUE
+from core.queues import ALL_QUEUES, MAINTENANCE_QUEUE
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -35,7 +35,7 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 
 
 _default_exchange = Exchange("", type="direct")
-app.conf.task_queues = [Queue(name, _default_exchange, routing_key=name) for name in (*ALL_QUEUES, NAIVE_QUEUE)]
+app.conf.task_queues = [Queue(name, _default_exchange, routing_key=name) for name in ALL_QUEUES]
 app.conf.task_default_queue = MAINTENANCE_QUEUE
 app.conf.task_default_exchange = ""
 app.conf.task_default_routing_key = MAINTENANCE_QUEUE

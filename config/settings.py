@@ -253,7 +253,7 @@ NOTIFY = {
     # A claimed row is re-driven by the reconciler once its lease (seconds) has run out. A heartbeat
     # thread in every worker renews the leases of the rows it holds every LEASE_SECONDS / 4 for as
     # long as they are in flight, and every provider call first extends its rows' lease past the
-    # call's deadline (notifications/leases.py): a lease only runs out when the worker died or hung.
+    # call's deadline (notifications/delivery/leases.py): a lease only runs out when the worker died or hung.
     "LEASE_SECONDS": env.int("LEASE_SECONDS", default=30),
     "LEASE_HEARTBEAT": env.bool("LEASE_HEARTBEAT", default=True),
     # Provider receipts a webhook verified are queued for the receipts worker (False) or applied in
@@ -295,10 +295,6 @@ NOTIFY = {
     # Test-only: a file holding a clock offset in seconds (see notifications/clock.py). Unset in
     # production.
     "CLOCK_OFFSET_FILE": env("CLOCK_OFFSET_FILE", default=None),
-    # "tiered" (docs/ARCHITECTURE.md §6/§8: queues per tier and channel, batched standard path) or "naive": the
-    # textbook design kept as the benchmark's baseline (one task per notification, one shared queue
-    # `naive`, no batching, no reserved budget). Never run naive in production.
-    "PIPELINE": env("NOTIFY_PIPELINE", default="tiered"),
     # Standard tier: notifications per send task (one claim, one recipient query, one marker MGET,
     # one bucket call, bulk records). Email goes out as one SendGrid request per batch (≤ 1,000
     # personalizations, SendGrid's limit); SMS and push as one SDK call per message.

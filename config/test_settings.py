@@ -30,7 +30,7 @@ STORAGES = {"default": {"BACKEND": "django.core.files.storage.FileSystemStorage"
             "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}}
 
 # In-process tests run the send path inside the test's transaction, which a heartbeat thread (its
-# own connection) cannot see: leases are renewed in the caller's thread only (notifications/leases.py).
+# own connection) cannot see: leases are renewed in the caller's thread only (notifications/delivery/leases.py).
 # The end-to-end stack's workers use config.settings, heartbeat on.
 # They run no receipts worker either: webhooks apply receipts in the request (RECEIPTS_INLINE); the
 # queue path is tested on its own (tests/test_webhooks.py) and end to end.

@@ -19,7 +19,7 @@ from django.utils.html import format_html
 
 from notifications import services
 from notifications.admin_time import INSTANTS_JS, instant_display
-from notifications.models import DeadLetter, DeliveryAttempt, DeliveryEvent, Notification, Status
+from notifications.models import DeadLetter, DeliveryAttempt, Notification, Status, TimelineEntry
 from preferences.admin import RecipientAdmin
 from preferences.admin_guard import ContentLookupGuard
 from preferences.validation import phone_search_term
@@ -58,12 +58,25 @@ class ReadOnlyInline(admin.TabularInline):
         return False
 
 
+class _TimelineFormSet(BaseInlineFormSet):
+    @classmethod
+    def get_default_prefix(cls):
+        return "events"  # the page's element ids stay what they were when it listed DeliveryEvent rows
+
+
 class EventInline(ReadOnlyInline):
-    model = DeliveryEvent
+    """The timeline: events and the `sent` line of each accepted attempt (models.TimelineEntry)."""
+
+    model = TimelineEntry
+    formset = _TimelineFormSet
     fields = ["at", "kind", "status", "reason", "detail"]
     readonly_fields = fields
     verbose_name_plural = "Timeline (state changes, receipts)"
     at = instant_display("created_at", "At")
+
+    def has_view_permission(self, request, obj=None):
+        # A view over events and attempts: readable by whoever may read the events.
+        return request.user.has_perm("notifications.view_deliveryevent")
 
 
 class AttemptInline(ReadOnlyInline):

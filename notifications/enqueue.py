@@ -15,15 +15,15 @@ from celery import current_app
 from django.conf import settings
 from django.db import transaction
 
-from core.queues import SEND_TASK, naive, queue_for
+from core.queues import SEND_TASK, queue_for
 from notifications import metrics
 
 log = logging.getLogger(__name__)
 
 def chunk_size(priority: str, channel: str) -> int:
     """Notification ids per send task: one for the high tier (the high worker's threads work on
-    different OTPs in parallel) and in naive mode; ``NOTIFY["BATCH_SIZE"][channel]`` for standard."""
-    if priority == "high" or naive():
+    different OTPs in parallel); ``NOTIFY["BATCH_SIZE"][channel]`` for standard."""
+    if priority == "high":
         return 1
     return max(1, int(settings.NOTIFY["BATCH_SIZE"][channel]))
 

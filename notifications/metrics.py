@@ -287,7 +287,7 @@ def accept_started_at(n):
 
 @_safe
 def provider_call(n, attempt) -> None:
-    """``sending._call_provider``: one DeliveryAttempt was made (recorded at once: the call happened).
+    """The delivery pipeline (notifications/delivery/): one DeliveryAttempt was made (the call happened).
 
     The first accepted call of a notification also observes accept → provider-accept latency: from
     ``max(created_at, scheduled_at)`` (acceptance, or the requested send time if later) to now,

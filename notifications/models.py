@@ -277,6 +277,35 @@ class DeliveryEvent(models.Model):
         return f"{self.kind} ({self.status})"
 
 
+class TimelineEntry(models.Model):
+    """One line of a notification's timeline as every reader shows it (API, admin, support pages):
+    its DeliveryEvent rows, plus one ``sent`` line per attempt that was accepted (or found by the
+    lookup, or skipped on a sent marker), read from the DeliveryAttempt row that says the same, unless
+    the notification has a ``sent`` event (rows written before migration 0015). The pipeline writes
+    no ``sent`` event of its own (one row fewer per notification, docs/ARCHITECTURE.md). A database
+    view (migration 0015); ``id`` is the event's, or minus the attempt's."""
+
+    id = models.BigIntegerField(primary_key=True)
+    notification = models.ForeignKey(Notification, on_delete=models.DO_NOTHING, related_name="timeline",
+                                     db_constraint=False)
+    kind = models.CharField(max_length=32)
+    status = models.CharField(max_length=12, choices=Status.choices, blank=True, default="")
+    reason = models.CharField(max_length=32, blank=True, default="")
+    detail = models.CharField(max_length=500, blank=True, default="")
+    created_at = models.DateTimeField()
+
+    #: Error details may quote content: never filtered in the admin (preferences.admin_guard).
+    content_fields = frozenset({"detail"})
+
+    class Meta:
+        managed = False
+        db_table = "notifications_timeline"
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} ({self.status})"
+
+
 class APIAuditEntry(models.Model):
     """One write through the API (``POST``/``PUT``/``PATCH``/``DELETE`` under ``/v1/`` by a valid key),
     allowed or refused: who, what, when and the outcome (:mod:`notifications.audit` records it after

@@ -67,8 +67,8 @@ from core.postgres import array_literal
 from core.queues import RECEIPTS_QUEUE, RECEIPTS_TASK
 from core.redis_client import get_redis
 from notifications import metrics, sent_markers
+from notifications.delivery.outcomes import shown
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
-from notifications.recording import shown
 from preferences.models import Preferences, Recipient, SmsStop
 from providers.receipts import (
     ACCEPTED,

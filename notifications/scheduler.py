@@ -8,7 +8,7 @@
   expired lease) and rows whose broker message was lost (``queued`` for longer than
   ``QUEUED_STALE_SECONDS`` while their queue is empty in the broker: Redis flushed or restarted).
 
-An expired lease means the worker stopped renewing it (notifications/leases.py: killed, hung, or
+An expired lease means the worker stopped renewing it (notifications/delivery/leases.py: killed, hung, or
 cut off from the database) while its call may already have been made. Such a row is re-driven
 with reason ``lease_expired``: a high-tier row at once (``queued``), a standard row after
 ``OUTCOME_UNKNOWN_WAIT_SECONDS`` (``scheduled``), during which the provider's receipt or the first
@@ -137,7 +137,7 @@ def drained_queues() -> list[str]:
     try:
         pipe = client_for(url).pipeline(transaction=False)
         for queue in SEND_QUEUES:
-            pipe.llen(queue_for(*queue.split(".")))  # naive mode: all share one queue
+            pipe.llen(queue_for(*queue.split(".")))
         lengths = pipe.execute()
     except Exception as exc:
         log.warning("broker queue lengths unavailable (%s); re-driving stale rows of every queue", exc)

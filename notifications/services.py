@@ -1,6 +1,6 @@
 """Writes for single notifications: accept (with idempotency) and cancel.
 
-The send path lives in :mod:`notifications.sending`; the scheduler and reconciler in
+The send path lives in :mod:`notifications.delivery`; the scheduler and reconciler in
 :mod:`notifications.scheduler`.
 """
 

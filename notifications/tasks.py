@@ -1,11 +1,12 @@
-"""Celery tasks: thin, take ids, call a service (style anchors §2.5)."""
+"""Celery tasks: thin, take ids, call a service (docs/ARCHITECTURE.md)."""
 
 from __future__ import annotations
 
 from celery import shared_task
 
 from core.queues import RECEIPTS_TASK, SEND_TASK
-from notifications import receipts, scheduler, sending
+from notifications import receipts, scheduler
+from notifications.delivery import pipeline
 
 
 def notification_task(name: str, **options):
@@ -20,7 +21,7 @@ def notification_task(name: str, **options):
 @notification_task(SEND_TASK)
 def send_notifications(notification_ids: list[str]) -> None:
     """Deliver these notifications (the queue names the tier and channel)."""
-    sending.send_notifications(notification_ids)
+    pipeline.send_notifications(notification_ids)
 
 
 @notification_task("notifications.release_due")

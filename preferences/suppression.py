@@ -4,7 +4,7 @@ One pure function, :func:`suppression_reason`, over what is known about the reci
 (:class:`RecipientFacts`: contacts, provider marks, push devices, SMS STOP, preferences). Every
 place that decides it uses this function:
 
-* the send path at send time (``notifications.sending.suppression_reason``, per claimed row),
+* the send path at send time (``notifications.delivery.checks.suppression_reason``, per claimed row),
 * campaign fan-out's pre-filter (``campaigns.fanout``, per member row of the raw member query),
 * a campaign's pre-launch reach (``campaigns.audience.reach``, per distinct combination of facts).
 

@@ -58,9 +58,9 @@ def wait_status(nid: str, statuses=TERMINAL, timeout: float = 20.0) -> Notificat
 
 
 def events(nid: str) -> list[str]:
-    """The notification's own state changes, in order (provider receipts, which arrive
-    asynchronously, left out)."""
-    kinds = Notification.objects.get(pk=nid).events.order_by("created_at", "id").values_list("kind", flat=True)
+    """The notification's own state changes, in order, as its timeline shows them (provider receipts,
+    which arrive asynchronously, left out)."""
+    kinds = Notification.objects.get(pk=nid).timeline.order_by("created_at", "id").values_list("kind", flat=True)
     return [k for k in kinds if not k.startswith("receipt:")]
 
 

@@ -62,7 +62,9 @@ def send_time_outcome(notification_id) -> tuple[str, str]:
     """Claim a ``queued`` row and run the send path's checks (``prepare``) without calling a
     provider. Returns ``("ready", "")`` when the row would go to the provider, else the row's new
     ``(status, reason)`` (suppressed, deferred to ``scheduled`` for quiet hours…)."""
-    from notifications.sending import _CampaignContent, claim, prepare
+    from notifications.delivery.claim import claim
+    from notifications.delivery.content import Content as _CampaignContent
+    from notifications.delivery.pipeline import prepare
 
     assert claim([str(notification_id)], clock.now()) == [uuid.UUID(str(notification_id))]
     n = Notification.objects.select_related("recipient", "recipient__preferences").get(pk=notification_id)

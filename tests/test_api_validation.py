@@ -136,7 +136,8 @@ def test_recipient_without_contact_for_channel_is_accepted_and_suppressed_at_sen
     assert r.status_code == 202, r.content
     n = Notification.objects.get()
     assert (n.status, n.recipient_id) == ("queued", "bare")
-    from notifications.sending import _CampaignContent, prepare
+    from notifications.delivery.content import Content as _CampaignContent
+    from notifications.delivery.pipeline import prepare
 
     Notification.objects.filter(pk=n.pk).update(status="sending", attempts=1)
     n = Notification.objects.select_related("recipient").get(pk=n.pk)

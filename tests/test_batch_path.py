@@ -1,4 +1,4 @@
-"""The standard tier's batch path in-process (notifications/batch.py) against a real emulator
+"""The standard tier's batch path in-process (notifications/delivery/) against a real emulator
 subprocess, Postgres and Redis: bulk records, the bulkhead's cap on concurrent calls, the budget,
 and the per-row fallbacks for errors."""
 
@@ -11,8 +11,8 @@ import uuid
 import pytest
 
 from core.redis_client import get_redis
-from notifications.models import DeliveryAttempt, DeliveryEvent, Notification
-from notifications.sending import send_notifications
+from notifications.delivery.pipeline import send_notifications
+from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, TimelineEntry
 from notifications.sent_markers import find_sent
 from preferences.models import Recipient
 from providers import isolation
@@ -82,7 +82,7 @@ def test_email_batch_is_one_request_and_is_recorded_in_bulk(providers, emulator)
     assert {(m["notification_id"], m["body"]) for m in emulator.messages()} == {
         (str(n.pk), n.body) for n in rows}
     assert DeliveryAttempt.objects.filter(notification_id__in=ids, outcome="accepted", provider=email).count() == 30
-    assert DeliveryEvent.objects.filter(notification_id__in=ids, kind="sent", status="sent").count() == 30
+    assert TimelineEntry.objects.filter(notification_id__in=ids, kind="sent", status="sent").count() == 30
     assert find_sent(ids) == set(ids)
 
 
@@ -167,22 +167,22 @@ def test_a_refused_sendgrid_request_is_retried_as_one_group(providers, emulator)
 
 
 def test_a_row_whose_lease_lapsed_and_changed_hands_is_not_sent_or_recorded(providers, emulator, settings):
-    from notifications import batch
+    from notifications.delivery import calls
 
     settings.NOTIFY = {**settings.NOTIFY, "LEASE_SECONDS": 0}  # renew before every call
     ids = queued("sms", 3)
-    original = batch._Batch._still_ours
+    original = calls.still_ours
 
-    def steal_then_check(self, pending, seconds):
+    def steal_then_check(rows, seconds):
         # Another worker re-claimed the first row (its lease ran out): attempts moved on.
         Notification.objects.filter(pk=ids[0]).update(attempts=7)
-        return original(self, pending, seconds)
+        return original(rows, seconds)
 
-    batch._Batch._still_ours = steal_then_check
+    calls.still_ours = steal_then_check
     try:
         send_notifications(ids)
     finally:
-        batch._Batch._still_ours = original
+        calls.still_ours = original
 
     assert Notification.objects.get(pk=ids[0]).status == "sending"  # left to its new owner
     assert emulator.count() == 2

@@ -16,8 +16,8 @@ from django.test import Client
 
 from campaigns import services as campaign_services
 from config.provider_settings import build_providers
+from notifications.delivery.pipeline import send_notifications
 from notifications.models import APIClient, Notification
-from notifications.sending import send_notifications
 from preferences.models import Device, Recipient
 from providers.registry import check_providers_configured
 from tests.conftest import EVERY_SCOPE

@@ -3,7 +3,7 @@
 The whole stack with its workers starved: every provider call takes longer than a row's lease
 (emulator latency 5 s, lease 3 s), and a busy neighbour process spins on a core. Campaigns on push
 and SMS must still complete with every eligible member sent to exactly once, and no lease may run
-out (the heartbeat and the per-call lease extension keep them; notifications/leases.py). Before
+out (the heartbeat and the per-call lease extension keep them; notifications/delivery/leases.py). Before
 leases were renewed while calls were in flight, the reconciler re-drove the rows of such batches
 and another worker sent them a second time."""
 

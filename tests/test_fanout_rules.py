@@ -47,8 +47,8 @@ def test_api_shows_the_eligible_reach_before_fan_out_and_fan_out_creates_exactly
 
     from django.test import Client
 
+    from notifications.delivery.routing import sms_sender
     from notifications.models import APIClient
-    from notifications.sending import sms_sender
     from preferences.models import SmsStop
     from tests.fanout_helpers import make_segment_of
 

@@ -140,7 +140,7 @@ def _ordinary(zone_names, now: datetime) -> bool:
 
 
 def _create(members_: list[dict], tag: str) -> list[str]:
-    from notifications.sending import sms_sender
+    from notifications.delivery.routing import sms_sender
     from preferences.models import SmsStop
     from tests.fanout_helpers import make_recipient
 
@@ -174,7 +174,7 @@ class _Rollback(Exception):
 def test_fan_out_reach_and_send_time_agree_with_the_oracle(members_, channel, category, days_ahead, minute,
                                                            second):
     from campaigns.audience import reach
-    from notifications.sending import suppression_reason
+    from notifications.delivery.checks import suppression_reason
     from preferences.models import Device
     from tests.fanout_helpers import make_campaign, run_fan_out, send_time_outcome
 

@@ -16,9 +16,11 @@ import pytest
 
 from bench.stack import wait_until
 from core import clock
-from notifications import leases, scheduler, sending
+from notifications import scheduler
+from notifications.delivery import checks, leases
+from notifications.delivery.claim import claim
+from notifications.delivery.pipeline import send_notifications
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification
-from notifications.sending import claim, send_notifications
 from providers.base import SendResult
 from providers.registry import get_backend
 from tests import test_batch_path
@@ -65,6 +67,26 @@ def test_ensure_extends_past_the_call_deadline_and_names_rows_that_changed_hands
     assert owned == {ids[1]}
     assert 59 < lease_of(ids[1]) <= 61
     assert leases.keeper().ensure([ids[0]], seconds=60) == set()  # forgotten once lost
+    leases.keeper().release(ids)
+
+
+def test_a_heartbeat_never_shortens_the_lease_of_a_call_in_flight(providers, settings):
+    """The starved e2e run: ensure() gave the rows of a call their whole deadline, the next beat
+    cut it back to LEASE_SECONDS, then the process stalled (CPU starvation, a GIL-holding C call)
+    for longer than that and the reconciler re-drove rows whose call was in flight: duplicates."""
+    settings.NOTIFY = {**settings.NOTIFY, "LEASE_SECONDS": 1}  # heartbeat off: beats by hand
+    ids = queued("sms", 2)
+    claim(ids, clock.now())
+    assert leases.keeper().ensure([ids[0]], seconds=60) == {ids[0]}  # ids[0] is in a call
+
+    assert leases.keeper().renew_all() == 2  # one beat, then the process stalls
+    leases.keeper().release([ids[1]])  # (another test's heartbeat thread may still be beating)
+    time.sleep(1.5)
+
+    assert lease_of(ids[0]) > 57  # still the call's lease
+    assert lease_of(ids[1]) < 0
+    assert scheduler.reconcile()["leases"] == 1  # only the row that was not being sent
+    assert leases.keeper().ensure(ids, seconds=1) == {ids[0]}  # the other is never sent from here
     leases.keeper().release(ids)
 
 
@@ -196,7 +218,7 @@ def test_a_row_that_crashes_the_checks_is_retried_then_dead_lettered_with_the_er
     def broken(n, stopped_phones=None):
         raise IsADirectoryError(21, "Is a directory", "/usr/share/zoneinfo/America")
 
-    monkeypatch.setattr(sending, "suppression_reason", broken)
+    monkeypatch.setattr(checks, "suppression_reason", broken)
     first, last = queued("sms", 2)
     Notification.objects.filter(pk=last).update(attempts=2)
 

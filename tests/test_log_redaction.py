@@ -15,9 +15,9 @@ import requests
 
 from bench.stack import LOG_DIR, ROOT, free_port, procfile_command, wait_until
 from core import redaction
-from notifications import sending
+from notifications.delivery import checks
+from notifications.delivery.pipeline import send_notifications
 from notifications.models import Notification
-from notifications.sending import send_notifications
 from preferences.models import Recipient
 
 PHONE = "+4915112345678"
@@ -136,7 +136,7 @@ def crashing_checks(monkeypatch):
         raise ValueError(f"Header values can't contain newlines (got {n.title!r}, {n.body!r}) "
                          f"for {n.recipient.email} / {n.recipient.phone}")
 
-    monkeypatch.setattr(sending, "suppression_reason", broken)
+    monkeypatch.setattr(checks, "suppression_reason", broken)
 
 
 @pytest.mark.django_db

@@ -19,7 +19,8 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from core.redis_client import client_for
-from notifications import metrics, receipts, scheduler, sending
+from notifications import metrics, receipts, scheduler
+from notifications.delivery import pipeline
 from notifications.health import queue_snapshot
 from notifications.models import Notification
 from preferences.models import Device, Recipient
@@ -195,8 +196,8 @@ def test_send_path_records_calls_outcomes_latency_and_invalid_tokens(client, fak
     Notification.objects.filter(pk=sms[PHONE_OK].pk).update(created_at=timezone.now() - timedelta(seconds=2))
 
     with django_capture_on_commit_callbacks(execute=True):
-        sending.send_notifications([str(n.pk) for n in [*sms.values(), no_phone]])
-        sending.send_notifications([str(push.pk)])
+        pipeline.send_notifications([str(n.pk) for n in [*sms.values(), no_phone]])
+        pipeline.send_notifications([str(push.pk)])
 
     statuses = dict(Notification.objects.filter(pk__in=[n.pk for n in [*sms.values(), no_phone, push]])
                     .values_list("pk", "status"))

@@ -12,8 +12,8 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from notifications.models import DeliveryAttempt, DeliveryEvent, Notification
-from notifications.sending import send_notifications
+from notifications.delivery.pipeline import send_notifications
+from notifications.models import DeliveryAttempt, Notification, TimelineEntry
 from preferences.models import Recipient
 from providers.registry import reset_backends
 from tests.conftest import make_client
@@ -101,7 +101,7 @@ def test_accept_batch_send_and_receipt_stamp_the_shifted_clock(shifted, sendgrid
     assert n.status == "delivered"
     assert receipt.holds(n.delivered_at, n.updated_at)
 
-    events = list(DeliveryEvent.objects.filter(notification=n).order_by("created_at", "id")
+    events = list(TimelineEntry.objects.filter(notification=n).order_by("created_at", "id")
                   .values_list("kind", "status", "created_at"))
     assert [(kind, status) for kind, status, _ in events] == [
         ("accepted", "queued"), ("sent", "sent"), ("receipt:delivered", "delivered")]

@@ -18,9 +18,10 @@ from hypothesis import strategies as st
 from campaigns.models import Campaign, Segment
 from core import clock
 from core.api.scopes import Scope
+from notifications.delivery.content import Content as _CampaignContent
+from notifications.delivery.pipeline import prepare
 from notifications.models import APIClient, DeliveryEvent, Notification
 from notifications.quiet_hours_policy import bypasses_quiet_hours, priority_category_problem
-from notifications.sending import _CampaignContent, prepare
 from preferences.models import Preferences, Recipient
 
 pytestmark = pytest.mark.django_db

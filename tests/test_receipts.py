@@ -11,8 +11,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from notifications import receipts, scheduler
+from notifications.delivery.claim import claim
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
-from notifications.sending import claim
 from notifications.sent_markers import find_sent
 from preferences.models import Recipient
 

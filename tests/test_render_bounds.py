@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from campaigns import services
 from campaigns.models import Campaign, CampaignStatus, Template, TemplateVariant
 from campaigns.rendering import Rendered, RenderError, check_parts, render_strings, render_template
+from notifications.delivery.pipeline import send_notifications
 from notifications.models import APIClient, DeliveryAttempt, Notification, Reason, Status
-from notifications.sending import send_notifications
 from preferences.models import Recipient
 from tests import test_batch_path
 from tests.conftest import MARKETING_SCOPES

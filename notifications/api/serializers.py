@@ -20,7 +20,7 @@ from rest_framework import serializers
 from core import clock
 from core.api.fields import AwareDateTimeField, CategoryField, RejectUnknownFields
 from core.vocabulary import CATEGORY_PATTERN
-from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Priority
+from notifications.models import DeliveryAttempt, Notification, Priority, TimelineEntry
 from notifications.quiet_hours_policy import priority_category_problem
 from preferences.models import Channel, Recipient
 from providers.registry import unavailable_channel_problem
@@ -162,7 +162,7 @@ class EventSerializer(serializers.ModelSerializer):
     at = serializers.DateTimeField(source="created_at", read_only=True)
 
     class Meta:
-        model = DeliveryEvent
+        model = TimelineEntry
         fields = ["at", "kind", "status", "reason", "detail"]
         read_only_fields = fields  # a response: every field is always present
         extra_kwargs = {"status": {"allow_blank": True}}  # read-only drops it; "" is a value here
@@ -185,7 +185,7 @@ class NotificationSerializer(serializers.ModelSerializer):
 
     user_id = serializers.CharField(source="recipient_id", read_only=True)
     content = serializers.SerializerMethodField(help_text="null when the notification is `sensitive`.")
-    timeline = EventSerializer(source="events", many=True, read_only=True)
+    timeline = EventSerializer(many=True, read_only=True)
     attempts_log = AttemptSerializer(many=True, read_only=True)
     scheduled_at = AwareDateTimeField(allow_null=True, read_only=True)
 

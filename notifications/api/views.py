@@ -154,7 +154,7 @@ class NotificationDetailView(APIView):
                    responses={200: NotificationSerializer, **error_responses(404, _404=_NOTIFICATION_404)})
     def get(self, request, notification_id):
         n = (_readable(request, notification_id).select_related("recipient")
-             .prefetch_related("events", "attempts_log__device").first())
+             .prefetch_related("timeline", "attempts_log__device").first())
         if n is None:
             return field_error("notification_id", "not_found",
                                "no notification with this id that this API client may read", 404,

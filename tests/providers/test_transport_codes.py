@@ -37,6 +37,6 @@ def test_transport_codes(exc, code):
 @pytest.mark.parametrize(("code", "unknown"), [("timeout", True), ("connection_lost", True),
                                                ("connection_error", False), ("503", False), ("20429", False)])
 def test_which_codes_leave_the_outcome_unknown(code, unknown):
-    from notifications.recording import outcome_unknown
+    from notifications.delivery.outcomes import outcome_unknown
 
     assert outcome_unknown(TransientProviderError("twilio", code, "x")) is unknown

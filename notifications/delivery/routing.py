@@ -1,5 +1,10 @@
-"""The provider router for single sends (docs/ARCHITECTURE.md §8): which provider of a channel a high-tier
-(or naive-mode) send goes to, with its bulkhead slots and budget tokens taken.
+"""Routing stage of the delivery pipeline (docs/ARCHITECTURE.md, "The send path"): which provider a
+batch goes to, with its circuit breaker consulted, bulkhead slots and budget tokens taken once.
+
+* High tier (:func:`route_for`): the failover policy. The channel's providers in order, the first
+  usable one taken; a provider that fails is followed at once by the next (calls.py).
+* Standard tier (:func:`primary`): the primary only; standard traffic waits for it (while its
+  breaker is open the rows go back to ``scheduled``, calls.py), never failing over.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from notifications import metrics
 from notifications.models import Notification
 from providers import isolation
 from providers.base import ProviderConfigurationError, TransientProviderError
-from providers.registry import get_backend, provider_names
+from providers.registry import get_backend, provider_names, unavailable_channel_problem
 
 log = logging.getLogger(__name__)
 
@@ -26,56 +31,42 @@ def sms_sender() -> str:
 
 @dataclass
 class Route:
-    """The provider a single send goes to: its backend, bulkhead slots held, and whether the call
-    is the breaker's half-open probe. ``guarded``: breaker bookkeeping applies (not in naive mode)."""
+    """The provider a high-tier batch goes to: its backend, the bulkhead slots held, and whether
+    the call is the breaker's half-open probe."""
 
     name: str
     backend: object
     slots: list = field(default_factory=list)
     probe: bool = False
-    guarded: bool = True
-
-    def after_probe(self) -> Route:
-        return Route(self.name, self.backend, self.slots, False, self.guarded)
 
 
 def route_for(n: Notification, needed: int, exclude: list[str] = ()) -> Route:
-    """Pick the provider for a single (high-tier, or naive-mode) send (docs/ARCHITECTURE.md §8 provider router).
+    """Pick the provider for a high-tier batch of one row needing ``needed`` calls (the failover
+    policy, docs/ARCHITECTURE.md).
 
-    High tier: the channel's providers in order; one is skipped while its circuit breaker is open,
-    its high-tier bulkhead is full, or its budget (reserved high share, then the standard share)
-    has no token within ``HIGH_BUDGET_WAIT_SECONDS``; the first usable one is taken (a backup =
+    The channel's providers in order; one is skipped while its circuit breaker is open, its
+    high-tier bulkhead is full, or its budget (reserved high share, then the standard share) has
+    no token within ``HIGH_BUDGET_WAIT_SECONDS``; the first usable one is taken (a backup =
     failover). A half-open primary is probed by high traffic only when no other provider is
-    usable. Standard tier: only the primary, since standard traffic waits for it (and probes it).
-    Naive mode: the primary, one shared budget, no breaker or bulkhead. ``exclude``: providers
-    already tried in this attempt.
+    usable. ``exclude``: providers already tried in this attempt.
 
     Raises:
         TransientProviderError: no provider can be called now (``code`` ``circuit_open``,
             ``bulkhead_full`` or ``budget_exhausted`` of the last one tried).
         ProviderConfigurationError: the channel has no provider configured.
     """
-    tier = n.priority
+    tier = "high"
     names = provider_names(n.channel)
-    if settings.NOTIFY["PIPELINE"] == "naive":
-        wait_for_tokens(names[0], "high", needed, max_wait=settings.NOTIFY["LEASE_SECONDS"] / 2)
-        return Route(names[0], get_backend(n.channel, names[0]), guarded=False)
-    if tier != "high":
-        names = names[:1]
     lease = float(settings.PROVIDER_TIMEOUT_SECONDS) * 2 * max(1, needed)
     last: Exception | None = None
     candidates = [(i, name, False) for i, name in enumerate(names) if name not in exclude]
-    if tier == "high":
-        candidates += [(i, name, True) for i, name, _ in candidates]  # second pass: may probe
-    else:
-        candidates = [(i, name, True) for i, name, _ in candidates]
+    candidates += [(i, name, True) for i, name, _ in candidates]  # second pass: may probe
     for index, name, may_probe in candidates:
         verdict = isolation.breaker_allows(name, may_probe=may_probe)
         if not verdict.allowed:
             metrics.isolation_event("breaker_fast_fail", name, tier)
             last = TransientProviderError(name, "circuit_open",
-                                          f"circuit breaker open; next probe in {verdict.retry_in:.1f} s",
-                                          retry_after=verdict.retry_in if tier != "high" else None)
+                                          f"circuit breaker open; next probe in {verdict.retry_in:.1f} s")
             continue
         slots = isolation.acquire_slots(name, tier, 1, lease)
         if not slots:
@@ -112,3 +103,9 @@ def wait_for_tokens(provider: str, tier: str, needed: int, max_wait: float) -> b
             return False
         time.sleep(pause)
         waited += pause
+
+
+def primary(channel: str) -> str | None:
+    """The standard tier's provider for ``channel``: its primary, or ``None`` when the channel has no
+    provider (an empty ``*_PROVIDERS`` list; its rows become dead letters)."""
+    return None if unavailable_channel_problem(channel) else provider_names(channel)[0]

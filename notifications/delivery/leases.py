@@ -1,4 +1,5 @@
-"""Leases on claimed rows, renewed for as long as the rows are in flight (docs/ARCHITECTURE.md §6 step 3).
+"""Leases on claimed rows, renewed for as long as the rows are in flight: the claim stage of the
+delivery pipeline (docs/ARCHITECTURE.md, "The send path").
 
 A worker claims rows (``queued → sending``, ``lease_until = now + LEASE_SECONDS``); the reconciler
 re-drives a ``sending`` row only once its lease has run out. A slow machine must make delivery
@@ -15,6 +16,10 @@ slower, never duplicated, so a lease must not run out while its row is still bei
   for the rows it is about to send: their lease is extended (now, in the caller's thread) to cover
   at least the call's deadline, and the rows that are no longer ours (the reconciler took them over,
   or a cancel settled them) are returned as lost. A lost row is never sent from here.
+* **A lease is never shortened.** The heartbeat writes ``GREATEST(lease_until, now + LEASE_SECONDS)``:
+  the lease :meth:`ensure` gave the rows of a call in flight (its whole deadline) stands even when
+  the heartbeat stalls (a starved process, a GIL-holding C call such as key generation): only rows
+  that are not in a call can expire under a live worker, and those are never sent once lost.
 * **Lock safety.** The heartbeat's UPDATE skips rows locked by anyone else (``SKIP LOCKED``): it
   never waits on, or deadlocks with, the worker's own recording transaction or the reconciler. A
   skipped row keeps its previous lease; :meth:`ensure` (which does wait) is what decides "lost".
@@ -50,9 +55,9 @@ WITH mine AS (
      WHERE n.status = 'sending'
        FOR UPDATE OF n {skip}
 )
-UPDATE notifications_notification AS n SET lease_until = %s
+UPDATE notifications_notification AS n SET lease_until = GREATEST(n.lease_until, %s)
   FROM mine WHERE n.id = mine.id
-RETURNING n.id
+RETURNING n.id, n.lease_until
 """
 
 
@@ -145,13 +150,13 @@ class LeaseKeeper:
         sql = _RENEW_SQL.format(skip="SKIP LOCKED" if skip_locked else "")
         with connection.cursor() as cur:
             cur.execute(sql, [array_literal(rows), array_literal(h.attempts for h in rows.values()), until])
-            owned = {str(r[0]) for r in cur.fetchall()}
+            written = {str(r[0]): r[1] for r in cur.fetchall()}
         with self._lock:
-            for i in owned:
+            for i, lease in written.items():
                 held = self._held.get(i)
                 if held is not None and held.attempts == rows[i].attempts:
-                    held.until = until
-        return owned
+                    held.until = lease
+        return set(written)
 
     def _start(self) -> None:
         with self._lock:

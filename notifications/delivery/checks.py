@@ -1,0 +1,123 @@
+"""Checks stage of the delivery pipeline (docs/ARCHITECTURE.md, "The send path"): whether a claimed
+row may go to a provider now. A *verdict*, computed from what the load stage loaded; no writes (the
+record stage applies it).
+
+Order (the first rule that applies wins): sent marker found → campaign cancelled → expired →
+suppressed (opt-outs, missing or dead contact, SMS STOP; checked at send time, never only at
+acceptance) → quiet hours (unless the tier and category bypass them) → push without an active device.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from notifications import metrics
+from notifications.models import Notification, Reason, Status
+from notifications.quiet_hours_policy import bypasses_quiet_hours
+from preferences import suppression
+from preferences.models import Preferences, SmsStop
+from preferences.quiet_hours import quiet_zone, window_end
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What happens to a row instead of a provider call: ``status`` (``sent`` for a marker found,
+    ``scheduled`` for a deferral, else the terminal status), ``reason``, the timeline event's
+    ``kind`` and ``detail``; ``until`` (UTC) for a deferral."""
+
+    status: str
+    kind: str
+    reason: str = ""
+    detail: str = ""
+    until: datetime | None = None
+
+
+@dataclass
+class Facts:
+    """What the load stage knows about one claimed row beside the row itself."""
+
+    already_sent: bool = False
+    campaign_cancelled: bool = False
+    stopped_phones: set | None = None  # the batch's phones that replied STOP to our sender (None: query)
+    devices: list = field(default_factory=list)  # active push devices
+
+
+MARKER_FOUND = Verdict(Status.SENT, "sent", detail="sent marker found: an earlier attempt was accepted")
+
+
+def verdict(n: Notification, facts: Facts, now: datetime) -> Verdict | None:
+    """The verdict on claimed row ``n`` at ``now`` (UTC), or ``None`` when it goes to the provider."""
+    if facts.already_sent:
+        return MARKER_FOUND
+    if facts.campaign_cancelled:
+        return Verdict(Status.CANCELLED, "cancelled", Reason.CAMPAIGN_CANCELLED,
+                       "its campaign was cancelled before this was sent")
+    if n.expires_at and now >= n.expires_at:
+        return Verdict(Status.EXPIRED, "expired", Reason.TTL_EXPIRED, f"expired at {n.expires_at.isoformat()}")
+    reason = suppression_reason(n, facts.stopped_phones)
+    if reason:
+        return Verdict(Status.SUPPRESSED, "suppressed", reason, suppression_detail(n, reason))
+    if not bypasses_quiet_hours(n.priority, n.category):
+        until = quiet_hours_end(n, now)
+        if until:
+            return Verdict(Status.SCHEDULED, "deferred", Reason.QUIET_HOURS, f"quiet hours until {until.isoformat()}",
+                           until=until)
+    return None
+
+
+def device_verdict(n: Notification, facts: Facts) -> Verdict | None:
+    """After rendering: a push row without an active device is suppressed."""
+    if n.channel == "push" and not facts.devices:
+        return Verdict(Status.SUPPRESSED, "suppressed", Reason.NO_ACTIVE_DEVICE, Reason.NO_ACTIVE_DEVICE.label)
+    return None
+
+
+def suppression_reason(n: Notification, stopped_phones: set[str] | None = None) -> str:
+    """Why this notification must not be sent at all (opt-outs, missing or dead contact), or ''.
+    ``stopped_phones``: the numbers that replied STOP to our sender, preloaded for a batch
+    (``None`` = query)."""
+    from notifications.delivery.routing import sms_sender
+
+    recipient = n.recipient
+    stopped = None
+    if n.channel == "sms" and recipient.phone:
+        stopped = (recipient.phone in stopped_phones if stopped_phones is not None
+                   else SmsStop.objects.filter(phone=recipient.phone, sender=sms_sender()).exists())
+    return suppression.suppression_reason(suppression.facts_of(recipient, sms_stopped=stopped), n.channel,
+                                          n.category)
+
+
+def suppression_detail(n: Notification, reason: str) -> str:
+    """What a support agent needs beside the reason code."""
+    from notifications.delivery.routing import sms_sender
+
+    r = n.recipient
+    if reason == Reason.PHONE_INVALID:
+        return f"{Reason(reason).label}: {r.phone_invalid_reason} since {r.phone_invalid_at:%Y-%m-%d %H:%M} UTC"
+    if reason == Reason.EMAIL_INVALID:
+        return f"{Reason(reason).label}: {r.email_invalid_reason} since {r.email_invalid_at:%Y-%m-%d %H:%M} UTC"
+    if reason == Reason.OPTED_OUT_CATEGORY:
+        return f"{Reason(reason).label} ({n.category} on {n.channel})"
+    if reason == Reason.SMS_STOPPED:
+        return f"{Reason(reason).label} ({sms_sender()})"
+    return Reason(reason).label
+
+
+def quiet_hours_end(n: Notification, now: datetime) -> datetime | None:
+    """End of the recipient's quiet window (UTC) if ``now`` falls inside it, else None."""
+    try:
+        prefs = n.recipient.preferences
+    except Preferences.DoesNotExist:
+        return None
+    if prefs.quiet_start is None or prefs.quiet_end is None:
+        return None
+    tz, invalid = quiet_zone(prefs.quiet_timezone, n.recipient.timezone)
+    if invalid:
+        log.warning("notification %s: stored zone(s) %s of %s are not IANA zones; quiet hours in %s",
+                    n.pk, invalid, n.recipient_id, tz.key)
+        metrics.invalid_zone_fell_back("quiet_hours", len(invalid))
+    return window_end(now, prefs.quiet_start, prefs.quiet_end, tz)

@@ -1,0 +1,58 @@
+"""Content hook of the load stage (docs/ARCHITECTURE.md, "The send path").
+
+A notification created by an upper floor (a campaign) carries no content of its own: it is rendered
+at send time by a *content source* that floor registers, so the pipeline never imports it. The
+campaigns app registers its source in ``CampaignsConfig.ready()``::
+
+    from notifications.delivery.content import register_content_source
+    register_content_source(CampaignContentSource)
+
+A source is a class instantiated once per batch (so it can load each campaign once) with:
+
+* ``render(n) -> (title, body, html, data)``, raising :class:`ContentError` when the content cannot
+  be rendered (the row becomes a dead letter ``template_error`` with the error's text);
+* ``cancelled(n) -> bool``: whether the row's campaign was cancelled (its unclaimed rows may not all
+  be cancelled yet: checked at send time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from notifications.models import Notification
+
+
+class ContentError(Exception):
+    """The content of a notification could not be rendered (its message says why)."""
+
+
+_sources: list[Callable] = []
+
+
+def register_content_source(factory: Callable) -> None:
+    """Register the content source for notifications with a ``campaign_id`` (one; a later
+    registration replaces an earlier one, e.g. a test's)."""
+    _sources[:] = [factory]
+
+
+class Content:
+    """The content source of one batch, built when first needed (a batch without campaign rows
+    builds nothing)."""
+
+    def __init__(self) -> None:
+        self._source = None
+
+    def _get(self):
+        if self._source is None:
+            if not _sources:
+                raise ContentError("no content source is registered for campaign notifications")
+            self._source = _sources[0]()
+        return self._source
+
+    def apply(self, n: Notification) -> None:
+        """Render ``n``'s content into it (in memory). Raises :class:`ContentError`."""
+        n.title, n.body, n.html, n.data = self._get().render(n)
+
+    def cancelled(self, n: Notification) -> bool:
+        """Whether ``n``'s campaign was cancelled (as loaded for this batch)."""
+        return bool(n.campaign_id) and self._get().cancelled(n)

@@ -1,0 +1,191 @@
+"""The delivery pipeline (docs/ARCHITECTURE.md, "The send path"), one for both tiers:
+
+claim (claim.py: lease, heartbeat, sent markers) → load (load.py: rows, recipients, preferences,
+devices, STOP list, content, in bulk) → checks (checks.py: a verdict, no writes) → routing
+(routing.py: high tier failover, standard primary-and-wait) → calls (calls.py: one ``send_batch``
+per grant) → outcomes (outcomes.py: one rule set) → record (record.py: bulk for 1 or N rows,
+markers, metrics).
+
+:func:`send_notifications` is what a worker runs for a list of notification ids taken from a
+``{tier}.{channel}`` queue. It is safe to run twice for the same ids, concurrently or not: the
+claim lets exactly one worker proceed, and the sent marker guards the window after a provider
+accepted. A high-tier row is a batch of one with the failover policy.
+
+De-dup order, which keeps delivery at-least-once: look for the sent marker → call the provider →
+record ``sent`` → write the marker. There is no "claimed" marker before the call: a crash after
+such a marker would turn at-least-once into at-most-once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable
+
+from core import clock
+from core.redaction import sensitive_content
+from notifications.delivery import checks, claim, load, record
+from notifications.delivery.calls import Calls, Item, call_high, call_standard
+from notifications.delivery.checks import Facts
+from notifications.delivery.content import Content, ContentError
+from notifications.delivery.outcomes import RESEND_AFTER_UNKNOWN, AttemptRow, Unexpected, attempt_row, decide
+from notifications.delivery.routing import primary
+from notifications.models import DeliveryAttempt, Notification, Reason, Status
+from providers.base import ProviderConfigurationError
+from providers.registry import unavailable_channel_problem
+
+log = logging.getLogger(__name__)
+Outcome = DeliveryAttempt.Outcome
+
+
+def send_notifications(ids: Iterable[str]) -> None:
+    """Deliver the given notifications (one worker task's worth). Never raises for provider errors;
+    every outcome is recorded on the rows. A crash (a bug, an unreachable database) leaves the rows
+    ``sending``: the reconciler re-drives them when their lease runs out."""
+    claimed = claim.claim(ids, clock.now())
+    if not claimed:
+        return
+    try:
+        already_sent = claim.sent_markers(claimed)
+        rows = load.rows(claimed)
+        # Whatever is logged while these rows are handled (tracebacks included) never shows the
+        # content of the sensitive ones (core/redaction.py).
+        with sensitive_content(n for n in rows if n.sensitive):
+            content = Content()
+            batches: dict[tuple, list] = defaultdict(list)
+            for n in rows:
+                batches[(n.priority == "high", n.channel)].append(n)
+            for (high, channel), batch in batches.items():
+                for part in ([[n] for n in batch] if high else [batch]):  # high tier: batches of one
+                    try:
+                        deliver(channel, part, already_sent, content)
+                    except Exception:
+                        log.exception("delivery of %d %s notification(s) crashed; their leases will expire and "
+                                      "they will be retried", len(part), channel)
+    finally:
+        claim.release(claimed)
+
+
+def deliver(channel: str, batch: list[Notification], already_sent: set[str], content: Content) -> None:
+    """Stages load → record for claimed rows of one channel and one tier (high: one row)."""
+    stopped = load.stopped_phones(batch) if channel == "sms" else None
+    devices = load.devices(batch) if channel == "push" else None
+    ready: list[tuple[Notification, list]] = []
+    for n in batch:
+        try:
+            found = prepare(n, already_sent, content, stopped,
+                            devices.get(n.recipient_id, []) if devices is not None else None)
+        except Exception as exc:
+            record.worker_error(n, exc)
+            continue
+        if found is not None:
+            ready.append((n, found))
+    if not ready:
+        return
+    items = [Item(n, d, load.message_for(n, to, d.platform if d is not None else None))
+             for n, found in ready for to, d in _targets(n, found)]
+    name = primary(channel)
+    if name is None:
+        # The channel has no provider (an empty *_PROVIDERS list): each row that passed its checks
+        # is a dead letter saying why, rather than a crash retried forever.
+        error = ProviderConfigurationError(channel, unavailable_channel_problem(channel), code="not_configured")
+        done = Calls(no_call={n.pk: error for n, _found in ready})
+    elif ready[0][0].priority == "high":
+        done = call_high(ready[0][0], items)
+    else:
+        done = call_standard(channel, name, items)
+    record.record(_decisions(ready, items, done), channel, ready[0][0].priority)
+
+
+def _targets(n: Notification, devices: list) -> list[tuple]:
+    if n.channel == "sms":
+        return [(n.recipient.phone, None)]
+    if n.channel == "email":
+        return [(n.recipient.email, None)]
+    return [(d.push_token, d) for d in devices]
+
+
+def _decisions(ready: list[tuple], items: list[Item], done: Calls) -> list[tuple]:
+    """The outcomes stage over the rows of a batch: ``(row, Decision, attempt rows, (error, device)
+    pairs)`` for every row with something to record."""
+    now = clock.now()
+    by_row: dict = defaultdict(list)
+    planned: dict = defaultdict(int)
+    for index, item in enumerate(items):
+        planned[item.row.pk] += 1
+        for outcome, latency_ms in done.outcomes.get(index, []):
+            by_row[item.row.pk].append((outcome, item.device, latency_ms))
+    decided = []
+    for n, found in ready:
+        calls = by_row.get(n.pk, [])
+        if n.pk in done.no_call:
+            calls = [(done.no_call[n.pk], None, 0)]
+        elif not calls and n.pk in done.lost:
+            continue  # lost before any call: not ours to record
+        # A row lost after a call was made is recorded (attempts, sent marker, and `sent` if nobody
+        # has claimed it again).
+        try:
+            decision = decide(n, [c[0] for c in calls], planned=1 if n.pk in done.no_call else planned[n.pk],
+                              devices=len(found), waiting=done.waiting, now=now)
+        except Unexpected as exc:
+            log.error("send of %s raised an unexpected error; the lease will expire and it will be retried", n.pk,
+                      exc_info=exc.args[0])
+            continue
+        if decision is None:
+            continue
+        attempts = [attempt_row(n, outcome, device, latency_ms, now) for outcome, device, latency_ms in calls]
+        errors = [(outcome, device) for outcome, device, _ms in calls if isinstance(outcome, Exception)]
+        decided.append((n, decision, attempts, errors))
+    return decided
+
+
+def prepare(n: Notification, already_sent: set[str], content: Content, stopped_phones: set[str] | None = None,
+            devices: list | None = None) -> list | None:
+    """The stages before the provider call for the claimed row ``n``: sent marker, provider lookup
+    of a call in doubt, checks verdict, content, push devices.
+
+    Returns ``None`` when the row was settled here (sent marker found or found at the provider,
+    cancelled, expired, suppressed, deferred for quiet hours, template error, no active device);
+    otherwise the active push devices to send to (``[]`` for SMS and email). ``stopped_phones`` /
+    ``devices`` are preloaded per batch; ``None`` = look them up.
+    """
+    now = clock.now()
+    if str(n.pk) in already_sent:
+        _apply(n, checks.MARKER_FOUND, now)
+        return None
+    if n.reason in RESEND_AFTER_UNKNOWN and load.found_at_provider(n, content):
+        return None
+    if devices is None and n.channel == "push":
+        devices = load.devices([n]).get(n.recipient_id, [])
+    facts = Facts(campaign_cancelled=bool(n.campaign_id) and content.cancelled(n), stopped_phones=stopped_phones,
+                  devices=devices or [])
+    verdict = checks.verdict(n, facts, now)
+    if verdict is not None:
+        _apply(n, verdict, now)
+        return None
+    if n.campaign_id:
+        try:
+            content.apply(n)
+        except ContentError as exc:
+            record.finish(n, Status.FAILED, Reason.TEMPLATE_ERROR, kind="dead_lettered", detail=str(exc)[:500],
+                          extra={"dead_lettered_at": now})
+            return None
+    verdict = checks.device_verdict(n, facts)
+    if verdict is not None:
+        _apply(n, verdict, now)
+        return None
+    return facts.devices if n.channel == "push" else []
+
+
+def _apply(n: Notification, verdict: checks.Verdict, now) -> None:
+    """Record a verdict of the checks stage on ``n``."""
+    if verdict is checks.MARKER_FOUND:
+        record.finish(n, Status.SENT, kind="sent", detail=verdict.detail, extra={"sent_at": now}, attempts=[
+            AttemptRow(n.pk, n.attempts, (n.provider or "-")[:32], None, Outcome.DUPLICATE_SKIPPED.value, "", "",
+                       None, None, "", now)])
+    elif verdict.until is not None:
+        # A deferral is not a delivery attempt: give back the attempt the claim counted.
+        record.defer(n, verdict.until, verdict.reason, kind=verdict.kind, detail=verdict.detail,
+                     extra={"attempts": n.attempts - 1})
+    else:
+        record.finish(n, verdict.status, verdict.reason, kind=verdict.kind, detail=verdict.detail)

@@ -1,0 +1,158 @@
+"""The delivery pipeline's rules (notifications/delivery/): the checks verdict where its rules combine
+(Hypothesis, in memory), and the one outcome rule set that the high tier (a batch of one with the
+failover policy) and the standard tier (a batch) now share, in-process against a real emulator
+subprocess, Postgres and Redis."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, time, timedelta
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from core.redis_client import get_redis
+from notifications.delivery.checks import Facts, verdict
+from notifications.delivery.outcomes import decide
+from notifications.delivery.pipeline import send_notifications
+from notifications.models import DeliveryAttempt, DeliveryEvent, Notification
+from preferences.models import Preferences, Recipient
+from providers.base import ContactInvalidError, PermanentProviderError, SendResult, TransientProviderError
+from providers.registry import reset_backends
+from tests.providers.conftest import EmulatorProcess, twilio_options
+
+BYPASS = {"security", "transactional"}  # QUIET_HOURS_BYPASS_CATEGORIES' default
+
+
+# --- checks: expiry × suppression × quiet hours × priority × category --------------------------
+
+def _oracle(channel, priority, category, expiry, contact, opted_out, quiet, now):
+    if expiry == "past":
+        return "expired", "ttl_expired", None
+    if opted_out:
+        return "suppressed", "opted_out_channel", None
+    if not contact:
+        return "suppressed", {"sms": "no_phone", "email": "no_email"}[channel], None
+    bypass = category in BYPASS if category else priority == "high"
+    if quiet == "inside" and not bypass:
+        return "scheduled", "quiet_hours", (now + timedelta(hours=2)).replace(second=0)
+    return None
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(channel=st.sampled_from(["sms", "email"]), priority=st.sampled_from(["high", "standard"]),
+       category=st.sampled_from(["", "security", "transactional", "marketing", "orders"]),
+       expiry=st.sampled_from(["none", "past", "future"]), contact=st.booleans(), opted_out=st.booleans(),
+       quiet=st.sampled_from(["none", "inside", "outside"]), hour=st.integers(0, 23), minute=st.integers(0, 59))
+def test_the_checks_verdict_combines_expiry_suppression_and_quiet_hours_in_order(
+        channel, priority, category, expiry, contact, opted_out, quiet, hour, minute):
+    now = datetime(2030, 3, 1, hour, minute, 30, tzinfo=UTC)
+    recipient = Recipient(user_id="h", phone="+15550000001" if contact else "",
+                          email="h@example.org" if contact else "", timezone="UTC")
+    window = {"none": (None, None),
+              "inside": ((now - timedelta(hours=1)).time().replace(second=0),
+                         (now + timedelta(hours=2)).time().replace(second=0)),
+              "outside": ((now + timedelta(hours=1)).time().replace(second=0),
+                          (now + timedelta(hours=2)).time().replace(second=0))}[quiet]
+    recipient.preferences = Preferences(recipient=recipient, opt_outs=[channel] if opted_out else [],
+                                        quiet_start=window[0], quiet_end=window[1], quiet_timezone="UTC")
+    expires_at = {"none": None, "past": now - timedelta(seconds=1), "future": now + timedelta(hours=1)}[expiry]
+    n = Notification(id=uuid.uuid4(), recipient=recipient, channel=channel, priority=priority, category=category,
+                     expires_at=expires_at, status="sending", attempts=1)
+
+    found = verdict(n, Facts(stopped_phones=set()), now)
+
+    expected = _oracle(channel, priority, category, expiry, contact, opted_out, quiet, now)
+    assert (None if found is None else (found.status, found.reason, found.until)) == expected
+    if found is not None and expected[0] == "scheduled":
+        assert time(0) <= window[1] and found.kind == "deferred"
+
+
+# --- outcomes: one rule set for a batch of 1 or N ------------------------------------------------
+
+def _row(priority="standard", attempts=1):
+    return Notification(id=uuid.uuid4(), channel="sms", priority=priority, attempts=attempts,
+                        first_attempt_at=datetime(2030, 1, 1, tzinfo=UTC))
+
+
+ERRORS = {
+    "accepted": (SendResult(provider="tw", provider_message_id="SM1", raw_status="queued"), "sent", ""),
+    "timeout": (TransientProviderError("tw", "timeout", "no answer"), "retry", ""),
+    "503": (TransientProviderError("tw", "503", "unavailable", http_status=503), "retry", ""),
+    "invalid": (ContactInvalidError("tw", "21211", "bad number", reason="invalid_number"), "failed",
+                "contact_invalid"),
+    "refused": (PermanentProviderError("tw", "21602", "body required"), "dead_letter", "permanent_error"),
+}
+
+
+@pytest.mark.parametrize("outcome", sorted(ERRORS))
+def test_one_rule_set_for_both_tiers_and_any_batch_size(outcome):
+    result, action, reason = ERRORS[outcome]
+    now = datetime(2030, 1, 1, 0, 0, 5, tzinfo=UTC)
+    decisions = [decide(_row(priority), [result], planned=1, devices=0, waiting=None, now=now)
+                 for priority in ("high", "standard") for _ in range(3)]
+    assert {(d.action, d.reason) for d in decisions} == {(action, reason)}
+
+
+def test_a_batch_that_must_wait_defers_without_a_call_in_both_tiers():
+    until = datetime(2030, 1, 1, 0, 1, tzinfo=UTC)
+    for priority in ("high", "standard"):
+        d = decide(_row(priority), [], planned=1, devices=0, waiting=(until, "tw unavailable"), now=until)
+        assert (d.action, d.status, d.reason, d.kind, d.until) == ("wait", "scheduled", "retry_scheduled",
+                                                                   "deferred", until)
+        assert decide(_row(priority), [], planned=1, devices=0, waiting=None, now=until) is None
+
+
+def test_spent_attempts_dead_letter_a_transient_error_in_both_tiers(settings):
+    now = datetime(2030, 1, 2, tzinfo=UTC)  # a day after the first attempt: the retry window has passed
+    for priority in ("high", "standard"):
+        n = _row(priority, attempts=settings.NOTIFY["MAX_ATTEMPTS"][priority])
+        d = decide(n, [ERRORS["503"][0]], planned=1, devices=0, waiting=None, now=now)
+        assert (d.action, d.reason) == ("dead_letter", "attempts_exhausted")
+
+
+@pytest.fixture(scope="module")
+def emulator():
+    server = EmulatorProcess(env={"EMULATOR_RECEIPTS": "0"}).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def sms_provider(settings, emulator):
+    emulator.reset()
+    name = f"tw{uuid.uuid4().hex[:6]}"
+    settings.PROVIDERS = {**settings.PROVIDERS, "sms": [{
+        "NAME": name, "BACKEND": "providers.twilio.backend.TwilioSmsBackend",
+        "OPTIONS": twilio_options(emulator, STATUS_CALLBACK_URL=None)}]}
+    reset_backends()
+    yield name
+    reset_backends()
+    keys = list(get_redis().scan_iter(f"*:{name}*"))
+    if keys:
+        get_redis().delete(*keys)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(120)
+def test_high_and_standard_record_a_refused_call_alike(sms_provider, emulator):
+    emulator.fault(provider="twilio", status=503)
+    tag = uuid.uuid4().hex[:8]
+    ids = []
+    for i, priority in enumerate(["high", "standard", "standard"]):
+        r = Recipient.objects.create(user_id=f"u-{tag}-{i}", phone=f"+1555{i:07d}")
+        ids.append(str(Notification.objects.create(id=uuid.uuid4(), recipient=r, channel="sms", priority=priority,
+                                                   body=f"Hello {i}", status="queued").pk))
+
+    send_notifications(ids)
+
+    rows = {str(n.pk): n for n in Notification.objects.filter(pk__in=ids)}
+    for i in ids:
+        n = rows[i]
+        assert (n.reason, n.attempts) == ("retry_scheduled", 1)
+        assert n.status in ("queued", "scheduled")
+        assert list(DeliveryAttempt.objects.filter(notification_id=i).values_list("outcome", "error_code")) == [
+            ("transient", "503")]
+        assert DeliveryEvent.objects.filter(notification_id=i, kind="retry").count() == 1
+    assert emulator.count() == 0
