@@ -5,7 +5,7 @@ firebase-admin has no public way to point the messaging service at another endpo
 paths"). Each function here checks that the private attribute it needs still exists and raises
 ProviderConfigurationError(code="sdk_hook_missing") when an SDK upgrade removed it, so a broken hook
 fails loudly at ``open()`` instead of sending to Google or retrying behind our back;
-tests/providers/test_fcm_async.py fails if any of them disappears.
+tests/providers/test_async_paths.py fails if any of them disappears.
 
 Hooks used:
 
