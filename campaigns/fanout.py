@@ -31,8 +31,10 @@ from django.db.models import Count, F
 
 from campaigns import audience
 from campaigns.models import Campaign, CampaignShard, CampaignStatus, MissedPolicy
-from notifications import clock, metrics
-from notifications.enqueue import enqueue_on_commit, fanout_queue
+from core import clock
+from core.queues import fanout_queue
+from notifications import metrics
+from notifications.enqueue import enqueue_on_commit
 from notifications.models import Reason, Status
 from notifications.services import cancel_campaign_notifications
 from preferences.validation import stored_zone
