@@ -15,7 +15,7 @@ The SDK's own retries: its ``HttpxAsyncClient`` mounts ``HttpxRetryTransport`` (
 times with backoff inside the call); we replace that client, so one message is one push request and
 the FCM error (with its ``Retry-After`` as ``retry_after``) reaches us at once. google-auth's
 refresh-on-401 stays: it re-sends only a request FCM refused as unauthenticated (not accepted,
-so no duplicate), done by :class:`providers.fcm.async_client.GoogleBearerAuth` the way
+so no duplicate), done by :class:`providers.fcm.async_client.PooledFcmClient` the way
 firebase-admin's flow does it. The OAuth token is fetched before a batch when the cached one
 is missing or expiring, on an executor thread (google-auth is synchronous), so
 a failing token endpoint fails the batch's messages as before and never blocks the loop; google-auth's
@@ -55,7 +55,7 @@ from providers.base import (
     UnexpectedProviderError,
     transport_code,
 )
-from providers.fcm.async_client import GoogleBearerAuth, PooledFcmClient, batch_gate
+from providers.fcm.async_client import PooledFcmClient, batch_gate
 from providers.fcm.sdk_hooks import install_async_client, redirect_fcm
 
 __all__ = ["FcmPushBackend", "build_message", "local_service_account", "redirect_fcm"]
@@ -153,9 +153,6 @@ class FcmPushBackend(PushBackend):
             retries, so a push request never takes longer; see the module docstring for the token
             and 401 requests a send may add.
         POOL_SIZE: connections of the pooled httpx client, default 100; also caps ``concurrency``.
-        HTTP2: ``False`` (default): HTTP/1.1 keep-alive through aiohttp, the cheaper stack in client
-            CPU; ``True``: httpx's own transport offering HTTP/2 (negotiated over TLS only), as
-            the SDK does (providers/fcm/async_client.py).
 
     ``send`` returns ``SendResult(provider="fcm", provider_message_id="projects/<p>/messages/<id>",
     raw_status=None)``.
@@ -203,9 +200,8 @@ class FcmPushBackend(PushBackend):
             fcm_url = self.option("FCM_URL", None)
             if fcm_url:
                 redirect_fcm(app, fcm_url.format(project_id))
-            client = PooledFcmClient(GoogleBearerAuth(app.credential.get_credential()), timeouts,
-                                     int(self.option("POOL_SIZE", DEFAULT_POOL_SIZE)),
-                                     http2=bool(self.option("HTTP2", False)))
+            client = PooledFcmClient(app.credential.get_credential(), timeouts,
+                                     int(self.option("POOL_SIZE", DEFAULT_POOL_SIZE)))
             install_async_client(app, client)
         except BaseException:
             firebase_admin.delete_app(app)
