@@ -2,7 +2,7 @@
 
 Sends go through ``messaging.send_each_async`` (docs/PROVIDERS.md, "Async SDK paths"): up to 500
 messages a call (:data:`MAX_PER_CALL`), on this process's provider event loop
-(providers/event_loop.py), through one pooled httpx client per backend instance reused across
+(providers/event_loop.py), through one pooled aiohttp client per backend instance reused across
 batches (providers/fcm/async_client.py): no SDK retries, explicit connect/read/total timeouts, at
 most ``concurrency`` requests in flight. :meth:`FcmPushBackend.send` is a batch of one on the same path.
 
@@ -69,7 +69,7 @@ BAD_REQUEST_DETAIL = "type.googleapis.com/google.rpc.BadRequest"
 TOKEN_FIELDS = frozenset({"message.token", "message.fid"})
 #: ``send_each_async`` takes at most 500 messages a call (firebase-admin, FCM's documented limit).
 MAX_PER_CALL = 500
-#: Connections one backend instance's httpx pool keeps at most (``POOL_SIZE`` option).
+#: Connections one backend instance's aiohttp pool keeps at most (``POOL_SIZE`` option).
 DEFAULT_POOL_SIZE = 100
 
 _app_numbers = itertools.count(1)
@@ -152,7 +152,7 @@ class FcmPushBackend(PushBackend):
             request, default ``2 × TIMEOUT`` (providers.base.CallTimeouts). There are no SDK
             retries, so a push request never takes longer; see the module docstring for the token
             and 401 requests a send may add.
-        POOL_SIZE: connections of the pooled httpx client, default 100; also caps ``concurrency``.
+        POOL_SIZE: connections of the pooled aiohttp client, default 100; also caps ``concurrency``.
 
     ``send`` returns ``SendResult(provider="fcm", provider_message_id="projects/<p>/messages/<id>",
     raw_status=None)``.

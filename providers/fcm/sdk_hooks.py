@@ -59,8 +59,9 @@ def redirect_fcm(app: firebase_admin.App, url: str) -> None:
 
 def install_async_client(app: firebase_admin.App, client: Any) -> None:
     """Make ``send_each_async`` on ``app`` post through ``client`` (an object with
-    ``async request(method, url, **kwargs) -> httpx.Response`` that raises ``httpx.HTTPError`` and
-    ``async aclose()``) instead of the SDK's retrying ``HttpxAsyncClient``.
+    ``async request(method, url, **kwargs)`` returning an answer with ``json()`` and raising
+    ``httpx.HTTPError``, and ``async aclose()``: providers.fcm.async_client.PooledFcmClient)
+    instead of the SDK's retrying ``HttpxAsyncClient``.
 
     Raises:
         ProviderConfigurationError: ``code="sdk_hook_missing"``, no private ``_async_client``.
