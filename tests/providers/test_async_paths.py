@@ -5,9 +5,12 @@ request was sent, pooling across batches, and a forked child building its own cl
 from __future__ import annotations
 
 import contextlib
+import http.server
+import json
 import multiprocessing
 import socket
 import threading
+import time
 import uuid
 
 import pytest
@@ -199,3 +202,64 @@ def test_a_forked_child_builds_its_own_client_and_the_parents_keeps_working(emu,
     assert (child.exitcode, receiver.recv()) == (0, "SendResult")
     assert [type(r).__name__ for r in parent_before + parent_after] == ["SendResult"] * 2
     assert emu.count() == 3
+
+
+# --- bounded concurrency: never more requests in flight than asked for --------------------------------
+
+
+class _CountingHandler(http.server.BaseHTTPRequestHandler):
+    """Answers every POST after 0.3 s with a minimal Twilio Message or FCM name, counting how many
+    requests are open at once."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self):
+        server = self.server
+        with server.lock:
+            server.open_now += 1
+            server.most = max(server.most, server.open_now)
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        time.sleep(0.3)
+        with server.lock:
+            server.open_now -= 1
+            server.served += 1
+            n = server.served
+        body = json.dumps({"sid": f"SM{n:032d}", "status": "queued", "name": f"projects/p/messages/{n}"}).encode()
+        self.send_response(201 if "Messages.json" in self.path else 200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def counting_server():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _CountingHandler)
+    server.daemon_threads = True
+    server.lock, server.open_now, server.most, server.served = threading.Lock(), 0, 0, 0
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("kind", ["twilio", "fcm"])
+def test_no_more_requests_in_flight_than_the_concurrency(emu, counting_server, kind):
+    url = f"http://127.0.0.1:{counting_server.server_address[1]}"
+    if kind == "twilio":
+        backend, messages = TwilioSmsBackend(options=twilio_options(emu, BASE_URL=url)), [sms(i) for i in range(24)]
+    else:
+        backend = FcmPushBackend(options=fcm_options(emu, FCM_URL=url + "/v1/projects/{0}/messages:send"))
+        messages = [push(i) for i in range(24)]
+    try:
+        results = backend.send_batch(messages, concurrency=4)
+    finally:
+        backend.close()
+
+    assert all(isinstance(r, SendResult) for r in results)
+    assert counting_server.served == 24
+    assert counting_server.most == 4  # 24 requests of 0.3 s each: the gate, not luck, keeps it at 4
