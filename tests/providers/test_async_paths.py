@@ -195,8 +195,8 @@ def _child_sends(backend, message, pipe):
 
 @pytest.mark.parametrize("kind", ["twilio", "fcm"])
 def test_a_forked_child_builds_its_own_client_and_the_parents_keeps_working(emu, kind):
-    backend = (TwilioSmsBackend(options=twilio_options(emu)) if kind == "twilio"
-               else FcmPushBackend(options=fcm_options(emu)))
+    backend = (TwilioSmsBackend(options=twilio_options(emu, TIMEOUT=10)) if kind == "twilio"
+               else FcmPushBackend(options=fcm_options(emu, TIMEOUT=10)))  # a busy machine is no failure here
     make = sms if kind == "twilio" else push
     parent_before = backend.send_batch([make(0)])  # the parent's loop and pooled client exist now
     context = multiprocessing.get_context("fork")
@@ -208,7 +208,7 @@ def test_a_forked_child_builds_its_own_client_and_the_parents_keeps_working(emu,
     backend.close()
 
     assert (child.exitcode, receiver.recv() if receiver.poll(1) else "no answer") == (0, "SendResult")
-    assert [type(r).__name__ for r in parent_before + parent_after] == ["SendResult"] * 2
+    assert [r if isinstance(r, Exception) else "ok" for r in parent_before + parent_after] == ["ok", "ok"]
     assert emu.count() == 3
 
 
