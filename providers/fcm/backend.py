@@ -20,7 +20,7 @@ firebase-admin's flow does it. The OAuth token is fetched before a batch when th
 is missing or expiring, on an executor thread (google-auth is synchronous), so
 a failing token endpoint fails the batch's messages as before and never blocks the loop; google-auth's
 token request itself retries a 5xx/429 of the token endpoint up to 3 attempts (``google.oauth2._client``),
-which re-sends no push but adds time. Errors are classified per providers.md §3(c).
+which re-sends no push but adds time. Errors are classified per docs/PROVIDERS.md §3(c).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_SECONDS = 10.0
 FCM_ERROR_DETAIL = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
 BAD_REQUEST_DETAIL = "type.googleapis.com/google.rpc.BadRequest"
-#: ``fieldViolations[].field`` values that name the device token (providers.md §3(b)).
+#: ``fieldViolations[].field`` values that name the device token (docs/PROVIDERS.md §3(b)).
 TOKEN_FIELDS = frozenset({"message.token", "message.fid"})
 #: ``send_each_async`` takes at most 500 messages a call (firebase-admin, FCM's documented limit).
 MAX_PER_CALL = 500
@@ -92,7 +92,7 @@ def local_service_account(project_id: str, token_uri: str) -> dict[str, str]:
     """An in-memory service-account dict whose OAuth token endpoint is ``token_uri``.
 
     google-auth signs an RS256 JWT with the local key and exchanges it at ``token_uri``
-    (providers.md §3(a) option 1), so 401 handling behaves as with real credentials.
+    (docs/PROVIDERS.md §3(a) option 1), so 401 handling behaves as with real credentials.
     """
     return {
         "type": "service_account",
@@ -106,7 +106,7 @@ def local_service_account(project_id: str, token_uri: str) -> dict[str, str]:
 
 
 def build_message(message: OutboundMessage) -> messaging.Message:
-    """The FCM ``Message`` for one device token (providers.md §3(b)).
+    """The FCM ``Message`` for one device token (docs/PROVIDERS.md §3(b)).
 
     ``data`` = ``message.data`` plus ``notification_id``; Android ``collapse_key``/``priority``
     ("high" or "normal")/``ttl``; APNs headers ``apns-collapse-id``, ``apns-priority`` (10 or 5) and
@@ -323,7 +323,7 @@ class FcmPushBackend(PushBackend):
     async def _fresh_token(self) -> Exception | None:
         """Fetch the OAuth token if the cached one is missing or expiring (google-auth, on an
         executor thread: it is synchronous). Returns the batch's error, or ``None``."""
-        credential = self._app.credential.get_credential()
+        credential = self._app.credential.get_credential()  # type: ignore[union-attr]
         if credential.valid:
             return None
         if self._refresh_lock is None:
@@ -351,7 +351,7 @@ class FcmPushBackend(PushBackend):
                                                   code="token_refresh"), exc)
 
     def _classify(self, exc: exceptions.FirebaseError) -> Exception:
-        """Map a FirebaseError to our hierarchy (providers.md §3(c))."""
+        """Map a FirebaseError to our hierarchy (docs/PROVIDERS.md §3(c))."""
         auth_failure = _google_auth_error(exc)
         if auth_failure is not None:
             return self._token_error(auth_failure)
@@ -375,7 +375,7 @@ class FcmPushBackend(PushBackend):
         if response is None:
             # No HTTP answer: connection refused/reset or timed out (httpx error as cause).
             return TransientProviderError(self.name, transport_code(exc.cause), text)
-        if status >= 500 or isinstance(
+        if status >= 500 or isinstance(  # type: ignore[operator]
             exc, (exceptions.UnavailableError, exceptions.InternalError, exceptions.DeadlineExceededError)
         ):
             return TransientProviderError(

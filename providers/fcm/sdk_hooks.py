@@ -1,7 +1,7 @@
 """The private firebase-admin (pinned 7.7.0) hooks the FCM backend relies on, all in this one place.
 
 firebase-admin has no public way to point the messaging service at another endpoint, nor to give
-``send_each_async`` another HTTP client (providers.md §3(a) and "The SDKs' own retries and async
+``send_each_async`` another HTTP client (docs/PROVIDERS.md §3(a) and "The SDKs' own retries and async
 paths"). Each function here checks that the private attribute it needs still exists and raises
 ProviderConfigurationError(code="sdk_hook_missing") when an SDK upgrade removed it, so a broken hook
 fails loudly at ``open()`` instead of sending to Google or retrying behind our back;

@@ -7,10 +7,10 @@ instance reused across batches. :meth:`TwilioSmsBackend.send_batch` has up to ``
 creates in flight; :meth:`TwilioSmsBackend.send` is a batch of one on the same path.
 
 Redirect to a local server (the provider emulator) uses option B of
-``shared/reference/providers.md`` §1(a): an ``HttpClient`` subclass that swaps scheme and host of every
+``docs/PROVIDERS.md`` §1(a): an ``HttpClient`` subclass that swaps scheme and host of every
 request after the SDK has built the URL (so ``TWILIO_EDGE``/``TWILIO_REGION`` rewriting cannot corrupt a
 localhost URL); the async client and the sync one (:meth:`TwilioSmsBackend.find_accepted`, a rare
-lookup) do it the same way. Errors are classified per providers.md §1(c).
+lookup) do it the same way. Errors are classified per docs/PROVIDERS.md §1(c).
 
 No retries: ``AsyncTwilioHttpClient`` wraps its session in aiohttp-retry's ``RetryClient`` only when
 given ``max_retries``, which we never pass (:class:`AsyncRedirectingHttpClient` builds a plain
@@ -62,9 +62,9 @@ LOOKUP_LIMIT = 20
 VALIDITY_PERIOD_MIN_SECONDS = 1
 VALIDITY_PERIOD_MAX_SECONDS = 36000
 
-#: Twilio error code -> ContactInvalidError reason (providers.md §1(c)).
+#: Twilio error code -> ContactInvalidError reason (docs/PROVIDERS.md §1(c)).
 CONTACT_INVALID_CODES = {21211: "invalid_number", 21610: "opted_out", 21614: "not_mobile"}
-#: Codes that mean our account/sender settings are wrong (providers.md §1(c)).
+#: Codes that mean our account/sender settings are wrong (docs/PROVIDERS.md §1(c)).
 CONFIGURATION_CODES = frozenset({20003, 21606, 21659, 21408})
 RATE_LIMIT_CODE = 20429
 #: Connections one backend instance's aiohttp session keeps at most (``POOL_SIZE`` option).
@@ -242,7 +242,7 @@ class TwilioSmsBackend(SmsBackend):
     ``send`` returns ``SendResult(provider="twilio", provider_message_id=<"SM…" sid>,
     raw_status=<"queued"/"accepted">)``. The message's ``ttl_seconds`` becomes ``ValidityPeriod``
     clamped to 1..36000 s. Twilio has no idempotency key: a timeout may hide an accepted message,
-    so a retry can duplicate it (providers.md §1(c)) unless :meth:`find_accepted` finds it first.
+    so a retry can duplicate it (docs/PROVIDERS.md §1(c)) unless :meth:`find_accepted` finds it first.
     """
 
     name: ClassVar[str] = "twilio"
@@ -352,7 +352,7 @@ class TwilioSmsBackend(SmsBackend):
     async def _create(self, message: OutboundMessage) -> SendResult | Exception:
         """One ``messages.create_async``; the outcome is returned, never raised."""
         try:
-            created = await self._async_client.messages.create_async(**self._create_params(message))
+            created = await self._async_client.messages.create_async(**self._create_params(message))  # type: ignore[union-attr]
         except (TwilioRestException, TwilioServiceException) as exc:
             return _caused(self._classify(exc, _last_response.get()), exc)
         except TimeoutError as exc:  # asyncio's and aiohttp's (ServerTimeoutError, ConnectionTimeoutError)
@@ -416,7 +416,7 @@ class TwilioSmsBackend(SmsBackend):
             since = since.replace(tzinfo=UTC)
         not_before = since.astimezone(UTC).replace(microsecond=0)
         try:
-            listed = self._client.messages.list(to=message.to, from_=self.option("FROM_NUMBER"), limit=LOOKUP_LIMIT)
+            listed = self._client.messages.list(to=message.to, from_=self.option("FROM_NUMBER"), limit=LOOKUP_LIMIT)  # type: ignore[union-attr]
         except (TwilioException, requests.exceptions.RequestException, ValueError, KeyError, TypeError) as exc:
             status = getattr(exc, "status", None)
             logger.warning("twilio: lookup of notification %s failed (%s%s); it will be sent again",
@@ -438,7 +438,7 @@ class TwilioSmsBackend(SmsBackend):
 
     def _classify(self, exc: TwilioRestException | TwilioServiceException,
                   response: Response | None = None) -> Exception:
-        """Map a Twilio API error to our hierarchy (providers.md §1(c))."""
+        """Map a Twilio API error to our hierarchy (docs/PROVIDERS.md §1(c))."""
         status = int(exc.status) if exc.status is not None else None
         try:
             code = int(exc.code)
