@@ -121,6 +121,9 @@ def transport_code(exc: BaseException | None) -> str:
     * ``"connection_lost"``: the connection broke after it was made (reset, closed without an
       answer, a protocol error): the request may have reached the provider, so also unknown;
     * ``"connection_error"``: anything else (refused, DNS): the request never left.
+
+    Covers requests/urllib3, urllib, httpx/httpcore (``RemoteProtocolError``, ``ReadError``…) and
+    aiohttp (``ServerDisconnectedError``, ``ServerTimeoutError``, ``ClientPayloadError``).
     """
     seen: set[int] = set()
     pending: list[BaseException | None] = [exc]
@@ -134,7 +137,10 @@ def transport_code(exc: BaseException | None) -> str:
         if isinstance(current, TimeoutError) or "Timeout" in name:
             return "timeout"
         if isinstance(current, (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)) or name in (
-                "RemoteDisconnected", "ProtocolError", "IncompleteRead", "ChunkedEncodingError"):
+                "RemoteDisconnected", "ProtocolError", "IncompleteRead", "ChunkedEncodingError",
+                # httpx / httpcore (FCM async path) and aiohttp (Twilio async path)
+                "RemoteProtocolError", "ReadError", "WriteError", "ServerDisconnectedError",
+                "ClientPayloadError"):
             lost = True
         linked = [current.__cause__, current.__context__, getattr(current, "reason", None), *current.args]
         pending.extend(e for e in linked if isinstance(e, BaseException))
@@ -193,6 +199,33 @@ class ProviderConfigurationError(Exception):
         self.message = message
         #: HTTP status of the provider's answer (401/403...), ``None`` if there was no HTTP exchange.
         self.http_status = http_status
+
+
+#: Default connect timeout (seconds) when a backend's options give only ``TIMEOUT``.
+DEFAULT_CONNECT_TIMEOUT_SECONDS = 3.0
+
+
+@dataclass(frozen=True)
+class CallTimeouts:
+    """Timeouts of one provider HTTP request, in seconds (docs/PROVIDERS.md, "Async SDK paths").
+
+    Attributes:
+        connect: TCP connect (``CONNECT_TIMEOUT``, default ``min(TIMEOUT, 3)``).
+        read: between bytes of the answer (``TIMEOUT``, default 10).
+        total: the whole request, connect to last byte (``TOTAL_TIMEOUT``, default ``2 × TIMEOUT``,
+            which stays inside the lease a row gets before each call).
+    """
+
+    connect: float
+    read: float
+    total: float
+
+    @classmethod
+    def from_options(cls, options: dict, default_read: float = 10.0) -> CallTimeouts:
+        read = float(options.get("TIMEOUT") or default_read)
+        connect = float(options.get("CONNECT_TIMEOUT") or min(read, DEFAULT_CONNECT_TIMEOUT_SECONDS))
+        total = float(options.get("TOTAL_TIMEOUT") or 2 * read)
+        return cls(connect=connect, read=read, total=max(total, connect, read))
 
 
 @dataclass
@@ -265,18 +298,14 @@ class ProviderBackend:
     supports_lookup: ClassVar[bool] = False
 
     def send_batch(self, messages: list[OutboundMessage], concurrency: int = 1) -> list[SendResult | Exception]:
-        """Send several messages; the standard tier's batch path and the benchmark's raw ceiling.
+        """Send several messages; the standard tier's batch path and the benchmark's SDK ceiling.
 
         Returns one ``SendResult`` or the exception ``send`` raised, per message, in input order;
-        never raises for a single message's failure. This default makes one ``send`` per message,
-        up to ``concurrency`` at a time (providers/batching.py); providers with a batch API
-        (SendGrid personalizations) override it.
+        never raises for a single message's failure. This default makes one ``send`` after the
+        other (SMTP); Twilio and FCM override it with their SDK's async API, ``concurrency`` calls
+        in flight at most, and SendGrid with its personalizations (docs/PROVIDERS.md).
         """
-        from providers.batching import send_concurrently
-
-        if concurrency <= 1 or len(messages) <= 1:
-            return [self.send_or_error(m) for m in messages]
-        return send_concurrently(self.channel, self.name, messages, concurrency)
+        return [self.send_or_error(m) for m in messages]
 
     def send_or_error(self, message: OutboundMessage) -> SendResult | Exception:
         """:meth:`send`, with the exception it raised returned instead (batch results are per message).

@@ -269,7 +269,8 @@ def test_an_exception_outside_the_provider_contract_is_an_attempt_and_ends_in_a_
     def broken(self, message):
         raise ValueError(f"Header values can't contain newlines (got {message.body!r})")
 
-    monkeypatch.setattr(backend_cls, "send", broken)
+    # Where the Twilio backend builds each create_async call (send and send_batch both go through it).
+    monkeypatch.setattr(backend_cls, "_create_params", broken)
     first, last = queued("sms", 2)
     Notification.objects.filter(pk=last).update(attempts=1)
 

@@ -1,34 +1,31 @@
 """FCM HTTP v1 push backend on ``firebase-admin`` (pinned 7.7.0).
 
-Each backend instance owns a named Firebase app (deleted in ``close()``). ``messaging.send`` is used,
-one HTTP call per device and sequential (``send_each`` starts a thread per message).
+Sends go through ``messaging.send_each_async`` (docs/PROVIDERS.md, "Async SDK paths"): up to 500
+messages a call (:data:`MAX_PER_CALL`), on this process's provider event loop
+(providers/event_loop.py), through one pooled aiohttp client per backend instance reused across
+batches (providers/fcm/async_client.py): no SDK retries, explicit connect/read/total timeouts, at
+most ``concurrency`` requests in flight. :meth:`FcmPushBackend.send` is a batch of one on the same path.
 
-firebase-admin has no public endpoint override (docs/PROVIDERS.md §3(a)); :func:`redirect_fcm` sets the
-private ``_MessagingService._fcm_url`` of this app's messaging service, and raises
-ProviderConfigurationError if that hook disappears in an SDK upgrade.
+Each backend instance owns a named Firebase app (deleted in ``close()``). firebase-admin has no
+public endpoint override nor async-client override: the private hooks are wrapped in
+providers/fcm/sdk_hooks.py (``redirect_fcm``, ``install_async_client``), which raise
+ProviderConfigurationError if an SDK upgrade removes them.
 
-The SDK makes no retries and never sleeps: every retry is the pipeline's (scheduled, recorded,
-counted against the attempt budget). firebase-admin mounts urllib3
-``Retry(connect=1, read=1, status=4, status_forcelist=[500, 503], allowed_methods=None,
-respect_retry_after_header=True)`` on its messaging session (docs/PROVIDERS.md, "The SDKs' own retries
-and async paths"): a read timeout re-sent the push (a duplicate no attempt log shows), a 500/503 was
-sent five times, and a 429/503 with ``Retry-After`` slept that long inside the call (longer than a
-row's lease). :func:`disable_sdk_retries`, another private hook, re-mounts every adapter of that
-session with ``Retry(total=0)``, so one ``send`` is one push request and the FCM error (with its
-``Retry-After`` as ``retry_after``) reaches us at once. google-auth's refresh-on-401 stays: it
-re-sends only a request FCM refused as unauthenticated (not accepted, so no duplicate).
-
-Deadline: ``TIMEOUT`` is the SDK's ``httpTimeout``, the connect and the read timeout of each HTTP
-request. A send is one push request, preceded by an OAuth token request when the cached token is
-missing or expiring; a 401 adds at most two (token request + push) rounds (google-auth's
-``max_refresh_attempts``). Not covered here: google-auth's OAuth token request itself retries a
-5xx/429 of the token endpoint up to 3 attempts, sleeping about 1 s and 2 s between them
-(``google.oauth2._client``); that re-sends no push, but adds time to the call. Errors are classified
-per docs/PROVIDERS.md §3(c).
+The SDK's own retries: its ``HttpxAsyncClient`` mounts ``HttpxRetryTransport`` (500/503 re-sent four
+times with backoff inside the call); we replace that client, so one message is one push request and
+the FCM error (with its ``Retry-After`` as ``retry_after``) reaches us at once. google-auth's
+refresh-on-401 stays: it re-sends only a request FCM refused as unauthenticated (not accepted,
+so no duplicate), done by :class:`providers.fcm.async_client.PooledFcmClient` the way
+firebase-admin's flow does it. The OAuth token is fetched before a batch when the cached one
+is missing or expiring, on an executor thread (google-auth is synchronous), so
+a failing token endpoint fails the batch's messages as before and never blocks the loop; google-auth's
+token request itself retries a 5xx/429 of the token endpoint up to 3 attempts (``google.oauth2._client``),
+which re-sends no push but adds time. Errors are classified per docs/PROVIDERS.md §3(c).
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import functools
 import itertools
@@ -41,12 +38,13 @@ from typing import ClassVar
 
 import firebase_admin
 import google.auth.exceptions
-import requests
-import requests.adapters
+import google.auth.transport.requests
+import httpx
 from firebase_admin import credentials, exceptions, messaging
-from urllib3.util.retry import Retry
 
+from providers import event_loop
 from providers.base import (
+    CallTimeouts,
     ContactInvalidError,
     OutboundMessage,
     PermanentProviderError,
@@ -54,8 +52,13 @@ from providers.base import (
     PushBackend,
     SendResult,
     TransientProviderError,
+    UnexpectedProviderError,
     transport_code,
 )
+from providers.fcm.async_client import PooledFcmClient, batch_gate
+from providers.fcm.sdk_hooks import install_async_client, redirect_fcm
+
+__all__ = ["FcmPushBackend", "build_message", "local_service_account", "redirect_fcm"]
 
 logger = logging.getLogger(__name__)
 
@@ -64,72 +67,12 @@ FCM_ERROR_DETAIL = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
 BAD_REQUEST_DETAIL = "type.googleapis.com/google.rpc.BadRequest"
 #: ``fieldViolations[].field`` values that name the device token (docs/PROVIDERS.md §3(b)).
 TOKEN_FIELDS = frozenset({"message.token", "message.fid"})
+#: ``send_each_async`` takes at most 500 messages a call (firebase-admin, FCM's documented limit).
+MAX_PER_CALL = 500
+#: Connections one backend instance's aiohttp pool keeps at most (``POOL_SIZE`` option).
+DEFAULT_POOL_SIZE = 100
 
 _app_numbers = itertools.count(1)
-
-#: No retry of any kind (connect, read, status, redirect, Retry-After): read errors surface as
-#: ``requests.ReadTimeout`` (firebase-admin maps it to ``DeadlineExceededError``), and an HTTP error
-#: answer is returned as is so the SDK maps it to its FirebaseError subclass.
-NO_RETRY = Retry(
-    total=0, connect=0, read=False, redirect=0, status=0, other=0, status_forcelist=(),
-    respect_retry_after_header=False, raise_on_status=False, backoff_factor=0,
-)
-
-
-def redirect_fcm(app: firebase_admin.App, url: str) -> None:
-    """Point ``app``'s messaging service at ``url`` (an absolute ``…/messages:send`` URL).
-
-    Raises:
-        ProviderConfigurationError: firebase-admin no longer has the private ``_fcm_url`` hook.
-    """
-    get_service = getattr(messaging, "_get_messaging_service", None)
-    if get_service is None:
-        raise ProviderConfigurationError(
-            "fcm", "firebase_admin.messaging._get_messaging_service is gone: cannot redirect FCM "
-            "(see docs/PROVIDERS.md §3(a); pin firebase-admin or update the hook)",
-            code="sdk_hook_missing",
-        )
-    service = get_service(app)
-    if not hasattr(service, "_fcm_url"):
-        raise ProviderConfigurationError(
-            "fcm", "firebase_admin _MessagingService._fcm_url is gone: cannot redirect FCM "
-            "(see docs/PROVIDERS.md §3(a); pin firebase-admin or update the hook)",
-            code="sdk_hook_missing",
-        )
-    service._fcm_url = url
-
-
-def disable_sdk_retries(app: firebase_admin.App) -> None:
-    """Re-mount every adapter of ``app``'s messaging session with :data:`NO_RETRY`.
-
-    firebase-admin 7.7 mounts its retrying adapter on ``http://``, ``https://`` and
-    ``https://fcm.googleapis.com`` (``_http_client.HttpClient``, ``_MessagingService.__init__``);
-    each prefix the session has gets a fresh ``HTTPAdapter`` with the same pool sizes. Only the sync
-    path (``messaging.send``) is covered: the async client (``send_each_async``) is not used here.
-
-    Raises:
-        ProviderConfigurationError: ``code="sdk_hook_missing"`` if the private attribute path
-            ``messaging._get_messaging_service(app)._client.session.adapters`` is gone.
-    """
-    get_service = getattr(messaging, "_get_messaging_service", None)
-    session = getattr(getattr(get_service(app), "_client", None), "session", None) if get_service else None
-    adapters = getattr(session, "adapters", None)
-    if not isinstance(adapters, dict) or not adapters or not hasattr(session, "mount"):
-        raise ProviderConfigurationError(
-            "fcm", "firebase_admin messaging._get_messaging_service(app)._client.session is gone: cannot "
-            "disable the SDK's retries (see docs/PROVIDERS.md, \"The SDKs' own retries\"; "
-            "pin firebase-admin or update the hook)",
-            code="sdk_hook_missing",
-        )
-    for prefix, old in list(adapters.items()):
-        session.mount(prefix, requests.adapters.HTTPAdapter(  # type: ignore[union-attr]
-            pool_connections=getattr(old, "_pool_connections", requests.adapters.DEFAULT_POOLSIZE),
-            pool_maxsize=getattr(old, "_pool_maxsize", requests.adapters.DEFAULT_POOLSIZE),
-            pool_block=getattr(old, "_pool_block", requests.adapters.DEFAULT_POOLBLOCK),
-            max_retries=NO_RETRY,
-        ))
-        old.close()
-
 
 @functools.lru_cache(maxsize=1)
 def _local_private_key_pem() -> str:
@@ -204,9 +147,12 @@ class FcmPushBackend(PushBackend):
         FCM_URL: ``None`` for real FCM, else a URL template with ``{0}`` for the project id, e.g.
             ``"http://127.0.0.1:8900/v1/projects/{0}/messages:send"``.
         TOKEN_URI: OAuth token endpoint, used (and required) only when CREDENTIALS is ``None``.
-        TIMEOUT: seconds, the connect and the read timeout of each HTTP request (Firebase
-            ``httpTimeout``), default 10. There are no SDK retries, so a push request never takes
-            longer; see the module docstring for the token and 401 requests a send may add.
+        TIMEOUT: seconds, the read timeout of each HTTP request (also the SDK's ``httpTimeout``),
+            default 10. CONNECT_TIMEOUT: default ``min(TIMEOUT, 3)``; TOTAL_TIMEOUT: a whole push
+            request, default ``2 × TIMEOUT`` (providers.base.CallTimeouts). There are no SDK
+            retries, so a push request never takes longer; see the module docstring for the token
+            and 401 requests a send may add.
+        POOL_SIZE: connections of the pooled aiohttp client, default 100; also caps ``concurrency``.
 
     ``send`` returns ``SendResult(provider="fcm", provider_message_id="projects/<p>/messages/<id>",
     raw_status=None)``.
@@ -216,20 +162,27 @@ class FcmPushBackend(PushBackend):
     required_options: ClassVar[tuple[str, ...]] = ("PROJECT_ID",)
 
     _app: firebase_admin.App | None = field(default=None, init=False, repr=False)
+    _client: PooledFcmClient | None = field(default=None, init=False, repr=False)
+    _client_loop: tuple[int, int] | None = field(default=None, init=False, repr=False)
+    _refresh_lock: asyncio.Lock | None = field(default=None, init=False, repr=False)
 
     def open(self) -> None:
-        """Create this instance's Firebase app, disable the SDK's retries on its messaging session
-        (:func:`disable_sdk_retries`) and redirect it if FCM_URL is set. Idempotent.
+        """Create this instance's Firebase app, redirect it if FCM_URL is set, and give it the
+        pooled async client (providers/fcm/sdk_hooks.py). Idempotent; after a fork the app is
+        rebuilt for the child's own event loop (the parent's client and sockets are left alone).
 
         No network I/O: the OAuth token is fetched on the first send.
 
         Raises:
             ProviderConfigurationError: missing option, unreadable credentials, or a vanished SDK hook.
         """
-        if self._app is not None:
+        loop = event_loop.loop_id()
+        if self._app is not None and self._client_loop == loop:
             return
+        if self._app is not None:  # inherited across a fork: forget it, never close the parent's pool
+            self._app = self._client = None
         project_id = self.option("PROJECT_ID")
-        timeout = float(self.option("TIMEOUT", DEFAULT_TIMEOUT_SECONDS))
+        timeouts = self.timeouts()
         cred_path = self.option("CREDENTIALS", None)
         try:
             if cred_path:
@@ -240,33 +193,49 @@ class FcmPushBackend(PushBackend):
             raise ProviderConfigurationError(self.name, f"cannot load FCM credentials: {exc}") from exc
         app = firebase_admin.initialize_app(
             cred,
-            options={"projectId": project_id, "httpTimeout": timeout},
+            options={"projectId": project_id, "httpTimeout": timeouts.read},
             name=f"notify-fcm-{os.getpid()}-{next(_app_numbers)}",
         )
         try:
-            disable_sdk_retries(app)
             fcm_url = self.option("FCM_URL", None)
             if fcm_url:
                 redirect_fcm(app, fcm_url.format(project_id))
+            client = PooledFcmClient(app.credential.get_credential(), timeouts,
+                                     int(self.option("POOL_SIZE", DEFAULT_POOL_SIZE)))
+            install_async_client(app, client)
         except BaseException:
             firebase_admin.delete_app(app)
             raise
-        self._app = app
+        self._app, self._client, self._client_loop = app, client, loop
+        self._refresh_lock = None
 
     def close(self) -> None:
-        """Delete this instance's Firebase app; its HTTP sessions go with it. Idempotent."""
+        """Close the pooled client (on its loop) and delete this instance's Firebase app. Idempotent."""
         if self._app is None:
             return
-        app, self._app = self._app, None
+        app, client, self._app, self._client = self._app, self._client, None, None
+        if client is not None and self._client_loop == event_loop.loop_id():
+            try:
+                event_loop.run(client.aclose(), timeout=5)
+            except Exception:  # closing must never mask the caller's work
+                logger.warning("fcm: closing the async client failed", exc_info=True)
         try:
             firebase_admin.delete_app(app)
         except (ValueError, RuntimeError) as exc:
-            # RuntimeError: the SDK closes its async client with asyncio.run(), which fails inside
-            # a running event loop; the app is unregistered anyway.
             logger.debug("fcm: deleting firebase app %s: %s", app.name, exc)
 
+    def timeouts(self) -> CallTimeouts:
+        """This instance's request timeouts (``TIMEOUT``, ``CONNECT_TIMEOUT``, ``TOTAL_TIMEOUT``)."""
+        return CallTimeouts.from_options(self.options, DEFAULT_TIMEOUT_SECONDS)
+
     def send(self, message: OutboundMessage) -> SendResult:
-        """Send one message to the device token ``message.to``.
+        """Send one message to the device token ``message.to``: a batch of one on the async path.
+
+        Why not the SDK's synchronous ``messaging.send`` for one message (the high tier): the async
+        path keeps a warm pooled connection and one error mapping, and the hop to the loop thread
+        costs tens of microseconds against a provider round trip; the high tier gets its own backend
+        instance (providers/registry.py, ``tier="high"``), so its own pool, never queued behind a
+        standard batch.
 
         Raises:
             ContactInvalidError: UNREGISTERED / SENDER_ID_MISMATCH (``reason="unregistered_token"``),
@@ -274,34 +243,118 @@ class FcmPushBackend(PushBackend):
             PermanentProviderError: other INVALID_ARGUMENT and 4xx answers, or a message the SDK
                 refuses to encode (``code="invalid_message"``).
             TransientProviderError: QUOTA_EXCEEDED and UNAVAILABLE/INTERNAL/5xx (``retry_after``
-                in seconds from ``Retry-After``, else ``None``), ``code="timeout"`` (no answer within
-                TIMEOUT: the push may have been accepted), ``code="connection_error"``. Each after
+                in seconds from ``Retry-After``, else ``None``; never slept), ``code="timeout"`` (no
+                answer within the timeouts: the push may have been accepted), ``code="connection_lost"``
+                (the connection broke after the request was sent: also unknown),
+                ``code="connection_error"``, ``code="token_endpoint_unreachable"``. Each after
                 exactly one push request (the SDK does not retry).
             ProviderConfigurationError: UNAUTHENTICATED/THIRD_PARTY_AUTH_ERROR, PERMISSION_DENIED,
                 OAuth token refused.
         """
-        self.open()
+        [outcome] = self.send_batch([message])
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def send_batch(self, messages: list[OutboundMessage], concurrency: int = 1) -> list[SendResult | Exception]:
+        """Send each message with ``messaging.send_each_async``, :data:`MAX_PER_CALL` a call, at most
+        ``concurrency`` (and ``POOL_SIZE``) push requests in flight.
+
+        Returns one ``SendResult`` or exception (as :meth:`send` raises them) per message, in input
+        order; never raises. FCM has no idempotency key: every message in flight when an answer is
+        lost may have been delivered (the duplicate window is the messages in flight in this call,
+        docs/PROVIDERS.md); the collapse key (the notification id) makes a duplicate show once.
+        """
+        if not messages:
+            return []
         try:
-            fcm_message = build_message(message)
-            name = messaging.send(fcm_message, app=self._app)
-        except exceptions.FirebaseError as exc:
-            raise self._classify(exc) from exc
-        except google.auth.exceptions.TransportError as exc:
-            # No push was sent: the OAuth token request (google-auth) itself failed.
-            raise TransientProviderError(self.name, "token_endpoint_unreachable",
-                                         f"OAuth token endpoint unreachable ({transport_code(exc)})") from exc
-        except google.auth.exceptions.RefreshError as exc:
-            if getattr(exc, "retryable", False):
-                raise TransientProviderError(self.name, "token_refresh", str(exc)[:300]) from exc
-            raise ProviderConfigurationError(
-                self.name, f"OAuth token refused: {str(exc)[:300]}", code="token_refresh",
-            ) from exc
+            self.open()
+        except ProviderConfigurationError as exc:
+            return [exc] * len(messages)
+        limit = max(1, min(int(concurrency), int(self.option("POOL_SIZE", DEFAULT_POOL_SIZE)), len(messages)))
+        backstop = (-(-len(messages) // limit) + 1) * self.timeouts().total + 10.0
+        try:
+            return event_loop.run(self._send_all(messages, limit), timeout=backstop)
+        except TimeoutError:
+            return [TransientProviderError(self.name, "timeout", f"batch not answered within {backstop:.0f} s")
+                    for _ in messages]
+
+    async def _send_all(self, messages: list[OutboundMessage], limit: int) -> list[SendResult | Exception]:
+        results: list[SendResult | Exception | None] = [None] * len(messages)
+        built: list[tuple[int, messaging.Message]] = []
+        for index, message in enumerate(messages):
+            try:
+                built.append((index, build_message(message)))
+            except ValueError as exc:
+                results[index] = _caused(PermanentProviderError(self.name, "invalid_message", str(exc)[:300]), exc)
+        failure = await self._fresh_token() if built else None
+        if failure is not None:
+            for index, _ in built:
+                results[index] = failure
+            built = []
+        batch_gate.set(asyncio.Semaphore(limit))
+        calls = [built[i:i + MAX_PER_CALL] for i in range(0, len(built), MAX_PER_CALL)]
+        for call, outcomes in zip(calls, await asyncio.gather(*(self._send_call(c) for c in calls)), strict=True):
+            for (index, _), outcome in zip(call, outcomes, strict=True):
+                results[index] = outcome
+        return results  # type: ignore[return-value]
+
+    async def _send_call(self, call: list[tuple[int, messaging.Message]]) -> list[SendResult | Exception]:
+        """One ``send_each_async`` of ≤ 500 messages; a message the SDK refuses to encode (a
+        ``ValueError`` before anything is sent) makes each message go alone, to find it."""
+        try:
+            batch = await messaging.send_each_async([m for _, m in call], app=self._app)
         except ValueError as exc:
-            raise PermanentProviderError(self.name, "invalid_message", str(exc)[:300]) from exc
-        return SendResult(provider=self.name, provider_message_id=name)
+            if len(call) == 1:
+                return [_caused(PermanentProviderError(self.name, "invalid_message", str(exc)[:300]), exc)]
+            return [r for one in await asyncio.gather(*(self._send_call([c]) for c in call)) for r in one]
+        except exceptions.FirebaseError as exc:  # the gather itself failed (an SDK surprise)
+            return [_caused(self._classify(exc), exc)] * len(call)
+        outcomes: list[SendResult | Exception] = []
+        for response in batch.responses:
+            if response.success:
+                outcomes.append(SendResult(provider=self.name, provider_message_id=response.message_id))
+            elif isinstance(response.exception, exceptions.FirebaseError):
+                outcomes.append(_caused(self._classify(response.exception), response.exception))
+            else:
+                outcomes.append(TransientProviderError(self.name, "no_message_id", "FCM answered without a name"))
+        return outcomes
+
+    async def _fresh_token(self) -> Exception | None:
+        """Fetch the OAuth token if the cached one is missing or expiring (google-auth, on an
+        executor thread: it is synchronous). Returns the batch's error, or ``None``."""
+        credential = self._app.credential.get_credential()  # type: ignore[union-attr]
+        if credential.valid:
+            return None
+        if self._refresh_lock is None:
+            self._refresh_lock = asyncio.Lock()
+        async with self._refresh_lock:
+            if credential.valid:
+                return None
+            try:
+                await asyncio.get_running_loop().run_in_executor(
+                    None, credential.refresh, google.auth.transport.requests.Request())
+            except google.auth.exceptions.GoogleAuthError as exc:
+                return self._token_error(exc)
+            except Exception as exc:
+                return UnexpectedProviderError("fcm", type(exc).__name__[:64], f"token refresh: {exc}"[:300])
+        return None
+
+    def _token_error(self, exc: google.auth.exceptions.GoogleAuthError) -> Exception:
+        if isinstance(exc, google.auth.exceptions.TransportError):
+            # No push was sent: the OAuth token request (google-auth) itself failed.
+            return _caused(TransientProviderError(self.name, "token_endpoint_unreachable",
+                                                  f"OAuth token endpoint unreachable ({transport_code(exc)})"), exc)
+        if getattr(exc, "retryable", False):
+            return _caused(TransientProviderError(self.name, "token_refresh", str(exc)[:300]), exc)
+        return _caused(ProviderConfigurationError(self.name, f"OAuth token refused: {str(exc)[:300]}",
+                                                  code="token_refresh"), exc)
 
     def _classify(self, exc: exceptions.FirebaseError) -> Exception:
         """Map a FirebaseError to our hierarchy (docs/PROVIDERS.md §3(c))."""
+        auth_failure = _google_auth_error(exc)
+        if auth_failure is not None:
+            return self._token_error(auth_failure)
         response = exc.http_response
         status = response.status_code if response is not None else None
         error_code, fields = _error_details(response)
@@ -320,7 +373,7 @@ class FcmPushBackend(PushBackend):
                 self.name, code, text, http_status=status, retry_after=_retry_after(response),
             )
         if response is None:
-            # No HTTP answer: connection refused/reset or timed out (requests error as cause).
+            # No HTTP answer: connection refused/reset or timed out (httpx error as cause).
             return TransientProviderError(self.name, transport_code(exc.cause), text)
         if status >= 500 or isinstance(  # type: ignore[operator]
             exc, (exceptions.UnavailableError, exceptions.InternalError, exceptions.DeadlineExceededError)
@@ -331,7 +384,7 @@ class FcmPushBackend(PushBackend):
         return PermanentProviderError(self.name, code, text, http_status=status)
 
 
-def _error_details(response: requests.Response | None) -> tuple[str | None, set[str]]:
+def _error_details(response: httpx.Response | None) -> tuple[str | None, set[str]]:
     """``(FcmError.errorCode, {BadRequest fieldViolations[].field})`` from an FCM error body."""
     if response is None:
         return None, set()
@@ -351,10 +404,27 @@ def _error_details(response: requests.Response | None) -> tuple[str | None, set[
     return error_code, fields
 
 
-def _retry_after(response: requests.Response | None) -> float | None:
+def _retry_after(response: httpx.Response | None) -> float | None:
     """``Retry-After`` in seconds (delta-seconds form only), or ``None``."""
     value = response.headers.get("Retry-After") if response is not None else None
     try:
         return max(0.0, float(value)) if value is not None else None
     except ValueError:
         return None
+
+
+def _google_auth_error(exc: BaseException) -> google.auth.exceptions.GoogleAuthError | None:
+    """The google-auth error in ``exc``'s cause chain (a token refresh failing after a 401), if any."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, google.auth.exceptions.GoogleAuthError):
+            return current
+        current = getattr(current, "cause", None) or current.__cause__
+    return None
+
+
+def _caused(error: Exception, cause: BaseException) -> Exception:
+    error.__cause__ = cause
+    return error

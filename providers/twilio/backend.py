@@ -1,19 +1,29 @@
 """Twilio SMS backend on the official ``twilio`` SDK (pinned 9.13.0).
 
+Sends go through the SDK's async API (docs/PROVIDERS.md, "Async SDK paths"): ``Client(...,
+http_client=AsyncRedirectingHttpClient)`` and ``await client.messages.create_async(...)``, on this
+process's provider event loop (providers/event_loop.py), one pooled aiohttp session per backend
+instance reused across batches. :meth:`TwilioSmsBackend.send_batch` has up to ``concurrency``
+creates in flight; :meth:`TwilioSmsBackend.send` is a batch of one on the same path.
+
 Redirect to a local server (the provider emulator) uses option B of
 ``docs/PROVIDERS.md`` §1(a): an ``HttpClient`` subclass that swaps scheme and host of every
 request after the SDK has built the URL (so ``TWILIO_EDGE``/``TWILIO_REGION`` rewriting cannot corrupt a
-localhost URL). Errors are classified per docs/PROVIDERS.md §1(c).
+localhost URL); the async client and the sync one (:meth:`TwilioSmsBackend.find_accepted`, a rare
+lookup) do it the same way. Errors are classified per docs/PROVIDERS.md §1(c).
 
-No retries: neither ``TwilioHttpClient`` nor the requests session under it retries on ``http://`` or
-``https://`` (docs/PROVIDERS.md §1(a), "The SDKs' own retries and async paths"; requests' default adapter
-is ``Retry(0, read=False)``), so one ``send`` is one POST. Twilio has no idempotency key, so after a
-call that got no answer :meth:`TwilioSmsBackend.find_accepted` looks for the message it may have
-created before the pipeline sends again.
+No retries: ``AsyncTwilioHttpClient`` wraps its session in aiohttp-retry's ``RetryClient`` only when
+given ``max_retries``, which we never pass (:class:`AsyncRedirectingHttpClient` builds a plain
+``aiohttp.ClientSession``); neither ``TwilioHttpClient`` nor the requests session under it retries
+(requests' default adapter is ``Retry(0, read=False)``). So one ``send`` is one POST. Twilio has no
+idempotency key, so after a call that got no answer :meth:`TwilioSmsBackend.find_accepted` looks for
+the message it may have created before the pipeline sends again.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,13 +31,17 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+import aiohttp
 import requests
 from twilio.base.exceptions import TwilioException, TwilioRestException, TwilioServiceException
+from twilio.http.async_http_client import AsyncTwilioHttpClient
 from twilio.http.http_client import TwilioHttpClient
 from twilio.http.response import Response
 from twilio.rest import Client
 
+from providers import event_loop
 from providers.base import (
+    CallTimeouts,
     ContactInvalidError,
     OutboundMessage,
     PermanentProviderError,
@@ -35,6 +49,7 @@ from providers.base import (
     SendResult,
     SmsBackend,
     TransientProviderError,
+    UnexpectedProviderError,
     transport_code,
 )
 
@@ -52,6 +67,14 @@ CONTACT_INVALID_CODES = {21211: "invalid_number", 21610: "opted_out", 21614: "no
 #: Codes that mean our account/sender settings are wrong (docs/PROVIDERS.md §1(c)).
 CONFIGURATION_CODES = frozenset({20003, 21606, 21659, 21408})
 RATE_LIMIT_CODE = 20429
+#: Connections one backend instance's aiohttp session keeps at most (``POOL_SIZE`` option).
+DEFAULT_POOL_SIZE = 100
+
+#: The answer of the request the current task made last (each message's coroutine is its own task,
+#: so concurrent creates never see each other's): ``TwilioRestException`` carries no headers, and
+#: ``Retry-After`` is read from here.
+_last_response: contextvars.ContextVar[Response | None] = contextvars.ContextVar("twilio_last_response",
+                                                                               default=None)
 
 
 class RedirectingHttpClient(TwilioHttpClient):
@@ -103,6 +126,81 @@ class RedirectingHttpClient(TwilioHttpClient):
             self.logger.debug("twilio response: %s", status_code)
 
 
+class AsyncRedirectingHttpClient(AsyncTwilioHttpClient):
+    """``AsyncTwilioHttpClient`` that sends every request to ``base_url`` (scheme + host[:port]), with
+    one pooled aiohttp session, explicit timeouts and no retries.
+
+    The session is created on first use, on the loop the request runs on (the provider event loop):
+    an aiohttp session belongs to one loop. Its ``TCPConnector`` keeps at most ``pool_size``
+    connections; ``timeouts`` become ``aiohttp.ClientTimeout(total=, sock_connect=, sock_read=)``.
+    ``request`` is overridden whole (same contract as ``AsyncTwilioHttpClient.request``): the base
+    class would pass the SDK's per-call ``timeout`` (``None``) to aiohttp, which means no timeout.
+    The answer is also stored in a context variable for ``Retry-After`` (see ``_last_response``).
+    """
+
+    def __init__(self, base_url: str | None, timeouts: CallTimeouts, pool_size: int = DEFAULT_POOL_SIZE) -> None:
+        # pool_connections=False: no session outside a running loop; max_retries=None: no RetryClient.
+        super().__init__(pool_connections=False, timeout=timeouts.read, max_retries=None)
+        self._target = urlsplit(base_url) if base_url else None
+        self._timeouts = timeouts
+        self._pool_size = pool_size
+        self.session: aiohttp.ClientSession | None = None
+
+    def _session(self) -> aiohttp.ClientSession:
+        if self.session is None or self.session.closed:
+            self.session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self._pool_size, limit_per_host=self._pool_size),
+                timeout=aiohttp.ClientTimeout(total=self._timeouts.total, sock_connect=self._timeouts.connect,
+                                              sock_read=self._timeouts.read),
+                trust_env=False,
+            )
+        return self.session
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        params: dict[str, object] | None = None,
+        data: dict[str, object] | None = None,
+        headers: dict[str, str] | None = None,
+        auth: tuple[str, str] | None = None,
+        timeout: float | None = None,
+        allow_redirects: bool = False,
+    ) -> Response:
+        """Same contract as ``AsyncTwilioHttpClient.request``; scheme and host are swapped.
+
+        Raises:
+            aiohttp.ClientError, asyncio.TimeoutError: no answer (see the backend's ``send``).
+        """
+        if self._target is not None:
+            parts = urlsplit(url)
+            url = urlunsplit((self._target.scheme, self._target.netloc, parts.path, parts.query, ""))
+        _last_response.set(None)
+        per_call = None if timeout is None else aiohttp.ClientTimeout(
+            total=min(timeout, self._timeouts.total), sock_connect=self._timeouts.connect,
+            sock_read=self._timeouts.read)
+        if auth is not None:
+            headers = {**(headers or {}), "Authorization": aiohttp.encode_basic_auth(auth[0], auth[1])}
+        kwargs: dict[str, Any] = {"params": params, "data": data, "headers": headers,
+                                  "allow_redirects": allow_redirects}
+        if per_call is not None:
+            kwargs["timeout"] = per_call
+        if self.logger.isEnabledFor(logging.DEBUG):
+            self.logger.debug("twilio request: %s %s", method.upper(), url)
+        async with self._session().request(method.upper(), url, **kwargs) as answer:
+            response = Response(answer.status, await answer.text(), answer.headers)
+        if self.logger.isEnabledFor(logging.DEBUG):
+            self.logger.debug("twilio response: %s", answer.status)
+        _last_response.set(response)
+        return response
+
+    async def close(self) -> None:
+        """Close the pooled session (on the loop it belongs to). Idempotent."""
+        if self.session is not None:
+            session, self.session = self.session, None
+            await session.close()
+
+
 def _error_text(exc: TwilioRestException | TwilioServiceException) -> str:
     if isinstance(exc, TwilioServiceException):
         return exc.detail or exc.title or ""
@@ -135,7 +233,11 @@ class TwilioSmsBackend(SmsBackend):
         BASE_URL: ``None`` for real Twilio, else e.g. ``"http://127.0.0.1:8900"`` (the emulator).
         STATUS_CALLBACK_URL: optional; ``?nid=<notification_id>`` is appended and sent as
             ``StatusCallback``.
-        TIMEOUT: seconds per HTTP call (connect and read), default 10.
+        TIMEOUT: seconds, the read timeout of each HTTP request, default 10 (the lookup's connect
+            and read timeout too).
+        CONNECT_TIMEOUT: seconds, default ``min(TIMEOUT, 3)``; TOTAL_TIMEOUT: seconds for a whole
+            request, default ``2 × TIMEOUT`` (providers.base.CallTimeouts).
+        POOL_SIZE: connections of the pooled async session, default 100; also caps ``concurrency``.
 
     ``send`` returns ``SendResult(provider="twilio", provider_message_id=<"SM…" sid>,
     raw_status=<"queued"/"accepted">)``. The message's ``ttl_seconds`` becomes ``ValidityPeriod``
@@ -149,40 +251,120 @@ class TwilioSmsBackend(SmsBackend):
 
     _client: Client | None = field(default=None, init=False, repr=False)
     _http: RedirectingHttpClient | None = field(default=None, init=False, repr=False)
+    _async_client: Client | None = field(default=None, init=False, repr=False)
+    _async_http: AsyncRedirectingHttpClient | None = field(default=None, init=False, repr=False)
+    _async_loop: tuple[int, int] | None = field(default=None, init=False, repr=False)
 
     def open(self) -> None:
-        """Build the Twilio client (no network I/O). Idempotent.
+        """Build the Twilio clients (no network I/O): the async one sends, the sync one looks up.
+        Idempotent; after a fork the async client is rebuilt for the child's own event loop.
 
         Raises:
             ProviderConfigurationError: a required option is missing.
         """
-        if self._client is not None:
-            return
-        sid = self.option("ACCOUNT_SID")
-        token = self.option("AUTH_TOKEN")
-        self.option("FROM_NUMBER")
-        self._http = RedirectingHttpClient(self.option("BASE_URL", None), self._timeout())
-        self._client = Client(sid, token, http_client=self._http)
+        if self._client is None:
+            sid = self.option("ACCOUNT_SID")
+            token = self.option("AUTH_TOKEN")
+            self.option("FROM_NUMBER")
+            self._http = RedirectingHttpClient(self.option("BASE_URL", None), self._timeout())
+            self._client = Client(sid, token, http_client=self._http)
+        loop = event_loop.loop_id()
+        if self._async_client is None or self._async_loop != loop:
+            # A client of another loop (a parent process's) is dropped unclosed: its sockets are not ours.
+            self._async_http = AsyncRedirectingHttpClient(
+                self.option("BASE_URL", None), self.timeouts(), int(self.option("POOL_SIZE", DEFAULT_POOL_SIZE)))
+            self._async_client = Client(self.option("ACCOUNT_SID"), self.option("AUTH_TOKEN"),
+                                        http_client=self._async_http)
+            self._async_loop = loop
 
     def close(self) -> None:
-        """Close the pooled HTTP session. Idempotent."""
+        """Close the pooled HTTP sessions (the async one on its loop, if that loop is this
+        process's). Idempotent."""
         if self._http is not None and self._http.session is not None:
             self._http.session.close()
-        self._client = None
-        self._http = None
+        if self._async_http is not None and self._async_loop == event_loop.loop_id():
+            try:
+                event_loop.run(self._async_http.close(), timeout=5)
+            except Exception:  # closing must never mask the caller's work
+                logger.warning("twilio: closing the async session failed", exc_info=True)
+        self._client = self._http = self._async_client = self._async_http = self._async_loop = None
+
+    def timeouts(self) -> CallTimeouts:
+        """This instance's request timeouts (``TIMEOUT``, ``CONNECT_TIMEOUT``, ``TOTAL_TIMEOUT``)."""
+        return CallTimeouts.from_options(self.options, DEFAULT_TIMEOUT_SECONDS)
 
     def send(self, message: OutboundMessage) -> SendResult:
-        """Create one Twilio Message for ``message.to`` (E.164).
+        """Create one Twilio Message for ``message.to`` (E.164): a batch of one on the async path.
+
+        Why not a synchronous call for one message (the high tier's OTPs): the async path keeps a
+        warm pooled connection, classifies errors in one place, and the hop to the loop thread costs
+        tens of microseconds against a provider round trip of tens of milliseconds; the high tier
+        gets its own backend instance (providers/registry.py, ``tier="high"``), so its own session
+        and concurrency, never queued behind a standard batch.
 
         Raises:
             ContactInvalidError: 21211 (``invalid_number``), 21610 (``opted_out``),
                 21614 (``not_mobile``).
-            ProviderConfigurationError: 401/403, 20003, 21606, 21659, 21408.
-            TransientProviderError: 429 (``retry_after`` from ``Retry-After`` when present), 5xx,
-                ``code="timeout"``, ``code="connection_error"``.
+            ProviderConfigurationError: 401/403, 20003, 21606, 21659, 21408, a missing option.
+            TransientProviderError: 429 (``retry_after`` from ``Retry-After`` when present, never
+                slept), 5xx, ``code="timeout"`` (no answer within the timeouts: the message may
+                have been created), ``code="connection_lost"`` (the connection broke after the
+                request was sent: also unknown), ``code="connection_error"`` (the request never left).
             PermanentProviderError: any other 4xx.
         """
-        self.open()
+        [outcome] = self.send_batch([message])
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def send_batch(self, messages: list[OutboundMessage], concurrency: int = 1) -> list[SendResult | Exception]:
+        """Create one Twilio Message per item, up to ``concurrency`` (and ``POOL_SIZE``) creates in
+        flight on this instance's pooled aiohttp session.
+
+        Returns one ``SendResult`` or exception (as :meth:`send` raises them) per message, in input
+        order; never raises. Every message in flight when an answer is lost may have been created
+        (the duplicate window is the messages in flight in this call, docs/PROVIDERS.md).
+        """
+        if not messages:
+            return []
+        try:
+            self.open()
+        except ProviderConfigurationError as exc:
+            return [exc] * len(messages)
+        limit = max(1, min(int(concurrency), int(self.option("POOL_SIZE", DEFAULT_POOL_SIZE)), len(messages)))
+        waves = -(-len(messages) // limit)
+        backstop = waves * self.timeouts().total + 5.0
+        try:
+            return event_loop.run(self._create_all(messages, limit), timeout=backstop)
+        except TimeoutError:
+            return [TransientProviderError(self.name, "timeout", f"batch not answered within {backstop:.0f} s")
+                    for _ in messages]
+
+    async def _create_all(self, messages: list[OutboundMessage], limit: int) -> list[SendResult | Exception]:
+        gate = asyncio.Semaphore(limit)
+
+        async def one(message: OutboundMessage) -> SendResult | Exception:
+            async with gate:
+                return await self._create(message)
+
+        return list(await asyncio.gather(*(one(m) for m in messages)))
+
+    async def _create(self, message: OutboundMessage) -> SendResult | Exception:
+        """One ``messages.create_async``; the outcome is returned, never raised."""
+        try:
+            created = await self._async_client.messages.create_async(**self._create_params(message))  # type: ignore[union-attr]
+        except (TwilioRestException, TwilioServiceException) as exc:
+            return _caused(self._classify(exc, _last_response.get()), exc)
+        except TimeoutError as exc:  # asyncio's and aiohttp's (ServerTimeoutError, ConnectionTimeoutError)
+            return _caused(TransientProviderError(
+                self.name, "timeout", f"no answer within {self.timeouts().total} s ({type(exc).__name__})"), exc)
+        except aiohttp.ClientError as exc:
+            return _caused(TransientProviderError(self.name, transport_code(exc), type(exc).__name__), exc)
+        except Exception as exc:
+            return UnexpectedProviderError.wrap(self.name, exc, message)
+        return SendResult(provider=self.name, provider_message_id=created.sid, raw_status=created.status)
+
+    def _create_params(self, message: OutboundMessage) -> dict[str, Any]:
         params: dict[str, Any] = {
             "to": message.to,
             "from_": self.option("FROM_NUMBER"),
@@ -194,15 +376,7 @@ class TwilioSmsBackend(SmsBackend):
         validity = clamp_validity_period(message.ttl_seconds)
         if validity is not None:
             params["validity_period"] = validity
-        try:
-            created = self._client.messages.create(**params)  # type: ignore[union-attr]
-        except (TwilioRestException, TwilioServiceException) as exc:
-            raise self._classify(exc) from exc
-        except requests.exceptions.Timeout as exc:
-            raise TransientProviderError(self.name, "timeout", f"no answer within {self._timeout()} s") from exc
-        except requests.exceptions.RequestException as exc:
-            raise TransientProviderError(self.name, transport_code(exc), type(exc).__name__) from exc
-        return SendResult(provider=self.name, provider_message_id=created.sid, raw_status=created.status)
+        return params
 
     def find_accepted(self, message: OutboundMessage, since: datetime,
                       is_taken: Callable[[str], bool] | None = None) -> SendResult | None:
@@ -262,7 +436,8 @@ class TwilioSmsBackend(SmsBackend):
     def _timeout(self) -> float:
         return float(self.option("TIMEOUT", DEFAULT_TIMEOUT_SECONDS))
 
-    def _classify(self, exc: TwilioRestException | TwilioServiceException) -> Exception:
+    def _classify(self, exc: TwilioRestException | TwilioServiceException,
+                  response: Response | None = None) -> Exception:
         """Map a Twilio API error to our hierarchy (docs/PROVIDERS.md §1(c))."""
         status = int(exc.status) if exc.status is not None else None
         try:
@@ -278,19 +453,25 @@ class TwilioSmsBackend(SmsBackend):
             return ProviderConfigurationError(self.name, text, code=str(code), http_status=status)
         if status == 429 or code == RATE_LIMIT_CODE:
             return TransientProviderError(
-                self.name, str(code), text, http_status=status, retry_after=self._retry_after(),
+                self.name, str(code), text, http_status=status, retry_after=_retry_after(response),
             )
         if status is None or status >= 500:
             return TransientProviderError(self.name, str(code), text, http_status=status)
         return PermanentProviderError(self.name, str(code), text, http_status=status)
 
-    def _retry_after(self) -> float | None:
-        """``Retry-After`` (seconds) of the last response, if it had one."""
-        response = self._http.last_response if self._http is not None else None
-        if response is None or not response.headers:
-            return None
-        value = response.headers.get("Retry-After")
-        try:
-            return max(0.0, float(value)) if value is not None else None
-        except ValueError:
-            return None
+
+
+def _retry_after(response: Response | None) -> float | None:
+    """``Retry-After`` (seconds) of ``response``, if it had one."""
+    if response is None or not response.headers:
+        return None
+    value = response.headers.get("Retry-After")
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _caused(error: Exception, cause: BaseException) -> Exception:
+    error.__cause__ = cause
+    return error

@@ -230,46 +230,11 @@ def test_sdk_redirect_hook_still_exists(emu):
 def test_redirect_fails_loudly_if_the_private_hook_is_gone(emu, monkeypatch):
     from firebase_admin import messaging
 
-    from providers.fcm.backend import redirect_fcm
+    from providers.fcm.sdk_hooks import redirect_fcm
 
     monkeypatch.setattr(messaging, "_get_messaging_service", lambda app: object())
 
     with pytest.raises(ProviderConfigurationError) as err:
         redirect_fcm(None, "http://127.0.0.1:1/v1/projects/p/messages:send")
-
-    assert err.value.code == "sdk_hook_missing"
-
-
-def test_the_sdk_retry_hook_still_exists_and_no_adapter_retries(emu):
-    """Fails if firebase-admin moves the session ``disable_sdk_retries`` re-mounts, or if any adapter
-    of the live messaging session could retry (docs/PROVIDERS.md, "The SDKs' own retries")."""
-    from firebase_admin import messaging
-
-    backend = FcmPushBackend(options=fcm_options(emu))
-    backend.open()
-    try:
-        session = messaging._get_messaging_service(backend._app)._client.session
-        adapters = dict(session.adapters)
-    finally:
-        backend.close()
-
-    # What firebase-admin 7.7 mounts (_http_client.HttpClient and _MessagingService.__init__).
-    assert {"http://", "https://", "https://fcm.googleapis.com"} <= set(adapters)
-    for prefix, adapter in adapters.items():
-        retry = adapter.max_retries
-        assert (prefix, retry.total, retry.read, bool(retry.status_forcelist), retry.respect_retry_after_header) == (
-            prefix, 0, False, False, False)
-    assert adapters["https://fcm.googleapis.com"]._pool_maxsize == 100  # the SDK's pool size is kept
-
-
-def test_disabling_retries_fails_loudly_if_the_private_hook_is_gone(monkeypatch):
-    from firebase_admin import messaging
-
-    from providers.fcm.backend import disable_sdk_retries
-
-    monkeypatch.setattr(messaging, "_get_messaging_service", lambda app: object())
-
-    with pytest.raises(ProviderConfigurationError) as err:
-        disable_sdk_retries(None)
 
     assert err.value.code == "sdk_hook_missing"

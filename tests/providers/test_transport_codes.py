@@ -5,6 +5,8 @@ from __future__ import annotations
 import http.client
 import urllib.error
 
+import aiohttp
+import httpx
 import pytest
 import requests
 import urllib3
@@ -29,6 +31,14 @@ def chained(outer: BaseException, inner: BaseException) -> BaseException:
     (requests.exceptions.ConnectionError(urllib3.exceptions.NewConnectionError(
         None, "Failed to establish a new connection: [Errno 111] Connection refused")), "connection_error"),
     (urllib.error.URLError(ConnectionRefusedError(111, "Connection refused")), "connection_error"),
+    # the async paths: httpx (FCM) and aiohttp (Twilio, and FCM's aiohttp transport)
+    (httpx.ReadTimeout("timed out"), "timeout"),
+    (httpx.RemoteProtocolError("Server disconnected without sending a response."), "connection_lost"),
+    (chained(httpx.ReadError("read failed"), ConnectionResetError(104, "reset")), "connection_lost"),
+    (httpx.ConnectError("All connection attempts failed"), "connection_error"),
+    (aiohttp.ServerTimeoutError("Timeout on reading data from socket"), "timeout"),
+    (aiohttp.ServerDisconnectedError(), "connection_lost"),
+    (aiohttp.ClientPayloadError("Response payload is not completed"), "connection_lost"),
 ])
 def test_transport_codes(exc, code):
     assert transport_code(exc) == code

@@ -165,6 +165,10 @@ def test_sdk_redirect_hook_still_exists():
     params = list(inspect.signature(TwilioHttpClient.request).parameters)
     assert params == ["self", "method", "url", "params", "data", "headers", "auth", "timeout", "allow_redirects"]
     assert "http_client" in inspect.signature(__import__("twilio.rest", fromlist=["Client"]).Client).parameters
+    from twilio.http.async_http_client import AsyncTwilioHttpClient
+
+    assert list(inspect.signature(AsyncTwilioHttpClient.request).parameters) == params
+    assert "max_retries" in inspect.signature(AsyncTwilioHttpClient).parameters
 
 
 def test_edge_and_region_environment_cannot_break_the_redirect(emu, notification_id, monkeypatch):
