@@ -48,7 +48,7 @@ from campaigns.models import (
     Template,
     TemplateVariant,
 )
-from notifications import clock
+from core import clock
 from notifications.models import Priority
 from preferences.admin_guard import ContentLookupGuard
 

@@ -23,7 +23,7 @@ from campaigns.models import Campaign, CampaignStatus, Segment, Template
 from campaigns.rendering import Rendered, RenderError, pick_variant, render_template
 from campaigns.selectors import campaign_counts
 from campaigns.sms_encoding import SmsInfo, sms_info
-from notifications import clock
+from core import clock
 from notifications.models import Priority
 from preferences.models import Channel, Recipient
 

@@ -32,9 +32,11 @@ from django.db.models import Count, F
 
 from campaigns import audience
 from campaigns.models import Campaign, CampaignShard, CampaignStatus, MissedPolicy
-from notifications import clock, metrics
+from core import clock
+from core.queues import FAN_OUT_PAGE_TASK, fanout_queue
+from notifications import metrics
 from notifications.campaign_rows import CampaignRow, campaign_has_open_notifications, insert_campaign_page
-from notifications.enqueue import enqueue_on_commit, fanout_queue
+from notifications.enqueue import enqueue_on_commit
 from notifications.models import Reason, Status
 from notifications.services import cancel_campaign_notifications
 from preferences.validation import stored_zone
@@ -129,13 +131,8 @@ def _plan_shards(campaign: Campaign, now: datetime) -> None:
     log.info("campaign %s: fanning out %d members in %d shard(s)", campaign.pk, count, len(shards))
 
 
-#: The Celery task that runs :func:`fan_out_page` (:mod:`campaigns.tasks`), published by name so this
-#: module does not import the tasks that import it.
-FAN_OUT_PAGE_TASK = "campaigns.fan_out_page"
-
-
 def _enqueue_page_on_commit(campaign_id, shard_number: int) -> None:
-    def publish():
+    def publish():  # by name (core.queues): campaigns.tasks imports this module
         try:
             queue = fanout_queue()
             current_app.send_task(FAN_OUT_PAGE_TASK, args=[str(campaign_id), shard_number], queue=queue,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import io
-import re
 from datetime import UTC, timedelta
 
 import tablib
@@ -22,7 +21,9 @@ from campaigns.api.serializers import MAX_SPREAD_SECONDS
 from campaigns.models import Campaign, MissedPolicy, TemplateVariant
 from campaigns.rendering import check_parts
 from campaigns.services import local_time_problem
-from notifications import clock
+from core import clock
+from core.identifiers import user_id_problem
+from core.vocabulary import CATEGORY_PATTERN, TEMPLATE_LOCALE_PATTERN
 from notifications.api.serializers import (
     MAX_SCHEDULE_AHEAD,
     MAX_SCHEDULE_BEHIND,
@@ -31,7 +32,6 @@ from notifications.api.serializers import (
 )
 from notifications.quiet_hours_policy import priority_category_problem
 from preferences.models import Channel
-from preferences.validation import user_id_problem
 from providers.registry import unavailable_channel_problem
 
 MAX_UPLOAD_IDS = 100_000
@@ -40,8 +40,6 @@ MAX_UPLOAD_BYTES = 32 * 1024 * 1024
 MAX_REPORTED_ROWS = 10
 SNAPSHOT_NOTE = ("Membership is read as a snapshot when a campaign starts fanning out: "
                  "members added later are not included.")
-_LOCALE = re.compile(r"^[A-Za-z]{2,3}(?:-[A-Za-z0-9]{2,8})*$")
-_CATEGORY = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 
 
 # --- segments --------------------------------------------------------------------------------------
@@ -142,7 +140,7 @@ class TemplateVariantForm(forms.ModelForm):
 
     def clean_locale(self) -> str:
         locale = self.cleaned_data["locale"].strip()
-        if not _LOCALE.match(locale):
+        if not TEMPLATE_LOCALE_PATTERN.match(locale):
             raise ValidationError('Not a BCP 47 tag such as "en", "de" or "de-AT".')
         return locale
 
@@ -232,7 +230,7 @@ class CampaignForm(forms.ModelForm):
 
     def clean_category(self) -> str:
         category = self.cleaned_data["category"]
-        if not _CATEGORY.match(category):
+        if not CATEGORY_PATTERN.match(category):
             raise ValidationError("Lower-case letters, digits, '_', '.', '-'; at most 64.")
         return category
 

@@ -31,8 +31,8 @@ from __future__ import annotations
 from django.db.models import Q, QuerySet
 
 from campaigns.models import Campaign, CampaignStatus, Segment, Template
+from core.api.scopes import Scope
 from notifications.models import APIClient, Notification, Priority
-from notifications.scopes import Scope
 
 #: Campaigns whose sends a template edit would still change (rendered at send time).
 ACTIVE_STATUSES = (CampaignStatus.DRAFT, CampaignStatus.SCHEDULED, CampaignStatus.FANNING_OUT,

@@ -10,7 +10,7 @@ from django.db.models import Count, Max, Sum
 
 from campaigns.models import Campaign, CampaignStatus, Template
 from campaigns.rendering import Rendered, render_strings, render_template
-from notifications import clock
+from core import clock
 from notifications.models import Notification
 
 STATUSES = ["scheduled", "queued", "sending", "sent", "delivered", "failed", "suppressed", "expired", "cancelled"]

@@ -19,11 +19,11 @@ from campaigns.models import (
     Template,
     TemplateVariant,
 )
-from notifications import clock
+from core import clock
+from core.identifiers import user_id_problem
 from notifications.models import APIClient
 from notifications.services import cancel_campaign_notifications
 from preferences.models import Recipient
-from preferences.validation import user_id_problem
 
 # The earliest any zone reaches a given wall time: UTC+14 (Pacific/Kiritimati).
 MAX_UTC_OFFSET = timedelta(hours=14)

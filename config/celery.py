@@ -1,4 +1,5 @@
-"""The Celery app: Redis broker, one queue per priority tier and channel (DESIGN.md §6).
+"""The Celery app: Redis broker, one queue per priority tier and channel (core/queues.py,
+docs/ARCHITECTURE.md "Queues and workers").
 
 Queues: ``high.sms``, ``high.email``, ``high.push`` (consumed only by the high-tier worker),
 ``standard.sms``, ``standard.email``, ``standard.push``, ``fanout``, ``maintenance`` and ``receipts``
@@ -17,6 +18,8 @@ from celery.exceptions import SecurityWarning
 from celery.signals import after_setup_logger, after_setup_task_logger, worker_process_init
 from kombu import Exchange, Queue
 
+from core.queues import ALL_QUEUES, MAINTENANCE_QUEUE, NAIVE_QUEUE
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 if os.environ.get("NOTIFY_ROOT_NOTED") == "1":
@@ -30,18 +33,12 @@ if os.environ.get("NOTIFY_ROOT_NOTED") == "1":
 app = Celery("notify")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 
-CHANNELS = ("sms", "email", "push")
-TIERS = ("high", "standard")
-SEND_QUEUES = tuple(f"{tier}.{channel}" for tier in TIERS for channel in CHANNELS)
-ALL_QUEUES = (*SEND_QUEUES, "fanout", "maintenance", "receipts")
-# The benchmark's baseline pipeline (NOTIFY_PIPELINE=naive) puts every task on this one queue.
-NAIVE_QUEUE = "naive"
 
 _default_exchange = Exchange("", type="direct")
 app.conf.task_queues = [Queue(name, _default_exchange, routing_key=name) for name in (*ALL_QUEUES, NAIVE_QUEUE)]
-app.conf.task_default_queue = "maintenance"
+app.conf.task_default_queue = MAINTENANCE_QUEUE
 app.conf.task_default_exchange = ""
-app.conf.task_default_routing_key = "maintenance"
+app.conf.task_default_routing_key = MAINTENANCE_QUEUE
 app.conf.task_create_missing_queues = False
 
 app.autodiscover_tasks(["notifications", "campaigns"])
@@ -54,7 +51,7 @@ def _redact_worker_logs(logger=None, **_kwargs):
     Django's do: contacts masked, sensitive content removed (config/redaction.py)."""
     import logging
 
-    from config.redaction import add_filter, install_record_factory
+    from core.redaction import add_filter, install_record_factory
 
     install_record_factory()
     for each in (logger, logging.getLogger()):

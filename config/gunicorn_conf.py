@@ -13,13 +13,13 @@ from gunicorn import glogging
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the config package, before Django
 
-from config.redaction import add_filter, install_record_factory
+from core.redaction import add_filter, install_record_factory
 
 install_record_factory()
 
 
 class RedactingLogger(glogging.Logger):
-    """gunicorn's logger with a :class:`config.redaction.RedactingFilter` on every handler of its
+    """gunicorn's logger with a :class:`core.redaction.RedactingFilter` on every handler of its
     error and access logs (set up again on every reopen)."""
 
     def setup(self, cfg):

@@ -165,9 +165,9 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["notifications.api.auth.IsApiClient", "notifications.api.auth.HasRequiredScope"],
     "DEFAULT_THROTTLE_CLASSES": ["notifications.api.throttling.ApiClientRateThrottle"],
     "DEFAULT_SCHEMA_CLASS": "notifications.api.schema.ScopedAutoSchema",
-    "EXCEPTION_HANDLER": "notifications.api.errors.exception_handler",
+    "EXCEPTION_HANDLER": "core.api.errors.exception_handler",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["notifications.api.parsers.StrictJSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["core.api.parsers.StrictJSONParser"],
     "UNAUTHENTICATED_USER": None,
 }
 API_KEY_CUSTOM_HEADER = None
@@ -405,12 +405,12 @@ Path(PROMETHEUS_MULTIPROC_DIR).mkdir(parents=True, exist_ok=True)
 # --- Logging ------------------------------------------------------------------------------------
 # Every record is redacted when it is made (config/redaction.py: phone numbers and emails masked,
 # sensitive notifications' content removed, tracebacks included), and every handler filters again.
-LOGGING_CONFIG = "config.redaction.configure_logging"
+LOGGING_CONFIG = "core.redaction.configure_logging"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "filters": {"redact": {"()": "config.redaction.RedactingFilter"}},
+    "filters": {"redact": {"()": "core.redaction.RedactingFilter"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact"]}},
     "root": {"handlers": ["console"], "level": env("LOG_LEVEL", default="INFO")},
     "loggers": {

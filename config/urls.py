@@ -77,14 +77,14 @@ urlpatterns = [
 
 def _json_or_html(status_code: int, code: str, message: str, html_view):
     """API and webhook paths get the API's JSON error shape; the admin keeps Django's pages."""
-    from notifications.api.errors import json_error_view
+    from core.api.errors import json_error_view
 
     json_view = json_error_view(status_code, code, message)
 
     def view(request, exception=None, **kwargs):
         if request.path.startswith(("/v1/", "/webhooks/", "/api/")):
             if isinstance(exception, RequestDataTooBig):  # outside DRF's views (webhooks)
-                from notifications.api.errors import json_error_view, too_large_message
+                from core.api.errors import json_error_view, too_large_message
 
                 return json_error_view(413, "payload_too_large", too_large_message())(request, exception)
             return json_view(request, exception)

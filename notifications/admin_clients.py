@@ -12,10 +12,10 @@ from django.contrib import admin
 from rest_framework_api_key.admin import APIKeyModelAdmin
 from rest_framework_api_key.models import APIKey
 
+from core.api.scopes import Scope, canonical
 from notifications.admin import EstimatedCountPaginator
 from notifications.admin_time import INSTANTS_JS, instant_display
 from notifications.models import APIAuditEntry, APIClient
-from notifications.scopes import Scope, canonical
 from preferences.admin_guard import ContentLookupGuard
 
 # One place for keys: the API clients below (the package's own "API keys" page would list the same
@@ -25,7 +25,7 @@ if admin.site.is_registered(APIKey):
 
 
 class APIClientForm(forms.ModelForm):
-    """``scopes`` as one checkbox per :class:`~notifications.scopes.Scope` (stored in their canonical order)."""
+    """``scopes`` as one checkbox per :class:`~core.api.scopes.Scope` (stored in their canonical order)."""
 
     scopes = forms.MultipleChoiceField(
         choices=Scope.choices, widget=forms.CheckboxSelectMultiple, required=False, label="Scopes",

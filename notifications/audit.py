@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 
 from django.db import DatabaseError, transaction
 
-from notifications import clock
+from core import clock
 from notifications.models import APIAuditEntry, APIClient
 
 log = logging.getLogger(__name__)

@@ -33,8 +33,10 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import connection, transaction
 
-from notifications import clock, leases, markers, metrics
-from notifications.bulk import array_literal, copy_rows
+from core import clock
+from core.postgres import array_literal, copy_rows
+from notifications import leases, metrics
+from notifications import sent_markers as markers
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
 from notifications.recording import Call, attempt_for, error_detail, record_call, retry_delay, shown
 from notifications.routing import sms_sender

@@ -24,6 +24,7 @@ from typing import NamedTuple
 import psycopg
 from django.db import IntegrityError, connection, transaction
 
+from core.postgres import copy_rows
 from notifications.models import Status
 
 _TABLE = "notifications_notification"
@@ -86,12 +87,10 @@ def insert_campaign_page(*, campaign_id, channel: str, priority: str, category: 
 def _copy(campaign_id, channel, priority, category, now, rows: list[CampaignRow]) -> None:
     campaign = str(campaign_id)
     scheduled, queued = Status.SCHEDULED, Status.QUEUED
-    with connection.cursor() as cur, cur.cursor.copy(f"COPY {_TABLE} ({', '.join(_COLUMNS)}) FROM STDIN") as copy:
-        for r in rows:
-            copy.write_row((
-                r.id, campaign, r.recipient_id, channel, priority, category, r.status, r.reason, r.status,
-                r.due, r.due if r.status == scheduled else None, now if r.status == queued else None, r.expires,
-                "", "", "", False, "", "", 0, "", "", now, now))
+    copy_rows(_TABLE, _COLUMNS, [
+        (r.id, campaign, r.recipient_id, channel, priority, category, r.status, r.reason, r.status,
+         r.due, r.due if r.status == scheduled else None, now if r.status == queued else None, r.expires,
+         "", "", "", False, "", "", 0, "", "", now, now) for r in rows])
 
 
 def _insert_skipping_existing(campaign_id, channel, priority, category, now, rows: list[CampaignRow]):

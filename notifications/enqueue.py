@@ -11,30 +11,14 @@ import logging
 from collections import defaultdict
 from collections.abc import Iterable
 
+from celery import current_app
 from django.conf import settings
 from django.db import transaction
 
+from core.queues import SEND_TASK, naive, queue_for
 from notifications import metrics
 
 log = logging.getLogger(__name__)
-
-#: The one shared queue of the naive pipeline (``NOTIFY["PIPELINE"] == "naive"``, the benchmark's
-#: baseline): every send and fan-out task of every tier goes there.
-NAIVE_QUEUE = "naive"
-
-
-def naive() -> bool:
-    return settings.NOTIFY["PIPELINE"] == "naive"
-
-
-def queue_for(priority: str, channel: str) -> str:
-    """``{tier}.{channel}`` (DESIGN.md §6 step 2), or the shared ``naive`` queue in naive mode."""
-    return NAIVE_QUEUE if naive() else f"{priority}.{channel}"
-
-
-def fanout_queue() -> str:
-    return NAIVE_QUEUE if naive() else "fanout"
-
 
 def chunk_size(priority: str, channel: str) -> int:
     """Notification ids per send task: one for the high tier (the high worker's threads work on
@@ -46,19 +30,18 @@ def chunk_size(priority: str, channel: str) -> int:
 
 def enqueue_rollback_unsafe(rows: Iterable[tuple], countdown: float | None = None) -> int:
     """Publish send tasks for ``rows`` of ``(id, priority, channel)``. Returns tasks published.
+    Published by name (:data:`core.queues.SEND_TASK`), so this module does not import the tasks.
 
     Must only be called after the rows are committed as ``queued``.
     """
-    from notifications.tasks import send_notifications
-
     by_queue: dict[tuple[str, int], list[str]] = defaultdict(list)
     for nid, priority, channel in rows:
         by_queue[(queue_for(priority, channel), chunk_size(priority, channel))].append(str(nid))
     published = 0
     for (queue, size), ids in by_queue.items():
         for start in range(0, len(ids), size):
-            send_notifications.apply_async(args=[ids[start:start + size]], queue=queue,
-                                           routing_key=queue, exchange="", countdown=countdown)
+            current_app.send_task(SEND_TASK, args=[ids[start:start + size]], queue=queue,
+                                  routing_key=queue, exchange="", countdown=countdown)
             published += 1
             metrics.task_published(queue)
     return published

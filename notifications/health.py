@@ -19,7 +19,6 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import threading
 import time
 import uuid
 from datetime import datetime
@@ -30,6 +29,8 @@ from django.db import connection, transaction
 from django.http import JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
+
+from core.redis_client import client_for, get_redis
 
 log = logging.getLogger(__name__)
 
@@ -47,22 +48,7 @@ SNAPSHOT_TIMEOUT_MS = 2000
 # kombu's Redis transport keeps one list per priority step: ``name`` and ``name\x06\x16<step>``.
 _KOMBU_PRIORITY_SUFFIXES = ("", "\x06\x163", "\x06\x166", "\x06\x169")
 
-_clients: dict[str, redis.Redis] = {}
-_clients_lock = threading.Lock()
-
-
 # --- Redis ------------------------------------------------------------------------------------
-
-def redis_client(url: str) -> redis.Redis:
-    """A cached client for ``url`` with 1 s timeouts (one connection pool per URL and process)."""
-    with _clients_lock:
-        client = _clients.get(url)
-        if client is None:
-            client = redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1,
-                                          health_check_interval=30)
-            _clients[url] = client
-        return client
-
 
 def broker_redis_url() -> str | None:
     """The broker URL if the broker is Redis (queue depths are read from it), else ``None``."""
@@ -72,8 +58,6 @@ def broker_redis_url() -> str | None:
 
 def write_beat_heartbeat() -> None:
     """Record that the scheduler just ran (called by ``scheduler.release_due``). Never raises."""
-    from notifications.markers import get_redis
-
     try:
         get_redis().set(HEARTBEAT_KEY, f"{time.time():.3f}", ex=HEARTBEAT_TTL_SECONDS)
     except redis.RedisError as exc:
@@ -86,7 +70,7 @@ def beat_heartbeat_age(client: redis.Redis | None = None) -> float | None:
     Raises:
         redis.RedisError: Redis is unreachable.
     """
-    client = client or redis_client(settings.REDIS_URL)
+    client = client or client_for(settings.REDIS_URL)
     raw = client.get(HEARTBEAT_KEY)
     if raw is None:
         return None
@@ -108,12 +92,12 @@ def queue_snapshot() -> dict[str, dict]:
     Raises:
         redis.RedisError: the broker is unreachable. Returns ``{}`` if the broker is not Redis.
     """
-    from config.celery import ALL_QUEUES, SEND_QUEUES
+    from core.queues import ALL_QUEUES, SEND_QUEUES
 
     url = broker_redis_url()
     if url is None:
         return {}
-    client = redis_client(url)
+    client = client_for(url)
     pipe = client.pipeline(transaction=False)
     for queue in ALL_QUEUES:
         for suffix in _KOMBU_PRIORITY_SUFFIXES:
@@ -213,7 +197,7 @@ def pipeline_snapshot(now: datetime | None = None) -> dict:
     ``scheduler_lag_seconds`` is how long the oldest due ``scheduled`` row has been due (0 if none).
     Raises the database's error when Postgres is unreachable or the timeout is hit.
     """
-    from notifications import clock
+    from core import clock
 
     now = now or clock.now()
     with transaction.atomic(), connection.cursor() as cur:
@@ -311,7 +295,7 @@ def check_postgres() -> str | None:
 
 def _ping(url: str, what: str) -> str | None:
     try:
-        redis_client(url).ping()
+        client_for(url).ping()
     except redis.RedisError as exc:
         log.warning("readiness: %s check failed: %s", what, exc)
         return f"{what} unreachable ({type(exc).__name__})"

@@ -38,8 +38,8 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import connection
 
-from notifications import clock
-from notifications.bulk import array_literal
+from core import clock
+from core.postgres import array_literal
 
 log = logging.getLogger(__name__)
 

@@ -69,11 +69,11 @@ from prometheus_client import (  # noqa: E402
 )
 from prometheus_client.core import GaugeMetricFamily  # noqa: E402
 
+from core.vocabulary import CHANNELS, TIERS  # noqa: E402
+
 #: True when this process writes its metrics to PROMETHEUS_MULTIPROC_DIR files.
 MULTIPROCESS = bool(getattr(values.ValueClass, "_multiprocess", False))
 
-CHANNELS = ("sms", "email", "push")
-TIERS = ("high", "standard")
 OUTCOMES = ("accepted", "transient", "permanent", "contact_invalid", "configuration")
 #: Statuses counted by notify_notification_outcomes_total (the end of the send path, or a receipt's).
 #: Cancellations happen in the API/campaign services, which are not instrumented (yet).
@@ -352,7 +352,7 @@ def provider_call(n, attempt) -> None:
         http_status=attempt.http_status,
         seconds=attempt.latency_ms / 1000 if attempt.latency_ms is not None else None)
     if attempt.outcome == "accepted" and not getattr(n, "_metrics_accept_observed", False):
-        from notifications import clock
+        from core import clock
 
         n._metrics_accept_observed = True
         start = accept_started_at(n)
@@ -430,7 +430,7 @@ def reconciled(leases: int, stale_queued: int) -> None:
 @_safe
 def task_published(queue: str) -> None:
     """``enqueue.enqueue_rollback_unsafe``: one send task published."""
-    from config.celery import ALL_QUEUES
+    from core.queues import ALL_QUEUES
 
     _m().published.labels(_one_of(queue, ALL_QUEUES)).inc()
 
@@ -536,8 +536,7 @@ class OpsCollector:
         return []  # do not collect at registration
 
     def collect(self):
-        from django.conf import settings as dj_settings
-
+        from core.redis_client import get_redis
         from notifications import health
 
         started = time.monotonic()
@@ -567,11 +566,11 @@ class OpsCollector:
 
         # Redis: the scheduler heartbeat.
         try:
-            age = health.beat_heartbeat_age(health.redis_client(dj_settings.REDIS_URL))
+            age = health.beat_heartbeat_age(get_redis())
             if age is not None:
                 yield GaugeMetricFamily("notify_scheduler_heartbeat_age_seconds",
                                         "Seconds since the scheduler (release_due, run by beat) last ran.", value=age)
-            yield _breaker_gauge(dj_settings)
+            yield _breaker_gauge(settings)
             up.add_metric(["redis"], 1)
         except Exception as exc:
             log.warning("metrics: heartbeat gauge unavailable: %s", exc)

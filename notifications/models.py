@@ -8,8 +8,8 @@ from django.core.validators import RegexValidator
 from django.db import models
 from rest_framework_api_key.models import AbstractAPIKey
 
-from notifications import clock
-from notifications.scopes import Scope, canonical, default_scopes, validate_scopes
+from core import clock
+from core.api.scopes import Scope, canonical, default_scopes, validate_scopes
 from preferences.models import Channel, Device, Recipient
 
 # Namespace for deterministic notification ids: uuid5(NS, f"{client_id}:{idempotency_key}").
@@ -26,7 +26,7 @@ class APIClient(AbstractAPIKey):
 
     The key itself is shown once at creation (``manage.py create_api_client``); only its SHA-512
     hash is stored (djangorestframework-api-key). ``scopes`` is what the key may do (a list of
-    :class:`~notifications.scopes.Scope` values; default :data:`~notifications.scopes.DEFAULT_SCOPES`).
+    :class:`~core.api.scopes.Scope` values; default :data:`~core.api.scopes.DEFAULT_SCOPES`).
     ``rate_limit`` uses DRF's syntax (``"600/min"``); empty means ``settings.API_DEFAULT_RATE_LIMIT``.
 
     There is no separate "may send high" flag: :attr:`allow_high` reads and writes the scope

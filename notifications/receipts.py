@@ -61,8 +61,11 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 
-from notifications import clock, markers, metrics
-from notifications.bulk import array_literal
+from core import clock
+from core.postgres import array_literal
+from core.queues import RECEIPTS_QUEUE, RECEIPTS_TASK
+from core.redis_client import get_redis
+from notifications import metrics, sent_markers
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
 from notifications.recording import shown
 from preferences.models import Preferences, Recipient, SmsStop
@@ -156,9 +159,6 @@ def accept_receipts(receipts: list[Receipt]) -> None:
         apply_receipts(receipts)
 
 
-#: The queue and the task that apply receipts (notifications/tasks.py, the receipts worker).
-RECEIPTS_QUEUE = "receipts"
-RECEIPTS_TASK = "notifications.apply_receipts"
 
 
 def to_wire(receipt: Receipt) -> dict:
@@ -203,7 +203,7 @@ def apply_receipts(receipts: list[Receipt]) -> dict[str, int]:
     if counts["unknown"]:
         log.info("%d receipt(s) for unknown messages from %s", counts["unknown"], receipts[0].provider)
         try:
-            markers.get_redis().incrby(UNKNOWN_COUNTER_KEY, counts["unknown"])
+            get_redis().incrby(UNKNOWN_COUNTER_KEY, counts["unknown"])
         except Exception as exc:  # redis down: the log line above still counts
             log.warning("unknown-receipt counter not updated: %s", exc)
     return counts
@@ -381,7 +381,7 @@ def _settle_unrecorded(n: Notification, receipt: Receipt, status: str, fields: d
     DeliveryAttempt.objects.create(
         notification_id=n.pk, number=row["attempts"] or 1, provider=receipt.provider[:32],
         outcome=DeliveryAttempt.Outcome.LEARNED_FROM_RECEIPT, provider_message_id=message_id)
-    transaction.on_commit(lambda: markers.mark_sent([n.pk]))  # after the row says so, as the send path
+    transaction.on_commit(lambda: sent_markers.mark_sent([n.pk]))  # after the row says so, as the send path
     metrics.receipt_transitioned(n, Status.SENT)  # counted at each step (sent, then delivered/failed)
     return True
 

@@ -18,8 +18,9 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 
-from config.redaction import SENSITIVE
-from notifications import clock, markers, metrics
+from core import clock
+from core.redaction import SENSITIVE
+from notifications import metrics, sent_markers
 from notifications.enqueue import enqueue_on_commit
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
 from notifications.routing import sms_sender
@@ -132,7 +133,7 @@ def record_call(n: Notification, call: Call, attempts: list[DeliveryAttempt], de
             Notification.objects.filter(pk=n.pk, provider_message_id="").update(**provider_fields)
             DeliveryAttempt.objects.filter(notification_id=n.pk, number=n.attempts,
                                            outcome=Outcome.LEARNED_FROM_RECEIPT).delete()
-        markers.mark_sent([n.pk])  # after the row says `sent` (committed in finish)
+        sent_markers.mark_sent([n.pk])  # after the row says `sent` (committed in finish)
         log.info("sent %s %s %s via %s (attempt %d, %s)", n.priority, n.channel, n.pk, first.provider, n.attempts,
                  first.provider_message_id)
         return

@@ -29,7 +29,10 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import connection, transaction
 
-from notifications import clock, metrics
+from core import clock
+from core.queues import SEND_QUEUES, queue_for
+from core.redis_client import client_for
+from notifications import metrics
 from notifications.enqueue import enqueue_on_commit
 from notifications.models import DeliveryEvent
 
@@ -126,16 +129,13 @@ def drained_queues() -> list[str]:
     restarted) empties the queue, so it is re-driven as soon as the queue has drained. If the broker
     cannot be read, every queue counts as drained (re-driving is always safe: the claim de-duplicates).
     """
-    from config.celery import SEND_QUEUES
     from notifications import health
 
     url = health.broker_redis_url()
     if url is None:
         return list(SEND_QUEUES)
-    from notifications.enqueue import queue_for
-
     try:
-        pipe = health.redis_client(url).pipeline(transaction=False)
+        pipe = client_for(url).pipeline(transaction=False)
         for queue in SEND_QUEUES:
             pipe.llen(queue_for(*queue.split(".")))  # naive mode: all share one queue
         lengths = pipe.execute()

@@ -26,9 +26,11 @@ from django.conf import settings
 from django.db import connection
 from django.db.models.expressions import RawSQL
 
-from config.redaction import sensitive_content, without_sensitive
-from notifications import clock, leases, markers, metrics
-from notifications.bulk import array_literal
+from core import clock
+from core.postgres import array_literal
+from core.redaction import sensitive_content, without_sensitive
+from notifications import leases, metrics
+from notifications import sent_markers as markers
 from notifications.models import DeliveryAttempt, Notification, Reason, Status
 from notifications.quiet_hours_policy import bypasses_quiet_hours
 from notifications.recording import (

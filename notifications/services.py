@@ -14,8 +14,8 @@ from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
 
-from config.redaction import sensitive_content
-from notifications import clock
+from core import clock
+from core.redaction import sensitive_content
 from notifications.enqueue import enqueue_on_commit
 from notifications.models import (
     NOTIFICATION_ID_NAMESPACE,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from core.queues import RECEIPTS_TASK, SEND_TASK
 from notifications import receipts, scheduler, sending
 
 
@@ -16,7 +17,7 @@ def notification_task(name: str, **options):
     return shared_task(name=name, ignore_result=True, acks_late=False, **options)
 
 
-@notification_task("notifications.send")
+@notification_task(SEND_TASK)
 def send_notifications(notification_ids: list[str]) -> None:
     """Deliver these notifications (the queue names the tier and channel)."""
     sending.send_notifications(notification_ids)
@@ -34,7 +35,7 @@ def reconcile() -> dict:
     return scheduler.reconcile()
 
 
-@notification_task(receipts.RECEIPTS_TASK)
+@notification_task(RECEIPTS_TASK)
 def apply_receipts(items: list[dict]) -> dict:
     """Apply provider receipts a webhook verified and queued (``receipts`` queue)."""
     return receipts.apply_wire(items)

@@ -14,12 +14,13 @@ from django.db.models import Q
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
+from core.identifiers import user_id_problem
 from notifications.admin import RecipientNotificationInline, phone_search_term
 from preferences.admin_guard import ContentLookupGuard
 from preferences.admin_widgets import CategoryOptOutsField, channel_checkboxes
 from preferences.api.serializers import PreferencesSerializer
 from preferences.models import Device, Erasure, Preferences, Recipient
-from preferences.validation import user_id_problem, validate_iana_zone
+from preferences.validation import validate_iana_zone
 
 
 def _messages(detail) -> list[str]:

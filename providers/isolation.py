@@ -34,11 +34,11 @@ from dataclasses import dataclass
 import redis
 from django.conf import settings
 
-from notifications.markers import get_redis, script
+from core.redis_client import get_redis, script
+from core.vocabulary import TIERS
 
 log = logging.getLogger(__name__)
 
-TIERS = ("high", "standard")
 
 # KEYS: high bucket, standard bucket. ARGV: high rate/s, high capacity, standard rate/s, standard
 # capacity, tokens wanted, tier, partial (1 = grant what is there). Returns {granted, wait_ms}.

@@ -24,12 +24,12 @@ from typing import Any
 from django.conf import settings
 from django.utils.module_loading import import_string
 
+from core.vocabulary import CHANNELS
 from providers.base import ProviderBackend, ProviderConfigurationError
 from providers.emulator.defaults import BUILT_IN_SECRETS
 
 logger = logging.getLogger(__name__)
 
-CHANNELS = ("sms", "email", "push")
 
 _local = threading.local()
 #: Bumped by reset_backends(); a thread whose cache is older closes and drops it on next use.

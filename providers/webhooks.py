@@ -10,10 +10,11 @@ query come from the request. ``X-Forwarded-Proto`` is honoured only through Djan
 from __future__ import annotations
 
 import logging
-import re
 
 from django.conf import settings
 from django.http import JsonResponse
+
+from core.vocabulary import UNSTORABLE
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +33,6 @@ def forbidden(provider: str, why: str) -> JsonResponse:
     return JsonResponse({"error": {"status": 403, "code": "invalid_signature", "message": why}}, status=403)
 
 
-#: What Postgres text cannot hold (NUL) or UTF-8 cannot encode (a lone UTF-16 surrogate, which JSON's
-#: ``"\ud800"`` can carry).
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 REPLACEMENT = "\ufffd"
 
 
@@ -46,8 +44,8 @@ def storable(value):
     5xx) for days, while the event itself is genuine (its signature held). Kept with the damage
     visible, it is stored once like any other; a damaged id (``"SM12\ufffd34"``) matches no message,
     where a stripped one (``"SM1234"``) could match somebody else's."""
-    if isinstance(value, str) and _UNSTORABLE.search(value):
-        return _UNSTORABLE.sub(REPLACEMENT, value)
+    if isinstance(value, str) and UNSTORABLE.search(value):
+        return UNSTORABLE.sub(REPLACEMENT, value)
     return value
 
 

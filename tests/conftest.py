@@ -10,7 +10,7 @@ import pytest
 import requests
 from django.conf import settings
 
-from notifications.scopes import Scope
+from core.api.scopes import Scope
 from tests.stack import Stack, collect_static
 
 
@@ -51,7 +51,7 @@ def static_root(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def stack(django_db_setup, django_db_blocker, tmp_path_factory, static_root):
-    from notifications.markers import get_redis
+    from core.redis_client import get_redis
 
     get_redis().flushdb()  # Redis db 1 is the tests' own: drop tasks and markers of earlier runs
     s = Stack(server_database_url(), settings.REDIS_URL, tmp_path_factory.mktemp("stack"), static_root=static_root)
@@ -72,7 +72,7 @@ def live_db(django_db_blocker):
 def reset_isolation() -> None:
     """Forget every circuit breaker, bulkhead and token bucket (Redis), so one test's injected
     provider outage never leaves a breaker open for the next."""
-    from notifications.markers import get_redis
+    from core.redis_client import get_redis
 
     r = get_redis()
     keys = [k for pattern in ("breaker:*", "bulkhead:*", "bucket:*") for k in r.scan_iter(pattern)]
@@ -151,9 +151,9 @@ def fast_password_hashing(settings):
 
 @pytest.fixture
 def frozen(request, monkeypatch):
-    """The platform clock (``notifications.clock.now``) stands at the test module's ``NOW`` (an aware
+    """The platform clock (``core.clock.now``) stands at the test module's ``NOW`` (an aware
     UTC datetime); returns a one-item list, so a test moves the clock with ``frozen[0] = …``."""
-    from notifications import clock
+    from core import clock
 
     current = [request.module.NOW]
     monkeypatch.setattr(clock, "now", lambda: current[0])

@@ -8,7 +8,7 @@ from datetime import date, time
 
 from campaigns.fanout import fan_out_page, start_due_campaigns
 from campaigns.models import Campaign, CampaignShard, CampaignStatus, Segment, SegmentMember
-from notifications import clock
+from core import clock
 from notifications.models import Notification
 from preferences.models import Device, Preferences, Recipient
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from campaigns import roles
 from campaigns import services as campaign_services
 from campaigns.models import Campaign, CampaignStatus, Segment, SegmentMember
-from notifications import clock
+from core import clock
 from notifications.models import APIClient, DeliveryAttempt, DeliveryEvent, Notification
 from preferences.models import Device, Erasure, Preferences, Recipient, SmsStop
 from tests.conftest import EVERY_SCOPE, MARKETING_SCOPES

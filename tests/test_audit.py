@@ -17,8 +17,8 @@ from django.test import Client
 
 from campaigns.models import Template, TemplateVariant
 from campaigns.roles import SUPPORT
+from core.api.scopes import Scope
 from notifications.models import APIAuditEntry, APIClient
-from notifications.scopes import Scope
 from preferences.models import Device, Recipient
 from tests.conftest import EVERY_SCOPE, MARKETING_SCOPES
 

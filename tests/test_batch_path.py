@@ -10,9 +10,10 @@ import uuid
 
 import pytest
 
-from notifications.markers import find_sent, get_redis
+from core.redis_client import get_redis
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification
 from notifications.sending import send_notifications
+from notifications.sent_markers import find_sent
 from preferences.models import Recipient
 from providers import isolation
 from providers.registry import reset_backends

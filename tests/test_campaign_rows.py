@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from campaigns import fanout, services
 from campaigns.models import Campaign, CampaignShard, CampaignStatus
-from notifications import clock
+from core import clock
 from notifications.api.serializers import EventSerializer
 from notifications.campaign_rows import CampaignRow, campaign_has_open_notifications, insert_campaign_page
 from notifications.models import DeliveryEvent, Notification, Reason, Status

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from notifications.markers import get_redis
+from core.redis_client import get_redis
 from notifications.models import DeliveryAttempt, Notification
 from preferences.models import Device, Recipient
 from tests.conftest import reset_isolation

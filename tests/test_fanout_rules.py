@@ -8,7 +8,7 @@ from datetime import time, timedelta
 import pytest
 
 from campaigns.models import Campaign
-from notifications import clock
+from core import clock
 from tests.conftest import MARKETING_SCOPES
 from tests.fanout_helpers import make_campaign, make_recipient, run_fan_out
 

@@ -186,7 +186,7 @@ def test_fan_out_reach_and_send_time_agree_with_the_oracle(members_, channel, ca
                        category_opt_outs=m["prefs"]["category_opt_outs"] if m["prefs"] else {})
                 for m in members_]
     try:
-        with mock.patch("notifications.clock.now", return_value=now), transaction.atomic():
+        with mock.patch("core.clock.now", return_value=now), transaction.atomic():
             user_ids = _create(members_, f"{days_ahead:03d}{minute:04d}"[-6:])
             campaign = make_campaign(user_ids, channel=channel, category=category)
             before = reach(campaign, now)

@@ -16,6 +16,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.utils import timezone
 
+from core.redis_client import client_for
 from notifications import health, scheduler
 from notifications.models import DeliveryAttempt, Notification
 from preferences.models import Recipient
@@ -32,7 +33,7 @@ def closed_port() -> int:
 @pytest.fixture
 def heartbeat():
     """Set (or remove, with None) the scheduler heartbeat to ``age`` seconds ago."""
-    r = health.redis_client(settings.REDIS_URL)
+    r = client_for(settings.REDIS_URL)
 
     def set_age(age: float | None) -> None:
         if age is None:
@@ -253,7 +254,7 @@ def test_provider_health_page_shows_providers_calls_queues_and_dead_letters(admi
     assert twilio["budget"] == "1,000/s (100/s reserved for high); ≤ 6 high / 32 standard calls at once"
     assert ctx["minutes"] == 15 and ctx["truncated"] is False
     assert ctx["pipeline"]["dead_letters"] == 1
-    from config.celery import ALL_QUEUES
+    from core.queues import ALL_QUEUES
 
     assert [q["name"] for q in ctx["queues"]] == list(ALL_QUEUES)
     html = response.content.decode()

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from notifications.markers import get_redis
+from core.redis_client import get_redis
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification
 from providers import isolation
 from tests.e2e import SENT, make_user, send, wait_status

@@ -14,7 +14,8 @@ from datetime import timedelta
 
 import pytest
 
-from notifications import clock, leases, scheduler, sending
+from core import clock
+from notifications import leases, scheduler, sending
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification
 from notifications.sending import claim, send_notifications
 from providers.base import SendResult

@@ -20,9 +20,9 @@ from django.test import Client
 
 from campaigns import services as campaign_services
 from campaigns.models import Campaign, Segment, SegmentMember, Template, TemplateVariant
-from notifications import clock
+from core import clock
+from core.api.scopes import Scope
 from notifications.models import APIClient
-from notifications.scopes import Scope
 from preferences.models import Device, Preferences, Recipient
 from tests.conftest import MARKETING_SCOPES
 from tests.test_scopes import snapshot

@@ -13,7 +13,7 @@ import uuid
 import pytest
 import requests
 
-from config import redaction
+from core import redaction
 from notifications import sending
 from notifications.models import Notification
 from notifications.sending import send_notifications
@@ -180,7 +180,7 @@ def test_an_exception_from_a_sensitive_scope_is_redacted_when_logged_after_it(ca
 
 def test_every_handler_filters(settings):
     assert all("redact" in h.get("filters", []) for h in settings.LOGGING["handlers"].values())
-    assert settings.LOGGING_CONFIG == "config.redaction.configure_logging"
+    assert settings.LOGGING_CONFIG == "core.redaction.configure_logging"
     console = [h for h in logging.getLogger().handlers if type(h) is logging.StreamHandler]
     assert console and all(any(isinstance(f, redaction.RedactingFilter) for f in h.filters) for h in console)
 

@@ -15,12 +15,12 @@ from django.urls import reverse
 
 from campaigns import services
 from campaigns.models import Segment, SegmentMember
-from notifications.api import parameters
-from notifications.api.errors import InvalidParameter
+from core.api import parameters
+from core.api.errors import InvalidParameter
+from core.identifiers import user_id_problem
 from notifications.models import APIClient
 from preferences.admin import RecipientForm
 from preferences.models import Recipient
-from preferences.validation import user_id_problem
 from tests.conftest import MARKETING_SCOPES
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fast_password_hashing")]

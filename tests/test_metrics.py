@@ -18,8 +18,9 @@ import pytest
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
+from core.redis_client import client_for
 from notifications import metrics, receipts, scheduler, sending
-from notifications.health import queue_snapshot, redis_client
+from notifications.health import queue_snapshot
 from notifications.models import Notification
 from preferences.models import Device, Recipient
 from providers.base import (
@@ -96,9 +97,9 @@ def empty_queues():
     """The tests' own Redis database: no broker messages left over from other tests."""
     from django.conf import settings
 
-    from config.celery import ALL_QUEUES
+    from core.queues import ALL_QUEUES
 
-    broker = redis_client(settings.CELERY_BROKER_URL)  # tests may point settings elsewhere meanwhile
+    broker = client_for(settings.CELERY_BROKER_URL)  # tests may point settings elsewhere meanwhile
     keys = [q + suffix for q in ALL_QUEUES for suffix in ("", "\x06\x163", "\x06\x166", "\x06\x169")]
 
     def clear():
@@ -307,7 +308,7 @@ def test_gauges_show_scheduler_lag_pending_rows_dead_letters_and_queues(client,
     assert only(found, "notify_scrape_source_up") == {
         key("notify_scrape_source_up", source=s): 1.0 for s in ("broker", "redis", "postgres")}
     depth = "notify_queue_depth"
-    from config.celery import ALL_QUEUES
+    from core.queues import ALL_QUEUES
 
     assert only(found, depth) == {key(depth, queue=q): 0.0 for q in ALL_QUEUES}
 

@@ -16,10 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from campaigns.models import Campaign, Segment
-from notifications import clock
+from core import clock
+from core.api.scopes import Scope
 from notifications.models import APIClient, DeliveryEvent, Notification
 from notifications.quiet_hours_policy import bypasses_quiet_hours, priority_category_problem
-from notifications.scopes import Scope
 from notifications.sending import _CampaignContent, prepare
 from preferences.models import Preferences, Recipient
 

@@ -11,9 +11,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from notifications import receipts, scheduler
-from notifications.markers import find_sent
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
 from notifications.sending import claim
+from notifications.sent_markers import find_sent
 from preferences.models import Recipient
 
 pytestmark = pytest.mark.django_db

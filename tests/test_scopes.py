@@ -28,10 +28,10 @@ from rest_framework.views import APIView
 
 from campaigns import services as campaign_services
 from campaigns.models import Campaign, Segment, SegmentMember, Template, TemplateVariant
-from notifications import clock
+from core import clock
+from core.api.scopes import DEFAULT_SCOPES, Scope
 from notifications.api.auth import HasRequiredScope, required_scope
 from notifications.models import APIClient, DeliveryEvent, Notification
-from notifications.scopes import DEFAULT_SCOPES, Scope
 from preferences.models import Device, Preferences, Recipient
 
 pytestmark = pytest.mark.django_db

@@ -133,7 +133,7 @@ def test_twilio_30004_records_stop_for_that_sender_only():
 
 
 def test_twilio_unknown_message_is_acknowledged_and_counted():
-    from notifications.markers import get_redis
+    from core.redis_client import get_redis
 
     before = int(get_redis().get("receipts:unknown") or 0)
     ghost = Notification(id=uuid.uuid4(), provider_message_id="SMdoesnotexist")

@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 from django.urls import reverse
 
 from campaigns.models import Campaign
-from notifications import clock
+from core import clock
 from preferences.models import Recipient
 from preferences.quiet_hours import quiet_zone
 from preferences.validation import stored_zone, validate_iana_zone

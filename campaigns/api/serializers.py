@@ -11,14 +11,12 @@ from campaigns.audience import cached_reach
 from campaigns.models import Campaign, CampaignStatus, MissedPolicy, Segment, Template
 from campaigns.rendering import RenderError, check_parts
 from campaigns.services import local_time_problem
-from notifications import clock
+from core import clock
+from core.api.fields import AwareDateTimeField, LabelField, RejectUnknownFields, WallTimeSecondsField
+from core.identifiers import MAX_USER_ID_LENGTH, no_control_pattern, user_id_problem
 from notifications.api.serializers import (
     MAX_TTL_SECONDS,
-    AwareDateTimeField,
     ContentSerializer,
-    LabelField,
-    RejectUnknownFields,
-    WallTimeSecondsField,
     channel_available_errors,
     channel_content_errors,
     check_schedule_window,
@@ -26,7 +24,6 @@ from notifications.api.serializers import (
 )
 from notifications.models import Priority
 from preferences.models import Channel
-from preferences.validation import MAX_USER_ID_LENGTH, no_control_pattern, user_id_problem
 
 MAX_MEMBER_IDS = 10_000
 MAX_SPREAD_SECONDS = 24 * 3600
@@ -172,7 +169,7 @@ class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
                                            max_value=MAX_TTL_SECONDS)
 
     def validate(self, attrs):
-        from notifications import clock
+        from core import clock
 
         errors = {}
         has_content, has_template = attrs.get("content") is not None, bool(attrs.get("template_id"))

@@ -21,18 +21,11 @@ from campaigns.api.serializers import (
     TemplateSerializer,
 )
 from campaigns.models import Campaign, CampaignStatus, MissedPolicy, Segment, SegmentMember, Template
+from core.api import parameters
+from core.api.errors import BODY, MissingScope, NotFoundError, NotOwner, error_responses, field_error, response_headers
+from core.api.pagination import Ordering, list_page, page_parameters, page_serializer
+from core.api.scopes import Scope
 from notifications import audit
-from notifications.api import parameters
-from notifications.api.errors import (
-    BODY,
-    MissingScope,
-    NotFoundError,
-    NotOwner,
-    error_responses,
-    field_error,
-    response_headers,
-)
-from notifications.api.pagination import Ordering, list_page, page_parameters, page_serializer
 from notifications.api.serializers import AcceptedSerializer
 from notifications.api.views import (
     IDEMPOTENCY_PARAMETERS,
@@ -42,7 +35,6 @@ from notifications.api.views import (
     key_reused,
     note_given_fields,
 )
-from notifications.scopes import Scope
 from notifications.services import request_fingerprint
 from preferences.models import Channel
 

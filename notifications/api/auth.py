@@ -25,9 +25,9 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
 from rest_framework_api_key.permissions import KeyParser
 
-from notifications.api.refusals import MissingScope
+from core.api.refusals import MissingScope
+from core.api.scopes import Scope
 from notifications.models import APIClient
-from notifications.scopes import Scope
 
 
 class ApiKeyAuthentication(authentication.BaseAuthentication):

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from drf_spectacular.openapi import AutoSchema
 
+from core.api.errors import ERROR_DESCRIPTIONS, ErrorSerializer
 from notifications.api.auth import required_scope
-from notifications.api.errors import ERROR_DESCRIPTIONS, ErrorSerializer
 
 _GENERIC_403 = ERROR_DESCRIPTIONS[403]
 

@@ -12,22 +12,17 @@ docs for the 4,096-byte data payload limit, ``shared/reference/providers.md`` §
 from __future__ import annotations
 
 import json
-import re
 from datetime import timedelta
 
-from django.utils import timezone
-from django.utils.dateparse import parse_datetime
-from drf_spectacular.extensions import OpenApiSerializerExtension
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
-from rest_framework.settings import api_settings
 
-from notifications import clock
+from core import clock
+from core.api.fields import AwareDateTimeField, CategoryField, RejectUnknownFields
+from core.vocabulary import CATEGORY_PATTERN
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Priority
 from notifications.quiet_hours_policy import priority_category_problem
 from preferences.models import Channel, Recipient
-from preferences.validation import control_character_problem, no_control_pattern
 from providers.registry import unavailable_channel_problem
 
 SMS_MAX_CHARS = 1600
@@ -38,180 +33,11 @@ MAX_SCHEDULE_AHEAD = timedelta(days=366)
 # cannot even be read back from Postgres, so anything older than this is refused.
 MAX_SCHEDULE_BEHIND = timedelta(days=366)
 MAX_TTL_SECONDS = 28 * 24 * 3600  # FCM's maximum TTL (4 weeks)
-CATEGORY_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
-
-
-def _json_type(value) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    return {str: "string", list: "array", dict: "object"}.get(type(value), type(value).__name__)
-
-
-def _expected_json_type(field) -> str | None:
-    """The JSON type a field takes (``string``, ``integer``, ``boolean``, ``array``, ``object``), or None
-    when the field checks its input itself (nested serializers, date-times, times…)."""
-    if isinstance(field, serializers.BooleanField):
-        return "boolean"
-    if isinstance(field, serializers.IntegerField):
-        return "integer"
-    if isinstance(field, serializers.ListField | serializers.ListSerializer):
-        return "array"
-    if isinstance(field, serializers.DictField):
-        return "object"
-    if isinstance(field, serializers.CharField | serializers.ChoiceField):
-        return "string"
-    return None
-
-
-def strict_type_errors(field, value, path: str) -> dict[str, serializers.ErrorDetail]:
-    """``{path: ErrorDetail(code="invalid_type")}`` for every value (recursing into arrays and objects of
-    plain fields) whose JSON type is not the field's. DRF alone coerces: ``"sensitive": "yes"`` is True,
-    ``"user_id": 123`` is ``"123"``, ``"ttl_seconds": "60"`` is 60; this API takes none of that."""
-    if value is None:
-        return {}  # allow_null / required rules are DRF's
-    expected = _expected_json_type(field)
-    if expected is None:
-        return {}
-    got = _json_type(value)
-    if got != expected and not (expected == "integer" and got == "number" and isinstance(value, int)):
-        shown = "a number with a fraction" if expected == "integer" and got == "number" else got
-        return {path: serializers.ErrorDetail(f"must be a JSON {expected}, not {shown}", code="invalid_type")}
-    errors: dict[str, serializers.ErrorDetail] = {}
-    child = getattr(field, "child", None)
-    if child is not None and not isinstance(child, serializers.BaseSerializer):
-        items = enumerate(value) if expected == "array" else value.items()
-        for key, item in items:
-            errors.update(strict_type_errors(child, item, f"{path}.{key}"))
-    return errors
-
-
-class RejectUnknownFields:
-    """Serializer mixin for request bodies: a key the serializer does not know is a 422 naming it
-    (``unknown_field``), so a typo (``opt_out`` for ``opt_outs``) can never silently replace data with
-    defaults; and JSON types are strict (:func:`strict_type_errors`, ``invalid_type``)."""
-
-    def to_internal_value(self, data):
-        if isinstance(data, dict):
-            unknown = sorted(set(data) - set(self.fields))
-            if unknown:
-                # An empty key, or one spelled like DRF's own "non_field_errors", is quoted so that the
-                # error still names it (found by tests/test_api_generated.py: the field came out null).
-                raise serializers.ValidationError({
-                    json.dumps(key) if key in ("", api_settings.NON_FIELD_ERRORS_KEY) else key:
-                    [serializers.ErrorDetail("unknown field", code="unknown_field")] for key in unknown})
-            errors: dict[str, serializers.ErrorDetail] = {}
-            for name, value in data.items():
-                field = self.fields[name]
-                if not field.read_only:
-                    errors.update(strict_type_errors(field, value, name))
-            if errors:
-                raise serializers.ValidationError(errors)
-        return super().to_internal_value(data)
-
-
-class RejectUnknownFieldsSchema(OpenApiSerializerExtension):
-    """The OpenAPI schema of a :class:`RejectUnknownFields` request body says what the code does:
-    ``additionalProperties: false`` (an unknown key is refused), plus the rules across fields the
-    serializer states in its ``schema_rules`` (merged into the object schema). Responses are left
-    as drf-spectacular maps them. A serializer without its own docstring gets no description
-    (not the mixin's)."""
-
-    target_class = RejectUnknownFields
-    match_subclasses = True
-
-    def map_serializer(self, auto_schema, direction):
-        schema = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
-        if direction == "request":
-            schema["additionalProperties"] = False
-            schema.update(getattr(self.target, "schema_rules", {}))
-        if type(self.target).__doc__ is None:
-            schema.pop("description", None)
-        return schema
-
-
-@extend_schema_field(OpenApiTypes.DATETIME)
-class AwareDateTimeField(serializers.Field):
-    """ISO 8601 instant that must carry a UTC offset or ``Z``; naive times are rejected."""
-
-    default_error_messages = {
-        "invalid": "not an ISO 8601 date-time (e.g. 2026-12-01T09:00:00+01:00)",
-        "naive_datetime": "must include a UTC offset or Z (e.g. 2026-12-01T09:00:00+01:00); naive times are ambiguous",
-    }
-
-    def to_internal_value(self, data):
-        if not isinstance(data, str):
-            self.fail("invalid")
-        try:
-            value = parse_datetime(data)
-        except ValueError:
-            value = None
-        if value is None:
-            self.fail("invalid")
-        if timezone.is_naive(value):
-            self.fail("naive_datetime")
-        return value
-
-    def to_representation(self, value):
-        return value.isoformat() if value else None
-
-
-@extend_schema_field({"type": "string", "pattern": r"^[a-z0-9][a-z0-9_.-]{0,63}$", "maxLength": 64})
-class CategoryField(serializers.CharField):
-    """A category name (or empty: drf-spectacular adds that alternative for ``allow_blank``, so the
-    pattern must not match "" too, or ``oneOf`` refuses it); checked by ``validate_category``
-    (``invalid_category``)."""
-
-
-MAX_LABEL_LENGTH = 200
-
-
-@extend_schema_field({"type": "string", "minLength": 1, "maxLength": MAX_LABEL_LENGTH,
-                      "pattern": no_control_pattern(MAX_LABEL_LENGTH)})
-class LabelField(serializers.CharField):
-    """A one-line name shown in lists and logs (a segment's, a template's, a campaign's): at most
-    MAX_LABEL_LENGTH characters, no control character (C0, DEL, C1: a line break or a terminal
-    escape in an admin list or a log line); code ``invalid``. (Or empty, where ``allow_blank``:
-    drf-spectacular adds that alternative.)"""
-
-    def __init__(self, **kwargs) -> None:
-        super().__init__(max_length=MAX_LABEL_LENGTH, **kwargs)
-
-    def to_internal_value(self, data):
-        # Checked before DRF trims the surrounding whitespace, of which U+0085 is a part for Python.
-        problem = control_character_problem(data) if isinstance(data, str) else ""
-        if problem:
-            raise serializers.ValidationError(f"a name {problem}", code="invalid")
-        return super().to_internal_value(data)
-
-
-@extend_schema_field({"type": "string", "pattern": r"^([01]?[0-9]|2[0-3]):[0-5]?[0-9]$", "example": "22:00"})
-class WallTimeField(serializers.TimeField):
-    """A wall-clock time written ``HH:MM`` (in and out). Documented with a pattern: the OpenAPI ``time``
-    format is RFC 3339's ``full-time`` (seconds and offset), which this is not."""
-
-    def __init__(self, **kwargs):
-        kwargs.setdefault("format", "%H:%M")
-        kwargs.setdefault("input_formats", ["%H:%M"])
-        super().__init__(**kwargs)
-
-
-@extend_schema_field({"type": "string", "pattern": r"^([01]?[0-9]|2[0-3]):[0-5]?[0-9](:[0-5]?[0-9])?$",
-                      "example": "09:30"})
-class WallTimeSecondsField(WallTimeField):
-    """:class:`WallTimeField` that also accepts ``HH:MM:SS`` (answered as ``HH:MM``)."""
-
-    def __init__(self, **kwargs):
-        kwargs.setdefault("input_formats", ["%H:%M", "%H:%M:%S"])
-        super().__init__(**kwargs)
 
 
 def check_schedule_window(value, now=None):
     """``value`` (an aware datetime, or None) if it is within 366 days of ``now`` either way (default:
-    the platform clock, :func:`notifications.clock.now`, as acceptance uses); ValidationError
+    the platform clock, :func:`core.clock.now`, as acceptance uses); ValidationError
     (``too_far_ahead`` / ``too_far_past``) otherwise."""
     if value is None:
         return value

@@ -8,10 +8,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from campaigns.ownership import readable_notifications
+from core.api import parameters
+from core.api.errors import BODY, MissingScope, error_responses, field_error, response_headers
+from core.api.pagination import Ordering, list_page, page_parameters, page_serializer
+from core.api.scopes import Scope
 from notifications import audit, services
-from notifications.api import parameters
-from notifications.api.errors import BODY, MissingScope, error_responses, field_error, response_headers
-from notifications.api.pagination import Ordering, list_page, page_parameters, page_serializer
 from notifications.api.serializers import (
     AcceptedSerializer,
     CancelledSerializer,
@@ -20,7 +21,6 @@ from notifications.api.serializers import (
     SendRequestSerializer,
 )
 from notifications.models import Notification, Priority, Status
-from notifications.scopes import Scope
 from preferences.api.views import _USER_ID, recipient_or_404
 from preferences.models import Channel
 

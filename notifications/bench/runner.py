@@ -16,13 +16,13 @@ import requests
 from django.db import connection
 
 from campaigns.models import Campaign
+from core.api.scopes import Scope
 from notifications.bench import procs, report, seed
 from notifications.bench.emulator import BACKUP_SMS_ACCOUNT, PRIMARY_SMS_ACCOUNT, PROVIDER_OF_CHANNEL, Emulator
 from notifications.bench.otp import OtpSender
 from notifications.bench.raw import run_raw_ceiling
 from notifications.bench.stack import BenchStack
 from notifications.models import APIClient
-from notifications.scopes import Scope
 
 BUCKET_MS = 100
 #: Brownout: OTPs keep flowing at least this long after the primary SMS provider slowed down.

@@ -9,7 +9,7 @@ changes later).
 
 from django.db import migrations, models
 
-import notifications.scopes
+import core.api.scopes
 
 EVERY_SCOPE_BUT_HIGH = ["notifications:send", "recipients:write", "preferences:write", "devices:write",
                         "segments:write", "templates:write", "campaigns:write", "read"]
@@ -42,9 +42,9 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='apiclient',
             name='scopes',
-            field=models.JSONField(blank=True, default=notifications.scopes.default_scopes,
+            field=models.JSONField(blank=True, default=core.api.scopes.default_scopes,
                                    help_text="What this key may do; see the README's scopes table.",
-                                   validators=[notifications.scopes.validate_scopes]),
+                                   validators=[core.api.scopes.validate_scopes]),
         ),
         migrations.RunPython(scopes_from_allow_high, allow_high_from_scopes),
         migrations.RemoveField(

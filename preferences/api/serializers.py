@@ -8,20 +8,14 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from notifications.api.serializers import CATEGORY_PATTERN, RejectUnknownFields, WallTimeField
+from core.api.fields import RejectUnknownFields, WallTimeField
+from core.identifiers import MAX_PUSH_TOKEN_LENGTH, no_control_pattern, push_token_problem
+from core.vocabulary import CATEGORY_PATTERN, LOCALE_PATTERN
 from preferences.models import Channel, Device, Erasure, Recipient
-from preferences.validation import (
-    MAX_PUSH_TOKEN_LENGTH,
-    no_control_pattern,
-    normalize_phone,
-    push_token_problem,
-    validate_iana_zone,
-)
-
-_LOCALE = re.compile(r"^[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{2,8})*$")
+from preferences.validation import normalize_phone, validate_iana_zone
 
 
-@extend_schema_field({"type": "string", "maxLength": 35, "pattern": _LOCALE.pattern})
+@extend_schema_field({"type": "string", "maxLength": 35, "pattern": LOCALE_PATTERN.pattern})
 class LocaleField(serializers.CharField):
     """A BCP 47 language tag (or empty: drf-spectacular adds that alternative for ``allow_blank``);
     the pattern is checked by ``validate_locale`` (``invalid_locale``)."""
@@ -68,7 +62,7 @@ class RecipientSerializer(RejectUnknownFields, serializers.Serializer):
         return value
 
     def validate_locale(self, value: str) -> str:
-        if value and not _LOCALE.match(value):
+        if value and not LOCALE_PATTERN.match(value):
             raise serializers.ValidationError("not a BCP 47 language tag like 'en' or 'de-DE'", code="invalid_locale")
         return value
 

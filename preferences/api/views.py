@@ -7,10 +7,10 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.api import parameters
+from core.api.errors import BODY, NotFoundError, error_responses, response_headers
+from core.api.scopes import Scope
 from notifications import audit
-from notifications.api import parameters
-from notifications.api.errors import BODY, NotFoundError, error_responses, response_headers
-from notifications.scopes import Scope
 from preferences import services
 from preferences.api.erasure import erase_user
 from preferences.api.serializers import (
@@ -45,7 +45,7 @@ def _device_state(device: Device) -> dict:
 
 def recipient_or_404(user_id: str) -> Recipient:
     """The recipient. Raises InvalidParameter (422: ``user_id`` breaks the user-id rule,
-    :data:`notifications.api.parameters.USER_ID`) or NotFoundError (404), both naming ``user_id``."""
+    :data:`core.api.parameters.USER_ID`) or NotFoundError (404), both naming ``user_id``."""
     parameters.USER_ID.check("user_id", user_id)
     recipient = Recipient.objects.filter(pk=user_id).first()
     if recipient is None:

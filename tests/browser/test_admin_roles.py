@@ -16,7 +16,7 @@ import pytest
 
 from campaigns import fanout, roles, services
 from campaigns.models import Campaign, CampaignShard, CampaignStatus
-from notifications import clock
+from core import clock
 from notifications.admin import HIDDEN
 from notifications.models import Notification, Reason, Status
 from preferences.models import Preferences, Recipient

@@ -33,7 +33,7 @@ import requests
 from django.conf import settings
 
 from campaigns.models import Campaign
-from notifications.markers import get_redis
+from core.redis_client import get_redis
 from notifications.models import Notification
 from tests.e2e import make_segment, make_user
 from tests.stack import ROOT, wait_until

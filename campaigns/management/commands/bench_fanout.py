@@ -22,7 +22,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from campaigns import fanout, services
 from campaigns.models import Campaign, CampaignShard, Segment, SegmentMember
-from notifications import clock
+from core import clock
 from notifications.models import Notification
 from preferences.models import Preferences, Recipient
 

@@ -1,16 +1,16 @@
 """``manage.py create_api_client NAME [--scopes a,b,…] [--allow-high] [--rate-limit 600/min]``: prints
 the new key as the last line of output. The key is shown only once; only its hash is stored.
 
-Without ``--scopes`` the client gets :data:`notifications.scopes.DEFAULT_SCOPES` (``notifications:send``,
+Without ``--scopes`` the client gets :data:`core.api.scopes.DEFAULT_SCOPES` (``notifications:send``,
 ``read``: a service that sends and reads the outcome). ``--allow-high`` adds
 ``notifications:send_high`` to whichever scopes were given.
 """
 
 from django.core.management.base import BaseCommand, CommandError
 
+from core.api.scopes import DEFAULT_SCOPES, Scope, canonical, parse_scopes
 from notifications.api.throttling import ApiClientRateThrottle
 from notifications.models import APIClient
-from notifications.scopes import DEFAULT_SCOPES, Scope, canonical, parse_scopes
 
 
 class Command(BaseCommand):

@@ -174,7 +174,9 @@ class Command(BaseCommand):
         self.line("OK", "time zone data present (Europe/Berlin found)")
 
     def check_workers(self) -> None:
-        from config.celery import ALL_QUEUES, app
+        from celery import current_app as app  # config.celery's app (config/__init__.py loads it)
+
+        from core.queues import ALL_QUEUES
 
         try:
             replies = app.control.inspect(timeout=self.timeout).active_queues() or {}
@@ -216,7 +218,8 @@ class Command(BaseCommand):
     def check_redis(self) -> None:
         import redis
 
-        from notifications.health import broker_redis_url, redis_client
+        from core.redis_client import client_for
+        from notifications.health import broker_redis_url
 
         targets = [("Redis (REDIS_URL)", settings.REDIS_URL)]
         broker = broker_redis_url()
@@ -224,7 +227,7 @@ class Command(BaseCommand):
             targets.append(("broker (CELERY_BROKER_URL)", broker))
         for label, url in targets:
             try:
-                redis_client(url).ping()
+                client_for(url).ping()
             except redis.RedisError as exc:
                 self.line("FAIL", f"{label} does not answer: {type(exc).__name__}: {exc}")
             else:

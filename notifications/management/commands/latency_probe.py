@@ -24,8 +24,8 @@ import requests
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from core.api.scopes import Scope
 from notifications.models import APIClient
-from notifications.scopes import Scope
 
 
 def _pct(values: list[float], p: float) -> float:

@@ -6,7 +6,7 @@ in the list's fixed order, found with an index range scan: no OFFSET, so page 1,
 page 1 does and rows inserted meanwhile never shift or repeat what a client already saw.
 
 Query parameters every list takes: ``limit`` (1–200, default 50) and ``cursor``; each list adds its
-own filters (choices, or the rule of the id they name: :mod:`notifications.api.parameters`). An
+own filters (choices, or the rule of the id they name: :mod:`core.api.parameters`). An
 unknown parameter, a bad value or a cursor that was not ours (or that holds what cannot be stored,
 such as NUL) is a 422 naming the parameter, before any query runs.
 """
@@ -24,9 +24,9 @@ from django.db.models import Q, QuerySet
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework import serializers
 
-from notifications.api.errors import InvalidParameter
-from notifications.api.parameters import IdRule
-from notifications.api.parsers import unstorable
+from core.api.errors import InvalidParameter
+from core.api.parameters import IdRule
+from core.api.parsers import unstorable
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 200

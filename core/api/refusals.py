@@ -1,7 +1,7 @@
 """The API's 403s about what a key may do, as exceptions (formatted by
-:func:`notifications.api.errors.exception_handler` in the one error shape).
+:func:`core.api.errors.exception_handler` in the one error shape).
 
-Kept apart from :mod:`notifications.api.errors` because the authentication and permission classes
+Kept apart from :mod:`core.api.errors` because the authentication and permission classes
 raise them, and those are imported while DRF itself is still loading (``rest_framework.views``).
 """
 

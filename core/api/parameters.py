@@ -1,6 +1,6 @@
 """The rule of every kind of id a path or a query string names, in one place: what it accepts, its
 OpenAPI schema (generated from the same rule), and the 422 for a value that breaks it, in the
-API's one error shape naming the parameter (:class:`~notifications.api.errors.InvalidParameter`).
+API's one error shape naming the parameter (:class:`~core.api.errors.InvalidParameter`).
 
 ========================  =============================================================================
 kind                      rule
@@ -29,9 +29,8 @@ from dataclasses import dataclass, field
 
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter
 
-from notifications.api.errors import InvalidParameter
-from notifications.api.serializers import CATEGORY_PATTERN
-from preferences.validation import (
+from core.api.errors import InvalidParameter
+from core.identifiers import (
     MAX_PUSH_TOKEN_LENGTH,
     MAX_USER_ID_LENGTH,
     control_character_problem,
@@ -39,6 +38,7 @@ from preferences.validation import (
     push_token_problem,
     user_id_problem,
 )
+from core.vocabulary import CATEGORY_PATTERN
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Sent markers: ``sent:{notification_id}`` keys in Redis (DESIGN.md §6 step 5).
+"""Sent markers: ``sent:{notification_id}`` keys in Redis (docs/ARCHITECTURE.md, "The send path", record).
 
 Written *after* the provider accepted and the row says ``sent``; read before every provider call.
 A marker only ever prevents a duplicate; its absence never prevents a send. When Redis is down the
@@ -14,29 +14,10 @@ from collections.abc import Iterable
 import redis
 from django.conf import settings
 
+from core.redis_client import get_redis, script
+
 log = logging.getLogger(__name__)
-_client: redis.Redis | None = None
-_scripts: dict = {}
 _MARK_SENT = "for _, key in ipairs(KEYS) do redis.call('SET', key, '1', 'EX', ARGV[1]) end"
-
-
-def get_redis() -> redis.Redis:
-    """A process-wide Redis client for ``settings.REDIS_URL`` (1 s socket timeouts)."""
-    global _client
-    if _client is None:
-        _client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1, socket_connect_timeout=1,
-                                       health_check_interval=30)
-    return _client
-
-
-def script(source: str):
-    """A redis-py ``Script`` for the Lua ``source`` on :func:`get_redis`'s client, registered once
-    per process (it runs as EVALSHA, loading the script again after a Redis restart or flush)."""
-    client = get_redis()
-    found = _scripts.get(source)
-    if found is None or found.registered_client is not client:
-        found = _scripts[source] = client.register_script(source)
-    return found
 
 
 def _key(notification_id) -> str:

@@ -10,18 +10,16 @@
 
 from __future__ import annotations
 
-import re
-
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+from core.vocabulary import UNSTORABLE
 
 
 def unstorable(text: str) -> str | None:
     """What in ``text`` cannot be stored or echoed: ``"NUL characters (\\u0000)"``, ``"a lone UTF-16
     surrogate (\\udXXX)"``, or None."""
-    match = _UNSTORABLE.search(text)
+    match = UNSTORABLE.search(text)
     if match is None:
         return None
     if match.group() == "\x00":

@@ -20,7 +20,7 @@ from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from notifications.api.refusals import MissingScope, NotOwner
+from core.api.refusals import MissingScope, NotOwner
 
 
 class UnprocessableEntity(exceptions.APIException):
@@ -176,7 +176,7 @@ def exception_handler(exc, context):
     response = drf_exception_handler(exc, context)
     if response is None:
         return None
-    if isinstance(exc, exceptions.ParseError) and getattr(exc, "field", None):  # notifications.api.parsers
+    if isinstance(exc, exceptions.ParseError) and getattr(exc, "field", None):  # core.api.parsers
         response.data = _body(400, "parse_error", str(exc.detail),
                               [{"field": exc.field, "code": "unstorable_character", "message": exc.rule}])
         return response

@@ -1,0 +1,1 @@
+"""API primitives shared by every app's REST API (docs/ARCHITECTURE.md, "Floors")."""

@@ -1,0 +1,46 @@
+"""The queue topology: every Celery queue, which queue a piece of work goes to, and the names of the
+tasks that other floors publish by name (docs/ARCHITECTURE.md, "Queues and workers").
+
+Queues: ``{tier}.{channel}`` for sends (``high.sms``… consumed only by the high-tier worker;
+``standard.*`` by the standard worker), ``fanout`` (campaign pages), ``maintenance`` (scheduler,
+reconciler) and ``receipts`` (provider delivery receipts). The benchmark's baseline pipeline
+(``NOTIFY["PIPELINE"] == "naive"``) puts every send and fan-out task on the one ``naive`` queue.
+
+Publishing by task name (``current_app.send_task(SEND_TASK, …)``) lets a module queue work without
+importing the module that defines the task, so no import runs back up from a service to its tasks.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from core.vocabulary import CHANNELS, TIERS
+
+SEND_QUEUES = tuple(f"{tier}.{channel}" for tier in TIERS for channel in CHANNELS)
+FANOUT_QUEUE = "fanout"
+MAINTENANCE_QUEUE = "maintenance"
+RECEIPTS_QUEUE = "receipts"
+ALL_QUEUES = (*SEND_QUEUES, FANOUT_QUEUE, MAINTENANCE_QUEUE, RECEIPTS_QUEUE)
+#: The one shared queue of the naive pipeline (the benchmark's baseline).
+NAIVE_QUEUE = "naive"
+
+#: Task names (stable: they are in queued messages). Defined in notifications/tasks.py.
+SEND_TASK = "notifications.send"
+RECEIPTS_TASK = "notifications.apply_receipts"
+#: Defined in campaigns/tasks.py; published by campaigns/fanout.py, which campaigns/tasks.py imports.
+FAN_OUT_PAGE_TASK = "campaigns.fan_out_page"
+
+
+def naive() -> bool:
+    """True when ``NOTIFY["PIPELINE"] == "naive"`` (the benchmark's baseline pipeline)."""
+    return settings.NOTIFY["PIPELINE"] == "naive"
+
+
+def queue_for(priority: str, channel: str) -> str:
+    """``{tier}.{channel}`` (``high.sms``), or the shared ``naive`` queue in naive mode."""
+    return NAIVE_QUEUE if naive() else f"{priority}.{channel}"
+
+
+def fanout_queue() -> str:
+    """``fanout``, or the shared ``naive`` queue in naive mode."""
+    return NAIVE_QUEUE if naive() else FANOUT_QUEUE
