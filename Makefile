@@ -47,9 +47,12 @@ run: migrate static
 	@rm -f .run/prometheus/*.db  # multiprocess metric files of the previous run
 	@NOTIFY_ROOT_NOTED=1 $(VENV)/bin/honcho start -f Procfile -p $(PORT) || test $$? -eq 130  # Ctrl-C is a normal stop
 
-## test: set up, then run the whole test suite (unit + end-to-end with real processes)
+## test: set up, then lint (ruff; lint-imports: the floors of docs/ARCHITECTURE.md; mypy on core and
+## providers), then run the whole test suite (unit + end-to-end with real processes)
 test: migrate static browser-deps
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 	$(PY) -m pytest
 
 ## browser-deps: Debian's Chromium for the real-browser admin tests (tests/browser), installed when
@@ -97,6 +100,8 @@ stop:
 
 lint: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 clean: stop
 	rm -rf .run

@@ -11,6 +11,15 @@ class CampaignsConfig(AppConfig):
         from notifications.health import register_progress_check
 
         register_progress_check("campaigns", stalled_campaigns)
+        # A recipient's erasure (DELETE /v1/users/{id}) removes it from every segment.
+        from preferences.api.erasure import register_eraser
+
+        register_eraser(erase_memberships)
+        # Clients read the sends of the campaigns they may read, besides their own.
+        from campaigns.ownership import readable_campaign_sends
+        from notifications.readers import register_read_rule
+
+        register_read_rule(readable_campaign_sends)
         checks.register(check_default_timezone, checks.Tags.compatibility)
 
 
@@ -28,3 +37,11 @@ def check_default_timezone(app_configs=None, **kwargs):
         return [checks.Error(f"CAMPAIGN_DEFAULT_TIMEZONE: {exc.messages[0]}",
                              hint="See the Configuration section of README.md.", id="campaigns.E001")]
     return []
+
+
+def erase_memberships(recipient_id: str, contacts: list[str], requested_by: str) -> dict[str, int]:
+    """This app's part of a recipient's erasure (registered with ``preferences.api.erasure``): it
+    leaves every segment (``campaigns.services.remove_from_every_segment``)."""
+    from campaigns.services import remove_from_every_segment
+
+    return {"segment_memberships_removed": remove_from_every_segment(recipient_id)}

@@ -1,4 +1,4 @@
-"""Campaign fan-out (DESIGN.md §7): from a segment snapshot to one notification per member.
+"""Campaign fan-out (docs/ARCHITECTURE.md §7): from a segment snapshot to one notification per member.
 
 1. :func:`start_due_campaigns` (beat, every second) moves due ``scheduled`` campaigns to
    ``fanning_out`` with ``FOR UPDATE SKIP LOCKED``, takes the membership snapshot instant, and splits

@@ -1,4 +1,4 @@
-"""Segments, templates and campaigns (DESIGN.md §4, §7)."""
+"""Segments, templates and campaigns (docs/ARCHITECTURE.md §4, §7)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Who may change, read and use segments, templates and campaigns (DESIGN.md §10, issue 11 #2).
+"""Who may change, read and use segments, templates and campaigns (docs/ARCHITECTURE.md §10, issue 11 #2).
 
 The API client that creates a segment, template or campaign owns it (``client``); one made in the
 admin has no owner.
@@ -9,7 +9,8 @@ admin has no owner.
   admin-made ones only, as for campaigns: a segment's members are its owner's targeting data (who is
   "at risk of churn"), not something every service needs.
 * **Read notifications** (``GET /v1/notifications/{id}`` and ``GET /v1/users/{id}/notifications``
-  alike, :func:`readable_notifications`): a client's own single sends and the sends of the
+  alike, ``notifications.readers.readable_notifications`` with :func:`readable_campaign_sends`): a
+  client's own single sends and the sends of the
   campaigns it may read. Another client's messages to a shared user are that client's business
   (their content, status and provider's reasons); support reads every one in the admin.
 * **Use** in a campaign: the client's own and admin-made segments and templates, so one client's
@@ -32,7 +33,7 @@ from django.db.models import Q, QuerySet
 
 from campaigns.models import Campaign, CampaignStatus, Segment, Template
 from core.api.scopes import Scope
-from notifications.models import APIClient, Notification, Priority
+from notifications.models import APIClient, Priority
 
 #: Campaigns whose sends a template edit would still change (rendered at send time).
 ACTIVE_STATUSES = (CampaignStatus.DRAFT, CampaignStatus.SCHEDULED, CampaignStatus.FANNING_OUT,
@@ -93,12 +94,11 @@ def readable_campaigns(client: APIClient) -> QuerySet[Campaign]:
     return Campaign.objects.filter(Q(client=client) | Q(client__isnull=True))
 
 
-def readable_notifications(client: APIClient) -> QuerySet[Notification]:
-    """The notifications ``client`` may read: its own single sends and the sends of the campaigns
-    of :func:`readable_campaigns`. The one rule of every API read of notifications (a row a list
-    shows can be opened, and no other), never widened by a scope."""
-    campaigns = readable_campaigns(client).values("id")
-    return Notification.objects.filter(Q(client=client) | Q(campaign_id__in=campaigns))
+def readable_campaign_sends(client: APIClient) -> Q:
+    """The sends of the campaigns of :func:`readable_campaigns`, as a filter on notifications: what
+    ``client`` may read beyond its own single sends (registered with
+    ``notifications.readers.register_read_rule`` by ``CampaignsConfig.ready``)."""
+    return Q(campaign_id__in=readable_campaigns(client).values("id"))
 
 
 def active_high_campaign(obj: Template | Segment) -> Campaign | None:

@@ -1,5 +1,5 @@
 """Bounds on one template render: CPU time, loop iterations, output size, and the size of every
-value an operation makes or reads (DESIGN.md §10).
+value an operation makes or reads (docs/ARCHITECTURE.md §10).
 
 :class:`BoundedSandbox` is Jinja2's ``SandboxedEnvironment`` with every way a template can spend
 time or memory routed through a per-render :class:`Budget` (held in a context variable while

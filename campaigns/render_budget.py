@@ -1,4 +1,4 @@
-"""The budget of one template render and the size checks (DESIGN.md §10; used by
+"""The budget of one template render and the size checks (docs/ARCHITECTURE.md §10; used by
 :mod:`campaigns.render_bounds`, which routes a template's work through them).
 
 A :class:`Budget` holds what one render may still spend: the thread's CPU time

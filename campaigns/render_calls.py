@@ -1,5 +1,5 @@
 """What each filter, test, method and global a template can call may cost, checked before it runs
-(DESIGN.md §10; used by :mod:`campaigns.render_bounds`, which routes every call through here).
+(docs/ARCHITECTURE.md §10; used by :mod:`campaigns.render_bounds`, which routes every call through here).
 
 Every check happens **before** the call: the work a filter or method does in C (or in a Python
 loop that never returns to the template) cannot be interrupted by the CPU bound, so what it would

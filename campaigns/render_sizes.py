@@ -1,4 +1,4 @@
-"""How big a value a template holds is, counted the way C code would walk it (DESIGN.md §10; used
+"""How big a value a template holds is, counted the way C code would walk it (docs/ARCHITECTURE.md §10; used
 by :mod:`campaigns.render_bounds` and :mod:`campaigns.render_calls` before an operation runs).
 
 A template can make a small value that stands for a huge one: ``[[1] * 10000] * 10000`` is two

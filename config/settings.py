@@ -214,7 +214,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "socket_connect_timeout": 5,
 }
 # Publishing must not hang a request when Redis is down: the row is already committed and the
-# reconciler re-drives it (DESIGN.md §6), so give up fast.
+# reconciler re-drives it (docs/ARCHITECTURE.md §6), so give up fast.
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2,
                                     "interval_max": 0.5}
 CELERY_TASK_TIME_LIMIT = 300
@@ -285,14 +285,14 @@ NOTIFY = {
     # Retries due within this many seconds are sent with a short Celery countdown; longer ones go
     # back to Postgres as `scheduled` and the scheduler releases them.
     "MAX_COUNTDOWN_SECONDS": 5,
-    # How long the sent marker `sent:{id}` lives in Redis (seconds): 48 h per DESIGN.md §6.
+    # How long the sent marker `sent:{id}` lives in Redis (seconds): 48 h per docs/ARCHITECTURE.md §6.
     "SENT_MARKER_TTL_SECONDS": 48 * 3600,
     # Rows released per scheduler run.
     "RELEASE_BATCH_SIZE": env.int("RELEASE_BATCH_SIZE", default=1000),
     # Test-only: a file holding a clock offset in seconds (see notifications/clock.py). Unset in
     # production.
     "CLOCK_OFFSET_FILE": env("CLOCK_OFFSET_FILE", default=None),
-    # "tiered" (DESIGN.md §6/§8: queues per tier and channel, batched standard path) or "naive": the
+    # "tiered" (docs/ARCHITECTURE.md §6/§8: queues per tier and channel, batched standard path) or "naive": the
     # textbook design kept as the benchmark's baseline (one task per notification, one shared queue
     # `naive`, no batching, no reserved budget). Never run naive in production.
     "PIPELINE": env("NOTIFY_PIPELINE", default="tiered"),
@@ -312,7 +312,7 @@ NOTIFY = {
     "BATCH_MAX_WAIT_SECONDS": env.float("BATCH_MAX_WAIT_SECONDS", default=60),
 }
 
-# Provider budgets, circuit breakers and bulkheads (DESIGN.md §8, providers/isolation.py), per provider
+# Provider budgets, circuit breakers and bulkheads (docs/ARCHITECTURE.md §8, providers/isolation.py), per provider
 # NAME; "DEFAULT" applies to every provider and each provider's dict overrides keys of it.
 # PROVIDER_RATE_PER_S sets one budget for every provider (the benchmark uses it).
 _rate_override = env.float("PROVIDER_RATE_PER_S", default=None)
@@ -387,7 +387,7 @@ if env.bool("TRUST_X_FORWARDED_PROTO", default=False):
 # listed provider needs its variables, `manage.py check` names the missing ones).
 try:
     PROVIDER_MODE = provider_mode(os.environ, LOCAL_DEVELOPMENT)
-    # Ordered provider list per channel: the first is the primary (DESIGN.md §8 provider router).
+    # Ordered provider list per channel: the first is the primary (docs/ARCHITECTURE.md §8 provider router).
     PROVIDERS = build_providers(os.environ, PROVIDER_MODE, emulator_url=EMULATOR_URL,
                                 emulator_smtp_port=EMULATOR_SMTP_PORT, public_base_url=PUBLIC_BASE_URL,
                                 timeout=PROVIDER_TIMEOUT_SECONDS)

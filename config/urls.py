@@ -11,11 +11,10 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from campaigns.api import views as campaign_views
-from notifications import health, metrics
+from notifications import health, health_admin, metrics_scrape
 from notifications.api import views as notification_views
 from preferences import admin_guard
 from preferences.api import views as preference_views
-from providers import health_admin
 from providers.sendgrid import webhooks as sendgrid_webhooks
 from providers.twilio import webhooks as twilio_webhooks
 
@@ -65,7 +64,7 @@ urlpatterns = [
          name="campaign-cancel"),
     path("webhooks/twilio/status", twilio_webhooks.status_callback, name="webhook-twilio-status"),
     path("webhooks/sendgrid/events", sendgrid_webhooks.events, name="webhook-sendgrid-events"),
-    path("metrics", metrics.metrics_view, name="metrics"),
+    path("metrics", metrics_scrape.metrics_view, name="metrics"),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

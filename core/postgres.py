@@ -12,7 +12,7 @@ def array_literal(values) -> str:
 
 def copy_rows(table: str, columns: tuple[str, ...], rows: list[tuple]) -> None:
     """``COPY table (columns) FROM STDIN`` of ``rows`` on Django's connection (in its transaction):
-    ~6 µs a row against ~25 µs for ``bulk_create`` (calibration.md)."""
+    ~6 µs a row against ~25 µs for ``bulk_create`` (docs/PERFORMANCE.md, "Calibration")."""
     if not rows:
         return
     with connection.cursor() as cur, cur.cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:

@@ -1,4 +1,4 @@
-"""What never reaches a log (DESIGN.md §10): phone numbers and email addresses are masked, and the
+"""What never reaches a log (docs/ARCHITECTURE.md §10): phone numbers and email addresses are masked, and the
 content of sensitive notifications is removed, in every log record of every process.
 
 * :func:`mask_contacts` masks phone numbers and email addresses, keeping a log line useful:
@@ -117,7 +117,8 @@ def _decode(part: str) -> tuple[str, list[int]]:
     """``part`` URL-decoded (``%XX`` as UTF-8, undecodable bytes as U+FFFD; ``+`` left as it is, a
     separator to the rules either way), and for each decoded character the offset in ``part`` where
     its encoding starts (one more at the end)."""
-    decoded, offsets = [], []
+    decoded: list[str] = []
+    offsets: list[int] = []
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
     i, pending = 0, None  # pending: where the escape run of a not yet completed character starts
     while i < len(part):
@@ -125,7 +126,7 @@ def _decode(part: str) -> tuple[str, list[int]]:
         if escape is None:
             tail = decoder.decode(b"", final=True)  # an incomplete sequence before a plain character
             decoded.extend(tail)
-            offsets.extend([pending] * len(tail))
+            offsets.extend([pending] * len(tail))  # type: ignore[list-item]
             decoder.reset()
             decoded.append(part[i])
             offsets.append(i)
@@ -140,7 +141,7 @@ def _decode(part: str) -> tuple[str, list[int]]:
         i = escape.end()
     tail = decoder.decode(b"", final=True)
     decoded.extend(tail)
-    offsets.extend([pending] * len(tail))
+    offsets.extend([pending] * len(tail))  # type: ignore[list-item]
     offsets.append(len(part))
     return "".join(decoded), offsets
 
@@ -191,7 +192,7 @@ def sensitive_content(sources) -> Iterator[None]:
         # Logged later, outside this scope (Celery's task failure, Django's 500): the exception
         # carries the texts it must not show.
         with contextlib.suppress(AttributeError, TypeError):
-            exc.__notify_sensitive__ = (*getattr(exc, "__notify_sensitive__", ()), *_sensitive_texts())
+            exc.__notify_sensitive__ = (*getattr(exc, "__notify_sensitive__", ()), *_sensitive_texts())  # type: ignore[attr-defined]
         raise
     finally:
         _sources.reset(token)
@@ -283,7 +284,7 @@ def install_record_factory() -> None:
     def factory(*args, **kwargs):
         return redact_record(current(*args, **kwargs))
 
-    factory._notify_redacting = True
+    factory._notify_redacting = True  # type: ignore[attr-defined]
     logging.setLogRecordFactory(factory)
 
 

@@ -16,8 +16,8 @@ CATEGORY_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 #: A recipient's locale as the API accepts it: a BCP 47-like tag, ``-`` or ``_`` between subtags
 #: (``de-DE``, ``pt_BR``).
 LOCALE_PATTERN = re.compile(r"^[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{2,8})*$")
-#: A template's locale (the admin's template form): the same tags, ``-`` only, as templates are
-#: matched to recipients after ``_`` is read as ``-``.
+#: A template variant's locale (the campaigns API and the admin's template form): the same tags with
+#: ``-`` only between subtags (``de-DE``), as the template rules have always been.
 TEMPLATE_LOCALE_PATTERN = re.compile(r"^[A-Za-z]{2,3}(?:-[A-Za-z0-9]{2,8})*$")
 #: Characters Postgres text cannot hold: NUL and lone surrogates (a JSON ``"\ud800"`` parses to one).
 UNSTORABLE = re.compile("[\x00\ud800-\udfff]")

@@ -10,7 +10,6 @@ import uuid
 
 from django.contrib import admin
 from django.contrib.admin.utils import quote
-from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.db import connection
 from django.forms.models import BaseInlineFormSet
@@ -21,8 +20,9 @@ from django.utils.html import format_html
 from notifications import services
 from notifications.admin_time import INSTANTS_JS, instant_display
 from notifications.models import DeadLetter, DeliveryAttempt, DeliveryEvent, Notification, Status
+from preferences.admin import RecipientAdmin
 from preferences.admin_guard import ContentLookupGuard
-from preferences.validation import normalize_phone
+from preferences.validation import phone_search_term
 
 HIDDEN = "•••• (sensitive: hidden)"
 
@@ -44,20 +44,6 @@ class EstimatedCountPaginator(Paginator):
                 return int(row[0])
         return super().count
 RECIPIENT_HISTORY_LIMIT = 50
-
-
-def phone_search_term(term: str) -> str | None:
-    """The E.164 form of a phone number typed into an admin search box (``+49 151 1234 5678``,
-    ``+49 (151) 1234-5678``), or None when ``term`` is not a valid number in international format."""
-    term = term.strip()
-    if not term.startswith("+") or not any(c.isdigit() for c in term):
-        return None
-    if any(not (c.isdigit() or c in " +-./()") for c in term):
-        return None
-    try:
-        return normalize_phone(term)
-    except ValidationError:
-        return None
 
 
 class ReadOnlyInline(admin.TabularInline):
@@ -310,3 +296,8 @@ from notifications.admin_clients import APIClientAdmin  # noqa: E402,F401 - regi
 def dead_letter_depth() -> int:
     """Count of dead letters (for the admin index banner)."""
     return DeadLetter.objects.filter(status="failed", dead_lettered_at__isnull=False).count()
+
+
+# The recipient's page (preferences/admin.py) lists its notifications: added from this floor, so
+# preferences imports nothing of the pipeline.
+RecipientAdmin.inlines = [*RecipientAdmin.inlines, RecipientNotificationInline]

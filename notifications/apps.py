@@ -9,6 +9,16 @@ class NotificationsConfig(AppConfig):
     def ready(self) -> None:
         checks.register(check_quiet_hours_bypass, checks.Tags.compatibility)
         checks.register(check_metrics_token, checks.Tags.security, deploy=True)
+        checks.register(check_pipeline, checks.Tags.compatibility)
+        # Provider webhooks hand their provider-neutral receipt events to the pipeline.
+        from notifications.receipts import accept_receipts
+        from providers import receipts as provider_receipts
+
+        provider_receipts.subscribe(accept_receipts)
+        # A recipient's erasure (DELETE /v1/users/{id}) covers its notifications too.
+        from preferences.api.erasure import register_eraser
+
+        register_eraser(erase_notifications)
 
 
 def check_quiet_hours_bypass(app_configs=None, **kwargs):
@@ -45,3 +55,44 @@ def check_metrics_token(app_configs=None, **kwargs):
     return [checks.Warning("METRICS_TOKEN is not set: outside local development /metrics refuses every request",
                            hint="Set METRICS_TOKEN to a long random value and give it to Prometheus "
                                 "(docs/OPERATIONS.md).", id="notifications.W001")]
+
+
+def check_pipeline(app_configs=None, **kwargs):
+    """System check: batch sizes, send concurrency and the lease are in range (a batch of 0 would
+    stall delivery silently); ``notifications.E002``."""
+    return [checks.Error(problem, hint="See the Configuration section of README.md.", id="notifications.E002")
+            for problem in check_pipeline_settings()]
+
+
+def check_pipeline_settings() -> list[str]:
+    """Problems with ``NOTIFY["BATCH_SIZE"|"SEND_CONCURRENCY"|"LEASE_SECONDS"|"BATCH_MAX_WAIT_SECONDS"]``,
+    each naming the setting and the rule (empty when all is well)."""
+    from django.conf import settings
+
+    problems: list[str] = []
+    notify = settings.NOTIFY
+    for channel, size in notify.get("BATCH_SIZE", {}).items():
+        top = 1000 if channel == "email" else 10_000
+        if not 1 <= int(size) <= top:
+            problems.append(f'NOTIFY["BATCH_SIZE"]["{channel}"] (BATCH_SIZE_{channel.upper()}) must be in 1..{top}'
+                            + (" (SendGrid takes at most 1,000 recipients per request)" if channel == "email" else "")
+                            + f", got {size}")
+    for channel, value in notify.get("SEND_CONCURRENCY", {}).items():
+        if int(value) < 1:
+            problems.append(f'NOTIFY["SEND_CONCURRENCY"]["{channel}"] (SEND_CONCURRENCY_{channel.upper()}) must be '
+                            f">= 1, got {value}")
+    timeout = float(settings.PROVIDER_TIMEOUT_SECONDS)
+    if float(notify["LEASE_SECONDS"]) < 2 * timeout:
+        problems.append(f"LEASE_SECONDS ({notify['LEASE_SECONDS']}) must be at least twice "
+                        f"PROVIDER_TIMEOUT_SECONDS ({timeout:g}): a lease must outlast one provider call")
+    if float(notify.get("BATCH_MAX_WAIT_SECONDS", 1)) <= 0:
+        problems.append("BATCH_MAX_WAIT_SECONDS must be > 0")
+    return problems
+
+
+def erase_notifications(recipient_id: str, contacts: list[str], requested_by: str) -> dict[str, int]:
+    """This app's part of a recipient's erasure (registered with ``preferences.api.erasure``):
+    ``notifications.services.erase_notification_content``'s counts."""
+    from notifications.services import erase_notification_content
+
+    return erase_notification_content(recipient_id, contacts, by=requested_by)

@@ -8,7 +8,8 @@ the log without bound.
 
 Bodies are never stored: contacts and content stay out of the log. A view names what its write
 changed with :func:`note_changes` (before/after representations: only the differing keys are kept,
-one level into dicts) or :func:`note_fields`; nothing noted, or a refused or replayed request,
+one level into dicts) or :func:`note_fields` (both in :mod:`core.api.audit_notes`, so every app's
+views can note without importing this app); nothing noted, or a refused or replayed request,
 records no fields. Push tokens in paths are written ``{push_token}``.
 
 This lives in ``notifications`` (the floor of :class:`~notifications.models.APIClient`); it learns
@@ -18,11 +19,12 @@ the object's type from the view class's ``audit_object`` attribute, so it import
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 from django.db import DatabaseError, transaction
 
 from core import clock
+from core.api.audit_notes import changed_fields, note_changes, note_fields  # noqa: F401 (the views' API)
 from notifications.models import APIAuditEntry, APIClient
 
 log = logging.getLogger(__name__)
@@ -33,44 +35,6 @@ API_PREFIX = "/v1/"
 HIDDEN_PATH_PARAMETERS = ("push_token",)
 #: Path parameters naming the object written, most specific first.
 OBJECT_ID_PARAMETERS = ("notification_id", "campaign_id", "segment_id", "template_id", "user_id")
-_EMPTY = ("", None, [], {})
-
-
-def changed_fields(before: Mapping | None, after: Mapping) -> list[str]:
-    """The keys whose values differ between two representations, sorted; a dict value is compared
-    key by key (``attributes.first_name``). ``before=None`` (created): the keys ``after`` sets.
-
-    >>> changed_fields({"phone": "+491", "attributes": {"a": "x"}}, {"phone": "+492", "attributes": {"a": "y"}})
-    ['attributes.a', 'phone']
-    """
-    if before is None:
-        return sorted(k for k, v in after.items() if v not in _EMPTY)
-    out = []
-    for key in sorted(set(before) | set(after)):
-        old, new = before.get(key), after.get(key)
-        if old == new:
-            continue
-        if isinstance(old, Mapping | type(None)) and isinstance(new, Mapping | type(None)):
-            old, new = old or {}, new or {}
-            subkeys = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
-            out.extend(f"{key}.{k}" for k in subkeys)
-        else:
-            out.append(key)
-    return out
-
-
-def _django_request(request):
-    return getattr(request, "_request", request)  # a DRF Request wraps Django's
-
-
-def note_fields(request, fields: Iterable[str]) -> None:
-    """Names what this write changed (field names only; never values)."""
-    _django_request(request).audit_fields = sorted(set(fields))
-
-
-def note_changes(request, before: Mapping | None, after: Mapping) -> None:
-    """:func:`note_fields` with the :func:`changed_fields` of two representations of the object."""
-    note_fields(request, changed_fields(before, after))
 
 
 def storable(text: str, limit: int) -> str:

@@ -1,4 +1,4 @@
-"""Leases on claimed rows, renewed for as long as the rows are in flight (DESIGN.md §6 step 3).
+"""Leases on claimed rows, renewed for as long as the rows are in flight (docs/ARCHITECTURE.md §6 step 3).
 
 A worker claims rows (``queued → sending``, ``lease_until = now + LEASE_SECONDS``); the reconciler
 re-drives a ``sending`` row only once its lease has run out. A slow machine must make delivery

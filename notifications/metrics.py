@@ -1,4 +1,7 @@
-"""Prometheus metrics: definitions, the small recording functions the pipeline calls, and ``/metrics``.
+"""Prometheus metrics: the series and the small recording functions the pipeline calls.
+
+Label values: notifications/metrics_labels.py. The scrape (``/metrics``, state gauges):
+notifications/metrics_scrape.py.
 
 Two kinds of series (docs/OPERATIONS.md lists every one):
 
@@ -8,7 +11,7 @@ Two kinds of series (docs/OPERATIONS.md lists every one):
   ``.run/prometheus``) and ``/metrics`` sums the files of all processes at scrape time, so the
   answer is the same whichever gunicorn worker serves the scrape.
 * **State** (gauges: queue depths, pending rows, dead letters, scheduler lag, heartbeat age) is
-  computed at scrape time from Redis and Postgres by :class:`OpsCollector`, with bounded queries
+  computed at scrape time from Redis and Postgres by ``metrics_scrape.OpsCollector``, with bounded queries
   (``notifications.health``). Nothing is cached; a failing source is reported by
   ``notify_scrape_source_up{source}`` = 0 and its gauges are left out.
 
@@ -28,12 +31,9 @@ nothing is exported for them until they exist.
 from __future__ import annotations
 
 import functools
-import hmac
 import logging
 import os
-import re
 import threading
-import time
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -55,21 +55,16 @@ def _ensure_multiprocess_env() -> None:
 _ensure_multiprocess_env()
 
 from django.db import transaction  # noqa: E402
-from django.http import HttpResponse, JsonResponse  # noqa: E402
-from django.views.decorators.cache import never_cache  # noqa: E402
-from django.views.decorators.http import require_GET  # noqa: E402
 from prometheus_client import (  # noqa: E402
-    CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
     Histogram,
-    generate_latest,
     multiprocess,
     values,
 )
-from prometheus_client.core import GaugeMetricFamily  # noqa: E402
 
 from core.vocabulary import CHANNELS, TIERS  # noqa: E402
+from notifications.metrics_labels import code_label, one_of, provider_label, reason_label, task_label  # noqa: E402
 
 #: True when this process writes its metrics to PROMETHEUS_MULTIPROC_DIR files.
 MULTIPROCESS = bool(getattr(values.ValueClass, "_multiprocess", False))
@@ -85,18 +80,6 @@ LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30
 #: One provider call (bounded by PROVIDER_TIMEOUT_SECONDS, 10 s by default).
 CALL_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
-#: Provider error codes kept as they are; any other code becomes its HTTP status class or "other".
-KNOWN_PROVIDER_CODES = frozenset({
-    # Twilio (providers/twilio/backend.py tables)
-    "21211", "21610", "21614", "20003", "21606", "21659", "21408", "20429",
-    # FCM v1 ErrorCode and Google API canonical codes (firebase_admin.exceptions)
-    "UNREGISTERED", "SENDER_ID_MISMATCH", "QUOTA_EXCEEDED", "THIRD_PARTY_AUTH_ERROR", "UNSPECIFIED_ERROR",
-    "INVALID_ARGUMENT", "FAILED_PRECONDITION", "OUT_OF_RANGE", "UNAUTHENTICATED", "PERMISSION_DENIED",
-    "NOT_FOUND", "CONFLICT", "ABORTED", "ALREADY_EXISTS", "RESOURCE_EXHAUSTED", "CANCELLED", "DATA_LOSS",
-    "UNKNOWN", "INTERNAL", "UNAVAILABLE", "DEADLINE_EXCEEDED",
-})
-_OUR_CODE = re.compile(r"^[a-z][a-z_]{0,31}$")  # ours: timeout, connection_error, missing_option, …
-_STATUS_CODE = re.compile(r"^[1-5][0-9][0-9]$")  # HTTP (SendGrid, FCM) and SMTP reply codes
 
 
 class _Metrics:
@@ -209,43 +192,6 @@ def use_multiprocess_dir(path: str | None) -> None:
         _metrics = None
 
 
-# --- label hygiene ----------------------------------------------------------------------------
-
-@functools.lru_cache(maxsize=1)
-def _known_providers(_providers_id: int) -> frozenset[str]:
-    providers = getattr(settings, "PROVIDERS", None) or {}
-    return frozenset(e.get("NAME", "") for entries in providers.values() for e in entries or [])
-
-
-def provider_label(name: str | None) -> str:
-    """A configured provider name, else ``other``."""
-    name = name or ""
-    return name if name in _known_providers(id(getattr(settings, "PROVIDERS", None))) else "other"
-
-
-def code_label(code: str | None, http_status: int | None = None) -> str:
-    """Bounded error-code label: a known provider code, one of our own words, an HTTP/SMTP status,
-    else the HTTP status class (``4xx``), else ``other``; ``""`` when there is no error."""
-    code = str(code or "").strip()
-    if not code:
-        return ""
-    if code in KNOWN_PROVIDER_CODES or _OUR_CODE.match(code) or _STATUS_CODE.match(code):
-        return code
-    if http_status and 100 <= int(http_status) <= 599:
-        return f"{int(http_status) // 100}xx"
-    return "other"
-
-
-def _one_of(value: str | None, allowed, default: str = "other") -> str:
-    return value if value in allowed else default
-
-
-def _reason_label(reason: str | None) -> str:
-    from notifications.models import Reason
-
-    return reason if (reason or "") in Reason.values or not reason else "other"
-
-
 def _safe(func):
     """Recording must never break the caller."""
 
@@ -287,19 +233,19 @@ def record_outcome(*, status: str, reason: str, channel: str, tier: str, count: 
     """``count`` notifications moved to ``status`` (sent, delivered, failed, suppressed, expired)."""
     if status not in OUTCOME_STATUSES:
         return
-    _m().outcomes.labels(status, _reason_label(reason), _one_of(channel, CHANNELS), _one_of(tier, TIERS)).inc(count)
+    _m().outcomes.labels(status, reason_label(reason), one_of(channel, CHANNELS), one_of(tier, TIERS)).inc(count)
 
 
 @_safe
 def record_accept_to_provider(*, tier: str, channel: str, seconds: float) -> None:
-    _m().accept_to_provider.labels(_one_of(tier, TIERS), _one_of(channel, CHANNELS)).observe(max(0.0, seconds))
+    _m().accept_to_provider.labels(one_of(tier, TIERS), one_of(channel, CHANNELS)).observe(max(0.0, seconds))
 
 
 @_safe
 def isolation_event(kind: str, provider: str, tier: str = "", seconds: float = 0.0, channel: str = "") -> None:
     """Isolation mechanisms (providers/isolation.py): ``kind`` is ``budget_wait`` (with ``seconds``),
     ``breaker_fast_fail``, ``breaker_opened``, ``bulkhead_full`` or ``failover`` (to ``provider``)."""
-    p, t = provider_label(provider), _one_of(tier, TIERS)
+    p, t = provider_label(provider), one_of(tier, TIERS)
     if kind == "budget_wait":
         _m().budget_waits.labels(p, t).inc(max(0.0, seconds))
     elif kind == "breaker_fast_fail":
@@ -309,7 +255,7 @@ def isolation_event(kind: str, provider: str, tier: str = "", seconds: float = 0
     elif kind == "bulkhead_full":
         _m().bulkhead_full.labels(p, t).inc()
     elif kind == "failover":
-        _m().failovers.labels(_one_of(channel, CHANNELS), p).inc()
+        _m().failovers.labels(one_of(channel, CHANNELS), p).inc()
 
 
 @_safe
@@ -323,8 +269,8 @@ def batch_recorded(*, channel: str, tier: str, provider: str, sent: int, calls: 
         _m().provider_calls.labels(p, "accepted", "").inc(calls)
         _m().provider_call_seconds.labels(p).observe(max(0.0, call_seconds / calls))
     if sent:
-        _m().outcomes.labels("sent", "", _one_of(channel, CHANNELS), _one_of(tier, TIERS)).inc(sent)
-    histogram = _m().accept_to_provider.labels(_one_of(tier, TIERS), _one_of(channel, CHANNELS))
+        _m().outcomes.labels("sent", "", one_of(channel, CHANNELS), one_of(tier, TIERS)).inc(sent)
+    histogram = _m().accept_to_provider.labels(one_of(tier, TIERS), one_of(channel, CHANNELS))
     for seconds in accept_latencies:
         histogram.observe(max(0.0, seconds))
 
@@ -371,7 +317,7 @@ def notification_transitioned(n) -> None:
         if status in OUTCOME_STATUSES:
             record_outcome(status=status, reason=reason, channel=channel, tier=tier)
         elif reason in DEFERRAL_REASONS:
-            _m().deferrals.labels(reason, _one_of(channel, CHANNELS), _one_of(tier, TIERS)).inc()
+            _m().deferrals.labels(reason, one_of(channel, CHANNELS), one_of(tier, TIERS)).inc()
 
     _on_commit(record)
 
@@ -432,7 +378,7 @@ def task_published(queue: str) -> None:
     """``enqueue.enqueue_rollback_unsafe``: one send task published."""
     from core.queues import ALL_QUEUES
 
-    _m().published.labels(_one_of(queue, ALL_QUEUES)).inc()
+    _m().published.labels(one_of(queue, ALL_QUEUES)).inc()
 
 
 @_safe
@@ -458,14 +404,6 @@ def fanout_page_inserted(*, channel: str, tier: str, inserted, reasons: dict) ->
         _on_commit(record)
 
 
-_TASK_NAME = re.compile(r"^(notifications|campaigns)\.[a-z_]{1,40}$")  # our own tasks (notification_task)
-
-
-def task_label(name: str | None) -> str:
-    """A task name of ours (``campaigns.fan_out_page``, ``notifications.reconcile``…), else ``other``."""
-    return name if name and _TASK_NAME.match(name) else "other"
-
-
 @_safe
 def task_failed(sender=None, **_kwargs) -> None:
     """Celery ``task_failure``: one task run raised (counted whatever the task; its name bounded)."""
@@ -483,7 +421,7 @@ def invalid_zone_fell_back(where: str, count: int = 1) -> None:
     """A stored zone name was not an IANA zone and the fallback zone was used instead; ``where``:
     ``fanout`` or ``quiet_hours``."""
     if count:
-        _m().invalid_zones.labels(_one_of(where, ("fanout", "quiet_hours"))).inc(count)
+        _m().invalid_zones.labels(one_of(where, ("fanout", "quiet_hours"))).inc(count)
 
 
 # --- process lifecycle ------------------------------------------------------------------------
@@ -510,176 +448,3 @@ try:
     task_retry.connect(task_retried, weak=False)
 except ImportError:  # pragma: no cover - celery is a dependency
     pass
-
-
-# --- scrape-time gauges -----------------------------------------------------------------------
-
-def _breaker_gauge(dj_settings) -> GaugeMetricFamily:
-    """``notify_provider_breaker_state{provider}``: 0 closed, 1 half-open, 2 open (shared in Redis)."""
-    from providers.isolation import breaker_state
-
-    gauge = GaugeMetricFamily("notify_provider_breaker_state",
-                              "Circuit breaker of each configured provider: 0 closed, 1 half-open (probing), 2 open.",
-                              labels=["provider"])
-    names = [e["NAME"] for entries in (getattr(dj_settings, "PROVIDERS", None) or {}).values() for e in entries]
-    for name in dict.fromkeys(names):
-        state = breaker_state(name)["state"]
-        if state != "unknown":
-            gauge.add_metric([provider_label(name)], {"closed": 0, "half_open": 1, "open": 2}.get(state, 0))
-    return gauge
-
-
-class OpsCollector:
-    """Gauges computed at scrape time from Redis (queues, heartbeat) and Postgres (pipeline state)."""
-
-    def describe(self):
-        return []  # do not collect at registration
-
-    def collect(self):
-        from core.redis_client import get_redis
-        from notifications import health
-
-        started = time.monotonic()
-        up = GaugeMetricFamily("notify_scrape_source_up",
-                               "1 if the source answered this scrape, 0 if not (its gauges are then missing).",
-                               labels=["source"])
-
-        # Broker: queue depths and the age of the oldest waiting message per send queue.
-        try:
-            queues = health.queue_snapshot()
-            depth = GaugeMetricFamily("notify_queue_depth", "Messages waiting in the Celery queue (broker LLEN).",
-                                      labels=["queue"])
-            oldest = GaugeMetricFamily(
-                "notify_queue_oldest_age_seconds",
-                "Age (now - queued_at) of the notifications in the oldest message waiting in a send queue; "
-                "0 when the queue is empty.", labels=["queue"])
-            for queue, info in queues.items():
-                depth.add_metric([queue], info["depth"])
-                if info["oldest_age"] is not None:
-                    oldest.add_metric([queue], info["oldest_age"])
-            yield depth
-            yield oldest
-            up.add_metric(["broker"], 1)
-        except Exception as exc:
-            log.warning("metrics: broker gauges unavailable: %s", exc)
-            up.add_metric(["broker"], 0)
-
-        # Redis: the scheduler heartbeat.
-        try:
-            age = health.beat_heartbeat_age(get_redis())
-            if age is not None:
-                yield GaugeMetricFamily("notify_scheduler_heartbeat_age_seconds",
-                                        "Seconds since the scheduler (release_due, run by beat) last ran.", value=age)
-            yield _breaker_gauge(settings)
-            up.add_metric(["redis"], 1)
-        except Exception as exc:
-            log.warning("metrics: heartbeat gauge unavailable: %s", exc)
-            up.add_metric(["redis"], 0)
-
-        # Postgres: pending rows, scheduler lag, expired leases, dead letters.
-        try:
-            snap = health.pipeline_snapshot()
-            pending = GaugeMetricFamily(
-                "notify_notifications_pending",
-                f"Notifications waiting in a non-terminal status (counted up to {health.COUNT_CAP}).",
-                labels=["status"])
-            for status, count in snap["pending"].items():
-                pending.add_metric([status], count)
-            yield pending
-            yield GaugeMetricFamily("notify_scheduler_due_unreleased",
-                                    "Scheduled notifications already due but not yet released.",
-                                    value=snap["due_unreleased"])
-            yield GaugeMetricFamily("notify_scheduler_lag_seconds",
-                                    "How long the oldest due scheduled notification has been due (0 if none).",
-                                    value=snap["scheduler_lag_seconds"])
-            if snap["oldest_queued_age_seconds"] is not None:
-                yield GaugeMetricFamily("notify_queued_oldest_age_seconds",
-                                        "Age of the oldest queued notification in Postgres (whatever the broker "
-                                        "holds).",
-                                        value=snap["oldest_queued_age_seconds"])
-            yield GaugeMetricFamily("notify_expired_leases",
-                                    "Notifications in sending whose worker lease ran out (the reconciler "
-                                    "re-drives them).",
-                                    value=snap["expired_leases"])
-            yield GaugeMetricFamily("notify_dead_letters", "Dead letters waiting for a person (admin › Dead letters).",
-                                    value=snap["dead_letters"])
-            yield GaugeMetricFamily("notify_dead_letters_oldest_age_seconds",
-                                    "Age of the oldest dead letter (0 if none).",
-                                    value=snap["dead_letters_oldest_age_seconds"] or 0.0)
-            up.add_metric(["postgres"], 1)
-        except Exception as exc:
-            log.warning("metrics: Postgres gauges unavailable: %s", exc)
-            up.add_metric(["postgres"], 0)
-        yield up
-        yield GaugeMetricFamily("notify_scrape_duration_seconds", "Time this scrape spent computing the gauges.",
-                                value=time.monotonic() - started)
-
-
-class _LocalCollector:
-    """Single-process fallback (PROMETHEUS_MULTIPROC_DIR unset when prometheus-client was imported)."""
-
-    def describe(self):
-        return []
-
-    def collect(self):
-        yield from _m().registry.collect()
-
-
-def registry_for_scrape() -> CollectorRegistry:
-    """A fresh registry: every process's event series (summed) plus the scrape-time gauges."""
-    registry = CollectorRegistry()
-    if MULTIPROCESS:
-        multiprocess.MultiProcessCollector(registry, path=os.environ["PROMETHEUS_MULTIPROC_DIR"])
-    else:
-        registry.register(_LocalCollector())
-    registry.register(OpsCollector())
-    return registry
-
-
-# --- /metrics -----------------------------------------------------------------------------------
-
-_LOOPBACK = frozenset({"127.0.0.1", "::1", "::ffff:127.0.0.1"})
-_PROXY_HEADERS = ("HTTP_X_FORWARDED_FOR", "HTTP_FORWARDED", "HTTP_X_REAL_IP")
-
-
-def _refusal(request):
-    """``None`` if the request may read /metrics, else the response refusing it.
-
-    With ``METRICS_TOKEN`` set: ``Authorization: Bearer <METRICS_TOKEN>`` is required from anywhere
-    (401 otherwise). Unset outside local development (``settings.LOCAL_DEVELOPMENT``): every request
-    is refused (403), whatever its peer address or forwarding headers say, since which headers a
-    proxy sets or strips is not ours to know. Unset in local development: only loopback clients that
-    did not come through a proxy (no X-Forwarded-For/Forwarded/X-Real-IP header) are answered (403
-    otherwise).
-    """
-    token = getattr(settings, "METRICS_TOKEN", "") or ""
-    if not token and not getattr(settings, "LOCAL_DEVELOPMENT", False):
-        return JsonResponse({"error": {"status": 403, "code": "forbidden",
-                                       "message": "METRICS_TOKEN is not set: outside local development /metrics "
-                                                  "answers only Authorization: Bearer <METRICS_TOKEN>"}},
-                            status=403)
-    if token:
-        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode()):
-            return None
-        response = JsonResponse({"error": {"status": 401, "code": "unauthorized",
-                                           "message": "send Authorization: Bearer <METRICS_TOKEN>"}}, status=401)
-        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
-        return response
-    local = request.META.get("REMOTE_ADDR") in _LOOPBACK
-    if local and not any(request.META.get(h) for h in _PROXY_HEADERS):
-        return None
-    return JsonResponse({"error": {"status": 403, "code": "forbidden",
-                                   "message": "METRICS_TOKEN is not set: /metrics answers local requests only"}},
-                        status=403)
-
-
-@never_cache
-@require_GET
-def metrics_view(request):
-    """Prometheus text exposition of every series (docs/OPERATIONS.md)."""
-    refused = _refusal(request)
-    if refused is not None:
-        return refused
-    return HttpResponse(generate_latest(registry_for_scrape()), content_type=CONTENT_TYPE_LATEST)
-

@@ -1,4 +1,4 @@
-"""Notifications, the delivery log and API clients (DESIGN.md §4–6)."""
+"""Notifications, the delivery log and API clients (docs/ARCHITECTURE.md §4–6)."""
 
 from __future__ import annotations
 
@@ -70,10 +70,6 @@ class Status(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
 
 
-TERMINAL_STATUSES = frozenset({Status.DELIVERED, Status.FAILED, Status.SUPPRESSED, Status.EXPIRED,
-                               Status.CANCELLED})
-
-
 class Reason(models.TextChoices):
     """Why a notification was not (yet) delivered. Shown to support agents."""
 
@@ -109,7 +105,7 @@ class Reason(models.TextChoices):
 
 
 class Notification(models.Model):
-    """One message to one recipient on one channel (DESIGN.md §4–5).
+    """One message to one recipient on one channel (docs/ARCHITECTURE.md §4–5).
 
     The id is derived, never random: ``uuid5(NOTIFICATION_ID_NAMESPACE, f"{client_id}:{key}")`` for
     API sends, so a repeated creation yields the same id and the primary key rejects the copy.
@@ -201,10 +197,6 @@ class Notification(models.Model):
 
     def __str__(self) -> str:
         return f"{self.channel} {self.priority} to {self.recipient_id} ({self.status})"
-
-    @property
-    def queue_name(self) -> str:
-        return f"{self.priority}.{self.channel}"
 
 
 class DeadLetter(Notification):

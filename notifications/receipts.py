@@ -1,8 +1,10 @@
-"""Delivery receipts: normalised provider events applied to notifications (DESIGN.md §5).
+"""Delivery receipts: normalised provider events applied to notifications (docs/ARCHITECTURE.md §5).
 
 Provider webhooks (``providers/twilio/webhooks.py``, ``providers/sendgrid/webhooks.py``) verify the
-signature, map the provider's vocabulary to a :class:`Receipt`, and call :func:`accept_receipts`,
-which queues them for the receipts worker (:func:`apply_wire` → :func:`apply_receipts`).
+signature, map the provider's vocabulary to a provider-neutral :class:`providers.receipts.Receipt`,
+and publish it (:func:`providers.receipts.publish`); this app subscribes :func:`accept_receipts`
+(``NotificationsConfig.ready``), which queues them for the receipts worker (:func:`apply_wire` →
+:func:`apply_receipts`). Providers import nothing of this module.
 
 Rules:
 
@@ -38,7 +40,7 @@ Rules:
   seconds, ``delivered`` may come much later: without it a timed-out 1,000-recipient request was
   re-sent whole once the wait ran out). Other non-terminal rows (never claimed, retrying after a
   transient error, deferred for quiet hours) only store the receipt.
-* **Contact hygiene** (``shared/reference/providers.md`` §1(c), §2(c)): hard bounce, ``dropped``
+* **Contact hygiene** (``docs/PROVIDERS.md`` §1(c), §2(c)): hard bounce, ``dropped``
   for a bounced/invalid address, Twilio 30005/30006 → the address/number is marked invalid;
   ``spamreport`` → email channel opt-out; ``unsubscribe``/``group_unsubscribe``/``dropped`` for an
   unsubscribed address → opt-out of the notification's category on email (the whole channel when it
@@ -53,7 +55,6 @@ import contextlib
 import dataclasses
 import logging
 import uuid
-from dataclasses import dataclass
 from datetime import datetime
 
 from celery import current_app
@@ -69,59 +70,28 @@ from notifications import metrics, sent_markers
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
 from notifications.recording import shown
 from preferences.models import Preferences, Recipient, SmsStop
+from providers.receipts import (
+    ACCEPTED,
+    COMPLAINT,
+    DEFERRED,
+    DELIVERED,
+    ENGAGEMENT,
+    FAILED,
+    UNSUBSCRIBE,
+    Receipt,
+)
 
 log = logging.getLogger(__name__)
 
-# Normalised receipt kinds.
-ACCEPTED = "accepted"  # queued/accepted/sent/processed: the provider has it; no state change
-DELIVERED = "delivered"
-DEFERRED = "deferred"  # the provider retries; no state change
-FAILED = "failed"  # undelivered/failed/bounce/dropped
-COMPLAINT = "complaint"  # spamreport
-UNSUBSCRIBE = "unsubscribe"
-ENGAGEMENT = "engagement"  # open/click/read: recorded only
-
 UNKNOWN_COUNTER_KEY = "receipts:unknown"
 
-# Twilio status-callback error codes with a contact consequence (providers.md §1(c)).
+# Twilio status-callback error codes with a contact consequence (docs/PROVIDERS.md §1(c)).
 TWILIO_DEAD_NUMBER = {"30005": "unknown_handset", "30006": "landline"}
 TWILIO_BLOCKED = "30004"
 
 #: ``scheduled``/``queued`` rows with these reasons wait for a re-send after a call whose outcome
 #: was never learned: a delivered/failed receipt settles them (module docstring).
 RESEND_PENDING_REASONS = frozenset({Reason.OUTCOME_UNKNOWN, Reason.LEASE_EXPIRED})
-
-
-@dataclass(frozen=True)
-class Receipt:
-    """One provider event about one message.
-
-    Attributes:
-        provider: ``"twilio"`` / ``"sendgrid"``.
-        dedup_key: unique per provider event, at most 200 characters (see the module docstring).
-        kind: one of the normalised kinds above.
-        raw: the provider's own word (``"undelivered"``, ``"bounce"``, ``"delivered"``…).
-        notification_id: our id if the provider echoed it (Twilio ``?nid=``, SendGrid custom arg).
-        provider_message_id: Twilio ``MessageSid`` / SendGrid ``sg_message_id`` prefix.
-        error_code: Twilio ``ErrorCode``, SendGrid bounce ``status`` (e.g. ``5.1.1``) or ``""``.
-        detail: human-readable detail (bounce reason…), never message content.
-        invalid_address: email contact is dead (mark invalid).
-        sender: Twilio ``From`` (for per-sender STOP).
-        occurred_at: when the provider says the event happened (aware UTC; SendGrid ``timestamp``),
-            ``None`` if it did not say (Twilio). Only a candidate for ``sent_at``, checked first.
-    """
-
-    provider: str
-    dedup_key: str
-    kind: str
-    raw: str
-    notification_id: str | None = None
-    provider_message_id: str = ""
-    error_code: str = ""
-    detail: str = ""
-    invalid_address: bool = False
-    sender: str = ""
-    occurred_at: datetime | None = None
 
 
 def _find(receipt: Receipt) -> Notification | None:

@@ -1,4 +1,4 @@
-"""Recording the outcome of a send (DESIGN.md §6 steps 8–9): attempt rows, the row's next state,
+"""Recording the outcome of a send (docs/ARCHITECTURE.md §6 steps 8–9): attempt rows, the row's next state,
 retries and dead letters, contact hygiene. Shared by the single-row path (notifications/sending.py)
 and the batch path (notifications/batch.py), so both record alike.
 
@@ -116,7 +116,7 @@ def outcome_of(exc: Exception) -> str:
 
 
 def record_call(n: Notification, call: Call, attempts: list[DeliveryAttempt], devices: list[Device]) -> None:
-    """Turn the call's outcome into the row's next state (DESIGN.md §6 steps 8–9)."""
+    """Turn the call's outcome into the row's next state (docs/ARCHITECTURE.md §6 steps 8–9)."""
     now = clock.now()
     deactivate_dead_contacts(n, call)
     if call.accepted:

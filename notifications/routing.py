@@ -1,4 +1,4 @@
-"""The provider router for single sends (DESIGN.md §8): which provider of a channel a high-tier
+"""The provider router for single sends (docs/ARCHITECTURE.md §8): which provider of a channel a high-tier
 (or naive-mode) send goes to, with its bulkhead slots and budget tokens taken.
 """
 
@@ -40,7 +40,7 @@ class Route:
 
 
 def route_for(n: Notification, needed: int, exclude: list[str] = ()) -> Route:
-    """Pick the provider for a single (high-tier, or naive-mode) send (DESIGN.md §8 provider router).
+    """Pick the provider for a single (high-tier, or naive-mode) send (docs/ARCHITECTURE.md §8 provider router).
 
     High tier: the channel's providers in order; one is skipped while its circuit breaker is open,
     its high-tier bulkhead is full, or its budget (reserved high share, then the standard share)

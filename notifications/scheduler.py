@@ -1,4 +1,4 @@
-"""The scheduler and the reconciler: together they make the broker disposable (DESIGN.md §6).
+"""The scheduler and the reconciler: together they make the broker disposable (docs/ARCHITECTURE.md §6).
 
 * :func:`release_due` (beat, every second) moves due ``scheduled`` rows to ``queued`` with
   ``FOR UPDATE SKIP LOCKED`` and enqueues them after commit. Two schedulers running at once (an

@@ -15,12 +15,11 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from core.identifiers import user_id_problem
-from notifications.admin import RecipientNotificationInline, phone_search_term
 from preferences.admin_guard import ContentLookupGuard
 from preferences.admin_widgets import CategoryOptOutsField, channel_checkboxes
 from preferences.api.serializers import PreferencesSerializer
 from preferences.models import Device, Erasure, Preferences, Recipient
-from preferences.validation import validate_iana_zone
+from preferences.validation import phone_search_term, validate_iana_zone
 
 
 def _messages(detail) -> list[str]:
@@ -156,7 +155,8 @@ class RecipientAdmin(ContentLookupGuard, admin.ModelAdmin):
     search_fields = ["=user_id", "=phone", "email"]
     search_help_text = "Exact user id, or phone in international format (+49 151 1234 5678); email (contains)."
     readonly_fields = ["created_at", "updated_at", "email_invalid_at", "phone_invalid_at", "erasure_history"]
-    inlines = [PreferencesInline, DeviceInline, RecipientNotificationInline]
+    #: notifications/admin.py appends the recipient's notifications (RecipientNotificationInline).
+    inlines = [PreferencesInline, DeviceInline]
     show_full_result_count = False
 
     def get_search_results(self, request, queryset, search_term):

@@ -1,4 +1,4 @@
-"""Admin hardening shared by every app's admin pages (DESIGN.md §10).
+"""Admin hardening shared by every app's admin pages (docs/ARCHITECTURE.md §10).
 
 * :class:`ContentLookupGuard`, a ModelAdmin mixin: no changelist lookup and no search may reach a
   field that holds message content, for any staff user, superusers included. A model names its

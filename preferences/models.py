@@ -1,4 +1,4 @@
-"""Recipients (end users), their devices and their delivery preferences (DESIGN.md §4)."""
+"""Recipients (end users), their devices and their delivery preferences (docs/ARCHITECTURE.md §4)."""
 
 from __future__ import annotations
 

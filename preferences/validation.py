@@ -44,6 +44,20 @@ def normalize_phone(value: str) -> str:
     return phonenumbers.format_number(parsed, phonenumbers.PhoneNumberFormat.E164)
 
 
+def phone_search_term(term: str) -> str | None:
+    """The E.164 form of a phone number typed into an admin search box (``+49 151 1234 5678``,
+    ``+49 (151) 1234-5678``), or None when ``term`` is not a valid number in international format."""
+    term = term.strip()
+    if not term.startswith("+") or not any(c.isdigit() for c in term):
+        return None
+    if any(not (c.isdigit() or c in " +-./()") for c in term):
+        return None
+    try:
+        return normalize_phone(term)
+    except ValidationError:
+        return None
+
+
 def validate_iana_zone(value: str) -> str:
     """Return ``value`` if it is an IANA zone name such as ``Europe/Berlin`` (or ``UTC``).
 

@@ -4,7 +4,7 @@ Every backend (``providers/<name>/backend.py``) subclasses one of the channel ba
 implements :meth:`ProviderBackend.send`. The delivery pipeline (``notifications.services``) only ever
 talks to this module's types, so a new provider is a new package and a line in settings.
 
-Error hierarchy (after django-anymail / healthchecks, see ``shared/reference/style-anchors.md``)::
+Error hierarchy (after django-anymail's and healthchecks' error classes)::
 
     ProviderError                  anything the provider said no to, or could not be reached
     ├── TransientProviderError     retry with backoff: timeouts, connection errors, 5xx, 429
@@ -91,8 +91,6 @@ class ProviderError(Exception):
             else ``None``.
     """
 
-    transient: ClassVar[bool] = False
-
     def __init__(
         self,
         provider: str,
@@ -112,8 +110,6 @@ class ProviderError(Exception):
 
 class TransientProviderError(ProviderError):
     """Retry later with backoff (timeouts, connection errors, 5xx, 429)."""
-
-    transient = True
 
 
 def transport_code(exc: BaseException | None) -> str:

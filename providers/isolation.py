@@ -1,4 +1,4 @@
-"""Isolation under load and provider trouble (DESIGN.md §8), with shared state in Redis.
+"""Isolation under load and provider trouble (docs/ARCHITECTURE.md §8), with shared state in Redis.
 
 Three mechanisms, each keyed by provider name (``settings.PROVIDERS[...]["NAME"]``) and shared by
 every worker process through Redis, so the limits hold for the whole platform, not per process:
@@ -295,7 +295,7 @@ def breaker_state(provider: str) -> dict:
         raw = get_redis().hgetall(f"breaker:{provider}")
     except redis.RedisError:
         return {"state": "unknown", "until_ms": 0, "opened": 0}
-    raw = {k.decode(): v.decode() for k, v in raw.items()}
+    raw = {k.decode(): v.decode() for k, v in raw.items()}  # type: ignore[union-attr]
     return {"state": raw.get("state", "closed"), "until_ms": int(float(raw.get("until", 0) or 0)),
             "opened": int(raw.get("opened", 0) or 0)}
 
@@ -351,8 +351,10 @@ def slots_in_use(provider: str, tier: str) -> int:
 
 
 def check_isolation_settings() -> list[str]:
-    """Problems with ``settings.PROVIDER_LIMITS``, ``NOTIFY["BATCH_SIZE"|"SEND_CONCURRENCY"]`` and
-    the lease, each naming the setting and the rule (empty when all is well)."""
+    """Problems with ``settings.PROVIDER_LIMITS`` (rates, reserved high share, bursts, bulkheads,
+    breakers) of every configured provider, each naming the setting and the rule (empty when all is
+    well). The pipeline's own settings (batch sizes, concurrency, lease) are checked by the
+    notifications app (``notifications.apps.check_pipeline_settings``)."""
     problems: list[str] = []
     names = {e.get("NAME") for entries in (getattr(settings, "PROVIDERS", None) or {}).values()
              for e in entries if isinstance(e, dict)}
@@ -368,7 +370,7 @@ def check_isolation_settings() -> list[str]:
                             f"got {limits.rate_per_s:g}")
         config = {**settings.PROVIDER_LIMITS["DEFAULT"], **settings.PROVIDER_LIMITS.get(name, {})}
         fraction = config.get("HIGH_RESERVED_FRACTION")
-        if config.get("HIGH_RESERVED_PER_S") is None and not 0 <= float(fraction) < 1:
+        if config.get("HIGH_RESERVED_PER_S") is None and not 0 <= float(fraction) < 1:  # type: ignore[arg-type]
             problems.append(f"{where} HIGH_RESERVED_FRACTION (PROVIDER_HIGH_RESERVED_FRACTION) must be in "
                             f"[0, 1): standard traffic needs a share, got {fraction}")
         elif limits.rate_per_s > 0 and not 0 <= limits.high_reserved_per_s < limits.rate_per_s:
@@ -388,21 +390,4 @@ def check_isolation_settings() -> list[str]:
             problems.append(f"{where} BREAKER FAILURE_RATE must be in (0, 1], got {limits.breaker_failure_rate:g}")
         if limits.breaker_open_seconds <= 0:
             problems.append(f"{where} BREAKER OPEN_SECONDS must be > 0, got {limits.breaker_open_seconds:g}")
-    notify = settings.NOTIFY
-    for channel, size in notify.get("BATCH_SIZE", {}).items():
-        top = 1000 if channel == "email" else 10_000
-        if not 1 <= int(size) <= top:
-            problems.append(f'NOTIFY["BATCH_SIZE"]["{channel}"] (BATCH_SIZE_{channel.upper()}) must be in 1..{top}'
-                            + (" (SendGrid takes at most 1,000 recipients per request)" if channel == "email" else "")
-                            + f", got {size}")
-    for channel, value in notify.get("SEND_CONCURRENCY", {}).items():
-        if int(value) < 1:
-            problems.append(f'NOTIFY["SEND_CONCURRENCY"]["{channel}"] (SEND_CONCURRENCY_{channel.upper()}) must be '
-                            f">= 1, got {value}")
-    timeout = float(settings.PROVIDER_TIMEOUT_SECONDS)
-    if float(notify["LEASE_SECONDS"]) < 2 * timeout:
-        problems.append(f"LEASE_SECONDS ({notify['LEASE_SECONDS']}) must be at least twice "
-                        f"PROVIDER_TIMEOUT_SECONDS ({timeout:g}): a lease must outlast one provider call")
-    if float(notify.get("BATCH_MAX_WAIT_SECONDS", 1)) <= 0:
-        problems.append("BATCH_MAX_WAIT_SECONDS must be > 0")
     return problems

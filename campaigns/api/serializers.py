@@ -14,6 +14,7 @@ from campaigns.services import local_time_problem
 from core import clock
 from core.api.fields import AwareDateTimeField, LabelField, RejectUnknownFields, WallTimeSecondsField
 from core.identifiers import MAX_USER_ID_LENGTH, no_control_pattern, user_id_problem
+from core.vocabulary import CATEGORY_PATTERN, TEMPLATE_LOCALE_PATTERN
 from notifications.api.serializers import (
     MAX_TTL_SECONDS,
     ContentSerializer,
@@ -96,7 +97,7 @@ def content_errors(parts: dict[str, str], prefix: str = "") -> dict[str, seriali
 
 
 class VariantSerializer(RejectUnknownFields, serializers.Serializer):
-    locale = serializers.RegexField(r"^[A-Za-z]{2,3}(?:-[A-Za-z0-9]{2,8})*$", max_length=35)
+    locale = serializers.RegexField(TEMPLATE_LOCALE_PATTERN.pattern, max_length=35)
     title = serializers.CharField(required=False, allow_blank=True, default="", max_length=998)
     body = serializers.CharField(max_length=100_000, trim_whitespace=False)
     html = serializers.CharField(required=False, allow_blank=True, default="", max_length=1_000_000,
@@ -153,7 +154,7 @@ class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
     segment_id = serializers.CharField(max_length=64, trim_whitespace=False)
     channel = serializers.ChoiceField(choices=Channel.choices)
     priority = serializers.ChoiceField(choices=Priority.choices, default=Priority.STANDARD)
-    category = serializers.RegexField(r"^[a-z0-9][a-z0-9_.-]{0,63}$", default="marketing", required=False)
+    category = serializers.RegexField(CATEGORY_PATTERN.pattern, default="marketing", required=False)
     content = ContentSerializer(required=False, allow_null=True)
     template_id = serializers.CharField(required=False, allow_null=True, max_length=64, trim_whitespace=False)
     scheduled_at = AwareDateTimeField(required=False, allow_null=True, default=None)

@@ -21,11 +21,10 @@ from campaigns.api.serializers import (
     TemplateSerializer,
 )
 from campaigns.models import Campaign, CampaignStatus, MissedPolicy, Segment, SegmentMember, Template
-from core.api import parameters
+from core.api import audit_notes, parameters
 from core.api.errors import BODY, MissingScope, NotFoundError, NotOwner, error_responses, field_error, response_headers
 from core.api.pagination import Ordering, list_page, page_parameters, page_serializer
 from core.api.scopes import Scope
-from notifications import audit
 from notifications.api.serializers import AcceptedSerializer
 from notifications.api.views import (
     IDEMPOTENCY_PARAMETERS,
@@ -128,7 +127,7 @@ class SegmentView(APIView):
             segment, created = services.upsert_segment(segment_id, client=request.auth, **ser.validated_data)
         except ownership.NotOwner as exc:  # created by another client meanwhile
             raise _refused(exc) from None
-        audit.note_changes(request, None if created or existing is None else _segment_state(existing),
+        audit_notes.note_changes(request, None if created or existing is None else _segment_state(existing),
                            _segment_state(segment))
         return Response(_segment_payload(segment), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
@@ -192,7 +191,7 @@ class SegmentMembersView(APIView):
             result = services.change_members(segment, client=request.auth, **ser.validated_data)
         except (ownership.NotOwner, ownership.NeedsHighScope) as exc:  # a campaign made meanwhile
             raise _refused(exc) from None
-        audit.note_fields(request, ["members"] if result["added"] or result["removed"] else [])
+        audit_notes.note_fields(request, ["members"] if result["added"] or result["removed"] else [])
         result["member_count"] = segment.members.count()
         return Response(result)
 
@@ -224,7 +223,7 @@ class TemplateView(APIView):
         except (ownership.NotOwner, ownership.NeedsHighScope) as exc:
             raise _refused(exc) from None
         created = existing is None
-        audit.note_changes(request, before, _template_state(template))
+        audit_notes.note_changes(request, before, _template_state(template))
         return Response(self._payload(template), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     @extend_schema(parameters=[_TEMPLATE_ID, *response_headers()],
@@ -375,5 +374,5 @@ class CampaignCancelView(APIView):
             campaign, _ = services.cancel_campaign(campaign_id)
         except services.CampaignNotCancellable as exc:
             return field_error("status", "not_cancellable", str(exc), 409, error_code="conflict")
-        audit.note_fields(request, ["status"])
+        audit_notes.note_fields(request, ["status"])
         return Response(CampaignSerializer(campaign).data)

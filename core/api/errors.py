@@ -23,12 +23,6 @@ from rest_framework.views import exception_handler as drf_exception_handler
 from core.api.refusals import MissingScope, NotOwner
 
 
-class UnprocessableEntity(exceptions.APIException):
-    status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
-    default_detail = "The request is well-formed but cannot be processed."
-    default_code = "unprocessable"
-
-
 class NotFoundError(exceptions.NotFound):
     """404 naming the path field that matched nothing: ``NotFoundError("user_id", "no user 'bob'")``."""
 

@@ -16,6 +16,7 @@ from rest_framework import serializers
 from rest_framework.settings import api_settings
 
 from core.identifiers import control_character_problem, no_control_pattern
+from core.vocabulary import CATEGORY_PATTERN
 
 
 def _json_type(value) -> str:
@@ -25,7 +26,7 @@ def _json_type(value) -> str:
         return "boolean"
     if isinstance(value, int | float):
         return "number"
-    return {str: "string", list: "array", dict: "object"}.get(type(value), type(value).__name__)
+    return {str: "string", list: "array", dict: "object"}.get(type(value), type(value).__name__)  # type: ignore[call-overload]
 
 
 def _expected_json_type(field) -> str | None:
@@ -136,7 +137,7 @@ class AwareDateTimeField(serializers.Field):
         return value.isoformat() if value else None
 
 
-@extend_schema_field({"type": "string", "pattern": r"^[a-z0-9][a-z0-9_.-]{0,63}$", "maxLength": 64})
+@extend_schema_field({"type": "string", "pattern": CATEGORY_PATTERN.pattern, "maxLength": 64})
 class CategoryField(serializers.CharField):
     """A category name (or empty: drf-spectacular adds that alternative for ``allow_blank``, so the
     pattern must not match "" too, or ``oneOf`` refuses it); checked by ``validate_category``

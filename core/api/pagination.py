@@ -135,7 +135,7 @@ def page(qs: QuerySet, ordering: Ordering, *, limit: int, cursor: str | None,
     if not more or not rows:
         return rows, None
     last = rows[-1]
-    values = key(last) if key else [getattr(last, f) for f in ordering.fields]
+    values = key(last) if key else [getattr(last, f) for f in ordering.fields]  # type: ignore[assignment]
     return rows, encode_cursor(values)
 
 

@@ -63,7 +63,7 @@ class IdRule:
         """The OpenAPI parameter ``name`` following this rule."""
         kwargs.setdefault("examples", [OpenApiExample(k, value=v) for k, v in self.examples.items()] or None)
         kwargs.setdefault("description", self.description[:1].upper() + self.description[1:] + ".")
-        return OpenApiParameter(name, dict(self.schema), location, **kwargs)
+        return OpenApiParameter(name, dict(self.schema), location, **kwargs)  # type: ignore[arg-type]
 
 
 def _pattern_problem(pattern: re.Pattern, max_length: int) -> Callable[[str], str]:

@@ -1,7 +1,7 @@
 """Request/response shapes for ``/v1/notifications``.
 
 Channel rules (sources: Twilio Messages API docs for the 1,600-character body limit; FCM HTTP v1
-docs for the 4,096-byte data payload limit, ``shared/reference/providers.md`` §1, §3):
+docs for the 4,096-byte data payload limit, ``docs/PROVIDERS.md`` §1, §3):
 
 * sms: ``body`` ≤ 1,600 characters; no ``title``/``html``.
 * email: ``title`` (the subject) required, ≤ 998 characters (RFC 5322 line limit); optional ``html``.

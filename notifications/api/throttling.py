@@ -2,7 +2,7 @@
 
 The rate is the client's ``rate_limit`` (DRF syntax, ``"600/min"``) or
 ``settings.API_DEFAULT_RATE_LIMIT``. If Redis is unreachable the throttle lets the request through:
-losing Redis may delay notifications, never refuse them (DESIGN.md §2).
+losing Redis may delay notifications, never refuse them (docs/ARCHITECTURE.md §2).
 """
 
 from __future__ import annotations

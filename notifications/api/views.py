@@ -7,12 +7,11 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from campaigns.ownership import readable_notifications
-from core.api import parameters
+from core.api import audit_notes, parameters
 from core.api.errors import BODY, MissingScope, error_responses, field_error, response_headers
 from core.api.pagination import Ordering, list_page, page_parameters, page_serializer
 from core.api.scopes import Scope
-from notifications import audit, services
+from notifications import services
 from notifications.api.serializers import (
     AcceptedSerializer,
     CancelledSerializer,
@@ -21,6 +20,7 @@ from notifications.api.serializers import (
     SendRequestSerializer,
 )
 from notifications.models import Notification, Priority, Status
+from notifications.readers import readable_notifications
 from preferences.api.views import _USER_ID, recipient_or_404
 from preferences.models import Channel
 
@@ -69,7 +69,7 @@ def check_priority_scope(request, priority: str) -> None:
 def note_given_fields(request, serializer_class) -> None:
     """Audit (:mod:`notifications.audit`): a create changed the request's fields that the serializer knows."""
     known = serializer_class().fields
-    audit.note_fields(request, [k for k in request.data if k in known])
+    audit_notes.note_fields(request, [k for k in request.data if k in known])
 
 
 def key_reused() -> Response:
@@ -142,7 +142,7 @@ def _own(request, notification_id):
 
 
 def _readable(request, notification_id):
-    """The notification if this client may read it (:func:`campaigns.ownership.readable_notifications`,
+    """The notification if this client may read it (:func:`notifications.readers.readable_notifications`,
     the rule ``GET /v1/users/{id}/notifications`` lists by too)."""
     return readable_notifications(request.auth).filter(pk=notification_id)
 
@@ -179,7 +179,7 @@ class NotificationCancelView(APIView):
                                error_code="not_found")
         except services.NotCancellable as exc:
             return field_error("status", "not_cancellable", str(exc), 409, error_code="conflict")
-        audit.note_fields(request, ["status"])
+        audit_notes.note_fields(request, ["status"])
         return Response({"id": str(n.pk), "status": n.status})
 
 
@@ -189,7 +189,7 @@ _USER_NOTIFICATION_FILTERS = {"status": Status.values, "channel": Channel.values
 
 class UserNotificationsView(APIView):
     """What this client sent to one user, newest first: the user's notifications it may read
-    (:func:`campaigns.ownership.readable_notifications`: its own single sends, and the sends of its
+    (:func:`notifications.readers.readable_notifications`: its own single sends, and the sends of its
     own campaigns and of those made in the admin), as ``GET /v1/notifications/{id}`` reads them."""
 
     required_scopes = {"get": Scope.READ}

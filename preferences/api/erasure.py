@@ -2,9 +2,10 @@
 
 One transaction over every layer's part, with the recipient row locked (a concurrent PUT or a second
 DELETE waits): :func:`preferences.services.erase_personal_data` (contacts, zone, locale, attributes,
-devices, preferences), :func:`campaigns.services.remove_from_every_segment`, and
-:func:`notifications.services.erase_notification_content` (pending sends cancelled, content removed,
-contacts scrubbed from delivery logs). An :class:`~preferences.models.Erasure` records who asked,
+devices, preferences), then each eraser the floors above registered with :func:`register_eraser`
+when Django started: the notifications app's ``erase_notification_content`` (pending sends
+cancelled, content removed, contacts scrubbed from delivery logs) and the campaigns app's
+``remove_from_every_segment``. This floor imports neither. An :class:`~preferences.models.Erasure` records who asked,
 when, and the counts.
 
 Idempotent: a repeat that finds nothing left to erase records nothing new and answers the last
@@ -13,12 +14,24 @@ erasure (``replayed: true``). A user re-created afterwards (new contacts via PUT
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from django.db import transaction
 
-from campaigns.services import remove_from_every_segment
-from notifications.services import erase_notification_content
 from preferences.models import Erasure, Recipient
 from preferences.services import erase_personal_data
+
+#: An eraser: ``(recipient_id, contacts, requested_by) -> {count name: int}``, run inside the
+#: erasure's transaction; the count names are :class:`~preferences.models.Erasure` fields.
+Eraser = Callable[[str, list[str], str], dict[str, int]]
+_erasers: list[Eraser] = []
+
+
+def register_eraser(eraser: Eraser) -> None:
+    """Add a floor's part of every erasure (once, however often it is registered); called from the
+    ``AppConfig.ready`` of an app that holds personal data of recipients."""
+    if eraser not in _erasers:
+        _erasers.append(eraser)
 
 
 def erase_user(recipient: Recipient, *, requested_by: str) -> tuple[Erasure, bool]:
@@ -26,11 +39,10 @@ def erase_user(recipient: Recipient, *, requested_by: str) -> tuple[Erasure, boo
     with transaction.atomic():
         recipient = Recipient.objects.select_for_update().get(pk=recipient.pk)
         held = erase_personal_data(recipient)
-        memberships = remove_from_every_segment(recipient.pk)
-        notes = erase_notification_content(recipient.pk, held["contacts"], by=requested_by)
         counts = {"contacts_erased": held["contacts_erased"], "devices_deleted": held["devices_deleted"],
-                  "preferences_deleted": held["preferences_deleted"], "segment_memberships_removed": memberships,
-                  **notes}
+                  "preferences_deleted": held["preferences_deleted"]}
+        for eraser in _erasers:
+            counts.update(eraser(recipient.pk, held["contacts"], requested_by))
         if not any(counts.values()):
             last = recipient.erasures.order_by("-erased_at", "-id").first()
             if last is not None:

@@ -7,10 +7,9 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api import parameters
+from core.api import audit_notes, parameters
 from core.api.errors import BODY, NotFoundError, error_responses, response_headers
 from core.api.scopes import Scope
-from notifications import audit
 from preferences import services
 from preferences.api.erasure import erase_user
 from preferences.api.serializers import (
@@ -72,7 +71,8 @@ class RecipientView(APIView):
         existing = Recipient.objects.filter(pk=user_id).first()
         recipient, created = services.upsert_recipient(user_id, **ser.validated_data)
         payload = recipient_payload(recipient)
-        audit.note_changes(request, None if created or existing is None else _contacts(existing), _contacts(recipient))
+        before = None if created or existing is None else _contacts(existing)
+        audit_notes.note_changes(request, before, _contacts(recipient))
         return Response(payload, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     @extend_schema(parameters=[_USER_ID, *response_headers()],
@@ -92,7 +92,7 @@ class RecipientView(APIView):
         erasure, replayed = erase_user(recipient, requested_by=f"api client {request.auth.name}")
         data = ErasureSerializer(erasure, context={"replayed": replayed}).data
         if not replayed:
-            audit.note_fields(request, [k for k in _ERASED if data[k]])
+            audit_notes.note_fields(request, [k for k in _ERASED if data[k]])
         return Response(data)
 
 
@@ -122,7 +122,7 @@ class PreferencesView(APIView):
         before = PreferencesSerializer().to_representation(Preferences.objects.filter(recipient=recipient).first())
         prefs = services.set_preferences(recipient, **ser.validated_data)
         after = PreferencesSerializer().to_representation(prefs)
-        audit.note_changes(request, before, after)
+        audit_notes.note_changes(request, before, after)
         return Response(after)
 
 
@@ -152,7 +152,7 @@ class DevicesView(APIView):
         ser.is_valid(raise_exception=True)
         existing = Device.objects.filter(push_token=ser.validated_data["push_token"]).first()
         device, created = services.register_device(recipient, **ser.validated_data)
-        audit.note_changes(request, None if created or existing is None else _device_state(existing),
+        audit_notes.note_changes(request, None if created or existing is None else _device_state(existing),
                            _device_state(device))
         code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
         return Response(DeviceSerializer(device).data, status=code)

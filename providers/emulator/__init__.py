@@ -15,7 +15,7 @@ It binds 127.0.0.1 only and serves, in one asyncio loop:
   Event Webhook batches (``receipts`` decides what, ``webhooks`` sends, ``signing`` signs), to
   loopback URLs only.
 
-The unmodified SDKs are pointed at it through the hooks in ``shared/reference/providers.md``, so they
+The unmodified SDKs are pointed at it through the hooks in ``docs/PROVIDERS.md``, so they
 parse its answers and raise their real exception classes. Accepted messages are recorded
 (``store``); rejected ones are only counted. Nothing here imports Django.
 """

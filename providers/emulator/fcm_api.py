@@ -1,6 +1,6 @@
 """FCM HTTP v1: ``POST /token`` (OAuth2 JWT bearer grant) and ``POST /v1/projects/{p}/messages:send``.
 
-Error bodies follow providers.md §3(b)::
+Error bodies follow docs/PROVIDERS.md §3(b)::
 
     {"error": {"code": 404, "message": "...", "status": "NOT_FOUND",
                "details": [{"@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError",

@@ -1,4 +1,4 @@
-"""Delivery receipts: which status callbacks / events follow an accepted message (providers.md §1(d), §2(d)).
+"""Delivery receipts: which status callbacks / events follow an accepted message (docs/PROVIDERS.md §1(d), §2(d)).
 
 Without a rule every accepted Twilio message that carried a ``StatusCallback`` gets ``sent`` then
 ``delivered``, and every accepted SendGrid recipient (when ``EMULATOR_SENDGRID_EVENTS_URL`` is set)

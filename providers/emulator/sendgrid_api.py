@@ -1,4 +1,4 @@
-"""SendGrid v3 Mail Send: ``POST /v3/mail/send`` (providers.md §2(b)).
+"""SendGrid v3 Mail Send: ``POST /v3/mail/send`` (docs/PROVIDERS.md §2(b)).
 
 Answers 202 with an empty body and ``X-Message-Id``, recording one message per personalization
 ``to`` address, or an error body ``{"errors": [{"message", "field", "help"}]}``. With an events URL
@@ -125,7 +125,7 @@ async def send_mail(request: web.Request) -> web.Response:
 
 
 def validate(payload: dict[str, Any], personalizations: list) -> list[tuple[str, str | None]]:
-    """SendGrid's documented request limits (providers.md §2(b)) as ``(message, field)`` problems."""
+    """SendGrid's documented request limits (docs/PROVIDERS.md §2(b)) as ``(message, field)`` problems."""
     problems: list[tuple[str, str | None]] = []
     sender = payload.get("from")
     if not isinstance(sender, dict) or not EMAIL.match(str(sender.get("email", ""))):

@@ -1,4 +1,4 @@
-"""Webhook signatures the real providers put on their callbacks (providers.md §1(d), §2(d)).
+"""Webhook signatures the real providers put on their callbacks (docs/PROVIDERS.md §1(d), §2(d)).
 
 * Twilio: ``X-Twilio-Signature`` = base64(HMAC-SHA1(AuthToken, url + Σ name+value, names sorted)),
   the same string ``twilio.request_validator.RequestValidator(token).compute_signature(url, params)``

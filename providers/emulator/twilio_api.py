@@ -1,4 +1,4 @@
-"""Twilio Messages API: create and list (providers.md §1(b)).
+"""Twilio Messages API: create and list (docs/PROVIDERS.md §1(b)).
 
 ``POST /2010-04-01/Accounts/{sid}/Messages.json`` answers 201 with a Message resource (``status:
 "queued"``) or an error body ``{"code", "message", "more_info", "status"}``; never ``type``/``title``,
@@ -79,7 +79,7 @@ _MAX_EXTRAS = 10_000
 
 
 def error(status: int, code: int, message: str | None = None, retry_after: float | None = None) -> web.Response:
-    """A Twilio error response (providers.md §1(b))."""
+    """A Twilio error response (docs/PROVIDERS.md §1(b))."""
     body = {
         "code": code,
         "message": message or MESSAGES.get(code, "Error"),
@@ -150,7 +150,7 @@ def message_resource(
     message_sid: str, account: str, to: str, sender: str | None, service_sid: str | None, body: str,
     num_media: int, created_ms: int,
 ) -> dict[str, Any]:
-    """A Twilio Message resource as created (providers.md §1(b)); ``created_ms`` is UTC epoch ms."""
+    """A Twilio Message resource as created (docs/PROVIDERS.md §1(b)); ``created_ms`` is UTC epoch ms."""
     created = format_datetime(datetime.fromtimestamp(created_ms / 1000, UTC).replace(microsecond=0))
     uri = f"/{API_VERSION}/Accounts/{account}/Messages/{message_sid}"
     return {

@@ -3,14 +3,14 @@
 Each backend instance owns a named Firebase app (deleted in ``close()``). ``messaging.send`` is used,
 one HTTP call per device and sequential (``send_each`` starts a thread per message).
 
-firebase-admin has no public endpoint override (providers.md §3(a)); :func:`redirect_fcm` sets the
+firebase-admin has no public endpoint override (docs/PROVIDERS.md §3(a)); :func:`redirect_fcm` sets the
 private ``_MessagingService._fcm_url`` of this app's messaging service, and raises
 ProviderConfigurationError if that hook disappears in an SDK upgrade.
 
 The SDK makes no retries and never sleeps: every retry is the pipeline's (scheduled, recorded,
 counted against the attempt budget). firebase-admin mounts urllib3
 ``Retry(connect=1, read=1, status=4, status_forcelist=[500, 503], allowed_methods=None,
-respect_retry_after_header=True)`` on its messaging session (providers.md, "The SDKs' own retries
+respect_retry_after_header=True)`` on its messaging session (docs/PROVIDERS.md, "The SDKs' own retries
 and async paths"): a read timeout re-sent the push (a duplicate no attempt log shows), a 500/503 was
 sent five times, and a 429/503 with ``Retry-After`` slept that long inside the call (longer than a
 row's lease). :func:`disable_sdk_retries`, another private hook, re-mounts every adapter of that
@@ -24,7 +24,7 @@ missing or expiring; a 401 adds at most two (token request + push) rounds (googl
 ``max_refresh_attempts``). Not covered here: google-auth's OAuth token request itself retries a
 5xx/429 of the token endpoint up to 3 attempts, sleeping about 1 s and 2 s between them
 (``google.oauth2._client``); that re-sends no push, but adds time to the call. Errors are classified
-per providers.md §3(c).
+per docs/PROVIDERS.md §3(c).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_SECONDS = 10.0
 FCM_ERROR_DETAIL = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
 BAD_REQUEST_DETAIL = "type.googleapis.com/google.rpc.BadRequest"
-#: ``fieldViolations[].field`` values that name the device token (providers.md §3(b)).
+#: ``fieldViolations[].field`` values that name the device token (docs/PROVIDERS.md §3(b)).
 TOKEN_FIELDS = frozenset({"message.token", "message.fid"})
 
 _app_numbers = itertools.count(1)
@@ -86,14 +86,14 @@ def redirect_fcm(app: firebase_admin.App, url: str) -> None:
     if get_service is None:
         raise ProviderConfigurationError(
             "fcm", "firebase_admin.messaging._get_messaging_service is gone: cannot redirect FCM "
-            "(see shared/reference/providers.md §3(a); pin firebase-admin or update the hook)",
+            "(see docs/PROVIDERS.md §3(a); pin firebase-admin or update the hook)",
             code="sdk_hook_missing",
         )
     service = get_service(app)
     if not hasattr(service, "_fcm_url"):
         raise ProviderConfigurationError(
             "fcm", "firebase_admin _MessagingService._fcm_url is gone: cannot redirect FCM "
-            "(see shared/reference/providers.md §3(a); pin firebase-admin or update the hook)",
+            "(see docs/PROVIDERS.md §3(a); pin firebase-admin or update the hook)",
             code="sdk_hook_missing",
         )
     service._fcm_url = url
@@ -117,12 +117,12 @@ def disable_sdk_retries(app: firebase_admin.App) -> None:
     if not isinstance(adapters, dict) or not adapters or not hasattr(session, "mount"):
         raise ProviderConfigurationError(
             "fcm", "firebase_admin messaging._get_messaging_service(app)._client.session is gone: cannot "
-            "disable the SDK's retries (see shared/reference/providers.md, \"The SDKs' own retries\"; "
+            "disable the SDK's retries (see docs/PROVIDERS.md, \"The SDKs' own retries\"; "
             "pin firebase-admin or update the hook)",
             code="sdk_hook_missing",
         )
     for prefix, old in list(adapters.items()):
-        session.mount(prefix, requests.adapters.HTTPAdapter(
+        session.mount(prefix, requests.adapters.HTTPAdapter(  # type: ignore[union-attr]
             pool_connections=getattr(old, "_pool_connections", requests.adapters.DEFAULT_POOLSIZE),
             pool_maxsize=getattr(old, "_pool_maxsize", requests.adapters.DEFAULT_POOLSIZE),
             pool_block=getattr(old, "_pool_block", requests.adapters.DEFAULT_POOLBLOCK),
@@ -149,7 +149,7 @@ def local_service_account(project_id: str, token_uri: str) -> dict[str, str]:
     """An in-memory service-account dict whose OAuth token endpoint is ``token_uri``.
 
     google-auth signs an RS256 JWT with the local key and exchanges it at ``token_uri``
-    (providers.md §3(a) option 1), so 401 handling behaves as with real credentials.
+    (docs/PROVIDERS.md §3(a) option 1), so 401 handling behaves as with real credentials.
     """
     return {
         "type": "service_account",
@@ -163,7 +163,7 @@ def local_service_account(project_id: str, token_uri: str) -> dict[str, str]:
 
 
 def build_message(message: OutboundMessage) -> messaging.Message:
-    """The FCM ``Message`` for one device token (providers.md §3(b)).
+    """The FCM ``Message`` for one device token (docs/PROVIDERS.md §3(b)).
 
     ``data`` = ``message.data`` plus ``notification_id``; Android ``collapse_key``/``priority``
     ("high" or "normal")/``ttl``; APNs headers ``apns-collapse-id``, ``apns-priority`` (10 or 5) and
@@ -301,7 +301,7 @@ class FcmPushBackend(PushBackend):
         return SendResult(provider=self.name, provider_message_id=name)
 
     def _classify(self, exc: exceptions.FirebaseError) -> Exception:
-        """Map a FirebaseError to our hierarchy (providers.md §3(c))."""
+        """Map a FirebaseError to our hierarchy (docs/PROVIDERS.md §3(c))."""
         response = exc.http_response
         status = response.status_code if response is not None else None
         error_code, fields = _error_details(response)
@@ -322,7 +322,7 @@ class FcmPushBackend(PushBackend):
         if response is None:
             # No HTTP answer: connection refused/reset or timed out (requests error as cause).
             return TransientProviderError(self.name, transport_code(exc.cause), text)
-        if status >= 500 or isinstance(
+        if status >= 500 or isinstance(  # type: ignore[operator]
             exc, (exceptions.UnavailableError, exceptions.InternalError, exceptions.DeadlineExceededError)
         ):
             return TransientProviderError(

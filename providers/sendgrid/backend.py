@@ -2,8 +2,8 @@
 
 Requests are plain dict bodies posted with ``sg.client.mail.send.post(request_body=..., timeout=...)``
 (the ``Mail`` helper classes cost about twice as much and reverse personalizations). Redirect to the
-emulator uses the documented ``host`` parameter (providers.md §2(a)). Errors are classified per
-providers.md §2(c).
+emulator uses the documented ``host`` parameter (docs/PROVIDERS.md §2(a)). Errors are classified per
+docs/PROVIDERS.md §2(c).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def sender(from_email: str) -> dict[str, str]:
 
 
 def build_request_body(message: OutboundMessage, from_email: str) -> dict[str, Any]:
-    """The v3 ``/mail/send`` JSON body for one recipient (providers.md §2(b)).
+    """The v3 ``/mail/send`` JSON body for one recipient (docs/PROVIDERS.md §2(b)).
 
     ``custom_args`` carries ``message.data`` plus ``notification_id`` (SendGrid merges custom args
     into every event, which is how webhooks are correlated). Content is text/plain, then text/html.
@@ -82,13 +82,13 @@ def substitution_bytes(message: OutboundMessage) -> int:
 
 
 def build_batch_body(messages: list[OutboundMessage], from_email: str, with_html: bool) -> dict[str, Any]:
-    """One ``/mail/send`` body for several recipients (providers.md §2(b); SendGrid docs, "Mail
+    """One ``/mail/send`` body for several recipients (docs/PROVIDERS.md §2(b); SendGrid docs, "Mail
     Send: personalizations" and "substitutions").
 
     Each message becomes one personalization: its own ``to``, ``subject``, ``custom_args`` (data +
     ``notification_id``) and ``substitutions`` carrying its rendered text (and HTML) body, which
     SendGrid puts in place of :data:`BODY_TAG` / :data:`HTML_TAG` in the shared content. Plain dicts:
-    the SDK's helper classes cost twice as much (calibration.md). All messages must have an HTML
+    the SDK's helper classes cost twice as much (docs/PERFORMANCE.md, "Calibration"). All messages must have an HTML
     body or none (``with_html``); at most :data:`MAX_PERSONALIZATIONS`.
     """
     personalizations = []
@@ -210,7 +210,7 @@ class SendGridEmailBackend(EmailBackend):
         """POST ``body`` to ``/v3/mail/send``; SendResult with ``X-Message-Id``, or raise (see send)."""
         timeout = float(self.option("TIMEOUT", DEFAULT_TIMEOUT_SECONDS))
         try:
-            response = self._client.client.mail.send.post(request_body=body, timeout=timeout)
+            response = self._client.client.mail.send.post(request_body=body, timeout=timeout)  # type: ignore[union-attr]
         except HTTPError as exc:
             raise self._classify(exc) from exc
         except TimeoutError as exc:
@@ -229,7 +229,7 @@ class SendGridEmailBackend(EmailBackend):
         return SendResult(provider=self.name, provider_message_id=message_id, raw_status="accepted")
 
     def _classify(self, exc: HTTPError) -> Exception:
-        """Map an HTTP error answer to our hierarchy (providers.md §2(c))."""
+        """Map an HTTP error answer to our hierarchy (docs/PROVIDERS.md §2(c))."""
         status = int(exc.status_code)
         text = _error_text(exc)
         if status in (401, 403):

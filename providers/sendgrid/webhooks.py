@@ -3,7 +3,7 @@
 Verified with the SDK's ``EventWebhook`` helper: ECDSA P-256/SHA-256 over the timestamp header plus
 the **raw** body, with the public key from ``SENDGRID_WEBHOOK_PUBLIC_KEY`` (base64 DER, as SendGrid's
 console shows it); timestamps more than 5 minutes from now are refused as replays
-(``shared/reference/providers.md`` §2(d)). Events map to receipts (§2(c)): ``processed`` → accepted;
+(``docs/PROVIDERS.md`` §2(d)). Events map to receipts (§2(c)): ``processed`` → accepted;
 ``delivered`` → delivered; ``deferred`` → deferred; ``bounce`` (``type`` bounce = hard, blocked =
 soft) and ``dropped`` → failed, with ``Bounced Address``/``Invalid`` and hard bounces marking the
 address invalid; ``spamreport`` → complaint; ``unsubscribe``/``group_unsubscribe`` and ``dropped``
@@ -33,7 +33,7 @@ from django.views.decorators.http import require_POST
 from sendgrid.helpers.eventwebhook import EventWebhook
 from sendgrid.helpers.eventwebhook.eventwebhook_header import EventWebhookHeader
 
-from notifications import receipts
+from providers import receipts
 from providers.webhooks import forbidden, storable_fields
 
 MAX_SKEW_SECONDS = 300
@@ -96,7 +96,7 @@ def dedup_key(event: dict) -> str:
 
 
 def to_receipt(event: dict) -> receipts.Receipt:
-    """Map one SendGrid event (a dict from the JSON array) to a :class:`~notifications.receipts.Receipt`."""
+    """Map one SendGrid event (a dict from the JSON array) to a :class:`~providers.receipts.Receipt`."""
     kind_raw = str(event.get("event", "")).lower()
     reason = str(event.get("reason", ""))
     invalid = False
@@ -155,7 +155,7 @@ def events(request):
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         return _unreadable(exc)
     items = payload if isinstance(payload, list) else [payload]
-    receipts.accept_receipts([to_receipt(storable_fields(e)) for e in items if isinstance(e, dict)])
+    receipts.publish([to_receipt(storable_fields(e)) for e in items if isinstance(e, dict)])
     return HttpResponse(status=204)
 
 

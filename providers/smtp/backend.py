@@ -1,8 +1,8 @@
 """SMTP email backend on Django's ``django.core.mail.backends.smtp.EmailBackend``.
 
 One recipient per message: with several recipients Django silently drops refused ones
-(providers.md §5). The SMTP session is kept open between sends and re-opened once if the server
-dropped it while idle. Errors are classified per providers.md §5.
+(docs/PROVIDERS.md §5). The SMTP session is kept open between sends and re-opened once if the server
+dropped it while idle. Errors are classified per docs/PROVIDERS.md §5.
 """
 
 from __future__ import annotations
@@ -131,16 +131,16 @@ class SmtpEmailBackend(EmailBackend):
         come within TIMEOUT as ``SMTPServerDisconnected`` too, and by then the server may have
         accepted the message (the pipeline reconciles or re-sends it, counted as an attempt).
         """
-        reused = self._connection.connection is not None
-        self._connection.open()
+        reused = self._connection.connection is not None  # type: ignore[union-attr]
+        self._connection.open()  # type: ignore[union-attr]
         try:
-            return self._connection.send_messages([email])
+            return self._connection.send_messages([email])  # type: ignore[union-attr]
         except smtplib.SMTPServerDisconnected as exc:
-            self._connection.close()
+            self._connection.close()  # type: ignore[union-attr]
             if not reused or _timed_out(exc):
                 raise
-            self._connection.open()
-            return self._connection.send_messages([email])
+            self._connection.open()  # type: ignore[union-attr]
+            return self._connection.send_messages([email])  # type: ignore[union-attr]
 
     def _drop_session(self) -> None:
         """Forget a session in an unknown state so the next send reconnects."""
@@ -150,7 +150,7 @@ class SmtpEmailBackend(EmailBackend):
                 self._connection.close()
 
     def _classify(self, exc: smtplib.SMTPException) -> Exception:
-        """Map an SMTP error to our hierarchy (providers.md §5)."""
+        """Map an SMTP error to our hierarchy (docs/PROVIDERS.md §5)."""
         if isinstance(exc, smtplib.SMTPRecipientsRefused):
             code, reply = next(iter(exc.recipients.values()), (0, b""))
             return self._reply_error(int(code), _text(reply), contact_invalid=True)

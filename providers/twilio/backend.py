@@ -1,12 +1,12 @@
 """Twilio SMS backend on the official ``twilio`` SDK (pinned 9.13.0).
 
 Redirect to a local server (the provider emulator) uses option B of
-``shared/reference/providers.md`` §1(a): an ``HttpClient`` subclass that swaps scheme and host of every
+``docs/PROVIDERS.md`` §1(a): an ``HttpClient`` subclass that swaps scheme and host of every
 request after the SDK has built the URL (so ``TWILIO_EDGE``/``TWILIO_REGION`` rewriting cannot corrupt a
-localhost URL). Errors are classified per providers.md §1(c).
+localhost URL). Errors are classified per docs/PROVIDERS.md §1(c).
 
 No retries: neither ``TwilioHttpClient`` nor the requests session under it retries on ``http://`` or
-``https://`` (providers.md §1(a), "The SDKs' own retries and async paths"; requests' default adapter
+``https://`` (docs/PROVIDERS.md §1(a), "The SDKs' own retries and async paths"; requests' default adapter
 is ``Retry(0, read=False)``), so one ``send`` is one POST. Twilio has no idempotency key, so after a
 call that got no answer :meth:`TwilioSmsBackend.find_accepted` looks for the message it may have
 created before the pipeline sends again.
@@ -47,9 +47,9 @@ LOOKUP_LIMIT = 20
 VALIDITY_PERIOD_MIN_SECONDS = 1
 VALIDITY_PERIOD_MAX_SECONDS = 36000
 
-#: Twilio error code -> ContactInvalidError reason (providers.md §1(c)).
+#: Twilio error code -> ContactInvalidError reason (docs/PROVIDERS.md §1(c)).
 CONTACT_INVALID_CODES = {21211: "invalid_number", 21610: "opted_out", 21614: "not_mobile"}
-#: Codes that mean our account/sender settings are wrong (providers.md §1(c)).
+#: Codes that mean our account/sender settings are wrong (docs/PROVIDERS.md §1(c)).
 CONFIGURATION_CODES = frozenset({20003, 21606, 21659, 21408})
 RATE_LIMIT_CODE = 20429
 
@@ -140,7 +140,7 @@ class TwilioSmsBackend(SmsBackend):
     ``send`` returns ``SendResult(provider="twilio", provider_message_id=<"SM…" sid>,
     raw_status=<"queued"/"accepted">)``. The message's ``ttl_seconds`` becomes ``ValidityPeriod``
     clamped to 1..36000 s. Twilio has no idempotency key: a timeout may hide an accepted message,
-    so a retry can duplicate it (providers.md §1(c)) unless :meth:`find_accepted` finds it first.
+    so a retry can duplicate it (docs/PROVIDERS.md §1(c)) unless :meth:`find_accepted` finds it first.
     """
 
     name: ClassVar[str] = "twilio"
@@ -195,7 +195,7 @@ class TwilioSmsBackend(SmsBackend):
         if validity is not None:
             params["validity_period"] = validity
         try:
-            created = self._client.messages.create(**params)
+            created = self._client.messages.create(**params)  # type: ignore[union-attr]
         except (TwilioRestException, TwilioServiceException) as exc:
             raise self._classify(exc) from exc
         except requests.exceptions.Timeout as exc:
@@ -242,7 +242,7 @@ class TwilioSmsBackend(SmsBackend):
             since = since.replace(tzinfo=UTC)
         not_before = since.astimezone(UTC).replace(microsecond=0)
         try:
-            listed = self._client.messages.list(to=message.to, from_=self.option("FROM_NUMBER"), limit=LOOKUP_LIMIT)
+            listed = self._client.messages.list(to=message.to, from_=self.option("FROM_NUMBER"), limit=LOOKUP_LIMIT)  # type: ignore[union-attr]
         except (TwilioException, requests.exceptions.RequestException, ValueError, KeyError, TypeError) as exc:
             status = getattr(exc, "status", None)
             logger.warning("twilio: lookup of notification %s failed (%s%s); it will be sent again",
@@ -263,7 +263,7 @@ class TwilioSmsBackend(SmsBackend):
         return float(self.option("TIMEOUT", DEFAULT_TIMEOUT_SECONDS))
 
     def _classify(self, exc: TwilioRestException | TwilioServiceException) -> Exception:
-        """Map a Twilio API error to our hierarchy (providers.md §1(c))."""
+        """Map a Twilio API error to our hierarchy (docs/PROVIDERS.md §1(c))."""
         status = int(exc.status) if exc.status is not None else None
         try:
             code = int(exc.code)

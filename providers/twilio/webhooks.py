@@ -1,7 +1,7 @@
 """``POST /webhooks/twilio/status``: Twilio message status callbacks (delivery receipts).
 
 Verified with the SDK's ``RequestValidator`` against the public URL (query included) and the form
-parameters, with the account's AuthToken (``shared/reference/providers.md`` §1(d)). Unsigned or
+parameters, with the account's AuthToken (``docs/PROVIDERS.md`` §1(d)). Unsigned or
 forged requests get 403 and change nothing; so are requests signed with the emulator's public
 built-in token (``providers/emulator/defaults.py``) unless the platform is in emulator mode.
 Statuses map to receipts as follows: ``queued``/``accepted``/``sending``/``sent``/``scheduled`` →
@@ -19,7 +19,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 from twilio.request_validator import RequestValidator
 
-from notifications import receipts
+from providers import receipts
 from providers.emulator.defaults import BUILT_IN_SECRETS
 from providers.webhooks import forbidden, public_url, storable, storable_fields
 
@@ -66,5 +66,5 @@ def status_callback(request):
         provider="twilio", dedup_key=f"twilio:{sid}:{status}:{code}", kind=STATUS_KINDS.get(status, "unknown"),
         raw=status or "unknown", notification_id=storable(request.GET.get("nid")), provider_message_id=sid,
         error_code=code, sender=params.get("From", "") or params.get("MessagingServiceSid", ""))
-    receipts.accept_receipts([receipt])
+    receipts.publish([receipt])
     return HttpResponse(status=204)

@@ -242,7 +242,7 @@ def test_redirect_fails_loudly_if_the_private_hook_is_gone(emu, monkeypatch):
 
 def test_the_sdk_retry_hook_still_exists_and_no_adapter_retries(emu):
     """Fails if firebase-admin moves the session ``disable_sdk_retries`` re-mounts, or if any adapter
-    of the live messaging session could retry (providers.md, "The SDKs' own retries")."""
+    of the live messaging session could retry (docs/PROVIDERS.md, "The SDKs' own retries")."""
     from firebase_admin import messaging
 
     backend = FcmPushBackend(options=fcm_options(emu))

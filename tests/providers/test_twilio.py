@@ -179,7 +179,7 @@ def test_edge_and_region_environment_cannot_break_the_redirect(emu, notification
     assert emu.count(notification_id=notification_id) == 1
 
 
-# --- No retries inside the SDK (providers.md, "The SDKs' own retries and async paths") ---------
+# --- No retries inside the SDK (docs/PROVIDERS.md, "The SDKs' own retries and async paths") ---------
 
 
 def test_a_server_error_is_one_request(twilio, emu, notification_id):

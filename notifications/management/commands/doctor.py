@@ -9,7 +9,7 @@ Checks (``--skip NAME`` leaves one out; names in brackets):
 * [sendgrid-key] ``SENDGRID_WEBHOOK_PUBLIC_KEY`` is set and decodes as SendGrid's ECDSA public key
   (only when SendGrid is one of the email providers).
 * [timezone] zoneinfo finds time zone data (Europe/Berlin).
-* [workers] every queue of ``config/celery.py`` ``ALL_QUEUES`` is consumed by a running worker
+* [workers] every queue of ``core/queues.py`` ``ALL_QUEUES`` is consumed by a running worker
   (Celery remote control, ``--timeout`` seconds).
 * [migrations] every migration is applied.
 * [redis] Redis and the broker answer PING.

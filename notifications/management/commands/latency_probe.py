@@ -25,6 +25,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from core.api.scopes import Scope
+from core.vocabulary import CHANNELS
 from notifications.models import APIClient
 
 
@@ -38,7 +39,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--count", type=int, default=50)
-        parser.add_argument("--channel", choices=["sms", "email", "push"], default="sms")
+        parser.add_argument("--channel", choices=CHANNELS, default="sms")
         parser.add_argument("--api", default=f"http://127.0.0.1:{settings.PUBLIC_BASE_URL.rsplit(':', 1)[-1]}")
         parser.add_argument("--emulator", default=settings.EMULATOR_URL)
         parser.add_argument("--out", default=str(settings.BASE_DIR / "bench" / "results"))

@@ -1,0 +1,35 @@
+"""Which notifications an API client may read: the one rule of every API read of notifications
+(``GET /v1/notifications/{id}`` and ``GET /v1/users/{id}/notifications``: a row a list shows can be
+opened, and no other), never widened by a scope.
+
+A client reads its own single sends. The floors above widen that by registering a rule
+(:func:`register_read_rule`): the campaigns app adds the sends of the campaigns the client may read
+(``campaigns.ownership.readable_campaign_sends``), so this app imports nothing of campaigns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.db.models import Q, QuerySet
+
+from notifications.models import APIClient, Notification
+
+#: A read rule: ``client -> Q`` over :class:`~notifications.models.Notification` of further rows it may read.
+ReadRule = Callable[[APIClient], Q]
+_rules: list[ReadRule] = []
+
+
+def register_read_rule(rule: ReadRule) -> None:
+    """Let clients also read the notifications ``rule(client)`` selects (once, however often it is
+    registered); called from an app's ``AppConfig.ready``."""
+    if rule not in _rules:
+        _rules.append(rule)
+
+
+def readable_notifications(client: APIClient) -> QuerySet[Notification]:
+    """The notifications ``client`` may read: its own single sends, and what each registered rule adds."""
+    allowed = Q(client=client)
+    for rule in _rules:
+        allowed |= rule(client)
+    return Notification.objects.filter(allowed)
