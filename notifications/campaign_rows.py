@@ -6,7 +6,7 @@ reason, due instant) and hands the page to :func:`insert_campaign_page`. Cancell
 notifications is :func:`notifications.services.cancel_campaign_notifications`, which writes the
 same timeline event as a single cancel.
 
-Statement shape (measured with ``manage.py bench_fanout``, see docs/PERFORMANCE.md): one
+Statement shape (measured with ``manage.py bench_fanout``: docs/PERFORMANCE.md, "Fan-out"): one
 ``COPY ... FROM STDIN`` per page, inside a savepoint. A page normally creates only new rows (its
 shard's cursor advances in the same transaction), so COPY's missing ``ON CONFLICT`` is the rare
 case: a row that already exists (a page re-run after its shard was reset, a campaign re-driven by
