@@ -83,8 +83,10 @@ test-chaos: migrate static
 	  $(PY) -m pytest tests/chaos -p no:cacheprovider -v; status=$$?; \
 	  $(PY) scripts/devservices.py down; $(PY) scripts/chaos_report.py; exit $$status
 
-## bench: the whole platform under a 1M-recipient campaign blast plus OTPs, with the raw ceiling and the
-## naive baseline; writes bench/results/<UTC timestamp>.json and .png (docs/PERFORMANCE.md). BENCH_ARGS adds options.
+## bench: the whole platform under a 1M-recipient campaign blast plus OTPs, beside the reference points
+## of the same run (SDK/raw and durable ceilings, the naive baseline at its best; the harness is the
+## bench/ package); writes bench/results/<UTC timestamp>.json and .png (docs/PERFORMANCE.md).
+## BENCH_ARGS adds options, e.g. BENCH_ARGS="--channel push" for the 1M push run.
 .PHONY: bench bench-smoke
 bench: migrate static
 	$(PY) manage.py bench $(BENCH_ARGS)

@@ -1,7 +1,7 @@
 """``settings.PROVIDERS`` built from the environment, in one of two explicit provider modes.
 
 * ``emulator`` — the local provider emulator (``providers/emulator``) with its built-in, public
-  credentials (``providers/emulator/defaults.py``) for every provider whose own credentials are not
+  credentials (``providers/emulator_credentials.py``) for every provider whose own credentials are not
   set. The default when ``NOTIFY_ENV=local``, which ``scripts/devservices.py`` writes into
   ``.run/env``: ``make run``, ``make test`` and every ``manage.py`` of a checkout are local.
 * ``real`` — the default everywhere else (a deployment has no ``.run/env``). No built-in credential
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from providers.emulator import defaults as emu_defaults
+from providers import emulator_credentials as emu_defaults
 
 MODES = ("emulator", "real")
 

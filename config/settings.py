@@ -68,6 +68,9 @@ INSTALLED_APPS = [
     "notifications",
     "campaigns",
     "providers",
+    # A tool, not a part of the platform: listed for its management commands (manage.py bench,
+    # bench_fanout, latency_probe) only; no models, nothing imports it (bench/apps.py).
+    "bench",
 ]
 
 MIDDLEWARE = [

@@ -24,7 +24,7 @@ PROMETHEUS_MULTIPROC_DIR = os.environ["PROMETHEUS_MULTIPROC_DIR"] = (
 # In-process tests (Django's test client) render pages without a collected STATIC_ROOT: plain
 # storage, and no STATIC_ROOT for WhiteNoise to scan. Pages served as in production (gunicorn,
 # WhiteNoise, the hashed manifest) are tested by the browser tests and the end-to-end stack, which
-# run `collectstatic` first (tests/stack.py: collect_static).
+# run `collectstatic` first (bench/stack.py: collect_static).
 STATIC_ROOT = None
 STORAGES = {"default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
             "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}}

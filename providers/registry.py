@@ -26,7 +26,7 @@ from django.utils.module_loading import import_string
 
 from core.vocabulary import CHANNELS
 from providers.base import ProviderBackend, ProviderConfigurationError
-from providers.emulator.defaults import BUILT_IN_SECRETS
+from providers.emulator_credentials import BUILT_IN_SECRETS
 
 logger = logging.getLogger(__name__)
 

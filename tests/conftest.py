@@ -1,4 +1,4 @@
-"""Shared fixtures. End-to-end tests get the whole platform as real processes (tests/stack.py);
+"""Shared fixtures. End-to-end tests get the whole platform as real processes (bench/stack.py);
 they write through autocommit connections (no wrapping transaction) so those processes see the rows,
 and they keep to their own unique user ids and keys instead of flushing tables between tests."""
 
@@ -10,8 +10,8 @@ import pytest
 import requests
 from django.conf import settings
 
+from bench.stack import Stack, collect_static
 from core.api.scopes import Scope
-from tests.stack import Stack, collect_static
 
 
 @pytest.fixture(scope="session")
@@ -45,7 +45,7 @@ def server_database_url() -> str:
 
 @pytest.fixture(scope="session")
 def static_root(tmp_path_factory):
-    """The static files collected once per session, as `make run` collects them (tests/stack.py)."""
+    """The static files collected once per session, as `make run` collects them (bench/stack.py)."""
     return collect_static(tmp_path_factory.mktemp("static"))
 
 

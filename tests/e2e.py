@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 import uuid
 
+from bench.stack import wait_until
 from notifications.models import Notification
 from preferences.models import Device, Preferences, Recipient
-from tests.stack import wait_until
 
 TERMINAL = {"sent", "delivered", "failed", "suppressed", "expired", "cancelled"}
 # Accepted by the provider; the emulator's delivery receipt may already have made it `delivered`.

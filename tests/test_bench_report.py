@@ -1,8 +1,8 @@
-"""notifications.bench.report: figures, targets, sanity and the docs block, from synthetic inputs."""
+"""bench.report: figures, targets, sanity and the docs block, from synthetic inputs."""
 
 from datetime import UTC, datetime
 
-from notifications.bench import report
+from bench import report
 
 LAUNCH = 1_700_000_000_000.0  # ms; a whole second
 MB = 1024 * 1024
@@ -120,12 +120,14 @@ def _tiered(p50=5000.0, mean=4000.0, fan=3.0, p99=500.0, growths=(0.01,)):
 
 
 def test_evaluate_targets_projects_a_smaller_run_to_1m():
-    targets = report.evaluate_targets(_tiered(), {"run": {"drain": {"deliveries_per_s": {"p50": 250.0}}}},
-                                      {"msgs_per_s": 10_000.0}, 50_000, "email")
+    naive = {"run": {"drain": {"deliveries_per_s": {"p50": 250.0}}}}
+    reference = report.reference_points(_tiered(), naive, {"raw_ceiling": {"msgs_per_s": 50_000.0},
+                                                           "durable_ceiling": {"msgs_per_s": 10_000.0}}, "email")
+    targets = report.evaluate_targets(_tiered(), naive, reference, 50_000, "email")
     by_name = {t["name"]: t for t in targets}
     assert by_name["1M email drained"]["value"] == 250.0 and by_name["1M email drained"]["met"] is False
     assert by_name["fan-out of 1M"]["value"] == 60.0 and by_name["fan-out of 1M"]["met"] is True
-    assert by_name["platform vs raw ceiling (p50 rate / raw msgs/s)"]["value"] == 0.5
+    assert by_name["platform ÷ durable ceiling (p50 rate / ceiling msgs/s)"]["value"] == 0.5
     assert by_name["tiered vs naive (p50 rates)"]["value"] == 20.0
     assert by_name["OTP accept→provider p99 during the blast"]["met"] is True
     assert by_name["worker memory growth after warm-up (largest worker)"]["value"] == 0.01
@@ -135,7 +137,46 @@ def test_evaluate_targets_without_reference_points():
     targets = report.evaluate_targets(_tiered(), None, None, 1_000_000, "sms")
     names = [t["name"] for t in targets]
     assert "1M email drained" not in names and "tiered vs naive (p50 rates)" not in names
-    assert next(t for t in targets if t["name"].startswith("platform vs raw"))["met"] is None
+    assert next(t for t in targets if t["name"].startswith("platform ÷ sdk ceiling"))["met"] is None
+
+
+def test_reference_points_divide_the_platform_rates_by_each_ceiling_of_the_run():
+    ceilings = {"sdk_ceiling": {"msgs_per_s": 2000.0}, "durable_ceiling": {"msgs_per_s": 8000.0},
+                "raw_http_transport": {"msgs_per_s": 4000.0}, "raw_ceiling": None}
+    ref = report.reference_points(_tiered(p50=1600.0, mean=1000.0), {"run": {"drain": {"deliveries_per_s": {
+        "p50": 400.0}}}}, ceilings, "push")
+    assert ref["compared_with"] == "sdk_ceiling"
+    assert ref["points"] == {
+        "sdk_ceiling": {"msgs_per_s": 2000.0, "p50_ratio": 0.8, "mean_ratio": 0.5},
+        "durable_ceiling": {"msgs_per_s": 8000.0, "p50_ratio": 0.2, "mean_ratio": 0.125},
+        "raw_http_transport": {"msgs_per_s": 4000.0, "p50_ratio": 0.4, "mean_ratio": 0.25},
+        "naive": {"msgs_per_s": 400.0, "p50_ratio": 4.0, "mean_ratio": 2.5},
+    }
+    target = next(t for t in report.evaluate_targets(_tiered(p50=1600.0), None, ref, 1_000_000, "push")
+                  if t["name"].startswith("platform ÷"))
+    assert (target["name"], target["value"], target["met"]) == (
+        "platform ÷ sdk ceiling (p50 rate / ceiling msgs/s)", 0.8, True)
+    assert report.compared_with("email") == "durable_ceiling" and report.compared_with("sms") == "sdk_ceiling"
+
+
+def test_reference_points_without_a_tiered_rate_have_no_ratios():
+    ref = report.reference_points(None, None, {"durable_ceiling": {"msgs_per_s": 8000.0}}, "email")
+    assert ref["points"] == {"durable_ceiling": {"msgs_per_s": 8000.0, "p50_ratio": None, "mean_ratio": None}}
+
+
+def test_summary_and_docs_list_every_reference_point_even_an_unmeasured_one():
+    ceiling = {"processes": 4, "batch_size": 500, "concurrency": 4, "client_cpu_us_per_msg": 9.0,
+               "emulator_cpu_us_per_msg": 1.0, "database_cpu_us_per_msg": 40.0, "mode": "durable", "msgs_per_s": 8000.0}
+    result = {"tiered": _tiered(p50=4000.0), "durable_ceiling": ceiling,
+              "raw_ceiling": {**ceiling, "mode": "sdk", "msgs_per_s": None}}
+    result["reference"] = report.reference_points(result["tiered"], None, result, "email")
+    text = report.summary_text({**result, "tiered": None})
+    durable = report.CEILING_TITLES["durable_ceiling"]
+    assert f"{durable} (the target's): 8,000.0 msgs/s" in text
+    assert "Postgres + Redis 40.0 CPU-µs/msg); platform ÷ it: p50 0.5, mean 0.5" in text
+    assert "raw ceiling: send_batch in a loop, no database (email: JSON building): not measured" in text
+    docs = report.docs_section({**result, "tiered": None}, "x.json", "x.png")
+    assert f"| {durable} **(the target's)** | 8,000.0 |" in docs
 
 
 def test_sanity_problems():

@@ -1,6 +1,6 @@
-"""notifications.bench.stats: pure statistics of a bench run (no processes, no database)."""
+"""bench.stats: pure statistics of a bench run (no processes, no database)."""
 
-from notifications.bench import stats
+from bench import stats
 
 
 def test_percentile_interpolates_between_ranks():

@@ -9,7 +9,7 @@ import secrets
 import subprocess
 import sys
 
-from tests.stack import ROOT
+from bench.stack import ROOT
 
 PRODUCTION = {
     "NOTIFY_ENV": "production",

@@ -9,11 +9,11 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
+from bench.stack import wait_until
 from campaigns.models import Campaign, CampaignShard
 from notifications.models import DeliveryEvent, Notification
 from preferences.models import Preferences, Recipient
 from tests.e2e import SENT, make_segment
-from tests.stack import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 

@@ -9,12 +9,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from bench.stack import wait_until
 from core.redis_client import get_redis
 from notifications.models import DeliveryAttempt, Notification
 from preferences.models import Device, Recipient
 from tests.conftest import reset_isolation
 from tests.e2e import SENT, events, make_user, send, wait_status
-from tests.stack import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 

@@ -9,11 +9,11 @@ import uuid
 
 import pytest
 
+from bench.stack import wait_until
 from core.redis_client import get_redis
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification
 from providers import isolation
 from tests.e2e import SENT, make_user, send, wait_status
-from tests.stack import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 

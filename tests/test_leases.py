@@ -14,6 +14,7 @@ from datetime import timedelta
 
 import pytest
 
+from bench.stack import wait_until
 from core import clock
 from notifications import leases, scheduler, sending
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification
@@ -21,7 +22,6 @@ from notifications.sending import claim, send_notifications
 from providers.base import SendResult
 from providers.registry import get_backend
 from tests import test_batch_path
-from tests.stack import wait_until
 
 # The batch-path tests' fixtures: an emulator subprocess, SMS/email providers on it, queued rows.
 emulator, providers, queued = test_batch_path.emulator, test_batch_path.providers, test_batch_path.queued

@@ -13,12 +13,12 @@ import uuid
 import pytest
 import requests
 
+from bench.stack import LOG_DIR, ROOT, free_port, procfile_command, wait_until
 from core import redaction
 from notifications import sending
 from notifications.models import Notification
 from notifications.sending import send_notifications
 from preferences.models import Recipient
-from tests.stack import LOG_DIR, ROOT, free_port, procfile_command, wait_until
 
 PHONE = "+4915112345678"
 EMAIL = "alice.liddell@example.com"

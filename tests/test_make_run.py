@@ -22,7 +22,7 @@ import redis
 import requests
 from django.conf import settings
 
-from tests.stack import LOG_DIR, ROOT, free_port, wait_until
+from bench.stack import LOG_DIR, ROOT, free_port, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")]
 

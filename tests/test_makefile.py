@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from tests.stack import ROOT
+from bench.stack import ROOT
 
 STARTS_WEB = {"run": "honcho start -f Procfile", "test": "-m pytest", "bench": "manage.py bench",
               "bench-smoke": "manage.py bench", "test-chaos": "-m pytest tests/chaos"}

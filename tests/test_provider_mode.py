@@ -19,13 +19,13 @@ from django.core.management import call_command
 from django.test import Client
 from twilio.request_validator import RequestValidator
 
+from bench.stack import ROOT
 from config.provider_settings import build_providers
 from notifications.models import Notification
 from preferences.models import Recipient
 from providers.registry import check_providers_configured
-from tests.stack import ROOT
 
-EMULATOR_TOKEN = "emulator-auth-token"  # public: providers/emulator/defaults.py
+EMULATOR_TOKEN = "emulator-auth-token"  # public: providers/emulator_credentials.py
 BACKUP_SID = "AC" + "1" * 32
 REAL_TWILIO = {"TWILIO_ACCOUNT_SID": "AC" + "a" * 32, "TWILIO_AUTH_TOKEN": "real-primary-token",
                "TWILIO_FROM_NUMBER": "+14155550100"}

@@ -1,5 +1,5 @@
 """First use, literally: the shell blocks of README.md's "Send a first notification", run with bash
-against the started stack (real processes, tests/stack.py), and the answers the README documents.
+against the started stack (real processes, bench/stack.py), and the answers the README documents.
 
 The commands and curl bodies are read from README.md at test time; only the documented addresses
 (``http://127.0.0.1:8000`` the API, ``http://127.0.0.1:8900`` the emulator) are replaced by the
@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 import requests
 
+from bench.stack import ROOT, wait_until
 from notifications.models import Notification
 from preferences.models import Recipient
 from tests.e2e import SENT, TERMINAL
-from tests.stack import ROOT, wait_until
 
 pytestmark = pytest.mark.e2e
 

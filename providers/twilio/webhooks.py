@@ -3,7 +3,7 @@
 Verified with the SDK's ``RequestValidator`` against the public URL (query included) and the form
 parameters, with the account's AuthToken (``docs/PROVIDERS.md`` §1(d)). Unsigned or
 forged requests get 403 and change nothing; so are requests signed with the emulator's public
-built-in token (``providers/emulator/defaults.py``) unless the platform is in emulator mode.
+built-in token (``providers/emulator_credentials.py``) unless the platform is in emulator mode.
 Statuses map to receipts as follows: ``queued``/``accepted``/``sending``/``sent``/``scheduled`` →
 accepted (no state change); ``delivered`` → delivered; ``read`` → engagement;
 ``undelivered``/``failed``/``canceled`` → failed, with ``ErrorCode`` (30003 unreachable, 30005
@@ -20,7 +20,7 @@ from django.views.decorators.http import require_POST
 from twilio.request_validator import RequestValidator
 
 from providers import receipts
-from providers.emulator.defaults import BUILT_IN_SECRETS
+from providers.emulator_credentials import BUILT_IN_SECRETS
 from providers.webhooks import forbidden, public_url, storable, storable_fields
 
 STATUS_KINDS = {

@@ -32,9 +32,9 @@ from django.apps import apps as global_apps
 from django.conf import settings
 from django.db.models.signals import post_migrate
 
+from bench.stack import LOG_DIR, ROOT, free_port, procfile_command, wait_until
 from campaigns import roles
 from tests.conftest import server_database_url
-from tests.stack import LOG_DIR, ROOT, free_port, procfile_command, wait_until
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

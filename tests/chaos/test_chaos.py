@@ -32,11 +32,11 @@ import pytest
 import requests
 from django.conf import settings
 
+from bench.stack import ROOT, wait_until
 from campaigns.models import Campaign
 from core.redis_client import get_redis
 from notifications.models import Notification
 from tests.e2e import make_segment, make_user
-from tests.stack import ROOT, wait_until
 
 FULL = os.environ.get("CHAOS_FULL") == "1"
 DEDICATED = os.environ.get("CHAOS_DEDICATED_SERVICES") == "1"
@@ -193,7 +193,7 @@ def run_for(chaos_stack, api, emulator):
 
 # --- the scenarios -------------------------------------------------------------------------------
 
-#: Pool processes of the standard worker (tests/stack.py: --concurrency 4).
+#: Pool processes of the standard worker (bench/stack.py: --concurrency 4).
 STANDARD_PROCESSES = 4
 
 

@@ -3,7 +3,7 @@ it received.
 
 ``POST /_emulator/analysis`` answers for a list of notification ids (see :meth:`Emulator.analysis`);
 an emulator without that endpoint is analysed from ``GET /_emulator/messages`` instead
-(:func:`notifications.bench.stats.analyze_messages`), and the report says which was used.
+(:func:`bench.stats.analyze_messages`), and the report says which was used.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import requests
 
-from notifications.bench.stats import analyze_messages
+from bench.stats import analyze_messages
 
 PRIMARY_SMS_ACCOUNT = "AC" + "0" * 32
 BACKUP_SMS_ACCOUNT = "AC" + "1" * 32

@@ -1,26 +1,30 @@
-"""The bench's own platform: ``tests.stack.Stack`` with production timings.
+"""The bench's own platform: ``bench.stack.Stack`` with production timings.
 
 Differences from the test stack: no clock-offset file and none of the shortened test timings (lease,
 backoff, stale-queued and reconciler intervals are the settings' defaults), no delivery receipts
 (``EMULATOR_RECEIPTS=0``: the bench measures sends, not webhook traffic), an unlimited emulator
 message list, WARNING logs, a high API rate limit, the standard worker under ``nice 10`` as in the
-Procfile, its own Prometheus directory, and logs under ``test-artifacts/bench/``. With
-``pipeline="naive"`` one worker consumes the single ``naive`` queue instead of the two tier workers.
+Procfile, its own Prometheus directory, and logs under ``test-artifacts/bench/``.
+
+``pipeline="naive"``: the emulator and the naive baseline's own workers only (:mod:`bench.naive`,
+``celery -A bench.naive``): no API, beat or platform worker, so nothing of the production pipeline
+runs. ``naive_pool="prefork"``: one worker with ``naive_concurrency`` processes; ``"threads"``: one
+worker per core, each with ``naive_concurrency`` threads.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
-from tests.stack import CELERY, Stack, wait_until
+from bench.stack import Stack, wait_until
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+ROOT = Path(__file__).resolve().parent.parent
 LOG_DIR = ROOT / "test-artifacts" / "bench"
 
-#: Test-only timings of tests.stack.Stack that the bench drops (the settings' defaults apply).
+#: Test-only timings of bench.stack.Stack that the bench drops (the settings' defaults apply).
 TEST_TIMINGS = (
     "LEASE_SECONDS", "QUEUED_STALE_SECONDS", "QUEUED_STALE_SECONDS_HIGH", "RECONCILER_INTERVAL_SECONDS",
     "SCHEDULER_INTERVAL_SECONDS", "PROVIDER_TIMEOUT_SECONDS", "BACKOFF_BASE_HIGH", "BACKOFF_CAP_HIGH",
@@ -29,21 +33,21 @@ TEST_TIMINGS = (
     "EMULATOR_SENDGRID_SIGNING_KEY_FILE",
 )
 WORKER_FLAGS = ["--without-gossip", "--without-mingle", "-l", "warning"]
-PROCESSES = {
-    "tiered": ("emulator", "web", "worker_high", "worker_standard", "worker_fanout", "worker_maintenance",
-               "worker_receipts", "beat"),
-    "naive": ("emulator", "web", "worker_naive", "worker_maintenance", "worker_receipts", "beat"),
-}
-WORKER_NAMES = {"tiered": ("high@", "standard@", "fanout@", "maintenance@", "receipts@"),
-                "naive": ("naive@", "maintenance@", "receipts@")}
+TIERED = ("emulator", "web", "worker_high", "worker_standard", "worker_fanout", "worker_maintenance",
+          "worker_receipts", "beat")
+TIERED_WORKERS = ("high@", "standard@", "fanout@", "maintenance@", "receipts@")
+NAIVE_CELERY = [sys.executable, "-m", "celery", "-A", "bench.naive"]
 
 
 class BenchStack(Stack):
     def __init__(self, database_url: str, redis_url: str, tmp_dir: Path, *, pipeline: str = "tiered",
-                 env: dict[str, str] | None = None, log_dir: Path = LOG_DIR) -> None:
+                 env: dict[str, str] | None = None, log_dir: Path = LOG_DIR, naive_pool: str = "prefork",
+                 naive_concurrency: int = 8) -> None:
         tmp_dir.mkdir(parents=True, exist_ok=True)
         super().__init__(database_url, redis_url, tmp_dir)
         self.pipeline = pipeline
+        self.naive_pool = naive_pool
+        self.naive_concurrency = naive_concurrency
         self.bench_env = dict(env or {})
         self.log_dir = log_dir
         self.prometheus_dir = tmp_dir / "prometheus"
@@ -61,7 +65,6 @@ class BenchStack(Stack):
             "EMULATOR_LOG_LEVEL": "WARNING",
             "LOG_LEVEL": "WARNING",
             "API_DEFAULT_RATE_LIMIT": "1000000/min",
-            "NOTIFY_PIPELINE": self.pipeline,
             "PROMETHEUS_MULTIPROC_DIR": str(self.prometheus_dir),
         })
         env.update(self.bench_env)
@@ -70,10 +73,22 @@ class BenchStack(Stack):
 
     def commands(self) -> dict[str, list[str]]:
         commands = {name: _quiet(cmd) for name, cmd in super().commands().items() if name != "beat2"}
+        if self.pipeline == "naive":
+            return {"emulator": commands["emulator"], **self.naive_workers()}
         commands["worker_standard"] = ["nice", "-n", "10", *commands["worker_standard"]]
-        commands["worker_naive"] = [*CELERY, "worker", "-n", "naive@%h", "-Q", "naive", "--concurrency", "2",
-                                    "--prefetch-multiplier", "1", "-O", "fair", *WORKER_FLAGS]
-        return {name: commands[name] for name in PROCESSES[self.pipeline]}
+        return {name: commands[name] for name in TIERED}
+
+    def naive_workers(self) -> dict[str, list[str]]:
+        """``{kind: command}`` of the naive baseline's workers (kinds ``worker_naive…``)."""
+        from bench.naive import QUEUE
+
+        def worker(name: str, pool: str) -> list[str]:
+            return [*NAIVE_CELERY, "worker", "-n", f"{name}@%h", "-Q", QUEUE, "--pool", pool,
+                    "--concurrency", str(self.naive_concurrency), "--prefetch-multiplier", "4", *WORKER_FLAGS]
+
+        if self.naive_pool == "prefork":
+            return {"worker_naive": worker("naive", "prefork")}
+        return {f"worker_naive{i or ''}": worker(f"naive{i or ''}", "threads") for i in range(os.cpu_count() or 1)}
 
     def log_path(self, name: str) -> Path:
         return self.log_dir / f"{self.pipeline}-{name}.log"
@@ -83,8 +98,12 @@ class BenchStack(Stack):
             self.start(name)
         try:
             wait_until(lambda: self._get(f"{self.emulator}/_emulator/health"), 30, message="emulator")
-            wait_until(lambda: self._get(f"{self.api}/api/schema/"), 90, message="API server")
-            self.wait_for_workers(WORKER_NAMES[self.pipeline], timeout=90)
+            if self.pipeline == "naive":
+                self.wait_for_workers(tuple(f"{k.removeprefix('worker_')}@" for k in self.naive_workers()),
+                                      timeout=90)
+            else:
+                wait_until(lambda: self._get(f"{self.api}/api/schema/"), 90, message="API server")
+                self.wait_for_workers(TIERED_WORKERS, timeout=90)
         except AssertionError as exc:
             dead = {n: p.returncode for n, p in self.procs.items() if p.poll() is not None}
             raise RuntimeError(f"{self.pipeline} stack did not start ({exc}); exited: {dead}; "
@@ -105,12 +124,3 @@ def _quiet(cmd: list[str]) -> list[str]:
         if arg == "-l" and out[i + 1] == "info":
             out[i + 1] = "warning"
     return out
-
-
-def naive_pipeline_available(env: dict[str, str]) -> bool:
-    """Whether this checkout's Celery app defines the ``naive`` queue when ``NOTIFY_PIPELINE=naive``."""
-    code = ("from config.celery import app; "
-            "import sys; sys.exit(0 if any(q.name == 'naive' for q in app.conf.task_queues) else 3)")
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**env, "NOTIFY_PIPELINE": "naive"},
-                            capture_output=True, timeout=60)
-    return result.returncode == 0

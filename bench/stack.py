@@ -1,4 +1,8 @@
-"""The whole platform as real processes for end-to-end tests.
+"""The whole platform as real processes, for the end-to-end tests and the benchmark.
+
+It lives in the ``bench`` tool package, not under ``tests/``, because both use it (the bench's
+:class:`bench.production_stack.BenchStack` subclasses it) and nothing outside the tests imports
+``tests``.
 
 :class:`Stack` starts, on free ports on 127.0.0.1: the provider emulator, the API (gunicorn), the
 high-tier, standard-tier and maintenance Celery workers, and beat, all against the pytest test

@@ -1,6 +1,7 @@
-"""One measured run: start the bench stack, (optionally) the raw ceiling, then a campaign blast with
-an OTP stream through the API, until the campaign is drained; collect what the database, the
-emulator and the process monitor saw. The figures are computed by :mod:`notifications.bench.report`.
+"""One measured run: start the bench stack, (optionally) the reference ceilings (:mod:`bench.ceilings`),
+then a campaign blast with an OTP stream through the API, until the campaign is drained; collect what
+the database, the emulator and the process monitor saw. :func:`run_naive` does the same for the naive
+baseline (:mod:`bench.naive`). The figures are computed by :mod:`bench.report`.
 """
 
 from __future__ import annotations
@@ -9,19 +10,20 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import requests
 from django.db import connection
 
+from bench import procs, report, seed
+from bench.ceilings import delete_durable_rows, run_ceiling
+from bench.emulator import BACKUP_SMS_ACCOUNT, PRIMARY_SMS_ACCOUNT, PROVIDER_OF_CHANNEL, Emulator
+from bench.otp import OtpSender
+from bench.production_stack import BenchStack
 from campaigns.models import Campaign
 from core.api.scopes import Scope
-from notifications.bench import procs, report, seed
-from notifications.bench.emulator import BACKUP_SMS_ACCOUNT, PRIMARY_SMS_ACCOUNT, PROVIDER_OF_CHANNEL, Emulator
-from notifications.bench.otp import OtpSender
-from notifications.bench.raw import run_raw_ceiling
-from notifications.bench.stack import BenchStack
 from notifications.models import APIClient
 
 BUCKET_MS = 100
@@ -31,14 +33,13 @@ OTP_USERS = 1000
 #: Tables emptied before each run (the bench database is the bench's alone): notifications and
 #: campaigns with everything that references them. Recipients, devices and segments stay.
 RESET_TABLES = ("notifications_notification", "campaigns_campaign")
-PLATFORM_KINDS = ("web", "worker_high", "worker_standard", "worker_fanout", "worker_naive", "worker_maintenance",
-                  "worker_receipts",
+PLATFORM_KINDS = ("web", "worker_high", "worker_standard", "worker_fanout", "worker_maintenance", "worker_receipts",
                   "beat", "postgres", "redis")
 
 
 @dataclass
 class RunConfig:
-    pipeline: str  # "tiered" | "naive"
+    pipeline: str  # "tiered" | "naive" (run_naive)
     recipients: int
     channel: str
     otp_rate: float
@@ -46,7 +47,9 @@ class RunConfig:
     provider_rate: float | None = None
     provider_latency_ms: int | None = None
     brownout: bool = False
-    raw_seconds: float = 0.0  # > 0: measure the raw ceiling first on this stack's emulator
+    ceiling_seconds: float = 0.0  # > 0: measure the reference ceilings first on this stack's emulator
+    naive_pool: str = "prefork"  # the naive baseline's workers (bench.production_stack.BenchStack)
+    naive_concurrency: int = 8
     drain_timeout: float | None = None
     stall_timeout: float = 180.0
     label: str = ""
@@ -86,8 +89,7 @@ def run_blast(cfg: RunConfig, database_url: str, redis_url: str, work_dir: Path,
     env = dict(cfg.env)
     if cfg.provider_rate:
         env["PROVIDER_RATE_PER_S"] = str(cfg.provider_rate)
-    stack = BenchStack(database_url, redis_url, work_dir / label,
-                       pipeline="naive" if cfg.pipeline == "naive" else "tiered", env=env, log_dir=work_dir)
+    stack = BenchStack(database_url, redis_url, work_dir / label, pipeline="tiered", env=env, log_dir=work_dir)
     pg_pid, redis_pid = procs.listening_pid(_port(database_url)), procs.listening_pid(_port(redis_url))
     kinds = {name: (lambda n=name: stack.pids(n)) for name in stack.commands()}
     kinds["postgres"] = lambda: [pg_pid] if pg_pid else []
@@ -102,20 +104,13 @@ def run_blast(cfg: RunConfig, database_url: str, redis_url: str, work_dir: Path,
                     "otp_channels": cfg.otp_channels, "otp_rate": cfg.otp_rate,
                     "commands": {n: " ".join(c) for n, c in stack.commands().items()},
                     "env": {k: v for k, v in stack.env().items()
-                            if k in ("NOTIFY_PIPELINE", "PROVIDER_RATE_PER_S", "PROVIDER_HIGH_RESERVED_FRACTION",
+                            if k in ("PROVIDER_RATE_PER_S", "PROVIDER_HIGH_RESERVED_FRACTION",
                                      "EMULATOR_RECEIPTS", "LOG_LEVEL", "API_DEFAULT_RATE_LIMIT")}}
     try:
         faults = _apply_faults(emulator, cfg)
         result["faults"] = faults
-        if cfg.raw_seconds > 0:
-            progress(f"[{label}] raw ceiling: {cfg.channel} SDK calls in a loop for {cfg.raw_seconds:.0f} s…")
-            result["raw_ceiling"] = run_raw_ceiling(cfg.channel, stack.env(), monitor, seconds=cfg.raw_seconds)
-            progress(f"[{label}] raw ceiling: {result['raw_ceiling']['msgs_per_s']} msgs/s")
-            if cfg.channel in ("sms", "push"):
-                progress(f"[{label}] what would lift it: the same requests over pooled aiohttp, no SDK…")
-                result["raw_http_transport"] = run_raw_ceiling(cfg.channel, stack.env(), monitor,
-                                                               seconds=min(cfg.raw_seconds, 10.0), transport="http")
-                progress(f"[{label}] pooled aiohttp: {result['raw_http_transport']['msgs_per_s']} msgs/s")
+        if cfg.ceiling_seconds > 0:
+            result.update(_ceilings(cfg, stack, monitor, progress, label))
         sender = OtpSender(stack.api, otp_key, otp_users, cfg.otp_channels, cfg.otp_rate)
         _warm_up(stack, emulator, sender, cfg, campaign_key, progress)
         _clear_messages(emulator)
@@ -125,6 +120,28 @@ def run_blast(cfg: RunConfig, database_url: str, redis_url: str, work_dir: Path,
         result["dead_processes"] = stack.dead()
         stack.stop_all()
     return result
+
+
+def _ceilings(cfg: RunConfig, stack: BenchStack, monitor, progress, label: str) -> dict:
+    """The reference points on this stack's emulator (bench.ceilings): for email the raw ceiling
+    (``send_batch`` without a database), for SMS and push the SDK ceiling (the same loop) and the
+    pooled-aiohttp probe; for every channel the durable ceiling, whose rows are deleted afterwards."""
+    out = {}
+    seconds = cfg.ceiling_seconds
+    name = "raw_ceiling" if cfg.channel == "email" else "sdk_ceiling"
+    progress(f"[{label}] {name.replace('_', ' ')}: {cfg.channel} send_batch in a loop for {seconds:.0f} s…")
+    out[name] = run_ceiling(cfg.channel, stack.env(), monitor, seconds=seconds, mode="sdk")
+    progress(f"[{label}] {name.replace('_', ' ')}: {out[name]['msgs_per_s']} msgs/s")
+    progress(f"[{label}] durable ceiling: insert, send_batch, mark sent, in a loop for {seconds:.0f} s…")
+    out["durable_ceiling"] = run_ceiling(cfg.channel, stack.env(), monitor, seconds=seconds, mode="durable")
+    out["durable_ceiling"]["rows_deleted_after"] = delete_durable_rows()
+    progress(f"[{label}] durable ceiling: {out['durable_ceiling']['msgs_per_s']} msgs/s")
+    if cfg.channel in ("sms", "push"):
+        progress(f"[{label}] the same requests over pooled aiohttp, no SDK…")
+        out["raw_http_transport"] = run_ceiling(cfg.channel, stack.env(), monitor, seconds=min(seconds, 10.0),
+                                                mode="http")
+        progress(f"[{label}] pooled aiohttp: {out['raw_http_transport']['msgs_per_s']} msgs/s")
+    return out
 
 
 def _apply_faults(emulator: Emulator, cfg: RunConfig) -> list[dict]:
@@ -261,3 +278,93 @@ def _otp_providers(ids: list[str]) -> dict[str, str]:
     with connection.cursor() as cur:
         cur.execute("SELECT id::text, provider FROM notifications_notification WHERE id = ANY(%s::uuid[])", [ids])
         return dict(cur.fetchall())
+
+
+def run_naive(cfg: RunConfig, database_url: str, redis_url: str, work_dir: Path,
+              progress: Callable[[str], None]) -> dict:
+    """The naive baseline (:mod:`bench.naive`) on the same segment shape: the emulator and the naive
+    workers only; the bench enqueues its fan-out task and waits until every row is final or the
+    time box (``cfg.timeout()``) ends. No OTP stream (the naive design has no API of its own)."""
+    from bench.naive import QUEUE, fan_out
+
+    label = cfg.label or "naive"
+    reset_state(redis_url)
+    segment, seed_seconds = seed.ensure_segment(cfg.recipients, progress)
+    stack = BenchStack(database_url, redis_url, work_dir / label, pipeline="naive", env=dict(cfg.env),
+                       log_dir=work_dir, naive_pool=cfg.naive_pool, naive_concurrency=cfg.naive_concurrency)
+    pg_pid, redis_pid = procs.listening_pid(_port(database_url)), procs.listening_pid(_port(redis_url))
+    kinds = {name: (lambda n=name: stack.pids(n)) for name in stack.commands()}
+    kinds["postgres"] = lambda: [pg_pid] if pg_pid else []
+    kinds["redis"] = lambda: [redis_pid] if redis_pid else []
+    monitor = procs.ProcessMonitor(kinds, postgres_database=urlsplit(database_url).path.lstrip("/"))
+    progress(f"[{label}] starting the naive design ({', '.join(stack.commands())}, pool {cfg.naive_pool} × "
+             f"{cfg.naive_concurrency})…")
+    stack.start_all()
+    monitor.start()
+    emulator = Emulator(stack.emulator)
+    provider = PROVIDER_OF_CHANNEL[cfg.channel]
+    result: dict = {"label": label, "pipeline": "naive", "recipients": cfg.recipients, "channel": cfg.channel,
+                    "segment": segment.segment_id, "seed_seconds": round(seed_seconds, 1), "otp_channels": [],
+                    "otp_rate": 0, "pool": cfg.naive_pool, "concurrency": cfg.naive_concurrency,
+                    "commands": {n: " ".join(c) for n, c in stack.commands().items()}}
+    try:
+        _clear_messages(emulator)
+        campaign_id = str(uuid.uuid4())
+        monitor.mark("launch")
+        steal0, busy0 = procs.steal_seconds(), procs.busy_seconds()
+        launch_ms = time.time() * 1000
+        fan_out.apply_async((segment.segment_id, cfg.channel, campaign_id, "Bench", "Hello {{ first_name }}"),
+                            queue=QUEUE)
+        progress(f"[{label}] fan-out task enqueued for {cfg.recipients:,} recipients ({cfg.channel})")
+        fanned_out_at = None
+        deadline = time.monotonic() + cfg.timeout()
+        last_count, last_progress, next_report = -1, time.monotonic(), time.monotonic() + 10
+        timed_out = False
+        while True:
+            time.sleep(1.0)
+            statuses = _statuses(campaign_id)
+            created = sum(statuses.values())
+            if fanned_out_at is None and created >= cfg.recipients:
+                fanned_out_at = datetime.now(UTC)
+            count = emulator.count(provider)
+            if count != last_count:
+                last_count, last_progress = count, time.monotonic()
+            if time.monotonic() >= next_report:
+                next_report += 10
+                progress(f"[{label}] {time.time() - launch_ms / 1000:.0f} s: rows {created:,}, {provider} received "
+                         f"{count:,}")
+            if fanned_out_at and not statuses.get("queued"):
+                break
+            if stack.dead():
+                raise RuntimeError(f"naive process(es) exited during the run: {stack.dead()}")
+            if time.monotonic() > deadline or time.monotonic() - last_progress > cfg.stall:
+                timed_out = True
+                progress(f"[{label}] time box reached ({cfg.timeout():.0f} s): measured over this window")
+                break
+        drained_at = time.time()
+        monitor.mark("end")
+        steal1, busy1 = procs.steal_seconds(), procs.busy_seconds()
+        statuses = _statuses(campaign_id)
+        analysis = emulator.analysis([], BUCKET_MS)
+        window = monitor.marks["end"][0] - monitor.marks["launch"][0]
+        kinds_measured = [k for k in stack.commands() if k != "emulator"] + ["postgres", "redis"]
+        result.update({
+            "campaign_id": campaign_id,
+            "run": report.summarize_run(
+                launch_ms=launch_ms, end_ms=drained_at * 1000,
+                campaign={"started_at": datetime.fromtimestamp(launch_ms / 1000, UTC), "fanned_out_at": fanned_out_at,
+                          "member_count": cfg.recipients, "created_count": sum(statuses.values())},
+                statuses=statuses, analysis=analysis, otp_records=[], channel=cfg.channel,
+                campaign_provider=provider, bucket_ms=BUCKET_MS, cpu=monitor.cpu_between("launch", "end"),
+                rss=monitor.rss_between(monitor.marks["launch"][0], monitor.marks["end"][0]),
+                platform_kinds=kinds_measured, timed_out=timed_out),
+            "analysis_source": emulator.analysis_source,
+            "machine_window": {"seconds": round(window, 1),
+                               "steal_pct": round(100 * (steal1 - steal0) / max(1e-9, window * procs.cores()), 1),
+                               "busy_pct": round(100 * (busy1 - busy0) / max(1e-9, window * procs.cores()), 1)},
+        })
+    finally:
+        monitor.stop()
+        result["dead_processes"] = stack.dead()
+        stack.stop_all()
+    return result

@@ -2,8 +2,10 @@
 
 Starts its own stack (emulator, gunicorn, workers, beat) on free ports against the database
 ``notify_bench`` on the project Postgres (created and migrated here) and Redis database 3 (flushed),
-so it never touches ``make run`` data. One ``blast`` run: raw ceiling → tiered blast → naive baseline
-on a smaller campaign. ``--scenario brownout``: the tiered blast with OTPs round-robin over SMS, email
+so it never touches ``make run`` data. One ``blast`` run: the reference ceilings (bench/ceilings.py: raw
+or SDK, durable) → tiered blast → the naive baseline (bench/naive.py) on a smaller campaign, time-boxed.
+``--channel`` picks the campaign's channel (each channel is its own run, at any ``--recipients``, 1 M by
+default). ``--scenario brownout``: the tiered blast with OTPs round-robin over SMS, email
 and push, and the primary SMS provider answering after 30 s from a third of the way on.
 
 Writes ``bench/results/<UTC timestamp>.json`` and ``.png``, prints a summary, and exits 1 when
@@ -42,7 +44,8 @@ def with_path(url: str, path: str) -> str:
 
 
 class Command(BaseCommand):
-    help = "Benchmark the whole platform: campaign blast + OTPs, raw ceiling, naive baseline (docs/PERFORMANCE.md)."
+    help = ("Benchmark the whole platform: campaign blast + OTPs against the SDK/raw and durable ceilings and the "
+            "naive baseline (docs/PERFORMANCE.md).")
 
     def add_arguments(self, parser):
         parser.add_argument("--recipients", type=int, default=1_000_000, help="campaign size (default 1,000,000)")
@@ -60,9 +63,16 @@ class Command(BaseCommand):
         parser.add_argument("--naive-max-seconds", type=float, default=180.0,
                             help="time box of the naive run: its rates are measured over this window if it has "
                                  "not drained by then (default 180)")
+        parser.add_argument("--naive-pool", choices=["prefork", "threads"], default="prefork",
+                            help="the naive workers: one prefork worker, or one threaded worker per core (default "
+                                 "prefork)")
+        parser.add_argument("--naive-concurrency", type=int, default=8,
+                            help="prefork processes, or threads per threaded worker (default 8)")
         parser.add_argument("--skip-naive", action="store_true", help="no naive baseline")
-        parser.add_argument("--skip-raw", action="store_true", help="no raw ceiling")
-        parser.add_argument("--raw-seconds", type=float, default=15.0, help="length of the raw-ceiling loop")
+        parser.add_argument("--skip-ceilings", "--skip-raw", dest="skip_ceilings", action="store_true",
+                            help="no reference ceilings (raw/SDK, durable)")
+        parser.add_argument("--ceiling-seconds", "--raw-seconds", dest="ceiling_seconds", type=float, default=15.0,
+                            help="length of each ceiling's loop (default 15)")
         parser.add_argument("--drain-timeout", type=float, default=None,
                             help="seconds to wait for a campaign to drain (default max(300, recipients/100))")
         parser.add_argument("--out", default=str(settings.BASE_DIR / "bench" / "results"))
@@ -113,9 +123,8 @@ class Command(BaseCommand):
     def run(self, o):
         # SIGTERM unwinds like Ctrl-C, so the stack this run started is stopped (finally blocks).
         signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(143))
-        from notifications.bench import plot, report
-        from notifications.bench.runner import RunConfig, run_blast
-        from notifications.bench.stack import naive_pipeline_available
+        from bench import plot, report
+        from bench.runner import RunConfig, run_blast, run_naive
 
         database_url, redis_url = os.environ["DATABASE_URL"], os.environ["REDIS_URL"]
         self.say(f"database {BENCH_DATABASE}: migrating…")
@@ -131,9 +140,11 @@ class Command(BaseCommand):
             "schema": 1, "scenario": o["scenario"], "started_at": started.isoformat(timespec="seconds"),
             "git": git_info(), "machine": machine_info(),
             "options": {k: o[k] for k in ("recipients", "channel", "otp_rate", "provider_rate", "provider_latency_ms",
-                                          "scenario", "naive_recipients", "naive_max_seconds", "skip_naive",
-                                          "skip_raw", "raw_seconds", "drain_timeout")} | {"argv": " ".join(argv)},
-            "notes": [], "raw_ceiling": None, "tiered": None, "naive": None,
+                                          "scenario", "naive_recipients", "naive_max_seconds", "naive_pool",
+                                          "naive_concurrency", "skip_naive", "skip_ceilings", "ceiling_seconds",
+                                          "drain_timeout")} | {"argv": " ".join(argv)},
+            "notes": [], "raw_ceiling": None, "sdk_ceiling": None, "durable_ceiling": None, "tiered": None,
+            "naive": None,
         }
         common = {"channel": o["channel"], "otp_rate": o["otp_rate"], "provider_rate": o["provider_rate"],
                   "provider_latency_ms": o["provider_latency_ms"], "drain_timeout": o["drain_timeout"]}
@@ -142,31 +153,28 @@ class Command(BaseCommand):
         try:
             tiered = run_blast(RunConfig(pipeline="tiered", recipients=o["recipients"], otp_channels=otp_channels,
                                          brownout=brownout,
-                                         raw_seconds=0 if (o["skip_raw"] or brownout) else o["raw_seconds"],
-                                         **common),
+                                         ceiling_seconds=0 if (o["skip_ceilings"] or brownout)
+                                         else o["ceiling_seconds"], **common),
                                database_url, redis_url, work, self.say)
-            result["raw_ceiling"] = tiered.pop("raw_ceiling", None)
-            result["raw_http_transport"] = tiered.pop("raw_http_transport", None)
+            for key in ("raw_ceiling", "sdk_ceiling", "durable_ceiling", "raw_http_transport"):
+                result[key] = tiered.pop(key, None)
             result["tiered"] = tiered
             if not brownout and not o["skip_naive"]:
                 size = o["naive_recipients"] or min(o["recipients"], 20_000)
-                available = naive_pipeline_available(dict(os.environ))
-                if not available:
-                    result["notes"].append("NOTIFY_PIPELINE=naive is not implemented in this checkout: the "
-                                           "'naive' run used the current (tiered) pipeline")
                 naive_common = {**common, "drain_timeout": o["naive_max_seconds"]}
-                result["naive"] = run_blast(
-                    RunConfig(pipeline="naive" if available else "tiered", label="naive", recipients=size,
-                              otp_channels=[o["channel"]], **naive_common),
+                result["naive"] = run_naive(
+                    RunConfig(pipeline="naive", label="naive", recipients=size, otp_channels=[],
+                              naive_pool=o["naive_pool"], naive_concurrency=o["naive_concurrency"], **naive_common),
                     database_url, redis_url, work, self.say)
-                result["naive"]["naive_pipeline"] = available
         except Exception as exc:  # still write what was measured
             error = f"{type(exc).__name__}: {exc}"
             result["error"] = error
             result["traceback"] = traceback.format_exc()
             self.stderr.write(result["traceback"])
         if result["tiered"]:
-            result["targets"] = report.evaluate_targets(result["tiered"], result["naive"], result["raw_ceiling"],
+            result["reference"] = report.reference_points(
+                result["tiered"], result["naive"], {k: result.get(k) for k in report.CEILINGS}, o["channel"])
+            result["targets"] = report.evaluate_targets(result["tiered"], result["naive"], result["reference"],
                                                         o["recipients"], o["channel"])
         problems = report.sanity_problems(result["tiered"]) + ([f"bench error: {error}"] if error else [])
         result["sanity"] = {"ok": not problems, "problems": problems}
@@ -185,7 +193,7 @@ class Command(BaseCommand):
             sys.exit(1)
 
     def write_docs(self, path: Path):
-        from notifications.bench import report
+        from bench import report
 
         data = json.loads(path.read_text())
         docs = settings.BASE_DIR / "docs" / "PERFORMANCE.md"
