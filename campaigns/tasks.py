@@ -1,6 +1,7 @@
 """Campaign tasks: thin wrappers over :mod:`campaigns.fanout`."""
 
 from campaigns import fanout
+from core.queues import FAN_OUT_PAGE_TASK
 from notifications.tasks import notification_task
 
 
@@ -10,7 +11,7 @@ def start_due() -> list[str]:
     return fanout.start_due_campaigns()
 
 
-@notification_task("campaigns.fan_out_page")
+@notification_task(FAN_OUT_PAGE_TASK)
 def fan_out_page(campaign_id: str, shard_number: int) -> str:
     """Fan out the next page of one shard (``fanout`` queue). A page that raises is recorded on the
     shard and campaign (last error, failures) and re-raised, so Celery's ``task_failure`` counts it

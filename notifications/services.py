@@ -158,9 +158,19 @@ def cancel_notification(notification_id: uuid.UUID, client: APIClient | None = N
         notification = qs.get()
         if not updated:
             raise NotCancellable(notification)
-        DeliveryEvent.objects.create(notification=notification, kind="cancelled", status=Status.CANCELLED,
-                                     reason=Reason.CANCELLED_BY_CLIENT)
+        record_cancelled([notification.pk], reason=Reason.CANCELLED_BY_CLIENT)
     return notification
+
+
+def record_cancelled(notification_ids, *, reason: str, detail: str = "", at: datetime | None = None) -> None:
+    """The timeline event of notifications just moved to ``cancelled`` (one ``cancelled`` event
+    each, with the row's ``reason`` and ``detail``, at ``at``: default the platform clock's now).
+    The one writer for every cancel (a single cancel, a campaign's chunked cancel), so their
+    timelines read the same."""
+    at = at or clock.now()
+    DeliveryEvent.objects.bulk_create([
+        DeliveryEvent(notification_id=pk, kind="cancelled", status=Status.CANCELLED, reason=reason, detail=detail,
+                      created_at=at) for pk in notification_ids], batch_size=5000)
 
 
 def replay_dead_letters(notification_ids, *, by: str) -> int:
@@ -191,6 +201,9 @@ def replay_dead_letters(notification_ids, *, by: str) -> int:
 
 ERASED = "[erased]"
 
+#: The reason detail of a notification cancelled with its campaign (row and timeline event).
+CAMPAIGN_CANCELLED_DETAIL = "its campaign was cancelled"
+
 
 def cancel_campaign_notifications(campaign_id, *, limit: int = 5000) -> int:
     """Cancel up to ``limit`` of a campaign's notifications that no worker has claimed (``scheduled``
@@ -209,12 +222,9 @@ def cancel_campaign_notifications(campaign_id, *, limit: int = 5000) -> int:
         if not pending:
             return 0
         moved = Notification.objects.filter(pk__in=pending, status__in=[Status.SCHEDULED, Status.QUEUED]).update(
-            status=Status.CANCELLED, reason=Reason.CAMPAIGN_CANCELLED, reason_detail="its campaign was cancelled",
+            status=Status.CANCELLED, reason=Reason.CAMPAIGN_CANCELLED, reason_detail=CAMPAIGN_CANCELLED_DETAIL,
             due_at=None, lease_until=None, updated_at=now)
-        DeliveryEvent.objects.bulk_create([
-            DeliveryEvent(notification_id=pk, kind="cancelled", status=Status.CANCELLED,
-                          reason=Reason.CAMPAIGN_CANCELLED, detail="its campaign was cancelled", created_at=now)
-            for pk in pending], batch_size=5000)
+        record_cancelled(pending, reason=Reason.CAMPAIGN_CANCELLED, detail=CAMPAIGN_CANCELLED_DETAIL, at=now)
     return moved
 
 
@@ -237,10 +247,8 @@ def erase_notification_content(recipient_id: str, contacts: list[str], *, by: st
         Notification.objects.filter(pk__in=pending, status__in=[Status.SCHEDULED, Status.QUEUED]).update(
             status=Status.CANCELLED, reason=Reason.CANCELLED_BY_CLIENT, due_at=None, lease_until=None,
             updated_at=now)
-        DeliveryEvent.objects.bulk_create([
-            DeliveryEvent(notification_id=pk, kind="cancelled", status=Status.CANCELLED,
-                          reason=Reason.CANCELLED_BY_CLIENT, detail=f"recipient's personal data erased by {by}"[:500])
-            for pk in pending])
+        record_cancelled(pending, reason=Reason.CANCELLED_BY_CLIENT,
+                         detail=f"recipient's personal data erased by {by}"[:500], at=now)
     erased = mine.filter(~Q(title="") | ~Q(body="") | ~Q(html="") | Q(data__isnull=False)).update(
         title="", body="", html="", data=None, updated_at=now)
     for contact in contacts:

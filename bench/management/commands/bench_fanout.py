@@ -11,6 +11,7 @@ unless ``--keep``. Writes ``bench/results/fanout-<UTC timestamp>.json``.
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -44,6 +45,7 @@ class Command(BaseCommand):
             title="Bench", body="Hello {{ first_name }}", scheduled_at=clock.now() + timedelta(days=1))
         campaign = result.campaign
         Campaign.objects.filter(pk=campaign.pk).update(fanout_at=clock.now())  # fan out now, send tomorrow
+        cpu0, db_cpu0 = time.process_time(), _backend_cpu_seconds()
         if inline:
             started = fanout.start_due_campaigns()
             if str(campaign.pk) not in started:
@@ -57,6 +59,7 @@ class Command(BaseCommand):
                 raise CommandError("fan-out did not finish in time (is `make run` running its workers?)")
             time.sleep(0.05)
         elapsed = time.perf_counter() - t0
+        cpu, db_cpu = time.process_time() - cpu0, _backend_cpu_seconds()
         campaign.refresh_from_db()
         fanout_seconds = (campaign.fanned_out_at - campaign.started_at).total_seconds()
         report = {
@@ -66,6 +69,9 @@ class Command(BaseCommand):
             "fanout_seconds": round(fanout_seconds, 2),
             "members_per_second": round(members / fanout_seconds) if fanout_seconds else None,
             "wall_seconds_including_scheduler_pickup": round(elapsed, 2),
+            # --inline: this process's CPU and its Postgres backend's (when on this machine) over the fan-out.
+            "inline_cpu_seconds": round(cpu, 2) if inline else None,
+            "inline_db_backend_cpu_seconds": round(db_cpu - db_cpu0, 2) if inline and db_cpu is not None else None,
         }
         if not keep:
             services.cancel_campaign(campaign.pk)
@@ -94,3 +100,18 @@ class Command(BaseCommand):
             SegmentMember.objects.bulk_create([SegmentMember(segment=segment, recipient_id=u) for u in ids],
                                               batch_size=5000)
         return segment
+
+
+def _backend_cpu_seconds() -> float | None:
+    """User + system CPU seconds of this connection's Postgres backend (``/proc/<pid>/stat``), or
+    ``None`` when the server is not on this machine."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_backend_pid()")
+        pid = cur.fetchone()[0]
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

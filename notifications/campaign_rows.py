@@ -1,0 +1,113 @@
+"""The pipeline's side of campaign fan-out: inserting a page of a campaign's notifications, and
+whether a campaign still has notifications to send.
+
+Campaigns never write the notification table themselves; fan-out plans each member's row (status,
+reason, due instant) and hands the page to :func:`insert_campaign_page`. Cancelling a campaign's
+notifications is :func:`notifications.services.cancel_campaign_notifications`, which writes the
+same timeline event as a single cancel.
+
+Statement shape (measured with ``manage.py bench_fanout``: docs/PERFORMANCE.md, "Fan-out"): one
+``COPY ... FROM STDIN`` per page, inside a savepoint. A page normally creates only new rows (its
+shard's cursor advances in the same transaction), so COPY's missing ``ON CONFLICT`` is the rare
+case: a row that already exists (a page re-run after its shard was reset, a campaign re-driven by
+hand) makes the COPY fail with a unique violation, the savepoint is rolled back and the page is
+inserted again by ``INSERT ... SELECT FROM unnest(...) ON CONFLICT (id) DO NOTHING``, which skips
+the existing rows. Either way exactly the new rows are created and returned.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import NamedTuple
+
+import psycopg
+from django.db import IntegrityError, connection, transaction
+
+from core.postgres import copy_rows
+from notifications.models import Status
+
+_TABLE = "notifications_notification"
+
+# Every NOT NULL column without a database default, plus the campaign's own; the nullable rest
+# (client, idempotency key, data, lease, attempt times…) stays NULL as for any new campaign row.
+_COLUMNS = ("id", "campaign_id", "recipient_id", "channel", "priority", "category", "status", "reason",
+            "accepted_status", "scheduled_at", "due_at", "queued_at", "expires_at", "title", "body", "html",
+            "sensitive", "request_fingerprint", "reason_detail", "attempts", "provider", "provider_message_id",
+            "created_at", "updated_at")
+
+_INSERT_SQL = f"""
+INSERT INTO {_TABLE} ({", ".join(_COLUMNS)})
+SELECT u.id, %(campaign)s, u.recipient_id, %(channel)s, %(priority)s, %(category)s, u.status, u.reason, u.status,
+       u.due_at, CASE WHEN u.status = 'scheduled' THEN u.due_at END,
+       CASE WHEN u.status = 'queued' THEN %(now)s::timestamptz END, u.expires_at,
+       '', '', '', false, '', '', 0, '', '', %(now)s, %(now)s
+  FROM unnest(%(ids)s::uuid[], %(recipients)s::text[], %(statuses)s::text[], %(reasons)s::text[],
+              %(dues)s::timestamptz[], %(expires)s::timestamptz[])
+       AS u(id, recipient_id, status, reason, due_at, expires_at)
+ON CONFLICT (id) DO NOTHING
+RETURNING id, status
+"""
+
+
+class CampaignRow(NamedTuple):
+    """One member's planned notification: ``id`` (a UUID, or its canonical 36-character text),
+    ``recipient_id``, ``status`` (``scheduled``, ``queued`` or ``suppressed``), ``reason`` (``""``
+    unless suppressed), ``due`` (aware UTC datetime: when it is to be sent, or for a suppressed row
+    when it was meant for), ``expires`` (aware UTC datetime or ``None``)."""
+
+    id: uuid.UUID | str
+    recipient_id: str
+    status: str
+    reason: str
+    due: datetime
+    expires: datetime | None
+
+
+def insert_campaign_page(*, campaign_id, channel: str, priority: str, category: str, now: datetime,
+                         rows: list[CampaignRow]) -> list[tuple[str, str]]:
+    """Insert one fan-out page of campaign ``campaign_id``'s notifications, in the caller's
+    transaction (the shard cursor's). A ``scheduled`` row gets ``due_at = due``; a ``queued`` one
+    ``queued_at = now``; a ``suppressed`` one neither (it is final). Content is rendered at send time.
+
+    Returns ``[(id as text, status)]`` of the rows created; a row whose id already exists is left as
+    it is and not returned (so re-running a page creates nothing twice). Raises what the database
+    raises for anything else (e.g. an unknown recipient: ``IntegrityError`` at commit).
+    """
+    if not rows:
+        return []
+    try:
+        with transaction.atomic():
+            _copy(campaign_id, channel, priority, category, now, rows)
+    except (IntegrityError, psycopg.errors.UniqueViolation):
+        return _insert_skipping_existing(campaign_id, channel, priority, category, now, rows)
+    return [(str(r.id), r.status) for r in rows]
+
+
+def _copy(campaign_id, channel, priority, category, now, rows: list[CampaignRow]) -> None:
+    campaign = str(campaign_id)
+    scheduled, queued = Status.SCHEDULED, Status.QUEUED
+    copy_rows(_TABLE, _COLUMNS, [
+        (r.id, campaign, r.recipient_id, channel, priority, category, r.status, r.reason, r.status,
+         r.due, r.due if r.status == scheduled else None, now if r.status == queued else None, r.expires,
+         "", "", "", False, "", "", 0, "", "", now, now) for r in rows])
+
+
+def _insert_skipping_existing(campaign_id, channel, priority, category, now, rows: list[CampaignRow]):
+    with connection.cursor() as cur:
+        cur.execute(_INSERT_SQL, {
+            "campaign": campaign_id, "channel": channel, "priority": priority, "category": category, "now": now,
+            "ids": [str(r.id) for r in rows], "recipients": [r.recipient_id for r in rows],
+            "statuses": [r.status for r in rows], "reasons": [r.reason for r in rows],
+            "dues": [r.due for r in rows], "expires": [r.expires for r in rows],
+        })
+        return [(str(nid), status) for nid, status in cur.fetchall()]
+
+
+def campaign_has_open_notifications(campaign_id) -> bool:
+    """Whether any of the campaign's notifications is still ``scheduled``, ``queued`` or ``sending``
+    (one probe of the partial index ``notification_campaign_open_idx``)."""
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT EXISTS (SELECT 1 FROM {_TABLE} WHERE campaign_id = %s "
+                    "AND status IN ('scheduled', 'queued', 'sending'))", [campaign_id])
+        return cur.fetchone()[0]
