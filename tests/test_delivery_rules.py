@@ -156,3 +156,90 @@ def test_high_and_standard_record_a_refused_call_alike(sms_provider, emulator):
             ("transient", "503")]
         assert DeliveryEvent.objects.filter(notification_id=i, kind="retry").count() == 1
     assert emulator.count() == 0
+
+
+# --- findings of the adversarial pass on the pipeline ------------------------------------------------
+
+def _queued_sms(tag: str, priority: str, count: int) -> list[str]:
+    ids = []
+    for i in range(count):
+        r = Recipient.objects.create(user_id=f"u-{tag}-{i}", phone=f"+1555{i:07d}")
+        ids.append(str(Notification.objects.create(id=uuid.uuid4(), recipient=r, channel="sms", priority=priority,
+                                                   body=f"Hello {i}", status="queued").pk))
+    return ids
+
+
+@pytest.fixture
+def sms_with_backup(settings, emulator):
+    emulator.reset()
+    names = [f"tw{uuid.uuid4().hex[:6]}", f"twb{uuid.uuid4().hex[:6]}"]
+    settings.PROVIDERS = {**settings.PROVIDERS, "sms": [
+        {"NAME": names[0], "BACKEND": "providers.twilio.backend.TwilioSmsBackend",
+         "OPTIONS": twilio_options(emulator, STATUS_CALLBACK_URL=None)},
+        {"NAME": names[1], "BACKEND": "providers.twilio.backend.TwilioSmsBackend",
+         "OPTIONS": twilio_options(emulator, STATUS_CALLBACK_URL=None, ACCOUNT_SID="AC" + "1" * 32,
+                                   FROM_NUMBER="+15005550007")}]}
+    reset_backends()
+    yield names
+    reset_backends()
+    for name in names:
+        keys = list(get_redis().scan_iter(f"*:{name}*"))
+        if keys:
+            get_redis().delete(*keys)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(120)
+def test_an_otp_refused_with_429_by_the_primary_account_goes_to_the_backup_at_once(sms_with_backup, emulator):
+    """Adversarial finding: a 429 (the primary account's limit) did not fail over, because it does
+    not count against the provider's health; the OTP was retried on the primary until dead-lettered."""
+    rule = emulator.fault(provider="twilio", account="AC" + "0" * 32, status=429, retry_after=20)
+    [pk] = _queued_sms(uuid.uuid4().hex[:8], "high", 1)
+
+    send_notifications([pk])
+
+    n = Notification.objects.get(pk=pk)
+    assert (n.status, n.provider) == ("sent", sms_with_backup[1])
+    assert list(DeliveryAttempt.objects.filter(notification_id=pk).order_by("created_at", "id")
+                .values_list("provider", "outcome")) == [(sms_with_backup[0], "transient"),
+                                                         (sms_with_backup[1], "accepted")]
+    assert emulator.fired(rule) == 1
+    assert emulator.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(120)
+def test_a_429_stops_the_batch_and_the_rest_waits_without_spending_an_attempt(settings, sms_provider, emulator):
+    """Adversarial finding: after a 429 with Retry-After the rest of a standard batch was still sent
+    into the limit, every row spending an attempt per round."""
+    settings.NOTIFY = {**settings.NOTIFY, "SEND_CONCURRENCY": {**settings.NOTIFY["SEND_CONCURRENCY"], "sms": 4}}
+    rule = emulator.fault(provider="twilio", status=429, retry_after=30)
+    ids = _queued_sms(uuid.uuid4().hex[:8], "standard", 12)
+
+    send_notifications(ids)
+
+    assert emulator.fired(rule) == 4  # one wave, then the batch stopped
+    rows = list(Notification.objects.filter(pk__in=ids))
+    called = [n for n in rows if n.attempts_log.exists()]
+    waiting = [n for n in rows if not n.attempts_log.exists()]
+    assert (len(called), len(waiting)) == (4, 8)
+    assert {(n.status, n.reason, n.attempts) for n in called} == {("scheduled", "retry_scheduled", 1)}
+    assert {(n.status, n.reason, n.attempts) for n in waiting} == {("scheduled", "retry_scheduled", 0)}
+    assert all(n.due_at >= n.updated_at + timedelta(seconds=29) for n in waiting)
+    assert emulator.count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(120)
+def test_each_attempt_row_carries_its_own_calls_instant(settings, sms_provider, emulator):
+    """Adversarial finding: every attempt of a batch was stamped with the batch's end, so the lookup
+    of a call in doubt (its end minus its latency) started after the call and missed the message."""
+    settings.NOTIFY = {**settings.NOTIFY, "SEND_CONCURRENCY": {**settings.NOTIFY["SEND_CONCURRENCY"], "sms": 2}}
+    emulator.fault(provider="twilio", latency_ms=600)
+    ids = _queued_sms(uuid.uuid4().hex[:8], "standard", 4)
+
+    send_notifications(ids)
+
+    instants = sorted(DeliveryAttempt.objects.filter(notification_id__in=ids).values_list("created_at", flat=True))
+    assert len(instants) == 4 and emulator.count() == 4
+    assert instants[2] - instants[1] >= timedelta(milliseconds=500)  # two waves, two instants

@@ -33,7 +33,7 @@ from notifications.delivery.claim import call_deadline_seconds, still_ours
 from notifications.delivery.routing import route_for
 from notifications.models import Notification
 from providers import isolation
-from providers.base import OutboundMessage, ProviderConfigurationError, ProviderError
+from providers.base import OutboundMessage, ProviderConfigurationError, ProviderError, TransientProviderError
 from providers.registry import get_backend
 
 #: SendGrid v3 mail/send: recipients per request (one send_batch call is one request).
@@ -52,9 +52,10 @@ class Item:
 @dataclass
 class Calls:
     """What the calls stage did for a batch: ``outcomes[i]`` the ``(SendResult or error, latency
-    ms)`` of every call of item ``i`` (the high tier may call several providers); ``lost``: ids of
-    rows that changed hands before a call; ``waiting``: ``(until, detail)`` when the rest of the
-    batch must wait; ``no_call``: row id → the error that prevented any call (high tier)."""
+    ms, end of the call (UTC))`` of every call of item ``i`` (the high tier may call several
+    providers); ``lost``: ids of rows that changed hands before a call; ``waiting``: ``(until,
+    detail)`` when the rest of the batch must wait; ``no_call``: row id → the error that prevented
+    any call (high tier)."""
 
     outcomes: dict[int, list] = field(default_factory=dict)
     lost: set = field(default_factory=set)
@@ -113,7 +114,16 @@ def call_standard(channel: str, name: str, items: list[Item]) -> Calls:
             _send(backend, items, chunk, min(len(slots), len(chunk)), done)
         finally:
             isolation.release_slots(name, "standard", slots)
-        _count_calls(name, [done.outcomes[i][-1][0] for i in chunk], batch_api, verdict.probe)
+        latest = [done.outcomes[i][-1][0] for i in chunk]
+        _count_calls(name, latest, batch_api, verdict.probe)
+        limited = [o for o in latest if rate_limited(o)]
+        if limited and pending:
+            # The provider says we are over its limit: the rest of the batch waits for the time it
+            # asked (Retry-After), without spending an attempt, instead of meeting the same 429.
+            pause = max([1.0] + [float(o.retry_after or 0) for o in limited])
+            until = clock.now() + timedelta(seconds=pause)
+            done.waiting = until, f"{name} rate limit (429); waiting until {until.isoformat()}"
+            break
     if budget_waited:
         metrics.isolation_event("budget_wait", name, "standard", seconds=budget_waited)
     return done
@@ -145,7 +155,9 @@ def call_high(n: Notification, items: list[Item]) -> Calls:
         latest = [done.outcomes[i][-1][0] for i in owned]
         failed = _count_calls(route.name, latest, getattr(route.backend, "batch_api", False), route.probe)
         accepted = any(not isinstance(o, Exception) for o in latest)
-        if not failed or accepted:
+        # A transient answer (5xx, timeout, and also a 429: this account's limit, not the backup's)
+        # sends the OTP to the next provider at once; a bad number or a misconfiguration does not.
+        if accepted or not (failed or any(isinstance(o, TransientProviderError) for o in latest)):
             return done
 
 
@@ -162,8 +174,17 @@ def _send(backend, items: list[Item], chunk: list[int], concurrency: int, done: 
     started = time.monotonic()
     outcomes = backend.send_batch([items[i].message for i in chunk], concurrency=max(1, concurrency))
     latency_ms = int((time.monotonic() - started) * 1000)
+    ended = clock.now()  # each call's own end (UTC): its attempt row's instant, which the lookup of
+    # a call in doubt counts back from (end - latency); the batch's end would hide earlier waves
     for index, outcome in zip(chunk, outcomes, strict=True):
-        done.outcomes.setdefault(index, []).append((outcome, latency_ms))
+        done.outcomes.setdefault(index, []).append((outcome, latency_ms, ended))
+
+
+def rate_limited(outcome) -> bool:
+    """Is ``outcome`` the provider's "too many requests" (HTTP 429, Twilio 20429, FCM
+    QUOTA_EXCEEDED)? Such an answer is about the account's rate, not about the message."""
+    return isinstance(outcome, TransientProviderError) and (
+        getattr(outcome, "http_status", None) == 429 or outcome.code in ("429", "20429", "QUOTA_EXCEEDED"))
 
 
 def _count_calls(name: str, outcomes: list, batch_api: bool, probe: bool) -> int:

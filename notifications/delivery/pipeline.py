@@ -113,13 +113,13 @@ def _decisions(ready: list[tuple], items: list[Item], done: Calls) -> list[tuple
     planned: dict = defaultdict(int)
     for index, item in enumerate(items):
         planned[item.row.pk] += 1
-        for outcome, latency_ms in done.outcomes.get(index, []):
-            by_row[item.row.pk].append((outcome, item.device, latency_ms))
+        for outcome, latency_ms, ended in done.outcomes.get(index, []):
+            by_row[item.row.pk].append((outcome, item.device, latency_ms, ended))
     decided = []
     for n, found in ready:
         calls = by_row.get(n.pk, [])
         if n.pk in done.no_call:
-            calls = [(done.no_call[n.pk], None, 0)]
+            calls = [(done.no_call[n.pk], None, 0, now)]
         elif not calls and n.pk in done.lost:
             continue  # lost before any call: not ours to record
         # A row lost after a call was made is recorded (attempts, sent marker, and `sent` if nobody
@@ -133,8 +133,8 @@ def _decisions(ready: list[tuple], items: list[Item], done: Calls) -> list[tuple
             continue
         if decision is None:
             continue
-        attempts = [attempt_row(n, outcome, device, latency_ms, now) for outcome, device, latency_ms in calls]
-        errors = [(outcome, device) for outcome, device, _ms in calls if isinstance(outcome, Exception)]
+        attempts = [attempt_row(n, outcome, device, latency_ms, ended) for outcome, device, latency_ms, ended in calls]
+        errors = [(outcome, device) for outcome, device, _ms, _end in calls if isinstance(outcome, Exception)]
         decided.append((n, decision, attempts, errors))
     return decided
 
