@@ -1,8 +1,9 @@
 """Provider contract: the message shape handed to a provider backend, its result, and the errors.
 
 Every backend (``providers/<name>/backend.py``) subclasses one of the channel base classes below and
-implements :meth:`ProviderBackend.send`. The delivery pipeline (``notifications.services``) only ever
-talks to this module's types, so a new provider is a new package and a line in settings.
+implements :meth:`ProviderBackend.send` (and :meth:`ProviderBackend.send_batch` where the provider has a
+batch or async path). The delivery pipeline (``notifications/delivery/``) only ever talks to this module's
+types, so a new provider is a new package and a line in settings.
 
 Error hierarchy (after django-anymail's and healthchecks' error classes)::
 

@@ -2,7 +2,8 @@
 row may go to a provider now. A *verdict*, computed from what the load stage loaded; no writes (the
 record stage applies it).
 
-Order (the first rule that applies wins): sent marker found → campaign cancelled → expired →
+Order (the first rule that applies wins; the sent marker and the provider lookup of a call in doubt
+come before, in ``pipeline.prepare``): campaign cancelled → expired →
 suppressed (opt-outs, missing or dead contact, SMS STOP; checked at send time, never only at
 acceptance) → quiet hours (unless the tier and category bypass them) → push without an active device.
 """
@@ -40,7 +41,6 @@ class Verdict:
 class Facts:
     """What the load stage knows about one claimed row beside the row itself."""
 
-    already_sent: bool = False
     campaign_cancelled: bool = False
     stopped_phones: set | None = None  # the batch's phones that replied STOP to our sender (None: query)
     devices: list = field(default_factory=list)  # active push devices
@@ -51,8 +51,6 @@ MARKER_FOUND = Verdict(Status.SENT, "sent", detail="sent marker found: an earlie
 
 def verdict(n: Notification, facts: Facts, now: datetime) -> Verdict | None:
     """The verdict on claimed row ``n`` at ``now`` (UTC), or ``None`` when it goes to the provider."""
-    if facts.already_sent:
-        return MARKER_FOUND
     if facts.campaign_cancelled:
         return Verdict(Status.CANCELLED, "cancelled", Reason.CAMPAIGN_CANCELLED,
                        "its campaign was cancelled before this was sent")

@@ -79,7 +79,8 @@ def route_for(n: Notification, needed: int, exclude: list[str] = ()) -> Route:
             continue
         if index:
             metrics.isolation_event("failover", name, tier, channel=n.channel)
-            log.warning("%s %s %s fails over to %s: %s", tier, n.channel, n.pk, name, last)
+            log.warning("%s %s %s fails over to %s: %s", tier, n.channel, n.pk, name,
+                        last or "the previous provider's call failed")
         return Route(name, get_backend(n.channel, name, tier), slots, verdict.probe)
     raise last or ProviderConfigurationError(n.channel, "no provider configured", code="not_configured")
 
