@@ -33,7 +33,7 @@ PAGE = 1000
 #: Provider errors are retried this many times, 1 s apart, before the row is marked ``failed``.
 MAX_RETRIES = 5
 
-app = Celery("bench_naive")
+app = Celery("bench_naive", set_as_current=False)  # never the current app of a process that imports it
 app.conf.update(
     broker_url=os.environ.get("CELERY_BROKER_URL") or os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/3",
     broker_connection_retry_on_startup=True,
