@@ -229,6 +229,10 @@ class CallTimeouts:
         return cls(connect=connect, read=read, total=max(total, connect, read))
 
 
+#: Connections one backend instance's pooled async client keeps at most (``POOL_SIZE`` option).
+DEFAULT_POOL_SIZE = 100
+
+
 @dataclass
 class ProviderBackend:
     """Base of every provider backend. Subclasses set ``name`` and ``channel``.
@@ -307,6 +311,15 @@ class ProviderBackend:
         in flight at most, and SendGrid with its personalizations (docs/PROVIDERS.md).
         """
         return [self.send_or_error(m) for m in messages]
+
+    def pool_size(self) -> int:
+        """Connections this instance's pooled async client keeps at most (``POOL_SIZE`` option)."""
+        return int(self.option("POOL_SIZE", DEFAULT_POOL_SIZE))
+
+    def in_flight_limit(self, concurrency: int, count: int) -> int:
+        """Requests in flight at most for a batch of ``count`` messages: ``concurrency``, capped by
+        :meth:`pool_size`, at least 1."""
+        return max(1, min(int(concurrency), self.pool_size(), count))
 
     def send_or_error(self, message: OutboundMessage) -> SendResult | Exception:
         """:meth:`send`, with the exception it raised returned instead (batch results are per message).

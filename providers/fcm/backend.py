@@ -69,8 +69,6 @@ BAD_REQUEST_DETAIL = "type.googleapis.com/google.rpc.BadRequest"
 TOKEN_FIELDS = frozenset({"message.token", "message.fid"})
 #: ``send_each_async`` takes at most 500 messages a call (firebase-admin, FCM's documented limit).
 MAX_PER_CALL = 500
-#: Connections one backend instance's aiohttp pool keeps at most (``POOL_SIZE`` option).
-DEFAULT_POOL_SIZE = 100
 
 _app_numbers = itertools.count(1)
 
@@ -201,7 +199,7 @@ class FcmPushBackend(PushBackend):
             if fcm_url:
                 redirect_fcm(app, fcm_url.format(project_id))
             client = PooledFcmClient(app.credential.get_credential(), timeouts,
-                                     int(self.option("POOL_SIZE", DEFAULT_POOL_SIZE)))
+                                     self.pool_size())
             install_async_client(app, client)
         except BaseException:
             firebase_admin.delete_app(app)
@@ -271,7 +269,7 @@ class FcmPushBackend(PushBackend):
             self.open()
         except ProviderConfigurationError as exc:
             return [exc] * len(messages)
-        limit = max(1, min(int(concurrency), int(self.option("POOL_SIZE", DEFAULT_POOL_SIZE)), len(messages)))
+        limit = self.in_flight_limit(concurrency, len(messages))
         backstop = (-(-len(messages) // limit) + 1) * self.timeouts().total + 10.0
         try:
             return event_loop.run(self._send_all(messages, limit), timeout=backstop)

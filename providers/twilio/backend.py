@@ -41,6 +41,7 @@ from twilio.rest import Client
 
 from providers import event_loop
 from providers.base import (
+    DEFAULT_POOL_SIZE,
     CallTimeouts,
     ContactInvalidError,
     OutboundMessage,
@@ -67,8 +68,6 @@ CONTACT_INVALID_CODES = {21211: "invalid_number", 21610: "opted_out", 21614: "no
 #: Codes that mean our account/sender settings are wrong (docs/PROVIDERS.md §1(c)).
 CONFIGURATION_CODES = frozenset({20003, 21606, 21659, 21408})
 RATE_LIMIT_CODE = 20429
-#: Connections one backend instance's aiohttp session keeps at most (``POOL_SIZE`` option).
-DEFAULT_POOL_SIZE = 100
 
 #: The answer of the request the current task made last (each message's coroutine is its own task,
 #: so concurrent creates never see each other's): ``TwilioRestException`` carries no headers, and
@@ -272,7 +271,7 @@ class TwilioSmsBackend(SmsBackend):
         if self._async_client is None or self._async_loop != loop:
             # A client of another loop (a parent process's) is dropped unclosed: its sockets are not ours.
             self._async_http = AsyncRedirectingHttpClient(
-                self.option("BASE_URL", None), self.timeouts(), int(self.option("POOL_SIZE", DEFAULT_POOL_SIZE)))
+                self.option("BASE_URL", None), self.timeouts(), self.pool_size())
             self._async_client = Client(self.option("ACCOUNT_SID"), self.option("AUTH_TOKEN"),
                                         http_client=self._async_http)
             self._async_loop = loop
@@ -331,7 +330,7 @@ class TwilioSmsBackend(SmsBackend):
             self.open()
         except ProviderConfigurationError as exc:
             return [exc] * len(messages)
-        limit = max(1, min(int(concurrency), int(self.option("POOL_SIZE", DEFAULT_POOL_SIZE)), len(messages)))
+        limit = self.in_flight_limit(concurrency, len(messages))
         waves = -(-len(messages) // limit)
         backstop = waves * self.timeouts().total + 5.0
         try:
