@@ -301,11 +301,17 @@ NOTIFY = {
     "BATCH_SIZE": {"email": env.int("BATCH_SIZE_EMAIL", default=500),
                    "sms": env.int("BATCH_SIZE_SMS", default=200),
                    "push": env.int("BATCH_SIZE_PUSH", default=200)},
-    # Standard tier: concurrent SDK calls per worker process for providers without a batch API
-    # (threads, each with its own SDK client); also bounded by the provider's bulkhead.
+    # Standard tier: SDK calls in flight per worker process for providers without a batch API (a
+    # sliding window on the SDK's async client); also bounded by the provider's bulkhead.
     "SEND_CONCURRENCY": {"email": env.int("SEND_CONCURRENCY_EMAIL", default=4),
                          "sms": env.int("SEND_CONCURRENCY_SMS", default=8),
                          "push": env.int("SEND_CONCURRENCY_PUSH", default=8)},
+    # Standard tier: the calls of a batch run as a sliding window (SEND_CONCURRENCY in flight) and
+    # the rows whose calls have ended are recorded while the rest are in flight: every
+    # RECORD_EVERY_ROWS rows or RECORD_EVERY_SECONDS, whichever comes first. This bounds what a
+    # killed worker sends twice (docs/RELIABILITY.md, "Duplicate window").
+    "RECORD_EVERY_ROWS": env.int("RECORD_EVERY_ROWS", default=50),
+    "RECORD_EVERY_SECONDS": env.float("RECORD_EVERY_SECONDS", default=0.25),
     # A standard batch that cannot get budget tokens or bulkhead slots for this long (seconds) puts
     # the rest back to `scheduled` (no attempt spent) and frees its worker.
     "BATCH_MAX_WAIT_SECONDS": env.float("BATCH_MAX_WAIT_SECONDS", default=60),

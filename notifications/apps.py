@@ -65,8 +65,9 @@ def check_pipeline(app_configs=None, **kwargs):
 
 
 def check_pipeline_settings() -> list[str]:
-    """Problems with ``NOTIFY["BATCH_SIZE"|"SEND_CONCURRENCY"|"LEASE_SECONDS"|"BATCH_MAX_WAIT_SECONDS"]``,
-    each naming the setting and the rule (empty when all is well)."""
+    """Problems with ``NOTIFY["BATCH_SIZE"|"SEND_CONCURRENCY"|"LEASE_SECONDS"|"BATCH_MAX_WAIT_SECONDS"]``
+    and ``NOTIFY["RECORD_EVERY_ROWS"|"RECORD_EVERY_SECONDS"]``, each naming the setting and the rule
+    (empty when all is well)."""
     from django.conf import settings
 
     problems: list[str] = []
@@ -87,6 +88,10 @@ def check_pipeline_settings() -> list[str]:
                         f"PROVIDER_TIMEOUT_SECONDS ({timeout:g}): a lease must outlast one provider call")
     if float(notify.get("BATCH_MAX_WAIT_SECONDS", 1)) <= 0:
         problems.append("BATCH_MAX_WAIT_SECONDS must be > 0")
+    if int(notify.get("RECORD_EVERY_ROWS", 1)) < 1:
+        problems.append(f"RECORD_EVERY_ROWS must be >= 1, got {notify.get('RECORD_EVERY_ROWS')}")
+    if float(notify.get("RECORD_EVERY_SECONDS", 1)) <= 0:
+        problems.append(f"RECORD_EVERY_SECONDS must be > 0, got {notify.get('RECORD_EVERY_SECONDS')}")
     return problems
 
 

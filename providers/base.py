@@ -20,6 +20,7 @@ failure of the message *and* logs it loudly.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -183,6 +184,24 @@ class ContactInvalidError(PermanentProviderError):
         self.reason = reason
 
 
+class CallSkipped(Exception):
+    """The outcome of a batch message the caller's ``gate`` refused just before its call: no
+    request was made for it (e.g. its row's lease no longer covers a call, or the batch stopped
+    after a rate limit). Not a provider error: never an attempt, never counted by a breaker."""
+
+    def __init__(self, why: str = "") -> None:
+        super().__init__(why or "not called")
+
+
+#: ``gate(index) -> bool``: asked right before message ``index`` of a batch is sent (on the
+#: thread making the call: the provider event loop for Twilio and FCM). False: no call
+#: (:class:`CallSkipped`). Must be quick and never block (an in-memory check).
+BatchGate = Callable[[int], bool]
+#: ``on_result(index, outcome, latency_ms)``: called as soon as message ``index``'s outcome is
+#: known (same thread as the gate); ``latency_ms`` is that call's own duration. Must not block.
+BatchListener = Callable[[int, Any, int], None]
+
+
 class ProviderConfigurationError(Exception):
     """Our settings or credentials are wrong (401/403, missing sender). Not a ProviderError."""
 
@@ -302,15 +321,29 @@ class ProviderBackend:
     #: and FCM offer no lookup by destination and content).
     supports_lookup: ClassVar[bool] = False
 
-    def send_batch(self, messages: list[OutboundMessage], concurrency: int = 1) -> list[SendResult | Exception]:
-        """Send several messages; the standard tier's batch path and the benchmark's SDK ceiling.
+    def send_batch(self, messages: list[OutboundMessage], concurrency: int = 1, *, gate: BatchGate | None = None,
+                   on_result: BatchListener | None = None) -> list[SendResult | Exception]:
+        """Send several messages; the delivery pipeline's calls stage and the benchmark's SDK ceiling.
 
         Returns one ``SendResult`` or the exception ``send`` raised, per message, in input order;
-        never raises for a single message's failure. This default makes one ``send`` after the
-        other (SMTP); Twilio and FCM override it with their SDK's async API, ``concurrency`` calls
-        in flight at most, and SendGrid with its personalizations (docs/PROVIDERS.md).
+        never raises for a single message's failure. ``gate`` (optional) is asked right before each
+        message's call (False: :class:`CallSkipped`, nothing sent); ``on_result`` (optional) hears
+        each outcome as soon as it is known, so the caller can record a long batch as it goes. This
+        default makes one ``send`` after the other (SMTP); Twilio and FCM override it with their
+        SDK's async API as a sliding window of at most ``concurrency`` calls in flight, and SendGrid
+        with its personalizations (docs/PROVIDERS.md).
         """
-        return [self.send_or_error(m) for m in messages]
+        results: list[SendResult | Exception] = []
+        for index, message in enumerate(messages):
+            if gate is not None and not gate(index):
+                results.append(CallSkipped())
+                continue
+            started = time.monotonic()
+            outcome = self.send_or_error(message)
+            if on_result is not None:
+                on_result(index, outcome, int((time.monotonic() - started) * 1000))
+            results.append(outcome)
+        return results
 
     def pool_size(self) -> int:
         """Connections this instance's pooled async client keeps at most (``POOL_SIZE`` option)."""

@@ -167,6 +167,18 @@ redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]) + 1000)
 return ids
 """
 
+_RENEW = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+for i = 1, #ARGV - 1 do
+  redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[#ARGV]), ARGV[i])
+end
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[#ARGV]) + 1000 then
+  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[#ARGV]) + 1000)
+end
+return 1
+"""
+
 @dataclass(frozen=True)
 class Limits:
     """Effective limits of one provider (from ``settings.PROVIDER_LIMITS``).
@@ -338,6 +350,17 @@ def release_slots(provider: str, tier: str, slots: list[str]) -> None:
         get_redis().zrem(f"bulkhead:{provider}:{tier}", *slots)
     except redis.RedisError as exc:
         log.warning("bulkhead slots for %s not released (they expire): %s", provider, exc)
+
+
+def renew_slots(provider: str, tier: str, slots: list[str], lease_seconds: float) -> None:
+    """Make the slots taken with :func:`acquire_slots` (still held) expire ``lease_seconds`` from
+    now: a sliding window of calls holds its slots for as long as it runs (errors are logged)."""
+    if not slots:
+        return
+    try:
+        script(_RENEW)(keys=[f"bulkhead:{provider}:{tier}"], args=[*slots, int(lease_seconds * 1000)])
+    except redis.RedisError as exc:
+        log.warning("bulkhead slots for %s not renewed: %s", provider, exc)
 
 
 def slots_in_use(provider: str, tier: str) -> int:

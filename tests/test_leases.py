@@ -17,7 +17,7 @@ import pytest
 from bench.stack import wait_until
 from core import clock
 from notifications import scheduler
-from notifications.delivery import checks, leases
+from notifications.delivery import calls, checks, leases
 from notifications.delivery.claim import claim
 from notifications.delivery.pipeline import send_notifications
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification
@@ -151,20 +151,24 @@ def test_a_slow_worker_whose_lease_was_taken_over_records_its_accepted_call(prov
     call was accepted: the row is `sent`, so the pending re-send never happens."""
     sms, _email = providers
     ids = queued("sms", 2)
-    backend_cls = type(get_backend("sms", sms))
-    real = backend_cls.send_batch
+    real = calls._take
+    taken = []
 
-    def taken_over_mid_call(self, messages, concurrency=1):
-        Notification.objects.filter(pk__in=ids).update(lease_until=clock.now() - timedelta(seconds=1))
-        assert scheduler.reconcile()["leases"] == 2
-        return real(self, messages, concurrency)
+    def taken_over_mid_call(*args):
+        # The first answer of the window has arrived; the worker has not recorded anything yet:
+        # the reconciler takes both rows back now (this thread: the test's transaction).
+        if not taken:
+            Notification.objects.filter(pk__in=ids).update(lease_until=clock.now() - timedelta(seconds=1))
+            taken.append(scheduler.reconcile()["leases"])
+        return real(*args)
 
-    backend_cls.send_batch = taken_over_mid_call
+    calls._take = taken_over_mid_call
     try:
         send_notifications(ids)
     finally:
-        backend_cls.send_batch = real
+        calls._take = real
 
+    assert taken == [2]
     rows = Notification.objects.filter(pk__in=ids)
     assert sorted(rows.values_list("status", "due_at", "reason")) == [("sent", None, "")] * 2
     assert scheduler.release_due() == 0

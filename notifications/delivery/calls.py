@@ -1,27 +1,39 @@
 """Calls stage of the delivery pipeline (docs/ARCHITECTURE.md, "The send path"): the provider calls
-of one channel's batch, one ``backend.send_batch(messages, concurrency)`` call per grant of budget
-and bulkhead slots (SendGrid: up to 1,000 recipients per request; Twilio and FCM: several messages
-in flight, ``NOTIFY["SEND_CONCURRENCY"]``).
+of one channel's batch, ``backend.send_batch(messages, concurrency, gate=, on_result=)`` per grant
+of budget and bulkhead slots (SendGrid: up to 1,000 recipients per request; Twilio and FCM: a
+sliding window of ``NOTIFY["SEND_CONCURRENCY"]`` calls in flight, the next starting as soon as any
+ends, so a slow answer holds one slot rather than a wave).
 
 Two routing policies (routing.py), one stage:
 
 * **standard** (:func:`call_standard`): the primary provider only. While its circuit breaker is
   open, or when budget or slots did not come within ``BATCH_MAX_WAIT_SECONDS``, the rest of the
   batch waits (the outcomes stage sends it back to ``scheduled``); tokens come from the standard
-  budget, never the high tier's reserve;
+  budget, never the high tier's reserve. A window stops starting calls after a 429 (the rest waits
+  for Retry-After, no attempt spent) or after ``SEND_CONCURRENCY`` failures (the breaker decides);
+  rows whose calls have ended are handed to ``settle`` (recorded) while the rest are in flight,
+  every ``RECORD_EVERY_ROWS`` rows or ``RECORD_EVERY_SECONDS``: what a killed worker sends twice is
+  bounded by that, not by the batch (docs/RELIABILITY.md, "Duplicate window");
 * **high** (:func:`call_high`): a batch of one row with the failover policy: the first usable
   provider; one that times out or fails (not a bad number) is followed at once by the next for the
   same attempt (a rare duplicate if the timed-out call was in fact accepted: acceptable for an
   OTP, a late one is not).
 
-No call outlives the lease of a row it sends: before each ``send_batch`` the rows it carries get a
-lease covering the call's deadline (claim.py); a row that changed hands meanwhile is dropped,
-never sent.
+No call outlives the lease of a row it sends: before each grant the rows it carries get a lease
+covering a call's deadline (claim.py), and right before each call of a window the lease is checked
+again in memory (:func:`claim.covers_call`); a row that changed hands, or whose lease no longer
+covers a call, is never sent from here.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+import queue
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -29,15 +41,27 @@ from django.conf import settings
 
 from core import clock
 from notifications import metrics
-from notifications.delivery.claim import call_deadline_seconds, still_ours
+from notifications.delivery.claim import call_deadline_seconds, covers_call, still_ours
 from notifications.delivery.routing import route_for
 from notifications.models import Notification
 from providers import isolation
-from providers.base import OutboundMessage, ProviderConfigurationError, ProviderError, TransientProviderError
+from providers.base import (
+    CallSkipped,
+    OutboundMessage,
+    ProviderConfigurationError,
+    ProviderError,
+    TransientProviderError,
+)
 from providers.registry import get_backend
+
+log = logging.getLogger(__name__)
 
 #: SendGrid v3 mail/send: recipients per request (one send_batch call is one request).
 MAX_PER_REQUEST = 1000
+
+#: ``settle(row_ids, calls)``: record these rows now (all their calls have ended; ``calls`` is the
+#: batch's :class:`Calls` so far).
+Settle = Callable[[list, "Calls"], None]
 
 
 @dataclass
@@ -53,18 +77,21 @@ class Item:
 class Calls:
     """What the calls stage did for a batch: ``outcomes[i]`` the ``(SendResult or error, latency
     ms, end of the call (UTC))`` of every call of item ``i`` (the high tier may call several
-    providers); ``lost``: ids of rows that changed hands before a call; ``waiting``: ``(until,
-    detail)`` when the rest of the batch must wait; ``no_call``: row id → the error that prevented
-    any call (high tier)."""
+    providers); ``lost``: ids of rows that changed hands (or whose lease no longer covered a call)
+    before a call; ``waiting``: ``(until, detail)`` when the rest of the batch must wait;
+    ``no_call``: row id → the error that prevented any call (high tier); ``settled``: rows the
+    ``settle`` callback recorded already."""
 
     outcomes: dict[int, list] = field(default_factory=dict)
     lost: set = field(default_factory=set)
     waiting: tuple[datetime, str] | None = None
     no_call: dict = field(default_factory=dict)
+    settled: set = field(default_factory=set)  # row ids already recorded while calls were in flight
 
 
-def call_standard(channel: str, name: str, items: list[Item]) -> Calls:
-    """Send every item through the primary ``name`` as budget, breaker and bulkhead allow."""
+def call_standard(channel: str, name: str, items: list[Item], settle: Settle | None = None) -> Calls:
+    """Send every item through the primary ``name`` as budget, breaker and bulkhead allow; rows
+    whose calls have all ended go to ``settle`` as they do (see the module docstring)."""
     done = Calls()
     backend = get_backend(channel, name)
     batch_api = getattr(backend, "batch_api", False)
@@ -72,6 +99,7 @@ def call_standard(channel: str, name: str, items: list[Item]) -> Calls:
     call_lease = call_deadline_seconds()
     deadline = time.monotonic() + float(settings.NOTIFY["BATCH_MAX_WAIT_SECONDS"])
     pending = list(range(len(items)))
+    tracker = _Tracker(items, done, settle)
     budget_waited = 0.0
     while pending:
         verdict = isolation.breaker_allows(name)
@@ -90,12 +118,7 @@ def call_standard(channel: str, name: str, items: list[Item]) -> Calls:
             metrics.isolation_event("bulkhead_full", name, "standard")
             time.sleep(0.05)
             continue
-        if verdict.probe:
-            want = 1
-        elif batch_api:
-            want = min(len(pending), MAX_PER_REQUEST)
-        else:
-            want = min(len(pending), len(slots))
+        want = 1 if verdict.probe else min(len(pending), MAX_PER_REQUEST) if batch_api else len(pending)
         granted, wait = isolation.take_tokens(name, "standard", want)
         if not granted:
             isolation.release_slots(name, "standard", slots)
@@ -111,10 +134,14 @@ def call_standard(channel: str, name: str, items: list[Item]) -> Calls:
             isolation.release_slots(name, "standard", slots)
             continue
         try:
-            _send(backend, items, chunk, min(len(slots), len(chunk)), done)
+            stopped = _send(backend, items, chunk, min(len(slots), len(chunk)), done, tracker,
+                            stop_after=None if batch_api or verdict.probe else len(slots),
+                            slots=(name, slots, call_lease))
         finally:
             isolation.release_slots(name, "standard", slots)
-        latest = [done.outcomes[i][-1][0] for i in chunk]
+        pending = stopped + pending  # not called because the window stopped: still to send
+        called = [i for i in chunk if i not in stopped and i in done.outcomes]
+        latest = [done.outcomes[i][-1][0] for i in called]
         _count_calls(name, latest, batch_api, verdict.probe)
         limited = [o for o in latest if rate_limited(o)]
         if limited and pending:
@@ -170,14 +197,134 @@ def _owned(items: list[Item], chunk: list[int], seconds: float, done: Calls) -> 
     return [i for i in chunk if str(items[i].row.pk) in owned]
 
 
-def _send(backend, items: list[Item], chunk: list[int], concurrency: int, done: Calls) -> None:
-    started = time.monotonic()
-    outcomes = backend.send_batch([items[i].message for i in chunk], concurrency=max(1, concurrency))
-    latency_ms = int((time.monotonic() - started) * 1000)
-    ended = clock.now()  # each call's own end (UTC): its attempt row's instant, which the lookup of
-    # a call in doubt counts back from (end - latency); the batch's end would hide earlier waves
-    for index, outcome in zip(chunk, outcomes, strict=True):
-        done.outcomes.setdefault(index, []).append((outcome, latency_ms, ended))
+class _Tracker:
+    """Which rows of a batch have had all their calls end, and handing them to ``settle`` every
+    ``RECORD_EVERY_ROWS`` rows or ``RECORD_EVERY_SECONDS`` (in the worker's thread, while the rest
+    of the window is in flight)."""
+
+    def __init__(self, items: list[Item], done: Calls, settle: Settle | None) -> None:
+        self.done = done
+        self.settle = settle
+        self.planned: dict = {}
+        for item in items:
+            self.planned[item.row.pk] = self.planned.get(item.row.pk, 0) + 1
+        self.ended: dict = {}
+        self.ready: list = []
+        self.first_ready = 0.0
+        self.every_rows = int(settings.NOTIFY["RECORD_EVERY_ROWS"])
+        self.every_seconds = float(settings.NOTIFY["RECORD_EVERY_SECONDS"])
+
+    def ended_call(self, item: Item) -> None:
+        pk = item.row.pk
+        self.ended[pk] = self.ended.get(pk, 0) + 1
+        if self.settle is not None and self.ended[pk] == self.planned[pk] and pk not in self.done.lost:
+            if not self.ready:
+                self.first_ready = time.monotonic()
+            self.ready.append(pk)
+
+    def due(self) -> bool:
+        return bool(self.ready) and (len(self.ready) >= self.every_rows
+                                     or time.monotonic() - self.first_ready >= self.every_seconds)
+
+    def flush(self) -> None:
+        ready, self.ready = self.ready, []
+        if not ready or self.settle is None:
+            return
+        try:
+            self.settle(ready, self.done)
+        except Exception:
+            # Recording failed (the database went away): these rows are recorded with the rest of
+            # the batch at its end, or their leases run out and they are re-driven.
+            log.exception("recording %d row(s) while their batch was in flight failed; retried at its end",
+                          len(ready))
+            self.settle = None
+            return
+        self.done.settled.update(ready)
+
+
+def _send(backend, items: list[Item], chunk: list[int], concurrency: int, done: Calls,
+          tracker: _Tracker | None = None, *, stop_after: int | None = None,
+          slots: tuple[str, list, float] | None = None) -> list[int]:
+    """One ``send_batch`` for the items ``chunk``, at most ``concurrency`` calls in flight, each
+    call gated on its row's lease (:func:`claim.covers_call`). With ``stop_after``, the window
+    starts no new call once a call was rate limited or ``stop_after`` calls failed. With a
+    ``tracker`` the calls run on a helper thread while this one records rows as they complete
+    (and renews the bulkhead ``slots``: ``(provider, ids, lease seconds)``).
+
+    Returns the indexes not called because the window stopped (still to send)."""
+    stop = {"failed": 0, "limited": False}
+    stopped: list[int] = []
+    results: queue.SimpleQueue = queue.SimpleQueue()
+
+    def gate(pos: int) -> bool:  # on the provider event loop
+        if stop["limited"] or (stop_after is not None and stop["failed"] >= stop_after):
+            stopped.append(chunk[pos])
+            return False
+        return covers_call(items[chunk[pos]].row.pk)
+
+    def on_result(pos: int, outcome, latency_ms: int) -> None:  # on the provider event loop
+        if stop_after is not None:
+            if rate_limited(outcome):
+                stop["limited"] = True
+            elif isinstance(outcome, Exception) and isolation.is_failure(outcome):
+                stop["failed"] += 1
+        results.put((pos, outcome, latency_ms, clock.now()))
+
+    messages = [items[i].message for i in chunk]
+    heard: set[int] = set()
+    if tracker is None or tracker.settle is None:
+        outcomes = backend.send_batch(messages, concurrency=max(1, concurrency), gate=gate, on_result=on_result)
+    else:
+        future = _runner().submit(backend.send_batch, messages, max(1, concurrency), gate=gate, on_result=on_result)
+        renewed = time.monotonic()
+        while not future.done() or not results.empty():
+            with contextlib.suppress(queue.Empty):
+                heard.add(_take(results.get(timeout=0.02), chunk, items, done, tracker))
+            if tracker.due():
+                tracker.flush()
+            if slots is not None and time.monotonic() - renewed > slots[2] / 3:
+                isolation.renew_slots(slots[0], "standard", slots[1], slots[2])
+                renewed = time.monotonic()
+        outcomes = future.result()
+    while not results.empty():
+        heard.add(_take(results.get(), chunk, items, done, tracker))
+    ended = clock.now()
+    for pos, outcome in enumerate(outcomes):
+        index = chunk[pos]
+        if isinstance(outcome, CallSkipped):
+            if index not in stopped:
+                done.lost.add(items[index].row.pk)  # its lease no longer covered a call: not ours to send
+            continue
+        if pos not in heard:
+            # Not heard through on_result (a batch answered as a whole, e.g. the backstop timeout).
+            done.outcomes.setdefault(index, []).append((outcome, 0, ended))
+            if tracker is not None:
+                tracker.ended_call(items[index])
+    if tracker is not None and tracker.due():
+        tracker.flush()
+    return sorted(set(stopped))
+
+
+def _take(result: tuple, chunk: list[int], items: list[Item], done: Calls, tracker: _Tracker | None) -> int:
+    """Note one outcome heard from the window; returns its position in ``chunk``."""
+    pos, outcome, latency_ms, ended = result
+    index = chunk[pos]
+    done.outcomes.setdefault(index, []).append((outcome, latency_ms, ended))
+    if tracker is not None:
+        tracker.ended_call(items[index])
+    return pos
+
+
+_runners: dict[int, ThreadPoolExecutor] = {}
+
+
+def _runner() -> ThreadPoolExecutor:
+    """This process's threads that run a window's ``send_batch`` while the worker's thread records
+    (created after a fork: a pool's threads do not survive one)."""
+    pid = os.getpid()
+    if pid not in _runners:
+        _runners[pid] = ThreadPoolExecutor(max_workers=16, thread_name_prefix="provider-calls")
+    return _runners[pid]
 
 
 def rate_limited(outcome) -> bool:

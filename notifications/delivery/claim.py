@@ -61,3 +61,9 @@ def still_ours(ids: Iterable, seconds: float) -> set[str]:
     """The ids (as strings) still ours after making their leases cover ``seconds`` more (before a
     provider call); the others changed hands and must never be sent from here."""
     return leases.keeper().ensure(ids, seconds)
+
+
+def covers_call(pk: object) -> bool:
+    """Does held row ``pk``'s lease still cover one provider call (``PROVIDER_TIMEOUT_SECONDS``)
+    from now? Asked, in memory, right before each call of a sliding window (calls.py)."""
+    return leases.keeper().covers(pk, float(settings.PROVIDER_TIMEOUT_SECONDS))

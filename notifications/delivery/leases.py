@@ -16,6 +16,9 @@ slower, never duplicated, so a lease must not run out while its row is still bei
   for the rows it is about to send: their lease is extended (now, in the caller's thread) to cover
   at least the call's deadline, and the rows that are no longer ours (the reconciler took them over,
   or a cancel settled them) are returned as lost. A lost row is never sent from here.
+* **Nor does a call that waited for its slot.** In a sliding window of calls, a message waits for
+  a free slot; right before its call starts, :meth:`LeaseKeeper.covers` checks (in memory) that
+  the lease last written still covers that call's timeout, and the message is skipped otherwise.
 * **A lease is never shortened.** The heartbeat writes ``GREATEST(lease_until, now + LEASE_SECONDS)``:
   the lease :meth:`ensure` gave the rows of a call in flight (its whole deadline) stands even when
   the heartbeat stalls (a starved process, a GIL-holding C call such as key generation): only rows
@@ -121,6 +124,15 @@ class LeaseKeeper:
                         len(lost))
             self.release(lost)
         return set(held) - lost
+
+    def covers(self, pk: object, seconds: float) -> bool:
+        """Does the lease last written for the held row ``pk`` reach ``seconds`` (a call's own
+        timeout) past now? In memory, no query: the provider event loop asks it right before each
+        call of a sliding window (calls.py), so a call that waited for its slot never starts on a
+        lease that could run out under it. A row not held (released, or lost) is not covered."""
+        with self._lock:
+            held = self._held.get(str(pk))
+        return held is not None and held.until >= clock.now() + timedelta(seconds=seconds)
 
     # --- the heartbeat ------------------------------------------------------------------------
 

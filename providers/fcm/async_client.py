@@ -10,8 +10,8 @@ what this module replaces (docs/PROVIDERS.md, "Async SDK paths"):
   Twilio backend uses too), reused across batches: httpx with httpcore cost about 2 ms of client CPU
   per push on this machine, httpx over aiohttp about 570 µs (the URL and header models), this less;
 * explicit timeouts: ``aiohttp.ClientTimeout(total=, sock_connect=, sock_read=)``;
-* bounded concurrency: the semaphore of the current batch (:data:`batch_gate`) is held around each
-  request, since ``send_each_async`` gathers all its (≤ 500) requests at once.
+* concurrency is bounded by the caller: the backend makes one ``send_each_async([message])`` per
+  message inside its own sliding window (providers/fcm/backend.py).
 
 The SDK's error mapping expects httpx: answers of 400 and up are raised as ``httpx.HTTPStatusError``
 with an ``httpx.Response`` (status, headers, body), and transport failures as the httpx error of the
@@ -21,8 +21,6 @@ same meaning (``ReadTimeout``, ``ConnectTimeout``, ``RemoteProtocolError``, ``Re
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import json
 from typing import Any
 
@@ -31,11 +29,6 @@ import google.auth.transport.requests
 import httpx
 
 from providers.base import CallTimeouts
-
-#: The semaphore of the batch the current task belongs to (set before ``send_each_async``; the
-#: tasks it gathers copy the context, so each of its requests sees its own batch's gate).
-batch_gate: contextvars.ContextVar[asyncio.Semaphore | None] = contextvars.ContextVar("fcm_batch_gate",
-                                                                                      default=None)
 
 
 class SdkCallError(httpx.HTTPError):
@@ -100,14 +93,7 @@ class PooledFcmClient:
             httpx.TimeoutException: no answer within the timeouts.
             httpx.HTTPError: any other failure (:class:`SdkCallError` wraps non-HTTP ones).
         """
-        gate = batch_gate.get()
-        if gate is not None:
-            await gate.acquire()
-        try:
-            status, headers, content = await self._send(method.upper(), url, kwargs)
-        finally:
-            if gate is not None:
-                gate.release()
+        status, headers, content = await self._send(method.upper(), url, kwargs)
         if status >= 400:
             request = httpx.Request(method.upper(), url)
             response = httpx.Response(status, headers=headers, content=content, request=request)

@@ -21,6 +21,9 @@ from python_http_client.exceptions import HTTPError
 from sendgrid import SendGridAPIClient
 
 from providers.base import (
+    BatchGate,
+    BatchListener,
+    CallSkipped,
     EmailBackend,
     OutboundMessage,
     PermanentProviderError,
@@ -160,7 +163,8 @@ class SendGridEmailBackend(EmailBackend):
         body = build_request_body(message, self.option("FROM_EMAIL"))
         return self._post(body, f"notification {message.notification_id}")
 
-    def send_batch(self, messages: list[OutboundMessage], concurrency: int = 1) -> list[SendResult | Exception]:
+    def send_batch(self, messages: list[OutboundMessage], concurrency: int = 1, *, gate: BatchGate | None = None,
+                   on_result: BatchListener | None = None) -> list[SendResult | Exception]:
         """Send up to 1,000 recipients per request with per-recipient substitutions.
 
         Messages with and without HTML go in separate requests; one whose substitutions exceed
@@ -168,18 +172,32 @@ class SendGridEmailBackend(EmailBackend):
         request gets that request's ``X-Message-Id``. A permanent (4xx) refusal of a request is
         retried in halves (:meth:`_send_halving`), so one bad address fails only itself; a transient or
         configuration error applies to every message of the request. ``concurrency`` is unused
-        (one request carries the whole batch). Returns one result or exception per message, in order.
+        (one request carries the whole batch). ``gate`` is asked once per message before the
+        requests (a refused one is :class:`CallSkipped`, left out of them); ``on_result`` hears
+        each message's outcome when its request ends. Returns one result or exception per message,
+        in order.
         """
         results: list[SendResult | Exception | None] = [None] * len(messages)
         groups: dict[bool, list[int]] = {False: [], True: []}
         for index, m in enumerate(messages):
-            if substitution_bytes(m) > MAX_SUBSTITUTION_BYTES:
+            if gate is not None and not gate(index):
+                results[index] = CallSkipped()
+            elif substitution_bytes(m) > MAX_SUBSTITUTION_BYTES:
+                started = time.monotonic()
                 results[index] = self.send_or_error(m)
+                if on_result is not None:
+                    on_result(index, results[index], int((time.monotonic() - started) * 1000))
             else:
                 groups[bool(m.html)].append(index)
         for with_html, indexes in groups.items():
             for start in range(0, len(indexes), MAX_PERSONALIZATIONS):
-                self._send_halving(messages, indexes[start:start + MAX_PERSONALIZATIONS], with_html, results)
+                chunk = indexes[start:start + MAX_PERSONALIZATIONS]
+                started = time.monotonic()
+                self._send_halving(messages, chunk, with_html, results)
+                if on_result is not None:
+                    latency_ms = int((time.monotonic() - started) * 1000)
+                    for i in chunk:
+                        on_result(i, results[i], latency_ms)
         return results  # type: ignore[return-value]
 
     def _send_halving(self, messages: list[OutboundMessage], chunk: list[int], with_html: bool,

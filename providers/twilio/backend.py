@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -42,6 +43,9 @@ from twilio.rest import Client
 from providers import event_loop
 from providers.base import (
     DEFAULT_POOL_SIZE,
+    BatchGate,
+    BatchListener,
+    CallSkipped,
     CallTimeouts,
     ContactInvalidError,
     OutboundMessage,
@@ -316,13 +320,16 @@ class TwilioSmsBackend(SmsBackend):
             raise outcome
         return outcome
 
-    def send_batch(self, messages: list[OutboundMessage], concurrency: int = 1) -> list[SendResult | Exception]:
-        """Create one Twilio Message per item, up to ``concurrency`` (and ``POOL_SIZE``) creates in
-        flight on this instance's pooled aiohttp session.
+    def send_batch(self, messages: list[OutboundMessage], concurrency: int = 1, *, gate: BatchGate | None = None,
+                   on_result: BatchListener | None = None) -> list[SendResult | Exception]:
+        """Create one Twilio Message per item on this instance's pooled aiohttp session, as a
+        sliding window: at most ``concurrency`` (and ``POOL_SIZE``) creates in flight, the next
+        one starting as soon as any ends (a slow answer holds one slot, not a wave). ``gate`` and
+        ``on_result``: :meth:`ProviderBackend.send_batch`, called on the provider event loop.
 
         Returns one ``SendResult`` or exception (as :meth:`send` raises them) per message, in input
         order; never raises. Every message in flight when an answer is lost may have been created
-        (the duplicate window is the messages in flight in this call, docs/PROVIDERS.md).
+        (the duplicate window is the messages in flight, docs/PROVIDERS.md).
         """
         if not messages:
             return []
@@ -334,19 +341,26 @@ class TwilioSmsBackend(SmsBackend):
         waves = -(-len(messages) // limit)
         backstop = waves * self.timeouts().total + 5.0
         try:
-            return event_loop.run(self._create_all(messages, limit), timeout=backstop)
+            return event_loop.run(self._create_all(messages, limit, gate, on_result), timeout=backstop)
         except TimeoutError:
             return [TransientProviderError(self.name, "timeout", f"batch not answered within {backstop:.0f} s")
                     for _ in messages]
 
-    async def _create_all(self, messages: list[OutboundMessage], limit: int) -> list[SendResult | Exception]:
-        gate = asyncio.Semaphore(limit)
+    async def _create_all(self, messages: list[OutboundMessage], limit: int, gate: BatchGate | None,
+                          on_result: BatchListener | None) -> list[SendResult | Exception]:
+        slots = asyncio.Semaphore(limit)
 
-        async def one(message: OutboundMessage) -> SendResult | Exception:
-            async with gate:
-                return await self._create(message)
+        async def one(index: int, message: OutboundMessage) -> SendResult | Exception:
+            async with slots:
+                if gate is not None and not gate(index):
+                    return CallSkipped()
+                started = time.monotonic()
+                outcome = await self._create(message)
+                if on_result is not None:
+                    on_result(index, outcome, int((time.monotonic() - started) * 1000))
+                return outcome
 
-        return list(await asyncio.gather(*(one(m) for m in messages)))
+        return list(await asyncio.gather(*(one(i, m) for i, m in enumerate(messages))))
 
     async def _create(self, message: OutboundMessage) -> SendResult | Exception:
         """One ``messages.create_async``; the outcome is returned, never raised."""
