@@ -285,7 +285,8 @@ class CampaignForm(forms.ModelForm):
             self.add_error(name, str(exc))
         if channel:
             for path, detail in channel_content_errors(channel, content).items():
-                field = path.removeprefix("content").lstrip(".") or "body"
+                # "content.data.<key>" (a refused push data key) is the data field's error
+                field = path.removeprefix("content").lstrip(".").split(".")[0] or "body"
                 if field in self.fields and field not in self.errors:
                     self.add_error(field, str(detail))
 

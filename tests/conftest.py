@@ -80,6 +80,17 @@ def reset_isolation() -> None:
         r.delete(*keys)
 
 
+@pytest.fixture(scope="module")
+def module_emulator():
+    """A test module's own emulator subprocess (receipts off), for in-process tests that run no stack;
+    one per module. Not :func:`emulator`, which is the stack's (end-to-end tests)."""
+    from tests.providers.conftest import EmulatorProcess
+
+    server = EmulatorProcess(env={"EMULATOR_RECEIPTS": "0"}).start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture
 def emulator(stack):
     """The stack's emulator with no faults and an empty message list; breakers closed."""

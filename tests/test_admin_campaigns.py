@@ -239,6 +239,7 @@ def test_add_form_local_time_campaign(admin_client, segment):
     ({"category": "Not Valid"}, "category", "Lower-case letters"),
     ({"priority": "high"}, "priority", "marketing is never high priority"),
     ({"data": '{"n": 1}'}, "data", "values are strings"),
+    ({"channel": "push", "title": "Hi", "data": '{"Google.x": "1"}'}, "data", "a prefix FCM reserves"),
 ])
 def test_add_form_rejects_invalid_definitions(admin_client, segment, over, field, fragment):
     services.upsert_template("welcome", name="Welcome", default_locale="en", variants=[{"locale": "en", "body": "Hi"}])

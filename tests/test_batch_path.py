@@ -17,30 +17,23 @@ from notifications.sent_markers import find_sent
 from preferences.models import Recipient
 from providers import isolation
 from providers.registry import reset_backends
-from tests.providers.conftest import EmulatorProcess, sendgrid_options, twilio_options
+from tests.providers.conftest import sendgrid_options, twilio_options
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
 
-@pytest.fixture(scope="module")
-def emulator():
-    server = EmulatorProcess(env={"EMULATOR_RECEIPTS": "0"}).start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
-def providers(settings, emulator):
+def providers(settings, module_emulator):
     """SMS and email providers of their own names on the emulator; bulkhead of 2 standard calls."""
-    emulator.reset()
+    module_emulator.reset()
     tag = uuid.uuid4().hex[:6]
     sms, email = f"tw{tag}", f"sg{tag}"
     settings.PROVIDERS = {
         **settings.PROVIDERS,
         "sms": [{"NAME": sms, "BACKEND": "providers.twilio.backend.TwilioSmsBackend",
-                 "OPTIONS": twilio_options(emulator, STATUS_CALLBACK_URL=None)}],
+                 "OPTIONS": twilio_options(module_emulator, STATUS_CALLBACK_URL=None)}],
         "email": [{"NAME": email, "BACKEND": "providers.sendgrid.backend.SendGridEmailBackend",
-                   "OPTIONS": sendgrid_options(emulator)}],
+                   "OPTIONS": sendgrid_options(module_emulator)}],
     }
     settings.PROVIDER_LIMITS = {**settings.PROVIDER_LIMITS,
                                 sms: {"MAX_CONCURRENCY": {"high": 1, "standard": 2}},
@@ -68,7 +61,7 @@ def queued(channel: str, count: int, **recipient) -> list[str]:
     return ids
 
 
-def test_email_batch_is_one_request_and_is_recorded_in_bulk(providers, emulator):
+def test_email_batch_is_one_request_and_is_recorded_in_bulk(providers, module_emulator):
     _sms, email = providers
     ids = queued("email", 30)
 
@@ -78,17 +71,17 @@ def test_email_batch_is_one_request_and_is_recorded_in_bulk(providers, emulator)
     assert sorted(set(rows.values_list("status", "provider", "attempts"))) == [("sent", email, 1)]
     message_ids = set(rows.values_list("provider_message_id", flat=True))
     assert len(message_ids) == 1 and "" not in message_ids  # one request, one X-Message-Id
-    assert emulator.stats("sendgrid") == {"requests": 1, "accepted": 1, "rejected": 0, "messages": 30}
-    assert {(m["notification_id"], m["body"]) for m in emulator.messages()} == {
+    assert module_emulator.stats("sendgrid") == {"requests": 1, "accepted": 1, "rejected": 0, "messages": 30}
+    assert {(m["notification_id"], m["body"]) for m in module_emulator.messages()} == {
         (str(n.pk), n.body) for n in rows}
     assert DeliveryAttempt.objects.filter(notification_id__in=ids, outcome="accepted", provider=email).count() == 30
     assert TimelineEntry.objects.filter(notification_id__in=ids, kind="sent", status="sent").count() == 30
     assert find_sent(ids) == set(ids)
 
 
-def test_bulkhead_caps_concurrent_calls_of_a_batch(providers, emulator):
+def test_bulkhead_caps_concurrent_calls_of_a_batch(providers, module_emulator):
     sms, _email = providers
-    emulator.fault(provider="twilio", latency_ms=150)  # slow answers: calls overlap if allowed
+    module_emulator.fault(provider="twilio", latency_ms=150)  # slow answers: calls overlap if allowed
     ids = queued("sms", 12)
     seen: list[int] = []
     done = threading.Event()
@@ -109,15 +102,15 @@ def test_bulkhead_caps_concurrent_calls_of_a_batch(providers, emulator):
     assert max(seen) == 2
     assert isolation.slots_in_use(sms, "standard") == 0  # all given back
     assert Notification.objects.filter(pk__in=ids, status="sent").count() == 12
-    assert emulator.count() == 12
+    assert module_emulator.count() == 12
 
 
-def test_errors_in_a_batch_are_recorded_row_by_row(providers, emulator):
+def test_errors_in_a_batch_are_recorded_row_by_row(providers, module_emulator):
     ids = queued("sms", 5)
     bad = Notification.objects.select_related("recipient").get(pk=ids[2])
-    emulator.fault(provider="twilio", to=bad.recipient.phone, status=400, code=21211)
+    module_emulator.fault(provider="twilio", to=bad.recipient.phone, status=400, code=21211)
     slow = Notification.objects.select_related("recipient").get(pk=ids[4])
-    emulator.fault(provider="twilio", to=slow.recipient.phone, status=503)
+    module_emulator.fault(provider="twilio", to=slow.recipient.phone, status=503)
 
     send_notifications(ids)
 
@@ -131,10 +124,10 @@ def test_errors_in_a_batch_are_recorded_row_by_row(providers, emulator):
     assert Recipient.objects.get(pk=failed.recipient_id).phone_invalid_reason == "invalid_number"
     retry = Notification.objects.get(pk=ids[4])
     assert (retry.reason, retry.attempts) == ("retry_scheduled", 1)
-    assert emulator.count() == 3
+    assert module_emulator.count() == 3
 
 
-def test_standard_waits_without_spending_an_attempt_while_the_breaker_is_open(providers, emulator, settings):
+def test_standard_waits_without_spending_an_attempt_while_the_breaker_is_open(providers, module_emulator, settings):
     sms, _email = providers
     settings.PROVIDER_LIMITS[sms]["BREAKER"] = {"WINDOW_SECONDS": 10, "MIN_CALLS": 2, "FAILURE_RATE": 0.5,
                                                 "OPEN_SECONDS": 30}
@@ -146,12 +139,12 @@ def test_standard_waits_without_spending_an_attempt_while_the_breaker_is_open(pr
     rows = Notification.objects.filter(pk__in=ids)
     assert sorted(set(rows.values_list("status", "reason", "attempts"))) == [("scheduled", "retry_scheduled", 0)]
     assert all("circuit breaker open" in d for d in rows.values_list("reason_detail", flat=True))
-    assert emulator.count() == 0
+    assert module_emulator.count() == 0
     assert DeliveryEvent.objects.filter(notification_id__in=ids, kind="deferred").count() == 3
 
 
-def test_a_refused_sendgrid_request_is_retried_as_one_group(providers, emulator):
-    emulator.fault(provider="sendgrid", status=503)
+def test_a_refused_sendgrid_request_is_retried_as_one_group(providers, module_emulator):
+    module_emulator.fault(provider="sendgrid", status=503)
     ids = queued("email", 20)
 
     send_notifications(ids)
@@ -159,14 +152,14 @@ def test_a_refused_sendgrid_request_is_retried_as_one_group(providers, emulator)
     rows = Notification.objects.filter(pk__in=ids)
     assert sorted(set(rows.values_list("status", "reason", "attempts"))) == [("scheduled", "retry_scheduled", 1)]
     assert len(set(rows.values_list("due_at", flat=True))) == 1  # one backoff: released as one batch again
-    assert emulator.stats("sendgrid")["requests"] == 1  # not one retry request per recipient
+    assert module_emulator.stats("sendgrid")["requests"] == 1  # not one retry request per recipient
     attempts = DeliveryAttempt.objects.filter(notification_id__in=ids)
     assert sorted(set(attempts.values_list("outcome", "error_code"))) == [("transient", "503")]
     assert attempts.count() == 20
     assert DeliveryEvent.objects.filter(notification_id__in=ids, kind="retry").count() == 20
 
 
-def test_a_row_whose_lease_lapsed_and_changed_hands_is_not_sent_or_recorded(providers, emulator, settings):
+def test_a_row_whose_lease_lapsed_and_changed_hands_is_not_sent_or_recorded(providers, module_emulator, settings):
     from notifications.delivery import calls
 
     settings.NOTIFY = {**settings.NOTIFY, "LEASE_SECONDS": 0}  # renew before every call
@@ -185,6 +178,6 @@ def test_a_row_whose_lease_lapsed_and_changed_hands_is_not_sent_or_recorded(prov
         calls.still_ours = original
 
     assert Notification.objects.get(pk=ids[0]).status == "sending"  # left to its new owner
-    assert emulator.count() == 2
+    assert module_emulator.count() == 2
     phones = dict(Notification.objects.filter(pk__in=ids).values_list("id", "recipient__phone"))
-    assert sorted(m["to"] for m in emulator.messages()) == sorted(phones[uuid.UUID(i)] for i in ids[1:])
+    assert sorted(m["to"] for m in module_emulator.messages()) == sorted(phones[uuid.UUID(i)] for i in ids[1:])

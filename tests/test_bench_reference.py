@@ -14,25 +14,18 @@ from campaigns.models import Segment, SegmentMember
 from notifications.models import Notification
 from preferences.models import Device, Recipient
 from providers.registry import get_backend, reset_backends
-from tests.providers.conftest import EmulatorProcess, sendgrid_options
+from tests.providers.conftest import sendgrid_options
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
 
-@pytest.fixture(scope="module")
-def emulator():
-    server = EmulatorProcess(env={"EMULATOR_RECEIPTS": "0"}).start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
-def email_provider(settings, emulator):
-    emulator.reset()
+def email_provider(settings, module_emulator):
+    module_emulator.reset()
     name = f"sg{uuid.uuid4().hex[:6]}"
     settings.PROVIDERS = {**settings.PROVIDERS, "email": [
         {"NAME": name, "BACKEND": "providers.sendgrid.backend.SendGridEmailBackend",
-         "OPTIONS": sendgrid_options(emulator)}]}
+         "OPTIONS": sendgrid_options(module_emulator)}]}
     reset_backends()
     yield name
     reset_backends()
@@ -56,7 +49,7 @@ def segment_of(count: int) -> tuple[str, list[Recipient]]:
     return segment.segment_id, people
 
 
-def test_naive_fan_out_inserts_one_row_per_member_and_each_task_sends_it_once(email_provider, emulator, eager):
+def test_naive_fan_out_inserts_one_row_per_member_and_each_task_sends_it_once(email_provider, module_emulator, eager):
     segment_id, people = segment_of(3)
     campaign_id = str(uuid.uuid4())
 
@@ -66,29 +59,29 @@ def test_naive_fan_out_inserts_one_row_per_member_and_each_task_sends_it_once(em
     assert sorted(rows.values_list("recipient_id", "status", "provider", "attempts", "body")) == [
         (p.pk, "sent", email_provider, 1, f"Hello F{i}") for i, p in enumerate(people)]
     assert {str(r.id) for r in rows} == {str(uuid.uuid5(uuid.UUID(campaign_id), p.pk)) for p in people}
-    received = emulator.messages(provider="sendgrid")
+    received = module_emulator.messages(provider="sendgrid")
     assert sorted((m["to"], m["notification_id"]) for m in received) == sorted(
         (p.email, str(uuid.uuid5(uuid.UUID(campaign_id), p.pk))) for p in people)
 
     naive.send_one.delay(str(rows[0].id)).get()  # a redelivered task: the row is no longer queued
-    assert emulator.count(provider="sendgrid") == 3
+    assert module_emulator.count(provider="sendgrid") == 3
 
 
-def test_naive_send_one_marks_the_row_failed_after_its_retries(email_provider, emulator, eager):
+def test_naive_send_one_marks_the_row_failed_after_its_retries(email_provider, module_emulator, eager):
     _, (person,) = segment_of(1)
     row = Notification.objects.create(id=uuid.uuid4(), recipient=person, channel="email", title="Hi", body="B",
                                       status="queued")
-    emulator.call("POST", "/_emulator/faults", {"provider": "sendgrid", "status": 400})
+    module_emulator.call("POST", "/_emulator/faults", {"provider": "sendgrid", "status": 400})
 
     naive.send_one.delay(str(row.pk)).get()
 
     row.refresh_from_db()
     assert row.status == "failed" and row.sent_at is None
-    assert emulator.count(provider="sendgrid") == 0
-    assert emulator.stats("sendgrid")["requests"] == naive.MAX_RETRIES + 1
+    assert module_emulator.count(provider="sendgrid") == 0
+    assert module_emulator.stats("sendgrid")["requests"] == naive.MAX_RETRIES + 1
 
 
-def test_durable_ceiling_inserts_sends_and_marks_each_batch_then_deletes_its_rows(email_provider, emulator):
+def test_durable_ceiling_inserts_sends_and_marks_each_batch_then_deletes_its_rows(email_provider, module_emulator):
     segment_of(2)
     backend = get_backend("email")
     run = ceilings.durable_sender("email", lambda batch: backend.send_batch(batch, concurrency=1))
@@ -100,7 +93,7 @@ def test_durable_ceiling_inserts_sends_and_marks_each_batch_then_deletes_its_row
     assert [type(r).__name__ for r in results] == ["SendResult"] * 5
     assert sorted(set(rows.values_list("status", "provider", "attempts"))) == [("sent", email_provider, 1)]
     assert rows.count() == 5 and not rows.filter(sent_at=None).exists()
-    assert sorted(m["notification_id"] for m in emulator.messages(provider="sendgrid")) == sorted(
+    assert sorted(m["notification_id"] for m in module_emulator.messages(provider="sendgrid")) == sorted(
         str(pk) for pk in rows.values_list("pk", flat=True))
     assert ceilings.delete_durable_rows() == 5
     assert not Notification.objects.filter(category=ceilings.DURABLE_CATEGORY).exists()

@@ -7,6 +7,8 @@ import json
 
 import pytest
 from django.test import Client
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from campaigns.models import Campaign, Segment, SegmentMember, Template
 from notifications.models import APIClient
@@ -159,3 +161,56 @@ def test_cancel_scheduled_campaign_then_409(http, segment):
     assert r.status_code == 200
     assert r.json()["status"] == "cancelled"
     assert call(http, "post", f"/v1/campaigns/{cid}/cancel").status_code == 409
+
+
+def test_segment_member_added_and_removed_in_one_call_is_422_naming_both_and_writes_nothing(http, segment):
+    Recipient.objects.create(user_id="known", email="k@example.com")
+    SegmentMember.objects.create(segment=segment, recipient_id="known")
+    r = call(http, "post", "/v1/segments/vip/members", {"add": ["known", "new-1", "b\u00e9a"],
+                                                         "remove": ["b\u00e9a", "known", "ghost"]})
+    assert r.status_code == 422, r.content
+    message = '2 id(s) both to add and to remove: "known", "b\u00e9a"; give each id once'
+    assert r.json() == {"error": {"status": 422, "code": "validation_error", "message": f"add: {message}",
+                                  "fields": [{"field": "add", "code": "add_and_remove", "message": message},
+                                             {"field": "remove", "code": "add_and_remove", "message": message}]}}
+    assert list(SegmentMember.objects.values_list("recipient_id", flat=True)) == ["known"]
+    assert list(Recipient.objects.values_list("user_id", flat=True)) == ["known"]
+
+
+def test_segment_member_overlap_message_lists_at_most_ten_ids(http, segment):
+    ids = [f"u{i:02}" for i in range(12)]
+    r = call(http, "post", "/v1/segments/vip/members", {"add": ids, "remove": ids})
+    assert r.status_code == 422
+    shown = ", ".join(f'"{i}"' for i in ids[:10])
+    assert r.json()["error"]["fields"][0]["message"] == (
+        f"12 id(s) both to add and to remove: {shown} … and 2 more; give each id once")
+    assert not SegmentMember.objects.exists() and not Recipient.objects.exists()
+
+
+_MEMBER_IDS = st.sampled_from(["a", "b", "c", "d", "A", "a "])
+
+
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(add=st.lists(_MEMBER_IDS, max_size=4), remove=st.lists(_MEMBER_IDS, max_size=4))
+def test_generated_member_changes(http, segment, add, remove):
+    """422 ``add_and_remove`` on both fields exactly when an id (exact string) is in both lists, and then
+    nothing changes; otherwise (if anything is given) 200."""
+    before = (sorted(SegmentMember.objects.values_list("recipient_id", flat=True)),
+              sorted(Recipient.objects.values_list("user_id", flat=True)))
+    r = call(http, "post", "/v1/segments/vip/members", {"add": add, "remove": remove})
+    both = set(add) & set(remove)
+    if not add and not remove:
+        assert r.status_code == 422 and fields(r) == {("add", "required")}
+    elif both:
+        assert r.status_code == 422, r.content
+        assert fields(r) == {("add", "add_and_remove"), ("remove", "add_and_remove")}
+        message = r.json()["error"]["fields"][0]["message"]
+        assert message.startswith(f"{len(both)} id(s) both to add and to remove: ")
+        assert all(json.dumps(i) in message for i in both)
+        assert (sorted(SegmentMember.objects.values_list("recipient_id", flat=True)),
+                sorted(Recipient.objects.values_list("user_id", flat=True))) == before
+    else:
+        assert r.status_code == 200, r.content
+        members = set(SegmentMember.objects.filter(segment=segment).values_list("recipient_id", flat=True))
+        assert set(add) <= members and not (set(remove) & members)

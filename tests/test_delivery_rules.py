@@ -20,7 +20,7 @@ from notifications.models import DeliveryAttempt, DeliveryEvent, Notification
 from preferences.models import Preferences, Recipient
 from providers.base import ContactInvalidError, PermanentProviderError, SendResult, TransientProviderError
 from providers.registry import reset_backends
-from tests.providers.conftest import EmulatorProcess, twilio_options
+from tests.providers.conftest import twilio_options
 
 BYPASS = {"security", "transactional"}  # QUIET_HOURS_BYPASS_CATEGORIES' default
 
@@ -112,20 +112,13 @@ def test_spent_attempts_dead_letter_a_transient_error_in_both_tiers(settings):
         assert (d.action, d.reason) == ("dead_letter", "attempts_exhausted")
 
 
-@pytest.fixture(scope="module")
-def emulator():
-    server = EmulatorProcess(env={"EMULATOR_RECEIPTS": "0"}).start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
-def sms_provider(settings, emulator):
-    emulator.reset()
+def sms_provider(settings, module_emulator):
+    module_emulator.reset()
     name = f"tw{uuid.uuid4().hex[:6]}"
     settings.PROVIDERS = {**settings.PROVIDERS, "sms": [{
         "NAME": name, "BACKEND": "providers.twilio.backend.TwilioSmsBackend",
-        "OPTIONS": twilio_options(emulator, STATUS_CALLBACK_URL=None)}]}
+        "OPTIONS": twilio_options(module_emulator, STATUS_CALLBACK_URL=None)}]}
     reset_backends()
     yield name
     reset_backends()
@@ -136,8 +129,8 @@ def sms_provider(settings, emulator):
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(120)
-def test_high_and_standard_record_a_refused_call_alike(sms_provider, emulator):
-    emulator.fault(provider="twilio", status=503)
+def test_high_and_standard_record_a_refused_call_alike(sms_provider, module_emulator):
+    module_emulator.fault(provider="twilio", status=503)
     tag = uuid.uuid4().hex[:8]
     ids = []
     for i, priority in enumerate(["high", "standard", "standard"]):
@@ -155,7 +148,7 @@ def test_high_and_standard_record_a_refused_call_alike(sms_provider, emulator):
         assert list(DeliveryAttempt.objects.filter(notification_id=i).values_list("outcome", "error_code")) == [
             ("transient", "503")]
         assert DeliveryEvent.objects.filter(notification_id=i, kind="retry").count() == 1
-    assert emulator.count() == 0
+    assert module_emulator.count() == 0
 
 
 # --- findings of the adversarial pass on the pipeline ------------------------------------------------
@@ -170,14 +163,14 @@ def _queued_sms(tag: str, priority: str, count: int) -> list[str]:
 
 
 @pytest.fixture
-def sms_with_backup(settings, emulator):
-    emulator.reset()
+def sms_with_backup(settings, module_emulator):
+    module_emulator.reset()
     names = [f"tw{uuid.uuid4().hex[:6]}", f"twb{uuid.uuid4().hex[:6]}"]
     settings.PROVIDERS = {**settings.PROVIDERS, "sms": [
         {"NAME": names[0], "BACKEND": "providers.twilio.backend.TwilioSmsBackend",
-         "OPTIONS": twilio_options(emulator, STATUS_CALLBACK_URL=None)},
+         "OPTIONS": twilio_options(module_emulator, STATUS_CALLBACK_URL=None)},
         {"NAME": names[1], "BACKEND": "providers.twilio.backend.TwilioSmsBackend",
-         "OPTIONS": twilio_options(emulator, STATUS_CALLBACK_URL=None, ACCOUNT_SID="AC" + "1" * 32,
+         "OPTIONS": twilio_options(module_emulator, STATUS_CALLBACK_URL=None, ACCOUNT_SID="AC" + "1" * 32,
                                    FROM_NUMBER="+15005550007")}]}
     reset_backends()
     yield names
@@ -190,10 +183,10 @@ def sms_with_backup(settings, emulator):
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(120)
-def test_an_otp_refused_with_429_by_the_primary_account_goes_to_the_backup_at_once(sms_with_backup, emulator):
+def test_an_otp_refused_with_429_by_the_primary_account_goes_to_the_backup_at_once(sms_with_backup, module_emulator):
     """Adversarial finding: a 429 (the primary account's limit) did not fail over, because it does
     not count against the provider's health; the OTP was retried on the primary until dead-lettered."""
-    rule = emulator.fault(provider="twilio", account="AC" + "0" * 32, status=429, retry_after=20)
+    rule = module_emulator.fault(provider="twilio", account="AC" + "0" * 32, status=429, retry_after=20)
     [pk] = _queued_sms(uuid.uuid4().hex[:8], "high", 1)
 
     send_notifications([pk])
@@ -203,22 +196,22 @@ def test_an_otp_refused_with_429_by_the_primary_account_goes_to_the_backup_at_on
     assert list(DeliveryAttempt.objects.filter(notification_id=pk).order_by("created_at", "id")
                 .values_list("provider", "outcome")) == [(sms_with_backup[0], "transient"),
                                                          (sms_with_backup[1], "accepted")]
-    assert emulator.fired(rule) == 1
-    assert emulator.count() == 1
+    assert module_emulator.fired(rule) == 1
+    assert module_emulator.count() == 1
 
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(120)
-def test_a_429_stops_the_batch_and_the_rest_waits_without_spending_an_attempt(settings, sms_provider, emulator):
+def test_a_429_stops_the_batch_and_the_rest_waits_without_spending_an_attempt(settings, sms_provider, module_emulator):
     """Adversarial finding: after a 429 with Retry-After the rest of a standard batch was still sent
     into the limit, every row spending an attempt per round."""
     settings.NOTIFY = {**settings.NOTIFY, "SEND_CONCURRENCY": {**settings.NOTIFY["SEND_CONCURRENCY"], "sms": 4}}
-    rule = emulator.fault(provider="twilio", status=429, retry_after=30)
+    rule = module_emulator.fault(provider="twilio", status=429, retry_after=30)
     ids = _queued_sms(uuid.uuid4().hex[:8], "standard", 12)
 
     send_notifications(ids)
 
-    assert emulator.fired(rule) == 4  # one wave, then the batch stopped
+    assert module_emulator.fired(rule) == 4  # one wave, then the batch stopped
     rows = list(Notification.objects.filter(pk__in=ids))
     called = [n for n in rows if n.attempts_log.exists()]
     waiting = [n for n in rows if not n.attempts_log.exists()]
@@ -226,20 +219,20 @@ def test_a_429_stops_the_batch_and_the_rest_waits_without_spending_an_attempt(se
     assert {(n.status, n.reason, n.attempts) for n in called} == {("scheduled", "retry_scheduled", 1)}
     assert {(n.status, n.reason, n.attempts) for n in waiting} == {("scheduled", "retry_scheduled", 0)}
     assert all(n.due_at >= n.updated_at + timedelta(seconds=29) for n in waiting)
-    assert emulator.count() == 0
+    assert module_emulator.count() == 0
 
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(120)
-def test_each_attempt_row_carries_its_own_calls_instant(settings, sms_provider, emulator):
+def test_each_attempt_row_carries_its_own_calls_instant(settings, sms_provider, module_emulator):
     """Adversarial finding: every attempt of a batch was stamped with the batch's end, so the lookup
     of a call in doubt (its end minus its latency) started after the call and missed the message."""
     settings.NOTIFY = {**settings.NOTIFY, "SEND_CONCURRENCY": {**settings.NOTIFY["SEND_CONCURRENCY"], "sms": 2}}
-    emulator.fault(provider="twilio", latency_ms=600)
+    module_emulator.fault(provider="twilio", latency_ms=600)
     ids = _queued_sms(uuid.uuid4().hex[:8], "standard", 4)
 
     send_notifications(ids)
 
     instants = sorted(DeliveryAttempt.objects.filter(notification_id__in=ids).values_list("created_at", flat=True))
-    assert len(instants) == 4 and emulator.count() == 4
+    assert len(instants) == 4 and module_emulator.count() == 4
     assert instants[2] - instants[1] >= timedelta(milliseconds=500)  # two waves, two instants

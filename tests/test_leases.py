@@ -149,7 +149,7 @@ def test_the_reconciler_takes_over_expired_leases_by_tier_and_dead_letters_the_l
 def test_a_slow_worker_whose_lease_was_taken_over_records_its_accepted_call(providers, emulator, settings):
     """The reconciler took the row back (lease_expired, waiting) while the call was in flight; the
     call was accepted: the row is `sent`, so the pending re-send never happens."""
-    sms, _email = providers
+    _sms, _email = providers
     ids = queued("sms", 2)
     real = calls._take
     taken = []

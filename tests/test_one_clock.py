@@ -17,7 +17,7 @@ from notifications.models import DeliveryAttempt, Notification, TimelineEntry
 from preferences.models import Recipient
 from providers.registry import reset_backends
 from tests.conftest import make_client
-from tests.providers.conftest import EmulatorProcess, sendgrid_options
+from tests.providers.conftest import sendgrid_options
 from tests.test_webhooks import sg_event, sg_key, sg_post  # noqa: F401 - sg_key is a fixture
 
 pytestmark = [pytest.mark.django_db, pytest.mark.timeout(120)]
@@ -25,13 +25,6 @@ pytestmark = [pytest.mark.django_db, pytest.mark.timeout(120)]
 #: Far enough that a host-clock stamp can never pass for a shifted one, and past the API's 366-day
 #: scheduling window, so that window must be measured on the platform clock too.
 OFFSET = timedelta(days=400)
-
-
-@pytest.fixture(scope="module")
-def emulator():
-    server = EmulatorProcess(env={"EMULATOR_RECEIPTS": "0"}).start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture
@@ -42,12 +35,12 @@ def shifted(settings, tmp_path):
 
 
 @pytest.fixture
-def sendgrid_only(settings, emulator):
-    emulator.reset()
+def sendgrid_only(settings, module_emulator):
+    module_emulator.reset()
     name = f"sg{uuid.uuid4().hex[:6]}"
     settings.PROVIDERS = {**settings.PROVIDERS, "email": [
         {"NAME": name, "BACKEND": "providers.sendgrid.backend.SendGridEmailBackend",
-         "OPTIONS": sendgrid_options(emulator)}]}
+         "OPTIONS": sendgrid_options(module_emulator)}]}
     settings.PROVIDER_LIMITS = {**settings.PROVIDER_LIMITS, name: {"RATE_PER_S": 100000.0}}
     reset_backends()
     yield name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 from drf_spectacular.utils import extend_schema_field
@@ -58,15 +59,16 @@ class MemberIdField(serializers.CharField):
 class MembersSerializer(RejectUnknownFields, serializers.Serializer):
     """``{"add": [user id, …], "remove": [user id, …]}``. Ids to add follow the ``/v1/users/{user_id}``
     rule (1–255 characters, no control character): a member must be reachable there. Ids to remove
-    need not (a member created before the rule existed can still be removed)."""
+    need not (a member created before the rule existed can still be removed). An id in both lists is
+    refused (422 ``add_and_remove`` on both fields, naming the ids): the outcome would be ambiguous."""
 
     add = serializers.ListField(child=MemberIdField(max_length=MAX_USER_ID_LENGTH, validators=[_valid_user_id]),
                                 required=False, default=list, max_length=MAX_MEMBER_IDS,
                                 help_text="User ids to add (unknown ones are created as bare recipients); 1–255 "
                                           "characters without control characters, as in /v1/users/{user_id}.")
     remove = serializers.ListField(child=serializers.CharField(max_length=MAX_USER_ID_LENGTH, trim_whitespace=False),
-                                   required=False,
-                                   default=list, max_length=MAX_MEMBER_IDS)
+                                   required=False, default=list, max_length=MAX_MEMBER_IDS,
+                                   help_text="User ids to remove; an id may not be in add too (422 add_and_remove).")
 
     def validate(self, attrs):
         if len(attrs["add"]) + len(attrs["remove"]) > MAX_MEMBER_IDS:
@@ -75,7 +77,29 @@ class MembersSerializer(RejectUnknownFields, serializers.Serializer):
         if not attrs["add"] and not attrs["remove"]:
             raise serializers.ValidationError({"add": serializers.ErrorDetail(
                 "give at least one id to add or remove", code="required")})
+        both = both_added_and_removed(attrs["add"], attrs["remove"])
+        if both:
+            message = f"{len(both)} id(s) both to add and to remove: {shown_ids(both)}; give each id once"
+            raise serializers.ValidationError({
+                "add": serializers.ErrorDetail(message, code="add_and_remove"),
+                "remove": serializers.ErrorDetail(message, code="add_and_remove")})
         return attrs
+
+
+#: How many ids a message lists (the count names them all).
+SHOWN_IDS = 10
+
+
+def both_added_and_removed(add: list[str], remove: list[str]) -> list[str]:
+    """The ids in both ``add`` and ``remove`` (exact strings, as stored), in the order ``add`` gives them."""
+    removed = set(remove)
+    return list(dict.fromkeys(user_id for user_id in add if user_id in removed))
+
+
+def shown_ids(ids: list[str]) -> str:
+    """``ids`` as JSON strings, at most :data:`SHOWN_IDS` of them, then ``… and N more``."""
+    shown = ", ".join(json.dumps(user_id, ensure_ascii=False) for user_id in ids[:SHOWN_IDS])
+    return shown + (f" … and {len(ids) - SHOWN_IDS} more" if len(ids) > SHOWN_IDS else "")
 
 
 class MembersResultSerializer(serializers.Serializer):

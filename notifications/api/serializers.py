@@ -6,7 +6,8 @@ docs for the 4,096-byte data payload limit, ``docs/PROVIDERS.md`` §1, §3):
 * sms: ``body`` ≤ 1,600 characters; no ``title``/``html``.
 * email: ``title`` (the subject) required, ≤ 998 characters (RFC 5322 line limit); optional ``html``.
 * push: ``title`` + ``body`` + ``data`` together ≤ 4,096 bytes as JSON; ``data`` values are strings;
-  no ``html``.
+  no ``html``; no ``data`` key FCM reserves (``from``, ``message_type``, ``google.*``, ``gcm.*``, any
+  case) nor ``notification_id``, which the platform sets (:func:`providers.fcm.data_keys.data_key_problem`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from core.vocabulary import CATEGORY_PATTERN
 from notifications.models import DeliveryAttempt, Notification, Priority, TimelineEntry
 from notifications.quiet_hours_policy import priority_category_problem
 from preferences.models import Channel, Recipient
+from providers.fcm.data_keys import data_key_problem
 from providers.registry import unavailable_channel_problem
 
 SMS_MAX_CHARS = 1600
@@ -58,7 +60,10 @@ class ContentSerializer(RejectUnknownFields, serializers.Serializer):
                                  help_text="Email only: HTML body.")
     data = serializers.DictField(child=serializers.CharField(allow_blank=True, trim_whitespace=False),
                                  required=False, allow_empty=True,
-                                 help_text="String-to-string map: push data payload / email custom args.")
+                                 help_text="String-to-string map: push data payload / email custom args. Push: "
+                                           "no key FCM reserves (`from`, `message_type`, starting with "
+                                           "`google.` or `gcm.`, any case) nor `notification_id` (the "
+                                           "platform sets it); 422 `reserved_key` on `content.data.<key>`.")
 
 
 class SendRequestSerializer(RejectUnknownFields, serializers.Serializer):
@@ -139,6 +144,10 @@ def channel_content_errors(channel: str, content: dict, prefix: str = "content")
         if content.get("html"):
             errors[f"{prefix}.html"] = serializers.ErrorDetail("not used by push; leave html out",
                                                                code="not_allowed_for_channel")
+        for key in content.get("data") or {}:
+            problem = data_key_problem(key)
+            if problem:
+                errors[f"{prefix}.data.{key}"] = serializers.ErrorDetail(problem, code="reserved_key")
         payload = {k: content[k] for k in ("title", "body", "data") if content.get(k)}
         size = len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
         if size > PUSH_MAX_BYTES:

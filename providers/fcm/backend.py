@@ -59,6 +59,7 @@ from providers.base import (
     transport_code,
 )
 from providers.fcm.async_client import PooledFcmClient
+from providers.fcm.data_keys import NOTIFICATION_ID_KEY
 from providers.fcm.sdk_hooks import install_async_client, redirect_fcm
 
 __all__ = ["FcmPushBackend", "build_message", "local_service_account", "redirect_fcm"]
@@ -113,7 +114,7 @@ def build_message(message: OutboundMessage) -> messaging.Message:
     """
     high = message.priority == "high"
     data = {str(k): str(v) for k, v in (message.data or {}).items()}
-    data["notification_id"] = message.notification_id
+    data[NOTIFICATION_ID_KEY] = message.notification_id
     ttl = dt.timedelta(seconds=message.ttl_seconds) if message.ttl_seconds is not None else None
     apns_headers = {"apns-priority": "10" if high else "5"}
     if message.collapse_key:
