@@ -26,7 +26,7 @@ from providers.registry import get_backend
 from tests import test_batch_path
 
 # The batch-path tests' fixtures: an emulator subprocess, SMS/email providers on it, queued rows.
-emulator, providers, queued = test_batch_path.emulator, test_batch_path.providers, test_batch_path.queued
+providers, queued = test_batch_path.providers, test_batch_path.queued
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
@@ -99,10 +99,11 @@ def test_a_task_held_longer_than_the_limit_gives_its_rows_up(providers, settings
     assert leases.keeper().ensure(ids, seconds=1) == set()
 
 
-def test_a_batch_whose_calls_outlive_the_lease_keeps_its_rows_and_sends_each_once(providers, emulator, heartbeat):
+def test_a_batch_whose_calls_outlive_the_lease_keeps_its_rows_and_sends_each_once(providers, module_emulator,
+                                                                                  heartbeat):
     """Finding 3: a batch outlived its lease and the reconciler re-drove rows still being sent.
     Every call here takes 1.5 leases; the reconciler runs all along and takes nothing over."""
-    emulator.fault(provider="twilio", latency_ms=1500)
+    module_emulator.fault(provider="twilio", latency_ms=1500)
     ids = queued("sms", 4)  # bulkhead 2: two rounds of two calls, 3 s in all
     taken = []
     worker = threading.Thread(target=send_notifications, args=(ids,))
@@ -115,7 +116,7 @@ def test_a_batch_whose_calls_outlive_the_lease_keeps_its_rows_and_sends_each_onc
     assert sum(taken) == 0 and len(taken) > 5
     assert sorted(Notification.objects.filter(pk__in=ids).values_list("status", flat=True)) == ["sent"] * 4
     phones = Notification.objects.filter(pk__in=ids).values_list("recipient__phone", flat=True)
-    assert sorted(m["to"] for m in emulator.messages()) == sorted(phones)
+    assert sorted(m["to"] for m in module_emulator.messages()) == sorted(phones)
 
 
 def expire(pk, **fields) -> None:
@@ -146,7 +147,7 @@ def test_the_reconciler_takes_over_expired_leases_by_tier_and_dead_letters_the_l
     assert {str(k): v for k, v in kinds.items()} == {standard: "lease_expired", poison: "dead_lettered"}
 
 
-def test_a_slow_worker_whose_lease_was_taken_over_records_its_accepted_call(providers, emulator, settings):
+def test_a_slow_worker_whose_lease_was_taken_over_records_its_accepted_call(providers, module_emulator, settings):
     """The reconciler took the row back (lease_expired, waiting) while the call was in flight; the
     call was accepted: the row is `sent`, so the pending re-send never happens."""
     _sms, _email = providers
@@ -172,12 +173,12 @@ def test_a_slow_worker_whose_lease_was_taken_over_records_its_accepted_call(prov
     rows = Notification.objects.filter(pk__in=ids)
     assert sorted(rows.values_list("status", "due_at", "reason")) == [("sent", None, "")] * 2
     assert scheduler.release_due() == 0
-    assert emulator.count() == 2
+    assert module_emulator.count() == 2
 
 
-def test_a_timed_out_call_is_unknown_and_waits_before_any_resend(providers, emulator, settings):
+def test_a_timed_out_call_is_unknown_and_waits_before_any_resend(providers, module_emulator, settings):
     settings.NOTIFY = {**settings.NOTIFY, "OUTCOME_UNKNOWN_WAIT_SECONDS": {"high": 0, "standard": 120}}
-    emulator.fault(provider="twilio", latency_ms=2500)  # the backend's timeout is 2 s
+    module_emulator.fault(provider="twilio", latency_ms=2500)  # the backend's timeout is 2 s
     ids = queued("sms", 2)
     before = clock.now()
 
@@ -188,10 +189,10 @@ def test_a_timed_out_call_is_unknown_and_waits_before_any_resend(providers, emul
         assert (n.due_at - before).total_seconds() >= 119
         assert list(n.attempts_log.values_list("outcome", "error_code")) == [("unknown", "timeout")]
     # ...and the provider did accept both, after we gave up: why a re-send must wait or look first.
-    wait_until(lambda: emulator.count() == 2, 10, message="the slow calls recorded by the emulator")
+    wait_until(lambda: module_emulator.count() == 2, 10, message="the slow calls recorded by the emulator")
 
 
-def test_a_row_whose_earlier_call_is_found_at_the_provider_is_not_sent_again(providers, emulator, monkeypatch):
+def test_a_row_whose_earlier_call_is_found_at_the_provider_is_not_sent_again(providers, module_emulator, monkeypatch):
     sms, _email = providers
     backend_cls = type(get_backend("sms", sms))
     looked_up = []
@@ -212,10 +213,10 @@ def test_a_row_whose_earlier_call_is_found_at_the_provider_is_not_sent_again(pro
     assert (n.status, n.provider_message_id, n.attempts) == ("sent", "SM" + "f" * 32, 2)
     assert list(n.attempts_log.values_list("outcome", flat=True)) == ["found_by_lookup"]
     assert looked_up == [(n.recipient.phone, n.body)]  # the fresh row is never looked up
-    assert [m["to"] for m in emulator.messages()] == [Notification.objects.get(pk=fresh).recipient.phone]
+    assert [m["to"] for m in module_emulator.messages()] == [Notification.objects.get(pk=fresh).recipient.phone]
 
 
-def test_a_row_that_crashes_the_checks_is_retried_then_dead_lettered_with_the_error(providers, emulator,
+def test_a_row_that_crashes_the_checks_is_retried_then_dead_lettered_with_the_error(providers, module_emulator,
                                                                                     monkeypatch, settings):
     settings.NOTIFY = {**settings.NOTIFY, "MAX_ATTEMPTS": {"high": 5, "standard": 3}}
 
@@ -233,11 +234,11 @@ def test_a_row_that_crashes_the_checks_is_retried_then_dead_lettered_with_the_er
     assert "IsADirectoryError" in a.reason_detail and a.due_at is not None
     assert (b.status, b.reason, b.attempts) == ("failed", "worker_error", 3)
     assert b.dead_lettered_at is not None and "3 attempts crashed the worker" in b.reason_detail
-    assert emulator.count() == 0
+    assert module_emulator.count() == 0
     assert DeliveryAttempt.objects.filter(notification_id__in=[first, last]).count() == 0
 
 
-def test_a_high_tier_timeout_fails_over_at_once(providers, emulator, settings):
+def test_a_high_tier_timeout_fails_over_at_once(providers, module_emulator, settings):
     """High tier: no waiting after an unknown outcome; the backup provider gets the same attempt."""
     sms, _email = providers
     settings.PROVIDERS = {**settings.PROVIDERS, "sms": [
@@ -247,7 +248,7 @@ def test_a_high_tier_timeout_fails_over_at_once(providers, emulator, settings):
     from providers.registry import reset_backends
 
     reset_backends()
-    emulator.fault(provider="twilio", account="AC" + "0" * 32, latency_ms=2500)
+    module_emulator.fault(provider="twilio", account="AC" + "0" * 32, latency_ms=2500)
     (pk,) = queued("sms", 1)
     Notification.objects.filter(pk=pk).update(priority="high")
 
@@ -260,7 +261,7 @@ def test_a_high_tier_timeout_fails_over_at_once(providers, emulator, settings):
     uuid.UUID(pk)
 
 
-def test_an_exception_outside_the_provider_contract_is_an_attempt_and_ends_in_a_dead_letter(providers, emulator,
+def test_an_exception_outside_the_provider_contract_is_an_attempt_and_ends_in_a_dead_letter(providers, module_emulator,
                                                                                              monkeypatch, settings):
     """Issue 11 #4: a non-provider exception (Django's BadHeaderError for a subject with a line break,
     an OverflowError) must count as an attempt, recorded with its class and message but never the
@@ -291,12 +292,12 @@ def test_an_exception_outside_the_provider_contract_is_an_attempt_and_ends_in_a_
     assert "[content]" in attempt.error_message
 
 
-def test_a_provider_error_quoting_a_sensitive_message_is_stored_without_it(providers, emulator):
+def test_a_provider_error_quoting_a_sensitive_message_is_stored_without_it(providers, module_emulator):
     """Adversarial finding (issue 11): a provider's error text that quotes the message ("bad content:
     Your code is 626262") was stored verbatim in the reason, the timeline and the attempt, and shown
     to support and to any `read` key. For a sensitive row its content, lines and code-like words
     are blanked; a row that is not sensitive keeps the provider's words."""
-    emulator.fault(provider="sendgrid", status=400, code="bad content: Your code is 626262 (x)")
+    module_emulator.fault(provider="sendgrid", status=400, code="bad content: Your code is 626262 (x)")
     secret, plain = queued("email", 2)
     Notification.objects.filter(pk=secret).update(body="Your code is 626262", sensitive=True)
     Notification.objects.filter(pk=plain).update(body="Your code is 626262")
@@ -312,7 +313,7 @@ def test_a_provider_error_quoting_a_sensitive_message_is_stored_without_it(provi
     assert "Your code is 626262" in p.reason_detail
 
 
-def test_the_lookup_never_takes_another_notifications_message(providers, emulator):
+def test_the_lookup_never_takes_another_notifications_message(providers, module_emulator):
     """Adversarial finding (delivery): the lookup took any message with the same number, sender and
     text created up to a minute before the first attempt, so a second OTP with the same text whose
     calls were refused was marked sent with the first one's message (a silent loss; at campaign
@@ -321,7 +322,7 @@ def test_the_lookup_never_takes_another_notifications_message(providers, emulato
     (first,) = queued("sms", 1)
     send_notifications([first])
     earlier = Notification.objects.get(pk=first)
-    assert earlier.status == "sent" and emulator.count() == 1
+    assert earlier.status == "sent" and module_emulator.count() == 1
 
     (second,) = queued("sms", 1)  # the same number (+15550000000) and the same text
     Notification.objects.filter(pk=second).update(body=earlier.body, reason="outcome_unknown", attempts=1,
@@ -335,4 +336,4 @@ def test_the_lookup_never_takes_another_notifications_message(providers, emulato
     n = Notification.objects.get(pk=second)
     assert n.status == "sent" and n.provider_message_id not in ("", earlier.provider_message_id)
     assert list(n.attempts_log.order_by("id").values_list("outcome", flat=True)) == ["unknown", "accepted"]
-    assert emulator.count() == 2  # sent again: the earlier message was someone else's
+    assert module_emulator.count() == 2  # sent again: the earlier message was someone else's

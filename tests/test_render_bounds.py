@@ -29,7 +29,7 @@ from preferences.models import Recipient
 from tests import test_batch_path
 from tests.conftest import MARKETING_SCOPES
 
-emulator, providers = test_batch_path.emulator, test_batch_path.providers
+providers = test_batch_path.providers
 
 #: The templates of issue 11 #3 (and one that is only slow), with the bound each passes.
 HOSTILE = {
@@ -124,7 +124,7 @@ def test_admin_preview_of_a_hostile_template_answers_quickly_with_the_error(admi
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(120)
-def test_the_send_path_dead_letters_a_hostile_campaign_as_template_error(providers, emulator):
+def test_the_send_path_dead_letters_a_hostile_campaign_as_template_error(providers, module_emulator):
     segment, _ = services.upsert_segment(f"s-{uuid.uuid4().hex[:6]}", name="S")
     evil = Template.objects.create(template_id=f"evil-{uuid.uuid4().hex[:6]}", name="Evil")
     TemplateVariant.objects.create(template=evil, locale="en", body=HOSTILE["nested_ranges"][0])
