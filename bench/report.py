@@ -249,6 +249,12 @@ def reference_points(tiered: dict | None, naive: dict | None, ceilings: dict[str
                        for name, rate in rates.items()}}
 
 
+#: The issue's targets per channel: 1M drained (POST → last message at the provider) in seconds, and
+#: platform CPU-µs per notification.
+DRAIN_TARGET_SECONDS = {"email": 200, "push": 400, "sms": 400}
+CPU_TARGET_US = {"email": 200, "push": 500, "sms": 500}
+
+
 def evaluate_targets(tiered: dict, naive: dict | None, reference: dict | None, recipients: int,
                      channel: str) -> list[dict]:
     """The issue's targets for one run; ``reference``: :func:`reference_points` (``None``: none measured)."""
@@ -258,10 +264,12 @@ def evaluate_targets(tiered: dict, naive: dict | None, reference: dict | None, r
     p50 = run["drain"]["deliveries_per_s"]["p50"]
     mean = run["drain"]["deliveries_per_s"]["mean"]
     targets = [target("OTP accept→provider p99 during the blast", run["otp"]["latency_ms"]["p99"], "<", 1000, "ms")]
-    if channel == "email":
-        drain_1m = (run["drain"]["seconds"] if not projected else round(MILLION / mean, 1) if mean else None)
-        targets.append(target("1M email drained", drain_1m, "≤", 200, "s",
-                              f"{note}: 1,000,000 / mean rate" if projected else ""))
+    drain_1m = (run["drain"]["seconds"] if not projected else round(MILLION / mean, 1) if mean else None)
+    targets.append(target(f"1M {channel} drained", drain_1m, "≤", DRAIN_TARGET_SECONDS[channel], "s",
+                          f"{note}: 1,000,000 / mean rate" if projected else ""))
+    targets.append(target(f"platform CPU-µs per notification ({channel})",
+                          (run.get("cpu") or {}).get("platform_cpu_us_per_notification"), "≤",
+                          CPU_TARGET_US[channel], "µs"))
     fan = run["fanout"]["seconds"]
     fan_1m = fan if not projected or fan is None else round(fan * MILLION / recipients, 1)
     targets.append(target("fan-out of 1M", fan_1m, "≤", 60, "s", f"{note}, linear" if projected else ""))
@@ -447,6 +455,81 @@ def docs_section(report: dict, json_name: str, png_name: str) -> str:
     for note in report.get("notes", []):
         lines += ["", f"Note: {note}"]
     lines += ["", f"![deliveries/s per tier and OTP latency]({png_name})", DOCS_END]
+    return "\n".join(lines)
+
+
+def channel_of(report: dict) -> str:
+    """The campaign channel of a report (its `--channel`)."""
+    return (report.get("options") or {}).get("channel") or "email"
+
+
+def _target_cell(t: dict | None) -> str:
+    if t is None:
+        return "–"
+    value = "–" if t["value"] is None else f"{_fmt(t['value'])} {t['unit']}".strip()
+    if t["met"] is False:
+        return f"**{value}** ({t['shortfall']})"
+    return value + (" ✓" if t["met"] else "")
+
+
+def docs_section_runs(runs: list[tuple[dict, str, str]]) -> str:
+    """The results block of docs/PERFORMANCE.md for several runs side by side (one per channel):
+    ``runs`` = ``[(report, json name, png name)]``. One run: :func:`docs_section`."""
+    if len(runs) == 1:
+        return docs_section(*runs[0])
+    channels = [channel_of(r) for r, _j, _p in runs]
+    lines = [DOCS_START, "Runs (one per channel, each its own `make bench` on this 2-core machine):", ""]
+    for (r, json_name, _png), channel in zip(runs, channels, strict=True):
+        git = r.get("git", {})
+        steal = ((r.get("tiered") or {}).get("machine_window") or {}).get("steal_pct", "?")
+        commit = git.get("commit", "?")[:12]
+        lines.append(f"- **{channel}**: `{json_name}`, {r.get('started_at', '?')}, commit `{commit}`"
+                     f"{' (uncommitted changes)' if git.get('dirty') else ''}, host steal {steal} %, command "
+                     f"`python manage.py bench {(r.get('options') or {}).get('argv', '')}`".rstrip() + ".")
+    lines += ["", "| figure (tiered platform) | " + " | ".join(channels) + " |", "|---|" + "---:|" * len(runs)]
+    heads = [headline(r) for r, _j, _p in runs]
+    for i, (figure, _t, _n) in enumerate(heads[0]):
+        lines.append(f"| {figure} | " + " | ".join(h[i][1] for h in heads) + " |")
+    lines.append("| naive baseline: deliveries/s p50 (recipients) | " + " | ".join(
+        f"{h[4][2]} ({h[0][2]})" for h in heads) + " |")
+    lines += ["", "Reference points measured in the same run (msgs/s; platform p50 ÷ it):", "",
+              "| reference point | " + " | ".join(channels) + " |", "|---|" + "---:|" * len(runs)]
+    for name in (*CEILINGS, "naive"):
+        cells = []
+        for r, _j, _p in runs:
+            point = ((r.get("reference") or {}).get("points") or {}).get(name)
+            held = (r.get("reference") or {}).get("compared_with") == name
+            if not point or point["msgs_per_s"] is None:
+                cells.append("–")
+                continue
+            block = r.get(name) if name != "naive" else None
+            cost = f", client {block['client_cpu_us_per_msg']} CPU-µs/msg" if block else ""
+            cells.append(f"{point['msgs_per_s']:,.0f}{cost}; ÷ **{point['p50_ratio']}**"
+                         + (" (target's)" if held else ""))
+        if any(c != "–" for c in cells):
+            lines.append(f"| {CEILING_TITLES.get(name, name)} | " + " | ".join(cells) + " |")
+    names: list[str] = []
+    by_run = []
+    for r, _j, _p in runs:
+        found = {}
+        for t in r.get("targets", []):
+            key = t["name"].replace(f"({channel_of(r)})", "").replace(f"1M {channel_of(r)} ", "1M ").strip()
+            found[key] = t
+            if key not in names:
+                names.append(key)
+        by_run.append(found)
+    lines += ["", "| target | " + " | ".join(channels) + " |", "|---|" + "---|" * len(runs)]
+    for key in names:
+        targets = [found.get(key) for found in by_run]
+        limits = sorted({t["target"] for t in targets if t})
+        lines.append(f"| {key} (target {' / '.join(limits)}) | " + " | ".join(_target_cell(t) for t in targets) + " |")
+    for (r, _j, _p), channel in zip(runs, channels, strict=True):
+        for note in r.get("notes", []):
+            lines += ["", f"Note ({channel}): {note}"]
+    lines.append("")
+    lines += [f"![{channel}: deliveries/s per tier and OTP latency]({png})"
+              for (_r, _j, png), channel in zip(runs, channels, strict=True)]
+    lines.append(DOCS_END)
     return "\n".join(lines)
 
 

@@ -137,7 +137,21 @@ def test_evaluate_targets_without_reference_points():
     targets = report.evaluate_targets(_tiered(), None, None, 1_000_000, "sms")
     names = [t["name"] for t in targets]
     assert "1M email drained" not in names and "tiered vs naive (p50 rates)" not in names
+    by_name = {t["name"]: t for t in targets}
+    # An SMS (or push) run is held to 400 s for 1M and 500 CPU-µs per notification.
+    assert (by_name["1M sms drained"]["value"], by_name["1M sms drained"]["target"]) == (12.5, "≤ 400 s")
+    assert by_name["platform CPU-µs per notification (sms)"]["met"] is None  # not measured in this run
     assert next(t for t in targets if t["name"].startswith("platform ÷ sdk ceiling"))["met"] is None
+
+
+def test_cpu_targets_are_per_channel():
+    run = _tiered()
+    run["run"]["cpu"] = {"platform_cpu_us_per_notification": 350.0}
+    by_channel = {c: next(t for t in report.evaluate_targets(run, None, None, 1_000_000, c)
+                          if t["name"].startswith("platform CPU-µs")) for c in ("email", "push", "sms")}
+    assert [(t["target"], t["met"]) for t in by_channel.values()] == [("≤ 200 µs", False), ("≤ 500 µs", True),
+                                                                      ("≤ 500 µs", True)]
+    assert by_channel["email"]["shortfall"] == "over by 75% (350 vs ≤ 200)"
 
 
 def test_reference_points_divide_the_platform_rates_by_each_ceiling_of_the_run():
@@ -194,3 +208,24 @@ def test_docs_block_is_replaced_in_place():
     text = f"# Perf\n\nintro\n\n{report.DOCS_START}\nold\n{report.DOCS_END}\n\n## How to read\n"
     assert report.replace_docs_section(text, "NEW") == "# Perf\n\nintro\n\nNEW\n\n## How to read\n"
     assert report.replace_docs_section("# Perf\n", "NEW") == "# Perf\n\nNEW\n"
+
+
+def test_docs_section_puts_the_runs_side_by_side():
+    def run(channel, p99, drain):
+        tiered = _tiered(p99=p99)
+        tiered["run"]["drain"]["seconds"] = drain
+        tiered["run"]["otp"].update(delivered=10, accepted=10)
+        tiered["run"]["lost"] = {"total": 0}
+        return {"options": {"channel": channel, "argv": f"--channel {channel}"}, "git": {"commit": "abc"},
+                "tiered": tiered, "targets": report.evaluate_targets(tiered, None, None, 1_000_000, channel)}
+
+    text = report.docs_section_runs([(run("email", 300.0, 150.0), "e.json", "PERFORMANCE-email.png"),
+                                     (run("push", 1200.0, 450.0), "p.json", "PERFORMANCE-push.png")])
+    lines = text.splitlines()
+    assert "| figure (tiered platform) | email | push |" in lines
+    assert "| drain (s) | 150.0 | 450.0 |" in lines
+    assert ("| OTP accept→provider p99 during the blast (target < 1,000 ms) | 300 ms ✓ | "
+            "**1,200 ms** (over by 20% (1,200 vs < 1,000)) |") in lines
+    assert "| 1M drained (target ≤ 200 s / ≤ 400 s) | 150 s ✓ | **450 s** (over by 12% (450 vs ≤ 400)) |" in lines
+    assert lines[-3:-1] == ["![email: deliveries/s per tier and OTP latency](PERFORMANCE-email.png)",
+                            "![push: deliveries/s per tier and OTP latency](PERFORMANCE-push.png)"]

@@ -76,12 +76,13 @@ class Command(BaseCommand):
         parser.add_argument("--drain-timeout", type=float, default=None,
                             help="seconds to wait for a campaign to drain (default max(300, recipients/100))")
         parser.add_argument("--out", default=str(settings.BASE_DIR / "bench" / "results"))
-        parser.add_argument("--write-docs", metavar="RESULTS_JSON", default=None,
-                            help="do not run: rewrite the results block of docs/PERFORMANCE.md from this file")
+        parser.add_argument("--write-docs", metavar="RESULTS_JSON", nargs="+", default=None,
+                            help="do not run: rewrite the results block of docs/PERFORMANCE.md from these files "
+                                 "(several: side by side, e.g. the email, push and SMS runs)")
 
     def handle(self, *args, **options):
         if options["write_docs"]:
-            return self.write_docs(Path(options["write_docs"]))
+            return self.write_docs([Path(p) for p in options["write_docs"]])
         if os.environ.get(INNER) != "1":
             return self.reexec()
         return self.run(options)
@@ -192,18 +193,21 @@ class Command(BaseCommand):
             self.stderr.write("bench sanity checks failed:\n  " + "\n  ".join(problems))
             sys.exit(1)
 
-    def write_docs(self, path: Path):
+    def write_docs(self, paths: list[Path]):
         from bench import report
 
-        data = json.loads(path.read_text())
         docs = settings.BASE_DIR / "docs" / "PERFORMANCE.md"
-        png = path.with_suffix(".png")
-        target_png = docs.with_suffix(".png")
-        if png.exists():
-            shutil.copyfile(png, target_png)
-        section = report.docs_section(data, path.name, target_png.name)
+        runs = []
+        for path in paths:
+            data = json.loads(path.read_text())
+            png = path.with_suffix(".png")
+            name = "PERFORMANCE.png" if len(paths) == 1 else f"PERFORMANCE-{report.channel_of(data)}.png"
+            if png.exists():
+                shutil.copyfile(png, docs.parent / name)
+            runs.append((data, path.name, name))
+        section = report.docs_section_runs(runs)
         docs.write_text(report.replace_docs_section(docs.read_text() if docs.exists() else "", section))
-        self.stdout.write(f"rewrote the results block of {docs} from {path}")
+        self.stdout.write(f"rewrote the results block of {docs} from {', '.join(str(p) for p in paths)}")
 
     def say(self, message: str) -> None:
         self.stdout.write(f"{time.strftime('%H:%M:%S')} {message}")
