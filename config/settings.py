@@ -337,6 +337,9 @@ PROVIDER_LIMITS = {
     },
     # SendGrid counts recipients, not requests, against our budget; SMTP is a slow backup.
     "sendgrid": {"RATE_PER_S": 10000.0 if _rate_override is None else _rate_override},
+    # FCM HTTP v1's default quota is 600,000 messages per minute per project (Firebase, "Throttling
+    # and quotas"): 10,000/s; over it FCM answers 429 QUOTA_EXCEEDED (docs/PROVIDERS.md).
+    "fcm": {"RATE_PER_S": 10000.0 if _rate_override is None else _rate_override},
     "smtp": {"RATE_PER_S": 100.0 if _rate_override is None else _rate_override},
 }
 

@@ -27,10 +27,10 @@ covers a call, is never sent from here.
 
 from __future__ import annotations
 
-import contextlib
+import collections
+import concurrent.futures
 import logging
 import os
-import queue
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -58,6 +58,9 @@ log = logging.getLogger(__name__)
 
 #: SendGrid v3 mail/send: recipients per request (one send_batch call is one request).
 MAX_PER_REQUEST = 1000
+
+#: How often (seconds) the worker's thread looks for ended calls while a window runs.
+_POLL_SECONDS = 0.01
 
 #: ``settle(row_ids, calls)``: record these rows now (all their calls have ended; ``calls`` is the
 #: batch's :class:`Calls` so far).
@@ -254,7 +257,9 @@ def _send(backend, items: list[Item], chunk: list[int], concurrency: int, done: 
     Returns the indexes not called because the window stopped (still to send)."""
     stop = {"failed": 0, "limited": False}
     stopped: list[int] = []
-    results: queue.SimpleQueue = queue.SimpleQueue()
+    # Appended on the loop thread, drained here every few ms (no wake-up per call: a queue's
+    # put/get pair per message cost a GIL hand-off each).
+    results: collections.deque = collections.deque()
 
     def gate(pos: int) -> bool:  # on the provider event loop
         if stop["limited"] or (stop_after is not None and stop["failed"] >= stop_after):
@@ -268,7 +273,7 @@ def _send(backend, items: list[Item], chunk: list[int], concurrency: int, done: 
                 stop["limited"] = True
             elif isinstance(outcome, Exception) and isolation.is_failure(outcome):
                 stop["failed"] += 1
-        results.put((pos, outcome, latency_ms, clock.now()))
+        results.append((pos, outcome, latency_ms, clock.now()))
 
     messages = [items[i].message for i in chunk]
     heard: set[int] = set()
@@ -277,17 +282,21 @@ def _send(backend, items: list[Item], chunk: list[int], concurrency: int, done: 
     else:
         future = _runner().submit(backend.send_batch, messages, max(1, concurrency), gate=gate, on_result=on_result)
         renewed = time.monotonic()
-        while not future.done() or not results.empty():
-            with contextlib.suppress(queue.Empty):
-                heard.add(_take(results.get(timeout=0.02), chunk, items, done, tracker))
+        while True:
+            finished = future.done()  # every append happens before the future is done
+            while results:
+                heard.add(_take(results.popleft(), chunk, items, done, tracker))
+            if finished:
+                break
             if tracker.due():
                 tracker.flush()
             if slots is not None and time.monotonic() - renewed > slots[2] / 3:
                 isolation.renew_slots(slots[0], "standard", slots[1], slots[2])
                 renewed = time.monotonic()
+            concurrent.futures.wait([future], timeout=_POLL_SECONDS)
         outcomes = future.result()
-    while not results.empty():
-        heard.add(_take(results.get(), chunk, items, done, tracker))
+    while results:
+        heard.add(_take(results.popleft(), chunk, items, done, tracker))
     ended = clock.now()
     for pos, outcome in enumerate(outcomes):
         index = chunk[pos]
