@@ -4,8 +4,9 @@ stands for a huge one (``[[1] * 10000] * 10000``: two lists, 100,000,000 items t
 work a filter, operator or method then does in C cannot be interrupted by the CPU bound. Every such
 operation is sized before it runs; these tests assert the exact refusal, that the huge value was
 never built (peak memory of the render, traced), and, for the reported bombs at full size, that
-the answer did not take seconds. Plus generated nested constructions (Hypothesis) against the wall
-time.
+they were refused by the size or iteration bound (before any work), not by the CPU bound after it.
+Plus generated nested constructions (Hypothesis) against the CPU bound: the render thread's CPU
+time, which a busy neighbour does not stretch as it does wall time.
 
 In-process (Django test client for the API); production bounds (the settings' defaults).
 """
@@ -31,7 +32,6 @@ from notifications.models import APIClient
 from preferences.models import Recipient
 from tests.conftest import MARKETING_SCOPES
 
-FAST = 2.0  # seconds: "did not take seconds" (the CPU bound is 0.1 s)
 CTX = {"first_name": "Ada", "user_id": "u1"}
 #: What the issue reported: 10,000 references to one list of 10,000 items, written as text.
 BOMB = "{{ ([[1]*10000]*10000)|string|length }}"
@@ -72,10 +72,10 @@ def refused(source: str, bound: str, fragment: str, *, peak_below: int = 2_000_0
 def test_the_reported_bomb_fails_at_once_when_sent(db):
     template = Template.objects.create(template_id="bomb", name="Bomb")
     TemplateVariant.objects.create(template=template, locale="en", body=BOMB)  # the ORM: no save-time check
-    started = time.monotonic()
     with pytest.raises(RenderError) as caught:
         render_template(template, list(template.variants.all()), Recipient.objects.create(user_id="alice"))
-    assert time.monotonic() - started < FAST
+    # Refused by the iteration bound (before anything was built), not by the CPU bound after 0.1 s
+    # of work: "at once" without timing it.
     assert caught.value.bound == "iterations"
     assert "counting those of nested lists and every repeated reference" in str(caught.value)
 
@@ -83,10 +83,8 @@ def test_the_reported_bomb_fails_at_once_when_sent(db):
 def test_the_api_refuses_the_reported_bomb_at_once(db):
     _, key = APIClient.objects.create_key(name="marketing-tool", scopes=list(MARKETING_SCOPES))
     http = Client(headers={"Authorization": f"Api-Key {key}"})
-    started = time.monotonic()
     r = http.put("/v1/templates/x", data=json.dumps({"name": "X", "default_locale": "en", "variants": [
         {"locale": "en", "body": BOMB}]}), content_type="application/json")
-    assert time.monotonic() - started < FAST
     assert r.status_code == 422, r.content
     [error] = r.json()["error"]["fields"]
     assert (error["field"], error["code"]) == ("variants.0.body", "render_bound")
@@ -99,9 +97,7 @@ def test_the_admin_preview_of_an_8000_by_8000_bomb_answers_at_once(admin_client)
     TemplateVariant.objects.create(template=template, locale="en",
                                    body="{% set a = [1] * 8000 %}{{ ([a] * 8000)|string|length }}")
     Recipient.objects.create(user_id="alice")
-    started = time.monotonic()
     page = admin_client.get(reverse("admin:campaigns_template_change", args=["bomb"]), {"preview_user": "alice"})
-    assert time.monotonic() - started < FAST
     assert page.status_code == 200 and "TEMPLATE_RENDER_MAX_ITERATIONS" in page.content.decode()
 
 
@@ -269,4 +265,4 @@ def test_generated_nested_constructions_render_within_ten_times_the_cpu_bound(so
     except RenderError as exc:  # any other exception fails the test
         event(f"RenderError, bound: {exc.bound}")
     wall, cpu = time.monotonic() - started, time.thread_time() - cpu
-    assert wall < most, (source, wall, cpu)
+    assert cpu < most, (source, wall, cpu)
