@@ -89,9 +89,13 @@ def _reset_after_fork(**_kwargs):
 
 
 @task_prerun.connect
-def _reuse_or_close_connections(**_kwargs):
-    """Before each task, close this thread's database connections that are broken (an error and
-    no longer usable: Postgres restarted) or older than ``CONN_MAX_AGE``; keep the others."""
+def _reuse_or_close_connections(task=None, **_kwargs):
+    """Before each task a worker runs, close this thread's database connections that are broken (an
+    error and no longer usable: Postgres restarted) or older than ``CONN_MAX_AGE``; keep the others.
+    Not for a task run eagerly inside its caller (``apply()``, tests): the connection and the open
+    transaction are the caller's (Celery's fixup skips those too)."""
+    if task is not None and getattr(task.request, "is_eager", False):
+        return
     from django.db import close_old_connections
 
     close_old_connections()
