@@ -107,3 +107,32 @@ def test_covers_reads_the_lease_last_written(settings):
     assert [keeper.covers(pk, 10) for pk in ("a", "b", "c", "unknown")] == [True, True, False, False]
     keeper.release(["a"])
     assert keeper.covers("a", 10) is False
+
+
+def test_a_worker_killed_before_its_record_leaves_the_markers_and_nothing_is_sent_twice(
+        sms, module_emulator, monkeypatch, settings):
+    from datetime import timedelta
+
+    from core import clock
+    from notifications import scheduler
+    from notifications.delivery import record
+
+    settings.NOTIFY = {**settings.NOTIFY, "OUTCOME_UNKNOWN_WAIT_SECONDS": {"high": 0, "standard": 0}}
+    ids = queued("sms", 6)
+    # The worker dies after its calls were accepted and before anything of them is recorded.
+    monkeypatch.setattr(record, "record", lambda *args, **kwargs: None)
+    send_notifications(ids)
+    monkeypatch.undo()
+    assert module_emulator.count() == 6
+    assert set(Notification.objects.filter(pk__in=ids).values_list("status", flat=True)) == {"sending"}
+
+    # Its leases run out; the reconciler re-drives the rows; the next worker finds the markers.
+    Notification.objects.filter(pk__in=ids).update(lease_until=clock.now() - timedelta(seconds=1))
+    assert scheduler.reconcile()["leases"] == 6
+    scheduler.release_due()
+    send_notifications(ids)
+
+    assert module_emulator.count() == 6  # nothing sent twice
+    assert set(Notification.objects.filter(pk__in=ids).values_list("status", flat=True)) == {"sent"}
+    assert sorted(DeliveryAttempt.objects.filter(notification_id__in=ids).values_list("outcome", flat=True)) == [
+        "duplicate_skipped"] * 6

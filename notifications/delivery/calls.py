@@ -11,9 +11,11 @@ Two routing policies (routing.py), one stage:
   batch waits (the outcomes stage sends it back to ``scheduled``); tokens come from the standard
   budget, never the high tier's reserve. A window stops starting calls after a 429 (the rest waits
   for Retry-After, no attempt spent) or after ``SEND_CONCURRENCY`` failures (the breaker decides);
-  rows whose calls have ended are handed to ``settle`` (recorded) while the rest are in flight,
-  every ``RECORD_EVERY_ROWS`` rows or ``RECORD_EVERY_SECONDS``: what a killed worker sends twice is
-  bounded by that, not by the batch (docs/RELIABILITY.md, "Duplicate window");
+  each accepted call's sent marker is written within ``_POLL_SECONDS`` of its answer, before its
+  row is recorded, and rows whose calls have ended are handed to ``settle`` (recorded) while the
+  rest are in flight, every ``RECORD_EVERY_ROWS`` rows or ``RECORD_EVERY_SECONDS``: what a killed
+  worker sends twice is about the calls it had in flight, not its batch (docs/RELIABILITY.md,
+  "Duplicate window");
 * **high** (:func:`call_high`): a batch of one row with the failover policy: the first usable
   provider; one that times out or fails (not a bad number) is followed at once by the next for the
   same attempt (a rare duplicate if the timed-out call was in fact accepted: acceptable for an
@@ -41,6 +43,7 @@ from django.conf import settings
 
 from core import clock
 from notifications import metrics
+from notifications import sent_markers as markers
 from notifications.delivery.claim import call_deadline_seconds, covers_call, still_ours
 from notifications.delivery.routing import route_for
 from notifications.models import Notification
@@ -50,6 +53,7 @@ from providers.base import (
     OutboundMessage,
     ProviderConfigurationError,
     ProviderError,
+    SendResult,
     TransientProviderError,
 )
 from providers.registry import get_backend
@@ -284,8 +288,16 @@ def _send(backend, items: list[Item], chunk: list[int], concurrency: int, done: 
         renewed = time.monotonic()
         while True:
             finished = future.done()  # every append happens before the future is done
+            accepted = []
             while results:
-                heard.add(_take(results.popleft(), chunk, items, done, tracker))
+                result = results.popleft()
+                heard.add(_take(result, chunk, items, done, tracker))
+                if isinstance(result[1], SendResult):
+                    accepted.append(items[chunk[result[0]]].row.pk)
+            # The sent marker as soon as the provider accepted, before the row is recorded: a worker
+            # killed (or cut off from Postgres) before its record leaves the marker, and the row's
+            # next attempt finds it instead of sending again.
+            markers.mark_sent(accepted)
             if finished:
                 break
             if tracker.due():

@@ -214,22 +214,21 @@ def test_1_sigkill_standard_worker_mid_batch(run_for, chaos_stack):
 
 
 def test_1b_sigkill_standard_worker_mid_push_window(run_for, chaos_stack):
-    """The same kill during a push campaign, whose calls run as a sliding window recorded while the
-    rest is in flight: what a killed process can have sent unrecorded is bounded by the record
-    cadence and the calls in flight (docs/RELIABILITY.md, "Duplicate window"), not by its batch."""
+    """The same kill during a push campaign, whose calls run as a sliding window that writes each
+    accepted call's sent marker within 10 ms: what a killed process can send twice is about the
+    calls it had in flight (docs/RELIABILITY.md, "Duplicate window"), not its batch."""
     run = run_for("1b-sigkill-standard-worker-push", channel="push")
     run.wait_progress(0.2)
     chaos_stack.kill("worker_standard")
     time.sleep(1)
     chaos_stack.start("worker_standard")
-    notify = settings.NOTIFY
-    per_process = notify["RECORD_EVERY_ROWS"] + notify["SEND_CONCURRENCY"]["push"] + RECORDED_DURING_A_RECORD
+    per_process = settings.NOTIFY["SEND_CONCURRENCY"]["push"] + ANSWERED_BEFORE_MARKED
     check(run.finish(duplicates_allowed=STANDARD_PROCESSES * per_process))
 
 
-#: Rows whose calls end while a record of the window is being written (docs/RELIABILITY.md: ~10 at
-#: 700/s per process and a 15 ms record), with room for a slow record.
-RECORDED_DURING_A_RECORD = 20
+#: Calls answered but not yet marked when a worker is killed: those of the last poll of the window
+#: (10 ms; docs/RELIABILITY.md: ≈ 4 at ~400/s per process), with room for a slow poll.
+ANSWERED_BEFORE_MARKED = 12
 
 
 def test_2_sigkill_high_worker(run_for, chaos_stack):
