@@ -236,3 +236,19 @@ def test_each_attempt_row_carries_its_own_calls_instant(settings, sms_provider, 
     instants = sorted(DeliveryAttempt.objects.filter(notification_id__in=ids).values_list("created_at", flat=True))
     assert len(instants) == 4 and module_emulator.count() == 4
     assert instants[2] - instants[1] >= timedelta(milliseconds=500)  # two waves, two instants
+
+
+def test_a_push_sent_to_one_of_two_devices_says_which_error_the_other_met():
+    """Adversarial finding: one device accepted, the other got a 429; the row is sent (one status per
+    notification, the other device is not retried) and its detail says what the other device met."""
+    n = Notification(id=uuid.uuid4(), channel="push", priority="standard", attempts=1)
+    limited = TransientProviderError("fcm", "QUOTA_EXCEEDED", "quota exceeded", http_status=429)
+    decision = decide(n, [SendResult(provider="fcm", provider_message_id="m1"), limited], planned=2, devices=2,
+                      waiting=None, now=datetime(2026, 12, 2, tzinfo=UTC))
+    assert (decision.action, decision.status) == ("sent", "sent")
+    assert decision.detail == ("accepted for 1 of 2 device(s); not reached: fcm QUOTA_EXCEEDED: quota exceeded "
+                               "(not retried: the notification is sent)")
+    both = decide(n, [SendResult(provider="fcm", provider_message_id="m1")] * 2, planned=2, devices=2,
+                  waiting=None, now=datetime(2026, 12, 2, tzinfo=UTC))
+    assert both.detail == "accepted for 2 of 2 device(s)"
+

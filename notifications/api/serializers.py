@@ -3,8 +3,10 @@
 Channel rules (sources: Twilio Messages API docs for the 1,600-character body limit; FCM HTTP v1
 docs for the 4,096-byte data payload limit, ``docs/PROVIDERS.md`` §1, §3):
 
-* sms: ``body`` ≤ 1,600 characters; no ``title``/``html``.
-* email: ``title`` (the subject) required, ≤ 998 characters (RFC 5322 line limit); optional ``html``.
+* sms: ``body`` ≤ 1,600 characters; no ``title``/``html``/``data`` (an SMS carries only its body).
+* email: ``title`` (the subject) required, one line, ≤ 998 characters (RFC 5322 line limit); optional
+  ``html``; ``data`` goes out as SendGrid ``custom_args``: ≤ 10,000 bytes as JSON, no
+  ``notification_id`` key (the platform sets it).
 * push: ``title`` + ``body`` + ``data`` together ≤ 4,096 bytes as JSON; ``data`` values are strings;
   no ``html``; no ``data`` key FCM reserves (``from``, ``message_type``, ``google.*``, ``gcm.*``, any
   case) nor ``notification_id``, which the platform sets (:func:`providers.fcm.data_keys.data_key_problem`).
@@ -24,11 +26,14 @@ from core.vocabulary import CATEGORY_PATTERN
 from notifications.models import DeliveryAttempt, Notification, Priority, TimelineEntry
 from notifications.quiet_hours_policy import priority_category_problem
 from preferences.models import Channel, Recipient
-from providers.fcm.data_keys import data_key_problem
+from providers.fcm.data_keys import NOTIFICATION_ID_KEY, data_key_problem
 from providers.registry import unavailable_channel_problem
 
 SMS_MAX_CHARS = 1600
 PUSH_MAX_BYTES = 4096
+#: Email ``data`` goes out as SendGrid ``custom_args``, which SendGrid caps at 10,000 bytes (its
+#: "Unique Arguments" / custom arguments limit).
+EMAIL_DATA_MAX_BYTES = 10_000
 EMAIL_SUBJECT_MAX = 998
 MAX_SCHEDULE_AHEAD = timedelta(days=366)
 # A past instant means "now"; but not any past: an instant before year 1 in UTC (0001-01-01+05:00)
@@ -132,14 +137,29 @@ def channel_content_errors(channel: str, content: dict, prefix: str = "content")
         if len(body) > SMS_MAX_CHARS:
             errors[f"{prefix}.body"] = serializers.ErrorDetail(
                 f"SMS body is {len(body)} characters; at most {SMS_MAX_CHARS}", code="max_length")
-        for name in ("title", "html"):
+        for name in ("title", "html", "data"):
             if content.get(name):
                 errors[f"{prefix}.{name}"] = serializers.ErrorDetail(
                     f"not used by SMS; leave {name} out", code="not_allowed_for_channel")
     elif channel == Channel.EMAIL:
-        if not (content.get("title") or "").strip():
+        title = content.get("title") or ""
+        if not title.strip():
             errors[f"{prefix}.title"] = serializers.ErrorDetail("email needs a subject in title",
                                                                 code="required")
+        elif "\r" in title or "\n" in title:
+            errors[f"{prefix}.title"] = serializers.ErrorDetail(
+                "an email subject is one line: no line breaks (\\r, \\n)", code="line_break")
+        data = content.get("data") or {}
+        for key in data:
+            if key.casefold() == NOTIFICATION_ID_KEY:
+                errors[f"{prefix}.data.{key}"] = serializers.ErrorDetail(
+                    f"data key {key!r}: {NOTIFICATION_ID_KEY!r} is set by the platform in every email's "
+                    "custom_args (the notification's id); use another key", code="reserved_key")
+        size = len(json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()) if data else 0
+        if size > EMAIL_DATA_MAX_BYTES:
+            errors[f"{prefix}.data"] = serializers.ErrorDetail(
+                f"email data (SendGrid custom_args, as JSON) is {size} bytes; at most {EMAIL_DATA_MAX_BYTES}",
+                code="payload_too_large")
     elif channel == Channel.PUSH:
         if content.get("html"):
             errors[f"{prefix}.html"] = serializers.ErrorDetail("not used by push; leave html out",

@@ -196,8 +196,16 @@ def decide(n: Notification, outcomes: list, *, planned: int, devices: int,
             raise Unexpected(outcome)
     accepted = tuple(o for o in outcomes if not isinstance(o, Exception))
     if accepted:
-        detail = f"accepted for {len(accepted)} of {devices} device(s)" if n.channel == "push" else ""
-        return Decision("sent", Status.SENT, "sent", detail=detail, accepted=accepted)
+        detail = ""
+        if n.channel == "push":
+            detail = f"accepted for {len(accepted)} of {devices} device(s)"
+            missed = [o for o in outcomes if isinstance(o, Exception)]
+            if missed:
+                # A push counts as sent once one device accepted it; the others are not retried
+                # (one status per notification). Say which errors those devices met.
+                detail += "; not reached: " + shown(n, ", ".join(sorted({error_detail(o)[:120] for o in missed})))
+                detail += " (not retried: the notification is sent)"
+        return Decision("sent", Status.SENT, "sent", detail=detail[:500], accepted=accepted)
     errors = list(outcomes)
     if len(errors) < planned:
         errors.append(TransientProviderError(errors[0].provider, "circuit_open",
