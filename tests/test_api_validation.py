@@ -160,6 +160,28 @@ def test_malformed_json_is_400(http, user):
                   headers={"Idempotency-Key": "k"})
     assert r.status_code == 400
     assert r.json()["error"]["code"] == "parse_error"
+    assert r.json()["error"]["message"].startswith("body: JSON parse error: ")
+    assert [(f["field"], f["code"]) for f in r.json()["error"]["fields"]] == [(None, "parse_error")]
+    assert_nothing_written()
+
+
+@pytest.mark.parametrize("text", ['{"ttl_seconds": NaN}', '{"ttl_seconds": Infinity}', '{"ttl_seconds": -Infinity}'])
+def test_nan_and_infinity_are_not_json(http, user, text):
+    r = http.post("/v1/notifications", data=text, content_type="application/json", headers={"Idempotency-Key": "k"})
+    assert r.status_code == 400
+    assert r.json()["error"]["message"].startswith("body: JSON parse error: ")
+    assert "is not a JSON number (RFC 8259)" in r.json()["error"]["message"]
+    assert_nothing_written()
+
+
+def test_a_key_given_twice_is_400_naming_it(http, user):
+    """Adversarial finding: the last value won silently (the send would have gone to bob)."""
+    r = http.post("/v1/notifications", content_type="application/json", headers={"Idempotency-Key": "k"},
+                  data='{"user_id": "alice", "channel": "sms", "content": {"body": "x"}, "user_id": "bob"}')
+    assert r.status_code == 400
+    assert r.json() == {"error": {"status": 400, "code": "parse_error", "message": "user_id: given twice in one object",
+                                  "fields": [{"field": "user_id", "code": "duplicate_key",
+                                              "message": "given twice in one object"}]}}
     assert_nothing_written()
 
 

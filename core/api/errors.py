@@ -172,7 +172,11 @@ def exception_handler(exc, context):
         return None
     if isinstance(exc, exceptions.ParseError) and getattr(exc, "field", None):  # core.api.parsers
         response.data = _body(400, "parse_error", str(exc.detail),
-                              [{"field": exc.field, "code": "unstorable_character", "message": exc.rule}])
+                              [{"field": exc.field, "code": exc.code_name, "message": exc.rule}])
+        return response
+    if isinstance(exc, exceptions.ParseError):  # the body as a whole (malformed JSON, NaN, too deep)
+        response.data = _body(400, "parse_error", f"body: {exc.detail}",
+                              [{"field": None, "code": "parse_error", "message": str(exc.detail)}])
         return response
     if isinstance(exc, exceptions.UnsupportedMediaType):
         got = getattr(context.get("request"), "content_type", "") or "none"

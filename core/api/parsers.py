@@ -6,10 +6,19 @@
   echoing it in an error (an unknown key) or storing it (a ``data`` key) failed with a 500. Found by
   the generated-body tests (tests/test_api_generated.py).
 * Nesting deep enough to exhaust Python's recursion limit (``[[[[…]]]]``).
+
+And two that would otherwise be accepted silently or unclearly: a key given twice in one object
+(``{"user_id": "alice", "user_id": "bob"}`` was last-wins: a send could go to bob unnoticed) is
+refused naming the key; ``NaN``/``Infinity`` (not JSON, RFC 8259 §6) and malformed JSON are refused
+with the body as the field, in the API's one error shape.
 """
 
 from __future__ import annotations
 
+import codecs
+import json
+
+from django.conf import settings
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
@@ -53,15 +62,44 @@ def _find_unstorable(value, path: str = "") -> tuple[str, str] | None:
     return None
 
 
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _object_refusing_duplicates(pairs: list[tuple[str, object]]) -> dict:
+    found: dict = {}
+    for key, value in pairs:
+        if key in found:
+            raise _DuplicateKey(key)
+        found[key] = value
+    return found
+
+
+def _no_constants(name: str):
+    raise ValueError(f"{name} is not a JSON number (RFC 8259)")
+
+
 class StrictJSONParser(JSONParser):
     def parse(self, stream, media_type=None, parser_context=None):
+        encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
         try:
-            data = super().parse(stream, media_type, parser_context)
+            data = json.load(codecs.getreader(encoding)(stream), object_pairs_hook=_object_refusing_duplicates,
+                             parse_constant=_no_constants)
         except RecursionError:
             raise ParseError("JSON nested too deeply") from None
+        except _DuplicateKey as exc:
+            key = _printable(exc.key)
+            error = ParseError(f"{key}: given twice in one object")
+            error.field, error.rule, error.code_name = key, "given twice in one object", "duplicate_key"
+            raise error from None
+        except ValueError as exc:  # json.JSONDecodeError, NaN/Infinity, undecodable bytes
+            raise ParseError(f"JSON parse error: {exc}") from None
         found = _find_unstorable(data)
         if found:
             error = ParseError(f"{_printable(found[0])}: {found[1]} not allowed")
             error.field, error.rule = _printable(found[0]), f"{found[1]} not allowed"
+            error.code_name = "unstorable_character"
             raise error
         return data
