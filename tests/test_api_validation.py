@@ -445,3 +445,19 @@ def test_concurrent_upserts_of_a_new_user_and_token_never_500(client_key):
                               range(20)))
     assert set(codes) <= {200, 201} and codes.count(201) == 1
     assert Device.objects.filter(push_token="tok-race").count() == 1
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("1e2", "must be a JSON integer, not a number in float notation (write it without a fraction or exponent)"),
+    ("100.0", "must be a JSON integer, not a number in float notation (write it without a fraction or exponent)"),
+    ("1.5", "must be a JSON integer, not a number with a fraction"),
+    ("1e400", "must be a JSON integer, not a number out of range"),
+])
+def test_an_integer_written_as_a_float_is_refused_with_the_right_words(http, user, text, says):
+    r = http.post("/v1/notifications", content_type="application/json", headers={"Idempotency-Key": "k"},
+                  data='{"user_id": "alice", "channel": "sms", "content": {"body": "x"}, "ttl_seconds": ' + text + "}")
+    assert r.status_code == 422, r.content
+    assert [(f["field"], f["code"], f["message"]) for f in r.json()["error"]["fields"]] == [
+        ("ttl_seconds", "invalid_type", says)]
+    assert_nothing_written()
+

@@ -6,6 +6,7 @@ only, ``HH:MM`` wall times, categories and labels. Raised errors are DRF ``Valid
 from __future__ import annotations
 
 import json
+import math
 
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -56,7 +57,13 @@ def strict_type_errors(field, value, path: str) -> dict[str, serializers.ErrorDe
         return {}
     got = _json_type(value)
     if got != expected and not (expected == "integer" and got == "number" and isinstance(value, int)):
-        shown = "a number with a fraction" if expected == "integer" and got == "number" else got
+        shown = got
+        if expected == "integer" and got == "number":
+            # 1e2 is 100 but written as a float; 1.5 has a fraction: say which.
+            number = float(value)
+            shown = ("a number out of range" if not math.isfinite(number)
+                     else "a number in float notation (write it without a fraction or exponent)"
+                     if number.is_integer() else "a number with a fraction")
         return {path: serializers.ErrorDetail(f"must be a JSON {expected}, not {shown}", code="invalid_type")}
     errors: dict[str, serializers.ErrorDetail] = {}
     child = getattr(field, "child", None)
