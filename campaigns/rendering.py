@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from jinja2 import TemplateError, meta
+from jinja2.sandbox import SecurityError
 
 from campaigns import render_budget
 from campaigns.models import Template, TemplateVariant
@@ -110,7 +111,9 @@ def check_parts(parts: dict[str, str]) -> dict[str, RenderError]:
     renders of them together as one send would (one budget per recipient of
     :func:`sample_contexts`, in turn) that name the part where a bound was first passed. Other
     errors of a dry render (``{{ 1 / 0 }}``, a variable used as a number) are not reported: real
-    recipient data may differ, and a send that fails records ``template_error``. ``{}`` = accepted.
+    recipient data may differ, and a send that fails records ``template_error``; but the sandbox's
+    refusal (``SecurityError``: ``"".__class__``) and endless recursion (a macro calling itself) are,
+    since no data changes them. ``{}`` = accepted.
 
     Not a guarantee (see :func:`sample_contexts`): what holds at send time are the render bounds."""
     errors: dict[str, RenderError] = {}
@@ -136,10 +139,15 @@ def check_parts(parts: dict[str, str]) -> dict[str, RenderError]:
                     _render(source, part == "html", context)
                 except Exception as exc:
                     error = _render_error(exc)
+                    where = f"recipient {number} of {len(contexts)}"
                     if error.bound is not None:
-                        where = f"recipient {number} of {len(contexts)}"
                         return {part: RenderError(f"a dry render on sample data ({where}) failed: {error}",
                                                   bound=error.bound)}
+                    if isinstance(exc, SecurityError | RecursionError):
+                        # The sandbox refusing an attribute, or a macro calling itself forever, does
+                        # not depend on the recipient's data: every send would fail the same way.
+                        return {part: RenderError(f"a dry render on sample data ({where}) failed, as every "
+                                                  f"send would: {error}")}
                     break  # another error: this recipient's render stops here, as a send's would
     return {}
 

@@ -333,3 +333,26 @@ def test_admin_campaign_form_refuses_hostile_inline_content(admin_client):
     assert r.status_code == 200
     assert "TEMPLATE_RENDER_MAX_OUTPUT" in r.context["adminform"].form.errors["body"][0]
     assert not Campaign.objects.exists()
+
+
+@pytest.mark.parametrize(("source", "says"), [
+    ('{{ "".__class__.__mro__ }}', "unsafe"),
+    ("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "recursion"),
+])
+def test_a_template_that_fails_whatever_the_data_is_refused_when_saved(source, says):
+    """Adversarial finding: these passed the save-time dry render and failed every send
+    (``template_error``). The sandbox's refusal and endless recursion do not depend on the data."""
+    from campaigns.rendering import check_parts
+
+    errors = check_parts({"body": source})
+    assert list(errors) == ["body"]
+    assert errors["body"].bound is None
+    assert str(errors["body"]).startswith("a dry render on sample data (recipient 1 of ")
+    assert "as every send would" in str(errors["body"]) and says in str(errors["body"]).lower()
+
+
+def test_a_template_whose_failure_may_depend_on_the_data_is_still_accepted():
+    from campaigns.rendering import check_parts
+
+    assert check_parts({"body": "{{ 10 / count }}"}) == {}
+
