@@ -59,16 +59,19 @@ def check_schedule_window(value, now=None):
 
 class ContentSerializer(RejectUnknownFields, serializers.Serializer):
     title = serializers.CharField(required=False, allow_blank=True, max_length=EMAIL_SUBJECT_MAX,
-                                  help_text="Email subject (required for email) or push title.")
+                                  help_text="Email subject (required for email; one line: 422 `line_break`) or "
+                                            "push title. Not for SMS.")
     body = serializers.CharField(max_length=100_000, trim_whitespace=False, help_text="Plain-text body.")
     html = serializers.CharField(required=False, allow_blank=True, max_length=1_000_000, trim_whitespace=False,
                                  help_text="Email only: HTML body.")
     data = serializers.DictField(child=serializers.CharField(allow_blank=True, trim_whitespace=False),
                                  required=False, allow_empty=True,
-                                 help_text="String-to-string map: push data payload / email custom args. Push: "
-                                           "no key FCM reserves (`from`, `message_type`, starting with "
-                                           "`google.` or `gcm.`, any case) nor `notification_id` (the "
-                                           "platform sets it); 422 `reserved_key` on `content.data.<key>`.")
+                                 help_text="String-to-string map: push data payload / email custom args (≤ "
+                                           "10,000 bytes as JSON); not for SMS (422 `not_allowed_for_channel`). "
+                                           "Push: no key FCM reserves (`from`, `message_type`, starting with "
+                                           "`google.` or `gcm.`, any case); push and email: not "
+                                           "`notification_id` (the platform sets it); 422 `reserved_key` on "
+                                           "`content.data.<key>`.")
 
 
 class SendRequestSerializer(RejectUnknownFields, serializers.Serializer):
