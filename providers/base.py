@@ -184,6 +184,20 @@ class ContactInvalidError(PermanentProviderError):
         self.reason = reason
 
 
+#: The key the platform adds to every message's provider data (FCM ``data``, SendGrid
+#: ``custom_args``): the notification's id, which receipts and duplicates are matched by.
+NOTIFICATION_ID_KEY = "notification_id"
+
+
+def platform_key_problem(key: str, where: str) -> str | None:
+    """Why ``key`` may not be a caller's data key because the platform sets it in ``where`` (e.g.
+    ``"every push"``): a caller's value would be silently overwritten. ``None`` for other keys."""
+    if key.casefold() != NOTIFICATION_ID_KEY:
+        return None
+    return (f"data key {key!r}: {NOTIFICATION_ID_KEY!r} is set by the platform in {where} (the "
+            "notification's id); use another key")
+
+
 class CallSkipped(Exception):
     """The outcome of a batch message the caller's ``gate`` refused just before its call: no
     request was made for it (e.g. its row's lease no longer covers a call, or the batch stopped

@@ -61,6 +61,12 @@ def campaign(data):
     return {"segment_id": "vip", "channel": "push", "content": {"title": "Hi", "body": "x", "data": data}}
 
 
+def assert_refused_key(r, field: str, message: str) -> None:
+    """``r`` is the 422 of exactly one refused data key: ``field``, ``reserved_key``, ``message``."""
+    assert r.json() == {"error": {"status": 422, "code": "validation_error", "message": f"{field}: {message}",
+                                  "fields": [{"field": field, "code": "reserved_key", "message": message}]}}
+
+
 def assert_nothing_written():
     assert Notification.objects.count() == 0
     assert DeliveryEvent.objects.count() == 0
@@ -71,10 +77,7 @@ def test_fcm_reserved_word_is_422_naming_the_key_and_writes_nothing(http, user):
     r = post(http, "/v1/notifications", push({"screen": "offers", "From": "me"}))
     assert r.status_code == 422, r.content
     message = "data key 'From' is reserved by FCM (\"from\", \"message_type\", any case); use another key"
-    assert r.json() == {"error": {"status": 422, "code": "validation_error",
-                                  "message": f"content.data.From: {message}",
-                                  "fields": [{"field": "content.data.From", "code": "reserved_key",
-                                              "message": message}]}}
+    assert_refused_key(r, "content.data.From", message)
     assert_nothing_written()
 
 
@@ -82,10 +85,7 @@ def test_fcm_reserved_prefix_is_422_naming_the_key_and_writes_nothing(http, user
     r = post(http, "/v1/notifications", push({"GCM.notification.title": "x"}))
     assert r.status_code == 422, r.content
     message = "data key 'GCM.notification.title' starts with 'gcm.' (any case), a prefix FCM reserves; use another key"
-    assert r.json() == {"error": {"status": 422, "code": "validation_error",
-                                  "message": f"content.data.GCM.notification.title: {message}",
-                                  "fields": [{"field": "content.data.GCM.notification.title",
-                                              "code": "reserved_key", "message": message}]}}
+    assert_refused_key(r, "content.data.GCM.notification.title", message)
     assert_nothing_written()
 
 
@@ -94,10 +94,7 @@ def test_notification_id_is_refused_not_silently_overwritten(http, user):
     assert r.status_code == 422, r.content
     message = ("data key 'notification_id': 'notification_id' is set by the platform in every push (the "
                "notification's id); use another key")
-    assert r.json() == {"error": {"status": 422, "code": "validation_error",
-                                  "message": f"content.data.notification_id: {message}",
-                                  "fields": [{"field": "content.data.notification_id", "code": "reserved_key",
-                                              "message": message}]}}
+    assert_refused_key(r, "content.data.notification_id", message)
     assert_nothing_written()
 
 
@@ -131,10 +128,7 @@ def test_campaign_with_reserved_push_data_key_is_422_and_not_written(http, segme
     assert r.status_code == 422, r.content
     message = ("data key 'message_type' is reserved by FCM (\"from\", \"message_type\", any case); "
                "use another key")
-    assert r.json() == {"error": {"status": 422, "code": "validation_error",
-                                  "message": f"content.data.message_type: {message}",
-                                  "fields": [{"field": "content.data.message_type", "code": "reserved_key",
-                                              "message": message}]}}
+    assert_refused_key(r, "content.data.message_type", message)
     assert_nothing_written()
 
 

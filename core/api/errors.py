@@ -20,6 +20,7 @@ from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from core.api.parsers import FieldParseError
 from core.api.refusals import MissingScope, NotOwner
 
 
@@ -170,9 +171,9 @@ def exception_handler(exc, context):
     response = drf_exception_handler(exc, context)
     if response is None:
         return None
-    if isinstance(exc, exceptions.ParseError) and getattr(exc, "field", None):  # core.api.parsers
+    if isinstance(exc, FieldParseError):
         response.data = _body(400, "parse_error", str(exc.detail),
-                              [{"field": exc.field, "code": exc.code_name, "message": exc.rule}])
+                              [{"field": exc.field, "code": exc.code, "message": exc.rule}])
         return response
     if isinstance(exc, exceptions.ParseError):  # the body as a whole (malformed JSON, NaN, too deep)
         response.data = _body(400, "parse_error", f"body: {exc.detail}",

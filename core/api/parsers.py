@@ -62,6 +62,15 @@ def _find_unstorable(value, path: str = "") -> tuple[str, str] | None:
     return None
 
 
+class FieldParseError(ParseError):
+    """A body that parses but holds something no field may: 400 ``parse_error`` naming ``field``
+    (its path), with ``code`` and ``rule`` for the field's entry (core/api/errors.py)."""
+
+    def __init__(self, field: str, code: str, rule: str) -> None:
+        super().__init__(f"{field}: {rule}")
+        self.field, self.code, self.rule = field, code, rule
+
+
 class _DuplicateKey(ValueError):
     def __init__(self, key: str) -> None:
         super().__init__(key)
@@ -90,16 +99,10 @@ class StrictJSONParser(JSONParser):
         except RecursionError:
             raise ParseError("JSON nested too deeply") from None
         except _DuplicateKey as exc:
-            key = _printable(exc.key)
-            error = ParseError(f"{key}: given twice in one object")
-            error.field, error.rule, error.code_name = key, "given twice in one object", "duplicate_key"
-            raise error from None
+            raise FieldParseError(_printable(exc.key), "duplicate_key", "given twice in one object") from None
         except ValueError as exc:  # json.JSONDecodeError, NaN/Infinity, undecodable bytes
             raise ParseError(f"JSON parse error: {exc}") from None
         found = _find_unstorable(data)
         if found:
-            error = ParseError(f"{_printable(found[0])}: {found[1]} not allowed")
-            error.field, error.rule = _printable(found[0]), f"{found[1]} not allowed"
-            error.code_name = "unstorable_character"
-            raise error
+            raise FieldParseError(_printable(found[0]), "unstorable_character", f"{found[1]} not allowed")
         return data

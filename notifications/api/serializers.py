@@ -26,7 +26,8 @@ from core.vocabulary import CATEGORY_PATTERN
 from notifications.models import DeliveryAttempt, Notification, Priority, TimelineEntry
 from notifications.quiet_hours_policy import priority_category_problem
 from preferences.models import Channel, Recipient
-from providers.fcm.data_keys import NOTIFICATION_ID_KEY, data_key_problem
+from providers.base import platform_key_problem
+from providers.fcm.data_keys import data_key_problem
 from providers.registry import unavailable_channel_problem
 
 SMS_MAX_CHARS = 1600
@@ -153,12 +154,8 @@ def channel_content_errors(channel: str, content: dict, prefix: str = "content")
             errors[f"{prefix}.title"] = serializers.ErrorDetail(
                 "an email subject is one line: no line breaks (\\r, \\n)", code="line_break")
         data = content.get("data") or {}
-        for key in data:
-            if key.casefold() == NOTIFICATION_ID_KEY:
-                errors[f"{prefix}.data.{key}"] = serializers.ErrorDetail(
-                    f"data key {key!r}: {NOTIFICATION_ID_KEY!r} is set by the platform in every email's "
-                    "custom_args (the notification's id); use another key", code="reserved_key")
-        size = len(json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()) if data else 0
+        _data_key_errors(errors, prefix, data, lambda key: platform_key_problem(key, "every email's custom_args"))
+        size = _json_bytes(data) if data else 0
         if size > EMAIL_DATA_MAX_BYTES:
             errors[f"{prefix}.data"] = serializers.ErrorDetail(
                 f"email data (SendGrid custom_args, as JSON) is {size} bytes; at most {EMAIL_DATA_MAX_BYTES}",
@@ -167,17 +164,27 @@ def channel_content_errors(channel: str, content: dict, prefix: str = "content")
         if content.get("html"):
             errors[f"{prefix}.html"] = serializers.ErrorDetail("not used by push; leave html out",
                                                                code="not_allowed_for_channel")
-        for key in content.get("data") or {}:
-            problem = data_key_problem(key)
-            if problem:
-                errors[f"{prefix}.data.{key}"] = serializers.ErrorDetail(problem, code="reserved_key")
+        _data_key_errors(errors, prefix, content.get("data") or {}, data_key_problem)
         payload = {k: content[k] for k in ("title", "body", "data") if content.get(k)}
-        size = len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
+        size = _json_bytes(payload)
         if size > PUSH_MAX_BYTES:
             errors[prefix] = serializers.ErrorDetail(
                 f"push payload (title+body+data as JSON) is {size} bytes; at most {PUSH_MAX_BYTES}",
                 code="payload_too_large")
     return errors
+
+
+def _data_key_errors(errors: dict, prefix: str, data: dict, problem_of) -> None:
+    """Add a ``reserved_key`` error on ``{prefix}.data.{key}`` for each key ``problem_of`` refuses."""
+    for key in data:
+        problem = problem_of(key)
+        if problem:
+            errors[f"{prefix}.data.{key}"] = serializers.ErrorDetail(problem, code="reserved_key")
+
+
+def _json_bytes(value) -> int:
+    """Size in bytes of ``value`` as compact UTF-8 JSON (how the providers receive it)."""
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
 
 
 class AcceptedSerializer(serializers.Serializer):

@@ -87,13 +87,15 @@ class Calls:
     providers); ``lost``: ids of rows that changed hands (or whose lease no longer covered a call)
     before a call; ``waiting``: ``(until, detail)`` when the rest of the batch must wait;
     ``no_call``: row id → the error that prevented any call (high tier); ``settled``: rows the
-    ``settle`` callback recorded already."""
+    ``settle`` callback recorded already; ``marked``: rows whose sent marker was written as their
+    call was accepted (the record stage does not write it again)."""
 
     outcomes: dict[int, list] = field(default_factory=dict)
     lost: set = field(default_factory=set)
     waiting: tuple[datetime, str] | None = None
     no_call: dict = field(default_factory=dict)
     settled: set = field(default_factory=set)  # row ids already recorded while calls were in flight
+    marked: set = field(default_factory=set)  # row ids whose sent marker was written at accept
 
 
 def call_standard(channel: str, name: str, items: list[Item], settle: Settle | None = None) -> Calls:
@@ -298,6 +300,7 @@ def _send(backend, items: list[Item], chunk: list[int], concurrency: int, done: 
             # killed (or cut off from Postgres) before its record leaves the marker, and the row's
             # next attempt finds it instead of sending again.
             markers.mark_sent(accepted)
+            done.marked.update(accepted)
             if finished:
                 break
             if tracker.due():

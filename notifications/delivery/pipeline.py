@@ -96,11 +96,12 @@ def deliver(channel: str, batch: list[Notification], already_sent: set[str], con
         by_pk = {n.pk: (n, found) for n, found in ready}
 
         def settle(pks: list, calls: Calls) -> None:  # rows whose calls ended while the rest are in flight
-            record.record(_decisions([by_pk[pk] for pk in pks], items, calls), channel, ready[0][0].priority)
+            record.record(_decisions([by_pk[pk] for pk in pks], items, calls), channel, ready[0][0].priority,
+                          calls.marked)
 
         done = call_standard(channel, name, items, settle)
     rest = [(n, found) for n, found in ready if n.pk not in done.settled]
-    record.record(_decisions(rest, items, done), channel, ready[0][0].priority)
+    record.record(_decisions(rest, items, done), channel, ready[0][0].priority, done.marked)
 
 
 def _targets(n: Notification, devices: list) -> list[tuple]:

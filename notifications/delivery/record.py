@@ -129,11 +129,13 @@ def worker_error(n: Notification, exc: Exception) -> None:
 
 # --- decisions of a batch -----------------------------------------------------------------------
 
-def record(decided: list[tuple[Notification, Decision, list[AttemptRow], list]], channel: str, tier: str) -> None:
+def record(decided: list[tuple[Notification, Decision, list[AttemptRow], list]], channel: str, tier: str,
+           marked: set | frozenset = frozenset()) -> None:
     """Apply the decisions of one channel's batch: ``(row, decision, attempt rows, errors with their
     device)`` each. Sent rows and waits in bulk; retries sharing an error in one backoff; the rest
-    (dead letters, contact invalid) one by one. Never raises: a row whose recording crashes keeps
-    its lease and is retried when it runs out."""
+    (dead letters, contact invalid) one by one. ``marked``: row ids whose sent marker the calls stage
+    already wrote (not written again). Never raises: a row whose recording crashes keeps its lease
+    and is retried when it runs out."""
     sent: dict[str, list] = defaultdict(list)
     waits: dict[tuple, list] = defaultdict(list)
     retries: dict[tuple, list] = defaultdict(list)
@@ -153,7 +155,7 @@ def record(decided: list[tuple[Notification, Decision, list[AttemptRow], list]],
         else:
             single.append((n, decision, attempts))
     for provider, rows in sent.items():
-        _guarded(record_sent, rows, provider, channel, tier)
+        _guarded(record_sent, rows, provider, channel, tier, marked)
     for (until, detail), rows in waits.items():
         _guarded(reschedule, rows, until, detail, kind="deferred", give_back_attempt=True)
     for rows in retries.values():
@@ -175,9 +177,10 @@ def _guarded(function, *args, **kwargs) -> None:
                       function.__name__)
 
 
-def record_sent(rows: list[tuple], provider: str, channel: str, tier: str) -> None:
+def record_sent(rows: list[tuple], provider: str, channel: str, tier: str,
+                marked: set | frozenset = frozenset()) -> None:
     """The calls of these rows were accepted by ``provider``: ``sending → sent`` in one UPDATE, the
-    attempt rows by COPY, then the sent markers in one script call."""
+    attempt rows by COPY, then the sent markers of the rows not in ``marked`` in one script call."""
     now = clock.now()
     ids = [str(n.pk) for n, _d, _a in rows]
     numbers = [n.attempts for n, _d, _a in rows]
@@ -200,7 +203,7 @@ def record_sent(rows: list[tuple], provider: str, channel: str, tier: str) -> No
                                                outcome=Outcome.LEARNED_FROM_RECEIPT).delete()
     # After the rows say `sent` (committed above). Also for rows recorded elsewhere meanwhile:
     # the provider accepted them, so no later attempt may send them again.
-    markers.mark_sent(ids)
+    markers.mark_sent([str(n.pk) for n, _d, _a in rows if n.pk not in marked])
     accepted = [a for a in attempts if a.outcome == Outcome.ACCEPTED]
     for n, _d, row_attempts in rows:
         for a in row_attempts:

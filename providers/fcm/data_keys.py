@@ -6,17 +6,19 @@ case-insensitively here, to be safe. ``notification_id`` is set by
 :func:`providers.fcm.backend.build_message` in every push's data: a caller's value would be
 silently overwritten, so it is refused too.
 
-Importing this module touches neither Django settings nor firebase-admin.
+Importing this module touches neither Django settings nor firebase-admin (only providers.base).
 """
 
 from __future__ import annotations
+
+from providers.base import NOTIFICATION_ID_KEY, platform_key_problem
+
+__all__ = ["FCM_RESERVED_KEYS", "FCM_RESERVED_PREFIXES", "NOTIFICATION_ID_KEY", "data_key_problem"]
 
 #: Keys FCM refuses outright.
 FCM_RESERVED_KEYS = frozenset({"from", "message_type"})
 #: Prefixes FCM reserves.
 FCM_RESERVED_PREFIXES = ("google.", "gcm.")
-#: The key the platform puts in every push's data (the notification's id).
-NOTIFICATION_ID_KEY = "notification_id"
 
 
 def data_key_problem(key: str) -> str | None:
@@ -27,7 +29,4 @@ def data_key_problem(key: str) -> str | None:
     for prefix in FCM_RESERVED_PREFIXES:
         if folded.startswith(prefix):
             return f"data key {key!r} starts with {prefix!r} (any case), a prefix FCM reserves; use another key"
-    if folded == NOTIFICATION_ID_KEY:
-        return (f"data key {key!r}: {NOTIFICATION_ID_KEY!r} is set by the platform in every push (the "
-                "notification's id); use another key")
-    return None
+    return platform_key_problem(key, "every push")

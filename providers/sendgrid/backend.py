@@ -21,6 +21,7 @@ from python_http_client.exceptions import HTTPError
 from sendgrid import SendGridAPIClient
 
 from providers.base import (
+    NOTIFICATION_ID_KEY,
     BatchGate,
     BatchListener,
     CallSkipped,
@@ -57,7 +58,7 @@ def build_request_body(message: OutboundMessage, from_email: str) -> dict[str, A
     if message.html:
         content.append({"type": "text/html", "value": message.html})
     custom_args = {str(k): str(v) for k, v in (message.data or {}).items()}
-    custom_args["notification_id"] = message.notification_id
+    custom_args[NOTIFICATION_ID_KEY] = message.notification_id
     return {
         "personalizations": [{"to": [{"email": message.to}]}],
         "from": sender(from_email),
@@ -100,7 +101,7 @@ def build_batch_body(messages: list[OutboundMessage], from_email: str, with_html
         if with_html:
             substitutions[HTML_TAG] = m.html or ""
         custom_args = {str(k): str(v) for k, v in (m.data or {}).items()} if m.data else {}
-        custom_args["notification_id"] = m.notification_id
+        custom_args[NOTIFICATION_ID_KEY] = m.notification_id
         personalizations.append({"to": [{"email": m.to}], "subject": m.title or "",
                                  "substitutions": substitutions, "custom_args": custom_args})
     content = [{"type": "text/plain", "value": BODY_TAG}]
