@@ -20,11 +20,11 @@ from django.urls import reverse
 from campaigns import fanout, ownership, services
 from campaigns.forms import MemberUploadForm, can_send_high
 from campaigns.models import Campaign, CampaignStatus, Segment, Template
-from campaigns.rendering import Rendered, RenderError, pick_variant, render_template
-from campaigns.selectors import campaign_counts
-from campaigns.sms_encoding import SmsInfo, sms_info
+from campaigns.selectors import campaign_counts, render_template
 from core import clock
 from notifications.models import Priority
+from notifications.rendering import Rendered, RenderError, pick_variant
+from notifications.rendering.sms_encoding import SmsInfo, sms_info
 from preferences.models import Channel, Recipient
 
 UPLOAD_CHUNK = 10_000

@@ -19,7 +19,6 @@ from django.utils import timezone
 
 from campaigns.api.serializers import MAX_SPREAD_SECONDS
 from campaigns.models import Campaign, MissedPolicy, TemplateVariant
-from campaigns.rendering import check_parts
 from campaigns.services import local_time_problem
 from core import clock
 from core.identifiers import user_id_problem
@@ -31,6 +30,7 @@ from notifications.api.serializers import (
     channel_content_errors,
 )
 from notifications.quiet_hours_policy import priority_category_problem
+from notifications.rendering import check_parts
 from preferences.models import Channel
 from providers.registry import unavailable_channel_problem
 
@@ -127,7 +127,7 @@ class MemberUploadForm(forms.Form):
 
 class TemplateVariantForm(forms.ModelForm):
     """One locale of a template; title, body and html must be valid (sandboxed Jinja2) templates
-    whose dry render on sample data stays within the render bounds (:func:`campaigns.rendering.check_parts`)."""
+    whose dry render on sample data stays within the render bounds (:func:`notifications.rendering.check_parts`)."""
 
     class Meta:
         model = TemplateVariant

@@ -51,7 +51,7 @@ class SegmentMember(models.Model):
 
 class Template(models.Model):
     """A message template with per-locale variants, rendered at send time (so fixing a typo fixes what
-    is still queued). Rendering is sandboxed Jinja2; see :mod:`campaigns.rendering`. ``client`` owns it
+    is still queued). Rendering is sandboxed Jinja2; see :mod:`notifications.rendering`. ``client`` owns it
     (see :mod:`campaigns.ownership`)."""
 
     template_id = models.SlugField(max_length=64, primary_key=True)

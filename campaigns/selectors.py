@@ -9,10 +9,10 @@ from django.conf import settings
 from django.db.models import Count, Max, Sum
 
 from campaigns.models import Campaign, CampaignStatus, Template
-from campaigns.rendering import Rendered, RenderError, render_strings, render_template
 from core import clock
 from notifications.delivery.content import ContentError
 from notifications.models import Notification
+from notifications.rendering import Rendered, RenderError, context_for, render_strings, render_variant
 
 STATUSES = ["scheduled", "queued", "sending", "sent", "delivered", "failed", "suppressed", "expired", "cancelled"]
 
@@ -57,6 +57,12 @@ def outcomes_for(campaign_ids) -> dict:
     return {cid: outcome(counts) for cid, counts in by_campaign.items()}
 
 
+def render_template(template: Template, variants: list, recipient) -> Rendered:
+    """Render a campaign ``template`` for ``recipient`` (its variants' locale fallback, the sandbox,
+    escaping: :mod:`notifications.rendering`). Raises RenderError."""
+    return render_variant(variants, template.default_locale, recipient, what=f"template {template.template_id}")
+
+
 class ContentCache:
     """Resolves campaign content for notifications at send time, loading each campaign (and its
     template variants) once per batch: a template edit applies to everything not yet sent."""
@@ -79,8 +85,6 @@ class ContentCache:
         if campaign.template_id:
             template: Template = campaign.template
             return render_template(template, variants, notification.recipient)
-        from campaigns.rendering import context_for
-
         return render_strings(campaign.title, campaign.body, campaign.html, context_for(notification.recipient))
 
     def data(self, notification: Notification) -> dict | None:

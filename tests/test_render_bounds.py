@@ -1,5 +1,5 @@
 """Template rendering is bounded in CPU time, loop iterations and output size (issue 11, finding 3;
-campaigns/render_bounds.py): hostile templates are refused at save time (API and admin), fail fast
+notifications/rendering/bounds.py): hostile templates are refused at save time (API and admin), fail fast
 with RenderError naming the bound when they got into the database anyway, answer the admin preview
 quickly, and dead-letter their campaign notifications as template_error. Plus generated templates.
 
@@ -22,9 +22,10 @@ from hypothesis import strategies as st
 
 from campaigns import services
 from campaigns.models import Campaign, CampaignStatus, Template, TemplateVariant
-from campaigns.rendering import Rendered, RenderError, check_parts, render_strings, render_template
+from campaigns.selectors import render_template
 from notifications.delivery.pipeline import send_notifications
 from notifications.models import APIClient, DeliveryAttempt, Notification, Reason, Status
+from notifications.rendering import Rendered, RenderError, check_parts, render_strings
 from preferences.models import Recipient
 from tests import test_batch_path
 from tests.conftest import MARKETING_SCOPES
@@ -342,7 +343,7 @@ def test_admin_campaign_form_refuses_hostile_inline_content(admin_client):
 def test_a_template_that_fails_whatever_the_data_is_refused_when_saved(source, says):
     """Adversarial finding: these passed the save-time dry render and failed every send
     (``template_error``). The sandbox's refusal and endless recursion do not depend on the data."""
-    from campaigns.rendering import check_parts
+    from notifications.rendering import check_parts
 
     errors = check_parts({"body": source})
     assert list(errors) == ["body"]
@@ -352,7 +353,7 @@ def test_a_template_that_fails_whatever_the_data_is_refused_when_saved(source, s
 
 
 def test_a_template_whose_failure_may_depend_on_the_data_is_still_accepted():
-    from campaigns.rendering import check_parts
+    from notifications.rendering import check_parts
 
     assert check_parts({"body": "{{ 10 / count }}"}) == {}
 

@@ -1,5 +1,5 @@
 """Render bounds count the *total* size of what an operation reads or makes (hardening review,
-finding 1; campaigns/render_sizes.py, render_calls.py): a short template can make a small value that
+finding 1; notifications/rendering/sizes.py, render_calls.py): a short template can make a small value that
 stands for a huge one (``[[1] * 10000] * 10000``: two lists, 100,000,000 items to ``str()``), and the
 work a filter, operator or method then does in C cannot be interrupted by the CPU bound. Every such
 operation is sized before it runs; these tests assert the exact refusal, that the huge value was
@@ -26,9 +26,10 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from campaigns.models import Template, TemplateVariant
-from campaigns.render_budget import MADE_PER_OUTPUT, limits
-from campaigns.rendering import Rendered, RenderError, _compiled, render_strings, render_template
+from campaigns.selectors import render_template
 from notifications.models import APIClient
+from notifications.rendering import Rendered, RenderError, _compiled, render_strings
+from notifications.rendering.budget import MADE_PER_OUTPUT, limits
 from preferences.models import Recipient
 from tests.conftest import MARKETING_SCOPES
 

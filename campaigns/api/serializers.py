@@ -10,7 +10,6 @@ from rest_framework import serializers
 
 from campaigns.audience import cached_reach
 from campaigns.models import Campaign, CampaignStatus, MissedPolicy, Segment, Template
-from campaigns.rendering import RenderError, check_parts
 from campaigns.services import local_time_problem
 from core import clock
 from core.api.fields import AwareDateTimeField, LabelField, RejectUnknownFields, WallTimeSecondsField
@@ -25,6 +24,7 @@ from notifications.api.serializers import (
     priority_category_errors,
 )
 from notifications.models import Priority
+from notifications.rendering import RenderError, check_parts
 from preferences.models import Channel
 
 MAX_MEMBER_IDS = 10_000
@@ -116,7 +116,7 @@ def render_error_detail(exc: RenderError) -> serializers.ErrorDetail:
 
 
 def content_errors(parts: dict[str, str], prefix: str = "") -> dict[str, serializers.ErrorDetail]:
-    """``{prefix + part: detail}`` for the parts :func:`campaigns.rendering.check_parts` refuses."""
+    """``{prefix + part: detail}`` for the parts :func:`notifications.rendering.check_parts` refuses."""
     return {f"{prefix}{part}": render_error_detail(exc) for part, exc in check_parts(parts).items()}
 
 

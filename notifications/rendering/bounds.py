@@ -11,26 +11,26 @@ because the CPU bound is only checked between operations and cannot interrupt on
   (and of every recursive ``loop(…)`` call, through :meth:`BoundedSandbox.call`) so that each
   iteration is charged; ``range()`` (the sandbox's global) refuses a range longer than the
   iterations left;
-* sizes count nested items and **every repeated reference** (:mod:`campaigns.render_sizes`):
+* sizes count nested items and **every repeated reference** (:mod:`notifications.rendering.sizes`):
   ``[[1] * 10000] * 10000`` holds 100,010,000 items, not 10,000 + 10,000;
 * making values: ``+ * ** %`` are ``intercepted_binops``; :meth:`BoundedSandbox.call_binop` sizes the
   result from its operands first (``'x' * 10**10``, ``[[1] * 10000] * 10000``, ``9 ** 9 ** 9``,
   ``'%999999999d' % 1``, ``'%s%s' % (big, big)``); list, tuple and dict literals are measured as they
   are made (:meth:`BoundedSandbox.made_literal`); every new value is charged to the render's allowance
-  of made values (:func:`campaigns.render_budget.make`);
+  of made values (:func:`notifications.rendering.budget.make`);
 * reading values: what is written (``{{ … }}``, through ``finalize``), joined by ``~``, compared
   (``==``, ``<``, ``in``…: the code generator routes each operand through
   :meth:`BoundedSandbox.compared`), used as a dictionary key, or given to a filter, test or method
   that walks it (turns it into text, compares, sorts or adds up its items) is measured before the
   operation; text may be at most what is left of the output bound. What only passes a value on
   (a macro argument, ``|length``, ``|first``, ``dict(a=v)``, ``list.append``) costs its length;
-* filters, tests, methods and globals: :mod:`campaigns.render_calls` (what each may cost, and the
+* filters, tests, methods and globals: :mod:`notifications.rendering.calls` (what each may cost, and the
   allowlist of built-in methods; ``str.format`` fields are measured one by one);
 * output: every ``{{ … }}`` and every piece of template text (charged by the code generator) counts
   against the output bound, also when written into a macro, a ``{% set %}`` block or a filter block.
 
 The budget, its limits (settings ``TEMPLATE_RENDER_*``) and the size checks are in
-:mod:`campaigns.render_budget`; a bound exceeded raises its :class:`RenderBoundExceeded`.
+:mod:`notifications.rendering.budget`; a bound exceeded raises its :class:`RenderBoundExceeded`.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from jinja2.sandbox import MAX_RANGE, SandboxedEnvironment
 from jinja2.utils import pass_context
 from markupsafe import soft_str
 
-from campaigns.render_budget import (
+from notifications.rendering.budget import (
     CURRENT,
     MAX_INT_BITS,
     RenderBoundExceeded,
@@ -58,7 +58,7 @@ from campaigns.render_budget import (
     output_left,
     too_long,
 )
-from campaigns.render_calls import (
+from notifications.rendering.calls import (
     attribute_allowed,
     bounded_format,
     bounded_lipsum,
@@ -67,7 +67,7 @@ from campaigns.render_calls import (
     guard_filter,
     guard_test,
 )
-from campaigns.render_sizes import SCALARS, measure, measure_all, percent_estimate, units
+from notifications.rendering.sizes import SCALARS, measure, measure_all, percent_estimate, units
 
 
 def _is_budgeted(expr) -> bool:
@@ -301,7 +301,8 @@ class BoundedSandbox(SandboxedEnvironment):
         return checked_result(result, "the result of a call", (*args, owner))
 
     def wrap_str_format(self, value):
-        """``str.format`` and ``format_map``: sandboxed and bounded (:func:`campaigns.render_calls.bounded_format`)."""
+        """``str.format`` and ``format_map``: sandboxed and bounded
+        (:func:`notifications.rendering.calls.bounded_format`)."""
         if (not isinstance(value, types.MethodType | types.BuiltinMethodType)
                 or value.__name__ not in ("format", "format_map") or not isinstance(value.__self__, str)):
             return None

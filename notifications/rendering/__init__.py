@@ -1,13 +1,16 @@
-"""Template rendering at send time: sandboxed Jinja2, HTML-escaped in ``html``, bounded.
+"""Template rendering at send time: sandboxed Jinja2, HTML-escaped in ``html``, bounded. One layer
+for every sender: single sends, notification types (events) and campaigns render through it
+(docs/ARCHITECTURE.md, "Templates").
 
 The context a template sees is the recipient's ``attributes`` (strings) plus ``user_id``,
-``email``, ``locale`` and ``timezone``: nothing else, and the Jinja2 ``SandboxedEnvironment``
+``email``, ``locale`` and ``timezone``, and for an event its ``data`` (a JSON object, as
+``{{ data.tracking_url }}``): nothing else, and the Jinja2 ``SandboxedEnvironment``
 refuses attribute access to anything unsafe (``{{ x.__class__ }}`` raises). Missing variables render
 as empty strings. ``html`` variants are rendered with autoescaping on, so a recipient's
 ``first_name`` of ``<script>`` arrives as ``&lt;script&gt;``.
 
 Every render (the three parts of one message together) is bounded in CPU time, loop iterations and
-output size (:mod:`campaigns.render_bounds`, settings ``TEMPLATE_RENDER_*``). Whatever goes wrong
+output size (:mod:`notifications.rendering.bounds`, settings ``TEMPLATE_RENDER_*``). Whatever goes wrong
 inside a render (a bound exceeded, a syntax error, a sandbox violation, ``OverflowError``, any other
 exception) raises :class:`RenderError`, which the send path records as ``template_error`` (a dead
 letter, never retried). Saving a template or inline campaign content runs :func:`check_parts`: dry
@@ -27,13 +30,12 @@ import string
 from dataclasses import dataclass
 from functools import lru_cache
 
-from jinja2 import TemplateError, meta
+from jinja2 import TemplateError, TemplateSyntaxError, meta
 from jinja2.sandbox import SecurityError
 
-from campaigns import render_budget
-from campaigns.models import Template, TemplateVariant
-from campaigns.render_bounds import BoundedSandbox
-from campaigns.render_budget import RenderBoundExceeded
+from notifications.rendering import budget as render_budget
+from notifications.rendering.bounds import BoundedSandbox
+from notifications.rendering.budget import RenderBoundExceeded
 
 _text_env = BoundedSandbox(autoescape=False)
 _html_env = BoundedSandbox(autoescape=True)
@@ -125,6 +127,8 @@ def check_parts(parts: dict[str, str]) -> dict[str, RenderError]:
         try:
             _compiled(source, part == "html")
             names |= meta.find_undeclared_variables(env.parse(source))
+        except TemplateSyntaxError as exc:
+            errors[part] = RenderError(f"template syntax error on line {exc.lineno}: {exc.message}")
         except TemplateError as exc:
             errors[part] = RenderError(f"template syntax error: {exc}")
         except Exception as exc:
@@ -159,15 +163,20 @@ def _compiled(source: str, html: bool):
     return env.from_string(source)
 
 
-def context_for(recipient) -> dict[str, str]:
-    ctx = {str(k): str(v) for k, v in (recipient.attributes or {}).items()}
+def context_for(recipient, data: dict | None = None) -> dict:
+    """The render context of ``recipient``: its attributes (as strings) and ``user_id``, ``email``,
+    ``locale``, ``timezone``; with ``data`` (an event's JSON object) under ``data``."""
+    ctx: dict = {str(k): str(v) for k, v in (recipient.attributes or {}).items()}
     ctx.update(user_id=recipient.user_id, email=recipient.email, locale=recipient.locale,
                timezone=recipient.timezone)
+    if data is not None:
+        ctx["data"] = data
     return ctx
 
 
-def pick_variant(variants: list[TemplateVariant], locale: str, default_locale: str) -> TemplateVariant | None:
-    """Choose the variant for ``locale`` per the fallback order in the module docstring."""
+def pick_variant(variants: list, locale: str, default_locale: str):
+    """Choose among ``variants`` (objects with a ``locale``) the one for ``locale``, per the fallback
+    order in the module docstring; ``None`` when there are none."""
     by_locale = {v.locale.lower(): v for v in variants}
     wanted = (locale or "").lower().replace("_", "-")
     for candidate in (wanted, wanted.split("-")[0], default_locale.lower(), default_locale.lower().split("-")[0]):
@@ -186,27 +195,36 @@ def _render(source: str, html: bool, context: dict) -> str:
     return _compiled(source, html).render(context)
 
 
+def render_parts(parts: dict[str, str], context: dict) -> dict[str, str]:
+    """Render ``{name: source}`` with ``context`` within one render budget: ``{name: text}``. The
+    part named ``html`` is rendered with autoescaping, the others as plain text (push ``data``
+    values are parts too: ``data.<key>``).
+
+    Raises RenderError: for anything that goes wrong, bounds included (see the module docstring).
+    """
+    if not any("{" in source for source in parts.values()):
+        return dict(parts)  # nothing to render, nothing to bound
+    try:
+        with render_budget.budget():
+            return {name: _render(source, name == "html", context) for name, source in parts.items()}
+    except Exception as exc:
+        raise _render_error(exc) from None
+
+
 def render_strings(title: str, body: str, html: str, context: dict) -> Rendered:
     """Render the three parts with ``context`` (``{name: str}``), within one render budget.
 
     Raises RenderError: for anything that goes wrong, bounds included (see the module docstring).
     """
-    if "{" not in title and "{" not in body and "{" not in html:
-        return Rendered(title=title, body=body, html=html)  # nothing to render, nothing to bound
-    try:
-        with render_budget.budget():
-            return Rendered(
-                title=_render(title, False, context),
-                body=_render(body, False, context),
-                html=_render(html, True, context),
-            )
-    except Exception as exc:
-        raise _render_error(exc) from None
+    out = render_parts({"title": title, "body": body, "html": html}, context)
+    return Rendered(title=out["title"], body=out["body"], html=out["html"])
 
 
-def render_template(template: Template, variants: list[TemplateVariant], recipient) -> Rendered:
-    """Render ``template`` for ``recipient`` (locale fallback, sandbox, escaping). Raises RenderError."""
-    variant = pick_variant(variants, recipient.locale, template.default_locale)
+def render_variant(variants: list, default_locale: str, recipient, *, what: str) -> Rendered:
+    """Render the variant of ``variants`` (objects with ``locale``, ``title``, ``body``, ``html``)
+    for ``recipient``'s locale (fallback order in the module docstring). ``what`` names the
+    template in the error. Raises RenderError (none to pick, or the render failed)."""
+    variant = pick_variant(variants, recipient.locale, default_locale)
     if variant is None:
-        raise RenderError(f"template {template.template_id} has no variants")
+        raise RenderError(f"{what} has no variants")
     return render_strings(variant.title, variant.body, variant.html, context_for(recipient))

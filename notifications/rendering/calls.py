@@ -1,12 +1,12 @@
 """What each filter, test, method and global a template can call may cost, checked before it runs
-(docs/ARCHITECTURE.md §10; used by :mod:`campaigns.render_bounds`, which routes every call through here).
+(docs/ARCHITECTURE.md §10; used by :mod:`notifications.rendering.bounds`, which routes every call through here).
 
 Every check happens **before** the call: the work a filter or method does in C (or in a Python
 loop that never returns to the template) cannot be interrupted by the CPU bound, so what it would
 make must be known to fit first. The rules, by kind:
 
 * **Inputs** of the filters and tests that walk them are measured
-  (:func:`campaigns.render_sizes.measure`: nested items and repeated references counted each time):
+  (:func:`notifications.rendering.sizes.measure`: nested items and repeated references counted each time):
   at most the iteration bound of items and the output bound of characters. Those that turn their
   input into text (:data:`STRINGIFYING`: ``string``, ``tojson``, ``pprint``, ``format``, ``join``,
   ``escape``, ``upper``, …; the tests ``lower``, ``upper``) may take only what is **left** of the
@@ -29,9 +29,9 @@ make must be known to fit first. The rules, by kind:
   to a string of any length) and ``int.to_bytes``/``from_bytes`` (a length argument sizes the
   result) are refused like any name not listed.
 * Results are measured again (static caps) and what is new is charged to the render's allowance
-  of made values (:func:`campaigns.render_budget.make`).
+  of made values (:func:`notifications.rendering.budget.make`).
 
-A check that fails raises :class:`campaigns.render_budget.RenderBoundExceeded`.
+A check that fails raises :class:`notifications.rendering.budget.RenderBoundExceeded`.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from jinja2.sandbox import SandboxedFormatter
 from jinja2.utils import generate_lorem_ipsum
 from markupsafe import EscapeFormatter, Markup, soft_str
 
-from campaigns.render_budget import (
+from notifications.rendering.budget import (
     RenderBoundExceeded,
     charge,
     check_brace_format,
@@ -55,7 +55,7 @@ from campaigns.render_budget import (
     output_left,
     too_long,
 )
-from campaigns.render_sizes import Size, measure, measure_all, nesting, percent_estimate, units
+from notifications.rendering.sizes import Size, measure, measure_all, nesting, percent_estimate, units
 
 #: Filters that turn their input into text (so it may be at most what is left of the output bound).
 STRINGIFYING = frozenset({

@@ -1,5 +1,5 @@
 """How big a value a template holds is, counted the way C code would walk it (docs/ARCHITECTURE.md §10; used
-by :mod:`campaigns.render_bounds` and :mod:`campaigns.render_calls` before an operation runs).
+by :mod:`notifications.rendering.bounds` and :mod:`notifications.rendering.calls` before an operation runs).
 
 A template can make a small value that stands for a huge one: ``[[1] * 10000] * 10000`` is two
 lists of 10,000 items, but ``str()``, ``|tojson``, ``==`` or ``|join`` walk 100,000,000 items in C,
@@ -9,7 +9,7 @@ where the CPU bound cannot interrupt them. So sizes here count **every reference
   and returns its :class:`Size`: ``items`` (every element of every container reached, nested ones
   and repeated references included) and ``chars`` (an estimate of ``len(str(value))``: the
   characters of its strings, digits of its numbers, separators). It raises
-  :class:`~campaigns.render_budget.RenderBoundExceeded` as soon as either passes its cap (items: the
+  :class:`~notifications.rendering.budget.RenderBoundExceeded` as soon as either passes its cap (items: the
   iteration bound; characters: the output bound, or what is left of it), so a walk costs at most
   about ``cap`` steps, however large the value would be.
 * :func:`percent_estimate` is the length ``fmt % args`` would have, from its conversions and the
@@ -26,7 +26,7 @@ from typing import NamedTuple
 from jinja2.runtime import Undefined
 from jinja2.utils import Cycler, Namespace
 
-from campaigns.render_budget import RenderBoundExceeded, check_percent_format, limits_now
+from notifications.rendering.budget import RenderBoundExceeded, check_percent_format, limits_now
 
 _DICT_VIEWS = (type({}.keys()), type({}.values()), type({}.items()))
 _SEQUENCES = (list, tuple, set, frozenset, *_DICT_VIEWS)
@@ -122,7 +122,7 @@ def _over_chars(what: str, size: int, cap: int, output: int, more: bool = False)
 
 
 def units(size: Size) -> int:
-    """What an operation on a value of this size is charged (:func:`campaigns.render_budget.charge`)."""
+    """What an operation on a value of this size is charged (:func:`notifications.rendering.budget.charge`)."""
     return size.items + size.chars
 
 
@@ -142,7 +142,7 @@ _CONVERSION = re.compile(r"%(?:\(([^)]*)\))?([^a-zA-Z%]*)([a-zA-Z%]?)")
 def percent_estimate(fmt: str, args, what: str, *, chars: int | None = None) -> int:
     """About ``len(fmt % args)``: the format's literal text, each conversion's width and precision,
     and the size of the argument each conversion formats (by key for ``%(key)s``). Raises what
-    :func:`campaigns.render_budget.check_percent_format` raises (widths), and RenderBoundExceeded
+    :func:`notifications.rendering.budget.check_percent_format` raises (widths), and RenderBoundExceeded
     when an argument is too large to format (see :func:`measure`)."""
     check_percent_format(fmt, what)
     total = len(fmt)

@@ -1,5 +1,5 @@
 """The budget of one template render and the size checks (docs/ARCHITECTURE.md §10; used by
-:mod:`campaigns.render_bounds`, which routes a template's work through them).
+:mod:`notifications.rendering.bounds`, which routes a template's work through them).
 
 A :class:`Budget` holds what one render may still spend: the thread's CPU time
 (``time.thread_time``, read every :data:`TICKS_PER_CLOCK_READ` charged operations, and before any
@@ -51,7 +51,7 @@ class RenderBoundExceeded(Exception):
     """A render passed one of its bounds. ``bound`` is ``"time"``, ``"iterations"`` (also items of a
     list), ``"output"`` (characters), ``"size"`` (bits of an integer) or ``"tokens"`` (the source
     itself); the message names it and the setting or constant that sets it.
-    (:class:`campaigns.rendering.RenderError` is what callers see.)"""
+    (:class:`notifications.rendering.RenderError` is what callers see.)"""
 
     def __init__(self, bound: str, message: str) -> None:
         super().__init__(f"{message} ({_SETTING[bound]})")
