@@ -100,6 +100,11 @@ class Reason(models.TextChoices):
     LEASE_EXPIRED = "lease_expired", ("The worker sending it stopped renewing its lease (killed or stalled); "
                                       "re-driven after a wait, as its call may have been made")
     WORKER_ERROR = "worker_error", "The worker failed on this notification (a bug); retried a bounded number of times"
+    OPTED_OUT_TYPE = "opted_out_type", "Recipient opted out of this notification type on this channel"
+    FALLBACK_WAITING = "fallback_waiting", ("Waits for the channel before it in its type's fallback order: sent "
+                                            "only if that one cannot reach the recipient")
+    FALLBACK_NOT_NEEDED = "fallback_not_needed", ("Not sent: a channel before it in its type's fallback order "
+                                                  "reached the recipient")
     WORKER_LOST = "worker_lost", ("Its worker died or stalled on it repeatedly (poison message): dead-lettered "
                                   "after the attempt budget")
 
@@ -129,6 +134,15 @@ class Notification(models.Model):
     request_fingerprint = models.CharField(max_length=64, blank=True, default="",
                                            help_text="SHA-256 of the canonical request body.")
     campaign_id = models.UUIDField(null=True, blank=True, db_index=True)
+    # Typed notifications (docs/TYPES.md): rendered at send time from the type's templates and the
+    # event's data. No FK indexes of their own: event_idx / fallback_idx in Meta.
+    event = models.ForeignKey("notifications.Event", on_delete=models.PROTECT, null=True, blank=True,
+                              related_name="notifications", db_index=False)
+    notification_type = models.ForeignKey("notifications.NotificationType", on_delete=models.PROTECT, null=True,
+                                          blank=True, related_name="notifications", db_index=False)
+    fallback_after = models.UUIDField(null=True, blank=True,
+                                      help_text="Fallback routing: the notification of the channel before this "
+                                                "one; this one waits until that one cannot reach the recipient.")
     recipient = models.ForeignKey(Recipient, on_delete=models.PROTECT, related_name="notifications",
                                   db_constraint=True, db_index=False)
     channel = models.CharField(max_length=8, choices=Channel.choices)
@@ -190,6 +204,11 @@ class Notification(models.Model):
             # Receipts find their notification by the provider's message id; only sent rows have one.
             models.Index(fields=["provider_message_id"], name="notification_pmid_idx",
                          condition=~models.Q(provider_message_id="")),
+            # An event's notifications (its detail page, cancel); single sends and campaigns stay out.
+            models.Index(fields=["event"], name="notification_event_idx", condition=models.Q(event__isnull=False)),
+            # Fallback routing: the rows waiting for the one before them (few at any time).
+            models.Index(fields=["fallback_after"], name="notification_fallback_idx",
+                         condition=models.Q(status="scheduled", reason="fallback_waiting")),
             # Dead letters (admin list, depth gauge): a handful of rows in a big table.
             models.Index(fields=["dead_lettered_at"], name="notification_dead_letter_idx",
                          condition=models.Q(dead_lettered_at__isnull=False)),
@@ -333,3 +352,18 @@ class APIAuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.method} {self.path} → {self.status}"
+
+
+# Notification types and events (docs/TYPES.md) live in their own module; imported here so Django
+# registers them with this app.
+from notifications.events.models import (  # noqa: E402
+    Event,
+    NotificationType,
+    QuietHoursPolicy,
+    Routing,
+    TypeTemplate,
+)
+
+__all__ = ["APIAuditEntry", "APIClient", "DeadLetter", "DeliveryAttempt", "DeliveryEvent", "Event", "Notification",
+           "NotificationType", "Priority", "QuietHoursPolicy", "Reason", "Routing", "Status", "TimelineEntry",
+           "TypeTemplate"]

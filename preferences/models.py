@@ -94,6 +94,7 @@ class Preferences(models.Model):
     """A recipient's opt-outs and quiet hours.
 
     ``opt_outs``: list of channels (``["sms"]``). ``category_opt_outs``: ``{category: [channel…]}``.
+    ``type_opt_outs``: ``{notification type key: [channel…]}`` (docs/TYPES.md).
     Quiet hours: local wall-clock ``quiet_start`` (inclusive) to ``quiet_end`` (exclusive) in
     ``quiet_timezone`` (IANA; falls back to the recipient's zone, then UTC). A window may cross
     midnight (start > end). Which sends they defer: :mod:`notifications.quiet_hours_policy`.
@@ -103,6 +104,8 @@ class Preferences(models.Model):
                                      related_name="preferences")
     opt_outs = models.JSONField(default=list, blank=True)
     category_opt_outs = models.JSONField(default=dict, blank=True)
+    type_opt_outs = models.JSONField(default=dict, blank=True,
+                                     help_text='{notification type: [channel…]}, e.g. {"new_follower": ["push"]}.')
     quiet_start = models.TimeField(null=True, blank=True)
     quiet_end = models.TimeField(null=True, blank=True)
     quiet_timezone = models.CharField(max_length=64, blank=True, default="")

@@ -9,7 +9,8 @@ place that decides it uses this function:
 * a campaign's pre-launch reach (``campaigns.audience.reach``, per distinct combination of facts).
 
 Order of the checks (the first that applies is the reason): channel opt-out, category opt-out on
-that channel, then the channel's contact: SMS — no phone, phone marked invalid by the provider,
+that channel, notification-type opt-out on that channel (none of the three for a ``required`` type:
+security, legal; docs/TYPES.md), then the channel's contact: SMS — no phone, phone marked invalid by the provider,
 STOP replied to our sender; email — no address, address marked invalid; push — no active device.
 
 The reason codes are the values of ``notifications.models.Reason`` (this module sits below
@@ -32,10 +33,11 @@ SMS_STOPPED = "sms_stopped"
 NO_EMAIL = "no_email"
 EMAIL_INVALID = "email_invalid"
 NO_ACTIVE_DEVICE = "no_active_device"
+OPTED_OUT_TYPE = "opted_out_type"
 
 #: Every reason :func:`suppression_reason` can return.
-REASONS = (OPTED_OUT_CHANNEL, OPTED_OUT_CATEGORY, NO_PHONE, PHONE_INVALID, SMS_STOPPED, NO_EMAIL, EMAIL_INVALID,
-           NO_ACTIVE_DEVICE)
+REASONS = (OPTED_OUT_CHANNEL, OPTED_OUT_CATEGORY, OPTED_OUT_TYPE, NO_PHONE, PHONE_INVALID, SMS_STOPPED, NO_EMAIL,
+           EMAIL_INVALID, NO_ACTIVE_DEVICE)
 
 
 @dataclass(frozen=True)
@@ -44,8 +46,9 @@ class RecipientFacts:
 
     ``has_active_device`` / ``sms_stopped``: ``None`` means "not known here" and the check is skipped
     (the send path looks devices up after quiet hours, and STOPs with a query of its own).
-    ``opt_outs``: channels opted out of entirely. ``category_opt_outs``: ``{category: channels}``.
-    Build the preference fields with :func:`channels` / :func:`category_channels` from stored JSON.
+    ``opt_outs``: channels opted out of entirely. ``category_opt_outs``: ``{category: channels}``;
+    ``type_opt_outs``: ``{notification type key: channels}``. Build the preference fields with
+    :func:`channels` / :func:`category_channels` from stored JSON.
     """
 
     has_phone: bool = False
@@ -56,15 +59,31 @@ class RecipientFacts:
     sms_stopped: bool | None = None
     opt_outs: frozenset[str] = frozenset()
     category_opt_outs: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    type_opt_outs: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
 
-def suppression_reason(facts: RecipientFacts, channel: str, category: str = "") -> str:
-    """The reason code why a ``channel`` message in ``category`` (``""``: none) must not be sent to the
-    recipient described by ``facts``, or ``""`` if it may be. Pure: no I/O, never raises."""
+def opt_out_reason(facts: RecipientFacts, channel: str, category: str = "", type_key: str = "") -> str:
+    """The opt-out that stops a ``channel`` message in ``category`` of notification type ``type_key``
+    (``""``: none): ``opted_out_channel``, ``opted_out_category``, ``opted_out_type`` or ``""``."""
     if channel in facts.opt_outs:
         return OPTED_OUT_CHANNEL
     if category and channel in facts.category_opt_outs.get(category, ()):
         return OPTED_OUT_CATEGORY
+    if type_key and channel in facts.type_opt_outs.get(type_key, ()):
+        return OPTED_OUT_TYPE
+    return ""
+
+
+def suppression_reason(facts: RecipientFacts, channel: str, category: str = "", type_key: str = "",
+                       required: bool = False) -> str:
+    """The reason code why a ``channel`` message in ``category`` (``""``: none) of notification type
+    ``type_key`` (``""``: none) must not be sent to the recipient described by ``facts``, or ``""``
+    if it may be. ``required``: the type's category cannot be opted out of (opt-outs are skipped;
+    contacts still count). Pure: no I/O, never raises."""
+    if not required:
+        reason = opt_out_reason(facts, channel, category, type_key)
+        if reason:
+            return reason
     if channel == "sms":
         if not facts.has_phone:
             return NO_PHONE
@@ -97,7 +116,8 @@ def channels(value) -> frozenset[str]:
 
 
 def category_channels(value) -> dict[str, frozenset[str]]:
-    """``{category: channels}`` from a stored (parsed) ``category_opt_outs`` object or ``None``;
+    """``{category: channels}`` from a stored (parsed) ``category_opt_outs`` (or ``type_opt_outs``)
+    object or ``None``;
     each value is read with :func:`channels`."""
     if not isinstance(value, dict):
         return {}
@@ -117,4 +137,5 @@ def facts_of(recipient, *, sms_stopped: bool | None = None, has_active_device: b
         has_email=bool(recipient.email), email_invalid=bool(recipient.email_invalid_reason),
         has_active_device=has_active_device, sms_stopped=sms_stopped,
         opt_outs=channels(prefs.opt_outs) if prefs is not None else frozenset(),
-        category_opt_outs=category_channels(prefs.category_opt_outs) if prefs is not None else {})
+        category_opt_outs=category_channels(prefs.category_opt_outs) if prefs is not None else {},
+        type_opt_outs=category_channels(prefs.type_opt_outs) if prefs is not None else {})
