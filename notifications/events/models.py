@@ -56,8 +56,8 @@ class NotificationType(models.Model):
                                                             "validity and SMS STOP still do.")
     sensitive = models.BooleanField(default=False, help_text="Content and event data (e.g. a one-time code) are "
                                                              "never shown or logged.")
-    ttl_seconds = models.PositiveIntegerField(null=True, blank=True, help_text="Default time to live of its "
-                                                                              "notifications (an event may set its own).")
+    ttl_seconds = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Default time to live of its notifications (an event may set its own).")
     collapse_key = models.CharField(max_length=255, blank=True, default="",
                                     help_text="Push collapse key template (a device shows one copy per key), e.g. "
                                               "order-{{ data.order_id }}. Empty: the notification id.")
