@@ -21,3 +21,6 @@ LOCALE_PATTERN = re.compile(r"^[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{2,8})*$")
 TEMPLATE_LOCALE_PATTERN = re.compile(r"^[A-Za-z]{2,3}(?:-[A-Za-z0-9]{2,8})*$")
 #: Characters Postgres text cannot hold: NUL and lone surrogates (a JSON ``"\ud800"`` parses to one).
 UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+#: A notification type's key (``order_shipped``): 1–64 of ``a-z 0-9 _ -``, starting with a letter or
+#: digit (a slug: it appears in URLs, ``/v1/notification-types/{key}``).
+TYPE_KEY_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
