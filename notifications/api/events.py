@@ -3,17 +3,14 @@ platform decides channels, content and timing from the event's type (docs/TYPES.
 
 from __future__ import annotations
 
-import json
-
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api import audit_notes
-from core.api.errors import BODY, MissingScope, error_responses, field_error, response_headers
+from core.api.errors import BODY, error_responses, field_error, response_headers
 from core.api.fields import AwareDateTimeField, RejectUnknownFields
-from core.api.refusals import NotOwner
 from core.api.scopes import Scope
 from core.identifiers import MAX_USER_ID_LENGTH, control_character_problem, user_id_problem
 from notifications.api.serializers import (
@@ -24,47 +21,18 @@ from notifications.api.serializers import (
 from notifications.api.serializers import (
     EventSerializer as TimelineSerializer,
 )
+from notifications.api.typed import data_errors, type_for
 from notifications.api.views import IDEMPOTENCY_PARAMETERS, accepted, idempotency_key_problem, key_reused
 from notifications.events import services
-from notifications.events.models import Event, NotificationType
-from notifications.models import Notification, Priority, Status
+from notifications.events.models import Event
+from notifications.models import Notification, Status
 from notifications.services import request_fingerprint
 from preferences.models import Recipient
 
 MAX_USERS = 1000
-DATA_MAX_BYTES = 16 * 1024
 MAX_COLLAPSE_KEY = 64
 #: How many unknown users a 422 names (a list of 1,000 unknown ids is not a useful answer).
 MAX_NAMED_UNKNOWN = 20
-
-
-def type_for(request, key: str, field: str = "type") -> NotificationType:
-    """The type an event (or typed send) of this client may use: its own or one defined in the admin;
-    a ``high`` type needs ``notifications:send_high``. Raises ValidationError (422 ``unknown_type``),
-    NotOwner or MissingScope (403) naming ``field``."""
-    kind = NotificationType.objects.filter(pk=key).first()
-    if kind is None:
-        raise serializers.ValidationError({field: serializers.ErrorDetail(
-            f"no notification type {key!r}; define it with PUT /v1/notification-types/{key}", code="unknown_type")})
-    if kind.client_id is not None and kind.client_id != request.auth.pk:
-        raise NotOwner(field, "this notification type belongs to another API client")
-    if kind.priority == Priority.HIGH and not request.auth.has_scope(Scope.SEND_HIGH):
-        raise MissingScope(Scope.SEND_HIGH, field=field, why=f"type {key} is high priority")
-    return kind
-
-
-def data_errors(kind: NotificationType, data: dict, prefix: str = "data") -> dict:
-    """``{path: ErrorDetail}`` for event data: at most 16 KB as JSON, and every key the type requires."""
-    errors = {}
-    size = len(json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode())
-    if size > DATA_MAX_BYTES:
-        errors[prefix] = serializers.ErrorDetail(f"event data is {size} bytes as JSON; at most {DATA_MAX_BYTES}",
-                                                 code="payload_too_large")
-    for name in kind.required_data or []:
-        if data.get(name) in (None, ""):
-            errors[f"{prefix}.{name}"] = serializers.ErrorDetail(
-                f"type {kind.key} requires {name} in data (its templates use it)", code="required")
-    return errors
 
 
 class EventRequestSerializer(RejectUnknownFields, serializers.Serializer):

@@ -25,6 +25,7 @@ from notifications.events.models import (
     TypeTemplate,
 )
 from notifications.models import APIClient, DeliveryEvent, Notification, Reason, Status
+from notifications.services import notification_id_for as single_send_id
 from notifications.services import record_cancelled
 
 TYPE_FIELDS = ("name", "description", "category", "priority", "channels", "routing", "quiet_hours", "required",
@@ -84,41 +85,52 @@ def save_type(key: str, fields: dict, templates: list[dict], *, client: APIClien
 
 def accept_event(*, client: APIClient, idempotency_key: str | None, fingerprint: str, kind: NotificationType,
                  recipients: list, data: dict, scheduled_at: datetime | None = None, ttl_seconds: int | None = None,
-                 collapse_key: str = "", channels: list[str] | None = None,
-                 event_id: uuid.UUID | None = None) -> AcceptedEvent:
+                 collapse_key: str = "", channel: str | None = None) -> AcceptedEvent:
     """Store an event and its notifications durably in one transaction; enqueue those due now after
-    commit. One notification per recipient and channel of the type (``channels`` narrows them: a
-    typed single send names one): with routing ``all`` each is due at once (or at
+    commit. One notification per recipient and channel of the type: with routing ``all`` each is due at once (or at
     ``scheduled_at``); with ``fallback`` only the first channel's, the next ones wait
     (``scheduled``, reason ``fallback_waiting``, :mod:`notifications.events.fallback`). Content is
     rendered at send time. TTL: ``ttl_seconds`` or the type's, from the send time.
 
     Idempotency as for single sends: same ``(client, idempotency_key)`` and ``fingerprint`` →
-    the stored event (``replayed``). ``event_id`` is given by a typed single send (no key of its own).
+    the stored event (``replayed``).
+
+    ``channel``: a typed single send (``POST /v1/notifications`` with ``type``): one recipient, that
+    one channel; the notification carries the key and fingerprint and has the single send's id
+    (:func:`notifications.services.notification_id_for`), so a key is one request whichever form
+    used it; its event has no key of its own.
 
     Raises:
         IdempotencyKeyReused: same key, different fingerprint.
     """
     now = clock.now()
-    eid = event_id or event_id_for(str(client.pk), idempotency_key)
-    channels = list(channels or kind.channels)
+    single = None
+    if channel is not None:
+        single = single_send_id(str(client.pk), idempotency_key)
+        eid = uuid.uuid5(EVENT_ID_NAMESPACE, f"notification:{single}")
+    else:
+        eid = event_id_for(str(client.pk), idempotency_key)
+    channels = [channel] if channel is not None else list(kind.channels)
     ttl = ttl_seconds or kind.ttl_seconds
     due = scheduled_at if scheduled_at and scheduled_at > now else None
     start = scheduled_at or now
-    event = Event(id=eid, client=client, idempotency_key=idempotency_key, request_fingerprint=fingerprint, type=kind,
+    event = Event(id=eid, client=client, idempotency_key=None if single else idempotency_key,
+                  request_fingerprint=fingerprint, type=kind,
                   data=data, user_ids=[r.user_id for r in recipients], channels=channels,
                   routing=kind.routing if len(channels) > 1 else Routing.ALL, scheduled_at=scheduled_at,
                   ttl_seconds=ttl_seconds, collapse_key=collapse_key, created_at=now)
     rows = []
     for recipient in recipients:
         before = None
-        for index, channel in enumerate(channels):
+        for index, on in enumerate(channels):
             waiting = event.routing == Routing.FALLBACK and index > 0
             status = Status.SCHEDULED if (waiting or due) else Status.QUEUED
-            nid = notification_id_for(eid, recipient.user_id, channel)
+            nid = single or notification_id_for(eid, recipient.user_id, on)
             rows.append(Notification(
-                id=nid, client=client, recipient=recipient, channel=channel, priority=kind.priority,
-                category=kind.category, body="", sensitive=kind.sensitive, event=event, notification_type=kind,
+                id=nid, client=client, idempotency_key=idempotency_key if single else None,
+                request_fingerprint=fingerprint if single else "", recipient=recipient, channel=on,
+                priority=kind.priority, category=kind.category, body="", sensitive=kind.sensitive, event=event,
+                notification_type=kind,
                 fallback_after=before if waiting else None, status=status,
                 reason=Reason.FALLBACK_WAITING if waiting else "", accepted_status=status, scheduled_at=scheduled_at,
                 due_at=None if waiting else due, queued_at=now if status == Status.QUEUED else None,
@@ -134,6 +146,13 @@ def accept_event(*, client: APIClient, idempotency_key: str | None, fingerprint:
             enqueue_on_commit([(n.pk, n.priority, n.channel) for n in rows if n.status == Status.QUEUED])
     except IntegrityError:
         # The same (client, key) was committed first, possibly by a concurrent request.
+        if single:  # the key may have been used by an untyped single send as well
+            first = Notification.objects.filter(pk=single).first()
+            if first is None:
+                raise
+            if first.request_fingerprint != fingerprint or first.event_id is None:
+                raise IdempotencyKeyReused() from None
+            return AcceptedEvent(first.event, [first], replayed=True)
         existing = Event.objects.filter(pk=eid).first()
         if existing is None:
             raise
