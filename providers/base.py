@@ -51,7 +51,8 @@ class OutboundMessage:
         silent: push only. ``True``: a data-only (background) push with no alert and no sound,
             e.g. a type with ``quiet_hours: silent`` during the recipient's quiet hours; the title
             and body travel in ``data`` (``title``/``body`` keys) for an open app to show itself
-            (FCM: :func:`providers.fcm.backend.build_message`, docs/PROVIDERS.md "Silent pushes").
+            (FCM: :func:`providers.fcm.backend.build_message`; docs/PROVIDERS.md "Silent pushes
+            and sender overrides").
             Ignored by SMS and email backends.
         sender: who the message is from, ``None`` for the provider's configured default. SMS: the
             From number in E.164 (``"+15005550006"``) or a Twilio Messaging Service SID

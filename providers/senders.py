@@ -4,7 +4,7 @@ forms the backends accept, and why a value is not one of them.
 * SMS: a From number in E.164 (``+15005550006``, parsed with ``phonenumbers``; it must already be
   written in E.164) or a Twilio Messaging Service SID (``MG`` + 32 hex digits, the pattern of
   Twilio's API definition), which Twilio then sends from one of the service's numbers
-  (docs/PROVIDERS.md "Sender overrides").
+  (docs/PROVIDERS.md "Silent pushes and sender overrides").
 * Email (From and Reply-To): one address, ``addr@example.com`` or ``Name <addr@example.com>``
   (RFC 5322 ``name-addr``), the address checked with Django's ``validate_email``; never a line
   break (header injection) and never a list.

@@ -112,7 +112,8 @@ SILENT_BODY_KEY = "body"
 
 
 def build_message(message: OutboundMessage) -> messaging.Message:
-    """The FCM ``Message`` for one device token (docs/PROVIDERS.md §3(b), "Silent pushes").
+    """The FCM ``Message`` for one device token (docs/PROVIDERS.md §3(b), "Silent pushes and sender
+    overrides").
 
     Every push: ``data`` = ``message.data`` plus ``notification_id``; Android ``collapse_key`` and
     ``ttl``; APNs headers ``apns-collapse-id`` and, when a TTL is set, ``apns-expiration``

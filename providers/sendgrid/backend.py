@@ -133,11 +133,11 @@ def batch_key(message: OutboundMessage) -> BatchKey:
     ``None`` for the backend's FROM_EMAIL, Reply-To ``None`` for none.
 
     Why From and Reply-To split a batch although SendGrid allows a ``from`` per personalization
-    (docs/PROVIDERS.md "Sender overrides"): ``reply_to`` exists at the message level only (and
-    ``Reply-To`` is a reserved header a personalization's ``headers`` may not set), and a sender
-    SendGrid refuses (403, not a verified Sender Identity) refuses the whole request, which
-    would fail every other message in it with a configuration error. One request per (From,
-    Reply-To) keeps a misconfigured type's sender to its own messages.
+    (docs/PROVIDERS.md "Silent pushes and sender overrides"): ``reply_to`` exists at the message
+    level only (and ``Reply-To`` is a reserved header a personalization's ``headers`` may not
+    set), and a sender SendGrid refuses (403, not a verified Sender Identity) refuses the whole
+    request, which would fail every other message in it with a configuration error. One request
+    per (From, Reply-To) keeps a misconfigured type's sender to its own messages.
     """
     return bool(message.html), message.sender or None, message.reply_to or None
 

@@ -44,8 +44,8 @@ class SmtpEmailBackend(EmailBackend):
     ``X-Notification-Id`` header. A message's ``sender`` is its ``From`` header (else FROM_EMAIL,
     :meth:`effective_sender`) and its ``reply_to`` its ``Reply-To`` header; the envelope sender
     (``MAIL FROM``, where bounces go) stays FROM_EMAIL whatever the header says, so bounces come
-    back to the one address the relay knows and authorises (docs/PROVIDERS.md "Sender
-    overrides"). ``send`` returns ``SendResult(provider="smtp", provider_message_id=<that Message-ID,
+    back to the one address the relay knows and authorises (docs/PROVIDERS.md "Silent
+    pushes and sender overrides"). ``send`` returns ``SendResult(provider="smtp", provider_message_id=<that Message-ID,
     angle brackets included>, raw_status="250")``.
     """
 

@@ -1,6 +1,6 @@
 """Per-message senders (``OutboundMessage.sender`` / ``reply_to``) on every SMS and email backend,
 through the real SDKs against the emulator, and the rules of ``providers.senders``
-(docs/PROVIDERS.md "Sender overrides")."""
+(docs/PROVIDERS.md "Silent pushes and sender overrides")."""
 
 from __future__ import annotations
 

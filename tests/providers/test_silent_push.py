@@ -1,5 +1,6 @@
 """Silent (data-only) pushes and normal pushes: ``build_message`` for both platforms, and what the
-emulator receives through firebase-admin (docs/PROVIDERS.md "Silent pushes")."""
+emulator receives through firebase-admin (docs/PROVIDERS.md "Silent pushes and
+sender overrides")."""
 
 from __future__ import annotations
 
