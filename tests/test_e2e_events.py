@@ -97,7 +97,7 @@ def test_the_worked_example_order_shipped_at_2am_in_quiet_hours(api, emulator, u
     got = emulator.messages(notification_id=ids["push"])
     assert sorted(m["to"] for m in got) == sorted(user["tokens"])  # every active device, once each
     for message in got:
-        raw = message["extra"]["message"]
+        raw = message["details"]["message"]
         assert "notification" not in raw  # data-only: no alert, no sound
         assert raw["data"]["title"] == "Bestellung verschickt" and raw["data"]["url"] == "https://t.example/8812"
         assert raw["android"]["collapse_key"] == "order-8812"

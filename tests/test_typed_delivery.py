@@ -232,3 +232,15 @@ def test_a_campaign_can_use_a_types_templates_with_its_own_data(providers, modul
     (message,) = module_emulator.messages()
     # The type's title reads {{ data.order_id }}, which this campaign's data lacks: it renders empty.
     assert (message["title"], message["body"]) == ("Order ", "Week 49 for <Ada>")
+
+
+def test_a_sent_typed_notification_keeps_what_it_said(providers, module_emulator, client):
+    kind = a_type("kept", channels=("push", "email"))
+    TypeTemplate.objects.filter(type=kind, channel="push").update(data={"url": "https://x/{{ data.order_id }}"})
+    r = user()
+    ids = event(client, kind, [r])
+    send_notifications(list(ids.values()))
+    push, email = row(ids[(r.pk, "push")]), row(ids[(r.pk, "email")])
+    assert (push.title, push.body, push.data) == ("Order 8812", "Hi <Ada>, order 8812 shipped",
+                                                  {"url": "https://x/8812"})
+    assert (email.title, email.html, email.data) == ("Order 8812", "<p>&lt;Ada&gt;</p>", None)
