@@ -12,6 +12,8 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from campaigns.api import views as campaign_views
 from notifications import health, health_admin, metrics_scrape
+from notifications.api import events as event_views
+from notifications.api import types as type_views
 from notifications.api import views as notification_views
 from preferences import admin_guard
 from preferences.api import views as preference_views
@@ -46,6 +48,11 @@ urlpatterns = [
          name="notification-detail"),
     path("v1/notifications/<uuid:notification_id>/cancel", notification_views.NotificationCancelView.as_view(),
          name="notification-cancel"),
+    path("v1/events", event_views.EventListView.as_view(), name="events"),
+    path("v1/events/<uuid:event_id>", event_views.EventDetailView.as_view(), name="event-detail"),
+    path("v1/events/<uuid:event_id>/cancel", event_views.EventCancelView.as_view(), name="event-cancel"),
+    path("v1/notification-types", type_views.TypeListView.as_view(), name="notification-types"),
+    path("v1/notification-types/<str:key>", type_views.TypeView.as_view(), name="notification-type"),
     path("v1/users/<str:user_id>", preference_views.RecipientView.as_view(), name="user"),
     path("v1/users/<str:user_id>/notifications", notification_views.UserNotificationsView.as_view(),
          name="user-notifications"),

@@ -34,6 +34,7 @@ from core.queues import SEND_QUEUES, queue_for
 from core.redis_client import client_for
 from notifications import metrics
 from notifications.enqueue import enqueue_on_commit
+from notifications.events import fallback
 from notifications.models import DeliveryEvent
 
 log = logging.getLogger(__name__)
@@ -174,9 +175,13 @@ def _expired_leases(now, limit: int) -> int:
 
 
 def reconcile(limit: int = 1000) -> dict[str, int]:
-    """Re-drive expired leases and stale queued rows. Returns ``{"leases": n, "stale_queued": m}``."""
+    """Re-drive expired leases and stale queued rows, and settle fallback rows still waiting behind
+    one that ended (:func:`notifications.events.fallback.sweep`). Returns ``{"leases": n,
+    "stale_queued": m, "fallbacks": k}``."""
     now = clock.now()
     leases = _expired_leases(now, limit)
+    with transaction.atomic():
+        fallbacks = fallback.sweep(limit)
     stale_after = settings.NOTIFY["QUEUED_STALE_SECONDS"]
     drained = drained_queues()
     stale = 0 if not drained else _move(_STALE_QUEUED_SQL, {"now": now, "limit": limit, "drained": drained,
@@ -186,4 +191,4 @@ def reconcile(limit: int = 1000) -> dict[str, int]:
     if leases or stale:
         log.info("reconciler re-drove %d expired lease(s) and %d stale queued row(s)", leases, stale)
     metrics.reconciled(leases, stale)
-    return {"leases": leases, "stale_queued": stale}
+    return {"leases": leases, "stale_queued": stale, "fallbacks": fallbacks}

@@ -61,6 +61,9 @@ class OutboundMessage:
     ttl_seconds: int | None = None
     priority: str = "standard"
     collapse_key: str | None = None
+    silent: bool = False
+    sender: str | None = None
+    reply_to: str | None = None
 
 
 @dataclass(frozen=True)

@@ -220,7 +220,7 @@ def test_a_row_that_crashes_the_checks_is_retried_then_dead_lettered_with_the_er
                                                                                     monkeypatch, settings):
     settings.NOTIFY = {**settings.NOTIFY, "MAX_ATTEMPTS": {"high": 5, "standard": 3}}
 
-    def broken(n, stopped_phones=None):
+    def broken(n, stopped_phones=None, kind=None):
         raise IsADirectoryError(21, "Is a directory", "/usr/share/zoneinfo/America")
 
     monkeypatch.setattr(checks, "suppression_reason", broken)

@@ -38,7 +38,7 @@ from core.identifiers import (
     push_token_problem,
     user_id_problem,
 )
-from core.vocabulary import CATEGORY_PATTERN
+from core.vocabulary import CATEGORY_PATTERN, TYPE_KEY_PATTERN
 
 
 @dataclass(frozen=True)
@@ -90,3 +90,7 @@ SLUG = IdRule(_pattern_problem(_SLUG_PATTERN, 64), {"type": "string", "pattern":
 CATEGORY = IdRule(_pattern_problem(CATEGORY_PATTERN, 64),
                   {"type": "string", "minLength": 1, "maxLength": 64, "pattern": CATEGORY_PATTERN.pattern},
                   "a category: lower-case letters, digits, '_', '.', '-'; at most 64, as on sends")
+TYPE_KEY = IdRule(_pattern_problem(TYPE_KEY_PATTERN, 64),
+                  {"type": "string", "minLength": 1, "maxLength": 64, "pattern": TYPE_KEY_PATTERN.pattern},
+                  "a notification type key: lower-case letters, digits, '_' and '-' (at most 64), starting with "
+                  "a letter or digit")

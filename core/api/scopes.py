@@ -27,6 +27,7 @@ class Scope(models.TextChoices):
     SEGMENTS_WRITE = "segments:write", "segments:write — create its segments, change their members"
     TEMPLATES_WRITE = "templates:write", "templates:write — create and change its templates"
     CAMPAIGNS_WRITE = "campaigns:write", "campaigns:write — create and cancel its campaigns"
+    TYPES_WRITE = "types:write", "types:write — create and change its notification types and their templates"
     READ = "read", "read — every GET"
 
 

@@ -84,7 +84,13 @@ class SendRequestSerializer(RejectUnknownFields, serializers.Serializer):
     priority = serializers.ChoiceField(choices=Priority.choices, default=Priority.STANDARD)
     category = CategoryField(required=False, allow_blank=True, default="", max_length=64,
                              help_text='e.g. "marketing", "security"; matched against category opt-outs.')
-    content = ContentSerializer()
+    content = ContentSerializer(required=False, help_text="The message itself; or leave it out and give `type` and "
+                                                          "`data` (rendered from the type's templates at send time).")
+    type = serializers.CharField(required=False, max_length=64,
+                                 help_text="A notification type key: its template for `channel` renders the content "
+                                           "with `data`; category, priority and sensitivity are the type's (do not "
+                                           "give them).")
+    data = serializers.DictField(required=False, help_text="With `type`: the event data its templates use (≤ 16 KB).")
     scheduled_at = AwareDateTimeField(required=False, allow_null=True, default=None,
                                       help_text="Send at this instant (ISO 8601 with offset). Omit to send now.")
     ttl_seconds = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1,
@@ -103,7 +109,17 @@ class SendRequestSerializer(RejectUnknownFields, serializers.Serializer):
         return check_schedule_window(value)
 
     def validate(self, attrs):
-        errors = channel_content_errors(attrs["channel"], attrs["content"])
+        if "type" in attrs:
+            errors = {name: serializers.ErrorDetail(f"comes from the notification type; leave {name} out",
+                                                    code="not_allowed_with_type")
+                      for name in ("content", "category", "priority", "sensitive") if name in self.initial_data}
+        elif "content" not in attrs:
+            errors = {"content": serializers.ErrorDetail("give content, or type and data", code="required")}
+        else:
+            errors = channel_content_errors(attrs["channel"], attrs["content"])
+            if "data" in attrs:
+                errors["data"] = serializers.ErrorDetail("data goes with type; inline content has content.data",
+                                                         code="not_allowed_without_type")
         errors.update(priority_category_errors(attrs["priority"], attrs["category"]))
         errors.update(channel_available_errors(attrs["channel"]))
         if errors:

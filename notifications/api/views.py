@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
+from rest_framework.exceptions import ErrorDetail, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -19,6 +20,8 @@ from notifications.api.serializers import (
     NotificationSummarySerializer,
     SendRequestSerializer,
 )
+from notifications.api.typed import data_errors, type_for
+from notifications.events import services as event_services
 from notifications.models import Notification, Priority, Status
 from notifications.readers import readable_notifications
 from preferences.api.views import _USER_ID, recipient_or_404
@@ -119,6 +122,8 @@ class NotificationListView(APIView):
         ser.is_valid(raise_exception=True)
         data = ser.validated_data
         client = request.auth
+        if "type" in data:
+            return _typed_send(request, key, data)
         check_priority_scope(request, data["priority"])
         try:
             result = services.accept_notification(
@@ -135,6 +140,29 @@ class NotificationListView(APIView):
         n = result.notification
         return accepted({"id": str(n.pk), "status": n.accepted_status}, f"/v1/notifications/{n.pk}",
                         result.replayed)
+
+
+def _typed_send(request, key: str, data: dict) -> Response:
+    """``POST /v1/notifications`` with ``type`` and ``data``: one notification on ``channel``, made from
+    the type's template at send time (an event of one user and one channel, docs/TYPES.md)."""
+    kind = type_for(request, data["type"])
+    errors = data_errors(kind, data.get("data") or {})
+    if data["channel"] not in kind.channels:
+        errors["channel"] = ErrorDetail(f"type {kind.key} does not use {data['channel']} (its channels: "
+                                        f"{', '.join(kind.channels)})", code="not_in_type")
+    if errors:
+        raise ValidationError(errors)
+    fingerprint = services.request_fingerprint({k: v for k, v in data.items() if k != "recipient"})
+    try:
+        result = event_services.accept_event(
+            client=request.auth, idempotency_key=key, fingerprint=fingerprint, kind=kind,
+            recipients=[data["recipient"]], data=data.get("data") or {}, scheduled_at=data["scheduled_at"],
+            ttl_seconds=data["ttl_seconds"], channel=data["channel"])
+    except (event_services.IdempotencyKeyReused, services.IdempotencyKeyReused):
+        return key_reused()
+    note_given_fields(request, SendRequestSerializer)
+    (n,) = result.notifications
+    return accepted({"id": str(n.pk), "status": n.accepted_status}, f"/v1/notifications/{n.pk}", result.replayed)
 
 
 def _own(request, notification_id):

@@ -5,7 +5,12 @@ record stage applies it).
 Order (the first rule that applies wins; the sent marker and the provider lookup of a call in doubt
 come before, in ``pipeline.prepare``): campaign cancelled → expired →
 suppressed (opt-outs, missing or dead contact, SMS STOP; checked at send time, never only at
-acceptance) → quiet hours (unless the tier and category bypass them) → push without an active device.
+acceptance) → quiet hours → push without an active device.
+
+Quiet hours: a typed notification follows its type's policy (docs/TYPES.md): ``defer`` waits for
+the window's end, ``bypass`` sends now, ``silent`` sends a push now as a data-only message (verdict
+``silent``: it goes to the provider) and defers the other channels. An untyped one bypasses them when
+its tier and category do (:mod:`notifications.quiet_hours_policy`).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from notifications import metrics
+from notifications.events.models import NotificationType, QuietHoursPolicy
 from notifications.models import Notification, Reason, Status
 from notifications.quiet_hours_policy import bypasses_quiet_hours
 from preferences import suppression
@@ -44,27 +50,36 @@ class Facts:
     campaign_cancelled: bool = False
     stopped_phones: set | None = None  # the batch's phones that replied STOP to our sender (None: query)
     devices: list = field(default_factory=list)  # active push devices
+    kind: NotificationType | None = None  # a typed row's type
 
 
 MARKER_FOUND = Verdict(Status.SENT, "sent", detail="sent marker found: an earlier attempt was accepted")
+#: The kind of the verdict that sends a push now, silently (quiet hours, type policy ``silent``).
+SILENT = "silent"
 
 
 def verdict(n: Notification, facts: Facts, now: datetime) -> Verdict | None:
-    """The verdict on claimed row ``n`` at ``now`` (UTC), or ``None`` when it goes to the provider."""
+    """The verdict on claimed row ``n`` at ``now`` (UTC), or ``None`` when it goes to the provider.
+    A verdict of kind :data:`SILENT` goes to the provider too, as a silent push."""
     if facts.campaign_cancelled:
         return Verdict(Status.CANCELLED, "cancelled", Reason.CAMPAIGN_CANCELLED,
                        "its campaign was cancelled before this was sent")
     if n.expires_at and now >= n.expires_at:
         return Verdict(Status.EXPIRED, "expired", Reason.TTL_EXPIRED, f"expired at {n.expires_at.isoformat()}")
-    reason = suppression_reason(n, facts.stopped_phones)
+    reason = suppression_reason(n, facts.stopped_phones, facts.kind)
     if reason:
-        return Verdict(Status.SUPPRESSED, "suppressed", reason, suppression_detail(n, reason))
-    if not bypasses_quiet_hours(n.priority, n.category):
-        until = quiet_hours_end(n, now)
-        if until:
-            return Verdict(Status.SCHEDULED, "deferred", Reason.QUIET_HOURS, f"quiet hours until {until.isoformat()}",
-                           until=until)
-    return None
+        return Verdict(Status.SUPPRESSED, "suppressed", reason, suppression_detail(n, reason, facts.kind))
+    policy = facts.kind.quiet_hours if facts.kind is not None else None
+    if policy == QuietHoursPolicy.BYPASS or (policy is None and bypasses_quiet_hours(n.priority, n.category)):
+        return None
+    until = quiet_hours_end(n, now)
+    if until is None:
+        return None
+    if policy == QuietHoursPolicy.SILENT and n.channel == "push":
+        return Verdict(Status.SENDING, SILENT, detail=f"quiet hours until {until.isoformat()}: sent now as a silent "
+                                                      "(data-only) push, no alert or sound (type policy silent)")
+    return Verdict(Status.SCHEDULED, "deferred", Reason.QUIET_HOURS, f"quiet hours until {until.isoformat()}",
+                   until=until)
 
 
 def device_verdict(n: Notification, facts: Facts) -> Verdict | None:
@@ -74,22 +89,26 @@ def device_verdict(n: Notification, facts: Facts) -> Verdict | None:
     return None
 
 
-def suppression_reason(n: Notification, stopped_phones: set[str] | None = None) -> str:
+def suppression_reason(n: Notification, stopped_phones: set[str] | None = None,
+                       kind: NotificationType | None = None) -> str:
     """Why this notification must not be sent at all (opt-outs, missing or dead contact), or ''.
     ``stopped_phones``: the numbers that replied STOP to our sender, preloaded for a batch
-    (``None`` = query)."""
+    (``None`` = query). ``kind``: a typed row's type (its key for type opt-outs, ``required``, and
+    its own SMS sender, whose STOP list is asked instead)."""
     from notifications.delivery.routing import sms_sender
 
     recipient = n.recipient
     stopped = None
     if n.channel == "sms" and recipient.phone:
-        stopped = (recipient.phone in stopped_phones if stopped_phones is not None
-                   else SmsStop.objects.filter(phone=recipient.phone, sender=sms_sender()).exists())
+        sender = (kind.sms_from if kind is not None else "") or sms_sender()
+        stopped = (recipient.phone in stopped_phones if stopped_phones is not None and sender == sms_sender()
+                   else SmsStop.objects.filter(phone=recipient.phone, sender=sender).exists())
     return suppression.suppression_reason(suppression.facts_of(recipient, sms_stopped=stopped), n.channel,
-                                          n.category)
+                                          n.category, type_key=kind.key if kind is not None else "",
+                                          required=bool(kind is not None and kind.required))
 
 
-def suppression_detail(n: Notification, reason: str) -> str:
+def suppression_detail(n: Notification, reason: str, kind: NotificationType | None = None) -> str:
     """What a support agent needs beside the reason code."""
     from notifications.delivery.routing import sms_sender
 
@@ -100,8 +119,10 @@ def suppression_detail(n: Notification, reason: str) -> str:
         return f"{Reason(reason).label}: {r.email_invalid_reason} since {r.email_invalid_at:%Y-%m-%d %H:%M} UTC"
     if reason == Reason.OPTED_OUT_CATEGORY:
         return f"{Reason(reason).label} ({n.category} on {n.channel})"
+    if reason == Reason.OPTED_OUT_TYPE:
+        return f"{Reason(reason).label} ({n.notification_type_id} on {n.channel})"
     if reason == Reason.SMS_STOPPED:
-        return f"{Reason(reason).label} ({sms_sender()})"
+        return f"{Reason(reason).label} ({(kind.sms_from if kind is not None else '') or sms_sender()})"
     return Reason(reason).label
 
 

@@ -1,7 +1,9 @@
-"""Content hook of the load stage (docs/ARCHITECTURE.md, "The send path").
+"""Content of the load stage (docs/ARCHITECTURE.md, "The send path").
 
-A notification created by an upper floor (a campaign) carries no content of its own: it is rendered
-at send time by a *content source* that floor registers, so the pipeline never imports it. The
+A typed notification (an event's, docs/TYPES.md) is rendered at send time from its type's templates
+(:mod:`notifications.events.content`, on this floor). A notification created by an upper floor (a
+campaign) carries no content of its own either: it is rendered at send time by a *content source*
+that floor registers, so the pipeline never imports it. The
 campaigns app registers its source in ``CampaignsConfig.ready()``::
 
     from notifications.delivery.content import register_content_source
@@ -19,7 +21,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from notifications.events.content import TypeContent
 from notifications.models import Notification
+from notifications.rendering import RenderError
 
 
 class ContentError(Exception):
@@ -36,11 +40,17 @@ def register_content_source(factory: Callable) -> None:
 
 
 class Content:
-    """The content source of one batch, built when first needed (a batch without campaign rows
-    builds nothing)."""
+    """The content of one batch: typed rows from their types (loaded once per batch), campaign rows
+    from the registered source (built when first needed: a batch without campaign rows builds
+    nothing)."""
 
     def __init__(self) -> None:
         self._source = None
+        self.types = TypeContent()
+
+    def needs_render(self, n: Notification) -> bool:
+        """Whether ``n``'s content is made at send time (typed and campaign rows)."""
+        return bool(n.notification_type_id or n.campaign_id)
 
     def _get(self):
         if self._source is None:
@@ -50,7 +60,14 @@ class Content:
         return self._source
 
     def apply(self, n: Notification) -> None:
-        """Render ``n``'s content into it (in memory). Raises :class:`ContentError`."""
+        """Render ``n``'s content into it (in memory); a typed row also gets ``send_options``
+        (:class:`notifications.events.content.SendOptions`). Raises :class:`ContentError`."""
+        if n.notification_type_id:
+            try:
+                n.send_options = self.types.render(n)
+            except RenderError as exc:
+                raise ContentError(str(exc)) from exc
+            return
         n.title, n.body, n.html, n.data = self._get().render(n)
 
     def cancelled(self, n: Notification) -> bool:

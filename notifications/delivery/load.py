@@ -63,10 +63,14 @@ def message_for(n: Notification, to: str, platform: str | None = None) -> Outbou
     ttl = None
     if n.expires_at:
         ttl = max(1, int((n.expires_at - clock.now()).total_seconds()))
+    options = getattr(n, "send_options", None)  # typed rows (notifications.events.content.SendOptions)
+    collapse = (options.collapse_key if options is not None else None) or str(n.pk)
     return OutboundMessage(
         notification_id=str(n.pk), channel=n.channel, to=to, body=n.body, title=n.title or None,
         html=n.html or None, data=data, platform=platform, ttl_seconds=ttl, priority=n.priority,
-        collapse_key=str(n.pk) if n.channel == "push" else None,
+        collapse_key=collapse if n.channel == "push" else None, silent=getattr(n, "silent", False),
+        sender=options.sender if options is not None else None,
+        reply_to=options.reply_to if options is not None else None,
     )
 
 
@@ -89,7 +93,7 @@ def found_at_provider(n: Notification, content: Content) -> bool:
         backend = get_backend(n.channel, name)
         if not backend.supports_lookup:
             continue
-        if n.campaign_id and not n.body:
+        if content.needs_render(n) and not n.body:
             try:
                 content.apply(n)
             except ContentError:

@@ -70,6 +70,7 @@ def deliver(channel: str, batch: list[Notification], already_sent: set[str], con
     """Stages load → record for claimed rows of one channel and one tier (high: one row)."""
     stopped = load.stopped_phones(batch) if channel == "sms" else None
     devices = load.devices(batch) if channel == "push" else None
+    content.types.prime(batch)
     ready: list[tuple[Notification, list]] = []
     for n in batch:
         try:
@@ -165,12 +166,15 @@ def prepare(n: Notification, already_sent: set[str], content: Content, stopped_p
     if devices is None and n.channel == "push":
         devices = load.devices([n]).get(n.recipient_id, [])
     facts = Facts(campaign_cancelled=bool(n.campaign_id) and content.cancelled(n), stopped_phones=stopped_phones,
-                  devices=devices or [])
+                  devices=devices or [], kind=content.types.type_of(n))
     verdict = checks.verdict(n, facts, now)
-    if verdict is not None:
+    if verdict is not None and verdict.kind == checks.SILENT:
+        n.silent = True  # load.message_for makes it a data-only push
+        record.note(n, verdict.kind, verdict.detail)
+    elif verdict is not None:
         _apply(n, verdict, now)
         return None
-    if n.campaign_id:
+    if content.needs_render(n):
         try:
             content.apply(n)
         except ContentError as exc:

@@ -35,6 +35,7 @@ from notifications.delivery.outcomes import (
 )
 from notifications.delivery.routing import sms_sender
 from notifications.enqueue import enqueue_on_commit
+from notifications.events import fallback
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
 from preferences.models import Device, SmsStop
 from providers.base import ContactInvalidError
@@ -85,12 +86,20 @@ def transition(n: Notification, status: str, reason: str = "", *, kind: str, det
     if moved:
         if status != Status.SENT:  # a sent row's attempt row is its `sent` line (models.TimelineEntry)
             DeliveryEvent.objects.create(notification=n, kind=kind, status=status, reason=reason, detail=detail[:500])
+        if n.event_id:  # an event's row: the next channel of a fallback type is decided with it
+            fallback.settle([(n.pk, status, reason, n.channel)])
         for key, value in fields.items():
             setattr(n, key, value)
         metrics.notification_transitioned(n)
     else:
         log.warning("notification %s changed hands before it could be recorded as %s", n.pk, status)
     return bool(moved)
+
+
+def note(n: Notification, kind: str, detail: str) -> None:
+    """A timeline event on a claimed row that does not change its state (``silent``: it is sent now
+    as a silent push)."""
+    DeliveryEvent.objects.create(notification=n, kind=kind, status=Status.SENDING, detail=shown(n, detail)[:500])
 
 
 def finish(n: Notification, status: str, reason: str = "", **kw) -> bool:
@@ -193,6 +202,8 @@ def record_sent(rows: list[tuple], provider: str, channel: str, tier: str,
                                     array_literal(message_ids), array_literal(details)])
             moved = {str(row[0]) for row in cur.fetchall()}
         copy_rows(ATTEMPTS_TABLE, ATTEMPT_COLUMNS, attempts)
+        # Events' rows of a fallback type: the channels waiting behind them are not needed.
+        fallback.settle([(n.pk, Status.SENT, "", n.channel) for n, _d, _a in rows if n.event_id and str(n.pk) in moved])
         for index, i in enumerate(ids):
             if i not in moved:
                 # The receipt settled the row before we recorded the call (or it changed hands):

@@ -1,0 +1,264 @@
+"""``/v1/events``: a service sends a semantic event (``order_shipped`` for a user, with data); the
+platform decides channels, content and timing from the event's type (docs/TYPES.md)."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
+from rest_framework import serializers
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from core.api import audit_notes
+from core.api.errors import BODY, error_responses, field_error, response_headers
+from core.api.fields import AwareDateTimeField, RejectUnknownFields
+from core.api.scopes import Scope
+from core.identifiers import MAX_USER_ID_LENGTH, control_character_problem, user_id_problem
+from notifications.api.serializers import (
+    MAX_TTL_SECONDS,
+    channel_available_errors,
+    check_schedule_window,
+)
+from notifications.api.serializers import (
+    EventSerializer as TimelineSerializer,
+)
+from notifications.api.typed import data_errors, type_for
+from notifications.api.views import IDEMPOTENCY_PARAMETERS, accepted, idempotency_key_problem, key_reused
+from notifications.events import services
+from notifications.events.models import Event
+from notifications.models import Notification, Status
+from notifications.services import request_fingerprint
+from preferences.models import Recipient
+
+MAX_USERS = 1000
+MAX_COLLAPSE_KEY = 64
+#: How many unknown users a 422 names (a list of 1,000 unknown ids is not a useful answer).
+MAX_NAMED_UNKNOWN = 20
+
+
+class EventRequestSerializer(RejectUnknownFields, serializers.Serializer):
+    """``POST /v1/events`` body: ``user_id`` or ``user_ids``, not both."""
+
+    type = serializers.CharField(max_length=64, help_text="A notification type key (`order_shipped`).")
+    user_id = serializers.CharField(required=False, max_length=MAX_USER_ID_LENGTH, trim_whitespace=False,
+                                    help_text="One existing user (or give `user_ids`).")
+    user_ids = serializers.ListField(child=serializers.CharField(max_length=MAX_USER_ID_LENGTH, trim_whitespace=False),
+                                     required=False, min_length=1, max_length=MAX_USERS,
+                                     help_text=f"Up to {MAX_USERS:,} existing users, no duplicates.")
+    data = serializers.DictField(required=False, default=dict,
+                                 help_text="A JSON object (≤ 16 KB): the templates' `{{ data.* }}`.")
+    scheduled_at = AwareDateTimeField(required=False, allow_null=True, default=None,
+                                      help_text="Send at this instant (ISO 8601 with offset). Omit to send now.")
+    ttl_seconds = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1,
+                                           max_value=MAX_TTL_SECONDS, help_text="Overrides the type's TTL.")
+    collapse_key = serializers.CharField(required=False, allow_blank=True, default="", max_length=MAX_COLLAPSE_KEY,
+                                         help_text="Push collapse key (overrides the type's template).")
+
+    def validate_scheduled_at(self, value):
+        return check_schedule_window(value)
+
+    def validate_collapse_key(self, value: str) -> str:
+        problem = control_character_problem(value)
+        if problem:
+            raise serializers.ValidationError(problem, code="invalid")
+        return value
+
+    def validate(self, attrs):
+        given = [name for name in ("user_id", "user_ids") if name in attrs]
+        if len(given) != 1:
+            raise serializers.ValidationError({"user_id": serializers.ErrorDetail(
+                "give user_id (one user) or user_ids (a list), exactly one of them",
+                code="required" if not given else "exclusive")})
+        users = [attrs["user_id"]] if "user_id" in attrs else attrs["user_ids"]
+        path = (lambda i: "user_id") if "user_id" in attrs else (lambda i: f"user_ids.{i}")
+        errors, seen = {}, set()
+        for index, user in enumerate(users):
+            problem = user_id_problem(user)
+            if problem:
+                errors[path(index)] = serializers.ErrorDetail(f"a user id {problem}", code="invalid")
+            elif user in seen:
+                errors[path(index)] = serializers.ErrorDetail(f"{user!r} is listed twice", code="duplicate")
+            seen.add(user)
+        if errors:
+            raise serializers.ValidationError(errors)
+        found = Recipient.objects.in_bulk(users)
+        unknown = [(i, u) for i, u in enumerate(users) if u not in found]
+        if unknown:
+            raise serializers.ValidationError({path(i): serializers.ErrorDetail(
+                "unknown user; create it with PUT /v1/users/{user_id}"
+                + (f" ({len(unknown)} unknown in all)" if len(unknown) > 1 else ""), code="unknown_user")
+                for i, _u in unknown[:MAX_NAMED_UNKNOWN]})
+        attrs["users"] = users
+        attrs["recipients"] = [found[u] for u in users]
+        return attrs
+
+
+class EventNotificationSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    user_id = serializers.CharField()
+    channel = serializers.CharField()
+    status = serializers.CharField(help_text="`queued`, or `scheduled` (due later, or waiting in fallback order).")
+    reason = serializers.CharField(help_text="`fallback_waiting` for a channel that waits for the one before it.")
+
+
+class EventAcceptedSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    type = serializers.CharField()
+    notifications = EventNotificationSerializer(many=True)
+
+
+def accepted_body(event: Event, rows: list[Notification]) -> dict:
+    return {"id": str(event.pk), "type": event.type_id, "notifications": [
+        {"id": str(n.pk), "user_id": n.recipient_id, "channel": n.channel, "status": n.accepted_status,
+         "reason": "fallback_waiting" if n.fallback_after else ""} for n in rows]}
+
+
+class EventListView(APIView):
+    required_scopes = {"post": Scope.SEND}
+    scope_notes = {"post": "A `high` type also needs `notifications:send_high` (403 `missing_scope` on `type`)."}
+    audit_object = "event"
+
+    @extend_schema(
+        summary="Send a semantic event: the platform picks channels, content and timing from its type",
+        request=EventRequestSerializer, parameters=IDEMPOTENCY_PARAMETERS,
+        examples=[OpenApiExample("Order shipped", request_only=True, value={
+            "type": "order_shipped", "user_id": "42",
+            "data": {"order_id": "8812", "tracking_url": "https://t.example/8812"}})],
+        responses={202: OpenApiResponse(EventAcceptedSerializer, description="Accepted (or replayed: see "
+                                                                             "`Idempotent-Replayed`)."),
+                   **error_responses(*BODY, 403, 422)})
+    def post(self, request):
+        key, problem = idempotency_key_problem(request)
+        if problem:
+            return problem
+        ser = EventRequestSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        data = ser.validated_data
+        kind = type_for(request, data["type"])
+        errors = data_errors(kind, data["data"])
+        for channel in kind.channels:
+            for detail in channel_available_errors(channel).values():
+                errors["type"] = detail
+        if errors:
+            raise serializers.ValidationError(errors)
+        fingerprint = request_fingerprint({"type": kind.key, "users": data["users"], "data": data["data"],
+                                           "scheduled_at": data["scheduled_at"], "ttl_seconds": data["ttl_seconds"],
+                                           "collapse_key": data["collapse_key"]})
+        try:
+            result = services.accept_event(client=request.auth, idempotency_key=key, fingerprint=fingerprint, kind=kind,
+                                           recipients=data["recipients"], data=data["data"],
+                                           scheduled_at=data["scheduled_at"], ttl_seconds=data["ttl_seconds"],
+                                           collapse_key=data["collapse_key"])
+        except services.IdempotencyKeyReused:
+            return key_reused()
+        audit_notes.note_fields(request, [k for k in request.data if k in EventRequestSerializer().fields])
+        return accepted(accepted_body(result.event, result.notifications), f"/v1/events/{result.event.pk}",
+                        result.replayed)
+
+
+class EventNotificationDetailSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    channel = serializers.CharField()
+    status = serializers.CharField()
+    reason = serializers.CharField()
+    reason_detail = serializers.CharField()
+    sent_at = serializers.DateTimeField(allow_null=True)
+    delivered_at = serializers.DateTimeField(allow_null=True)
+    timeline = TimelineSerializer(many=True)
+
+
+class EventRecipientSerializer(serializers.Serializer):
+    user_id = serializers.CharField()
+    outcome = serializers.ChoiceField(choices=["reached", "pending", "not_reached"],
+                                      help_text="`reached`: a channel sent it; `pending`: not decided yet; "
+                                                "`not_reached`: every channel ended without sending (see reasons).")
+    notifications = EventNotificationDetailSerializer(many=True)
+
+
+class EventDetailSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    type = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    scheduled_at = serializers.DateTimeField(allow_null=True)
+    ttl_seconds = serializers.IntegerField(allow_null=True)
+    collapse_key = serializers.CharField()
+    cancelled_at = serializers.DateTimeField(allow_null=True)
+    data = serializers.DictField(allow_null=True, help_text="The event's data; null for a sensitive type.")
+    recipients = EventRecipientSerializer(many=True)
+
+
+#: A user's outcome over their notifications (EventRecipientSerializer.outcome).
+PENDING = (Status.SCHEDULED, Status.QUEUED, Status.SENDING)
+
+
+def outcome_of(rows: list[Notification]) -> str:
+    if any(n.status in (Status.SENT, Status.DELIVERED) for n in rows):
+        return "reached"
+    if any(n.status in PENDING for n in rows):
+        return "pending"
+    return "not_reached"
+
+
+def event_body(event: Event) -> dict:
+    rows = (Notification.objects.filter(event=event).defer("title", "body", "html", "data")
+            .prefetch_related("timeline"))
+    by_user: dict[str, list] = {u: [] for u in event.user_ids}
+    order = {c: i for i, c in enumerate(event.channels)}
+    for n in rows:
+        by_user.setdefault(n.recipient_id, []).append(n)
+    iso = (lambda t: t.isoformat().replace("+00:00", "Z") if t else None)  # noqa: E731
+    recipients = []
+    for user, notes in by_user.items():
+        notes.sort(key=lambda n: order.get(n.channel, 9))
+        recipients.append({"user_id": user, "outcome": outcome_of(notes), "notifications": [
+            {"id": str(n.pk), "channel": n.channel, "status": n.status, "reason": n.reason,
+             "reason_detail": n.reason_detail, "sent_at": iso(n.sent_at), "delivered_at": iso(n.delivered_at),
+             "timeline": TimelineSerializer(n.timeline.all(), many=True).data} for n in notes]})
+    return {"id": str(event.pk), "type": event.type_id, "created_at": iso(event.created_at),
+            "scheduled_at": iso(event.scheduled_at), "ttl_seconds": event.ttl_seconds,
+            "collapse_key": event.collapse_key, "cancelled_at": iso(event.cancelled_at),
+            "data": None if event.type.sensitive else event.data, "recipients": recipients}
+
+
+def _own_event(request, event_id) -> Event | None:
+    return Event.objects.select_related("type").filter(pk=event_id, client=request.auth).first()
+
+
+_EVENT_404 = "No event with this id sent by this API client."
+
+
+class EventDetailView(APIView):
+    required_scopes = {"get": Scope.READ}
+
+    @extend_schema(summary="An event, its data and each notification with its status, reason and timeline",
+                   parameters=response_headers(),
+                   responses={200: EventDetailSerializer, **error_responses(404, _404=_EVENT_404)})
+    def get(self, request, event_id):
+        event = _own_event(request, event_id)
+        if event is None:
+            return field_error("event_id", "not_found", "no event with this id for this API client", 404,
+                               error_code="not_found")
+        return Response(event_body(event))
+
+
+class EventCancelView(APIView):
+    required_scopes = {"post": Scope.SEND}
+    audit_object = "event"
+
+    @extend_schema(summary="Cancel what of an event no worker has claimed yet", request=None,
+                   parameters=response_headers(),
+                   responses={200: EventDetailSerializer,
+                              **error_responses(404, 409, _404=_EVENT_404,
+                                                _409="Every notification was claimed already or has finished.")})
+    def post(self, request, event_id):
+        event = _own_event(request, event_id)
+        if event is None:
+            return field_error("event_id", "not_found", "no event with this id for this API client", 404,
+                               error_code="not_found")
+        try:
+            services.cancel_event(event)
+        except services.NotCancellable:
+            return field_error("status", "not_cancellable", "nothing of this event is left to cancel: every "
+                               "notification was claimed by a worker or has finished", 409, error_code="conflict")
+        audit_notes.note_fields(request, ["status"])
+        event.refresh_from_db()
+        return Response(event_body(event))

@@ -1,0 +1,152 @@
+"""``/v1/notification-types``: define what an event becomes (docs/TYPES.md). Views validate
+(:func:`notifications.events.validation.type_problems`, the admin's rule too) and call a service."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
+from rest_framework import serializers, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from core.api import audit_notes, parameters
+from core.api.errors import BODY, MissingScope, NotFoundError, error_responses, response_headers
+from core.api.fields import RejectUnknownFields
+from core.api.pagination import Ordering, list_page, page_parameters, page_serializer
+from core.api.refusals import NotOwner
+from core.api.scopes import Scope
+from core.vocabulary import CHANNELS
+from notifications.events import services
+from notifications.events.models import NotificationType, QuietHoursPolicy, Routing
+from notifications.events.validation import MAX_TTL_SECONDS, type_problems
+from notifications.models import Priority
+
+_KEY = parameters.TYPE_KEY.parameter("key", description="The type's key, e.g. `order_shipped`.")
+
+
+class TypeTemplateSerializer(RejectUnknownFields, serializers.Serializer):
+    channel = serializers.ChoiceField(choices=CHANNELS)
+    locale = serializers.CharField(max_length=35, help_text='BCP 47 tag: "en", "de-AT".')
+    title = serializers.CharField(required=False, allow_blank=True, default="", max_length=998,
+                                  help_text="Push title / email subject (one line). Not for SMS.")
+    body = serializers.CharField(max_length=100_000, trim_whitespace=False,
+                                 help_text="Push body / email text / SMS text.")
+    html = serializers.CharField(required=False, allow_blank=True, default="", max_length=1_000_000,
+                                 trim_whitespace=False, help_text="Email only; variables are HTML-escaped.")
+    data = serializers.DictField(child=serializers.CharField(allow_blank=True, max_length=4096, trim_whitespace=False),
+                                 required=False, default=dict, help_text="Push only: `{key: template}`.")
+
+
+class TypeSerializer(RejectUnknownFields, serializers.Serializer):
+    """A notification type as ``PUT`` takes it and ``GET`` answers it (with ``key`` and the stamps)."""
+
+    key = serializers.CharField(read_only=True)
+    name = serializers.CharField(max_length=200)
+    description = serializers.CharField(required=False, allow_blank=True, default="", max_length=10_000)
+    category = serializers.CharField(max_length=64, help_text="What users opt out of: `shipping`, `security`, …")
+    priority = serializers.ChoiceField(choices=Priority.choices, default=Priority.STANDARD,
+                                       help_text="`high` needs the scope notifications:send_high, to define and to "
+                                                 "trigger.")
+    channels = serializers.ListField(child=serializers.CharField(max_length=16), min_length=1, max_length=3,
+                                     help_text="The channels it may use, in fallback order.")
+    routing = serializers.ChoiceField(choices=Routing.choices, default=Routing.ALL)
+    quiet_hours = serializers.ChoiceField(choices=QuietHoursPolicy.choices, default=QuietHoursPolicy.DEFER)
+    required = serializers.BooleanField(default=False, help_text="Opt-outs do not apply (security, legal).")
+    sensitive = serializers.BooleanField(default=False, help_text="Content and event data never shown or logged.")
+    ttl_seconds = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1,
+                                           max_value=MAX_TTL_SECONDS)
+    collapse_key = serializers.CharField(required=False, allow_blank=True, default="", max_length=255,
+                                         help_text="Push collapse key template; empty: the notification id.")
+    sms_from = serializers.CharField(required=False, allow_blank=True, default="", max_length=64)
+    email_from = serializers.CharField(required=False, allow_blank=True, default="", max_length=254)
+    email_reply_to = serializers.CharField(required=False, allow_blank=True, default="", max_length=254)
+    required_data = serializers.ListField(child=serializers.CharField(max_length=64), required=False, default=list,
+                                          max_length=50, help_text="data keys every event must carry (else 422).")
+    default_locale = serializers.CharField(required=False, default="en", max_length=35)
+    templates = TypeTemplateSerializer(many=True, help_text="Per channel and locale; every channel needs one.")
+    owner = serializers.CharField(read_only=True, allow_null=True,
+                                  help_text="The API client that defined it; null: defined in the admin.")
+    created_at = serializers.DateTimeField(read_only=True)
+    updated_at = serializers.DateTimeField(read_only=True)
+
+    def validate(self, attrs):
+        problems = type_problems(attrs, attrs.get("templates") or [])
+        if problems:
+            raise serializers.ValidationError({path: serializers.ErrorDetail(p.message, code=p.code)
+                                               for path, p in problems.items()})
+        return attrs
+
+
+def payload(kind: NotificationType) -> dict:
+    """The API's view of a type (``TypeSerializer``'s fields)."""
+    body = {name: getattr(kind, name) for name in services.TYPE_FIELDS}
+    body.update(key=kind.key, owner=kind.client.name if kind.client_id else None,
+                created_at=kind.created_at.isoformat().replace("+00:00", "Z"),
+                updated_at=kind.updated_at.isoformat().replace("+00:00", "Z"),
+                templates=[{f: getattr(t, f) for f in services.TEMPLATE_FIELDS} for t in kind.templates.all()])
+    return body
+
+
+_EXAMPLE = {
+    "name": "Order shipped", "category": "shipping", "channels": ["push", "email", "sms"], "routing": "all",
+    "quiet_hours": "silent", "required_data": ["tracking_url"], "collapse_key": "order-{{ data.order_id }}",
+    "templates": [
+        {"channel": "push", "locale": "en", "title": "Your order shipped",
+         "body": "Order {{ data.order_id }} is on its way", "data": {"url": "{{ data.tracking_url }}"}},
+        {"channel": "push", "locale": "de", "title": "Bestellung verschickt",
+         "body": "Bestellung {{ data.order_id }} ist unterwegs", "data": {"url": "{{ data.tracking_url }}"}},
+        {"channel": "email", "locale": "en", "title": "Order {{ data.order_id }} shipped",
+         "body": "Hi {{ first_name }}, track it: {{ data.tracking_url }}",
+         "html": "<p>Hi {{ first_name }}, <a href=\"{{ data.tracking_url }}\">track it</a></p>"},
+        {"channel": "sms", "locale": "en", "body": "Order {{ data.order_id }} shipped: {{ data.tracking_url }}"}]}
+
+
+class TypeView(APIView):
+    required_scopes = {"get": Scope.READ, "put": Scope.TYPES_WRITE}
+    scope_notes = {"put": "A `high` type also needs `notifications:send_high` (403 `missing_scope` on `priority`)."}
+    audit_object = "notification_type"
+
+    @extend_schema(request=TypeSerializer, parameters=[_KEY, *response_headers()],
+                   examples=[OpenApiExample("Order shipped", request_only=True, value=_EXAMPLE)],
+                   responses={200: OpenApiResponse(TypeSerializer, description="Replaced."),
+                              201: OpenApiResponse(TypeSerializer, description="Created."),
+                              **error_responses(*BODY, 403, 422, _403="Another API client's type, one defined in "
+                                                                      "the admin, or `high` without the scope.")},
+                   summary="Create or replace a notification type (this client's own) and its templates")
+    def put(self, request, key: str):
+        parameters.TYPE_KEY.check("key", key)
+        existing = NotificationType.objects.filter(pk=key).first()
+        if existing is not None and existing.client_id != request.auth.pk:
+            raise NotOwner("key", "this notification type was defined by another API client" if existing.client_id
+                           else "this notification type was defined in the admin; staff change it there")
+        ser = TypeSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        fields = dict(ser.validated_data)
+        templates = fields.pop("templates")
+        if Priority.HIGH in (fields["priority"], getattr(existing, "priority", None)) and not request.auth.has_scope(
+                Scope.SEND_HIGH):
+            raise MissingScope(Scope.SEND_HIGH, field="priority", why="needed to define or change a high type")
+        kind, created = services.save_type(key, fields, templates, client=request.auth)
+        audit_notes.note_fields(request, [k for k in request.data if k in TypeSerializer().fields])
+        return Response(payload(kind), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+    @extend_schema(parameters=[_KEY, *response_headers()],
+                   responses={200: TypeSerializer, **error_responses(404, 422)}, summary="A notification type")
+    def get(self, request, key: str):
+        parameters.TYPE_KEY.check("key", key)
+        kind = NotificationType.objects.select_related("client").prefetch_related("templates").filter(pk=key).first()
+        if kind is None:
+            raise NotFoundError("key", f"no notification type {key!r}")
+        return Response(payload(kind))
+
+
+class TypeListView(APIView):
+    required_scopes = {"get": Scope.READ}
+
+    @extend_schema(parameters=[*page_parameters(), *response_headers()],
+                   responses={200: page_serializer("NotificationTypePage", TypeSerializer()),
+                              **error_responses(422)},
+                   operation_id="v1_notification_types_list", summary="Notification types by key (keyset pagination)")
+    def get(self, request):
+        qs = NotificationType.objects.select_related("client").prefetch_related("templates")
+        return Response(list_page(request.query_params, qs, Ordering(("key",)),
+                                  lambda rows: [payload(k) for k in rows]))

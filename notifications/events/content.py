@@ -1,0 +1,89 @@
+"""Send-time content of typed notifications (docs/TYPES.md): the type's template for the row's
+channel and the recipient's locale (fallback: exact, language, the type's default locale, any),
+rendered with the recipient and the event's ``data`` (:mod:`notifications.rendering`). Loaded once
+per batch: a template fixed after an event was accepted changes what its queued and deferred
+notifications say.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from dataclasses import dataclass
+
+from notifications.events.models import Event, NotificationType
+from notifications.models import Notification
+from notifications.rendering import RenderError, context_for, pick_variant, render_parts
+
+#: APNs ``apns-collapse-id`` holds at most 64 bytes (Apple, "Sending notification requests to APNs").
+MAX_COLLAPSE_KEY_BYTES = 64
+
+
+@dataclass(frozen=True)
+class SendOptions:
+    """What a typed notification's provider message carries beside its content: the push collapse
+    key (``None``: the notification id), the SMS sender / email From and the email Reply-To
+    (``None``: the provider's)."""
+
+    collapse_key: str | None = None
+    sender: str | None = None
+    reply_to: str | None = None
+
+
+class TypeContent:
+    """The types and events of one batch, loaded on first use (two queries per batch)."""
+
+    def __init__(self) -> None:
+        self._types: dict[str, NotificationType] = {}
+        self._templates: dict[tuple[str, str], list] = {}
+        self._events: dict = {}
+
+    def prime(self, rows: list[Notification]) -> None:
+        """Load the types (with their templates) and events of ``rows`` not loaded yet."""
+        keys = {n.notification_type_id for n in rows if n.notification_type_id} - set(self._types)
+        if keys:
+            for kind in NotificationType.objects.filter(pk__in=keys).prefetch_related("templates"):
+                self._types[kind.pk] = kind
+                grouped = defaultdict(list)
+                for template in kind.templates.all():
+                    grouped[template.channel].append(template)
+                for channel, templates in grouped.items():
+                    self._templates[(kind.pk, channel)] = templates
+        events = {n.event_id for n in rows if n.event_id} - set(self._events)
+        if events:
+            self._events.update(Event.objects.only("id", "data", "collapse_key").in_bulk(list(events)))
+
+    def type_of(self, n: Notification) -> NotificationType | None:
+        if not n.notification_type_id:
+            return None
+        if n.notification_type_id not in self._types:
+            self.prime([n])
+        return self._types.get(n.notification_type_id)
+
+    def render(self, n: Notification) -> SendOptions:
+        """Render ``n``'s content into it (title, body, html, push data) and return its
+        :class:`SendOptions`. Raises RenderError (no template for the channel, or it failed)."""
+        kind = self.type_of(n)
+        if kind is None:
+            raise RenderError(f"notification type {n.notification_type_id} no longer exists")
+        if n.event_id not in self._events:
+            self.prime([n])
+        event = self._events.get(n.event_id)
+        data = event.data if event is not None else {}
+        variant = pick_variant(self._templates.get((kind.pk, n.channel), []), n.recipient.locale, kind.default_locale)
+        if variant is None:
+            raise RenderError(f"type {kind.key} has no {n.channel} template")
+        parts = {"title": variant.title, "body": variant.body, "html": variant.html}
+        parts.update({f"data.{k}": v for k, v in (variant.data or {}).items()})
+        given_key = event.collapse_key if event is not None else ""
+        if n.channel == "push" and kind.collapse_key and not given_key:
+            parts["collapse_key"] = kind.collapse_key
+        out = render_parts(parts, context_for(n.recipient, data))
+        n.title, n.body, n.html = out["title"], out["body"], out["html"]
+        n.data = {k[5:]: v for k, v in out.items() if k.startswith("data.")} or None
+        collapse = given_key or out.get("collapse_key") or None
+        if collapse and len(collapse.encode()) > MAX_COLLAPSE_KEY_BYTES:
+            collapse = "ck-" + hashlib.sha256(collapse.encode()).hexdigest()[:40]
+        sender = kind.sms_from if n.channel == "sms" else kind.email_from if n.channel == "email" else ""
+        return SendOptions(collapse_key=collapse if n.channel == "push" else None, sender=sender or None,
+                           reply_to=(kind.email_reply_to or None) if n.channel == "email" else None)

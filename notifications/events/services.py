@@ -1,0 +1,198 @@
+"""Writes for notification types and events: save a type with its templates, accept an event
+(idempotent, expanded into its notifications in the same transaction), cancel one (docs/TYPES.md).
+
+Ids are derived, never random: an event is ``uuid5(EVENT_ID_NAMESPACE, f"{client}:{key}")`` and each
+of its notifications ``uuid5(EVENT_NOTIFICATION_NAMESPACE, f"{event}:{user_id}:{channel}")``, so a
+retried request or a crashed expansion creates nothing twice (the primary keys refuse a copy).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import IntegrityError, transaction
+
+from core import clock
+from notifications.enqueue import enqueue_on_commit
+from notifications.events.models import (
+    EVENT_ID_NAMESPACE,
+    EVENT_NOTIFICATION_NAMESPACE,
+    Event,
+    NotificationType,
+    Routing,
+    TypeTemplate,
+)
+from notifications.models import APIClient, DeliveryEvent, Notification, Reason, Status
+from notifications.services import notification_id_for as single_send_id
+from notifications.services import record_cancelled
+
+TYPE_FIELDS = ("name", "description", "category", "priority", "channels", "routing", "quiet_hours", "required",
+               "sensitive", "ttl_seconds", "collapse_key", "sms_from", "email_from", "email_reply_to",
+               "required_data", "default_locale")
+TEMPLATE_FIELDS = ("channel", "locale", "title", "body", "html", "data")
+
+
+class IdempotencyKeyReused(Exception):
+    """The idempotency key was already used by this client for an event with a different body."""
+
+
+class NotCancellable(Exception):
+    """Nothing of the event is left to cancel: every notification was claimed or has finished."""
+
+
+@dataclass(frozen=True)
+class AcceptedEvent:
+    """Result of :func:`accept_event`: the event, its notifications in answer order (the users as
+    given, each in the type's channel order), and whether this replays an earlier acceptance."""
+
+    event: Event
+    notifications: list[Notification]
+    replayed: bool
+
+
+def event_id_for(client_id: str, idempotency_key: str) -> uuid.UUID:
+    return uuid.uuid5(EVENT_ID_NAMESPACE, f"{client_id}:{idempotency_key}")
+
+
+def notification_id_for(event_id, user_id: str, channel: str) -> uuid.UUID:
+    return uuid.uuid5(EVENT_NOTIFICATION_NAMESPACE, f"{event_id}:{user_id}:{channel}")
+
+
+def save_type(key: str, fields: dict, templates: list[dict], *, client: APIClient | None) -> tuple[NotificationType,
+                                                                                                  bool]:
+    """Create or replace type ``key`` with ``fields`` (:data:`TYPE_FIELDS`, validated by
+    :func:`notifications.events.validation.type_problems`) and exactly ``templates`` (the old ones
+    go). ``client``: the API client making it (its owner when created), ``None`` from the admin.
+    Returns ``(type, created)``. Ownership is the caller's check (the API's, before calling)."""
+    now = clock.now()
+    with transaction.atomic():
+        existing = NotificationType.objects.select_for_update().filter(pk=key).first()
+        created = existing is None
+        kind = existing or NotificationType(key=key, client=client, created_at=now)
+        for name in TYPE_FIELDS:
+            if name in fields:
+                setattr(kind, name, fields[name])
+        kind.updated_at = now
+        kind.save()
+        kind.templates.all().delete()
+        TypeTemplate.objects.bulk_create([
+            TypeTemplate(type=kind, updated_at=now, **{f: t.get(f) or ({} if f == "data" else "")
+                                                       for f in TEMPLATE_FIELDS}) for t in templates])
+    return kind, created
+
+
+def accept_event(*, client: APIClient, idempotency_key: str | None, fingerprint: str, kind: NotificationType,
+                 recipients: list, data: dict, scheduled_at: datetime | None = None, ttl_seconds: int | None = None,
+                 collapse_key: str = "", channel: str | None = None) -> AcceptedEvent:
+    """Store an event and its notifications durably in one transaction; enqueue those due now after
+    commit. One notification per recipient and channel of the type: with routing ``all`` each is due at once (or at
+    ``scheduled_at``); with ``fallback`` only the first channel's, the next ones wait
+    (``scheduled``, reason ``fallback_waiting``, :mod:`notifications.events.fallback`). Content is
+    rendered at send time. TTL: ``ttl_seconds`` or the type's, from the send time.
+
+    Idempotency as for single sends: same ``(client, idempotency_key)`` and ``fingerprint`` →
+    the stored event (``replayed``).
+
+    ``channel``: a typed single send (``POST /v1/notifications`` with ``type``): one recipient, that
+    one channel; the notification carries the key and fingerprint and has the single send's id
+    (:func:`notifications.services.notification_id_for`), so a key is one request whichever form
+    used it; its event has no key of its own.
+
+    Raises:
+        IdempotencyKeyReused: same key, different fingerprint.
+    """
+    now = clock.now()
+    single = None
+    if channel is not None:
+        single = single_send_id(str(client.pk), idempotency_key)
+        eid = uuid.uuid5(EVENT_ID_NAMESPACE, f"notification:{single}")
+    else:
+        eid = event_id_for(str(client.pk), idempotency_key)
+    channels = [channel] if channel is not None else list(kind.channels)
+    ttl = ttl_seconds or kind.ttl_seconds
+    due = scheduled_at if scheduled_at and scheduled_at > now else None
+    start = scheduled_at or now
+    event = Event(id=eid, client=client, idempotency_key=None if single else idempotency_key,
+                  request_fingerprint=fingerprint, type=kind,
+                  data=data, user_ids=[r.user_id for r in recipients], channels=channels,
+                  routing=kind.routing if len(channels) > 1 else Routing.ALL, scheduled_at=scheduled_at,
+                  ttl_seconds=ttl_seconds, collapse_key=collapse_key, created_at=now)
+    rows = []
+    for recipient in recipients:
+        before = None
+        for index, on in enumerate(channels):
+            waiting = event.routing == Routing.FALLBACK and index > 0
+            status = Status.SCHEDULED if (waiting or due) else Status.QUEUED
+            nid = single or notification_id_for(eid, recipient.user_id, on)
+            rows.append(Notification(
+                id=nid, client=client, idempotency_key=idempotency_key if single else None,
+                request_fingerprint=fingerprint if single else "", recipient=recipient, channel=on,
+                priority=kind.priority, category=kind.category, body="", sensitive=kind.sensitive, event=event,
+                notification_type=kind,
+                fallback_after=before if waiting else None, status=status,
+                reason=Reason.FALLBACK_WAITING if waiting else "", accepted_status=status, scheduled_at=scheduled_at,
+                due_at=None if waiting else due, queued_at=now if status == Status.QUEUED else None,
+                expires_at=start + timedelta(seconds=ttl) if ttl else None, created_at=now, updated_at=now))
+            before = nid
+    try:
+        with transaction.atomic():
+            event.save(force_insert=True)
+            Notification.objects.bulk_create(rows, batch_size=2000)
+            DeliveryEvent.objects.bulk_create([
+                DeliveryEvent(notification_id=n.pk, kind="accepted", status=n.status, created_at=now,
+                              reason=n.reason, detail=_accepted_detail(n, kind)) for n in rows], batch_size=2000)
+            enqueue_on_commit([(n.pk, n.priority, n.channel) for n in rows if n.status == Status.QUEUED])
+    except IntegrityError:
+        # The same (client, key) was committed first, possibly by a concurrent request.
+        if single:  # the key may have been used by an untyped single send as well
+            first = Notification.objects.filter(pk=single).first()
+            if first is None:
+                raise
+            if first.request_fingerprint != fingerprint or first.event_id is None:
+                raise IdempotencyKeyReused() from None
+            return AcceptedEvent(first.event, [first], replayed=True)
+        existing = Event.objects.filter(pk=eid).first()
+        if existing is None:
+            raise
+        if existing.request_fingerprint != fingerprint:
+            raise IdempotencyKeyReused() from None
+        return AcceptedEvent(existing, notifications_of(existing), replayed=True)
+    return AcceptedEvent(event, rows, replayed=False)
+
+
+def _accepted_detail(n: Notification, kind: NotificationType) -> str:
+    if n.reason == Reason.FALLBACK_WAITING:
+        return f"type {kind.key}: waits for the channel before it in the fallback order"
+    if n.due_at:
+        return f"type {kind.key}; due {n.due_at.isoformat()}"
+    return f"type {kind.key}"
+
+
+def notifications_of(event: Event) -> list[Notification]:
+    """The event's notifications in answer order (users as given, channels in the event's order)."""
+    order = {(u, c): i for i, (u, c) in enumerate((u, c) for u in event.user_ids for c in event.channels)}
+    rows = list(Notification.objects.filter(event=event).defer("body", "html", "title", "data"))
+    return sorted(rows, key=lambda n: order.get((n.recipient_id, n.channel), len(order)))
+
+
+def cancel_event(event: Event) -> int:
+    """Cancel every notification of ``event`` that no worker has claimed (``scheduled`` — fallback
+    waits included — or ``queued`` → ``cancelled``, reason ``cancelled_by_client``, each with its
+    timeline event) and stamp the event. Returns how many were cancelled.
+
+    Raises NotCancellable when none was left to cancel."""
+    now = clock.now()
+    with transaction.atomic():
+        pending = list(Notification.objects.select_for_update(skip_locked=True)
+                       .filter(event=event, status__in=[Status.SCHEDULED, Status.QUEUED])
+                       .values_list("pk", flat=True))
+        moved = Notification.objects.filter(pk__in=pending, status__in=[Status.SCHEDULED, Status.QUEUED]).update(
+            status=Status.CANCELLED, reason=Reason.CANCELLED_BY_CLIENT, reason_detail="its event was cancelled",
+            due_at=None, lease_until=None, updated_at=now)
+        if not moved:
+            raise NotCancellable()
+        record_cancelled(pending, reason=Reason.CANCELLED_BY_CLIENT, detail="its event was cancelled", at=now)
+        Event.objects.filter(pk=event.pk, cancelled_at__isnull=True).update(cancelled_at=now)
+    return moved

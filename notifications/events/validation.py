@@ -1,0 +1,198 @@
+"""The rules of a notification type and its templates, checked when it is saved (API ``PUT
+/v1/notification-types/{key}`` and the admin form alike): one function, :func:`type_problems`,
+answering ``{field path: Problem}`` (``{}`` = valid). docs/TYPES.md explains each rule.
+
+Templates are checked as sources (they render per recipient at send time): each part must compile
+in the sandbox and pass a dry render on sample recipients (:func:`notifications.rendering.check_parts`);
+an error names the variant (``push [de] body``) and, for a syntax error, the line. Per channel:
+
+* push: ``body`` required; optional ``title`` and ``data`` (``{key: template}``, keys by the FCM rule
+  of :func:`providers.fcm.data_keys.data_key_problem`); no ``html``;
+* email: ``title`` (the subject) required, one line in the source; ``body`` (text) required;
+  optional ``html``; no ``data``;
+* sms: ``body`` only.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from email.utils import parseaddr
+
+import phonenumbers
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
+
+from core.vocabulary import CATEGORY_PATTERN, CHANNELS, TEMPLATE_LOCALE_PATTERN, TYPE_KEY_PATTERN
+from notifications.events.models import QuietHoursPolicy, Routing
+from notifications.models import Priority
+from notifications.quiet_hours_policy import MARKETING
+from notifications.rendering import check_parts
+from providers.fcm.data_keys import data_key_problem
+
+MAX_TEMPLATES = 200
+MAX_REQUIRED_DATA = 50
+MAX_TTL_SECONDS = 28 * 24 * 3600  # FCM's maximum TTL (4 weeks), as for single sends
+DATA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+MESSAGING_SERVICE_SID = re.compile(r"^MG[0-9a-f]{32}$")
+#: Which template parts each channel uses.
+PARTS = {"push": ("title", "body", "data"), "email": ("title", "body", "html"), "sms": ("body",)}
+
+
+@dataclass(frozen=True)
+class Problem:
+    code: str
+    message: str
+
+
+def type_problems(fields: dict, templates: list[dict]) -> dict[str, Problem]:
+    """Every problem of a type definition: ``fields`` (``key``, ``name``, ``category``, ``priority``,
+    ``channels``, ``routing``, ``quiet_hours``, ``required``, ``ttl_seconds``, ``collapse_key``,
+    ``sms_from``, ``email_from``, ``email_reply_to``, ``required_data``, ``default_locale``; missing
+    ones take the model's defaults) and ``templates`` (``[{channel, locale, title, body, html,
+    data}]``). Returns ``{path: Problem}``: paths are the API's (``channels``, ``templates.2.body``,
+    ``templates.0.data.from``)."""
+    problems: dict[str, Problem] = {}
+    key = fields.get("key", "")
+    if key and not TYPE_KEY_PATTERN.match(key):
+        problems["key"] = Problem("invalid", "lower-case letters, digits, '_' and '-'; at most 64; starting with "
+                                             "a letter or digit")
+    category = fields.get("category", "")
+    if not category or not CATEGORY_PATTERN.match(category):
+        problems["category"] = Problem("invalid_category", "lower-case letters, digits, '_', '.', '-'; at most 64")
+    priority = fields.get("priority", Priority.STANDARD)
+    quiet = fields.get("quiet_hours", QuietHoursPolicy.DEFER)
+    if category == MARKETING:
+        if priority == Priority.HIGH:
+            problems["priority"] = Problem("marketing_not_high", "marketing is never high priority")
+        if quiet == QuietHoursPolicy.BYPASS:
+            problems["quiet_hours"] = Problem("marketing_bypass", "marketing never bypasses quiet hours; use defer "
+                                                                  "or silent")
+        if fields.get("required"):
+            problems["required"] = Problem("marketing_required", "users can always opt out of marketing")
+    channels = list(fields.get("channels") or [])
+    problems.update(_channel_problems(channels, fields.get("routing", Routing.ALL)))
+    ttl = fields.get("ttl_seconds")
+    if ttl is not None and not 1 <= ttl <= MAX_TTL_SECONDS:
+        problems["ttl_seconds"] = Problem("out_of_range", f"1 to {MAX_TTL_SECONDS} seconds (FCM's maximum TTL)")
+    problems.update(_sender_problems(fields))
+    required_data = fields.get("required_data") or []
+    if len(required_data) > MAX_REQUIRED_DATA:
+        problems["required_data"] = Problem("max_length", f"at most {MAX_REQUIRED_DATA} names")
+    for index, name in enumerate(required_data):
+        if not isinstance(name, str) or not DATA_NAME.match(name):
+            problems[f"required_data.{index}"] = Problem("invalid_name", "a data key name: letters, digits, _; "
+                                                                         "≤ 64; not starting with a digit")
+    locale = fields.get("default_locale", "en")
+    if not TEMPLATE_LOCALE_PATTERN.match(locale or ""):
+        problems["default_locale"] = Problem("invalid_locale", "a BCP 47 tag like 'en' or 'de-AT'")
+    collapse = fields.get("collapse_key") or ""
+    for error in check_parts({"body": collapse}).values() if collapse else ():
+        problems["collapse_key"] = Problem("render_bound" if error.bound else "template_syntax", str(error))
+    problems.update(template_problems(templates, channels))
+    return problems
+
+
+def _channel_problems(channels: list, routing: str) -> dict[str, Problem]:
+    if not channels:
+        return {"channels": Problem("empty", "at least one channel")}
+    problems = {}
+    seen = set()
+    for index, channel in enumerate(channels):
+        if channel not in CHANNELS:
+            problems[f"channels.{index}"] = Problem("invalid_choice", f"one of {', '.join(CHANNELS)}")
+        elif channel in seen:
+            problems[f"channels.{index}"] = Problem("duplicate", f"{channel} is listed twice")
+        seen.add(channel)
+    if routing == Routing.FALLBACK and len(channels) < 2 and not problems:
+        problems["routing"] = Problem("fallback_needs_two", "fallback routing needs at least two channels, in order")
+    return problems
+
+
+def _sender_problems(fields: dict) -> dict[str, Problem]:
+    problems = {}
+    sms_from = fields.get("sms_from") or ""
+    if sms_from and not MESSAGING_SERVICE_SID.match(sms_from):
+        try:
+            number = phonenumbers.parse(sms_from, None)
+            valid = phonenumbers.is_valid_number(number) and sms_from == phonenumbers.format_number(
+                number, phonenumbers.PhoneNumberFormat.E164)
+        except phonenumbers.NumberParseException:
+            valid = False
+        if not valid:
+            problems["sms_from"] = Problem("invalid", "an E.164 number (+4915123456789) or a Twilio Messaging Service "
+                                                      "SID (MG + 32 hex digits)")
+    for name in ("email_from", "email_reply_to"):
+        value = fields.get(name) or ""
+        if not value:
+            continue
+        address = parseaddr(value)[1]
+        try:
+            if "\r" in value or "\n" in value:
+                raise ValidationError("line break")
+            validate_email(address)
+        except ValidationError:
+            problems[name] = Problem("invalid", 'an email address, optionally with a name: "Shop <shop@example.com>"')
+    return problems
+
+
+def template_problems(templates: list[dict], channels: list[str]) -> dict[str, Problem]:
+    """The rules of a type's templates (module docstring): ``{templates.<i>.<part>: Problem}``, and
+    ``templates`` itself when a channel of the type has no template or there are too many."""
+    problems: dict[str, Problem] = {}
+    if len(templates) > MAX_TEMPLATES:
+        return {"templates": Problem("max_length", f"at most {MAX_TEMPLATES} templates")}
+    seen = set()
+    for index, template in enumerate(templates):
+        path = f"templates.{index}"
+        channel, locale = template.get("channel", ""), template.get("locale", "")
+        if channel not in channels:
+            problems[f"{path}.channel"] = Problem("not_in_channels", f"{channel!r} is not one of the type's channels "
+                                                                     f"({', '.join(channels) or 'none'})")
+            continue
+        if not TEMPLATE_LOCALE_PATTERN.match(locale or ""):
+            problems[f"{path}.locale"] = Problem("invalid_locale", "a BCP 47 tag like 'en' or 'de-AT'")
+            continue
+        if (channel, locale.lower()) in seen:
+            problems[f"{path}.locale"] = Problem("duplicate", f"a second {channel} template for {locale}")
+            continue
+        seen.add((channel, locale.lower()))
+        problems.update(_variant_problems(path, template, channel, locale))
+    missing = [c for c in channels if c in CHANNELS and not any(t.get("channel") == c for t in templates)]
+    if missing:
+        problems["templates"] = Problem("missing_channel", f"no template for {', '.join(missing)}: every channel of "
+                                                           "the type needs one (at least in the default locale)")
+    return problems
+
+
+def _variant_problems(path: str, template: dict, channel: str, locale: str) -> dict[str, Problem]:
+    problems = {}
+    name = f"{channel} [{locale}]"
+    for part in ("title", "body", "html", "data"):
+        if template.get(part) and part not in PARTS[channel]:
+            problems[f"{path}.{part}"] = Problem("not_allowed_for_channel", f"{name}: {channel} has no {part}")
+    if not (template.get("body") or "").strip():
+        problems[f"{path}.body"] = Problem("blank", f"{name}: body must not be blank")
+    title = template.get("title") or ""
+    if channel == "email":
+        if not title.strip():
+            problems[f"{path}.title"] = Problem("required", f"{name}: an email needs a subject in title")
+        elif "\r" in title or "\n" in title:
+            problems[f"{path}.title"] = Problem("line_break", f"{name}: an email subject is one line")
+    data = template.get("data") or {}
+    if channel == "push":
+        if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+            problems[f"{path}.data"] = Problem("invalid", f"{name}: data is an object of string templates")
+            data = {}
+        for key in data:
+            problem = data_key_problem(key)
+            if problem:
+                problems[f"{path}.data.{key}"] = Problem("reserved_key", f"{name}: {problem}")
+    if problems:
+        return problems
+    parts = {p: template.get(p) or "" for p in ("title", "body", "html") if p in PARTS[channel]}
+    parts.update({f"data.{k}": v for k, v in data.items()} if channel == "push" else {})
+    for part, error in check_parts(parts).items():
+        problems[f"{path}.{part}"] = Problem("render_bound" if error.bound else "template_syntax",
+                                             f"{name} {part}: {error}")
+    return problems

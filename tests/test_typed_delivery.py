@@ -1,0 +1,213 @@
+"""Typed notifications through the pipeline in-process (docs/TYPES.md): content rendered at send
+time from the type's template (locale, event data, escaping; a fix after acceptance applies), the
+type's quiet-hours policy (defer, bypass, silent push), required categories and type opt-outs,
+fallback routing as each channel ends, and a template that fails at send time.
+
+Against a real emulator subprocess, Postgres and Redis (committed rows: the pipeline's own
+connections see them). tests/test_e2e_events.py runs the same with real workers."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, timedelta
+
+import pytest
+
+from core import clock
+from core.redis_client import get_redis
+from notifications import scheduler
+from notifications.delivery.pipeline import send_notifications
+from notifications.events import services
+from notifications.models import APIClient, Notification, NotificationType, TypeTemplate
+from preferences.models import Device, Preferences, Recipient, SmsStop
+from providers.registry import reset_backends
+from tests.providers.conftest import fcm_options, sendgrid_options, twilio_options
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
+
+
+@pytest.fixture
+def providers(settings, module_emulator):
+    """SMS, email and push providers of their own names on the module's emulator."""
+    module_emulator.reset()
+    tag = uuid.uuid4().hex[:6]
+    names = {"sms": f"tw{tag}", "email": f"sg{tag}", "push": f"fcm{tag}"}
+    settings.PROVIDERS = {
+        "sms": [{"NAME": names["sms"], "BACKEND": "providers.twilio.backend.TwilioSmsBackend",
+                 "OPTIONS": twilio_options(module_emulator, STATUS_CALLBACK_URL=None)}],
+        "email": [{"NAME": names["email"], "BACKEND": "providers.sendgrid.backend.SendGridEmailBackend",
+                   "OPTIONS": sendgrid_options(module_emulator)}],
+        "push": [{"NAME": names["push"], "BACKEND": "providers.fcm.backend.FcmPushBackend",
+                  "OPTIONS": fcm_options(module_emulator)}],
+    }
+    reset_backends()
+    yield names
+    reset_backends()
+    r = get_redis()
+    for name in names.values():
+        keys = list(r.scan_iter(f"*:{name}*"))
+        if keys:
+            r.delete(*keys)
+
+
+@pytest.fixture
+def client():
+    return APIClient.objects.create_key(name=f"typed-{uuid.uuid4().hex[:6]}")[0]
+
+
+def a_type(key: str, channels=("push", "email"), **over) -> NotificationType:
+    kind = NotificationType.objects.create(key=key, name=key, category=over.pop("category", "shipping"),
+                                           channels=list(channels), **over)
+    for channel in channels:
+        TypeTemplate.objects.create(type=kind, channel=channel, locale="en", title="Order {{ data.order_id }}",
+                                    body="Hi {{ first_name }}, order {{ data.order_id }} shipped",
+                                    html="<p>{{ first_name }}</p>" if channel == "email" else "")
+    return kind
+
+
+def user(**over) -> Recipient:
+    tag = uuid.uuid4().hex[:8]
+    fields = {"user_id": f"t-{tag}", "email": f"{tag}@example.org", "phone": "+15550001234",
+              "attributes": {"first_name": "<Ada>"}, **over}
+    devices = fields.pop("devices", 1)
+    r = Recipient.objects.create(**fields)
+    for i in range(devices):
+        Device.objects.create(recipient=r, platform="android", push_token=f"tok-{tag}-{i}")
+    return r
+
+
+def quiet_now(r: Recipient) -> None:
+    """Quiet hours around now (UTC), for ``r``."""
+    now = clock.now().astimezone(UTC)
+    Preferences.objects.update_or_create(recipient=r, defaults={
+        "quiet_start": (now - timedelta(hours=1)).time().replace(microsecond=0),
+        "quiet_end": (now + timedelta(hours=1)).time().replace(microsecond=0), "quiet_timezone": "UTC"})
+
+
+def event(client, kind, recipients, data=None, **kw) -> dict[tuple[str, str], Notification]:
+    accepted = services.accept_event(client=client, idempotency_key=uuid.uuid4().hex, fingerprint="f", kind=kind,
+                                     recipients=recipients, data=data or {"order_id": "8812"}, **kw)
+    return {(n.recipient_id, n.channel): n.pk for n in accepted.notifications}
+
+
+def row(pk) -> Notification:
+    return Notification.objects.get(pk=pk)
+
+
+def test_content_is_rendered_at_send_time_in_the_locale_and_a_later_fix_applies(providers, module_emulator, client):
+    kind = a_type("shipped", channels=("email",))
+    TypeTemplate.objects.create(type=kind, channel="email", locale="de", title="Bestellung {{ data.order_id }}",
+                                body="Hallo {{ first_name }}", html="<p>Hallo {{ first_name }}</p>")
+    german, english = user(locale="de-AT"), user(locale="fr")
+    ids = event(client, kind, [german, english])
+    TypeTemplate.objects.filter(type=kind, locale="en").update(body="Fixed: {{ data.order_id }}")
+
+    send_notifications([ids[(german.pk, "email")], ids[(english.pk, "email")]])
+
+    by_to = {m["to"]: m for m in module_emulator.messages()}
+    assert (by_to[german.email]["title"], by_to[german.email]["body"]) == ("Bestellung 8812", "Hallo <Ada>")
+    assert (by_to[english.email]["title"], by_to[english.email]["body"]) == ("Order 8812", "Fixed: 8812")
+    assert row(ids[(german.pk, "email")]).status == "sent"
+
+
+def test_quiet_hours_follow_the_type_defer_bypass_or_silent(providers, module_emulator, client):
+    r = user()
+    quiet_now(r)
+    deferred = event(client, a_type("digest_ready", quiet_hours="defer"), [r])
+    bypassed = event(client, a_type("fraud_alert", quiet_hours="bypass", category="security"), [r])
+    silent = event(client, a_type("order_update", quiet_hours="silent"), [r])
+
+    send_notifications([*deferred.values(), *bypassed.values(), *silent.values()])
+
+    assert [row(deferred[(r.pk, c)]).status for c in ("push", "email")] == ["scheduled", "scheduled"]
+    assert row(deferred[(r.pk, "email")]).reason == "quiet_hours"
+    assert [row(bypassed[(r.pk, c)]).status for c in ("push", "email")] == ["sent", "sent"]
+    push, email = row(silent[(r.pk, "push")]), row(silent[(r.pk, "email")])
+    assert (push.status, email.status, email.reason) == ("sent", "scheduled", "quiet_hours")
+    assert list(push.events.filter(kind="silent").values_list("status", flat=True)) == ["sending"]
+    assert "silent (data-only) push" in push.events.get(kind="silent").detail
+    assert email.due_at > clock.now() + timedelta(minutes=55)
+    assert module_emulator.count(channel="push") == 2 and module_emulator.count(channel="email") == 1
+
+
+def test_a_required_type_ignores_opt_outs_and_a_type_opt_out_suppresses_only_that_type(providers, client):
+    r = user()
+    Preferences.objects.create(recipient=r, opt_outs=["email"], category_opt_outs={"security": ["push"]},
+                               type_opt_outs={"new_follower": ["push"]})
+    required = event(client, a_type("password_changed", category="security", required=True), [r])
+    follower = event(client, a_type("new_follower", category="social"), [r])
+    other = event(client, a_type("new_like", category="social"), [r])
+
+    send_notifications([*required.values(), *follower.values(), *other.values()])
+
+    assert [(row(required[(r.pk, c)]).status) for c in ("push", "email")] == ["sent", "sent"]
+    assert [(row(follower[(r.pk, c)]).status, row(follower[(r.pk, c)]).reason) for c in ("push", "email")] == [
+        ("suppressed", "opted_out_type"), ("suppressed", "opted_out_channel")]
+    assert "new_follower on push" in row(follower[(r.pk, "push")]).reason_detail
+    assert row(other[(r.pk, "push")]).status == "sent"
+
+
+def test_fallback_tries_the_next_channel_only_when_the_one_before_cannot_reach_the_user(providers, module_emulator,
+                                                                                       client):
+    kind = a_type("otp_fallback", channels=("push", "email", "sms"), routing="fallback")
+    TypeTemplate.objects.filter(type=kind, channel="sms").update(title="")
+    no_device = user(devices=0)
+    ids = event(client, kind, [no_device])
+    push, email, sms = (ids[(no_device.pk, c)] for c in ("push", "email", "sms"))
+
+    send_notifications([push])
+    assert (row(push).status, row(push).reason) == ("suppressed", "no_active_device")
+    assert (row(email).status, row(email).reason, row(sms).status) == ("queued", "", "scheduled")
+    assert list(row(email).events.values_list("kind", flat=True)) == ["accepted", "released"]
+
+    send_notifications([email])
+    assert row(email).status == "sent"
+    assert (row(sms).status, row(sms).reason) == ("suppressed", "fallback_not_needed")
+    assert row(sms).reason_detail == "an earlier channel in the fallback order (email: sent) reached the recipient"
+    assert module_emulator.count(channel="sms") == 0 and module_emulator.count(channel="email") == 1
+
+
+def test_fallback_with_every_channel_ineligible_leaves_one_suppressed_row_per_channel(providers, client):
+    kind = a_type("reach_me", channels=("push", "email", "sms"), routing="fallback")
+    TypeTemplate.objects.filter(type=kind, channel="sms").update(title="")
+    nobody = user(devices=0, email="", phone="")
+    ids = event(client, kind, [nobody])
+    for channel in ("push", "email", "sms"):
+        send_notifications([ids[(nobody.pk, channel)]])
+    assert [(row(ids[(nobody.pk, c)]).status, row(ids[(nobody.pk, c)]).reason) for c in ("push", "email", "sms")] == [
+        ("suppressed", "no_active_device"), ("suppressed", "no_email"), ("suppressed", "no_phone")]
+
+
+def test_the_reconciler_settles_a_fallback_left_waiting_behind_a_row_that_ended(providers, client):
+    kind = a_type("crashy", channels=("push", "email"), routing="fallback")
+    r = user()
+    ids = event(client, kind, [r])
+    # The push ended by a path that does not settle fallbacks (e.g. written before a crash).
+    Notification.objects.filter(pk=ids[(r.pk, "push")]).update(status="failed", reason="permanent_error")
+    assert scheduler.reconcile()["fallbacks"] == 1
+    assert row(ids[(r.pk, "email")]).status == "queued"
+    assert scheduler.reconcile()["fallbacks"] == 0
+
+
+def test_a_template_that_fails_at_send_time_is_a_dead_letter_with_its_error(providers, client):
+    kind = a_type("broken", channels=("email",))
+    TypeTemplate.objects.filter(type=kind).update(body="{{ data.n / 0 }}")
+    r = user()
+    ids = event(client, kind, [r], data={"n": 1})
+    send_notifications(list(ids.values()))
+    n = row(ids[(r.pk, "email")])
+    assert (n.status, n.reason) == ("failed", "template_error") and n.dead_lettered_at is not None
+    assert n.reason_detail == "template error: ZeroDivisionError: division by zero"
+
+
+def test_a_type_with_its_own_sms_sender_honours_the_stop_list_of_that_sender(providers, module_emulator, client):
+    kind = a_type("shop_sms", channels=("sms",), sms_from="+15005550006")
+    TypeTemplate.objects.filter(type=kind).update(title="")
+    stopped, fine = user(phone="+15550009999"), user(phone="+15550008888")
+    SmsStop.objects.create(phone="+15550009999", sender="+15005550006", source="twilio 21610")
+    ids = event(client, kind, [stopped, fine])
+    send_notifications(list(ids.values()))
+    assert (row(ids[(stopped.pk, "sms")]).status, row(ids[(stopped.pk, "sms")]).reason) == ("suppressed",
+                                                                                           "sms_stopped")
+    assert "+15005550006" in row(ids[(stopped.pk, "sms")]).reason_detail
+    assert [m["to"] for m in module_emulator.messages()] == ["+15550008888"]
