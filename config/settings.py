@@ -198,6 +198,8 @@ SPECTACULAR_SETTINGS = {
         "PriorityEnum": "notifications.models.Priority.choices",
         "NotificationStatusEnum": "notifications.models.Status.choices",
         "CampaignStatusEnum": "campaigns.models.CampaignStatus.choices",
+        "ReasonEnum": "notifications.models.Reason.choices",
+        "EffectiveReasonEnum": "preferences.api.serializers.EFFECTIVE_REASONS",
     },
 }
 

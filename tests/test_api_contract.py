@@ -94,6 +94,7 @@ REFUSALS_THE_SCHEMA_CANNOT_STATE = {
     ("attributes", "max_length"): "at most 50 attributes",
     ("category_opt_outs", "invalid_category"): "category names: propertyNames is OpenAPI 3.1",
     ("category_opt_outs", "max_length"): "at most 100 categories",
+    ("type_opt_outs", "invalid_type_key"): "notification type keys: propertyNames is OpenAPI 3.1",
 }
 
 
