@@ -174,6 +174,8 @@ class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
                  "properties": {"scheduled_at": {"type": "string"}, "local_time": {"type": "object"}}}},
         {"anyOf": [{"not": {"required": ["missed_policy"], "properties": {"missed_policy": {"type": "string"}}}},
                    {"required": ["local_time"], "properties": {"local_time": {"type": "object"}}}]},
+        {"anyOf": [{"not": {"required": ["data"], "properties": {"data": {"type": "object"}}}},
+                   {"required": ["type"], "properties": {"type": {"type": "string"}}}]},
     ]}
 
     name = LabelField(required=False, allow_blank=True, default="")

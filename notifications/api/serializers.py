@@ -76,7 +76,15 @@ class ContentSerializer(RejectUnknownFields, serializers.Serializer):
 
 
 class SendRequestSerializer(RejectUnknownFields, serializers.Serializer):
-    """``POST /v1/notifications`` body."""
+    """``POST /v1/notifications`` body: ``content``, or ``type`` (with ``data``); with ``type`` no
+    ``category``, ``priority`` or ``sensitive`` (the type's)."""
+
+    #: The same rules in the OpenAPI schema (core.api.fields.RejectUnknownFieldsSchema).
+    schema_rules = {"allOf": [
+        {"oneOf": [{"required": ["content"]}, {"required": ["type"]}]},
+        *({"not": {"required": ["type", name]}} for name in ("category", "priority", "sensitive")),
+        {"not": {"required": ["content", "data"]}},
+    ]}
 
     user_id = serializers.CharField(max_length=255, trim_whitespace=False,
                                     help_text="An existing user id, exactly as stored (never trimmed).")
