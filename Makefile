@@ -87,7 +87,7 @@ test-chaos: migrate static
 ## of the same run (SDK/raw and durable ceilings, the naive baseline at its best; the harness is the
 ## bench/ package); writes bench/results/<UTC timestamp>.json and .png (docs/PERFORMANCE.md).
 ## BENCH_ARGS adds options, e.g. BENCH_ARGS="--channel push" for the 1M push run.
-.PHONY: bench bench-smoke
+.PHONY: bench bench-smoke bench-events
 bench: migrate static
 	$(PY) manage.py bench $(BENCH_ARGS)
 
@@ -95,6 +95,13 @@ bench: migrate static
 ## or an OTP was not delivered
 bench-smoke: migrate static
 	$(PY) manage.py bench --recipients 50000 $(BENCH_ARGS)
+
+## bench-events: the event blast at smoke size: 2,000 events of a push + email type through
+## POST /v1/events beside the OTP stream (~3 minutes: too long to add to bench-smoke); exits non-zero
+## if an event was refused, a notification lost or an OTP not delivered. The full run is
+## BENCH_ARGS="--events 100000 --send-seconds 420 --drain-timeout 1200" (docs/PERFORMANCE.md, "Event blast").
+bench-events: migrate static
+	$(PY) manage.py bench --scenario events --events 2000 $(BENCH_ARGS)
 
 ## stop: stop the project-local Postgres and Redis
 stop:

@@ -1,12 +1,15 @@
 """The results PNG (matplotlib, Agg): deliveries/s per tier over time, and OTP latency over time; one
-column per run (tiered, naive)."""
+column per run (tiered, naive). The event blast's (:func:`write_events_plot`): events accepted/s and
+notifications delivered/s per channel over time, and OTP latency over time."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+COLORS = {"sms": "tab:orange", "email": "tab:blue", "push": "tab:green"}
 
-def write_plot(report: dict, path: Path) -> None:
+
+def _pyplot():
     import logging
 
     import matplotlib
@@ -15,6 +18,11 @@ def write_plot(report: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def write_plot(report: dict, path: Path) -> None:
+    plt = _pyplot()
     runs = [(name, report[name]["run"]) for name in ("tiered", "naive") if report.get(name)]
     if not runs:
         return
@@ -32,25 +40,55 @@ def write_plot(report: dict, path: Path) -> None:
         fan = run["fanout"].get("seconds")
         if fan is not None:
             top.axvline(fan, color="grey", linestyle=":", label=f"fan-out done ({fan:.1f} s)")
-        top.legend(loc="upper right", fontsize=8)
-        colors = {"sms": "tab:orange", "email": "tab:blue", "push": "tab:green"}
-        for channel in sorted({p[2] for p in tl["otp"]}):
-            pts = [p for p in tl["otp"] if p[2] == channel]
-            bottom.scatter([p[0] for p in pts], [max(p[1], 0.1) for p in pts], s=6, label=f"OTP {channel}",
-                           color=colors.get(channel))
-        bottom.axhline(1000, color="red", linestyle="--", linewidth=0.8, label="1 s target (p99)")
-        p99 = run["otp"]["latency_ms"]["p99"]
-        if p99 is not None:
-            bottom.axhline(p99, color="black", linestyle=":", linewidth=0.8, label=f"p99 {p99:,.0f} ms")
         if tl.get("brownout_s") is not None:
             for ax in (top, bottom):
                 ax.axvline(tl["brownout_s"], color="purple", linestyle="--", label="brownout")
-        bottom.set_yscale("log")
-        bottom.set_title(f"{name}: OTP accept → provider latency")
-        bottom.set_xlabel("seconds since launch (OTP accept instant)")
-        bottom.set_ylabel("ms (log)")
-        bottom.legend(loc="upper right", fontsize=8)
+        top.legend(loc="upper right", fontsize=8)
+        _otp_panel(bottom, tl, run["otp"]["latency_ms"]["p99"], f"{name}: OTP accept → provider latency")
     fig.suptitle(f"manage.py bench — {report.get('started_at', '')} — {report.get('git', {}).get('commit', '')[:10]}")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def _otp_panel(ax, tl: dict, p99: float | None, title: str) -> None:
+    for channel in sorted({p[2] for p in tl["otp"]}):
+        pts = [p for p in tl["otp"] if p[2] == channel]
+        ax.scatter([p[0] for p in pts], [max(p[1], 0.1) for p in pts], s=6, label=f"OTP {channel}",
+                   color=COLORS.get(channel))
+    ax.axhline(1000, color="red", linestyle="--", linewidth=0.8, label="1 s target (p99)")
+    if p99 is not None:
+        ax.axhline(p99, color="black", linestyle=":", linewidth=0.8, label=f"p99 {p99:,.0f} ms")
+    ax.set_yscale("log")
+    ax.set_title(title)
+    ax.set_xlabel("seconds since launch (OTP accept instant)")
+    ax.set_ylabel("ms (log)")
+    ax.legend(loc="upper right", fontsize=8)
+
+
+def write_events_plot(report: dict, path: Path) -> None:
+    """The event blast's PNG: events accepted/s and notifications delivered/s per channel (top), OTP
+    accept → provider latency (bottom), both against seconds since launch."""
+    run = (report.get("events") or {}).get("run")
+    if not run:
+        return
+    plt = _pyplot()
+    tl = run["timeline"]
+    start = tl.get("start_s", 0.0)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 7))
+    xs = [start + i for i in range(len(tl["accepted_per_s"]))]
+    top.plot(xs, tl["accepted_per_s"], label="events accepted (202)", color="black")
+    for channel, series in tl["delivered_per_s"].items():
+        top.plot(xs[:len(series)], series, label=f"{channel} delivered", color=COLORS.get(channel))
+    top.set_title(f"{report['events']['events']:,} events (push + email) over {report['events']['concurrency']} "
+                  "connections — per second")
+    top.set_xlabel("seconds since launch")
+    top.set_ylabel("per second")
+    top.legend(loc="upper right", fontsize=8)
+    _otp_panel(bottom, tl, run["otp"]["latency_ms"]["p99"], "OTP accept → provider latency during the event blast")
+    fig.suptitle(f"manage.py bench --scenario events — {report.get('started_at', '')} — "
+                 f"{report.get('git', {}).get('commit', '')[:10]}")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)

@@ -108,7 +108,7 @@ def summarize_run(*, launch_ms: float, end_ms: float, campaign: dict, statuses: 
         "emulator_cpu_us_per_notification": cpu_us_per_message(cpu, ["emulator"], delivered_total),
         "notifications_counted": delivered_total,
     }
-    memory = _memory(rss, launch_ms / 1000, end_ms / 1000)
+    memory = memory_summary(rss, launch_ms / 1000, end_ms / 1000)
 
     result = {
         "timed_out": timed_out,
@@ -152,7 +152,7 @@ def series_from_times_weighted(pairs: Iterable[tuple[int, int]]) -> list[list[in
     return [[s, out[s]] for s in sorted(out)]
 
 
-def _memory(rss: dict[str, list[tuple[float, int]]], t0: float, t1: float) -> dict:
+def memory_summary(rss: dict[str, list[tuple[float, int]]], t0: float, t1: float) -> dict:
     """Peak RSS (MB) per kind, and for workers the change from a quarter into the run to its end
     (the first quarter is warm-up: imports, connection pools)."""
     peak = {kind: round(max(v for _, v in series) / MB, 1) for kind, series in rss.items() if series}
@@ -533,9 +533,10 @@ def docs_section_runs(runs: list[tuple[dict, str, str]]) -> str:
     return "\n".join(lines)
 
 
-def replace_docs_section(text: str, section: str) -> str:
-    """``text`` with its results block replaced by ``section`` (appended when there is none)."""
-    pattern = re.compile(re.escape(DOCS_START) + r".*?" + re.escape(DOCS_END), re.S)
+def replace_docs_section(text: str, section: str, start: str = DOCS_START, end: str = DOCS_END) -> str:
+    """``text`` with its block between the markers ``start`` and ``end`` (default: the results
+    block) replaced by ``section`` (appended when there is none)."""
+    pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
     if pattern.search(text):
         return pattern.sub(lambda _m: section, text)
     return text.rstrip("\n") + "\n\n" + section + "\n"

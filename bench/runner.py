@@ -30,9 +30,9 @@ BUCKET_MS = 100
 #: Brownout: OTPs keep flowing at least this long after the primary SMS provider slowed down.
 BROWNOUT_OBSERVE_MS = 30_000
 OTP_USERS = 1000
-#: Tables emptied before each run (the bench database is the bench's alone): notifications and
-#: campaigns with everything that references them. Recipients, devices and segments stay.
-RESET_TABLES = ("notifications_notification", "campaigns_campaign")
+#: Tables emptied before each run (the bench database is the bench's alone): notifications,
+#: campaigns and events with everything that references them. Recipients, devices and segments stay.
+RESET_TABLES = ("notifications_notification", "campaigns_campaign", "notifications_event")
 PLATFORM_KINDS = ("web", "worker_high", "worker_standard", "worker_fanout", "worker_maintenance", "worker_receipts",
                   "beat", "postgres", "redis")
 
@@ -64,7 +64,7 @@ class RunConfig:
 
 
 def reset_state(redis_url: str) -> None:
-    """Empty the bench database's notification and campaign tables and the bench Redis database."""
+    """Empty the bench database's notification, campaign and event tables and the bench Redis database."""
     with connection.cursor() as cur:
         cur.execute(f"TRUNCATE {', '.join(RESET_TABLES)} CASCADE")
     import redis
@@ -74,6 +74,16 @@ def reset_state(redis_url: str) -> None:
 
 def _port(url: str) -> int | None:
     return urlsplit(url).port
+
+
+def monitor_for(stack: BenchStack, database_url: str, redis_url: str) -> procs.ProcessMonitor:
+    """A process monitor of every process of ``stack`` (one kind each) and of the Postgres and Redis
+    servers behind the two URLs (Postgres: only the backends of the bench's own database)."""
+    pg_pid, redis_pid = procs.listening_pid(_port(database_url)), procs.listening_pid(_port(redis_url))
+    kinds = {name: (lambda n=name: stack.pids(n)) for name in stack.commands()}
+    kinds["postgres"] = lambda: [pg_pid] if pg_pid else []
+    kinds["redis"] = lambda: [redis_pid] if redis_pid else []
+    return procs.ProcessMonitor(kinds, postgres_database=urlsplit(database_url).path.lstrip("/"))
 
 
 def run_blast(cfg: RunConfig, database_url: str, redis_url: str, work_dir: Path,
@@ -90,11 +100,7 @@ def run_blast(cfg: RunConfig, database_url: str, redis_url: str, work_dir: Path,
     if cfg.provider_rate:
         env["PROVIDER_RATE_PER_S"] = str(cfg.provider_rate)
     stack = BenchStack(database_url, redis_url, work_dir / label, pipeline="tiered", env=env, log_dir=work_dir)
-    pg_pid, redis_pid = procs.listening_pid(_port(database_url)), procs.listening_pid(_port(redis_url))
-    kinds = {name: (lambda n=name: stack.pids(n)) for name in stack.commands()}
-    kinds["postgres"] = lambda: [pg_pid] if pg_pid else []
-    kinds["redis"] = lambda: [redis_pid] if redis_pid else []
-    monitor = procs.ProcessMonitor(kinds, postgres_database=urlsplit(database_url).path.lstrip("/"))
+    monitor = monitor_for(stack, database_url, redis_url)
     progress(f"[{label}] starting the stack ({', '.join(stack.commands())})…")
     stack.start_all()
     monitor.start()
@@ -107,13 +113,13 @@ def run_blast(cfg: RunConfig, database_url: str, redis_url: str, work_dir: Path,
                             if k in ("PROVIDER_RATE_PER_S", "PROVIDER_HIGH_RESERVED_FRACTION",
                                      "EMULATOR_RECEIPTS", "LOG_LEVEL", "API_DEFAULT_RATE_LIMIT")}}
     try:
-        faults = _apply_faults(emulator, cfg)
+        faults = apply_faults(emulator, cfg)
         result["faults"] = faults
         if cfg.ceiling_seconds > 0:
             result.update(_ceilings(cfg, stack, monitor, progress, label))
         sender = OtpSender(stack.api, otp_key, otp_users, cfg.otp_channels, cfg.otp_rate)
-        _warm_up(stack, emulator, sender, cfg, campaign_key, progress)
-        _clear_messages(emulator)
+        warm_up(stack, emulator, sender, cfg, campaign_key, progress)
+        clear_messages(emulator)
         result.update(_blast(cfg, stack, emulator, monitor, sender, segment.segment_id, campaign_key, progress, label))
     finally:
         monitor.stop()
@@ -144,7 +150,7 @@ def _ceilings(cfg: RunConfig, stack: BenchStack, monitor, progress, label: str) 
     return out
 
 
-def _apply_faults(emulator: Emulator, cfg: RunConfig) -> list[dict]:
+def apply_faults(emulator: Emulator, cfg: RunConfig) -> list[dict]:
     """Emulator rules: rate limits first (they fire only when their bucket is empty), then latency."""
     rules = []
     if cfg.provider_rate:
@@ -155,12 +161,12 @@ def _apply_faults(emulator: Emulator, cfg: RunConfig) -> list[dict]:
     return [emulator.add_fault(**rule) for rule in rules]
 
 
-def _clear_messages(emulator: Emulator) -> None:
+def clear_messages(emulator: Emulator) -> None:
     for path in ("messages", "stats"):
         emulator.http.delete(f"{emulator.base}/_emulator/{path}", timeout=30).raise_for_status()
 
 
-def _warm_up(stack, emulator: Emulator, sender: OtpSender, cfg: RunConfig, campaign_key: str, progress) -> None:
+def warm_up(stack, emulator: Emulator, sender: OtpSender, cfg: RunConfig, campaign_key: str, progress) -> None:
     """A few OTPs per channel, one after another, so first-request costs (imports, connections,
     OAuth tokens) are not measured."""
     before = emulator.count()
@@ -292,11 +298,7 @@ def run_naive(cfg: RunConfig, database_url: str, redis_url: str, work_dir: Path,
     segment, seed_seconds = seed.ensure_segment(cfg.recipients, progress)
     stack = BenchStack(database_url, redis_url, work_dir / label, pipeline="naive", env=dict(cfg.env),
                        log_dir=work_dir, naive_pool=cfg.naive_pool, naive_concurrency=cfg.naive_concurrency)
-    pg_pid, redis_pid = procs.listening_pid(_port(database_url)), procs.listening_pid(_port(redis_url))
-    kinds = {name: (lambda n=name: stack.pids(n)) for name in stack.commands()}
-    kinds["postgres"] = lambda: [pg_pid] if pg_pid else []
-    kinds["redis"] = lambda: [redis_pid] if redis_pid else []
-    monitor = procs.ProcessMonitor(kinds, postgres_database=urlsplit(database_url).path.lstrip("/"))
+    monitor = monitor_for(stack, database_url, redis_url)
     progress(f"[{label}] starting the naive design ({', '.join(stack.commands())}, pool {cfg.naive_pool} × "
              f"{cfg.naive_concurrency})…")
     stack.start_all()
@@ -308,7 +310,7 @@ def run_naive(cfg: RunConfig, database_url: str, redis_url: str, work_dir: Path,
                     "otp_rate": 0, "pool": cfg.naive_pool, "concurrency": cfg.naive_concurrency,
                     "commands": {n: " ".join(c) for n, c in stack.commands().items()}}
     try:
-        _clear_messages(emulator)
+        clear_messages(emulator)
         campaign_id = str(uuid.uuid4())
         monitor.mark("launch")
         steal0, busy0 = procs.steal_seconds(), procs.busy_seconds()

@@ -32,6 +32,11 @@ def segment_id_for(members: int) -> str:
     return f"bench-seg-{members}"
 
 
+def member_ids(members: int) -> list[str]:
+    """The user ids of segment ``bench-seg-<members>``'s recipients, in seeding order."""
+    return [f"b{members}-{i:07d}" for i in range(members)]
+
+
 def recipient_row(user_id: str, index: int) -> dict:
     """One bench recipient's contacts (phone numbers are unique per index below 10^8)."""
     return {"user_id": user_id, "email": f"{user_id}@example.com", "phone": f"+49151{index % 10**8:08d}",
@@ -50,7 +55,7 @@ def ensure_segment(members: int, progress: Callable[[str], None] = log.info) -> 
         return segment, 0.0
     progress(f"seeding segment {segment_id}: {members:,} recipients with email, phone and a push device…")
     t0 = time.perf_counter()
-    user_ids = [f"b{members}-{i:07d}" for i in range(members)]
+    user_ids = member_ids(members)
     with transaction.atomic():
         SegmentMember.objects.filter(segment=segment).delete()
         ensure_recipients(user_ids, first_index=0)

@@ -2,15 +2,21 @@
 
 Starts its own stack (emulator, gunicorn, workers, beat) on free ports against the database
 ``notify_bench`` on the project Postgres (created and migrated here) and Redis database 3 (flushed),
-so it never touches ``make run`` data. One ``blast`` run: the reference ceilings (bench/ceilings.py: raw
-or SDK, durable) → tiered blast → the naive baseline (bench/naive.py) on a smaller campaign, time-boxed.
+so it never touches ``make run`` data (``BENCH_DATABASE`` and ``BENCH_REDIS_DB`` in the environment
+choose others, e.g. for two checkouts sharing one Postgres and Redis). One ``blast`` run: the reference
+ceilings (bench/ceilings.py: raw or SDK, durable) → tiered blast → the naive baseline (bench/naive.py)
+on a smaller campaign, time-boxed.
 ``--channel`` picks the campaign's channel (each channel is its own run, at any ``--recipients``, 1 M by
 default). ``--scenario brownout``: the tiered blast with OTPs round-robin over SMS, email
 and push, and the primary SMS provider answering after 30 s from a third of the way on.
+``--scenario events``: the event blast (bench/event_blast.py): ``--events`` events of a push + email
+type, one user each, through ``POST /v1/events`` over ``--event-concurrency`` connections, beside the
+OTP stream (on ``--channel``); no ceilings, no naive baseline.
 
 Writes ``bench/results/<UTC timestamp>.json`` and ``.png``, prints a summary, and exits 1 when
 something was lost or an OTP of the tiered run never reached the provider.
-``--write-docs RESULTS.json`` only rewrites the results block of docs/PERFORMANCE.md (and its plot).
+``--write-docs RESULTS.json`` only rewrites the results block of docs/PERFORMANCE.md (and its plot),
+or for an events run its "Event blast" block.
 """
 
 from __future__ import annotations
@@ -33,8 +39,8 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-BENCH_DATABASE = "notify_bench"
-BENCH_REDIS_DB = 3
+BENCH_DATABASE = os.environ.get("BENCH_DATABASE", "notify_bench")
+BENCH_REDIS_DB = int(os.environ.get("BENCH_REDIS_DB", "3"))
 INNER = "BENCH_INNER"
 
 
@@ -49,7 +55,8 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--recipients", type=int, default=1_000_000, help="campaign size (default 1,000,000)")
-        parser.add_argument("--channel", choices=["email", "sms", "push"], default="email")
+        parser.add_argument("--channel", choices=["email", "sms", "push"], default="email",
+                            help="the campaign's channel and the OTPs' (events: the OTPs' only; default email)")
         parser.add_argument("--otp-rate", type=float, default=10.0,
                             help="high-priority sends per second through the API during the blast (default 10)")
         parser.add_argument("--provider-rate", type=float, default=None,
@@ -57,7 +64,15 @@ class Command(BaseCommand):
                                  "emulator 429 rule per provider (default: the settings' budgets, no emulator limit)")
         parser.add_argument("--provider-latency-ms", type=int, default=None,
                             help="every provider answers after this many ms (emulator fault rule)")
-        parser.add_argument("--scenario", choices=["blast", "brownout"], default="blast")
+        parser.add_argument("--scenario", choices=["blast", "brownout", "events"], default="blast")
+        parser.add_argument("--events", type=int, default=100_000,
+                            help="events: how many events, one user each (default 100,000)")
+        parser.add_argument("--send-seconds", type=float, default=None,
+                            help="events: stop sending new events this many seconds after launch (what was "
+                                 "accepted still drains; default: send them all)")
+        parser.add_argument("--event-concurrency", type=int, default=8,
+                            help="events: client connections sending them (default 8: the API's 2 gunicorn "
+                                 "workers × 4 threads)")
         parser.add_argument("--naive-recipients", type=int, default=None,
                             help="campaign size of the naive baseline (default min(recipients, 20,000))")
         parser.add_argument("--naive-max-seconds", type=float, default=180.0,
@@ -136,6 +151,8 @@ class Command(BaseCommand):
         out.mkdir(parents=True, exist_ok=True)
         work = settings.BASE_DIR / "test-artifacts" / "bench" / stamp
         argv = sys.argv[2:] if len(sys.argv) > 2 and sys.argv[1] == "bench" else []
+        if o["scenario"] == "events":
+            return self.run_events(o, started, stamp, out, work, argv)
         brownout = o["scenario"] == "brownout"
         result: dict = {
             "schema": 1, "scenario": o["scenario"], "started_at": started.isoformat(timespec="seconds"),
@@ -178,36 +195,90 @@ class Command(BaseCommand):
             result["targets"] = report.evaluate_targets(result["tiered"], result["naive"], result["reference"],
                                                         o["recipients"], o["channel"])
         problems = report.sanity_problems(result["tiered"]) + ([f"bench error: {error}"] if error else [])
+        self.finish(result, problems, out / stamp, plot.write_plot, report.summary_text, work)
+
+    def run_events(self, o, started: datetime, stamp: str, out: Path, work: Path, argv: list[str]):
+        """``--scenario events``: the event blast alone (bench/event_blast.py)."""
+        from bench import event_report, plot
+        from bench.event_blast import EventsConfig, run_events
+        from bench.runner import PLATFORM_KINDS
+
+        result: dict = {
+            "schema": 1, "scenario": "events", "started_at": started.isoformat(timespec="seconds"),
+            "git": git_info(), "machine": machine_info(),
+            "options": {k: o[k] for k in ("scenario", "events", "event_concurrency", "send_seconds", "channel",
+                                          "otp_rate", "provider_rate", "provider_latency_ms", "drain_timeout")}
+            | {"argv": " ".join(argv)},
+            "events": None,
+        }
+        error = None
+        try:
+            result["events"] = run_events(
+                EventsConfig(events=o["events"], concurrency=o["event_concurrency"], otp_rate=o["otp_rate"],
+                             otp_channels=[o["channel"]], provider_rate=o["provider_rate"],
+                             provider_latency_ms=o["provider_latency_ms"], send_seconds=o["send_seconds"],
+                             drain_timeout=o["drain_timeout"]),
+                os.environ["DATABASE_URL"], os.environ["REDIS_URL"], work, self.say)
+        except Exception as exc:  # still write what was measured
+            error = f"{type(exc).__name__}: {exc}"
+            result["error"] = error
+            result["traceback"] = traceback.format_exc()
+            self.stderr.write(result["traceback"])
+        problems = event_report.event_sanity_problems(result["events"]) + ([f"bench error: {error}"] if error else [])
+        self.finish(result, problems, out / stamp, plot.write_events_plot,
+                    lambda r: event_report.summary_text(r, PLATFORM_KINDS), work)
+
+    def finish(self, result: dict, problems: list[str], base: Path, write_plot, summary_text, work: Path) -> None:
+        """Write ``base``.json and .png, print the summary, exit 1 when a sanity check failed."""
         result["sanity"] = {"ok": not problems, "problems": problems}
         result["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
-        json_path = out / f"{stamp}.json"
-        png_path = out / f"{stamp}.png"
+        json_path, png_path = base.with_suffix(".json"), base.with_suffix(".png")
         json_path.write_text(json.dumps(result, indent=1, default=str))
         try:
-            plot.write_plot(result, png_path)
+            write_plot(result, png_path)
         except Exception as exc:
             self.stderr.write(f"plot not written: {exc}")
-        self.stdout.write("\n" + report.summary_text(result))
+        self.stdout.write("\n" + summary_text(result))
         self.stdout.write(f"\nwritten: {json_path} and {png_path.name}; logs in {work}")
         if problems:
             self.stderr.write("bench sanity checks failed:\n  " + "\n  ".join(problems))
             sys.exit(1)
 
     def write_docs(self, paths: list[Path]):
-        from bench import report
+        """Blast and brownout runs: the results block (several side by side); an events run: the
+        "Event blast" block (one run)."""
+        from bench import event_report, report
+        from bench.runner import PLATFORM_KINDS
 
         docs = settings.BASE_DIR / "docs" / "PERFORMANCE.md"
-        runs = []
-        for path in paths:
-            data = json.loads(path.read_text())
-            png = path.with_suffix(".png")
-            name = "PERFORMANCE.png" if len(paths) == 1 else f"PERFORMANCE-{report.channel_of(data)}.png"
-            if png.exists():
-                shutil.copyfile(png, docs.parent / name)
-            runs.append((data, path.name, name))
-        section = report.docs_section_runs(runs)
-        docs.write_text(report.replace_docs_section(docs.read_text() if docs.exists() else "", section))
-        self.stdout.write(f"rewrote the results block of {docs} from {', '.join(str(p) for p in paths)}")
+        loaded = [(path, json.loads(path.read_text())) for path in paths]
+        blasts = [(p, d) for p, d in loaded if d.get("scenario") != "events"]
+        events = [(p, d) for p, d in loaded if d.get("scenario") == "events"]
+        if len(events) > 1:
+            raise CommandError("--write-docs takes one events run (the Event blast block shows one)")
+        text = docs.read_text() if docs.exists() else ""
+        if blasts:
+            runs = []
+            for path, data in blasts:
+                name = "PERFORMANCE.png" if len(blasts) == 1 else f"PERFORMANCE-{report.channel_of(data)}.png"
+                self.copy_plot(path, docs.parent / name)
+                runs.append((data, path.name, name))
+            text = report.replace_docs_section(text, report.docs_section_runs(runs))
+        for path, data in events:
+            self.copy_plot(path, docs.parent / "PERFORMANCE-events.png")
+            text = report.replace_docs_section(
+                text, event_report.docs_section(data, path.name, "PERFORMANCE-events.png", PLATFORM_KINDS),
+                event_report.EVENTS_START, event_report.EVENTS_END)
+        docs.write_text(text)
+        self.stdout.write(f"rewrote {'the results block' if blasts else ''}{' and ' if blasts and events else ''}"
+                          f"{'the Event blast block' if events else ''} of {docs} from "
+                          f"{', '.join(str(p) for p in paths)}")
+
+    @staticmethod
+    def copy_plot(json_path: Path, dest: Path) -> None:
+        png = json_path.with_suffix(".png")
+        if png.exists():
+            shutil.copyfile(png, dest)
 
     def say(self, message: str) -> None:
         self.stdout.write(f"{time.strftime('%H:%M:%S')} {message}")
