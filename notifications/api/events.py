@@ -89,7 +89,9 @@ class EventNotificationSerializer(serializers.Serializer):
     id = serializers.UUIDField()
     user_id = serializers.CharField()
     channel = serializers.CharField()
-    status = serializers.CharField(help_text="`queued`, or `scheduled` (due later, or waiting in fallback order).")
+    status = serializers.CharField(help_text="`queued` (a high-priority type's, due now), or `scheduled`: due "
+                                             "later, waiting in fallback order, or a standard type's due now "
+                                             "(the scheduler releases them in batches within a second).")
     reason = serializers.CharField(help_text="`fallback_waiting` for a channel that waits for the one before it.")
 
 

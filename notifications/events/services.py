@@ -25,7 +25,7 @@ from notifications.events.models import (
     Routing,
     TypeTemplate,
 )
-from notifications.models import APIClient, DeliveryEvent, Notification, Reason, Status
+from notifications.models import APIClient, DeliveryEvent, Notification, Priority, Reason, Status
 from notifications.services import notification_id_for as single_send_id
 from notifications.services import record_cancelled
 
@@ -91,7 +91,10 @@ def accept_event(*, client: APIClient, idempotency_key: str | None, fingerprint:
     commit. One notification per recipient and channel of the type: with routing ``all`` each is due at once (or at
     ``scheduled_at``); with ``fallback`` only the first channel's, the next ones wait
     (``scheduled``, reason ``fallback_waiting``, :mod:`notifications.events.fallback`). Content is
-    rendered at send time. TTL: ``ttl_seconds`` or the type's, from the send time.
+    rendered at send time. TTL: ``ttl_seconds`` or the type's, from the send time. A standard-tier
+    row due now is stored ``scheduled`` and due now: the scheduler releases such rows to the queues
+    in batches within a second (one send task per row otherwise); a high-tier one is ``queued``
+    and enqueued after commit, alone.
 
     Idempotency as for single sends: same ``(client, idempotency_key)`` and ``fingerprint`` →
     the stored event (``replayed``).
@@ -120,12 +123,17 @@ def accept_event(*, client: APIClient, idempotency_key: str | None, fingerprint:
                   data=data, user_ids=[r.user_id for r in recipients], channels=channels,
                   routing=kind.routing if len(channels) > 1 else Routing.ALL, scheduled_at=scheduled_at,
                   ttl_seconds=ttl_seconds, collapse_key=collapse_key, created_at=now)
+    # Standard-tier rows due now wait for the scheduler (beat, every second), which releases due rows
+    # to the queues in batches: events of one or a few users each would otherwise be one send task
+    # per row, and a worker's per-batch cost paid per notification (docs/PERFORMANCE.md, "Event
+    # blast"). The high tier is enqueued at once, one row per task, as every high send.
+    coalesce = kind.priority != Priority.HIGH
     rows = []
     for recipient in recipients:
         before = None
         for index, on in enumerate(channels):
             waiting = event.routing == Routing.FALLBACK and index > 0
-            status = Status.SCHEDULED if (waiting or due) else Status.QUEUED
+            status = Status.SCHEDULED if (waiting or due or coalesce) else Status.QUEUED
             nid = single or notification_id_for(eid, recipient.user_id, on)
             rows.append(Notification(
                 id=nid, client=client, idempotency_key=idempotency_key if single else None,
@@ -134,7 +142,7 @@ def accept_event(*, client: APIClient, idempotency_key: str | None, fingerprint:
                 notification_type=kind,
                 fallback_after=before if waiting else None, status=status,
                 reason=Reason.FALLBACK_WAITING if waiting else "", accepted_status=status, scheduled_at=scheduled_at,
-                due_at=None if waiting else due, queued_at=now if status == Status.QUEUED else None,
+                due_at=None if waiting else (due or now), queued_at=now if status == Status.QUEUED else None,
                 expires_at=start + timedelta(seconds=ttl) if ttl else None, created_at=now, updated_at=now))
             before = nid
     try:
@@ -167,8 +175,10 @@ def accept_event(*, client: APIClient, idempotency_key: str | None, fingerprint:
 def _accepted_detail(n: Notification, kind: NotificationType) -> str:
     if n.reason == Reason.FALLBACK_WAITING:
         return f"type {kind.key}: waits for the channel before it in the fallback order"
-    if n.due_at:
+    if n.due_at and n.scheduled_at:
         return f"type {kind.key}; due {n.due_at.isoformat()}"
+    if n.due_at:
+        return f"type {kind.key}; released to its queue by the scheduler, with others, within a second"
     return f"type {kind.key}"
 
 
