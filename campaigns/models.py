@@ -7,7 +7,7 @@ import uuid
 from django.conf import settings
 from django.db import models
 
-from notifications.models import APIClient, Priority
+from notifications.models import APIClient, NotificationType, Priority
 from preferences.models import Channel, Recipient
 
 CAMPAIGN_ID_NAMESPACE = uuid.UUID("0b6e1f9a-8d4c-4b1e-9c3f-2a7d5e8f1c40")
@@ -123,6 +123,10 @@ class Campaign(models.Model):
     priority = models.CharField(max_length=8, choices=Priority.choices, default=Priority.STANDARD)
     category = models.CharField(max_length=64, default="marketing")
     template = models.ForeignKey(Template, on_delete=models.PROTECT, null=True, blank=True, related_name="campaigns")
+    notification_type = models.ForeignKey(
+        NotificationType, on_delete=models.PROTECT, null=True, blank=True, related_name="campaigns",
+        help_text="Render with this notification type's templates for the campaign's channel (docs/TYPES.md); "
+                  "data is what they read as {{ data.* }}.")
     title = models.CharField(max_length=998, blank=True, default="")
     body = models.TextField(blank=True, default="")
     html = models.TextField(blank=True, default="")

@@ -36,7 +36,7 @@ PRODUCT = "product"
 SUPPORT = "support"
 
 #: The data migration that last set the groups' permissions (its ``sync`` puts them back after a flush).
-MIGRATION = "campaigns.migrations.0006_notification_types_and_events"
+MIGRATION = "campaigns.migrations.0007_notification_types_and_events"
 
 CUSTOM_PERMISSIONS = [
     # (app_label, model, codename, name)

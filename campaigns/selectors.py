@@ -11,6 +11,7 @@ from django.db.models import Count, Max, Sum
 from campaigns.models import Campaign, CampaignStatus, Template
 from core import clock
 from notifications.delivery.content import ContentError
+from notifications.events.content import render_typed
 from notifications.models import Notification
 from notifications.rendering import Rendered, RenderError, context_for, render_strings, render_variant
 
@@ -74,21 +75,31 @@ class ContentCache:
     def _campaign(self, campaign_id):
         entry = self._campaigns.get(campaign_id)
         if entry is None:
-            campaign = Campaign.objects.select_related("template").get(pk=campaign_id)
-            variants = list(campaign.template.variants.all()) if campaign.template_id else []
+            campaign = Campaign.objects.select_related("template", "notification_type").get(pk=campaign_id)
+            if campaign.notification_type_id:
+                variants = list(campaign.notification_type.templates.filter(channel=campaign.channel))
+            else:
+                variants = list(campaign.template.variants.all()) if campaign.template_id else []
             entry = self._campaigns[campaign_id] = (campaign, variants)
         return entry
 
     def render(self, notification: Notification) -> Rendered:
-        """Title/body/html for a campaign notification and its recipient. Raises RenderError."""
+        """Title/body/html for a campaign notification and its recipient (a typed campaign's push data
+        and send options go into the notification). Raises RenderError."""
         campaign, variants = self._campaign(notification.campaign_id)
+        if campaign.notification_type_id:
+            notification.send_options = render_typed(notification, campaign.notification_type, variants,
+                                                     campaign.data or {})
+            return Rendered(title=notification.title, body=notification.body, html=notification.html)
         if campaign.template_id:
             template: Template = campaign.template
             return render_template(template, variants, notification.recipient)
         return render_strings(campaign.title, campaign.body, campaign.html, context_for(notification.recipient))
 
     def data(self, notification: Notification) -> dict | None:
-        return self._campaign(notification.campaign_id)[0].data
+        """The push data payload / email custom args (a typed campaign's: rendered from its type)."""
+        campaign = self._campaign(notification.campaign_id)[0]
+        return notification.data if campaign.notification_type_id else campaign.data
 
     def cancelled(self, notification: Notification) -> bool:
         """Whether the notification's campaign was cancelled (as loaded for this batch)."""

@@ -198,6 +198,8 @@ SPECTACULAR_SETTINGS = {
         "PriorityEnum": "notifications.models.Priority.choices",
         "NotificationStatusEnum": "notifications.models.Status.choices",
         "CampaignStatusEnum": "campaigns.models.CampaignStatus.choices",
+        "ReasonEnum": "notifications.models.Reason.choices",
+        "EffectiveReasonEnum": "preferences.api.serializers.EFFECTIVE_REASONS",
     },
 }
 
@@ -367,8 +369,8 @@ CAMPAIGNS = {
     "STALL_MINUTES": env.int("CAMPAIGN_STALL_MINUTES", default=10),
     # Bounds on one template render (the title, body and html of one message): CPU time (ms of the
     # rendering thread), loop iterations (also the most items a value holds, nested ones and repeated
-    # references included), characters written (notifications/rendering/budget.py, render_bounds.py,
-    # render_sizes.py, render_calls.py). Past one: template_error, never a retry.
+    # references included), characters written (notifications/rendering/budget.py, bounds.py,
+    # sizes.py, calls.py). Past one: template_error, never a retry.
     "RENDER_CPU_MS": env.int("TEMPLATE_RENDER_CPU_MS", default=100),
     "RENDER_MAX_ITERATIONS": env.int("TEMPLATE_RENDER_MAX_ITERATIONS", default=10_000),
     "RENDER_MAX_OUTPUT": env.int("TEMPLATE_RENDER_MAX_OUTPUT", default=2_000_000),

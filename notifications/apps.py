@@ -19,6 +19,11 @@ class NotificationsConfig(AppConfig):
         from preferences.api.erasure import register_eraser
 
         register_eraser(erase_notifications)
+        # GET /v1/users/{id}/preferences shows each notification type's effective matrix.
+        from notifications.events.matrix import effective_matrix
+        from preferences.api.effective import register_matrix
+
+        register_matrix(effective_matrix)
 
 
 def check_quiet_hours_bypass(app_configs=None, **kwargs):

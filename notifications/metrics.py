@@ -125,6 +125,12 @@ class _Metrics:
             "notify_reconciler_redriven_total",
             "Notifications re-driven by the reconciler: expired worker leases, stale queued rows.",
             ["kind"], registry=r)
+        self.events = Counter(
+            "notify_events_accepted_total", "Events accepted (POST /v1/events), and the notifications they made.",
+            ["kind"], registry=r)
+        self.fallbacks = Counter(
+            "notify_fallback_total", "Fallback steps: the channel waiting behind one that ended, by what became of "
+            "it: not_needed, released, cancelled.", ["outcome"], registry=r)
         self.published = Counter(
             "notify_tasks_published_total", "Send tasks published to the broker, by queue.", ["queue"], registry=r)
         self.budget_waits = Counter(
@@ -371,6 +377,20 @@ def reconciled(leases: int, stale_queued: int) -> None:
         _m().redriven.labels("expired_lease").inc(leases)
     if stale_queued:
         _m().redriven.labels("stale_queued").inc(stale_queued)
+
+
+@_safe
+def events_accepted(events: int, notifications: int) -> None:
+    """``notifications.events.services.accept_event``: new (not replayed) events and their rows."""
+    _m().events.labels("events").inc(events)
+    _m().events.labels("notifications").inc(notifications)
+
+
+@_safe
+def fallback_settled(outcome: str, count: int) -> None:
+    """``notifications.events.fallback.settle``: ``count`` waiting rows became ``outcome``."""
+    if count:
+        _m().fallbacks.labels(one_of(outcome, ("not_needed", "released", "cancelled"))).inc(count)
 
 
 @_safe

@@ -159,6 +159,10 @@ def cancel_notification(notification_id: uuid.UUID, client: APIClient | None = N
         if not updated:
             raise NotCancellable(notification)
         record_cancelled([notification.pk], reason=Reason.CANCELLED_BY_CLIENT)
+        if notification.event_id:  # an event's channel: a fallback waiting behind it is cancelled too
+            from notifications.events import fallback
+
+            fallback.settle([(notification.pk, Status.CANCELLED, Reason.CANCELLED_BY_CLIENT, notification.channel)])
     return notification
 
 

@@ -16,7 +16,7 @@ from django.utils.html import format_html, format_html_join
 
 from core.identifiers import user_id_problem
 from preferences.admin_guard import ContentLookupGuard
-from preferences.admin_widgets import CategoryOptOutsField, channel_checkboxes
+from preferences.admin_widgets import CategoryOptOutsField, TypeOptOutsField, channel_checkboxes
 from preferences.api.serializers import PreferencesSerializer
 from preferences.models import Device, Erasure, Preferences, Recipient
 from preferences.validation import phone_search_term, validate_iana_zone
@@ -33,16 +33,18 @@ def _messages(detail) -> list[str]:
 
 class PreferencesForm(forms.ModelForm):
     """The API's rules (``PUT /v1/users/{id}/preferences``) for edits made in the admin: channels from
-    sms/email/push, category keys as on sends, quiet hours as a start/end pair in an IANA zone.
-    Opt-outs are checkboxes (per channel, and per category and channel), see
+    sms/email/push, category keys as on sends, notification type keys as types are keyed, quiet hours
+    as a start/end pair in an IANA zone. Opt-outs are checkboxes (per channel, per category and
+    channel, per notification type and channel), see
     :mod:`preferences.admin_widgets`."""
 
     opt_outs = channel_checkboxes()
     category_opt_outs = CategoryOptOutsField()
+    type_opt_outs = TypeOptOutsField()
 
     class Meta:
         model = Preferences
-        fields = ["opt_outs", "category_opt_outs", "quiet_start", "quiet_end", "quiet_timezone"]
+        fields = ["opt_outs", "category_opt_outs", "type_opt_outs", "quiet_start", "quiet_end", "quiet_timezone"]
         # Plain HH:MM inputs: the admin's clock widget would offer "Now" in the server's zone and
         # note the viewer's offset from it, but quiet hours are wall times in the quiet-hours zone.
         widgets = {"quiet_start": forms.TimeInput(format="%H:%M", attrs={"size": 6}),
@@ -65,11 +67,14 @@ class PreferencesForm(forms.ModelForm):
                      "timezone": cleaned.get("quiet_timezone") or ""}
         opt_outs = cleaned.get("opt_outs")
         categories = cleaned.get("category_opt_outs")
+        types = cleaned.get("type_opt_outs")
         serializer = PreferencesSerializer(data={"opt_outs": [] if opt_outs is None else opt_outs,
                                                  "category_opt_outs": {} if categories is None else categories,
+                                                 "type_opt_outs": {} if types is None else types,
                                                  "quiet_hours": quiet})
         if not serializer.is_valid():
-            fields = {"opt_outs": "opt_outs", "category_opt_outs": "category_opt_outs"}
+            fields = {"opt_outs": "opt_outs", "category_opt_outs": "category_opt_outs",
+                      "type_opt_outs": "type_opt_outs"}
             quiet_fields = {"start": "quiet_start", "end": "quiet_end", "timezone": "quiet_timezone"}
             for key, detail in serializer.errors.items():
                 if key == "quiet_hours" and isinstance(detail, dict):
@@ -85,6 +90,7 @@ class PreferencesForm(forms.ModelForm):
         data = serializer.validated_data
         cleaned["opt_outs"] = sorted(set(data["opt_outs"]))
         cleaned["category_opt_outs"] = {k: sorted(set(v)) for k, v in data["category_opt_outs"].items()}
+        cleaned["type_opt_outs"] = {k: sorted(set(v)) for k, v in data["type_opt_outs"].items()}
         return cleaned
 
 
@@ -92,7 +98,7 @@ class PreferencesInline(admin.StackedInline):
     model = Preferences
     form = PreferencesForm
     can_delete = False
-    fields = ["opt_outs", "category_opt_outs", "quiet_start", "quiet_end", "quiet_timezone"]
+    fields = ["opt_outs", "category_opt_outs", "type_opt_outs", "quiet_start", "quiet_end", "quiet_timezone"]
 
 
 class DeviceInline(admin.TabularInline):

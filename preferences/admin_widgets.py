@@ -5,8 +5,11 @@
   per channel (:class:`CategoryOptOutsField`). The rows are the categories of
   ``settings.PREFERENCE_CATEGORIES``, then the recipient's other categories, then
   :data:`BLANK_ROWS` empty rows where a support agent types another category name.
+* ``type_opt_outs`` (``{notification type key: [channel…]}``): the same grid per notification type
+  (:class:`TypeOptOutsField`): the recipient's types, then :data:`BLANK_ROWS` empty rows for another
+  type key (this floor cannot list the types: they live in ``notifications``).
 
-The form still validates the result with the API's own serializer (category names, channels).
+The form still validates the result with the API's own serializer (category names, type keys, channels).
 """
 
 from __future__ import annotations
@@ -45,35 +48,43 @@ class CategoryOptOutsWidget(forms.Widget):
     """A table: a row per category (its name, then a checkbox per channel). Posts
     ``<name>-rows``, and for each row ``<name>-<i>-category`` and ``<name>-<i>-channels`` (repeated)."""
 
+    #: The table's class, its first column's heading, a blank row's placeholder, each row's data attribute.
+    css_class = "category-opt-outs"
+    heading = "Category"
+    another = "another category"
+    row_attribute = "data-category"
+
+    def known_names(self) -> list[str]:
+        """The rows shown even when not opted out: ``settings.PREFERENCE_CATEGORIES``."""
+        return list(dict.fromkeys(getattr(settings, "PREFERENCE_CATEGORIES", ["marketing"])))
+
     def rows(self, value: dict[str, list[str]]) -> list[tuple[str, list[str], bool]]:
-        """``(category, channels, fixed)`` per row; ``fixed`` rows have a name that is not edited."""
-        known = list(dict.fromkeys(getattr(settings, "PREFERENCE_CATEGORIES", ["marketing"])))
+        """``(name, channels, fixed)`` per row; ``fixed`` rows have a name that is not edited."""
+        known = self.known_names()
         names = known + sorted(k for k in value if k not in known)
         return [(n, value.get(n, []), True) for n in names] + [("", [], False)] * BLANK_ROWS
 
     def render(self, name, value, attrs=None, renderer=None):
         rows = self.rows(normalize(value))
         head = format_html_join("", "<th>{}</th>", ((label,) for _, label in Channel.choices))
-        body = format_html_join("", '<tr data-category="{}"><td>{}</td>{}</tr>', (
-            (category, self._name_cell(f"{name}-{i}-category", category, fixed),
+        body = format_html_join("", '<tr {}="{}"><td>{}</td>{}</tr>', (
+            (self.row_attribute, category, self._name_cell(f"{name}-{i}-category", category, fixed),
              self._boxes(f"{name}-{i}-channels", category, checked))
             for i, (category, checked, fixed) in enumerate(rows)))
         element_id = (attrs or {}).get("id", "")
-        return format_html('<table class="category-opt-outs" id="{}"><thead><tr><th>Category</th>{}</tr></thead>'
+        return format_html('<table class="{}" id="{}"><thead><tr><th>{}</th>{}</tr></thead>'
                            '<tbody>{}</tbody></table><input type="hidden" name="{}-rows" value="{}">',
-                           element_id, head, body, name, len(rows))
+                           self.css_class, element_id, self.heading, head, body, name, len(rows))
 
-    @staticmethod
-    def _name_cell(field: str, category: str, fixed: bool):
+    def _name_cell(self, field: str, category: str, fixed: bool):
         if fixed:
             return format_html('<input type="hidden" name="{}" value="{}"><code>{}</code>', field, category, category)
         return format_html('<input type="text" name="{}" value="" maxlength="64" size="16" '
-                           'placeholder="another category" aria-label="another category">', field)
+                           'placeholder="{}" aria-label="{}">', field, self.another, self.another)
 
-    @staticmethod
-    def _boxes(field: str, category: str, checked: list[str]):
+    def _boxes(self, field: str, category: str, checked: list[str]):
         return format_html_join("", '<td><input type="checkbox" name="{}" value="{}"{} aria-label="{}: {}"></td>', (
-            (field, channel, " checked" if channel in checked else "", category or "another category", label)
+            (field, channel, " checked" if channel in checked else "", category or self.another, label)
             for channel, label in Channel.choices))
 
     def value_from_datadict(self, data, files, name):
@@ -115,3 +126,30 @@ class CategoryOptOutsField(forms.Field):
 
     def has_changed(self, initial, data):
         return normalize(initial) != normalize(data)
+
+
+class TypeOptOutsWidget(CategoryOptOutsWidget):
+    """The grid for ``type_opt_outs``: a row per notification type the recipient opted out of, then a
+    blank row for another type key (the types themselves are a floor above: not listed here)."""
+
+    css_class = "type-opt-outs"
+    heading = "Notification type"
+    another = "another type"
+    row_attribute = "data-type"
+
+    def known_names(self) -> list[str]:
+        return []
+
+
+class TypeOptOutsField(CategoryOptOutsField):
+    """``type_opt_outs`` as a grid of checkboxes; cleans to ``{type key: [channel…]}`` (a checked box
+    in a row without a key gives ``""``, refused by the type-key rule)."""
+
+    widget = TypeOptOutsWidget
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("label", "Opted out per notification type")
+        kwargs.setdefault("help_text", "No message of that notification type (e.g. new_follower) on a checked "
+                                       "channel; required types (security, legal) ignore it. Type a key in the "
+                                       "empty row to add another; it need not exist yet.")
+        super().__init__(**kwargs)

@@ -44,22 +44,26 @@ def upsert_recipient(user_id: str, **fields) -> tuple[Recipient, bool]:
 
 
 def set_preferences(recipient: Recipient, *, opt_outs: list[str], category_opt_outs: dict[str, list[str]],
-                    quiet_hours: dict | None) -> Preferences:
-    """Replace a recipient's preferences. ``quiet_hours`` is ``{start, end, timezone}`` (times as
-    ``datetime.time``) or ``None`` to clear."""
-    return _race_safe(lambda: _set_preferences(recipient, opt_outs, category_opt_outs, quiet_hours))
+                    quiet_hours: dict | None, type_opt_outs: dict[str, list[str]] | None = None) -> Preferences:
+    """Replace a recipient's preferences (every field: ``type_opt_outs=None`` stores none).
+    ``category_opt_outs`` / ``type_opt_outs``: ``{category or type key: [channel…]}``, stored with
+    each channel list sorted and de-duplicated. ``quiet_hours`` is ``{start, end, timezone}`` (times
+    as ``datetime.time``) or ``None`` to clear."""
+    return _race_safe(lambda: _set_preferences(recipient, opt_outs, category_opt_outs, type_opt_outs or {},
+                                               quiet_hours))
 
 
-def _set_preferences(recipient, opt_outs, category_opt_outs, quiet_hours) -> Preferences:
+def _set_preferences(recipient, opt_outs, category_opt_outs, type_opt_outs, quiet_hours) -> Preferences:
     with transaction.atomic():
         prefs, _ = Preferences.objects.select_for_update().get_or_create(recipient=recipient)
-        _apply_preferences(prefs, opt_outs, category_opt_outs, quiet_hours)
+        _apply_preferences(prefs, opt_outs, category_opt_outs, type_opt_outs, quiet_hours)
     return prefs
 
 
-def _apply_preferences(prefs: Preferences, opt_outs, category_opt_outs, quiet_hours) -> None:
+def _apply_preferences(prefs: Preferences, opt_outs, category_opt_outs, type_opt_outs, quiet_hours) -> None:
     prefs.opt_outs = sorted(set(opt_outs))
     prefs.category_opt_outs = {k: sorted(set(v)) for k, v in category_opt_outs.items()}
+    prefs.type_opt_outs = {k: sorted(set(v)) for k, v in type_opt_outs.items()}
     if quiet_hours:
         prefs.quiet_start = quiet_hours["start"]
         prefs.quiet_end = quiet_hours["end"]

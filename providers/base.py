@@ -48,6 +48,19 @@ class OutboundMessage:
             for the provider default.
         priority: ``"high"`` or ``"standard"``.
         collapse_key: push collapse key (we use the notification id so a duplicate shows once).
+        silent: push only. ``True``: a data-only (background) push with no alert and no sound,
+            e.g. a type with ``quiet_hours: silent`` during the recipient's quiet hours; the title
+            and body travel in ``data`` (``title``/``body`` keys) for an open app to show itself
+            (FCM: :func:`providers.fcm.backend.build_message`; docs/PROVIDERS.md "Silent pushes
+            and sender overrides").
+            Ignored by SMS and email backends.
+        sender: who the message is from, ``None`` for the provider's configured default. SMS: the
+            From number in E.164 (``"+15005550006"``) or a Twilio Messaging Service SID
+            (``"MG"`` + 32 hex digits) instead of ``FROM_NUMBER``; email: the From address,
+            ``"addr@example.com"`` or ``"Name <addr@example.com>"``, instead of ``FROM_EMAIL``.
+            Ignored by push. :mod:`providers.senders` says whether a value is well formed.
+        reply_to: email only: the Reply-To address (same forms as an email ``sender``); ``None``:
+            no Reply-To header.
     """
 
     notification_id: str

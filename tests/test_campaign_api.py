@@ -214,3 +214,29 @@ def test_generated_member_changes(http, segment, add, remove):
         assert r.status_code == 200, r.content
         members = set(SegmentMember.objects.filter(segment=segment).values_list("recipient_id", flat=True))
         assert set(add) <= members and not (set(remove) & members)
+
+
+def test_a_campaign_may_use_a_notification_type_and_its_data_and_bad_uses_are_refused(http, segment):
+    from notifications.models import NotificationType
+
+    NotificationType.objects.create(key="weekly", name="Weekly", category="news", channels=["email", "push"],
+                                    required_data=["week"])
+    stranger = APIClient.objects.create_key(name="stranger")[0]
+    NotificationType.objects.create(key="theirs", name="T", category="news", channels=["email"], client=stranger)
+    base = {"segment_id": "vip", "channel": "email", "type": "weekly", "data": {"week": "49"}}
+    ok = call(http, "post", "/v1/campaigns", base, **{"Idempotency-Key": "typed-campaign"})
+    assert ok.status_code == 202, ok.content
+    campaign = Campaign.objects.get(pk=ok.json()["id"])
+    assert (campaign.notification_type_id, campaign.data, campaign.template_id, campaign.body) == (
+        "weekly", {"week": "49"}, None, "")
+    for change, field, code in [({"type": "nope"}, "type", "unknown_type"),
+                                ({"channel": "sms"}, "channel", "not_in_type"),
+                                ({"data": {}}, "data.week", "required"),
+                                ({"content": {"title": "x", "body": "y"}}, "content", "content_xor_template"),
+                                ({"type": None, "content": {"title": "x", "body": "y"}}, "data",
+                                 "not_allowed_without_type")]:
+        resp = call(http, "post", "/v1/campaigns", base | change, **{"Idempotency-Key": f"bad-{field}-{code}"})
+        assert resp.status_code == 422 and (field, code) in fields(resp), (change, resp.json())
+    resp = call(http, "post", "/v1/campaigns", base | {"type": "theirs"}, **{"Idempotency-Key": "theirs"})
+    assert resp.status_code == 403 and resp.json()["error"]["fields"][0]["field"] == "type"
+    assert Campaign.objects.count() == 1

@@ -172,7 +172,7 @@ def test_cancel_cancels_what_is_not_claimed_and_a_second_cancel_is_a_conflict(ow
 
 
 def test_a_typed_single_send_renders_from_the_type_and_shares_the_key_rule(owner, users):
-    client, http = owner
+    _client, http = owner
     make_type()
     body = {"user_id": "u0", "channel": "email", "type": "order_shipped", "data": {"order_id": "7"}}
     resp = post(http, body, key="typed-1", path="/v1/notifications")

@@ -1,11 +1,12 @@
 """Generated inputs (Hypothesis) for the rules that combine many inputs.
 
 (a) Suppression: the one rule (preferences.suppression) against an independent oracle written from
-    the raw inputs; then generated recipients in Postgres (with and without a preferences row, every
-    combination of channel opt-outs, category opt-outs, quiet hours, contacts absent / present /
-    marked invalid, SMS STOP, push devices active / inactive, stored zones valid or not) through the
-    real fan-out (raw member query), the pre-launch reach and the send path's checks: all agree with
-    the oracle, and fan-out never raises.
+    the raw inputs (channel, category and notification-type opt-outs, required types); then
+    generated recipients in Postgres (with and without a preferences row, every combination of
+    channel opt-outs, category opt-outs, quiet hours, contacts absent / present / marked invalid,
+    SMS STOP, push devices active / inactive, stored zones valid or not) through the real fan-out
+    (raw member query), the pre-launch reach and the send path's checks: all agree with the oracle,
+    and fan-out never raises.
 (b) Wall-clock instants over generated IANA zones and dates, DST transition days included:
     ``wall_time_to_utc`` (gap → end of the gap, fold → first occurrence) and quiet hours'
     ``window_end`` (inside the window until it ends, never a deferral loop).
@@ -32,6 +33,7 @@ from preferences.wallclock import wall_time_to_utc
 
 CHANNELS = ("sms", "email", "push")
 CATEGORIES = ("marketing", "news", "security")
+TYPE_KEYS = ("order_shipped", "new_follower", "password_reset")
 #: Zones that are not zones: stored before validation (or by SQL); they must fall back, never crash.
 BAD_ZONES = ("America", "Mars/Olympus", "+03:00", "EST", "Etc/GMT+3", "America/Argentina", "")
 ZONES = sorted(z for z in zoneinfo.available_timezones()
@@ -49,6 +51,11 @@ junk = st.one_of(st.sampled_from(CHANNELS), st.integers(), st.just({"sms": True}
 stored_channels = st.one_of(channel_lists, junk)
 stored_categories = st.one_of(st.dictionaries(st.sampled_from(CATEGORIES), stored_channels, max_size=3),
                               st.lists(st.sampled_from(CHANNELS), max_size=2), st.just("marketing"))
+#: ``type_opt_outs`` as stored: keys of types, near misses (a category's name, another case), junk shapes.
+stored_types = st.one_of(
+    st.dictionaries(st.sampled_from([*TYPE_KEYS, "marketing", "Order_Shipped", "order"]), stored_channels,
+                    max_size=4),
+    st.lists(st.sampled_from(CHANNELS), max_size=2), st.just("order_shipped"), st.none())
 
 
 def _names(stored) -> list:
@@ -59,12 +66,15 @@ def _names(stored) -> list:
 
 
 def oracle(channel: str, category: str, *, phone: str, email: str, devices: list[bool], stopped: bool,
-           opt_outs, category_opt_outs) -> str:
-    """The expected suppression reason, written from the raw inputs (not from RecipientFacts)."""
+           opt_outs, category_opt_outs, type_key: str = "", type_opt_outs=None, required: bool = False) -> str:
+    """The expected suppression reason, written from the raw inputs (not from RecipientFacts).
+    A ``required`` type skips every opt-out; its contacts still count."""
     per_category = category_opt_outs if isinstance(category_opt_outs, dict) else {}
-    candidates = [
+    per_type = type_opt_outs if isinstance(type_opt_outs, dict) else {}
+    candidates = [] if required else [
         (channel in _names(opt_outs), "opted_out_channel"),
         (bool(category) and channel in _names(per_category.get(category, [])), "opted_out_category"),
+        (bool(type_key) and channel in _names(per_type.get(type_key, [])), "opted_out_type"),
     ]
     candidates += {
         "sms": [(phone == "absent", "no_phone"), (phone == "invalid", "phone_invalid"),
@@ -79,16 +89,29 @@ def test_every_reason_of_the_rule_is_a_notification_reason():
     assert set(suppression.REASONS) <= set(Reason.values)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(channel=st.sampled_from(CHANNELS), category=st.sampled_from([*CATEGORIES, ""]), phone=contact_state,
        email=contact_state, devices=st.lists(st.booleans(), max_size=3), stopped=st.booleans(),
-       opt_outs=stored_channels, category_opt_outs=stored_categories)
-def test_rule_matches_the_oracle(channel, category, phone, email, devices, stopped, opt_outs, category_opt_outs):
+       opt_outs=stored_channels, category_opt_outs=stored_categories,
+       type_key=st.sampled_from([*TYPE_KEYS, ""]), type_opt_outs=stored_types, required=st.booleans())
+@example(channel="push", category="news", phone="valid", email="valid", devices=[True], stopped=False, opt_outs=[],
+         category_opt_outs={}, type_key="new_follower", type_opt_outs={"new_follower": ["push"]}, required=False)
+@example(channel="sms", category="security", phone="valid", email="valid", devices=[], stopped=True,
+         opt_outs=["sms"], category_opt_outs={"security": ["sms"]}, type_key="password_reset",
+         type_opt_outs={"password_reset": ["sms"]}, required=True)
+def test_rule_matches_the_oracle(channel, category, phone, email, devices, stopped, opt_outs, category_opt_outs,
+                                 type_key, type_opt_outs, required):
     facts = suppression.RecipientFacts(
         has_phone=phone != "absent", phone_invalid=phone == "invalid", has_email=email != "absent",
         email_invalid=email == "invalid", has_active_device=True in devices,
         sms_stopped=stopped and phone != "absent", opt_outs=suppression.channels(opt_outs),
-        category_opt_outs=suppression.category_channels(category_opt_outs))
+        category_opt_outs=suppression.category_channels(category_opt_outs),
+        type_opt_outs=suppression.category_channels(type_opt_outs))
+    expected = oracle(channel, category, phone=phone, email=email, devices=devices, stopped=stopped,
+                      opt_outs=opt_outs, category_opt_outs=category_opt_outs, type_key=type_key,
+                      type_opt_outs=type_opt_outs, required=required)
+    assert suppression.suppression_reason(facts, channel, category, type_key, required) == expected
+    # Without a type (a campaign or an untyped send) the rule is what it always was.
     assert suppression.suppression_reason(facts, channel, category) == oracle(
         channel, category, phone=phone, email=email, devices=devices, stopped=stopped, opt_outs=opt_outs,
         category_opt_outs=category_opt_outs)

@@ -427,3 +427,25 @@ def test_breaker_state_gauge_and_isolation_counters(client, settings):
     assert found[key("notify_breaker_opened_total", provider="twilio")] == 1.0
     assert found[key("notify_provider_failovers_total", channel="sms", provider="twilio_backup")] == 1.0
     assert found[key("notify_budget_wait_seconds_total", provider="sendgrid", tier="standard")] == 1.5
+
+
+def test_events_accepted_and_fallback_steps_are_counted(client, django_capture_on_commit_callbacks):
+    from notifications.events import fallback, services
+    from notifications.models import APIClient, NotificationType
+
+    kind = NotificationType.objects.create(key="m_type", name="m", category="shipping", channels=["push", "email"],
+                                           routing="fallback")
+    api_client = APIClient.objects.create_key(name="metrics-events")[0]
+    r = Recipient.objects.create(user_id="m-user")
+    with django_capture_on_commit_callbacks(execute=True):
+        accepted = services.accept_event(client=api_client, idempotency_key="k", fingerprint="f", kind=kind,
+                                         recipients=[r], data={})
+    push, email = accepted.notifications
+    Notification.objects.filter(pk=push.pk).update(status="suppressed", reason="no_active_device")
+    with django_capture_on_commit_callbacks(execute=True):
+        assert fallback.settle([(push.pk, "suppressed", "no_active_device", "push")]) == 1
+    found = scrape(client)
+    assert found[key("notify_events_accepted_total", kind="events")] == 1
+    assert found[key("notify_events_accepted_total", kind="notifications")] == 2
+    assert found[key("notify_fallback_total", outcome="released")] == 1
+    assert Notification.objects.get(pk=email.pk).status == "queued"

@@ -21,10 +21,12 @@ def test_schema_documents_the_api(schema):
         "/v1/segments/{segment_id}", "/v1/segments/{segment_id}/members", "/v1/templates/{template_id}",
         "/v1/campaigns", "/v1/campaigns/{campaign_id}", "/v1/campaigns/{campaign_id}/cancel",
         "/v1/users/{user_id}/notifications", "/v1/segments", "/v1/templates",
+        "/v1/events", "/v1/events/{event_id}", "/v1/events/{event_id}/cancel",
+        "/v1/notification-types", "/v1/notification-types/{key}",
     }
     lists = {"/v1/users/{user_id}/notifications": {"status", "channel", "category"}, "/v1/segments": set(),
              "/v1/segments/{segment_id}/members": set(), "/v1/templates": set(),
-             "/v1/campaigns": {"status", "channel", "segment_id"}}
+             "/v1/campaigns": {"status", "channel", "segment_id"}, "/v1/notification-types": set()}
     for path, filters in lists.items():
         get = schema["paths"][path]["get"]
         assert {p["name"] for p in get["parameters"] if p["in"] == "query"} == {"limit", "cursor", *filters}, path
@@ -63,16 +65,20 @@ def test_request_bodies_are_as_strict_as_the_code(schema):
     the user id of every path have their patterns; equal quiet-hours bounds are documented."""
     components = schema["components"]["schemas"]
     requests = sorted(name for name in components if name.endswith("Request"))
-    assert requests == ["CampaignRequestRequest", "ContentRequest", "DeviceRequest", "LocalTimeRequest",
-                        "MembersRequest", "PreferencesRequest", "QuietHoursRequest", "RecipientRequest",
-                        "SegmentRequest", "SendRequestRequest", "TemplateRequest", "VariantRequest"]
+    assert requests == ["CampaignRequestRequest", "ContentRequest", "DeviceRequest", "EventRequestRequest",
+                        "LocalTimeRequest", "MembersRequest", "NotificationTypeRequest", "PreferencesRequest",
+                        "QuietHoursRequest", "RecipientRequest", "SegmentRequest", "SendRequestRequest",
+                        "TemplateRequest", "TypeTemplateRequest", "VariantRequest"]
     assert {name: components[name].get("additionalProperties") for name in requests} == dict.fromkeys(requests, False)
     assert "additionalProperties" not in components["Segment"]  # responses may grow fields
     assert "Serializer mixin" not in str(components["ContentRequest"])  # no description borrowed from the mixin
 
     rules = components["CampaignRequestRequest"]["allOf"]
     assert rules[0] == {"oneOf": [{"required": ["content"], "properties": {"content": {"type": "object"}}},
-                                  {"required": ["template_id"], "properties": {"template_id": {"type": "string"}}}]}
+                                  {"required": ["template_id"], "properties": {"template_id": {"type": "string"}}},
+                                  {"required": ["type"], "properties": {"type": {"type": "string"}}}]}
+    assert components["SendRequestRequest"]["allOf"][0] == {"oneOf": [{"required": ["content"]},
+                                                                       {"required": ["type"]}]}
     assert rules[1]["not"]["required"] == ["scheduled_at", "local_time"]
     assert components["TemplateRequest"]["allOf"] == [{"properties": {"variants": {"minItems": 1}}}]
     assert "must differ from start" in components["QuietHoursRequest"]["properties"]["end"]["description"]

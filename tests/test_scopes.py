@@ -31,7 +31,8 @@ from campaigns.models import Campaign, Segment, SegmentMember, Template, Templat
 from core import clock
 from core.api.scopes import DEFAULT_SCOPES, Scope
 from notifications.api.auth import HasRequiredScope, required_scope
-from notifications.models import APIClient, DeliveryEvent, Notification
+from notifications.events import services as event_services
+from notifications.models import APIClient, DeliveryEvent, Event, Notification, NotificationType, TypeTemplate
 from preferences.models import Device, Preferences, Recipient
 
 pytestmark = pytest.mark.django_db
@@ -56,7 +57,7 @@ def declared_operations():
 
 def test_every_api_view_declares_a_known_scope_for_each_method():
     operations = list(declared_operations())
-    assert len(operations) == 24  # a new endpoint lands here: give it required_scopes
+    assert len(operations) == 30  # a new endpoint lands here: give it required_scopes
     for route, method, scope, view_class in operations:
         assert route.startswith("/v1/"), route
         assert scope in Scope.values, f"{view_class.__name__}.{method} ({method.upper()} {route}) declares no scope"
@@ -100,8 +101,21 @@ class Endpoint:
 SMS = {"user_id": "alice", "channel": "sms", "content": {"body": "hi"}}
 CAMPAIGN = {"segment_id": "seg", "channel": "sms", "content": {"body": "Sale"}}
 TEMPLATE = {"name": "T", "default_locale": "en", "variants": [{"locale": "en", "title": "Hi", "body": "Changed"}]}
+TYPE = {"name": "Order", "category": "shipping", "channels": ["sms"],
+        "templates": [{"channel": "sms", "locale": "en", "body": "Order {{ data.id }}"}]}
+OTP_TYPE = TYPE | {"category": "security", "priority": "high", "quiet_hours": "bypass"}
 R, S = Scope.READ, Scope.SEND
 ENDPOINTS = [
+    Endpoint("post", "/v1/events", "/v1/events", 202, (S,), {"type": "order", "user_id": "alice"}),
+    Endpoint("post", "/v1/events", "/v1/events", 202, (S, Scope.SEND_HIGH), {"type": "otp", "user_id": "alice"},
+             extra_field="type"),
+    Endpoint("get", "/v1/events/{event_id}", "/v1/events/{eid}", 200, (R,)),
+    Endpoint("post", "/v1/events/{event_id}/cancel", "/v1/events/{eid}/cancel", 200, (S,)),
+    Endpoint("get", "/v1/notification-types", "/v1/notification-types", 200, (R,)),
+    Endpoint("get", "/v1/notification-types/{key}", "/v1/notification-types/order", 200, (R,)),
+    Endpoint("put", "/v1/notification-types/{key}", "/v1/notification-types/order", 200, (Scope.TYPES_WRITE,), TYPE),
+    Endpoint("put", "/v1/notification-types/{key}", "/v1/notification-types/otp", 200,
+             (Scope.TYPES_WRITE, Scope.SEND_HIGH), OTP_TYPE, extra_field="priority"),
     Endpoint("get", "/v1/users/{user_id}", "/v1/users/alice", 200, (R,)),
     Endpoint("put", "/v1/users/{user_id}", "/v1/users/alice", 200, (Scope.RECIPIENTS_WRITE,),
              {"email": "new@example.com", "phone": "+4915199999999"}),
@@ -171,11 +185,17 @@ def build_world(client: APIClient) -> dict[str, str]:
                                                  channel="sms", body="Sale", scheduled_at=clock.now() + LATER).campaign
     single = Notification.objects.create(id=uuid.uuid4(), client=client, recipient=alice, channel="sms", body="x",
                                          status="scheduled", scheduled_at=clock.now() + LATER)
-    return {"nid": str(single.pk), "cid": str(campaign.pk), "hcid": str(high.pk)}
+    kinds = {}
+    for key, body in (("order", TYPE), ("otp", OTP_TYPE)):
+        fields = {k: v for k, v in body.items() if k != "templates"}
+        kinds[key], _ = event_services.save_type(key, fields, body["templates"], client=client)
+    event = event_services.accept_event(client=client, idempotency_key="world", fingerprint="f", kind=kinds["order"],
+                                        recipients=[alice], data={}, scheduled_at=clock.now() + LATER).event
+    return {"nid": str(single.pk), "cid": str(campaign.pk), "hcid": str(high.pk), "eid": str(event.pk)}
 
 
 WORLD_MODELS = (Recipient, Device, Preferences, Notification, DeliveryEvent, Segment, SegmentMember, Template,
-                TemplateVariant, Campaign)
+                TemplateVariant, Campaign, NotificationType, TypeTemplate, Event)
 
 
 def snapshot() -> dict[str, list[dict]]:
@@ -344,7 +364,7 @@ def test_a_method_the_view_does_not_implement_is_405_with_allow_whatever_the_sco
                                           "message": f"method: {message}",
                                           "fields": [{"field": "method", "code": "method_not_allowed",
                                                       "message": message}]}}, (method, path)
-    assert seen == 16 * len(ALL_METHODS) - 24
+    assert seen == 21 * len(ALL_METHODS) - 30
 
 
 def test_the_reported_methods_are_405():

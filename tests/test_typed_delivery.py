@@ -211,3 +211,36 @@ def test_a_type_with_its_own_sms_sender_honours_the_stop_list_of_that_sender(pro
                                                                                            "sms_stopped")
     assert "+15005550006" in row(ids[(stopped.pk, "sms")]).reason_detail
     assert [m["to"] for m in module_emulator.messages()] == ["+15550008888"]
+
+
+def test_a_campaign_can_use_a_types_templates_with_its_own_data(providers, module_emulator, client):
+    from campaigns.models import Campaign, Segment
+
+    kind = a_type("weekly_picks", channels=("push",), collapse_key="picks-{{ data.week }}")
+    TypeTemplate.objects.filter(type=kind).update(body="Week {{ data.week }} for {{ first_name }}",
+                                                  data={"screen": "picks/{{ data.week }}"})
+    segment = Segment.objects.create(segment_id=f"s-{uuid.uuid4().hex[:6]}", name="s")
+    campaign = Campaign.objects.create(segment=segment, channel="push", notification_type=kind, data={"week": "49"},
+                                       status="sending")
+    r = user()
+    n = Notification.objects.create(id=uuid.uuid4(), campaign_id=campaign.pk, recipient=r, channel="push",
+                                    category="marketing", body="", status="queued")
+
+    send_notifications([str(n.pk)])
+
+    assert row(n.pk).status == "sent"
+    (message,) = module_emulator.messages()
+    # The type's title reads {{ data.order_id }}, which this campaign's data lacks: it renders empty.
+    assert (message["title"], message["body"]) == ("Order ", "Week 49 for <Ada>")
+
+
+def test_a_sent_typed_notification_keeps_what_it_said(providers, module_emulator, client):
+    kind = a_type("kept", channels=("push", "email"))
+    TypeTemplate.objects.filter(type=kind, channel="push").update(data={"url": "https://x/{{ data.order_id }}"})
+    r = user()
+    ids = event(client, kind, [r])
+    send_notifications(list(ids.values()))
+    push, email = row(ids[(r.pk, "push")]), row(ids[(r.pk, "email")])
+    assert (push.title, push.body, push.data) == ("Order 8812", "Hi <Ada>, order 8812 shipped",
+                                                  {"url": "https://x/8812"})
+    assert (email.title, email.html, email.data) == ("Order 8812", "<p>&lt;Ada&gt;</p>", None)

@@ -73,13 +73,13 @@ def test_a_type_is_created_read_and_replaced_with_exactly_its_new_templates(http
     ({"channels": ["push", "fax"]}, "channels.1", "invalid_choice"),
     ({"channels": ["push", "push"]}, "channels.1", "duplicate"),
     ({"channels": ["push"], "routing": "fallback"}, "routing", "fallback_needs_two"),
-    ({"category": "Shipping!"}, "category", "invalid_category"),
+    ({"category": "Shipping!"}, "category", "invalid"),
     ({"category": "marketing", "priority": "high"}, "priority", "marketing_not_high"),
     ({"category": "marketing", "quiet_hours": "bypass"}, "quiet_hours", "marketing_bypass"),
     ({"category": "marketing", "required": True}, "required", "marketing_required"),
     ({"sms_from": "12345"}, "sms_from", "invalid"),
     ({"email_from": "not an address"}, "email_from", "invalid"),
-    ({"required_data": ["9lives"]}, "required_data.0", "invalid_name"),
+    ({"required_data": ["9lives"]}, "required_data.0", "invalid"),
     ({"collapse_key": "{{ data.order_id "}, "collapse_key", "template_syntax"),
     ({"routing": "round_robin"}, "routing", "invalid_choice"),
 ])
@@ -104,7 +104,7 @@ def test_a_bad_type_is_refused_naming_the_field_and_nothing_is_written(http, cha
     ({"channel": "sms", "locale": "de", "title": "t", "body": "x"}, "templates.1.title", "not_allowed_for_channel",
      []),
     ({"channel": "push", "locale": "en", "body": "again"}, "templates.1.locale", "duplicate", []),
-    ({"channel": "push", "locale": "de_AT", "body": "x"}, "templates.1.locale", "invalid_locale", []),
+    ({"channel": "push", "locale": "de_AT", "body": "x"}, "templates.1.locale", "invalid", []),
 ])
 def test_a_bad_template_names_its_variant_and_part(http, template, field, code, words):
     body = order_shipped()

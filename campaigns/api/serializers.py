@@ -23,7 +23,8 @@ from notifications.api.serializers import (
     check_schedule_window,
     priority_category_errors,
 )
-from notifications.models import Priority
+from notifications.api.typed import data_errors
+from notifications.models import NotificationType, Priority
 from notifications.rendering import RenderError, check_parts
 from preferences.models import Channel
 
@@ -160,18 +161,21 @@ class LocalTimeSerializer(RejectUnknownFields, serializers.Serializer):
 
 
 class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
-    """``POST /v1/campaigns`` body: exactly one of ``content`` / ``template_id``, at most one of
+    """``POST /v1/campaigns`` body: exactly one of ``content`` / ``template_id`` / ``type``, at most one of
     ``scheduled_at`` / ``local_time``, ``missed_policy`` only with ``local_time``."""
 
     #: The same rules in the OpenAPI schema (notifications.api.serializers.RejectUnknownFieldsSchema);
     #: null counts as absent, as in validate().
     schema_rules = {"allOf": [
         {"oneOf": [{"required": ["content"], "properties": {"content": {"type": "object"}}},
-                   {"required": ["template_id"], "properties": {"template_id": {"type": "string"}}}]},
+                   {"required": ["template_id"], "properties": {"template_id": {"type": "string"}}},
+                   {"required": ["type"], "properties": {"type": {"type": "string"}}}]},
         {"not": {"required": ["scheduled_at", "local_time"],
                  "properties": {"scheduled_at": {"type": "string"}, "local_time": {"type": "object"}}}},
         {"anyOf": [{"not": {"required": ["missed_policy"], "properties": {"missed_policy": {"type": "string"}}}},
                    {"required": ["local_time"], "properties": {"local_time": {"type": "object"}}}]},
+        {"anyOf": [{"not": {"required": ["data"], "properties": {"data": {"type": "object"}}}},
+                   {"required": ["type"], "properties": {"type": {"type": "string"}}}]},
     ]}
 
     name = LabelField(required=False, allow_blank=True, default="")
@@ -181,6 +185,11 @@ class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
     category = serializers.RegexField(CATEGORY_PATTERN.pattern, default="marketing", required=False)
     content = ContentSerializer(required=False, allow_null=True)
     template_id = serializers.CharField(required=False, allow_null=True, max_length=64, trim_whitespace=False)
+    type = serializers.CharField(required=False, allow_null=True, max_length=64,
+                                 help_text="A notification type key: its templates for `channel` render each message "
+                                           "(docs/TYPES.md); `data` is what they read as `{{ data.* }}`.")
+    data = serializers.DictField(required=False, allow_null=True, default=None,
+                                 help_text="With `type` only: the data its templates read (≤ 16 KB as JSON).")
     scheduled_at = AwareDateTimeField(required=False, allow_null=True, default=None)
     local_time = LocalTimeSerializer(required=False, allow_null=True, default=None)
     missed_policy = serializers.ChoiceField(
@@ -198,9 +207,13 @@ class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
 
         errors = {}
         has_content, has_template = attrs.get("content") is not None, bool(attrs.get("template_id"))
-        if has_content == has_template:
-            errors["content"] = serializers.ErrorDetail("give exactly one of content or template_id",
+        has_type = bool(attrs.get("type"))
+        if has_content + has_template + has_type != 1:
+            errors["content"] = serializers.ErrorDetail("give exactly one of content, template_id or type",
                                                         code="content_xor_template")
+        if attrs.get("data") is not None and not has_type:
+            errors["data"] = serializers.ErrorDetail("data goes with type (inline content has content.data)",
+                                                     code="not_allowed_without_type")
         errors.update(priority_category_errors(attrs["priority"], attrs["category"]))
         errors.update(channel_available_errors(attrs["channel"]))
         if attrs.get("scheduled_at") and attrs.get("local_time"):
@@ -243,10 +256,22 @@ class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
             elif attrs["channel"] == Channel.EMAIL and any(not v.title for v in template.variants.all()):
                 errors["template_id"] = serializers.ErrorDetail(
                     "email needs a subject: every variant of this template needs a title", code="missing_title")
+        kind = None
+        if has_type:
+            kind = NotificationType.objects.filter(pk=attrs["type"]).first()
+            if kind is None:
+                errors["type"] = serializers.ErrorDetail("unknown notification type", code="unknown_type")
+            elif attrs["channel"] not in kind.channels:
+                errors["channel"] = serializers.ErrorDetail(
+                    f"type {kind.key} does not use {attrs['channel']} (its channels: {', '.join(kind.channels)})",
+                    code="not_in_type")
+            else:
+                errors.update(data_errors(kind, attrs.get("data") or {}))
         if errors:
             raise serializers.ValidationError(errors)
         attrs["segment"] = segment
         attrs["template"] = template
+        attrs["notification_type"] = kind
         return attrs
 
 

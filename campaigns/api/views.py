@@ -304,15 +304,20 @@ class CampaignListView(APIView):
         _owned(request, data["segment"], ownership.check_use)
         if data["template"] is not None:
             _owned(request, data["template"], ownership.check_use)
+        kind = data["notification_type"]
+        if kind is not None and kind.client_id is not None and kind.client_id != request.auth.pk:
+            raise NotOwner("type", "this notification type belongs to another API client")
         content = data.get("content") or {}
         local = data.get("local_time")
         try:
             result = services.create_campaign(
                 client=request.auth, idempotency_key=key,
-                fingerprint=request_fingerprint({k: v for k, v in data.items() if k not in ("segment", "template")}),
+                fingerprint=request_fingerprint({k: v for k, v in data.items()
+                                                 if k not in ("segment", "template", "notification_type")}),
                 name=data["name"], segment=data["segment"], channel=data["channel"], priority=data["priority"],
                 category=data["category"], template=data["template"], title=content.get("title", ""),
-                body=content.get("body", ""), html=content.get("html", ""), data=content.get("data"),
+                body=content.get("body", ""), html=content.get("html", ""),
+                data=data["data"] if kind is not None else content.get("data"), notification_type=kind,
                 scheduled_at=data["scheduled_at"], local_date=local["date"] if local else None,
                 local_time=local["time"] if local else None,
                 missed_policy=data["missed_policy"] or MissedPolicy.SKIP, spread_seconds=data["spread_seconds"],

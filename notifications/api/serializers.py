@@ -76,7 +76,15 @@ class ContentSerializer(RejectUnknownFields, serializers.Serializer):
 
 
 class SendRequestSerializer(RejectUnknownFields, serializers.Serializer):
-    """``POST /v1/notifications`` body."""
+    """``POST /v1/notifications`` body: ``content``, or ``type`` (with ``data``); with ``type`` no
+    ``category``, ``priority`` or ``sensitive`` (the type's)."""
+
+    #: The same rules in the OpenAPI schema (core.api.fields.RejectUnknownFieldsSchema).
+    schema_rules = {"allOf": [
+        {"oneOf": [{"required": ["content"]}, {"required": ["type"]}]},
+        *({"not": {"required": ["type", name]}} for name in ("category", "priority", "sensitive")),
+        {"not": {"required": ["content", "data"]}},
+    ]}
 
     user_id = serializers.CharField(max_length=255, trim_whitespace=False,
                                     help_text="An existing user id, exactly as stored (never trimmed).")
@@ -239,6 +247,10 @@ class NotificationSerializer(serializers.ModelSerializer):
     """A notification with its status, reason and full timeline (content hidden when sensitive)."""
 
     user_id = serializers.CharField(source="recipient_id", read_only=True)
+    type = serializers.CharField(source="notification_type_id", allow_null=True, read_only=True,
+                                 help_text="The notification type it was made from (docs/TYPES.md); null: inline "
+                                           "content or a campaign's.")
+    event_id = serializers.UUIDField(allow_null=True, read_only=True, help_text="The event that made it, if any.")
     content = serializers.SerializerMethodField(help_text="null when the notification is `sensitive`.")
     timeline = EventSerializer(many=True, read_only=True)
     attempts_log = AttemptSerializer(many=True, read_only=True)
@@ -246,8 +258,8 @@ class NotificationSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Notification
-        fields = ["id", "user_id", "channel", "priority", "category", "status", "reason", "reason_detail",
-                  "sensitive", "content", "scheduled_at", "expires_at", "attempts", "provider",
+        fields = ["id", "user_id", "type", "event_id", "channel", "priority", "category", "status", "reason",
+                  "reason_detail", "sensitive", "content", "scheduled_at", "expires_at", "attempts", "provider",
                   "provider_message_id", "created_at", "sent_at", "delivered_at", "timeline", "attempts_log"]
         read_only_fields = fields  # a response: every field is always present
         extra_kwargs = {"reason": {"allow_blank": True}}  # read-only drops it; "" is a value here
@@ -272,7 +284,8 @@ class NotificationSummarySerializer(NotificationSerializer):
                                         help_text="The campaign that sent it; null for a single send.")
 
     class Meta(NotificationSerializer.Meta):
-        fields = ["id", "user_id", "campaign_id", "channel", "priority", "category", "status", "reason",
+        fields = ["id", "user_id", "campaign_id", "type", "event_id", "channel", "priority", "category", "status",
+                  "reason",
                   "reason_detail", "sensitive", "content", "scheduled_at", "attempts", "provider", "created_at",
                   "sent_at", "delivered_at"]
         read_only_fields = fields

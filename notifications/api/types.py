@@ -14,18 +14,21 @@ from core.api.fields import RejectUnknownFields
 from core.api.pagination import Ordering, list_page, page_parameters, page_serializer
 from core.api.refusals import NotOwner
 from core.api.scopes import Scope
-from core.vocabulary import CHANNELS
+from core.vocabulary import CATEGORY_PATTERN, TEMPLATE_LOCALE_PATTERN
 from notifications.events import services
 from notifications.events.models import NotificationType, QuietHoursPolicy, Routing
-from notifications.events.validation import MAX_TTL_SECONDS, type_problems
+from notifications.events.validation import DATA_NAME, MAX_TTL_SECONDS, type_problems
 from notifications.models import Priority
+from preferences.models import Channel
 
 _KEY = parameters.TYPE_KEY.parameter("key", description="The type's key, e.g. `order_shipped`.")
 
 
 class TypeTemplateSerializer(RejectUnknownFields, serializers.Serializer):
-    channel = serializers.ChoiceField(choices=CHANNELS)
-    locale = serializers.CharField(max_length=35, help_text='BCP 47 tag: "en", "de-AT".')
+    channel = serializers.ChoiceField(choices=Channel.choices)
+    locale = serializers.RegexField(TEMPLATE_LOCALE_PATTERN.pattern, max_length=35,
+                                    error_messages={"invalid": "a BCP 47 tag like 'en' or 'de-AT'"},
+                                    help_text='BCP 47 tag: "en", "de-AT".')
     title = serializers.CharField(required=False, allow_blank=True, default="", max_length=998,
                                   help_text="Push title / email subject (one line). Not for SMS.")
     body = serializers.CharField(max_length=100_000, trim_whitespace=False,
@@ -36,18 +39,21 @@ class TypeTemplateSerializer(RejectUnknownFields, serializers.Serializer):
                                  required=False, default=dict, help_text="Push only: `{key: template}`.")
 
 
-class TypeSerializer(RejectUnknownFields, serializers.Serializer):
+class NotificationTypeSerializer(RejectUnknownFields, serializers.Serializer):
     """A notification type as ``PUT`` takes it and ``GET`` answers it (with ``key`` and the stamps)."""
 
     key = serializers.CharField(read_only=True)
     name = serializers.CharField(max_length=200)
     description = serializers.CharField(required=False, allow_blank=True, default="", max_length=10_000)
-    category = serializers.CharField(max_length=64, help_text="What users opt out of: `shipping`, `security`, …")
+    category = serializers.RegexField(CATEGORY_PATTERN.pattern, max_length=64,
+                                      error_messages={"invalid": "lower-case letters, digits, '_', '.', '-'; at "
+                                                                 "most 64; starting with a letter or digit"},
+                                      help_text="What users opt out of: `shipping`, `security`, …")
     priority = serializers.ChoiceField(choices=Priority.choices, default=Priority.STANDARD,
                                        help_text="`high` needs the scope notifications:send_high, to define and to "
                                                  "trigger.")
-    channels = serializers.ListField(child=serializers.CharField(max_length=16), min_length=1, max_length=3,
-                                     help_text="The channels it may use, in fallback order.")
+    channels = serializers.ListField(child=serializers.ChoiceField(choices=Channel.choices), min_length=1, max_length=3,
+                                     help_text="The channels it may use, in fallback order (each once).")
     routing = serializers.ChoiceField(choices=Routing.choices, default=Routing.ALL)
     quiet_hours = serializers.ChoiceField(choices=QuietHoursPolicy.choices, default=QuietHoursPolicy.DEFER)
     required = serializers.BooleanField(default=False, help_text="Opt-outs do not apply (security, legal).")
@@ -59,9 +65,14 @@ class TypeSerializer(RejectUnknownFields, serializers.Serializer):
     sms_from = serializers.CharField(required=False, allow_blank=True, default="", max_length=64)
     email_from = serializers.CharField(required=False, allow_blank=True, default="", max_length=254)
     email_reply_to = serializers.CharField(required=False, allow_blank=True, default="", max_length=254)
-    required_data = serializers.ListField(child=serializers.CharField(max_length=64), required=False, default=list,
+    required_data = serializers.ListField(child=serializers.RegexField(
+        DATA_NAME.pattern, max_length=64, error_messages={"invalid": "a data key name: letters, digits, _; not "
+                                                                     "starting with a digit"}),
+                                          required=False, default=list,
                                           max_length=50, help_text="data keys every event must carry (else 422).")
-    default_locale = serializers.CharField(required=False, default="en", max_length=35)
+    default_locale = serializers.RegexField(TEMPLATE_LOCALE_PATTERN.pattern, required=False, default="en",
+                                            max_length=35,
+                                            error_messages={"invalid": "a BCP 47 tag like 'en' or 'de-AT'"})
     templates = TypeTemplateSerializer(many=True, help_text="Per channel and locale; every channel needs one.")
     owner = serializers.CharField(read_only=True, allow_null=True,
                                   help_text="The API client that defined it; null: defined in the admin.")
@@ -77,7 +88,7 @@ class TypeSerializer(RejectUnknownFields, serializers.Serializer):
 
 
 def payload(kind: NotificationType) -> dict:
-    """The API's view of a type (``TypeSerializer``'s fields)."""
+    """The API's view of a type (``NotificationTypeSerializer``'s fields)."""
     body = {name: getattr(kind, name) for name in services.TYPE_FIELDS}
     body.update(key=kind.key, owner=kind.client.name if kind.client_id else None,
                 created_at=kind.created_at.isoformat().replace("+00:00", "Z"),
@@ -105,10 +116,10 @@ class TypeView(APIView):
     scope_notes = {"put": "A `high` type also needs `notifications:send_high` (403 `missing_scope` on `priority`)."}
     audit_object = "notification_type"
 
-    @extend_schema(request=TypeSerializer, parameters=[_KEY, *response_headers()],
+    @extend_schema(request=NotificationTypeSerializer, parameters=[_KEY, *response_headers()],
                    examples=[OpenApiExample("Order shipped", request_only=True, value=_EXAMPLE)],
-                   responses={200: OpenApiResponse(TypeSerializer, description="Replaced."),
-                              201: OpenApiResponse(TypeSerializer, description="Created."),
+                   responses={200: OpenApiResponse(NotificationTypeSerializer, description="Replaced."),
+                              201: OpenApiResponse(NotificationTypeSerializer, description="Created."),
                               **error_responses(*BODY, 403, 422, _403="Another API client's type, one defined in "
                                                                       "the admin, or `high` without the scope.")},
                    summary="Create or replace a notification type (this client's own) and its templates")
@@ -118,7 +129,7 @@ class TypeView(APIView):
         if existing is not None and existing.client_id != request.auth.pk:
             raise NotOwner("key", "this notification type was defined by another API client" if existing.client_id
                            else "this notification type was defined in the admin; staff change it there")
-        ser = TypeSerializer(data=request.data)
+        ser = NotificationTypeSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         fields = dict(ser.validated_data)
         templates = fields.pop("templates")
@@ -126,11 +137,12 @@ class TypeView(APIView):
                 Scope.SEND_HIGH):
             raise MissingScope(Scope.SEND_HIGH, field="priority", why="needed to define or change a high type")
         kind, created = services.save_type(key, fields, templates, client=request.auth)
-        audit_notes.note_fields(request, [k for k in request.data if k in TypeSerializer().fields])
+        audit_notes.note_fields(request, [k for k in request.data if k in NotificationTypeSerializer().fields])
         return Response(payload(kind), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     @extend_schema(parameters=[_KEY, *response_headers()],
-                   responses={200: TypeSerializer, **error_responses(404, 422)}, summary="A notification type")
+                   responses={200: NotificationTypeSerializer, **error_responses(404, 422)},
+                   summary="A notification type")
     def get(self, request, key: str):
         parameters.TYPE_KEY.check("key", key)
         kind = NotificationType.objects.select_related("client").prefetch_related("templates").filter(pk=key).first()
@@ -143,7 +155,7 @@ class TypeListView(APIView):
     required_scopes = {"get": Scope.READ}
 
     @extend_schema(parameters=[*page_parameters(), *response_headers()],
-                   responses={200: page_serializer("NotificationTypePage", TypeSerializer()),
+                   responses={200: page_serializer("NotificationTypePage", NotificationTypeSerializer()),
                               **error_responses(422)},
                    operation_id="v1_notification_types_list", summary="Notification types by key (keyset pagination)")
     def get(self, request):

@@ -114,9 +114,9 @@ def suppression_detail(n: Notification, reason: str, kind: NotificationType | No
 
     r = n.recipient
     if reason == Reason.PHONE_INVALID:
-        return f"{Reason(reason).label}: {r.phone_invalid_reason} since {r.phone_invalid_at:%Y-%m-%d %H:%M} UTC"
+        return f"{Reason(reason).label}: {r.phone_invalid_reason}{_since(r.phone_invalid_at)}"
     if reason == Reason.EMAIL_INVALID:
-        return f"{Reason(reason).label}: {r.email_invalid_reason} since {r.email_invalid_at:%Y-%m-%d %H:%M} UTC"
+        return f"{Reason(reason).label}: {r.email_invalid_reason}{_since(r.email_invalid_at)}"
     if reason == Reason.OPTED_OUT_CATEGORY:
         return f"{Reason(reason).label} ({n.category} on {n.channel})"
     if reason == Reason.OPTED_OUT_TYPE:
@@ -124,6 +124,12 @@ def suppression_detail(n: Notification, reason: str, kind: NotificationType | No
     if reason == Reason.SMS_STOPPED:
         return f"{Reason(reason).label} ({(kind.sms_from if kind is not None else '') or sms_sender()})"
     return Reason(reason).label
+
+
+def _since(at: datetime | None) -> str:
+    """`` since 2026-12-02 07:00 UTC``, or ``""`` when the mark has no instant (set by hand, or older
+    data): a missing instant never crashes the checks of the row."""
+    return f" since {at:%Y-%m-%d %H:%M} UTC" if at is not None else ""
 
 
 def quiet_hours_end(n: Notification, now: datetime) -> datetime | None:

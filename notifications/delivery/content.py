@@ -62,7 +62,7 @@ class Content:
     def apply(self, n: Notification) -> None:
         """Render ``n``'s content into it (in memory); a typed row also gets ``send_options``
         (:class:`notifications.events.content.SendOptions`). Raises :class:`ContentError`."""
-        if n.notification_type_id:
+        if n.notification_type_id and not n.campaign_id:
             try:
                 n.send_options = self.types.render(n)
             except RenderError as exc:

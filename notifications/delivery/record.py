@@ -10,6 +10,7 @@ it again: the call we made was accepted, so the pending re-send must not happen.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import defaultdict
 from datetime import datetime, timedelta
@@ -56,6 +57,14 @@ UPDATE notifications_notification AS n
  WHERE n.id = v.id AND n.attempts = v.attempts
    AND (n.status = 'sending' OR (n.status IN ('scheduled', 'queued') AND n.reason = 'lease_expired'))
 RETURNING n.id
+"""
+
+# An event's rows keep what they said (rendered at send time from their type): support reads it.
+_CONTENT_SQL = """
+UPDATE notifications_notification AS n
+   SET title = v.title, body = v.body, html = v.html, data = NULLIF(v.data, '')::jsonb
+  FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[], %s::text[]) AS v(id, title, body, html, data)
+ WHERE n.id = v.id
 """
 
 _RESCHEDULE_SQL = """
@@ -202,6 +211,13 @@ def record_sent(rows: list[tuple], provider: str, channel: str, tier: str,
                                     array_literal(message_ids), array_literal(details)])
             moved = {str(row[0]) for row in cur.fetchall()}
         copy_rows(ATTEMPTS_TABLE, ATTEMPT_COLUMNS, attempts)
+        typed = [n for n, _d, _a in rows if n.event_id and str(n.pk) in moved]
+        if typed:
+            cur_args = [array_literal(str(n.pk) for n in typed), array_literal(n.title or "" for n in typed),
+                        array_literal(n.body or "" for n in typed), array_literal(n.html or "" for n in typed),
+                        array_literal(json.dumps(n.data) if n.data else "" for n in typed)]
+            with connection.cursor() as cur:
+                cur.execute(_CONTENT_SQL, cur_args)
         # Events' rows of a fallback type: the channels waiting behind them are not needed.
         fallback.settle([(n.pk, Status.SENT, "", n.channel) for n, _d, _a in rows if n.event_id and str(n.pk) in moved])
         for index, i in enumerate(ids):
@@ -286,7 +302,10 @@ def deactivate_dead_contacts(n: Notification, errors: list[tuple]) -> None:
             Device.objects.filter(pk=device.pk, active=True).update(
                 active=False, deactivated_reason=exc.reason[:64], deactivated_at=now, updated_at=now)
         elif n.channel == "sms" and exc.reason == "opted_out":
-            SmsStop.objects.get_or_create(phone=n.recipient.phone, sender=sms_sender(),
+            # Scoped to the sender the message went from: a type's own, else the provider's.
+            options = getattr(n, "send_options", None)
+            sender = (options.sender if options is not None else None) or sms_sender()
+            SmsStop.objects.get_or_create(phone=n.recipient.phone, sender=sender,
                                           defaults={"source": f"{exc.provider} {exc.code}"})
         elif n.channel == "sms":
             type(n.recipient).objects.filter(pk=n.recipient_id).update(

@@ -62,32 +62,42 @@ class TypeContent:
         return self._types.get(n.notification_type_id)
 
     def render(self, n: Notification) -> SendOptions:
-        """Render ``n``'s content into it (title, body, html, push data) and return its
-        :class:`SendOptions`. Raises RenderError (no template for the channel, or it failed)."""
+        """Render ``n``'s content into it (title, body, html, push data) from its type and event,
+        and return its :class:`SendOptions`. Raises RenderError (the type is gone, it has no template
+        for the channel, or the render failed)."""
         kind = self.type_of(n)
         if kind is None:
             raise RenderError(f"notification type {n.notification_type_id} no longer exists")
         if n.event_id not in self._events:
             self.prime([n])
         event = self._events.get(n.event_id)
-        data = event.data if event is not None else {}
-        variant = pick_variant(self._templates.get((kind.pk, n.channel), []), n.recipient.locale, kind.default_locale)
-        if variant is None:
-            raise RenderError(f"type {kind.key} has no {n.channel} template")
-        parts = {"title": variant.title, "body": variant.body, "html": variant.html}
-        parts.update({f"data.{k}": v for k, v in (variant.data or {}).items()})
-        given_key = event.collapse_key if event is not None else ""
-        if n.channel == "push" and kind.collapse_key and not given_key:
-            parts["collapse_key"] = kind.collapse_key
-        out = render_parts(parts, context_for(n.recipient, data))
-        n.title, n.body, n.html = out["title"], out["body"], out["html"]
-        n.data = {k[5:]: v for k, v in out.items() if k.startswith("data.")} or None
-        collapse = given_key or out.get("collapse_key") or None
-        if collapse and len(collapse.encode()) > MAX_COLLAPSE_KEY_BYTES:
-            collapse = "ck-" + hashlib.sha256(collapse.encode()).hexdigest()[:40]
-        sender = kind.sms_from if n.channel == "sms" else kind.email_from if n.channel == "email" else ""
-        return SendOptions(collapse_key=collapse if n.channel == "push" else None, sender=sender or None,
-                           reply_to=(kind.email_reply_to or None) if n.channel == "email" else None)
+        return render_typed(n, kind, self._templates.get((kind.pk, n.channel), []),
+                            event.data if event is not None else {}, event.collapse_key if event is not None else "")
+
+
+def render_typed(n: Notification, kind: NotificationType, templates: list, data: dict,
+                 collapse_key: str = "") -> SendOptions:
+    """Render ``n`` (its channel, its recipient's locale) from ``templates`` (the type's templates of
+    that channel) with ``data`` as ``{{ data.* }}``, into ``n``; the push collapse key is
+    ``collapse_key`` when given, else the type's template rendered, else the notification id (one
+    longer than APNs' 64 bytes is replaced by a hash of it). Used by events and by campaigns that use
+    a type's templates. Raises RenderError."""
+    variant = pick_variant(templates, n.recipient.locale, kind.default_locale)
+    if variant is None:
+        raise RenderError(f"type {kind.key} has no {n.channel} template")
+    parts = {"title": variant.title, "body": variant.body, "html": variant.html}
+    parts.update({f"data.{k}": v for k, v in (variant.data or {}).items()})
+    if n.channel == "push" and kind.collapse_key and not collapse_key:
+        parts["collapse_key"] = kind.collapse_key
+    out = render_parts(parts, context_for(n.recipient, data or {}))
+    n.title, n.body, n.html = out["title"], out["body"], out["html"]
+    n.data = {k[5:]: v for k, v in out.items() if k.startswith("data.")} or None
+    collapse = collapse_key or out.get("collapse_key") or None
+    if collapse and len(collapse.encode()) > MAX_COLLAPSE_KEY_BYTES:
+        collapse = "ck-" + hashlib.sha256(collapse.encode()).hexdigest()[:40]
+    sender = kind.sms_from if n.channel == "sms" else kind.email_from if n.channel == "email" else ""
+    return SendOptions(collapse_key=collapse if n.channel == "push" else None, sender=sender or None,
+                       reply_to=(kind.email_reply_to or None) if n.channel == "email" else None)
 
 
 @dataclass(frozen=True)
@@ -107,24 +117,22 @@ class ChannelPreview:
 
 def preview(kind: NotificationType, recipient, data: dict) -> dict[str, ChannelPreview]:
     """What an event of ``kind`` with ``data`` (a JSON object) would send ``recipient`` on each of the
-    type's channels, rendered now by the send-time code (:meth:`TypeContent.render`, the type's saved
-    templates with the same locale fallback, escaping and render bounds): ``{channel:
-    ChannelPreview}`` in the type's channel order. A render error is that channel's ``error``; it
-    raises nothing. ``kind`` must be saved: its templates are read from the database (as a send
-    reads them); nothing is written (the notification and event it renders are never saved)."""
-    content = TypeContent()
-    event = Event(id=uuid.uuid4(), type=kind, data=data, collapse_key="")
-    content._events[event.pk] = event  # a transient event: prime() would look it up in the database
+    type's channels, rendered now by the send-time code (:func:`render_typed`: the same locale
+    fallback, escaping and render bounds): ``{channel: ChannelPreview}`` in the type's channel order.
+    A render error is that channel's ``error``; it raises nothing. Reads ``kind.templates`` (saved
+    templates, one query unless prefetched); writes nothing (the notification it renders is never
+    saved)."""
     variants: dict[str, list] = defaultdict(list)
     for template in kind.templates.all():
         variants[template.channel].append(template)
     out = {}
     for channel in kind.channels:
         n = Notification(id=uuid.uuid4(), recipient=recipient, channel=channel, priority=kind.priority,
-                         category=kind.category, sensitive=kind.sensitive, notification_type=kind, event=event)
-        chosen = pick_variant(variants.get(channel, []), recipient.locale, kind.default_locale)
+                         category=kind.category, sensitive=kind.sensitive, notification_type=kind)
+        templates = variants.get(channel, [])
+        chosen = pick_variant(templates, recipient.locale, kind.default_locale)
         try:
-            options = content.render(n)
+            options = render_typed(n, kind, templates, data)
         except RenderError as exc:
             out[channel] = ChannelPreview(locale=chosen.locale if chosen else "", error=str(exc))
             continue

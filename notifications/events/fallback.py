@@ -21,6 +21,7 @@ from django.db import connection
 
 from core import clock
 from core.postgres import array_literal
+from notifications import metrics
 from notifications.enqueue import enqueue_on_commit
 from notifications.models import DeliveryEvent, Notification, Reason, Status
 
@@ -64,11 +65,13 @@ def settle(ended: list[tuple]) -> int:
         if what == "not_needed":
             changed = _move(rows, Status.SUPPRESSED, Reason.FALLBACK_NOT_NEEDED, now,
                             "an earlier channel in the fallback order ({}) reached the recipient")
+            metrics.fallback_settled("not_needed", len(changed))
             moved += len(changed) + settle([(pk, Status.SUPPRESSED, Reason.FALLBACK_NOT_NEEDED, ch)
                                             for pk, _p, ch in changed])
         elif what == "cancelled":
             changed = _move(rows, Status.CANCELLED, Reason.CANCELLED_BY_CLIENT, now,
                             "the channel before it in the fallback order ({}) was cancelled")
+            metrics.fallback_settled("cancelled", len(changed))
             moved += len(changed) + settle([(pk, Status.CANCELLED, Reason.CANCELLED_BY_CLIENT, ch)
                                             for pk, _p, ch in changed])
         else:
@@ -76,6 +79,7 @@ def settle(ended: list[tuple]) -> int:
                             "released: the channel before it in the fallback order ({}) could not reach the "
                             "recipient")
             enqueue_on_commit([(pk, priority, channel) for pk, priority, channel in changed])
+            metrics.fallback_settled("released", len(changed))
             moved += len(changed)
     return moved
 

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from django.db import IntegrityError, transaction
 
 from core import clock
+from notifications import metrics
 from notifications.enqueue import enqueue_on_commit
 from notifications.events.models import (
     EVENT_ID_NAMESPACE,
@@ -144,6 +145,7 @@ def accept_event(*, client: APIClient, idempotency_key: str | None, fingerprint:
                 DeliveryEvent(notification_id=n.pk, kind="accepted", status=n.status, created_at=now,
                               reason=n.reason, detail=_accepted_detail(n, kind)) for n in rows], batch_size=2000)
             enqueue_on_commit([(n.pk, n.priority, n.channel) for n in rows if n.status == Status.QUEUED])
+            transaction.on_commit(lambda: metrics.events_accepted(1, len(rows)))
     except IntegrityError:
         # The same (client, key) was committed first, possibly by a concurrent request.
         if single:  # the key may have been used by an untyped single send as well

@@ -5,12 +5,15 @@ from __future__ import annotations
 import re
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from core.api.fields import RejectUnknownFields, WallTimeField
 from core.identifiers import MAX_PUSH_TOKEN_LENGTH, no_control_pattern, push_token_problem
-from core.vocabulary import CATEGORY_PATTERN, LOCALE_PATTERN
+from core.vocabulary import CATEGORY_PATTERN, LOCALE_PATTERN, TYPE_KEY_PATTERN
+from preferences import suppression
+from preferences.api.effective import REQUIRED
 from preferences.models import Channel, Device, Erasure, Recipient
 from preferences.validation import normalize_phone, validate_iana_zone
 
@@ -85,17 +88,88 @@ class QuietHoursSerializer(RejectUnknownFields, serializers.Serializer):
         return attrs
 
 
+#: At most this many keys in ``category_opt_outs`` and in ``type_opt_outs``.
+MAX_CATEGORY_OPT_OUTS = 100
+MAX_TYPE_OPT_OUTS = 200
+#: Every ``reason`` of an effective-matrix entry: ``""`` (allowed), the suppression rule's codes,
+#: ``required`` (allowed: an opt-out the type's ``required`` flag overrides).
+EFFECTIVE_REASONS = ("", *suppression.REASONS, REQUIRED)
+
+
+@extend_schema_field({"type": "string", "enum": list(EFFECTIVE_REASONS)})
+class EffectiveReasonField(serializers.CharField):
+    """An effective-matrix entry's reason: one of :data:`EFFECTIVE_REASONS` (the schema's
+    ``EffectiveReasonEnum``, named in ``SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"]``: a notification's
+    own ``reason`` is another set)."""
+
+
+class ChannelsByKeyField(serializers.DictField):
+    """``{key: [channel…]}`` (a category's or a notification type's opt-outs): at most ``max_keys``
+    keys (checked by the serializer's ``validate_<field>``, which also checks the keys' rule), each
+    with at most 3 channels by the channel rule; the schema states ``maxProperties``."""
+
+    def __init__(self, *, max_keys: int, **kwargs) -> None:
+        self.max_keys = max_keys
+        child = serializers.ListField(child=serializers.ChoiceField(choices=Channel.choices), max_length=3)
+        super().__init__(child=child, **kwargs)
+
+
+class ChannelsByKeySchema(OpenApiSerializerFieldExtension):
+    """The schema of a :class:`ChannelsByKeyField`: drf-spectacular's object of channel arrays, plus
+    ``maxProperties``."""
+
+    target_class = ChannelsByKeyField
+
+    def map_serializer_field(self, auto_schema, direction):
+        schema = auto_schema._map_serializer_field(self.target, direction, bypass_extensions=True)
+        return schema | {"maxProperties": self.target.max_keys}
+
+
+class EffectiveEntrySerializer(serializers.Serializer):
+    """One notification type on one of its channels: whether it may reach the recipient, and why not."""
+
+    # Every field is read-only (an answer only), so the schema has no request form of this component.
+    type = serializers.RegexField(TYPE_KEY_PATTERN.pattern, max_length=64, read_only=True,
+                                 help_text="The notification type's key.")
+    category = serializers.RegexField(CATEGORY_PATTERN.pattern, max_length=64, read_only=True,
+                                      help_text="The type's category (what category_opt_outs name).")
+    channel = serializers.ChoiceField(choices=Channel.choices, read_only=True)
+    allowed = serializers.BooleanField(
+        read_only=True, help_text="Whether a notification of this type may reach the recipient on this channel "
+                                  "now (quiet hours only defer, never forbid).")
+    reason = EffectiveReasonField(
+        read_only=True, help_text="Not allowed: why (the suppressed reason a send would get: opted_out_channel, "
+                                  "opted_out_category, opted_out_type, no_phone, phone_invalid, sms_stopped, "
+                                  "no_email, email_invalid, no_active_device). Allowed: empty, or `required` when "
+                                  "an opt-out exists that the type's required flag overrides.")
+    required = serializers.BooleanField(
+        read_only=True, help_text="The type is required (security, legal): opt-outs do not apply to it; contacts "
+                                  "and SMS STOP still do.")
+
+
 class PreferencesSerializer(RejectUnknownFields, serializers.Serializer):
+    """A recipient's opt-outs and quiet hours. PUT replaces them all: an omitted field becomes empty.
+    The answer (GET and PUT) adds `effective`, the matrix those preferences give."""
+
     opt_outs = serializers.ListField(child=serializers.ChoiceField(choices=Channel.choices), required=False,
                                      default=list, max_length=3)
-    category_opt_outs = serializers.DictField(
-        child=serializers.ListField(child=serializers.ChoiceField(choices=Channel.choices), max_length=3),
-        required=False, default=dict)
+    category_opt_outs = ChannelsByKeyField(max_keys=MAX_CATEGORY_OPT_OUTS, required=False, default=dict)
+    type_opt_outs = ChannelsByKeyField(
+        max_keys=MAX_TYPE_OPT_OUTS, required=False, default=dict,
+        help_text=f"Opted out of single notification types: {{type key: [channel…]}}, e.g. "
+                  f'{{"new_follower": ["push"]}}; at most {MAX_TYPE_OPT_OUTS} keys, each a type key '
+                  "(lower-case letters, digits, '_', '-'; at most 64). A key need not name a type that exists "
+                  "yet (types may be created later); it applies once one does. Ignored by required types.")
     quiet_hours = QuietHoursSerializer(required=False, allow_null=True, default=None)
+    effective = EffectiveEntrySerializer(
+        many=True, read_only=True,
+        help_text="The effective matrix: every notification type on each of its channels (sorted by type key, "
+                  "then the type's channel order), allowed or not and why, from these preferences and the "
+                  "recipient's contacts, active devices and SMS STOPs. Read-only (ignored in a PUT body).")
 
     def validate_category_opt_outs(self, value: dict) -> dict:
-        if len(value) > 100:
-            raise serializers.ValidationError("at most 100 categories", code="max_length")
+        if len(value) > MAX_CATEGORY_OPT_OUTS:
+            raise serializers.ValidationError(f"at most {MAX_CATEGORY_OPT_OUTS} categories", code="max_length")
         for key in value:
             if not CATEGORY_PATTERN.match(key):
                 raise serializers.ValidationError(
@@ -103,7 +177,19 @@ class PreferencesSerializer(RejectUnknownFields, serializers.Serializer):
                     "as categories are on sends", code="invalid_category")
         return value
 
+    def validate_type_opt_outs(self, value: dict) -> dict:
+        if len(value) > MAX_TYPE_OPT_OUTS:
+            raise serializers.ValidationError(f"at most {MAX_TYPE_OPT_OUTS} notification types", code="max_length")
+        for key in value:
+            if not TYPE_KEY_PATTERN.match(key):
+                raise serializers.ValidationError(
+                    f"notification type '{key[:70]}' must be a type key: lower-case letters, digits, '_', '-' "
+                    "(at most 64), starting with a letter or digit", code="invalid_type_key")
+        return value
+
     def to_representation(self, prefs):
+        """The stored preferences (``prefs``: a :class:`~preferences.models.Preferences` or ``None``),
+        without ``effective`` (the view adds it: it needs the recipient's other facts)."""
         quiet = None
         if prefs is not None and prefs.quiet_start is not None:
             quiet = {"start": prefs.quiet_start.strftime("%H:%M"), "end": prefs.quiet_end.strftime("%H:%M"),
@@ -111,6 +197,7 @@ class PreferencesSerializer(RejectUnknownFields, serializers.Serializer):
         return {
             "opt_outs": list(prefs.opt_outs) if prefs else [],
             "category_opt_outs": dict(prefs.category_opt_outs) if prefs else {},
+            "type_opt_outs": dict(prefs.type_opt_outs) if prefs else {},
             "quiet_hours": quiet,
         }
 

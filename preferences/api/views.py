@@ -11,6 +11,7 @@ from core.api import audit_notes, parameters
 from core.api.errors import BODY, NotFoundError, error_responses, response_headers
 from core.api.scopes import Scope
 from preferences import services
+from preferences.api.effective import effective_matrix
 from preferences.api.erasure import erase_user
 from preferences.api.serializers import (
     DeviceSerializer,
@@ -96,22 +97,37 @@ class RecipientView(APIView):
         return Response(data)
 
 
+_PREFERENCES_EXAMPLE = {
+    "opt_outs": ["sms"], "category_opt_outs": {"marketing": ["email"]}, "type_opt_outs": {"new_follower": ["push"]},
+    "quiet_hours": {"start": "22:00", "end": "07:00", "timezone": "Europe/Berlin"}}
+_EFFECTIVE_EXAMPLE = [
+    {"type": "new_follower", "category": "social", "channel": "push", "allowed": False, "reason": "opted_out_type",
+     "required": False},
+    {"type": "new_follower", "category": "social", "channel": "email", "allowed": True, "reason": "",
+     "required": False},
+    {"type": "password_reset", "category": "security", "channel": "email", "allowed": True, "reason": "",
+     "required": True},
+    {"type": "password_reset", "category": "security", "channel": "sms", "allowed": True, "reason": "required",
+     "required": True},
+]
+
+
 class PreferencesView(APIView):
     required_scopes = {"get": Scope.READ, "put": Scope.PREFERENCES_WRITE}
     audit_object = "preferences"
 
     @extend_schema(parameters=[_USER_ID, *response_headers()],
+                   examples=[OpenApiExample("Preferences and their effective matrix", response_only=True,
+                                            value=_PREFERENCES_EXAMPLE | {"effective": _EFFECTIVE_EXAMPLE})],
                    responses={200: PreferencesSerializer, **error_responses(404, 422, _404=_404, _422=_422_PATH)},
-                   summary="Get a recipient's preferences")
+                   summary="Get a recipient's preferences and the effective matrix (type × channel → allowed, why)")
     def get(self, request, user_id: str):
         recipient = recipient_or_404(user_id)
         prefs = Preferences.objects.filter(recipient=recipient).first()
-        return Response(PreferencesSerializer().to_representation(prefs))
+        return Response(PreferencesSerializer().to_representation(prefs) | {"effective": effective_matrix(recipient)})
 
     @extend_schema(request=PreferencesSerializer, parameters=[_USER_ID, *response_headers()],
-                   examples=[OpenApiExample("Preferences", request_only=True, value={
-                       "opt_outs": ["sms"], "category_opt_outs": {"marketing": ["email"]},
-                       "quiet_hours": {"start": "22:00", "end": "07:00", "timezone": "Europe/Berlin"}})],
+                   examples=[OpenApiExample("Preferences", request_only=True, value=_PREFERENCES_EXAMPLE)],
                    responses={200: PreferencesSerializer,
                               **error_responses(*BODY, 404, 422, _404=_404, _422=_422_PATH)},
                    summary="Replace a recipient's opt-outs and quiet hours")
@@ -122,8 +138,8 @@ class PreferencesView(APIView):
         before = PreferencesSerializer().to_representation(Preferences.objects.filter(recipient=recipient).first())
         prefs = services.set_preferences(recipient, **ser.validated_data)
         after = PreferencesSerializer().to_representation(prefs)
-        audit_notes.note_changes(request, before, after)
-        return Response(after)
+        audit_notes.note_changes(request, before, after)  # what was stored, not the matrix derived from it
+        return Response(after | {"effective": effective_matrix(recipient)})
 
 
 class DevicesView(APIView):

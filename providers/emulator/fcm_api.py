@@ -7,6 +7,14 @@ Error bodies follow docs/PROVIDERS.md §3(b)::
                             "errorCode": "UNREGISTERED"}]}}
 
 so firebase-admin raises its own exception classes (``UnregisteredError``, ``QuotaExceededError``...).
+
+Each accepted message is recorded with ``details = {"message": <the "message" object as
+received>}`` (kept as the raw request body, decoded when read: ``store.RawJsonDetails``), so a test
+can assert the whole message: no ``notification`` block, ``apns.headers["apns-push-type"]``,
+``apns.payload.aps["content-available"]``... A message with ``apns-push-type: background`` and
+``apns-priority: 10`` is refused with 400 INVALID_ARGUMENT on ``message.apns.headers`` (Apple: a
+background push must have priority 5; FCM: a data message to an Apple device sent with priority 10
+is rejected with INVALID_ARGUMENT, "Set the priority of a message").
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from aiohttp import web
 
 from providers.emulator.context import bearer_token, emulator_of
 from providers.emulator.faults import Fault
+from providers.emulator.store import RawJsonDetails
 
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 FCM_ERROR = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
@@ -131,8 +140,9 @@ async def send(request: web.Request) -> web.Response:
     if bearer_token(request) is None:
         emu.stats.rejected("fcm")
         return error(401, "UNAUTHENTICATED", MESSAGES["UNAUTHENTICATED"])
+    raw = await request.read()
     try:
-        payload = json.loads(await request.read())
+        payload = json.loads(raw)
         message = payload["message"]
         if not isinstance(message, dict):
             raise TypeError
@@ -155,7 +165,7 @@ async def send(request: web.Request) -> web.Response:
         notification = message.get("notification") or {}
         data = message.get("data") or {}
         emu.store.add("fcm", destination, notification.get("title"), notification.get("body"), name,
-                      data.get("notification_id"), project)
+                      data.get("notification_id"), project, details=RawJsonDetails(raw, "message"))
     emu.stats.accepted("fcm", 0 if payload.get("validate_only") else 1)
     return web.json_response({"name": name})
 
@@ -175,6 +185,12 @@ def _validate(message: dict[str, Any], targets: list[str]) -> web.Response | Non
     if not isinstance(data, dict) or any(not isinstance(k, str) or not isinstance(v, str) for k, v in data.items()):
         return error(400, "INVALID_ARGUMENT", "Invalid value at 'message.data': values must be strings.",
                      "INVALID_ARGUMENT", "message.data")
+    apns = message.get("apns") or {}
+    headers = apns.get("headers") if isinstance(apns, dict) else None
+    if isinstance(headers, dict) and headers.get("apns-push-type") == "background" \
+            and str(headers.get("apns-priority")) == "10":
+        return error(400, "INVALID_ARGUMENT", "A background notification (apns-push-type background) must have "
+                     "apns-priority 5, not 10.", "INVALID_ARGUMENT", "message.apns.headers")
     size = sum(len(k.encode()) + len(v.encode()) for k, v in data.items())
     limit = MAX_DATA_BYTES if target in ("token", "fid") else MAX_TOPIC_DATA_BYTES
     if size > limit:

@@ -3,10 +3,13 @@
 * ``GET /_emulator/health`` -> ``{"status": "ok"}``
 * ``GET /_emulator/messages[?to=&channel=&provider=&account=&notification_id=]`` -> list of
   ``{"provider", "account", "channel", "to", "title", "body", "provider_message_id",
-  "notification_id", "received_at_ms"}`` (UTC epoch ms), oldest first; ``account`` is the Twilio
-  AccountSid of the request path or the FCM project id, ``null`` for SendGrid and SMTP. Filters match
-  exactly and never match a null field. ``GET /_emulator/messages/count`` -> ``{"count": n}`` with the
-  same filters; ``DELETE /_emulator/messages`` clears memory only.
+  "notification_id", "received_at_ms", "details"}`` (UTC epoch ms), oldest first; ``account`` is the
+  Twilio AccountSid of the request path or the FCM project id, ``null`` for SendGrid and SMTP;
+  ``details`` is what the provider received beyond these fields (Twilio From/MessagingServiceSid,
+  SendGrid From/Reply-To of the personalization, SMTP envelope sender and headers, FCM the whole
+  message: ``store.FIELDS``). Filters match exactly and never match a null field.
+  ``GET /_emulator/messages/count`` -> ``{"count": n}`` with the same filters;
+  ``DELETE /_emulator/messages`` clears memory only.
 * ``POST /_emulator/analysis`` with ``{"notification_ids": [...], "bucket_ms": 1000}`` (both optional;
   an empty body means all defaults) -> a benchmark summary of the in-memory messages, computed in
   linear time off the event loop (about a second per million messages; run with

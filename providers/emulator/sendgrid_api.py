@@ -10,6 +10,12 @@ applied to the subject and the content for that personalization's recipients: th
 body are the substituted subject and text/plain value (html is not recorded). Keys are replaced one
 after the other, in the order given, with plain ``str.replace`` (cheap at 1000 personalizations per
 request); a value that itself contains a later key is therefore substituted again.
+
+A personalization may have its own ``from`` (SendGrid, "Personalizations": ``from``, ``subject``,
+``headers``, ``custom_args`` and ``send_at`` may be set per personalization, overriding the
+message level); ``reply_to`` exists at the message level only. Each recorded message's
+``details`` are ``{"from": <its personalization's from, else the request's>, "reply_to": <the
+request's, or null>}``, as received (one dict shared by the recipients that have the same).
 """
 
 from __future__ import annotations
@@ -102,7 +108,9 @@ async def send_mail(request: web.Request) -> web.Response:
     events = emu.webhooks.enabled and emu.webhooks.sendgrid_url is not None
     categories = [str(c) for c in payload.get("categories") or [] if isinstance(c, str)]
     recorded = 0
+    shared_details = {"from": payload.get("from"), "reply_to": payload.get("reply_to")}
     for p in personalizations:
+        details = shared_details if p.get("from") is None else {**shared_details, "from": p["from"]}
         subject = p.get("subject") or top_subject
         body = text
         substitutions = p.get("substitutions")
@@ -110,7 +118,8 @@ async def send_mail(request: web.Request) -> web.Response:
             subject, body = _substitute(subject, body, substitutions)
         notification_id = (p.get("custom_args") or {}).get("notification_id") or top_args.get("notification_id")
         for recipient in p["to"]:
-            emu.store.add("sendgrid", recipient["email"], subject, body, message_id, notification_id)
+            emu.store.add("sendgrid", recipient["email"], subject, body, message_id, notification_id,
+                          details=details)
             if events:
                 rule = emu.receipts.match("sendgrid", recipient["email"])
                 custom_args = {**top_args, **(p.get("custom_args") or {})}
@@ -130,6 +139,11 @@ def validate(payload: dict[str, Any], personalizations: list) -> list[tuple[str,
     sender = payload.get("from")
     if not isinstance(sender, dict) or not EMAIL.match(str(sender.get("email", ""))):
         problems.append(("The from email does not contain a valid address.", "from.email"))
+    reply_to = payload.get("reply_to")
+    if reply_to is not None and (not isinstance(reply_to, dict) or not EMAIL.match(str(reply_to.get("email", "")))):
+        problems.append(("The reply_to email does not contain a valid address.", "reply_to.email"))
+    if reply_to is not None and payload.get("reply_to_list") is not None:
+        problems.append(("The reply_to and reply_to_list properties are mutually exclusive.", "reply_to"))
     if not personalizations:
         problems.append(("The personalizations field is required and must have at least one "
                          "personalization.", "personalizations"))
@@ -147,6 +161,9 @@ def validate(payload: dict[str, Any], personalizations: list) -> list[tuple[str,
         for j, recipient in enumerate(to):
             if not isinstance(recipient, dict) or not EMAIL.match(str(recipient.get("email", ""))):
                 problems.append(("Does not contain a valid address.", f"personalizations.{i}.to.{j}.email"))
+        own_from = p.get("from")
+        if own_from is not None and (not isinstance(own_from, dict) or not EMAIL.match(str(own_from.get("email", "")))):
+            problems.append(("The from email does not contain a valid address.", f"personalizations.{i}.from.email"))
         recipients += len(to) + len(p.get("cc") or []) + len(p.get("bcc") or [])
         args = p.get("custom_args") or {}
         if not isinstance(args, dict) or any(not isinstance(v, str) for v in args.values()):

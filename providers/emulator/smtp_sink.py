@@ -1,7 +1,10 @@
 """SMTP sink (aiosmtpd handler): accepts mail and records one message per accepted RCPT.
 
 Recorded fields: title = ``Subject``, body = the text/plain part, notification id =
-``X-Notification-Id``, provider message id = ``Message-ID`` (as sent, angle brackets included).
+``X-Notification-Id``, provider message id = ``Message-ID`` (as sent, angle brackets included),
+details = ``{"mail_from": <the envelope sender of MAIL FROM>, "headers": [[name, value], …]}``: the
+message's top-level headers in the order received, repeated names repeated, values decoded
+(RFC 2047 words as text) and unfolded.
 
 Fault rules with provider ``"smtp"`` (or ``"*"``) answer at RCPT (default) or DATA
 (``"smtp_phase": "data"``) with ``"<status> <code or default text>"``. Statuses outside the SMTP
@@ -70,12 +73,15 @@ class SmtpSink:
             message = email.message_from_bytes(envelope.original_content or b"", policy=email.policy.default)
             title, body = message.get("Subject"), _text_body(message)
             notification_id, message_id = message.get("X-Notification-Id"), message.get("Message-ID")
+            details = {"mail_from": envelope.mail_from,
+                       "headers": [[name, str(value)] for name, value in message.items()]}
         except Exception:  # a malformed message must not kill the session
             logger.warning("smtp sink: unparsable message from %s", envelope.mail_from, exc_info=True)
             self._emu.stats.rejected("smtp")
             return "554 5.6.0 Message could not be parsed"
         for rcpt in envelope.rcpt_tos:
-            self._emu.store.add("smtp", rcpt, _str(title), body, _str(message_id) or "", _str(notification_id))
+            self._emu.store.add("smtp", rcpt, _str(title), body, _str(message_id) or "", _str(notification_id),
+                                details=details)
         self._emu.stats.accepted("smtp", len(envelope.rcpt_tos))
         return "250 Message accepted for delivery"
 

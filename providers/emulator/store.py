@@ -12,9 +12,17 @@ from typing import IO, Any
 
 #: Fields of one recorded message, in the order of the inspection API and the record file.
 #: ``account``: Twilio AccountSid of the request path, FCM project id; ``None`` for SendGrid and SMTP.
+#: ``details``: what the provider received beyond the common fields, per provider (``null`` when the
+#: handler recorded none)::
+#:
+#:     twilio    {"from": "+1…" | null, "messaging_service_sid": "MG…" | null}
+#:     sendgrid  {"from": {"email", "name"?}, "reply_to": {"email", "name"?} | null}   (this
+#:               personalization's effective values: its own ``from``, else the request's)
+#:     smtp      {"mail_from": <envelope sender>, "headers": [[name, value], …]}   (as received, in order)
+#:     fcm       {"message": <the request's "message" object, exactly as received>}
 FIELDS = (
     "provider", "account", "channel", "to", "title", "body", "provider_message_id", "notification_id",
-    "received_at_ms",
+    "received_at_ms", "details",
 )
 #: Filters accepted by ``/_emulator/messages`` and ``/_emulator/messages/count`` (exact string match;
 #: a filter never matches a null field).
@@ -29,6 +37,25 @@ _PROVIDER, _ACCOUNT, _CHANNEL = _INDEX["provider"], _INDEX["account"], _INDEX["c
 _NOTIFICATION_ID, _RECEIVED_AT = _INDEX["notification_id"], _INDEX["received_at_ms"]
 #: Index of the per-message ``extra`` value, kept after the FIELDS in each stored tuple.
 _EXTRA = len(FIELDS)
+_DETAILS = _INDEX["details"]
+
+
+class RawJsonDetails:
+    """``details`` kept as the raw JSON request body they are part of, decoded only when read
+    (:func:`_record`): holding the bytes costs their length and no CPU on the send path (an FCM
+    message's dict would cost several times that in memory, at a million messages in a benchmark).
+
+    ``decoded()`` is ``{key: json.loads(raw)[key]}`` (e.g. ``{"message": …}`` of an FCM request).
+    """
+
+    __slots__ = ("key", "raw")
+
+    def __init__(self, raw: bytes, key: str) -> None:
+        self.raw = raw
+        self.key = key
+
+    def decoded(self) -> dict[str, Any]:
+        return {self.key: json.loads(self.raw)[self.key]}
 
 
 def now_ms() -> int:
@@ -64,16 +91,19 @@ class MessageStore:
         notification_id: str | None,
         account: str | None = None,
         extra: Any = None,
+        details: dict[str, Any] | RawJsonDetails | None = None,
     ) -> int:
         """Record one accepted message; returns its ``received_at_ms`` (now, UTC epoch ms).
 
         ``account``: Twilio AccountSid, FCM project id, ``None`` for SendGrid and SMTP. ``extra``:
         the provider API's own per-message value (see :meth:`newest`), ``None`` if it needs none.
+        ``details``: the provider's ``details`` (:data:`FIELDS`), a dict (never mutated afterwards:
+        messages of one request may share it) or :class:`RawJsonDetails`.
         """
         channel = CHANNEL_OF[provider]
         received_at_ms = now_ms()
         item = (provider, account, channel, to, title, body, provider_message_id, notification_id, received_at_ms,
-                extra)
+                details, extra)
         if self._items.maxlen is not None and len(self._items) == self._items.maxlen:
             oldest = self._items[0]
             self._counts[("provider", oldest[_PROVIDER])] -= 1
@@ -132,8 +162,13 @@ class MessageStore:
 
 
 def _record(item: tuple) -> dict[str, Any]:
-    """The :data:`FIELDS` dict of a stored tuple (its trailing ``extra`` left out)."""
-    return dict(zip(FIELDS, item[:_EXTRA], strict=True))
+    """The :data:`FIELDS` dict of a stored tuple (its trailing ``extra`` left out, its ``details``
+    decoded)."""
+    record = dict(zip(FIELDS, item[:_EXTRA], strict=True))
+    details = item[_DETAILS]
+    if isinstance(details, RawJsonDetails):
+        record["details"] = details.decoded()
+    return record
 
 
 def analyse(items: list[tuple], notification_ids: Iterable[str] = (), bucket_ms: int = 1000) -> dict[str, Any]:

@@ -18,7 +18,8 @@ Each resource is the one the create answer gave (``date_created`` in RFC 2822, U
 exactly; ``PageSize`` is 1..1000 (default 50). Only the first page is served (``next_page_uri`` is
 always null) and other parameters (``DateSent``, ``Page`` > 0, ``PageToken``…) are answered 400.
 Fault rules apply to sends only, never to the list; list requests are counted apart
-(``/_emulator/stats`` ``twilio.list_requests``).
+(``/_emulator/stats`` ``twilio.list_requests``). Each accepted message is recorded with ``details =
+{"from", "messaging_service_sid"}`` as the request gave them (``null`` when absent).
 """
 
 from __future__ import annotations
@@ -75,6 +76,8 @@ INVALID_PARAMETER = 20001
 #: Distinct ``extra`` tuples of Twilio messages, one object shared by all messages with the same
 #: value (a store holds hundreds of thousands of messages from a handful of senders); bounded.
 _EXTRAS: dict[tuple, tuple] = {}
+#: The same for the recorded ``details`` (:func:`_details`).
+_SHARED_DETAILS: dict[tuple[str | None, str | None], dict[str, str | None]] = {}
 _MAX_EXTRAS = 10_000
 
 
@@ -134,7 +137,7 @@ async def create_message(request: web.Request) -> web.Response:
     sender = _str(form.get("From"))
     num_media = len(form.getall("MediaUrl", []))
     created_ms = emu.store.add("twilio", to, None, body, message_sid, notification_id, sid,
-                               extra=_extra(sender, service_sid, num_media))
+                               extra=_extra(sender, service_sid, num_media), details=_details(sender, service_sid))
     emu.stats.accepted("twilio")
     if callback and emu.webhooks.enabled:
         rule = emu.receipts.match("twilio", to)
@@ -231,6 +234,20 @@ def _extra(sender: str | None, service_sid: str | None, num_media: int) -> tuple
     if len(_EXTRAS) < _MAX_EXTRAS:
         _EXTRAS[key] = key
     return key
+
+
+def _details(sender: str | None, service_sid: str | None) -> dict[str, str | None]:
+    """The recorded ``details`` of a Twilio message: ``{"from", "messaging_service_sid"}`` as the
+    request gave them (``None`` when absent), one shared dict per distinct pair while there are at
+    most :data:`_MAX_EXTRAS` (never mutated: the store hands it out as is)."""
+    key = (sender, service_sid)
+    shared = _SHARED_DETAILS.get(key)
+    if shared is not None:
+        return shared
+    details = {"from": sender, "messaging_service_sid": service_sid}
+    if len(_SHARED_DETAILS) < _MAX_EXTRAS:
+        _SHARED_DETAILS[key] = details
+    return details
 
 
 def _validate(form, to: str) -> web.Response | None:

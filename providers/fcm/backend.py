@@ -62,7 +62,8 @@ from providers.fcm.async_client import PooledFcmClient
 from providers.fcm.data_keys import NOTIFICATION_ID_KEY
 from providers.fcm.sdk_hooks import install_async_client, redirect_fcm
 
-__all__ = ["FcmPushBackend", "build_message", "local_service_account", "redirect_fcm"]
+__all__ = ["SILENT_BODY_KEY", "SILENT_TITLE_KEY", "FcmPushBackend", "build_message", "local_service_account",
+           "redirect_fcm"]
 
 logger = logging.getLogger(__name__)
 
@@ -105,29 +106,70 @@ def local_service_account(project_id: str, token_uri: str) -> dict[str, str]:
     }
 
 
-def build_message(message: OutboundMessage) -> messaging.Message:
-    """The FCM ``Message`` for one device token (docs/PROVIDERS.md §3(b)).
+#: ``data`` keys that carry a silent push's title and body (unless the caller's data has them).
+SILENT_TITLE_KEY = "title"
+SILENT_BODY_KEY = "body"
 
-    ``data`` = ``message.data`` plus ``notification_id``; Android ``collapse_key``/``priority``
-    ("high" or "normal")/``ttl``; APNs headers ``apns-collapse-id``, ``apns-priority`` (10 or 5) and
-    ``apns-expiration`` (absolute UTC epoch seconds) when a TTL is set.
+
+def build_message(message: OutboundMessage) -> messaging.Message:
+    """The FCM ``Message`` for one device token (docs/PROVIDERS.md §3(b), "Silent pushes and sender
+    overrides").
+
+    Every push: ``data`` = ``message.data`` plus ``notification_id``; Android ``collapse_key`` and
+    ``ttl``; APNs headers ``apns-collapse-id`` and, when a TTL is set, ``apns-expiration``
+    (absolute UTC epoch seconds).
+
+    A normal push (``silent=False``) has a ``notification`` block (title, body); Android priority
+    ``"high"`` or ``"normal"`` and ``apns-priority`` 10 or 5 by ``message.priority``; and
+    ``apns-push-type: alert``, which Apple asks for on every push whose payload shows an alert
+    (required on watchOS 6+, recommended on iOS: "Sending notification requests to APNs",
+    developer.apple.com/documentation/usernotifications/sending-notification-requests-to-apns).
+
+    A silent push (``silent=True``) is a data-only message: no ``notification`` block, so
+    neither Android nor iOS shows anything or plays a sound; ``data`` also carries the title and
+    body as ``title``/``body`` (a key the caller's data already has is left as given), so an app in
+    the foreground can show them in its own UI. iOS: ``apns-push-type: background``,
+    ``apns-priority: 5`` and payload ``{"aps": {"content-available": 1}}`` with no alert, badge
+    or sound (Apple, "Pushing background updates to your app": a background notification is
+    ``content-available: 1`` without alert/sound/badge, sent with ``apns-push-type: background``
+    and priority 5, priority 10 being an error; FCM, "Set the priority of a message": a data
+    message to Apple devices must have priority 5, FCM refuses 10 with INVALID_ARGUMENT). Android:
+    priority ``"normal"`` whatever ``message.priority`` says (FCM, "Set and manage Android message
+    priority": normal is the priority for data messages, and high-priority messages that show no
+    notification get deprioritized). Apple may throttle background pushes (it advises no more
+    than two or three an hour) and delivers them only to an app that has the remote-notification
+    background mode: a silent push is best effort.
+
+    Raises:
+        ValueError: the SDK refuses the message (e.g. a malformed TTL); no request was made.
     """
-    high = message.priority == "high"
+    high = message.priority == "high" and not message.silent
     data = {str(k): str(v) for k, v in (message.data or {}).items()}
     data[NOTIFICATION_ID_KEY] = message.notification_id
     ttl = dt.timedelta(seconds=message.ttl_seconds) if message.ttl_seconds is not None else None
-    apns_headers = {"apns-priority": "10" if high else "5"}
+    apns_headers = {"apns-push-type": "background" if message.silent else "alert",
+                    "apns-priority": "10" if high else "5"}
     if message.collapse_key:
         apns_headers["apns-collapse-id"] = message.collapse_key
     if message.ttl_seconds is not None:
         apns_headers["apns-expiration"] = str(int(time.time()) + int(message.ttl_seconds))
+    if message.silent:
+        if message.title is not None:
+            data.setdefault(SILENT_TITLE_KEY, message.title)
+        data.setdefault(SILENT_BODY_KEY, message.body)
+        notification = None
+        apns = messaging.APNSConfig(headers=apns_headers,
+                                    payload=messaging.APNSPayload(aps=messaging.Aps(content_available=True)))
+    else:
+        notification = messaging.Notification(title=message.title, body=message.body)
+        apns = messaging.APNSConfig(headers=apns_headers)
     fcm_message = messaging.Message(
         data=data,
-        notification=messaging.Notification(title=message.title, body=message.body),
+        notification=notification,
         android=messaging.AndroidConfig(
             collapse_key=message.collapse_key, priority="high" if high else "normal", ttl=ttl,
         ),
-        apns=messaging.APNSConfig(headers=apns_headers),
+        apns=apns,
     )
     # Device registration tokens go on the wire as "token". Message(token=...) emits a
     # DeprecationWarning on every construction in 7.7 (it prefers Firebase installation ids), so

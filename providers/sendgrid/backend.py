@@ -51,21 +51,26 @@ def sender(from_email: str) -> dict[str, str]:
 def build_request_body(message: OutboundMessage, from_email: str) -> dict[str, Any]:
     """The v3 ``/mail/send`` JSON body for one recipient (docs/PROVIDERS.md §2(b)).
 
-    ``custom_args`` carries ``message.data`` plus ``notification_id`` (SendGrid merges custom args
-    into every event, which is how webhooks are correlated). Content is text/plain, then text/html.
+    ``from`` = ``message.sender``, else ``from_email`` (the backend's FROM_EMAIL); ``reply_to``
+    when ``message.reply_to`` is set. ``custom_args`` carries ``message.data`` plus
+    ``notification_id`` (SendGrid merges custom args into every event, which is how webhooks are
+    correlated). Content is text/plain, then text/html.
     """
     content = [{"type": "text/plain", "value": message.body}]
     if message.html:
         content.append({"type": "text/html", "value": message.html})
     custom_args = {str(k): str(v) for k, v in (message.data or {}).items()}
     custom_args[NOTIFICATION_ID_KEY] = message.notification_id
-    return {
+    body: dict[str, Any] = {
         "personalizations": [{"to": [{"email": message.to}]}],
-        "from": sender(from_email),
+        "from": sender(message.sender or from_email),
         "subject": message.title or "",
         "content": content,
         "custom_args": custom_args,
     }
+    if message.reply_to:
+        body["reply_to"] = sender(message.reply_to)
+    return body
 
 
 #: SendGrid v3 mail/send: at most 1,000 personalizations (recipients) per request.
@@ -85,7 +90,8 @@ def substitution_bytes(message: OutboundMessage) -> int:
     return size
 
 
-def build_batch_body(messages: list[OutboundMessage], from_email: str, with_html: bool) -> dict[str, Any]:
+def build_batch_body(messages: list[OutboundMessage], from_email: str, with_html: bool,
+                     reply_to: str | None = None) -> dict[str, Any]:
     """One ``/mail/send`` body for several recipients (docs/PROVIDERS.md §2(b); SendGrid docs, "Mail
     Send: personalizations" and "substitutions").
 
@@ -94,6 +100,10 @@ def build_batch_body(messages: list[OutboundMessage], from_email: str, with_html
     SendGrid puts in place of :data:`BODY_TAG` / :data:`HTML_TAG` in the shared content. Plain dicts:
     the SDK's helper classes cost twice as much (docs/PERFORMANCE.md, "Calibration"). All messages must have an HTML
     body or none (``with_html``); at most :data:`MAX_PERSONALIZATIONS`.
+
+    ``from_email`` and ``reply_to`` are the request's, shared by every message: the caller puts
+    only messages with that From and Reply-To in one body (:func:`batch_key`, docs/PROVIDERS.md
+    "Sender overrides"); the messages' own ``sender``/``reply_to`` are not read here.
     """
     personalizations = []
     for m in messages:
@@ -107,8 +117,29 @@ def build_batch_body(messages: list[OutboundMessage], from_email: str, with_html
     content = [{"type": "text/plain", "value": BODY_TAG}]
     if with_html:
         content.append({"type": "text/html", "value": HTML_TAG})
-    return {"personalizations": personalizations, "from": sender(from_email),
+    body = {"personalizations": personalizations, "from": sender(from_email),
             "subject": messages[0].title or "", "content": content}
+    if reply_to:
+        body["reply_to"] = sender(reply_to)
+    return body
+
+
+#: ``(has HTML, From or None for FROM_EMAIL, Reply-To or None)``: see :func:`batch_key`.
+BatchKey = tuple[bool, str | None, str | None]
+
+
+def batch_key(message: OutboundMessage) -> BatchKey:
+    """``(has HTML, From, Reply-To)``: messages with the same key may share one request; From is
+    ``None`` for the backend's FROM_EMAIL, Reply-To ``None`` for none.
+
+    Why From and Reply-To split a batch although SendGrid allows a ``from`` per personalization
+    (docs/PROVIDERS.md "Silent pushes and sender overrides"): ``reply_to`` exists at the message
+    level only (and ``Reply-To`` is a reserved header a personalization's ``headers`` may not
+    set), and a sender SendGrid refuses (403, not a verified Sender Identity) refuses the whole
+    request, which would fail every other message in it with a configuration error. One request
+    per (From, Reply-To) keeps a misconfigured type's sender to its own messages.
+    """
+    return bool(message.html), message.sender or None, message.reply_to or None
 
 
 @dataclass
@@ -119,6 +150,11 @@ class SendGridEmailBackend(EmailBackend):
         API_KEY, FROM_EMAIL: required (FROM_EMAIL may be ``"Name <addr>"``).
         HOST: ``None`` for real SendGrid, else e.g. ``"http://127.0.0.1:8900"`` (the emulator).
         TIMEOUT: seconds per HTTP call, default 10 (the SDK's own default is none: it can hang).
+
+    A message's ``sender`` replaces FROM_EMAIL as its ``from`` and its ``reply_to`` becomes the
+    request's ``reply_to`` (:meth:`effective_sender`; a batch splits by both, :func:`batch_key`).
+    SendGrid sends only from a verified Sender Identity or authenticated domain: another From is
+    refused with 403 (ProviderConfigurationError).
 
     ``send`` returns ``SendResult(provider="sendgrid", provider_message_id=<X-Message-Id>,
     raw_status="accepted")``. The transport (urllib) opens one TCP connection per request and never
@@ -151,6 +187,14 @@ class SendGridEmailBackend(EmailBackend):
         """Drop the client (urllib keeps no connection open). Idempotent."""
         self._client = None
 
+    def effective_sender(self, message: OutboundMessage) -> str:
+        """The From ``message`` goes out with: its ``sender``, else FROM_EMAIL.
+
+        Raises:
+            ProviderConfigurationError: no sender given and FROM_EMAIL is not set.
+        """
+        return message.sender or self.option("FROM_EMAIL")
+
     def send(self, message: OutboundMessage) -> SendResult:
         """Post one message to ``/v3/mail/send`` for ``message.to``.
 
@@ -168,7 +212,9 @@ class SendGridEmailBackend(EmailBackend):
                    on_result: BatchListener | None = None) -> list[SendResult | Exception]:
         """Send up to 1,000 recipients per request with per-recipient substitutions.
 
-        Messages with and without HTML go in separate requests; one whose substitutions exceed
+        Messages go in one request per (HTML or not, From, Reply-To) (:func:`batch_key`: a
+        message never gets another's From or Reply-To, and one type's refused sender fails only
+        its own messages); one whose substitutions exceed
         SendGrid's 10,000 bytes goes alone through :meth:`send`. Every message of an accepted
         request gets that request's ``X-Message-Id``. A permanent (4xx) refusal of a request is
         retried in halves (:meth:`_send_halving`), so one bad address fails only itself; a transient or
@@ -179,7 +225,7 @@ class SendGridEmailBackend(EmailBackend):
         in order.
         """
         results: list[SendResult | Exception | None] = [None] * len(messages)
-        groups: dict[bool, list[int]] = {False: [], True: []}
+        groups: dict[BatchKey, list[int]] = {}
         for index, m in enumerate(messages):
             if gate is not None and not gate(index):
                 results[index] = CallSkipped()
@@ -189,38 +235,40 @@ class SendGridEmailBackend(EmailBackend):
                 if on_result is not None:
                     on_result(index, results[index], int((time.monotonic() - started) * 1000))
             else:
-                groups[bool(m.html)].append(index)
-        for with_html, indexes in groups.items():
+                groups.setdefault(batch_key(m), []).append(index)
+        for key, indexes in groups.items():
             for start in range(0, len(indexes), MAX_PERSONALIZATIONS):
                 chunk = indexes[start:start + MAX_PERSONALIZATIONS]
                 started = time.monotonic()
-                self._send_halving(messages, chunk, with_html, results)
+                self._send_halving(messages, chunk, key, results)
                 if on_result is not None:
                     latency_ms = int((time.monotonic() - started) * 1000)
                     for i in chunk:
                         on_result(i, results[i], latency_ms)
         return results  # type: ignore[return-value]
 
-    def _send_halving(self, messages: list[OutboundMessage], chunk: list[int], with_html: bool,
-                      results: list) -> None:
+    def _send_halving(self, messages: list[OutboundMessage], chunk: list[int],
+                      key: BatchKey, results: list) -> None:
         """One request for ``chunk``; a permanent refusal (one bad address refuses the whole request)
         is retried as two halves, recursively, so ``k`` bad addresses among ``n`` cost about
         ``2·k·log2(n)`` requests instead of ``n`` one-by-one sends (500 sends took 6 minutes behind
         a slow SendGrid and outlived the task's time limit)."""
-        outcome = self._post_batch([messages[i] for i in chunk], with_html)
+        outcome = self._post_batch([messages[i] for i in chunk], key)
         if isinstance(outcome, PermanentProviderError) and len(chunk) > 1:
             middle = len(chunk) // 2
-            self._send_halving(messages, chunk[:middle], with_html, results)
-            self._send_halving(messages, chunk[middle:], with_html, results)
+            self._send_halving(messages, chunk[:middle], key, results)
+            self._send_halving(messages, chunk[middle:], key, results)
             return
         for i in chunk:
             results[i] = outcome
 
-    def _post_batch(self, messages: list[OutboundMessage], with_html: bool) -> SendResult | Exception:
-        """One request for ``messages``: the shared SendResult, or the error for all of them."""
+    def _post_batch(self, messages: list[OutboundMessage], key: BatchKey) -> SendResult | Exception:
+        """One request for ``messages`` (all with ``key``, :func:`batch_key`): the shared
+        SendResult, or the error for all of them."""
+        with_html, from_email, reply_to = key
         try:
             self.open()
-            body = build_batch_body(messages, self.option("FROM_EMAIL"), with_html)
+            body = build_batch_body(messages, from_email or self.option("FROM_EMAIL"), with_html, reply_to)
             return self._post(body, f"a batch of {len(messages)}")
         except Exception as exc:  # applies to every message of the request
             return exc

@@ -40,8 +40,12 @@ class SmtpEmailBackend(EmailBackend):
         HOST, PORT, FROM_EMAIL: required. USE_TLS (STARTTLS, default False), USERNAME and PASSWORD
         (AUTH only when both are set), TIMEOUT (seconds per socket operation, default 10).
 
-    Each message gets a ``Message-ID`` made here (``make_msgid``) and an ``X-Notification-Id``
-    header; ``send`` returns ``SendResult(provider="smtp", provider_message_id=<that Message-ID,
+    Each message gets a ``Message-ID`` made here (``make_msgid``, on the From's domain) and an
+    ``X-Notification-Id`` header. A message's ``sender`` is its ``From`` header (else FROM_EMAIL,
+    :meth:`effective_sender`) and its ``reply_to`` its ``Reply-To`` header; the envelope sender
+    (``MAIL FROM``, where bounces go) stays FROM_EMAIL whatever the header says, so bounces come
+    back to the one address the relay knows and authorises (docs/PROVIDERS.md "Silent
+    pushes and sender overrides"). ``send`` returns ``SendResult(provider="smtp", provider_message_id=<that Message-ID,
     angle brackets included>, raw_status="250")``.
     """
 
@@ -77,8 +81,17 @@ class SmtpEmailBackend(EmailBackend):
                 self._connection.close()
             self._connection = None
 
+    def effective_sender(self, message: OutboundMessage) -> str:
+        """The ``From`` header ``message`` goes out with: its ``sender``, else FROM_EMAIL.
+
+        Raises:
+            ProviderConfigurationError: no sender given and FROM_EMAIL is not set.
+        """
+        return message.sender or self.option("FROM_EMAIL")
+
     def send(self, message: OutboundMessage) -> SendResult:
-        """Send one email to ``message.to`` (subject = title, text body, optional HTML alternative).
+        """Send one email to ``message.to`` (subject = title, text body, optional HTML alternative;
+        From and Reply-To headers as the class docstring says).
 
         Raises:
             ContactInvalidError: RCPT refused with 5xx (``reason="invalid_address"``, code e.g. "550").
@@ -90,14 +103,19 @@ class SmtpEmailBackend(EmailBackend):
                 or certificate rejected.
         """
         self.open()
-        from_email = self.option("FROM_EMAIL")
-        message_id = make_msgid(domain=_domain(from_email))
+        envelope_from = self.option("FROM_EMAIL")
+        header_from = self.effective_sender(message)
+        message_id = make_msgid(domain=_domain(header_from))
+        headers = {"Message-ID": message_id, NOTIFICATION_ID_HEADER: message.notification_id}
+        if header_from != envelope_from:
+            headers["From"] = header_from  # Django: the From header; from_email stays the envelope's
         email = EmailMultiAlternatives(
             subject=message.title or "",
             body=message.body,
-            from_email=from_email,
+            from_email=envelope_from,
             to=[message.to],
-            headers={"Message-ID": message_id, NOTIFICATION_ID_HEADER: message.notification_id},
+            reply_to=[message.reply_to] if message.reply_to else None,
+            headers=headers,
             connection=self._connection,
         )
         if message.html:

@@ -23,7 +23,6 @@ the message it may have created before the pipeline sends again.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 import time
 from collections.abc import Callable
@@ -35,14 +34,11 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import aiohttp
 import requests
 from twilio.base.exceptions import TwilioException, TwilioRestException, TwilioServiceException
-from twilio.http.async_http_client import AsyncTwilioHttpClient
-from twilio.http.http_client import TwilioHttpClient
 from twilio.http.response import Response
 from twilio.rest import Client
 
 from providers import event_loop
 from providers.base import (
-    DEFAULT_POOL_SIZE,
     BatchGate,
     BatchListener,
     CallSkipped,
@@ -57,6 +53,11 @@ from providers.base import (
     UnexpectedProviderError,
     transport_code,
 )
+from providers.senders import is_messaging_service
+from providers.twilio.http import AsyncRedirectingHttpClient, RedirectingHttpClient, last_response
+
+__all__ = ["AsyncRedirectingHttpClient", "RedirectingHttpClient", "TwilioSmsBackend", "clamp_validity_period",
+           "status_callback_url"]
 
 logger = logging.getLogger(__name__)
 
@@ -72,136 +73,6 @@ CONTACT_INVALID_CODES = {21211: "invalid_number", 21610: "opted_out", 21614: "no
 #: Codes that mean our account/sender settings are wrong (docs/PROVIDERS.md §1(c)).
 CONFIGURATION_CODES = frozenset({20003, 21606, 21659, 21408})
 RATE_LIMIT_CODE = 20429
-
-#: The answer of the request the current task made last (each message's coroutine is its own task,
-#: so concurrent creates never see each other's): ``TwilioRestException`` carries no headers, and
-#: ``Retry-After`` is read from here.
-_last_response: contextvars.ContextVar[Response | None] = contextvars.ContextVar("twilio_last_response",
-                                                                               default=None)
-
-
-class RedirectingHttpClient(TwilioHttpClient):
-    """``TwilioHttpClient`` that sends every request to ``base_url`` (scheme + host[:port]) instead.
-
-    Path and query are kept, so every Twilio domain works. With ``base_url=None`` nothing is
-    rewritten (real Twilio). The requests session ignores proxy/netrc environment variables
-    (``trust_env=False``). The last response is kept in ``last_response`` so the backend can read
-    ``Retry-After`` after an error (``TwilioRestException`` does not carry headers). The SDK's
-    ~10 INFO log lines per request are reduced to one DEBUG line each way.
-    """
-
-    def __init__(self, base_url: str | None, timeout: float) -> None:
-        super().__init__(timeout=timeout)
-        if self.session is not None:
-            self.session.trust_env = False
-        self._target = urlsplit(base_url) if base_url else None
-        self.last_response: Response | None = None
-
-    def request(
-        self,
-        method: str,
-        url: str,
-        params: dict[str, object] | None = None,
-        data: dict[str, object] | None = None,
-        headers: dict[str, str] | None = None,
-        auth: tuple[str, str] | None = None,
-        timeout: float | None = None,
-        allow_redirects: bool = False,
-    ) -> Response:
-        """Same contract as ``TwilioHttpClient.request``; only scheme and host are swapped."""
-        if self._target is not None:
-            parts = urlsplit(url)
-            url = urlunsplit((self._target.scheme, self._target.netloc, parts.path, parts.query, ""))
-        self.last_response = None
-        response = super().request(
-            method, url, params=params, data=data, headers=headers, auth=auth,
-            timeout=timeout, allow_redirects=allow_redirects,
-        )
-        self.last_response = response
-        return response
-
-    def log_request(self, kwargs: dict[str, Any]) -> None:
-        if self.logger.isEnabledFor(logging.DEBUG):
-            self.logger.debug("twilio request: %s %s", kwargs["method"], kwargs["url"])
-
-    def log_response(self, status_code: int, response: Any) -> None:
-        if self.logger.isEnabledFor(logging.DEBUG):
-            self.logger.debug("twilio response: %s", status_code)
-
-
-class AsyncRedirectingHttpClient(AsyncTwilioHttpClient):
-    """``AsyncTwilioHttpClient`` that sends every request to ``base_url`` (scheme + host[:port]), with
-    one pooled aiohttp session, explicit timeouts and no retries.
-
-    The session is created on first use, on the loop the request runs on (the provider event loop):
-    an aiohttp session belongs to one loop. Its ``TCPConnector`` keeps at most ``pool_size``
-    connections; ``timeouts`` become ``aiohttp.ClientTimeout(total=, sock_connect=, sock_read=)``.
-    ``request`` is overridden whole (same contract as ``AsyncTwilioHttpClient.request``): the base
-    class would pass the SDK's per-call ``timeout`` (``None``) to aiohttp, which means no timeout.
-    The answer is also stored in a context variable for ``Retry-After`` (see ``_last_response``).
-    """
-
-    def __init__(self, base_url: str | None, timeouts: CallTimeouts, pool_size: int = DEFAULT_POOL_SIZE) -> None:
-        # pool_connections=False: no session outside a running loop; max_retries=None: no RetryClient.
-        super().__init__(pool_connections=False, timeout=timeouts.read, max_retries=None)
-        self._target = urlsplit(base_url) if base_url else None
-        self._timeouts = timeouts
-        self._pool_size = pool_size
-        self.session: aiohttp.ClientSession | None = None
-
-    def _session(self) -> aiohttp.ClientSession:
-        if self.session is None or self.session.closed:
-            self.session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._pool_size, limit_per_host=self._pool_size),
-                timeout=aiohttp.ClientTimeout(total=self._timeouts.total, sock_connect=self._timeouts.connect,
-                                              sock_read=self._timeouts.read),
-                trust_env=False,
-            )
-        return self.session
-
-    async def request(
-        self,
-        method: str,
-        url: str,
-        params: dict[str, object] | None = None,
-        data: dict[str, object] | None = None,
-        headers: dict[str, str] | None = None,
-        auth: tuple[str, str] | None = None,
-        timeout: float | None = None,
-        allow_redirects: bool = False,
-    ) -> Response:
-        """Same contract as ``AsyncTwilioHttpClient.request``; scheme and host are swapped.
-
-        Raises:
-            aiohttp.ClientError, asyncio.TimeoutError: no answer (see the backend's ``send``).
-        """
-        if self._target is not None:
-            parts = urlsplit(url)
-            url = urlunsplit((self._target.scheme, self._target.netloc, parts.path, parts.query, ""))
-        _last_response.set(None)
-        per_call = None if timeout is None else aiohttp.ClientTimeout(
-            total=min(timeout, self._timeouts.total), sock_connect=self._timeouts.connect,
-            sock_read=self._timeouts.read)
-        if auth is not None:
-            headers = {**(headers or {}), "Authorization": aiohttp.encode_basic_auth(auth[0], auth[1])}
-        kwargs: dict[str, Any] = {"params": params, "data": data, "headers": headers,
-                                  "allow_redirects": allow_redirects}
-        if per_call is not None:
-            kwargs["timeout"] = per_call
-        if self.logger.isEnabledFor(logging.DEBUG):
-            self.logger.debug("twilio request: %s %s", method.upper(), url)
-        async with self._session().request(method.upper(), url, **kwargs) as answer:
-            response = Response(answer.status, await answer.text(), answer.headers)
-        if self.logger.isEnabledFor(logging.DEBUG):
-            self.logger.debug("twilio response: %s", answer.status)
-        _last_response.set(response)
-        return response
-
-    async def close(self) -> None:
-        """Close the pooled session (on the loop it belongs to). Idempotent."""
-        if self.session is not None:
-            session, self.session = self.session, None
-            await session.close()
 
 
 def _error_text(exc: TwilioRestException | TwilioServiceException) -> str:
@@ -244,7 +115,10 @@ class TwilioSmsBackend(SmsBackend):
 
     ``send`` returns ``SendResult(provider="twilio", provider_message_id=<"SM…" sid>,
     raw_status=<"queued"/"accepted">)``. The message's ``ttl_seconds`` becomes ``ValidityPeriod``
-    clamped to 1..36000 s. Twilio has no idempotency key: a timeout may hide an accepted message,
+    clamped to 1..36000 s; its ``sender``, when given, replaces FROM_NUMBER (an E.164 number as
+    ``From``, a Messaging Service SID as ``MessagingServiceSid``: :meth:`effective_sender`). The
+    sender must belong to this backend's account, else Twilio refuses it (21606/21659 From not
+    ours: ProviderConfigurationError). Twilio has no idempotency key: a timeout may hide an accepted message,
     so a retry can duplicate it (docs/PROVIDERS.md §1(c)) unless :meth:`find_accepted` finds it first.
     """
 
@@ -367,7 +241,7 @@ class TwilioSmsBackend(SmsBackend):
         try:
             created = await self._async_client.messages.create_async(**self._create_params(message))  # type: ignore[union-attr]
         except (TwilioRestException, TwilioServiceException) as exc:
-            return _caused(self._classify(exc, _last_response.get()), exc)
+            return _caused(self._classify(exc, last_response()), exc)
         except TimeoutError as exc:  # asyncio's and aiohttp's (ServerTimeoutError, ConnectionTimeoutError)
             return _caused(TransientProviderError(
                 self.name, "timeout", f"no answer within {self.timeouts().total} s ({type(exc).__name__})"), exc)
@@ -377,12 +251,25 @@ class TwilioSmsBackend(SmsBackend):
             return UnexpectedProviderError.wrap(self.name, exc, message)
         return SendResult(provider=self.name, provider_message_id=created.sid, raw_status=created.status)
 
+    def effective_sender(self, message: OutboundMessage) -> str:
+        """Who ``message`` goes out from: ``message.sender`` (an E.164 number or a Messaging
+        Service SID ``MG…``), else ``FROM_NUMBER``. What an SMS STOP is scoped to.
+
+        Raises:
+            ProviderConfigurationError: no sender given and FROM_NUMBER is not set.
+        """
+        return message.sender or self.option("FROM_NUMBER")
+
     def _create_params(self, message: OutboundMessage) -> dict[str, Any]:
-        params: dict[str, Any] = {
-            "to": message.to,
-            "from_": self.option("FROM_NUMBER"),
-            "body": message.body,
-        }
+        """``messages.create`` keyword arguments: ``from_`` = :meth:`effective_sender`, or
+        ``messaging_service_sid`` when that is a Messaging Service SID (Twilio then picks the
+        number from the service's pool, and the message starts ``accepted``, not ``queued``)."""
+        sender = self.effective_sender(message)
+        params: dict[str, Any] = {"to": message.to, "body": message.body}
+        if is_messaging_service(sender):
+            params["messaging_service_sid"] = sender
+        else:
+            params["from_"] = sender
         callback = status_callback_url(self.option("STATUS_CALLBACK_URL", None), message.notification_id)
         if callback:
             params["status_callback"] = callback
@@ -396,10 +283,14 @@ class TwilioSmsBackend(SmsBackend):
         """The Twilio Message an earlier :meth:`send` of ``message`` may have created without its
         answer reaching us (timeout, worker killed mid-call), or ``None``.
 
-        One ``GET /2010-04-01/Accounts/{ACCOUNT_SID}/Messages.json?To=<message.to>&From=<FROM_NUMBER>
+        One ``GET /2010-04-01/Accounts/{ACCOUNT_SID}/Messages.json?To=<message.to>&From=<sender>
         &PageSize=20`` (SDK ``messages.list(to=, from_=, limit=20)``; Twilio lists newest first),
-        then, client-side, the messages whose ``body`` equals ``message.body`` exactly and whose
-        ``date_created`` is at or after ``since``. Why not Twilio's ``DateSent`` filter: ``date_sent``
+        where the sender is :meth:`effective_sender` (the message's own, else FROM_NUMBER). A
+        Messaging Service sender cannot be a ``From`` filter (Twilio fills ``from`` only once it
+        has picked a number of the service's pool): the list is filtered by ``To`` alone and then,
+        client-side, by ``messaging_service_sid``. Then, client-side, the messages whose ``body``
+        equals ``message.body`` exactly and whose ``date_created`` is at or after ``since``. Why not
+        Twilio's ``DateSent`` filter: ``date_sent``
         is null until the message has actually left Twilio, so a message still ``queued`` or
         ``accepted`` (the likely state seconds after the lost answer) would be missed; To/From
         narrow the list at the API instead. ``date_created`` is RFC 2822, whole seconds, so ``since``
@@ -418,7 +309,7 @@ class TwilioSmsBackend(SmsBackend):
         Returns:
             ``SendResult(provider="twilio", provider_message_id=<"SM…" sid>, raw_status=<its status
             now, e.g. "queued", "sent">)`` or ``None``: not found among the 20 newest messages to
-            that number from FROM_NUMBER, or the lookup failed (any SDK or HTTP error, or no answer
+            that number from that sender, or the lookup failed (any SDK or HTTP error, or no answer
             within TIMEOUT; logged as a warning). ``None`` means "send again" (at-least-once).
 
         Raises:
@@ -428,8 +319,11 @@ class TwilioSmsBackend(SmsBackend):
         if since.tzinfo is None:
             since = since.replace(tzinfo=UTC)
         not_before = since.astimezone(UTC).replace(microsecond=0)
+        sender = self.effective_sender(message)
+        service = is_messaging_service(sender)
         try:
-            listed = self._client.messages.list(to=message.to, from_=self.option("FROM_NUMBER"), limit=LOOKUP_LIMIT)  # type: ignore[union-attr]
+            listed = self._client.messages.list(  # type: ignore[union-attr]
+                to=message.to, **({} if service else {"from_": sender}), limit=LOOKUP_LIMIT)
         except (TwilioException, requests.exceptions.RequestException, ValueError, KeyError, TypeError) as exc:
             status = getattr(exc, "status", None)
             logger.warning("twilio: lookup of notification %s failed (%s%s); it will be sent again",
@@ -438,6 +332,7 @@ class TwilioSmsBackend(SmsBackend):
         matches = [
             m for m in listed
             if m.body == message.body and isinstance(m.date_created, datetime) and m.date_created >= not_before
+            and (not service or m.messaging_service_sid == sender)
             and not (is_taken is not None and is_taken(m.sid))
         ]
         if not matches:

@@ -192,9 +192,12 @@ def test_twilio_message_list_is_newest_first_filtered_and_scoped_to_the_account(
     assert [m["sid"] for m in _list_sms(emu, PageSize=2)[1]["messages"]] == [third["sid"], second["sid"]]
     assert _list_sms(emu, To="+15559999999")[1]["messages"] == []
     assert emu.stats("twilio")["list_requests"] == 6
-    # The inspection API is unchanged by what the list needs (From, creation time).
+    # The inspection API shows what the request gave (From), not what only the list needs.
     assert set(emu.messages()[0]) == {"provider", "account", "channel", "to", "title", "body",
-                                      "provider_message_id", "notification_id", "received_at_ms"}
+                                      "provider_message_id", "notification_id", "received_at_ms", "details"}
+    assert [m["details"] for m in emu.messages()] == [
+        {"from": f1, "messaging_service_sid": None}, {"from": f1, "messaging_service_sid": None},
+        {"from": f2, "messaging_service_sid": None}, {"from": f1, "messaging_service_sid": None}]
 
 
 @pytest.mark.parametrize("query", [{"DateSent": "2030-01-01"}, {"Page": "1"}, {"PageSize": "0"},
@@ -295,5 +298,6 @@ def test_record_file_survives_a_restart(tmp_path):
     lines = [json.loads(line) for line in record.read_text().splitlines()]
     assert [(r["notification_id"], r["provider_message_id"]) for r in lines] == [("n0", ids[0]), ("n1", ids[1])]
     assert list(lines[0]) == ["provider", "account", "channel", "to", "title", "body", "provider_message_id",
-                              "notification_id", "received_at_ms"]
+                              "notification_id", "received_at_ms", "details"]
+    assert lines[0]["details"] == {"from": "+15005550006", "messaging_service_sid": None}
     assert lines[0]["account"] == "AC" + "0" * 32

@@ -180,7 +180,7 @@ def test_messages_record_the_account_and_filter_by_it(emu):
     assert emu.count(account="proj-a", provider="fcm") == 1
     assert emu.count(account="") == 0  # a filter never matches a null account
     assert list(emu.messages()[0]) == ["provider", "account", "channel", "to", "title", "body",
-                                       "provider_message_id", "notification_id", "received_at_ms"]
+                                       "provider_message_id", "notification_id", "received_at_ms", "details"]
 
 
 # --- 3. SendGrid substitutions --------------------------------------------------------------------

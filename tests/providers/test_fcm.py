@@ -40,11 +40,20 @@ def test_send_records_exactly_one_message(fcm, emu, notification_id):
     assert result.provider == "fcm"
     assert result.provider_message_id.startswith(f"projects/{PROJECT_ID}/messages/0:")
     [recorded] = emu.messages()
+    message = recorded.pop("details")["message"]
     assert recorded == {
         "provider": "fcm", "account": PROJECT_ID, "channel": "push", "to": TOKEN, "title": "Order shipped",
         "body": "Arrives Tuesday",
         "provider_message_id": result.provider_message_id, "notification_id": notification_id,
         "received_at_ms": recorded["received_at_ms"],
+    }
+    expiration = message["apns"]["headers"].pop("apns-expiration")
+    assert int(expiration) == pytest.approx(time.time() + 3600, abs=5)
+    assert message == {
+        "token": TOKEN, "notification": {"title": "Order shipped", "body": "Arrives Tuesday"},
+        "data": {"order": "42", "notification_id": notification_id},
+        "android": {"collapse_key": notification_id, "priority": "high", "ttl": "3600s"},
+        "apns": {"headers": {"apns-push-type": "alert", "apns-priority": "10", "apns-collapse-id": notification_id}},
     }
 
 

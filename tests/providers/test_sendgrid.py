@@ -37,6 +37,7 @@ def test_send_records_exactly_one_message(sendgrid, emu, notification_id):
         "body": "Hello Ada",
         "provider_message_id": result.provider_message_id, "notification_id": notification_id,
         "received_at_ms": emu.messages()[0]["received_at_ms"],
+        "details": {"from": {"email": "notify@example.com", "name": "Notify"}, "reply_to": None},
     }]
 
 

@@ -32,12 +32,19 @@ def test_send_records_exactly_one_message(smtp, emu, notification_id):
     assert result.provider == "smtp"
     assert result.provider_message_id.startswith("<") and result.provider_message_id.endswith("@example.com>")
     [recorded] = emu.messages()
+    details = recorded.pop("details")
     assert recorded == {
         "provider": "smtp", "account": None, "channel": "email", "to": TO, "title": "Your receipt",
         "body": "Thanks, Grace",
         "provider_message_id": result.provider_message_id, "notification_id": notification_id,
         "received_at_ms": recorded["received_at_ms"],
     }
+    headers = dict(details["headers"])
+    assert details["mail_from"] == "notify@example.com"
+    assert [name for name, _ in details["headers"]] == [
+        "Content-Type", "MIME-Version", "Subject", "From", "To", "Date", "Message-ID", "X-Notification-Id"]
+    assert (headers["From"], headers["To"], headers["Message-ID"], headers["X-Notification-Id"]) == (
+        "notify@example.com", TO, result.provider_message_id, notification_id)
 
 
 def test_session_is_reused_across_sends(smtp, emu):

@@ -45,6 +45,7 @@ def test_send_records_exactly_one_message(twilio, emu, notification_id):
         "body": "Your code is 123456",
         "provider_message_id": result.provider_message_id, "notification_id": notification_id,
         "received_at_ms": recorded["received_at_ms"],
+        "details": {"from": "+15005550006", "messaging_service_sid": None},
     }
     assert abs(recorded["received_at_ms"] - time.time() * 1000) < 5000
     assert emu.stats("twilio") == {"requests": 1, "accepted": 1, "rejected": 0, "messages": 1, "list_requests": 0}

@@ -104,7 +104,7 @@ def revert(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("campaigns", "0005_support_reads_api_audit_log"),
+        ("campaigns", "0006_campaign_notification_type"),
         ("notifications", "0016_notification_types_and_events"),
     ]
 
