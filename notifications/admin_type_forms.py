@@ -1,13 +1,14 @@
 """The forms of the notification-type admin (:mod:`notifications.admin_types`): the type, its
 templates (an inline formset), and the preview form.
 
-One rule set: saving validates the type's fields and every template row together with
-:func:`notifications.events.validation.type_problems`, the function ``PUT
-/v1/notification-types/{key}`` uses, so the admin refuses what the API refuses, in the API's words.
-Each problem lands where it belongs: a type field's on that field, a template part's on its row and
-part (``push [de] body: template syntax error on line 2: …``), a rule over all templates (a channel
-without one) above the rows. Django's own checks that would say the same thing in other words (a
-blank body, two rows for one channel and locale) are left to that function.
+One rule set: saving validates the type's fields and every template row together, as one body,
+with the serializer of ``PUT /v1/notification-types/{key}`` (its field rules, then
+:func:`notifications.events.validation.type_problems` over the whole), so the admin refuses exactly
+what the API refuses, in the API's words, and saves what the API would save. Each problem lands
+where it belongs: a type field's on that field, a template part's on its row and part (``push [de]
+body: template syntax error on line 2: …``), a rule over all templates (a channel without one) above
+the rows. Django's own checks that would say the same thing in other words (a blank body, two rows
+for one channel and locale) are left to those rules.
 
 ``channels`` (and ``required_data``) are typed as a comma-separated list, not ticked as checkboxes:
 the order of the channels is the fallback order, which a set of checkboxes cannot express.
@@ -22,11 +23,12 @@ from django.contrib.postgres.forms import SimpleArrayField
 from django.forms.models import BaseInlineFormSet
 from django.utils.html import escape
 
+from core.api.parameters import TYPE_KEY
 from core.vocabulary import CHANNELS
 from notifications.api.typed import DATA_MAX_BYTES, data_errors
+from notifications.api.types import NotificationTypeSerializer
 from notifications.events.models import NotificationType, TypeTemplate
 from notifications.events.services import TEMPLATE_FIELDS, TYPE_FIELDS
-from notifications.events.validation import Problem, type_problems
 from preferences.models import Recipient
 
 
@@ -49,8 +51,11 @@ class CommaListField(SimpleArrayField):
 
 class TypeForm(forms.ModelForm):
     """A type's own fields. Its rules are checked with its templates, by :class:`TemplateFormSet`
-    (which reaches this form through the instance they share and puts the type's problems here)."""
+    (which reaches this form through the instance they share and puts the type's problems here);
+    the key by the API's rule for the key in its URL."""
 
+    key = forms.CharField(strip=False, widget=forms.TextInput(attrs={"maxlength": 64}),
+                          help_text='e.g. "order_shipped"; it cannot change later.')
     channels = CommaListField(help_text="In order, comma-separated: " + ", ".join(CHANNELS) + ". The order is the "
                                         "fallback order (routing fallback).",
                               widget=forms.TextInput(attrs={"size": 30}))
@@ -70,6 +75,14 @@ class TypeForm(forms.ModelForm):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.instance._type_form = self  # the templates formset validates both (see TemplateFormSet.clean)
+
+    def clean_key(self) -> str:
+        """The rule of the key in ``/v1/notification-types/{key}``, in its words."""
+        key = self.cleaned_data["key"]
+        problem = TYPE_KEY.problem(key)
+        if problem:
+            raise forms.ValidationError(f"{problem}; {TYPE_KEY.description}")
+        return key
 
 
 class TemplateForm(forms.ModelForm):
@@ -96,10 +109,11 @@ class TemplateForm(forms.ModelForm):
 
 
 class TemplateFormSet(BaseInlineFormSet):
-    """The type's template rows, validated together with the type's form by :func:`type_problems`.
-    After a valid ``clean``, :attr:`templates` holds the rows to save (``TEMPLATE_FIELDS`` dicts)."""
+    """The type's template rows, validated together with the type's form by the API's serializer
+    (module docstring). After a valid ``clean``, :attr:`validated` holds what to save: the type's
+    fields and its templates as the API would save them from the same body."""
 
-    templates: list[dict]
+    validated: tuple[dict, list[dict]]
 
     def validate_unique(self):
         """Left to :func:`type_problems` (see :meth:`TemplateForm.validate_unique`)."""
@@ -107,52 +121,66 @@ class TemplateFormSet(BaseInlineFormSet):
     def clean(self):
         super().clean()
         rows = [f for f in self.forms if not self._should_delete_form(f) and (f.instance.pk or f.has_changed())]
-        templates = [{name: (f.cleaned_data.get(name) if hasattr(f, "cleaned_data") else None)
-                      for name in TEMPLATE_FIELDS} for f in rows]
-        for template in templates:
-            for name in TEMPLATE_FIELDS:
-                if template[name] is None:
-                    template[name] = {} if name == "data" else ""
+        templates = []
+        for f in rows:
+            given = getattr(f, "cleaned_data", {})
+            templates.append({name: given.get(name) if given.get(name) is not None else ({} if name == "data" else "")
+                              for name in TEMPLATE_FIELDS})
         type_form = getattr(self.instance, "_type_form", None)
         fields = {name: getattr(self.instance, name) for name in TYPE_FIELDS}
-        fields["key"] = self.instance.pk or ""
-        problems = type_problems(fields, templates)
-        self.templates = templates
-        if not problems:
+        serializer = NotificationTypeSerializer(data={**fields, "templates": templates})
+        if serializer.is_valid():
+            validated = dict(serializer.validated_data)
+            self.validated = (validated, validated.pop("templates"))
             return
         # A field Django already refused (a choice not offered, a value too long) keeps its own error.
         refused = {id(f): set(f.errors) for f in [*rows, *([type_form] if type_form is not None else [])]}
-        placed_on_rows = False
-        for path, problem in problems.items():
-            parts = path.split(".")
-            if parts[0] == "templates" and len(parts) >= 3:
+        above, placed_on_rows = [], False
+        for path, message in error_paths(serializer.errors):
+            parts = path.split(".") if path else ["templates"]
+            if parts[0] == "templates" and len(parts) >= 2:
                 form = rows[int(parts[1])]
-                part = parts[2] if parts[2] in form.fields else None
+                part = parts[2] if len(parts) > 2 and parts[2] in form.fields else None
                 if part not in refused[id(form)]:
-                    form.add_error(part, problem.message)
+                    form.add_error(part, message)
                 placed_on_rows = True
-            elif parts[0] != "templates" and type_form is not None:
-                _place_on_type_form(type_form, parts, problem, fields, refused[id(type_form)])
-        messages = [p.message for path, p in problems.items() if path == "templates"]
-        if not messages and not placed_on_rows:
+            elif parts[0] == "templates":
+                above.append(message)
+            elif type_form is not None:
+                _place_on_type_form(type_form, parts, message, fields, refused[id(type_form)])
+        if not above and not placed_on_rows:
             # The type's own fields have problems: the page shows them there; this keeps the save off.
-            messages = ["Not saved: correct the type's fields marked above."]
-        if messages:
-            raise forms.ValidationError(messages)
+            above = ["Not saved: correct the type's fields marked above."]
+        raise forms.ValidationError(above)
 
 
-def _place_on_type_form(form: forms.Form, parts: list[str], problem: Problem, fields: dict, refused: set) -> None:
+def error_paths(detail, path: tuple[str, ...] = ()):
+    """``(path, message)`` for each message of a DRF error structure (``serializer.errors``), paths as
+    the API's answer names fields (``channels.1``, ``templates.2.body``; ``""``: the whole body)."""
+    if isinstance(detail, dict):
+        for key, value in detail.items():
+            yield from error_paths(value, path if key == "non_field_errors" else (*path, str(key)))
+    elif isinstance(detail, list) and all(isinstance(item, str) for item in detail):
+        for item in detail:
+            yield ".".join(path), str(item)
+    elif isinstance(detail, list):
+        for index, item in enumerate(detail):
+            yield from error_paths(item, (*path, str(index)))
+    else:
+        yield ".".join(path), str(detail)
+
+
+def _place_on_type_form(form: forms.Form, parts: list[str], message: str, fields: dict, refused: set) -> None:
     """Put a type-level problem (path ``channels``, ``channels.1``, ``required_data.0``) on its field
     of ``form`` (unless Django refused that field already: ``refused``); an item's problem names the
     item."""
     name = parts[0]
-    message = problem.message
-    if len(parts) > 1 and isinstance(fields.get(name), list):
+    if len(parts) > 1 and isinstance(fields.get(name), list) and parts[1].isdigit():
         index = int(parts[1])
         message = f"{fields[name][index]!r} (item {index + 1}): {message}"
     field = name if name in form.fields else None
     if field is None:
-        message = f"{name}: {message}"
+        message = f"{'.'.join(parts)}: {message}"
     if field not in refused:
         form.add_error(field, message)
 

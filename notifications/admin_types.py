@@ -3,7 +3,7 @@
 
 * The list: key, name, category, priority, channels, routing, quiet hours, required, updated.
 * The change page: the type's fields, grouped; its templates as rows (channel, locale, title, body,
-  html, data), validated together with the type by the API's rule set
+  html, data), validated together with the type by the API's serializer and rule set
   (:mod:`notifications.admin_type_forms`) and saved through :func:`services.save_type` (the type's
   ``updated_at`` moves; queued notifications render the saved templates at send time).
 * Below the form: the channel × locale matrix of the saved templates (:func:`channel_matrix`) and a
@@ -174,8 +174,8 @@ class NotificationTypeAdmin(ContentLookupGuard, admin.ModelAdmin):
 
     def save_related(self, request, form, formsets, change):
         [templates] = [f for f in formsets if isinstance(f, TemplateFormSet)]
-        fields = {name: form.cleaned_data[name] for name in services.TYPE_FIELDS if name in form.cleaned_data}
-        kind, _created = services.save_type(form.instance.pk, fields, templates.templates, client=None)
+        fields, rows = templates.validated
+        kind, _created = services.save_type(form.instance.pk, fields, rows, client=None)
         form.instance.created_at, form.instance.updated_at = kind.created_at, kind.updated_at
         # What the admin log's change message lists (construct_change_message reads these).
         kept = [f for f in templates.initial_forms if not templates._should_delete_form(f)]
