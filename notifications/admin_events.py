@@ -14,6 +14,7 @@ that module's paginator is defined.
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 
@@ -134,7 +135,9 @@ class EventAdmin(ContentLookupGuard, admin.ModelAdmin):
 
     @admin.display(description="Data")
     def data_shown(self, obj):
-        return HIDDEN if obj.type.sensitive else obj.data
+        if obj.type.sensitive:
+            return HIDDEN
+        return format_html('<pre class="event-data">{}</pre>', json.dumps(obj.data, indent=2, ensure_ascii=False))
 
     @admin.display(description="Users")
     def users(self, obj):

@@ -101,7 +101,7 @@ def test_support_reads_an_event_per_user_and_channel_with_each_reason(support, s
     for pk in rows.values():
         assert reverse("admin:notifications_notification_change", args=[pk]) in html
     assert reverse("admin:preferences_recipient_change", args=["bob"]) in html
-    assert "{&#x27;order_id&#x27;: &#x27;8812&#x27;}" in html  # the data of a type that is not sensitive
+    assert '<pre class="event-data">{\n  &quot;order_id&quot;: &quot;8812&quot;\n}</pre>' in html  # not sensitive
     assert reverse("admin:notifications_notificationtype_change", args=[quote("order_shipped")]) in html
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from urllib.parse import quote
 
 import pytest
 from django.contrib.admin.models import ADDITION, CHANGE, LogEntry
@@ -26,7 +27,7 @@ from notifications.admin_types import HIDDEN, Cell, channel_matrix
 from notifications.api.types import payload
 from notifications.events import services
 from notifications.events.content import ChannelPreview, SendOptions, TypeContent, preview
-from notifications.models import APIClient, Event, Notification, NotificationType, TypeTemplate
+from notifications.models import APIClient, Notification, NotificationType, TypeTemplate
 from preferences.models import Recipient
 from tests.conftest import EVERY_SCOPE
 
@@ -250,6 +251,17 @@ def test_the_admin_refuses_what_the_api_refuses_in_the_same_words(product, body)
         NotificationType.objects.all().delete()
 
 
+@pytest.mark.parametrize("key", ["Order_Shipped", "order shipped", "-order", "o" * 65])
+def test_a_bad_key_is_refused_in_the_words_of_the_apis_path_rule(product, key):
+    _client, api_key = APIClient.objects.create_key(name="probe", scopes=list(EVERY_SCOPE))
+    api = Client(headers={"Authorization": f"Api-Key {api_key}"}).put(
+        f"/v1/notification-types/{quote(key)}", data=json.dumps(definition()), content_type="application/json")
+    [field] = api.json()["error"]["fields"]
+    resp = product.post(ADD, form_post(key, definition()))
+    assert field["field"] == "key" and errors_of(resp)[0] == {"key": [field["message"]]}
+    assert not NotificationType.objects.exists()
+
+
 def test_a_valid_type_is_saved_with_exactly_its_templates_and_a_later_fix_moves_updated_at(product, alice):
     resp = product.post(ADD, {**form_post("order_shipped", definition()), "_continue": "1"})
     assert resp.status_code == 302, errors_of(resp)
@@ -370,13 +382,16 @@ def test_the_preview_renders_every_channel_for_the_user_as_a_send_would(product,
                                 body="Hi <b>Ali</b>, track it: https://t.example/8812",
                                 html="<p>Hi &lt;b&gt;Ali&lt;/b&gt;</p>",
                                 options=SendOptions(sender="Shop <shop@example.com>"))}
-    # The send path's own rendering of a real notification says the same.
-    n = Notification(id=uuid.uuid4(), recipient=alice, channel="email", notification_type=kind, body="")
-    n.event = Event(id=uuid.uuid4(), type=kind, data=data)
+    # The send path's own rendering of an accepted event's notifications says the same.
+    shop = APIClient.objects.create_key(name="shop")[0]
+    accepted = services.accept_event(client=shop, idempotency_key="k", fingerprint="f", kind=kind, recipients=[alice],
+                                     data=data)
     content = TypeContent()
-    content._events[n.event.pk] = n.event
-    assert content.render(n) == shown["email"].options and (n.title, n.body, n.html) == (
-        shown["email"].title, shown["email"].body, shown["email"].html)
+    for n in accepted.notifications:
+        n = Notification.objects.select_related("recipient").get(pk=n.pk)
+        options = content.render(n)
+        assert ChannelPreview(locale=shown[n.channel].locale, title=n.title, body=n.body, html=n.html, data=n.data,
+                              options=options) == shown[n.channel]
 
     page = preview_get(product, "order_shipped", "alice", data)
     html = page.content.decode()
