@@ -99,7 +99,7 @@ class EventAdmin(ContentLookupGuard, admin.ModelAdmin):
     show_full_result_count = False
     paginator = EstimatedCountPaginator
     change_form_template = "admin/notifications/event/change_form.html"
-    fields = ["id", "type_link", "client", "idempotency_key", "created", "scheduled", "cancelled", "channels_shown",
+    fields = ["id", "type_link", "client_name", "idempotency_key", "created", "scheduled", "cancelled", "channels_shown",
               "routing", "ttl_seconds", "collapse_key", "data_shown", "users"]
     readonly_fields = fields
     created = instant_display("created_at", "Created")
@@ -128,6 +128,10 @@ class EventAdmin(ContentLookupGuard, admin.ModelAdmin):
     def type_link(self, obj):
         url = reverse("admin:notifications_notificationtype_change", args=[quote(obj.type_id)])
         return format_html('<a href="{}">{}</a>', url, obj.type_id)
+
+    @admin.display(description="API client")
+    def client_name(self, obj):
+        return obj.client.name
 
     @admin.display(description="Channels (routing order)")
     def channels_shown(self, obj):
@@ -231,6 +235,7 @@ class RecipientEventInline(admin.TabularInline):
 
     class Media:
         js = [INSTANTS_JS]
+        css = {"all": ["notifications/admin/recipient_events.css"]}
 
     def has_view_permission(self, request, obj=None):
         return request.user.has_perm("notifications.view_event")
