@@ -99,8 +99,8 @@ class EventAdmin(ContentLookupGuard, admin.ModelAdmin):
     show_full_result_count = False
     paginator = EstimatedCountPaginator
     change_form_template = "admin/notifications/event/change_form.html"
-    fields = ["id", "type_link", "client_name", "idempotency_key", "created", "scheduled", "cancelled", "channels_shown",
-              "routing", "ttl_seconds", "collapse_key", "data_shown", "users"]
+    fields = ["id", "type_link", "client_name", "idempotency_key", "created", "scheduled", "cancelled",
+              "channels_shown", "routing", "ttl_seconds", "collapse_key", "data_shown", "users"]
     readonly_fields = fields
     created = instant_display("created_at", "Created")
     scheduled = instant_display("scheduled_at", "Scheduled")
