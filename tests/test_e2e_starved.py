@@ -61,3 +61,39 @@ def test_starved_workers_send_every_member_exactly_once(api, starved):
         assert not DeliveryEvent.objects.filter(notification_id__in=ids, kind="lease_expired").exists(), channel
         attempts = Notification.objects.filter(campaign_id=cid, status__in=("sent", "delivered"))
         assert set(attempts.values_list("attempts", flat=True)) == {1}, channel
+
+
+def test_starved_workers_send_a_fallback_event_once_per_user_on_one_channel(api, starved):
+    """An event of a fallback type (push, then SMS) for 60 users, 20 of them without a device: each
+    user gets exactly one message, by push when they have a device, else by SMS; never both."""
+    from datetime import UTC, datetime
+
+    from preferences.models import Device, Recipient
+
+    kind = f"starved_{datetime.now(UTC):%H%M%S%f}"
+    r = api.request("PUT", f"/v1/notification-types/{kind}", json={
+        "name": "Starved", "category": "account", "channels": ["push", "sms"], "routing": "fallback",
+        "templates": [{"channel": "push", "locale": "en", "title": "Hi", "body": "Hi {{ data.n }}"},
+                      {"channel": "sms", "locale": "en", "body": "Hi {{ data.n }}"}]})
+    assert r.status_code == 201, r.text
+    users = [f"{kind}-{i:03d}" for i in range(60)]
+    Recipient.objects.bulk_create([Recipient(user_id=u, phone=f"+49151{i:08d}") for i, u in enumerate(users)])
+    Device.objects.bulk_create([Device(recipient_id=u, platform="android", push_token=f"tok-{u}")
+                                for u in users[:40]])
+    resp = api.request("POST", "/v1/events", json={"type": kind, "user_ids": users, "data": {"n": "1"}},
+                       key=kind)
+    assert resp.status_code == 202, resp.text
+    ids = {n["id"]: (n["user_id"], n["channel"]) for n in resp.json()["notifications"]}
+
+    def settled():
+        rows = Notification.objects.filter(pk__in=list(ids))
+        return rows.exclude(status__in=("sent", "delivered", "suppressed")).count() == 0
+
+    from bench.stack import wait_until
+
+    wait_until(settled, 300, message="every channel of the event settled")
+    received = Counter(m["notification_id"] for m in starved.messages() if m["notification_id"] in ids)
+    by_user = Counter(ids[nid][0] for nid in received)
+    assert set(received.values()) == {1} and set(by_user.values()) == {1} and len(by_user) == 60
+    assert {ids[nid][1] for nid in received if ids[nid][0] in users[:40]} == {"push"}
+    assert {ids[nid][1] for nid in received if ids[nid][0] in users[40:]} == {"sms"}

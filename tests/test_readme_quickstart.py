@@ -175,3 +175,39 @@ def test_the_readme_fault_examples_work_as_written(api, emulator, tmp_path):
     # The last line removes them all.
     run(stack, clear, trace)
     assert requests.get(f"{stack.emulator}/_emulator/faults", timeout=5).json() == []
+
+
+EVENTS_SECTION = "## Events and notification types"
+
+
+def test_the_readme_events_example_works_as_written(emulator, live_db, tmp_path):
+    """The events section's two blocks, as written: a key, a user without a device, a fallback type
+    (push, then email), an event; then the event's story: the push suppressed for want of a device,
+    the email sent instead. Besides the addresses, only the type's key is made unique (a type
+    belongs to the key that defined it, and this test may run again on the same database)."""
+    stack = emulator
+    text = README.read_text()
+    section = re.split(r"\n#{2,3} ", text.split(EVENTS_SECTION, 1)[1], maxsplit=1)[0]
+    setup, look = re.findall(r"```sh\n(.*?)```", section, flags=re.S)
+    kind = f"order_shipped_{uuid.uuid4().hex[:6]}"
+    (trace := tmp_path / "events").mkdir()
+    run(stack, setup.replace("order_shipped", kind), trace)
+    made = calls(trace)
+    assert [(c["method"], c["status"]) for c in made] in (
+        [("PUT", 201), ("PUT", 201), ("POST", 202)], [("PUT", 200), ("PUT", 201), ("POST", 202)]), made
+    accepted = made[-1]["answer"]
+    assert re.search(r"It answers `202 \{\"id\": \"…\", \"type\": \"order_shipped\", \"notifications\"", section)
+    assert [(n["channel"], n["status"], n["reason"]) for n in accepted["notifications"]] == [
+        ("push", "queued", ""), ("email", "scheduled", "fallback_waiting")]
+    key = made[0]["headers"]["authorization"].removeprefix("Api-Key ")
+    email_id = accepted["notifications"][1]["id"]
+    wait_until(lambda: Notification.objects.filter(pk=email_id, status__in=SENT).exists(), 30,
+               message="the email sent instead of the push")
+    story = json.loads(run(stack, look.replace("<id>", accepted["id"]), trace, KEY=key))
+    (bob,) = story["recipients"]
+    assert bob["outcome"] == "reached"
+    assert [(n["channel"], n["reason"]) for n in bob["notifications"]] == [("push", "no_active_device"),
+                                                                           ("email", "")]
+    (mail,) = stack.messages(notification_id=email_id)
+    assert (mail["to"], mail["title"], mail["body"]) == ("bob@example.com", "Order 8812 shipped",
+                                                        "Hi Bob, track it: https://t.example/8812")
