@@ -1,5 +1,5 @@
-"""Staff roles: the permissions of the ``marketing`` and ``support`` groups (docs/OPERATIONS.md,
-"Staff roles").
+"""Staff roles: the permissions of the ``marketing``, ``product`` and ``support`` groups
+(docs/OPERATIONS.md, "Staff roles").
 
 These lists are the current definition. The newest staff-groups data migration
 (:data:`MIGRATION`; first ``campaigns/0002_staff_groups``) holds a frozen copy (migrations must not
@@ -16,20 +16,34 @@ no ``permissions``); the migration creates their rows:
   (:func:`campaigns.admin_views.high_priority_lock`). No group has it; grant it to a person.
 * ``notifications.replay_deadletter`` (content type notifications.deadletter, the proxy): may use
   the dead-letter admin's "Replay" action.
+* ``notifications.define_high_priority_type`` (content type notifications.notificationtype): may give
+  a notification type priority ``high``, and change or delete a high one (the admin's side of the
+  API's ``notifications:send_high`` rule for types, :mod:`notifications.admin_types`). No group has
+  it; grant it to a person.
+
+Who defines notification types: ``product``, not ``marketing``. Types carry the transactional
+messages (password resets, one-time codes, security alerts, order updates): categories users cannot
+opt out of (``required``), quiet hours bypassed, sensitive content. A marketer who edits them could
+put a link into a message users cannot refuse; campaign templates stay marketing's. ``product``
+sees recipients (a preview renders a recipient's attributes) and no notifications or events; support
+reads events and types (to explain what a user got), read-only.
 """
 
 from __future__ import annotations
 
 MARKETING = "marketing"
+PRODUCT = "product"
 SUPPORT = "support"
 
 #: The data migration that last set the groups' permissions (its ``sync`` puts them back after a flush).
-MIGRATION = "campaigns.migrations.0005_support_reads_api_audit_log"
+MIGRATION = "campaigns.migrations.0007_notification_types_and_events"
 
 CUSTOM_PERMISSIONS = [
     # (app_label, model, codename, name)
     ("campaigns", "campaign", "send_high_priority", "Can send campaigns with high priority"),
     ("notifications", "deadletter", "replay_deadletter", "Can replay dead letters"),
+    ("notifications", "notificationtype", "define_high_priority_type",
+     "Can define and change high-priority notification types"),
 ]
 
 
@@ -44,9 +58,16 @@ GROUP_PERMISSIONS: dict[str, list[str]] = {
         *_manage("campaigns", "segment", "segmentmember", "template", "templatevariant", "campaign"),
         "preferences.view_recipient",
     ],
+    # Notification types and their templates (matrix, preview for a recipient); recipients read-only
+    # (the preview's user). No notifications, events or campaigns.
+    PRODUCT: [
+        *_manage("notifications", "notificationtype", "typetemplate"),
+        "preferences.view_recipient",
+    ],
     # Look up people and what happened to their notifications; edit preferences on a user's behalf;
-    # replay dead letters; read the API audit log (who changed a user through the API). Contacts,
-    # devices and notifications stay read-only; no campaign pages.
+    # replay dead letters; read the API audit log (who changed a user through the API); read events
+    # (per user and channel, with reasons) and the types they came from. Contacts, devices,
+    # notifications, events and types stay read-only; no campaign pages.
     SUPPORT: [
         "preferences.view_recipient",
         "preferences.view_device",
@@ -59,5 +80,8 @@ GROUP_PERMISSIONS: dict[str, list[str]] = {
         "notifications.view_deadletter",
         "notifications.replay_deadletter",
         "notifications.view_apiauditentry",
+        "notifications.view_event",
+        "notifications.view_notificationtype",
+        "notifications.view_typetemplate",
     ],
 }

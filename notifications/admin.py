@@ -302,8 +302,12 @@ class RecipientNotificationInline(admin.TabularInline):
         return format_html("{} ({})", shown, obj.reason_detail) if obj.reason_detail else shown
 
 
-# API clients (keys, scopes) and their audit log: notifications/admin_clients.py.
+# API clients (keys, scopes) and their audit log: notifications/admin_clients.py; events (support)
+# with their per-channel outcomes: admin_events.py; notification types with their templates, matrix
+# and preview: admin_types.py.
 from notifications.admin_clients import APIClientAdmin  # noqa: E402,F401 - registers them
+from notifications.admin_events import EventAdmin, RecipientEventInline  # noqa: E402,F401 - registers it
+from notifications.admin_types import NotificationTypeAdmin  # noqa: E402,F401 - registers it
 
 
 def dead_letter_depth() -> int:
@@ -311,6 +315,6 @@ def dead_letter_depth() -> int:
     return DeadLetter.objects.filter(status="failed", dead_lettered_at__isnull=False).count()
 
 
-# The recipient's page (preferences/admin.py) lists its notifications: added from this floor, so
-# preferences imports nothing of the pipeline.
-RecipientAdmin.inlines = [*RecipientAdmin.inlines, RecipientNotificationInline]
+# The recipient's page (preferences/admin.py) lists its notifications and its events: added from this
+# floor, so preferences imports nothing of the pipeline.
+RecipientAdmin.inlines = [*RecipientAdmin.inlines, RecipientNotificationInline, RecipientEventInline]

@@ -161,7 +161,8 @@ class RecipientAdmin(ContentLookupGuard, admin.ModelAdmin):
     search_fields = ["=user_id", "=phone", "email"]
     search_help_text = "Exact user id, or phone in international format (+49 151 1234 5678); email (contains)."
     readonly_fields = ["created_at", "updated_at", "email_invalid_at", "phone_invalid_at", "erasure_history"]
-    #: notifications/admin.py appends the recipient's notifications (RecipientNotificationInline).
+    #: notifications/admin.py appends the recipient's notifications and events (RecipientNotificationInline,
+    #: RecipientEventInline).
     inlines = [PreferencesInline, DeviceInline]
     show_full_result_count = False
 

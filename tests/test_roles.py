@@ -1,5 +1,5 @@
-"""Staff roles: the ``marketing`` and ``support`` groups made by the migration campaigns/0002_staff_groups
-(last changed by ``campaigns.roles.MIGRATION``),
+"""Staff roles: the ``marketing``, ``product`` and ``support`` groups made by the migration
+campaigns/0002_staff_groups (last changed by ``campaigns.roles.MIGRATION``),
 what each can see and do in the admin, and that their state changes land in the admin log.
 
 In-process (Django test client, rolled-back transactions); no worker processes.
@@ -22,7 +22,7 @@ from django.urls import reverse
 from campaigns import roles, services
 from campaigns.models import Campaign, CampaignStatus, Segment, SegmentMember, Template, TemplateVariant
 from notifications.admin import HIDDEN
-from notifications.models import DeadLetter, DeliveryEvent, Notification, Reason, Status
+from notifications.models import DeadLetter, DeliveryEvent, Notification, NotificationType, Reason, Status
 from preferences.models import Preferences, Recipient
 from preferences.validation import phone_search_term
 
@@ -47,6 +47,11 @@ def marketer() -> User:
 @pytest.fixture
 def supporter() -> User:
     return staff("sam", roles.SUPPORT)
+
+
+@pytest.fixture
+def designer() -> User:
+    return staff("pia", roles.PRODUCT)
 
 
 def as_user(client, user):
@@ -90,6 +95,9 @@ def test_custom_permissions_exist_on_the_right_content_types():
     replay = Permission.objects.get(codename="replay_deadletter")
     assert replay.content_type == ContentType.objects.get_for_model(DeadLetter, for_concrete_model=False)
     assert replay.content_type.model == "deadletter"
+    high_type = Permission.objects.get(codename="define_high_priority_type")
+    assert high_type.content_type == ContentType.objects.get_for_model(NotificationType)
+    assert not Group.objects.filter(permissions=high_type).exists()  # granted to a person, never a group
 
 
 @pytest.mark.parametrize(("group", "allowed", "denied"), [
@@ -100,13 +108,25 @@ def test_custom_permissions_exist_on_the_right_content_types():
      ["campaigns.send_high_priority", "preferences.change_recipient", "preferences.view_preferences",
       "preferences.view_device", "notifications.view_notification", "notifications.view_deadletter",
       "notifications.replay_deadletter", "notifications.view_deliveryevent", "notifications.view_apiclient",
+      "notifications.view_notificationtype", "notifications.change_typetemplate", "notifications.view_event",
       "auth.change_user", "auth.add_group"]),
+    (roles.PRODUCT,
+     ["notifications.add_notificationtype", "notifications.change_notificationtype",
+      "notifications.delete_notificationtype", "notifications.view_notificationtype",
+      "notifications.add_typetemplate", "notifications.change_typetemplate", "notifications.delete_typetemplate",
+      "preferences.view_recipient"],
+     ["notifications.define_high_priority_type", "notifications.view_event", "notifications.view_notification",
+      "notifications.view_deliveryevent", "notifications.view_apiclient", "preferences.change_recipient",
+      "preferences.view_preferences", "campaigns.view_campaign", "campaigns.change_template", "auth.change_user"]),
     (roles.SUPPORT,
      ["preferences.view_recipient", "preferences.view_device", "preferences.view_preferences",
       "preferences.change_preferences", "notifications.view_notification", "notifications.view_deliveryattempt",
-      "notifications.view_deliveryevent", "notifications.view_deadletter", "notifications.replay_deadletter"],
+      "notifications.view_deliveryevent", "notifications.view_deadletter", "notifications.replay_deadletter",
+      "notifications.view_event", "notifications.view_notificationtype", "notifications.view_typetemplate"],
      ["preferences.change_recipient", "preferences.delete_preferences", "preferences.change_device",
       "notifications.change_notification", "notifications.delete_notification", "notifications.view_apiclient",
+      "notifications.change_event", "notifications.change_notificationtype", "notifications.add_typetemplate",
+      "notifications.define_high_priority_type",
       "campaigns.view_campaign", "campaigns.view_segment", "campaigns.view_template",
       "campaigns.send_high_priority", "auth.change_user"]),
 ])
@@ -122,11 +142,12 @@ def admin_models(client) -> set[str]:
     return {m["object_name"] for app in app_list for m in app["models"] if m.get("model") is not None}
 
 
-def test_admin_index_shows_each_role_its_pages(client, marketer, supporter):
+def test_admin_index_shows_each_role_its_pages(client, marketer, supporter, designer):
     assert admin_models(as_user(client, marketer)) == {"Segment", "SegmentMember", "Template", "Campaign",
                                                        "Recipient"}
     assert admin_models(as_user(client, supporter)) == {"Recipient", "Device", "Notification", "DeadLetter",
-                                                        "APIAuditEntry"}
+                                                        "APIAuditEntry", "Event", "NotificationType"}
+    assert admin_models(as_user(client, designer)) == {"NotificationType", "Recipient"}
 
 
 # --- marketing -------------------------------------------------------------------------------------
@@ -146,6 +167,22 @@ def test_marketing_sees_no_notification_pages_and_recipients_read_only(client, m
     assert "Order 42 shipped" not in html and str(n.pk) not in html and "All notifications" not in html
     assert client.post(url, {"email": "x@example.com"}).status_code == 403
     assert Recipient.objects.get(pk="alice").email == "alice@example.com"
+
+
+def test_product_defines_types_and_sees_no_notifications_events_or_campaigns(client, designer, alice):
+    n = notify(alice, body="Order 42 shipped", category="orders")
+    as_user(client, designer)
+    for url in (reverse("admin:notifications_notification_changelist"),
+                reverse("admin:notifications_notification_change", args=[n.pk]),
+                reverse("admin:notifications_event_changelist"),
+                reverse("admin:campaigns_campaign_changelist"),
+                reverse("admin:campaigns_template_changelist")):
+        assert client.get(url).status_code == 403, url
+    assert client.get(reverse("admin:notifications_notificationtype_add")).status_code == 200
+    page = client.get(reverse("admin:preferences_recipient_change", args=["alice"]))
+    html = page.content.decode()
+    assert page.status_code == 200 and page.context["has_change_permission"] is False
+    assert "Order 42 shipped" not in html and str(n.pk) not in html
 
 
 def campaign_post(segment, **over) -> dict:

@@ -8,6 +8,7 @@ notifications say.
 from __future__ import annotations
 
 import hashlib
+import uuid
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -97,3 +98,44 @@ def render_typed(n: Notification, kind: NotificationType, templates: list, data:
     sender = kind.sms_from if n.channel == "sms" else kind.email_from if n.channel == "email" else ""
     return SendOptions(collapse_key=collapse if n.channel == "push" else None, sender=sender or None,
                        reply_to=(kind.email_reply_to or None) if n.channel == "email" else None)
+
+
+@dataclass(frozen=True)
+class ChannelPreview:
+    """One channel of :func:`preview`: the variant chosen (its ``locale``; ``""`` when the channel has
+    none), the rendered ``title``, ``body``, ``html`` and push ``data`` (``None``: none), the
+    :class:`SendOptions` a send would carry, or ``error`` (the RenderError's text) and no content."""
+
+    locale: str = ""
+    title: str = ""
+    body: str = ""
+    html: str = ""
+    data: dict | None = None
+    options: SendOptions | None = None
+    error: str = ""
+
+
+def preview(kind: NotificationType, recipient, data: dict) -> dict[str, ChannelPreview]:
+    """What an event of ``kind`` with ``data`` (a JSON object) would send ``recipient`` on each of the
+    type's channels, rendered now by the send-time code (:func:`render_typed`: the same locale
+    fallback, escaping and render bounds): ``{channel: ChannelPreview}`` in the type's channel order.
+    A render error is that channel's ``error``; it raises nothing. Reads ``kind.templates`` (saved
+    templates, one query unless prefetched); writes nothing (the notification it renders is never
+    saved)."""
+    variants: dict[str, list] = defaultdict(list)
+    for template in kind.templates.all():
+        variants[template.channel].append(template)
+    out = {}
+    for channel in kind.channels:
+        n = Notification(id=uuid.uuid4(), recipient=recipient, channel=channel, priority=kind.priority,
+                         category=kind.category, sensitive=kind.sensitive, notification_type=kind)
+        templates = variants.get(channel, [])
+        chosen = pick_variant(templates, recipient.locale, kind.default_locale)
+        try:
+            options = render_typed(n, kind, templates, data)
+        except RenderError as exc:
+            out[channel] = ChannelPreview(locale=chosen.locale if chosen else "", error=str(exc))
+            continue
+        out[channel] = ChannelPreview(locale=chosen.locale, title=n.title, body=n.body, html=n.html, data=n.data,
+                                      options=options)
+    return out
