@@ -60,7 +60,7 @@ def outcome(pk, status, reason="", detail="") -> None:
 def shipped(shop, users):
     """order_shipped (push, email, sms; all; silent) to alice and bob: alice's push went silently,
     her email waits for her quiet hours' end, she opted out of SMS; bob's push failed, his email was
-    delivered, his SMS is queued."""
+    delivered, his SMS is due (scheduled, released by the scheduler in a batch)."""
     kind, _ = services.save_type("order_shipped", {"name": "Order shipped", "category": "shipping",
                                                    "channels": ["push", "email", "sms"], "quiet_hours": "silent"},
                                  TEMPLATES, client=None)
@@ -97,7 +97,7 @@ def test_support_reads_an_event_per_user_and_channel_with_each_reason(support, s
         "sms: suppressed — opted_out_channel: Recipient opted out of this channel",
         "push: failed — contact_invalid: Provider said the address/number/token is invalid (fcm UNREGISTERED)",
         "email: delivered",
-        "sms: queued"]
+        "sms: scheduled"]
     for pk in rows.values():
         assert reverse("admin:notifications_notification_change", args=[pk]) in html
     assert reverse("admin:preferences_recipient_change", args=["bob"]) in html
@@ -162,7 +162,7 @@ def test_the_recipient_page_lists_their_events_with_each_channels_outcome(client
     html = page.content.decode()
     assert page.status_code == 200
     mine = lines(html)
-    assert mine == ["push: queued", "email: queued", "sms: queued",  # the newer event first
+    assert mine == ["push: scheduled", "email: scheduled", "sms: scheduled",  # the newer event first
                     f"push: sent — silent push: {SILENT}",
                     "email: scheduled — quiet_hours: Deferred: recipient&#x27;s quiet hours "
                     "(until 2030-01-02T06:00:00+00:00)",

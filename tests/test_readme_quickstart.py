@@ -198,7 +198,7 @@ def test_the_readme_events_example_works_as_written(emulator, live_db, tmp_path)
     accepted = made[-1]["answer"]
     assert re.search(r"It answers `202 \{\"id\": \"…\", \"type\": \"order_shipped\", \"notifications\"", section)
     assert [(n["channel"], n["status"], n["reason"]) for n in accepted["notifications"]] == [
-        ("push", "queued", ""), ("email", "scheduled", "fallback_waiting")]
+        ("push", "scheduled", ""), ("email", "scheduled", "fallback_waiting")]
     key = made[0]["headers"]["authorization"].removeprefix("Api-Key ")
     email_id = accepted["notifications"][1]["id"]
     wait_until(lambda: Notification.objects.filter(pk=email_id, status__in=SENT).exists(), 30,
