@@ -140,7 +140,8 @@ class Event(models.Model):
             models.UniqueConstraint(fields=["client", "idempotency_key"], name="event_client_idem_key_uniq",
                                     condition=models.Q(idempotency_key__isnull=False)),
         ]
-        indexes = [models.Index(fields=["client", "-created_at"], name="event_client_created_idx"),
+        indexes = [models.Index(fields=["-created_at"], name="event_created_idx"),  # the admin's list, newest first
+                   models.Index(fields=["client", "-created_at"], name="event_client_created_idx"),
                    models.Index(fields=["type", "-created_at"], name="event_type_created_idx")]
 
     def __str__(self) -> str:
