@@ -257,3 +257,15 @@ def test_a_revoked_key_says_revoked_an_expired_one_expired_and_a_wrong_secret_un
         assert r.status_code == 401, given
         assert fields(r) == {("Authorization", code)}, (given, r.json())
         assert error(r)["message"].startswith(f"Authorization: {message}"), error(r)
+
+
+@pytest.mark.parametrize(("path", "raw", "field"), [
+    ("/v1/events", '{"type": "t", "user_id": "alice", "data": {"a": 1e999}}', "data.a"),
+    ("/v1/events", '{"type": "t", "user_id": "alice", "data": {"a": [1, -1e999]}}', "data.a.1"),
+    ("/v1/notifications", '{"user_id": "alice", "channel": "email", "type": "t", "data": {"n": 2e400}}', "data.n"),
+])
+def test_a_number_that_overflows_to_infinity_is_400_naming_it_not_500(http, alice, path, raw, field):
+    """Adversarial finding (issue 14): ``1e999`` parsed to infinity, which jsonb refuses: a 500."""
+    r = http.post(path, data=raw, content_type="application/json", headers={"Idempotency-Key": "inf"})
+    assert (r.status_code, error(r)["code"], fields(r)) == (400, "parse_error", {(field, "not_finite")})
+    assert Notification.objects.count() == 0

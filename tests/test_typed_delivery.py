@@ -245,3 +245,37 @@ def test_a_sent_typed_notification_keeps_what_it_said(providers, module_emulator
     assert (push.title, push.body, push.data) == ("Order 8812", "Hi <Ada>, order 8812 shipped",
                                                   {"url": "https://x/8812"})
     assert (email.title, email.html, email.data) == ("Order 8812", "<p>&lt;Ada&gt;</p>", None)
+
+
+@pytest.mark.parametrize(("channel", "part", "value", "problem"), [
+    ("push", "title", "w" * 999, "the rendered title is 999 characters; at most 998"),
+    ("email", "title", "Hi\r\nBcc: evil@example.com", "the rendered email subject has a line break; a subject is one line"),
+    ("sms", "body", "x" * 1601, "the rendered SMS body is 1601 characters; at most 1600 (Twilio)"),
+    ("sms", "body", "   ", "the rendered body is empty"),
+    ("push", "body", "y" * 5000, "the rendered push (title + body + data as JSON) is 5023 bytes; at most 4096 (FCM)"),
+])
+def test_rendered_content_over_a_channels_limit_is_a_dead_letter_and_the_batch_goes_on(
+        providers, module_emulator, client, channel, part, value, problem):
+    """Adversarial finding (issue 14): a 999-character rendered title failed the whole batch's
+    record (the column holds 998), so every row of it was sent and left `sending`; a subject with a
+    line break from the data went out (or was retried as transient by SMTP)."""
+    kind = a_type(f"limits_{channel}_{part}_{len(value)}", channels=(channel,))
+    TypeTemplate.objects.filter(type=kind).update(**{"title": "T", "html": "", part: "{{ data.v }}"})
+    bad, good = user(), user()
+    ids = event(client, kind, [bad], data={"v": value})
+    fine = event(client, kind, [good], data={"v": "fine"})
+    send_notifications([*ids.values(), *fine.values()])
+    n = row(ids[(bad.pk, channel)])
+    assert (n.status, n.reason, n.reason_detail) == ("failed", "template_error", problem)
+    assert row(fine[(good.pk, channel)]).status == "sent"
+    assert module_emulator.count() == 1
+
+
+def test_a_rendered_collapse_key_with_a_control_character_goes_out_hashed(providers, module_emulator, client):
+    kind = a_type("ck_ctrl", channels=("push",), collapse_key="{{ data.ck }}")
+    r = user()
+    ids = event(client, kind, [r], data={"ck": "a\nb", "order_id": "1"})
+    send_notifications(list(ids.values()))
+    (message,) = module_emulator.messages()
+    key = message["details"]["message"]["android"]["collapse_key"]
+    assert key.startswith("ck-") and len(key) == 43 and "\n" not in key

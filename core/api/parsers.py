@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import math
 
 from django.conf import settings
 from rest_framework.exceptions import ParseError
@@ -36,15 +37,22 @@ def unstorable(text: str) -> str | None:
     return f"a lone UTF-16 surrogate (\\u{ord(match.group()):04x})"
 
 
+NOT_FINITE = "a number too large for a double (it overflows to infinity)"
+
+
 def _printable(path: str) -> str:
     return "".join(f"\\u{ord(c):04x}" if c == "\x00" or 0xD800 <= ord(c) <= 0xDFFF else c for c in path)
 
 
 def _find_unstorable(value, path: str = "") -> tuple[str, str] | None:
-    """``(path, what)`` of the first key or string value that cannot be stored, or None."""
+    """``(path, what)`` of the first key or value that cannot be stored, or None: a string with NUL
+    or a lone surrogate, or a number too large for a double (``1e999`` parses to infinity, which
+    Postgres' ``jsonb`` refuses)."""
     if isinstance(value, str):
         what = unstorable(value)
         return (path or "(body)", what) if what else None
+    if isinstance(value, float) and not math.isfinite(value):
+        return (path or "(body)", NOT_FINITE)
     if isinstance(value, dict):
         for key, item in value.items():
             here = f"{path}.{key}" if path else str(key)
@@ -104,5 +112,6 @@ class StrictJSONParser(JSONParser):
             raise ParseError(f"JSON parse error: {exc}") from None
         found = _find_unstorable(data)
         if found:
-            raise FieldParseError(_printable(found[0]), "unstorable_character", f"{found[1]} not allowed")
+            code = "not_finite" if found[1] == NOT_FINITE else "unstorable_character"
+            raise FieldParseError(_printable(found[0]), code, f"{found[1]} not allowed")
         return data

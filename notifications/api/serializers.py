@@ -14,7 +14,6 @@ docs for the 4,096-byte data payload limit, ``docs/PROVIDERS.md`` §1, §3):
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
 
 from drf_spectacular.utils import extend_schema_field
@@ -23,6 +22,13 @@ from rest_framework import serializers
 from core import clock
 from core.api.fields import AwareDateTimeField, CategoryField, RejectUnknownFields
 from core.vocabulary import CATEGORY_PATTERN
+from notifications.content_limits import (
+    EMAIL_DATA_MAX_BYTES,
+    EMAIL_SUBJECT_MAX,
+    PUSH_MAX_BYTES,
+    SMS_MAX_CHARS,
+    json_bytes,
+)
 from notifications.models import DeliveryAttempt, Notification, Priority, TimelineEntry
 from notifications.quiet_hours_policy import priority_category_problem
 from preferences.models import Channel, Recipient
@@ -30,12 +36,6 @@ from providers.base import platform_key_problem
 from providers.fcm.data_keys import data_key_problem
 from providers.registry import unavailable_channel_problem
 
-SMS_MAX_CHARS = 1600
-PUSH_MAX_BYTES = 4096
-#: Email ``data`` goes out as SendGrid ``custom_args``, which SendGrid caps at 10,000 bytes (its
-#: "Unique Arguments" / custom arguments limit).
-EMAIL_DATA_MAX_BYTES = 10_000
-EMAIL_SUBJECT_MAX = 998
 MAX_SCHEDULE_AHEAD = timedelta(days=366)
 # A past instant means "now"; but not any past: an instant before year 1 in UTC (0001-01-01+05:00)
 # cannot even be read back from Postgres, so anything older than this is refused.
@@ -179,7 +179,7 @@ def channel_content_errors(channel: str, content: dict, prefix: str = "content")
                 "an email subject is one line: no line breaks (\\r, \\n)", code="line_break")
         data = content.get("data") or {}
         _data_key_errors(errors, prefix, data, lambda key: platform_key_problem(key, "every email's custom_args"))
-        size = _json_bytes(data) if data else 0
+        size = json_bytes(data) if data else 0
         if size > EMAIL_DATA_MAX_BYTES:
             errors[f"{prefix}.data"] = serializers.ErrorDetail(
                 f"email data (SendGrid custom_args, as JSON) is {size} bytes; at most {EMAIL_DATA_MAX_BYTES}",
@@ -190,7 +190,7 @@ def channel_content_errors(channel: str, content: dict, prefix: str = "content")
                                                                code="not_allowed_for_channel")
         _data_key_errors(errors, prefix, content.get("data") or {}, data_key_problem)
         payload = {k: content[k] for k in ("title", "body", "data") if content.get(k)}
-        size = _json_bytes(payload)
+        size = json_bytes(payload)
         if size > PUSH_MAX_BYTES:
             errors[prefix] = serializers.ErrorDetail(
                 f"push payload (title+body+data as JSON) is {size} bytes; at most {PUSH_MAX_BYTES}",
@@ -206,9 +206,6 @@ def _data_key_errors(errors: dict, prefix: str, data: dict, problem_of) -> None:
             errors[f"{prefix}.data.{key}"] = serializers.ErrorDetail(problem, code="reserved_key")
 
 
-def _json_bytes(value) -> int:
-    """Size in bytes of ``value`` as compact UTF-8 JSON (how the providers receive it)."""
-    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
 
 
 class AcceptedSerializer(serializers.Serializer):

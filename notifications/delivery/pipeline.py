@@ -24,6 +24,7 @@ from collections.abc import Iterable
 
 from core import clock
 from core.redaction import sensitive_content
+from notifications.content_limits import rendered_problem
 from notifications.delivery import checks, claim, load, record
 from notifications.delivery.calls import Calls, Item, call_high, call_standard
 from notifications.delivery.checks import Facts
@@ -177,6 +178,9 @@ def prepare(n: Notification, already_sent: set[str], content: Content, stopped_p
     if content.needs_render(n):
         try:
             content.apply(n)
+            problem = rendered_problem(n.channel, n.title, n.body, n.html, n.data)
+            if problem:
+                raise ContentError(problem)
         except ContentError as exc:
             record.finish(n, Status.FAILED, Reason.TEMPLATE_ERROR, kind="dead_lettered", detail=str(exc)[:500],
                           extra={"dead_lettered_at": now})

@@ -12,6 +12,7 @@ import uuid
 from collections import defaultdict
 from dataclasses import dataclass
 
+from core.identifiers import control_character_problem
 from notifications.events.models import Event, NotificationType
 from notifications.models import Notification
 from notifications.rendering import RenderError, context_for, pick_variant, render_parts
@@ -80,8 +81,8 @@ def render_typed(n: Notification, kind: NotificationType, templates: list, data:
     """Render ``n`` (its channel, its recipient's locale) from ``templates`` (the type's templates of
     that channel) with ``data`` as ``{{ data.* }}``, into ``n``; the push collapse key is
     ``collapse_key`` when given, else the type's template rendered, else the notification id (one
-    longer than APNs' 64 bytes is replaced by a hash of it). Used by events and by campaigns that use
-    a type's templates. Raises RenderError."""
+    longer than APNs' 64 bytes, or holding a control character, is replaced by a hash of it). Used
+    by events and by campaigns that use a type's templates. Raises RenderError."""
     variant = pick_variant(templates, n.recipient.locale, kind.default_locale)
     if variant is None:
         raise RenderError(f"type {kind.key} has no {n.channel} template")
@@ -93,7 +94,8 @@ def render_typed(n: Notification, kind: NotificationType, templates: list, data:
     n.title, n.body, n.html = out["title"], out["body"], out["html"]
     n.data = {k[5:]: v for k, v in out.items() if k.startswith("data.")} or None
     collapse = collapse_key or out.get("collapse_key") or None
-    if collapse and len(collapse.encode()) > MAX_COLLAPSE_KEY_BYTES:
+    if collapse and (len(collapse.encode()) > MAX_COLLAPSE_KEY_BYTES or control_character_problem(collapse)):
+        # Too long for APNs, or a control character (a header value): the same key, as a hash.
         collapse = "ck-" + hashlib.sha256(collapse.encode()).hexdigest()[:40]
     sender = kind.sms_from if n.channel == "sms" else kind.email_from if n.channel == "email" else ""
     return SendOptions(collapse_key=collapse if n.channel == "push" else None, sender=sender or None,

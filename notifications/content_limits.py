@@ -1,0 +1,48 @@
+"""What a message's content must keep to on each channel, however it was made: checked on the
+request for inline content (:mod:`notifications.api.serializers`) and on the rendered text for
+content made at send time from templates (notification types, campaigns: the pipeline's load
+stage, :func:`rendered_problem`). Sources: Twilio Messages API (a body of at most 1,600
+characters), FCM HTTP v1 (a message's payload at most 4,096 bytes), RFC 5322 §2.1.1 (a line, so a
+subject, at most 998 characters), SendGrid (custom arguments at most 10,000 bytes);
+docs/PROVIDERS.md."""
+
+from __future__ import annotations
+
+import json
+
+SMS_MAX_CHARS = 1600
+PUSH_MAX_BYTES = 4096
+EMAIL_DATA_MAX_BYTES = 10_000
+#: Also the column's size for every title (``Notification.title``).
+EMAIL_SUBJECT_MAX = 998
+
+
+def json_bytes(value) -> int:
+    """Size in bytes of ``value`` as compact UTF-8 JSON (how the providers receive it)."""
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def rendered_problem(channel: str, title: str, body: str, html: str, data: dict | None) -> str:
+    """Why rendered content cannot go out on ``channel`` (a sentence naming the rule), or ``""``.
+    The send path makes such a notification a dead letter ``template_error`` with it: the same
+    template would render the same text on a retry."""
+    title, body = title or "", body or ""
+    if not body.strip():
+        return "the rendered body is empty"
+    if len(title) > EMAIL_SUBJECT_MAX:
+        return f"the rendered title is {len(title)} characters; at most {EMAIL_SUBJECT_MAX}"
+    if channel == "sms" and len(body) > SMS_MAX_CHARS:
+        return f"the rendered SMS body is {len(body)} characters; at most {SMS_MAX_CHARS} (Twilio)"
+    if channel == "email":
+        if not title.strip():
+            return "the rendered email subject is empty"
+        if "\r" in title or "\n" in title:
+            return "the rendered email subject has a line break; a subject is one line"
+        if data and json_bytes(data) > EMAIL_DATA_MAX_BYTES:
+            return f"the email's data is {json_bytes(data)} bytes as JSON; at most {EMAIL_DATA_MAX_BYTES}"
+    if channel == "push":
+        payload = {k: v for k, v in (("title", title), ("body", body), ("data", data)) if v}
+        size = json_bytes(payload)
+        if size > PUSH_MAX_BYTES:
+            return f"the rendered push (title + body + data as JSON) is {size} bytes; at most {PUSH_MAX_BYTES} (FCM)"
+    return ""
