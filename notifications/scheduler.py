@@ -164,6 +164,9 @@ def _expired_leases(now, limit: int) -> int:
             for pk, _priority, _channel, status, reason, detail in rows])
         enqueue_on_commit([(pk, priority, channel) for pk, priority, channel, status, *_ in rows
                            if status == "queued"])
+        # A dead-lettered event row releases the channel waiting behind it in a fallback order.
+        fallback.settle([(pk, status, reason, channel) for pk, _priority, channel, status, reason, _d in rows
+                         if status == "failed"])
     lost = [row for row in rows if row[3] == "failed"]
     if lost:
         log.error("%d notification(s) dead-lettered: their worker died or stalled on their last allowed attempt",

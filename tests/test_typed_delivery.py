@@ -249,7 +249,8 @@ def test_a_sent_typed_notification_keeps_what_it_said(providers, module_emulator
 
 @pytest.mark.parametrize(("channel", "part", "value", "problem"), [
     ("push", "title", "w" * 999, "the rendered title is 999 characters; at most 998"),
-    ("email", "title", "Hi\r\nBcc: evil@example.com", "the rendered email subject has a line break; a subject is one line"),
+    ("email", "title", "Hi\r\nBcc: evil@example.com",
+     "the rendered email subject has a line break; a subject is one line"),
     ("sms", "body", "x" * 1601, "the rendered SMS body is 1601 characters; at most 1600 (Twilio)"),
     ("sms", "body", "   ", "the rendered body is empty"),
     ("push", "body", "y" * 5000, "the rendered push (title + body + data as JSON) is 5023 bytes; at most 4096 (FCM)"),
@@ -279,3 +280,42 @@ def test_a_rendered_collapse_key_with_a_control_character_goes_out_hashed(provid
     (message,) = module_emulator.messages()
     key = message["details"]["message"]["android"]["collapse_key"]
     assert key.startswith("ck-") and len(key) == 43 and "\n" not in key
+
+
+def test_the_sweep_finds_an_ended_row_behind_many_waiting_ones(providers, client):
+    """Adversarial finding (issue 14): the sweep read the first 1,000 waiting rows whatever their
+    predecessor, so with more waiting than that, rows behind a dead letter could wait forever."""
+    kind = a_type("many_waiting", channels=("push", "email"), routing="fallback")
+    crowd = [user() for _ in range(30)]
+    event(client, kind, crowd, scheduled_at=clock.now() + timedelta(days=1))  # 30 rows waiting, none ended
+    r = user()
+    ids = event(client, kind, [r])
+    Notification.objects.filter(pk=ids[(r.pk, "push")]).update(status="failed", reason="worker_lost")
+    from notifications.events import fallback
+
+    assert fallback.sweep(limit=5) == 1
+    assert row(ids[(r.pk, "email")]).status == "queued"
+
+
+def test_a_dead_lettered_row_of_a_lost_worker_releases_the_next_channel_at_once(providers, client, settings):
+    kind = a_type("lost_worker", channels=("push", "email"), routing="fallback")
+    r = user()
+    ids = event(client, kind, [r])
+    push = ids[(r.pk, "push")]
+    Notification.objects.filter(pk=push).update(status="sending", attempts=settings.NOTIFY["MAX_ATTEMPTS"]["standard"],
+                                                lease_until=clock.now() - timedelta(seconds=1))
+    from notifications.scheduler import _expired_leases
+
+    assert _expired_leases(clock.now(), 100) == 1
+    assert (row(push).status, row(push).reason) == ("failed", "worker_lost")
+    assert row(ids[(r.pk, "email")]).status == "queued"
+
+
+def test_a_not_needed_chain_names_the_channel_that_reached_the_user(providers, module_emulator, client):
+    kind = a_type("three_step", channels=("push", "email", "sms"), routing="fallback")
+    TypeTemplate.objects.filter(type=kind, channel="sms").update(title="")
+    r = user()
+    ids = event(client, kind, [r])
+    send_notifications([ids[(r.pk, "push")]])
+    expected = "an earlier channel in the fallback order (push: sent) reached the recipient"
+    assert [row(ids[(r.pk, c)]).reason_detail for c in ("email", "sms")] == [expected, expected]

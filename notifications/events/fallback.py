@@ -23,7 +23,7 @@ from core import clock
 from core.postgres import array_literal
 from notifications import metrics
 from notifications.enqueue import enqueue_on_commit
-from notifications.models import DeliveryEvent, Notification, Reason, Status
+from notifications.models import DeliveryEvent, Reason, Status
 
 FINAL = (Status.SENT, Status.DELIVERED, Status.FAILED, Status.SUPPRESSED, Status.EXPIRED, Status.CANCELLED)
 
@@ -47,16 +47,16 @@ def outcome(status: str, reason: str) -> str | None:
     return None
 
 
-def settle(ended: list[tuple]) -> int:
+def settle(ended: list[tuple], origin: str = "") -> int:
     """Decide the notifications waiting behind ``ended`` rows: ``[(id, status, reason, channel)]``
     (rows that just ended; others are ignored). Runs inside the caller's transaction; released rows
     are enqueued after it commits. Returns how many waiting rows moved (recursively: a row not needed
-    or cancelled settles the one behind it too)."""
+    or cancelled settles the one behind it too; ``origin`` then names the channel that decided it)."""
     groups: dict[str, list] = {"not_needed": [], "cancelled": [], "release": []}
     for pk, status, reason, channel in ended:
         what = outcome(status, reason)
         if what:
-            groups[what].append((str(pk), channel, reason or status))
+            groups[what].append((str(pk), channel, origin or f"{channel}: {reason or status}"))
     moved = 0
     now = clock.now()
     for what, rows in groups.items():
@@ -66,39 +66,46 @@ def settle(ended: list[tuple]) -> int:
             changed = _move(rows, Status.SUPPRESSED, Reason.FALLBACK_NOT_NEEDED, now,
                             "an earlier channel in the fallback order ({}) reached the recipient")
             metrics.fallback_settled("not_needed", len(changed))
-            moved += len(changed) + settle([(pk, Status.SUPPRESSED, Reason.FALLBACK_NOT_NEEDED, ch)
-                                            for pk, _p, ch in changed])
+            moved += len(changed) + _onwards(changed, Status.SUPPRESSED, Reason.FALLBACK_NOT_NEEDED)
         elif what == "cancelled":
             changed = _move(rows, Status.CANCELLED, Reason.CANCELLED_BY_CLIENT, now,
                             "the channel before it in the fallback order ({}) was cancelled")
             metrics.fallback_settled("cancelled", len(changed))
-            moved += len(changed) + settle([(pk, Status.CANCELLED, Reason.CANCELLED_BY_CLIENT, ch)
-                                            for pk, _p, ch in changed])
+            moved += len(changed) + _onwards(changed, Status.CANCELLED, Reason.CANCELLED_BY_CLIENT)
         else:
             changed = _move(rows, Status.QUEUED, "", now,
                             "released: the channel before it in the fallback order ({}) could not reach the "
                             "recipient")
-            enqueue_on_commit([(pk, priority, channel) for pk, priority, channel in changed])
+            enqueue_on_commit([(pk, priority, channel) for pk, priority, channel, _why in changed])
             metrics.fallback_settled("released", len(changed))
             moved += len(changed)
     return moved
 
 
+def _onwards(changed: list[tuple], status: str, reason: str) -> int:
+    """Settle what waits behind rows just made not needed or cancelled, keeping the channel that
+    decided it in their detail (one :func:`settle` per distinct deciding channel)."""
+    by_why: dict[str, list] = {}
+    for pk, _priority, channel, why in changed:
+        by_why.setdefault(why, []).append((pk, status, reason, channel))
+    return sum(settle(rows, why) for why, rows in by_why.items())
+
+
 def _move(rows: list[tuple], status: str, reason: str, now, detail: str) -> list[tuple]:
-    """Move the rows waiting behind ``rows`` (``(id, channel, why)``) to ``status``; one timeline
-    event each naming the channel before it and how it ended (one UPDATE per distinct channel and
-    ending). Returns ``[(id, priority, channel)]``."""
-    by_ending: dict[tuple, list] = {}
-    for pk, channel, why in rows:
-        by_ending.setdefault((channel, why), []).append(pk)
+    """Move the rows waiting behind ``rows`` (``(id, channel, why)``: ``why`` names the channel that
+    decided and how it ended) to ``status``; one timeline event each saying so (one UPDATE per
+    distinct ``why``). Returns ``[(id, priority, channel, why)]``."""
+    by_ending: dict[str, list] = {}
+    for pk, _channel, why in rows:
+        by_ending.setdefault(why, []).append(pk)
     moved, events = [], []
     with connection.cursor() as cur:
-        for (channel, why), pks in by_ending.items():
-            text = detail.format(f"{channel}: {why}")[:500]
+        for why, pks in by_ending.items():
+            text = detail.format(why)[:500]
             cur.execute(_MOVE_SQL, [status, reason, "" if status == Status.QUEUED else text, now,
                                     now if status == Status.QUEUED else None, array_literal(pks)])
             for pk, priority, ch in cur.fetchall():
-                moved.append((str(pk), priority, ch))
+                moved.append((str(pk), priority, ch, why))
                 events.append(DeliveryEvent(notification_id=pk, kind="released" if status == Status.QUEUED
                                             else str(status), status=status, reason=reason, detail=text,
                                             created_at=now))
@@ -106,12 +113,22 @@ def _move(rows: list[tuple], status: str, reason: str, now, detail: str) -> list
     return moved
 
 
+_ENDED_AHEAD_SQL = """
+SELECT p.id, p.status, p.reason, p.channel
+  FROM notifications_notification w
+  JOIN notifications_notification p ON p.id = w.fallback_after
+ WHERE w.status = 'scheduled' AND w.reason = 'fallback_waiting'
+   AND p.status IN ('sent', 'delivered', 'failed', 'suppressed', 'expired', 'cancelled')
+ LIMIT %s
+"""
+
+
 def sweep(limit: int = 1000) -> int:
     """Settle rows still waiting behind a row that has ended (a crash between the two writes, or an
-    end written by a path that does not call :func:`settle`: the reconciler's dead letters, an
-    erasure). Returns how many moved."""
-    waiting = (Notification.objects.filter(status=Status.SCHEDULED, reason=Reason.FALLBACK_WAITING)
-               .values_list("fallback_after", flat=True)[:limit])
-    ended = list(Notification.objects.filter(pk__in=list(waiting), status__in=FINAL)
-                 .values_list("pk", "status", "reason", "channel"))
+    end written by a path that does not settle: an erasure, a row changed by hand). Reads the
+    waiting rows through their partial index and each one's predecessor by primary key, so it costs
+    a scan of the waiting rows (few: only fallback events still deciding). Returns how many moved."""
+    with connection.cursor() as cur:
+        cur.execute(_ENDED_AHEAD_SQL, [limit])
+        ended = cur.fetchall()
     return settle(ended) if ended else 0
