@@ -139,7 +139,7 @@ class EventAdmin(ContentLookupGuard, admin.ModelAdmin):
 
     @admin.display(description="Data")
     def data_shown(self, obj):
-        if obj.type.sensitive:
+        if obj.sensitive or obj.type.sensitive:
             return HIDDEN
         return format_html('<pre class="event-data">{}</pre>', json.dumps(obj.data, indent=2, ensure_ascii=False))
 

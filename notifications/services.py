@@ -235,7 +235,8 @@ def cancel_campaign_notifications(campaign_id, *, limit: int = 5000) -> int:
 def erase_notification_content(recipient_id: str, contacts: list[str], *, by: str) -> dict[str, int]:
     """Personal-data erasure, this layer's part (inside the erasure's transaction): cancel the
     recipient's notifications no worker has claimed (``cancelled_by_client``, with a timeline event
-    saying why), remove every notification's content (title, body, html, data), and replace the
+    saying why), remove every notification's content (title, body, html, data) and the data of the
+    events sent to this recipient alone, and replace the
     recipient's ``contacts`` wherever a provider echoed them into a reason, attempt error or event
     detail. Rows, statuses and timelines stay, so counts by status, channel and reason survive.
 
@@ -255,6 +256,12 @@ def erase_notification_content(recipient_id: str, contacts: list[str], *, by: st
                          detail=f"recipient's personal data erased by {by}"[:500], at=now)
     erased = mine.filter(~Q(title="") | ~Q(body="") | ~Q(html="") | Q(data__isnull=False)).update(
         title="", body="", html="", data=None, updated_at=now)
+    # The data of the events sent to this recipient alone (template input: an address, an order);
+    # an event to many users carries data they share, which stays.
+    from notifications.events.models import Event
+
+    Event.objects.filter(pk__in=mine.filter(event__isnull=False).values("event_id"), user_ids=[recipient_id]).exclude(
+        data={}).update(data={})
     for contact in contacts:
         mine.filter(reason_detail__contains=contact).update(
             reason_detail=Replace("reason_detail", Value(contact), Value(ERASED)))

@@ -247,3 +247,26 @@ def test_generated_events_are_accepted_whole_or_refused_naming_a_field_with_noth
         assert resp.status_code in (400, 422), resp.content
         assert resp.json()["error"]["fields"] and all(f["field"] for f in resp.json()["error"]["fields"])
         assert (Event.objects.count(), Notification.objects.count()) == before
+
+
+def test_erasure_removes_the_data_of_the_users_own_events_and_keeps_shared_ones(owner, users):
+    """Adversarial finding (issue 14): an erased user's event kept its data (an address)."""
+    from preferences.api.erasure import erase_user
+
+    _client, http = owner
+    make_type()
+    own = post(http, {"type": "order_shipped", "user_id": "u0", "data": {"address": "Hauptstr. 1"}}, key="a").json()
+    shared = post(http, {"type": "order_shipped", "user_ids": ["u0", "u1"], "data": {"sale": "20%"}}, key="b").json()
+    erase_user(Recipient.objects.get(pk="u0"), requested_by="test")
+    assert Event.objects.get(pk=own["id"]).data == {}
+    assert Event.objects.get(pk=shared["id"]).data == {"sale": "20%"}
+
+
+def test_an_event_accepted_for_a_sensitive_type_stays_hidden_when_the_type_changes(owner, users):
+    """Adversarial finding (issue 14): the event's data followed the type's current flag."""
+    _client, http = owner
+    make_type(sensitive=True)
+    eid = post(http, {"type": "order_shipped", "user_id": "u0", "data": {"code": "111111"}}).json()["id"]
+    NotificationType.objects.filter(pk="order_shipped").update(sensitive=False)
+    assert http.get(f"/v1/events/{eid}").json()["data"] is None
+    assert set(Notification.objects.filter(event_id=eid).values_list("sensitive", flat=True)) == {True}

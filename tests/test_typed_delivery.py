@@ -319,3 +319,15 @@ def test_a_not_needed_chain_names_the_channel_that_reached_the_user(providers, m
     send_notifications([ids[(r.pk, "push")]])
     expected = "an earlier channel in the fallback order (push: sent) reached the recipient"
     assert [row(ids[(r.pk, c)]).reason_detail for c in ("email", "sms")] == [expected, expected]
+
+
+def test_a_type_made_sensitive_after_acceptance_hides_what_its_rows_rendered(providers, client):
+    """Adversarial finding (issue 14): a row accepted before its type became sensitive stored the
+    rendered one-time code visibly."""
+    kind = a_type("became_secret", channels=("email",))
+    r = user()
+    ids = event(client, kind, [r])
+    NotificationType.objects.filter(pk=kind.pk).update(sensitive=True)
+    send_notifications(list(ids.values()))
+    n = row(ids[(r.pk, "email")])
+    assert (n.status, n.sensitive) == ("sent", True)

@@ -211,7 +211,7 @@ def event_body(event: Event) -> dict:
     return {"id": str(event.pk), "type": event.type_id, "created_at": iso(event.created_at),
             "scheduled_at": iso(event.scheduled_at), "ttl_seconds": event.ttl_seconds,
             "collapse_key": event.collapse_key, "cancelled_at": iso(event.cancelled_at),
-            "data": None if event.type.sensitive else event.data, "recipients": recipients}
+            "data": None if event.sensitive or event.type.sensitive else event.data, "recipients": recipients}
 
 
 def _own_event(request, event_id) -> Event | None:

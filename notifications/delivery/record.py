@@ -62,8 +62,10 @@ RETURNING n.id
 # An event's rows keep what they said (rendered at send time from their type): support reads it.
 _CONTENT_SQL = """
 UPDATE notifications_notification AS n
-   SET title = v.title, body = v.body, html = v.html, data = NULLIF(v.data, '')::jsonb
-  FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[], %s::text[]) AS v(id, title, body, html, data)
+   SET title = v.title, body = v.body, html = v.html, data = NULLIF(v.data, '')::jsonb,
+       sensitive = n.sensitive OR v.sensitive
+  FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[], %s::text[], %s::bool[])
+       AS v(id, title, body, html, data, sensitive)
  WHERE n.id = v.id
 """
 
@@ -215,7 +217,8 @@ def record_sent(rows: list[tuple], provider: str, channel: str, tier: str,
         if typed:
             cur_args = [array_literal(str(n.pk) for n in typed), array_literal(n.title or "" for n in typed),
                         array_literal(n.body or "" for n in typed), array_literal(n.html or "" for n in typed),
-                        array_literal(json.dumps(n.data) if n.data else "" for n in typed)]
+                        array_literal(json.dumps(n.data) if n.data else "" for n in typed),
+                        array_literal("t" if n.sensitive else "f" for n in typed)]
             with connection.cursor() as cur:
                 cur.execute(_CONTENT_SQL, cur_args)
         # Events' rows of a fallback type: the channels waiting behind them are not needed.

@@ -86,6 +86,8 @@ def render_typed(n: Notification, kind: NotificationType, templates: list, data:
     variant = pick_variant(templates, n.recipient.locale, kind.default_locale)
     if variant is None:
         raise RenderError(f"type {kind.key} has no {n.channel} template")
+    if kind.sensitive:
+        n.sensitive = True  # a type made sensitive after acceptance: what it renders is hidden too
     parts = {"title": variant.title, "body": variant.body, "html": variant.html}
     parts.update({f"data.{k}": v for k, v in (variant.data or {}).items()})
     if n.channel == "push" and kind.collapse_key and not collapse_key:

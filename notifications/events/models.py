@@ -131,6 +131,8 @@ class Event(models.Model):
     scheduled_at = models.DateTimeField(null=True, blank=True)
     ttl_seconds = models.PositiveIntegerField(null=True, blank=True)
     collapse_key = models.CharField(max_length=255, blank=True, default="")
+    sensitive = models.BooleanField(default=False, help_text="Its type was sensitive when it was accepted: its data "
+                                                             "is never shown (nor if the type is sensitive now).")
     cancelled_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=clock.now, editable=False)
 

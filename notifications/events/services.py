@@ -122,7 +122,7 @@ def accept_event(*, client: APIClient, idempotency_key: str | None, fingerprint:
                   request_fingerprint=fingerprint, type=kind,
                   data=data, user_ids=[r.user_id for r in recipients], channels=channels,
                   routing=kind.routing if len(channels) > 1 else Routing.ALL, scheduled_at=scheduled_at,
-                  ttl_seconds=ttl_seconds, collapse_key=collapse_key, created_at=now)
+                  ttl_seconds=ttl_seconds, collapse_key=collapse_key, sensitive=kind.sensitive, created_at=now)
     # Standard-tier rows due now wait for the scheduler (beat, every second), which releases due rows
     # to the queues in batches: events of one or a few users each would otherwise be one send task
     # per row, and a worker's per-batch cost paid per notification (docs/PERFORMANCE.md, "Event
