@@ -263,6 +263,8 @@ def test_a_revoked_key_says_revoked_an_expired_one_expired_and_a_wrong_secret_un
     ("/v1/events", '{"type": "t", "user_id": "alice", "data": {"a": 1e999}}', "data.a"),
     ("/v1/events", '{"type": "t", "user_id": "alice", "data": {"a": [1, -1e999]}}', "data.a.1"),
     ("/v1/notifications", '{"user_id": "alice", "channel": "email", "type": "t", "data": {"n": 2e400}}', "data.n"),
+    ("/v1/notifications", '{"user_id": "alice", "channel": "sms", "content": {"body": "x"}, "ttl_seconds": 1e400}',
+     "ttl_seconds"),
 ])
 def test_a_number_that_overflows_to_infinity_is_400_naming_it_not_500(http, alice, path, raw, field):
     """Adversarial finding (issue 14): ``1e999`` parsed to infinity, which jsonb refuses: a 500."""

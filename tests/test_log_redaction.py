@@ -132,7 +132,7 @@ def crashing_checks(monkeypatch):
     """The checks before the call crash with the content and contacts in the exception's message (as
     Django's BadHeaderError quotes a subject)."""
 
-    def broken(n, stopped_phones=None):
+    def broken(n, stopped_phones=None, kind=None):
         raise ValueError(f"Header values can't contain newlines (got {n.title!r}, {n.body!r}) "
                          f"for {n.recipient.email} / {n.recipient.phone}")
 
