@@ -29,18 +29,26 @@ STARVED_ENV = {
 }
 
 
-@pytest.fixture
-def starved(stack, emulator):
+@pytest.fixture(scope="module")
+def starved(stack):
+    """The stack restarted once for this module's tests with its workers starved (restarts cost
+    ~10 s each)."""
+    from tests.conftest import reset_isolation
+
+    stack.clear_faults()
+    stack.set_clock_offset(0)
+    reset_isolation()
     stack.restart_all(STARVED_ENV)
     neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # a busy neighbour on one core
     try:
         for provider in ("fcm", "twilio"):
-            emulator.add_fault(provider=provider, latency_ms=5000)
+            stack.add_fault(provider=provider, latency_ms=5000)
         yield stack
     finally:
         neighbour.kill()
         neighbour.wait()
         stack.clear_faults()
+        reset_isolation()
         stack.restart_all({})
 
 
