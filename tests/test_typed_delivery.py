@@ -331,3 +331,17 @@ def test_a_type_made_sensitive_after_acceptance_hides_what_its_rows_rendered(pro
     send_notifications(list(ids.values()))
     n = row(ids[(r.pk, "email")])
     assert (n.status, n.sensitive) == ("sent", True)
+
+
+def test_a_sensitive_rows_template_error_does_not_quote_its_data(providers, client):
+    """Adversarial finding (issue 14): "'dict object' has no attribute '318318'" put the one-time
+    code of a sensitive type into the reason detail support and the API read."""
+    kind = a_type("secret_err", channels=("email",), sensitive=True)
+    TypeTemplate.objects.filter(type=kind).update(body="{{ data.labels[data.code].name }}")
+    r = user()
+    ids = event(client, kind, [r], data={"code": "318318", "labels": {}})
+    send_notifications(list(ids.values()))
+    n = row(ids[(r.pk, "email")])
+    assert (n.status, n.reason) == ("failed", "template_error")
+    assert "318318" not in n.reason_detail and "sensitive" in n.reason_detail
+    assert not n.events.filter(detail__contains="318318").exists()

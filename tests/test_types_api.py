@@ -149,3 +149,21 @@ def test_a_bad_key_in_the_path_is_a_422_and_an_unknown_one_a_404(http):
     assert fields(put(http, "Order Shipped", order_shipped()))["key"][0] == "invalid"
     resp = http.get("/v1/notification-types/nope")
     assert resp.status_code == 404 and fields(resp)["key"][0] == "not_found"
+
+
+def test_concurrent_first_puts_of_one_key_make_one_owner_and_refuse_the_other():
+    """Adversarial finding (issue 14): the owner check ran before the row was locked, so two clients
+    creating one key at once could both succeed and one wrote into the other's type."""
+    from notifications.events import services
+
+    a = APIClient.objects.create_key(name="a")[0]
+    b = APIClient.objects.create_key(name="b")[0]
+    body = order_shipped()
+    fields = {k: v for k, v in body.items() if k != "templates"}
+    services.save_type("raced", fields, body["templates"], client=a)
+    with pytest.raises(services.TypeNotOwned):
+        services.save_type("raced", {**fields, "name": "B's"}, body["templates"], client=b)
+    assert NotificationType.objects.get(pk="raced").name == "Order shipped"
+    with pytest.raises(services.HighNotAllowed):
+        services.save_type("raced", {**fields, "priority": "high", "category": "security", "quiet_hours": "bypass"},
+                           body["templates"], client=a, may_high=False)

@@ -136,7 +136,15 @@ class TypeView(APIView):
         if Priority.HIGH in (fields["priority"], getattr(existing, "priority", None)) and not request.auth.has_scope(
                 Scope.SEND_HIGH):
             raise MissingScope(Scope.SEND_HIGH, field="priority", why="needed to define or change a high type")
-        kind, created = services.save_type(key, fields, templates, client=request.auth)
+        try:
+            kind, created = services.save_type(key, fields, templates, client=request.auth,
+                                               may_high=request.auth.has_scope(Scope.SEND_HIGH))
+        except services.TypeNotOwned as exc:  # a concurrent request made it first
+            raise NotOwner("key", "this notification type was defined in the admin; staff change it there"
+                           if exc.admin_made else "this notification type was defined by another API client") from None
+        except services.HighNotAllowed:
+            raise MissingScope(Scope.SEND_HIGH, field="priority",
+                               why="needed to define or change a high type") from None
         audit_notes.note_fields(request, [k for k in request.data if k in NotificationTypeSerializer().fields])
         return Response(payload(kind), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 

@@ -182,7 +182,10 @@ def prepare(n: Notification, already_sent: set[str], content: Content, stopped_p
             if problem:
                 raise ContentError(problem)
         except ContentError as exc:
-            record.finish(n, Status.FAILED, Reason.TEMPLATE_ERROR, kind="dead_lettered", detail=str(exc)[:500],
+            # A render error may quote the event's data (a one-time code): not for a sensitive row.
+            detail = (f"template error in a sensitive notification ({type(exc.__cause__ or exc).__name__}; the text "
+                      "is hidden: preview the type in the admin)") if n.sensitive else str(exc)
+            record.finish(n, Status.FAILED, Reason.TEMPLATE_ERROR, kind="dead_lettered", detail=detail[:500],
                           extra={"dead_lettered_at": now})
             return None
     verdict = checks.device_verdict(n, facts)

@@ -61,17 +61,39 @@ def notification_id_for(event_id, user_id: str, channel: str) -> uuid.UUID:
     return uuid.uuid5(EVENT_NOTIFICATION_NAMESPACE, f"{event_id}:{user_id}:{channel}")
 
 
-def save_type(key: str, fields: dict, templates: list[dict], *, client: APIClient | None) -> tuple[NotificationType,
-                                                                                                  bool]:
+def save_type(key: str, fields: dict, templates: list[dict], *, client: APIClient | None,
+              may_high: bool = True) -> tuple[NotificationType, bool]:
     """Create or replace type ``key`` with ``fields`` (:data:`TYPE_FIELDS`, validated by
     :func:`notifications.events.validation.type_problems`) and exactly ``templates`` (the old ones
-    go). ``client``: the API client making it (its owner when created), ``None`` from the admin.
-    Returns ``(type, created)``. Ownership is the caller's check (the API's, before calling)."""
+    go). ``client``: the API client making it (its owner when created; only its owner may replace
+    it), ``None`` from the admin (no owner check). ``may_high``: whether a ``high`` type may be made
+    or changed. Both checks run under the row's lock, so two concurrent requests cannot both pass.
+    Returns ``(type, created)``.
+
+    Raises:
+        TypeNotOwned: the type exists and ``client`` is not its owner.
+        HighNotAllowed: the type is or would be ``high`` and ``may_high`` is false.
+    """
     now = clock.now()
     with transaction.atomic():
         existing = NotificationType.objects.select_for_update().filter(pk=key).first()
-        created = existing is None
-        kind = existing or NotificationType(key=key, client=client, created_at=now)
+        if existing is None:
+            try:
+                with transaction.atomic():  # a concurrent create of the same key: one wins
+                    NotificationType.objects.create(key=key, name=fields.get("name", key), client=client,
+                                                    category=fields.get("category", ""), created_at=now)
+                created = True
+            except IntegrityError:
+                created = False
+            existing = NotificationType.objects.select_for_update().get(pk=key)
+            if not created:
+                _check_owner(existing, client)
+        else:
+            created = False
+            _check_owner(existing, client)
+        if not may_high and Priority.HIGH in (fields.get("priority"), None if created else existing.priority):
+            raise HighNotAllowed()
+        kind = existing
         for name in TYPE_FIELDS:
             if name in fields:
                 setattr(kind, name, fields[name])
@@ -82,6 +104,23 @@ def save_type(key: str, fields: dict, templates: list[dict], *, client: APIClien
             TypeTemplate(type=kind, updated_at=now, **{f: t.get(f) or ({} if f == "data" else "")
                                                        for f in TEMPLATE_FIELDS}) for t in templates])
     return kind, created
+
+
+class TypeNotOwned(Exception):
+    """The type belongs to another API client, or was made in the admin (``admin_made``)."""
+
+    def __init__(self, admin_made: bool) -> None:
+        super().__init__("admin" if admin_made else "other client")
+        self.admin_made = admin_made
+
+
+class HighNotAllowed(Exception):
+    """A high-priority type made or changed without the right to."""
+
+
+def _check_owner(kind: NotificationType, client: APIClient | None) -> None:
+    if client is not None and kind.client_id != client.pk:
+        raise TypeNotOwned(admin_made=kind.client_id is None)
 
 
 def accept_event(*, client: APIClient, idempotency_key: str | None, fingerprint: str, kind: NotificationType,
