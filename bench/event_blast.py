@@ -28,8 +28,8 @@ from bench.runner import (
     PLATFORM_KINDS,
     apply_faults,
     clear_messages,
-    monitor_for,
     reset_state,
+    start_tiered_stack,
     warm_up,
 )
 from core.api.scopes import Scope
@@ -78,15 +78,8 @@ def run_events(cfg: EventsConfig, database_url: str, redis_url: str, work_dir: P
     _, events_key = APIClient.objects.create_key(name=f"bench-events-{suffix}",
                                                  scopes=[Scope.SEND, Scope.TYPES_WRITE, Scope.READ])
     _, otp_key = APIClient.objects.create_key(name=f"bench-otp-{suffix}", allow_high=True)
-    env = dict(cfg.env)
-    if cfg.provider_rate:
-        env["PROVIDER_RATE_PER_S"] = str(cfg.provider_rate)
-    stack = BenchStack(database_url, redis_url, work_dir / label, pipeline="tiered", env=env, log_dir=work_dir)
-    monitor = monitor_for(stack, database_url, redis_url)
-    progress(f"[{label}] starting the stack ({', '.join(stack.commands())})…")
-    stack.start_all()
-    monitor.start()
-    emulator = Emulator(stack.emulator)
+    stack, monitor, emulator = start_tiered_stack(cfg.env, cfg.provider_rate, database_url, redis_url, work_dir,
+                                                  label, progress)
     result: dict = {"label": label, "events": cfg.events, "concurrency": cfg.concurrency, "type": TYPE_KEY,
                     "segment": segment.segment_id, "seed_seconds": round(seed_seconds, 1),
                     "otp_channels": cfg.otp_channels, "otp_rate": cfg.otp_rate,

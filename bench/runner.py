@@ -86,6 +86,22 @@ def monitor_for(stack: BenchStack, database_url: str, redis_url: str) -> procs.P
     return procs.ProcessMonitor(kinds, postgres_database=urlsplit(database_url).path.lstrip("/"))
 
 
+def start_tiered_stack(env: dict, provider_rate: float | None, database_url: str, redis_url: str, work_dir: Path,
+                       label: str, progress: Callable[[str], None]) -> tuple[BenchStack, procs.ProcessMonitor,
+                                                                           Emulator]:
+    """The platform as it runs (tiered pipeline), started with ``env`` (and ``provider_rate`` as
+    ``PROVIDER_RATE_PER_S``), its process monitor running, and a client of its emulator."""
+    env = dict(env)
+    if provider_rate:
+        env["PROVIDER_RATE_PER_S"] = str(provider_rate)
+    stack = BenchStack(database_url, redis_url, work_dir / label, pipeline="tiered", env=env, log_dir=work_dir)
+    monitor = monitor_for(stack, database_url, redis_url)
+    progress(f"[{label}] starting the stack ({', '.join(stack.commands())})…")
+    stack.start_all()
+    monitor.start()
+    return stack, monitor, Emulator(stack.emulator)
+
+
 def run_blast(cfg: RunConfig, database_url: str, redis_url: str, work_dir: Path,
               progress: Callable[[str], None]) -> dict:
     label = cfg.label or cfg.pipeline
@@ -96,15 +112,8 @@ def run_blast(cfg: RunConfig, database_url: str, redis_url: str, work_dir: Path,
                                                    scopes=[Scope.CAMPAIGNS_WRITE, Scope.READ])
     _, otp_key = APIClient.objects.create_key(name=f"bench-otp-{uuid.uuid4().hex[:6]}", allow_high=True)
 
-    env = dict(cfg.env)
-    if cfg.provider_rate:
-        env["PROVIDER_RATE_PER_S"] = str(cfg.provider_rate)
-    stack = BenchStack(database_url, redis_url, work_dir / label, pipeline="tiered", env=env, log_dir=work_dir)
-    monitor = monitor_for(stack, database_url, redis_url)
-    progress(f"[{label}] starting the stack ({', '.join(stack.commands())})…")
-    stack.start_all()
-    monitor.start()
-    emulator = Emulator(stack.emulator)
+    stack, monitor, emulator = start_tiered_stack(cfg.env, cfg.provider_rate, database_url, redis_url, work_dir,
+                                                  label, progress)
     result: dict = {"label": label, "pipeline": cfg.pipeline, "recipients": cfg.recipients, "channel": cfg.channel,
                     "segment": segment.segment_id, "seed_seconds": round(seed_seconds, 1),
                     "otp_channels": cfg.otp_channels, "otp_rate": cfg.otp_rate,

@@ -26,9 +26,9 @@ from core.vocabulary import CATEGORY_PATTERN, TEMPLATE_LOCALE_PATTERN
 from notifications.api.serializers import (
     MAX_SCHEDULE_AHEAD,
     MAX_SCHEDULE_BEHIND,
-    MAX_TTL_SECONDS,
     channel_content_errors,
 )
+from notifications.content_limits import MAX_TTL_SECONDS
 from notifications.quiet_hours_policy import priority_category_problem
 from notifications.rendering import check_parts
 from preferences.models import Channel

@@ -46,16 +46,23 @@ class EstimatedCountPaginator(Paginator):
 RECIPIENT_HISTORY_LIMIT = 50
 
 
-class ReadOnlyInline(admin.TabularInline):
-    extra = 0
-    can_delete = False
-    show_change_link = False
+class ReadOnly:
+    """Admin mixin: the records the pipeline writes are read, never added, changed or deleted."""
 
     def has_add_permission(self, request, obj=None):
         return False
 
     def has_change_permission(self, request, obj=None):
         return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class ReadOnlyInline(ReadOnly, admin.TabularInline):
+    extra = 0
+    can_delete = False
+    show_change_link = False
 
 
 class _TimelineFormSet(BaseInlineFormSet):
@@ -93,7 +100,7 @@ TIMES = ["created_at", "scheduled_at", "due_at", "queued_at", "lease_until", "ex
 
 
 @admin.register(Notification)
-class NotificationAdmin(ContentLookupGuard, admin.ModelAdmin):
+class NotificationAdmin(ReadOnly, ContentLookupGuard, admin.ModelAdmin):
     list_display = ["id", "recipient_id", "channel", "priority", "category", "colored_status", "reason",
                     "created_at", "sent_at"]
     list_filter = ["status", "channel", "priority", "reason", ("created_at", admin.DateFieldListFilter)]
@@ -132,15 +139,6 @@ class NotificationAdmin(ContentLookupGuard, admin.ModelAdmin):
 
     class Media:
         js = [INSTANTS_JS]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
     def get_search_results(self, request, queryset, search_term):
         term = search_term.strip()
@@ -253,7 +251,7 @@ class NewestNotifications(BaseInlineFormSet):
         return self._newest
 
 
-class RecipientNotificationInline(admin.TabularInline):
+class RecipientNotificationInline(ReadOnly, admin.TabularInline):
     """Read-only, on the Recipient page: every notification of this person (API sends and campaign
     sends), newest first, with status and reason, each linked to its page. No content is shown.
     Shown to users with ``notifications.view_notification`` only (support, not marketing)."""
@@ -277,15 +275,6 @@ class RecipientNotificationInline(admin.TabularInline):
 
     class Media:
         js = [INSTANTS_JS]
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
     @admin.display(description="Campaign")
     def campaign_link(self, obj):

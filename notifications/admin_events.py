@@ -25,7 +25,7 @@ from django.forms.models import BaseInlineFormSet
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from notifications.admin import HIDDEN, EstimatedCountPaginator
+from notifications.admin import HIDDEN, EstimatedCountPaginator, ReadOnly
 from notifications.admin_time import INSTANTS_JS, instant, instant_display
 from notifications.events.models import Event
 from notifications.models import DeliveryEvent, Notification
@@ -87,7 +87,7 @@ def _outcome_list(found: list[ChannelOutcome], link: bool):
 
 
 @admin.register(Event)
-class EventAdmin(ContentLookupGuard, admin.ModelAdmin):
+class EventAdmin(ReadOnly, ContentLookupGuard, admin.ModelAdmin):
     """Read-only: events are made through the API and cancelled there."""
 
     list_display = ["id", "type", "client", "users", "created", "cancelled"]
@@ -108,15 +108,6 @@ class EventAdmin(ContentLookupGuard, admin.ModelAdmin):
 
     class Media:
         js = [INSTANTS_JS]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
     def get_search_results(self, request, queryset, search_term):
         try:
@@ -217,7 +208,7 @@ class NewestEvents(ReadOnlyFormSet):
         return self._newest
 
 
-class RecipientEventInline(admin.TabularInline):
+class RecipientEventInline(ReadOnly, admin.TabularInline):
     """Read-only, on the Recipient page: the recipient's newest events (type, when, and each channel's
     outcome with its reason). Shown to users with ``notifications.view_event`` (support)."""
 
@@ -240,14 +231,6 @@ class RecipientEventInline(admin.TabularInline):
     def has_view_permission(self, request, obj=None):
         return request.user.has_perm("notifications.view_event")
 
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
     @admin.display(description="Event")
     def event_link(self, obj):

@@ -15,6 +15,8 @@ PUSH_MAX_BYTES = 4096
 EMAIL_DATA_MAX_BYTES = 10_000
 #: Also the column's size for every title (``Notification.title``).
 EMAIL_SUBJECT_MAX = 998
+#: The longest time to live of any message: FCM's maximum TTL (4 weeks).
+MAX_TTL_SECONDS = 28 * 24 * 3600
 
 
 def json_bytes(value) -> int:

@@ -16,7 +16,6 @@ from core.api.fields import AwareDateTimeField, LabelField, RejectUnknownFields,
 from core.identifiers import MAX_USER_ID_LENGTH, no_control_pattern, user_id_problem
 from core.vocabulary import CATEGORY_PATTERN, TEMPLATE_LOCALE_PATTERN
 from notifications.api.serializers import (
-    MAX_TTL_SECONDS,
     ContentSerializer,
     channel_available_errors,
     channel_content_errors,
@@ -24,6 +23,7 @@ from notifications.api.serializers import (
     priority_category_errors,
 )
 from notifications.api.typed import data_errors
+from notifications.content_limits import MAX_TTL_SECONDS
 from notifications.models import NotificationType, Priority
 from notifications.rendering import RenderError, check_parts
 from preferences.models import Channel

@@ -14,15 +14,15 @@ from core.api.fields import AwareDateTimeField, RejectUnknownFields
 from core.api.scopes import Scope
 from core.identifiers import MAX_USER_ID_LENGTH, no_control_pattern
 from notifications.api.serializers import (
-    MAX_TTL_SECONDS,
+    EventSerializer as TimelineSerializer,
+)
+from notifications.api.serializers import (
     channel_available_errors,
     check_schedule_window,
 )
-from notifications.api.serializers import (
-    EventSerializer as TimelineSerializer,
-)
 from notifications.api.typed import data_errors, type_for
 from notifications.api.views import IDEMPOTENCY_PARAMETERS, accepted, idempotency_key_problem, key_reused
+from notifications.content_limits import MAX_TTL_SECONDS
 from notifications.events import services
 from notifications.events.models import Event
 from notifications.models import Notification, Status
@@ -200,7 +200,7 @@ def event_body(event: Event) -> dict:
     order = {c: i for i, c in enumerate(event.channels)}
     for n in rows:
         by_user.setdefault(n.recipient_id, []).append(n)
-    iso = (lambda t: t.isoformat().replace("+00:00", "Z") if t else None)  # noqa: E731
+    iso = serializers.DateTimeField().to_representation  # DRF's, as every answer: UTC with "Z"; None stays None
     recipients = []
     for user, notes in by_user.items():
         notes.sort(key=lambda n: order.get(n.channel, 9))

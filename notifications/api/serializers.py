@@ -25,6 +25,7 @@ from core.vocabulary import CATEGORY_PATTERN
 from notifications.content_limits import (
     EMAIL_DATA_MAX_BYTES,
     EMAIL_SUBJECT_MAX,
+    MAX_TTL_SECONDS,
     PUSH_MAX_BYTES,
     SMS_MAX_CHARS,
     json_bytes,
@@ -40,7 +41,6 @@ MAX_SCHEDULE_AHEAD = timedelta(days=366)
 # A past instant means "now"; but not any past: an instant before year 1 in UTC (0001-01-01+05:00)
 # cannot even be read back from Postgres, so anything older than this is refused.
 MAX_SCHEDULE_BEHIND = timedelta(days=366)
-MAX_TTL_SECONDS = 28 * 24 * 3600  # FCM's maximum TTL (4 weeks)
 
 
 def check_schedule_window(value, now=None):

@@ -15,12 +15,15 @@ from core.api.pagination import Ordering, list_page, page_parameters, page_seria
 from core.api.refusals import NotOwner
 from core.api.scopes import Scope
 from core.vocabulary import CATEGORY_PATTERN, TEMPLATE_LOCALE_PATTERN
+from notifications.content_limits import MAX_TTL_SECONDS
 from notifications.events import services
 from notifications.events.models import NotificationType, QuietHoursPolicy, Routing
-from notifications.events.validation import DATA_NAME, MAX_TTL_SECONDS, type_problems
+from notifications.events.validation import DATA_NAME, type_problems
 from notifications.models import Priority
 from preferences.models import Channel
 
+#: How every answer writes an instant (DRF's: UTC with "Z").
+_INSTANT = serializers.DateTimeField()
 _KEY = parameters.TYPE_KEY.parameter("key", description="The type's key, e.g. `order_shipped`.")
 
 
@@ -91,8 +94,8 @@ def payload(kind: NotificationType) -> dict:
     """The API's view of a type (``NotificationTypeSerializer``'s fields)."""
     body = {name: getattr(kind, name) for name in services.TYPE_FIELDS}
     body.update(key=kind.key, owner=kind.client.name if kind.client_id else None,
-                created_at=kind.created_at.isoformat().replace("+00:00", "Z"),
-                updated_at=kind.updated_at.isoformat().replace("+00:00", "Z"),
+                created_at=_INSTANT.to_representation(kind.created_at),
+                updated_at=_INSTANT.to_representation(kind.updated_at),
                 templates=[{f: getattr(t, f) for f in services.TEMPLATE_FIELDS} for t in kind.templates.all()])
     return body
 

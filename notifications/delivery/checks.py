@@ -100,9 +100,11 @@ def suppression_reason(n: Notification, stopped_phones: set[str] | None = None,
     recipient = n.recipient
     stopped = None
     if n.channel == "sms" and recipient.phone:
-        sender = (kind.sms_from if kind is not None else "") or sms_sender()
-        stopped = (recipient.phone in stopped_phones if stopped_phones is not None and sender == sms_sender()
-                   else SmsStop.objects.filter(phone=recipient.phone, sender=sender).exists())
+        own = kind.sms_from if kind is not None else ""
+        if stopped_phones is not None and not own:  # the batch's preload is for the provider's sender
+            stopped = recipient.phone in stopped_phones
+        else:
+            stopped = SmsStop.objects.filter(phone=recipient.phone, sender=own or sms_sender()).exists()
     return suppression.suppression_reason(suppression.facts_of(recipient, sms_stopped=stopped), n.channel,
                                           n.category, type_key=kind.key if kind is not None else "",
                                           required=bool(kind is not None and kind.required))

@@ -1,6 +1,9 @@
 """The rules of a notification type and its templates, checked when it is saved (API ``PUT
-/v1/notification-types/{key}`` and the admin form alike): one function, :func:`type_problems`,
-answering ``{field path: Problem}`` (``{}`` = valid). docs/TYPES.md explains each rule.
+/v1/notification-types/{key}`` and the admin form alike, both through
+``notifications.api.types.NotificationTypeSerializer``): one function, :func:`type_problems`,
+answering ``{field path: Problem}`` (``{}`` = valid), for what goes beyond one field's shape (the
+serializer's fields state patterns, choices and ranges: category, channels, TTL, locales, data-key
+names). docs/TYPES.md explains each rule.
 
 Templates are checked as sources (they render per recipient at send time): each part must compile
 in the sandbox and pass a dry render on sample recipients (:func:`notifications.rendering.check_parts`);
@@ -23,7 +26,6 @@ import phonenumbers
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 
-from core.vocabulary import CATEGORY_PATTERN, CHANNELS, TEMPLATE_LOCALE_PATTERN, TYPE_KEY_PATTERN
 from notifications.events.models import QuietHoursPolicy, Routing
 from notifications.models import Priority
 from notifications.quiet_hours_policy import MARKETING
@@ -31,8 +33,7 @@ from notifications.rendering import check_parts
 from providers.fcm.data_keys import data_key_problem
 
 MAX_TEMPLATES = 200
-MAX_REQUIRED_DATA = 50
-MAX_TTL_SECONDS = 28 * 24 * 3600  # FCM's maximum TTL (4 weeks), as for single sends
+#: A data key an event must carry (``required_data``): an identifier.
 DATA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 MESSAGING_SERVICE_SID = re.compile(r"^MG[0-9a-f]{32}$")
 #: Which template parts each channel uses.
@@ -46,20 +47,14 @@ class Problem:
 
 
 def type_problems(fields: dict, templates: list[dict]) -> dict[str, Problem]:
-    """Every problem of a type definition: ``fields`` (``key``, ``name``, ``category``, ``priority``,
-    ``channels``, ``routing``, ``quiet_hours``, ``required``, ``ttl_seconds``, ``collapse_key``,
-    ``sms_from``, ``email_from``, ``email_reply_to``, ``required_data``, ``default_locale``; missing
-    ones take the model's defaults) and ``templates`` (``[{channel, locale, title, body, html,
-    data}]``). Returns ``{path: Problem}``: paths are the API's (``channels``, ``templates.2.body``,
+    """Every problem of a type definition whose fields each have the right shape: ``fields``
+    (``category``, ``priority``, ``channels``, ``routing``, ``quiet_hours``, ``required``,
+    ``collapse_key``, ``sms_from``, ``email_from``, ``email_reply_to``; missing ones take the
+    model's defaults) and ``templates`` (``[{channel, locale, title, body, html, data}]``). Returns
+    ``{path: Problem}``: paths are the API's (``channels``, ``templates.2.body``,
     ``templates.0.data.from``)."""
     problems: dict[str, Problem] = {}
-    key = fields.get("key", "")
-    if key and not TYPE_KEY_PATTERN.match(key):
-        problems["key"] = Problem("invalid", "lower-case letters, digits, '_' and '-'; at most 64; starting with "
-                                             "a letter or digit")
     category = fields.get("category", "")
-    if not category or not CATEGORY_PATTERN.match(category):
-        problems["category"] = Problem("invalid_category", "lower-case letters, digits, '_', '.', '-'; at most 64")
     priority = fields.get("priority", Priority.STANDARD)
     quiet = fields.get("quiet_hours", QuietHoursPolicy.DEFER)
     if category == MARKETING:
@@ -72,20 +67,7 @@ def type_problems(fields: dict, templates: list[dict]) -> dict[str, Problem]:
             problems["required"] = Problem("marketing_required", "users can always opt out of marketing")
     channels = list(fields.get("channels") or [])
     problems.update(_channel_problems(channels, fields.get("routing", Routing.ALL)))
-    ttl = fields.get("ttl_seconds")
-    if ttl is not None and not 1 <= ttl <= MAX_TTL_SECONDS:
-        problems["ttl_seconds"] = Problem("out_of_range", f"1 to {MAX_TTL_SECONDS} seconds (FCM's maximum TTL)")
     problems.update(_sender_problems(fields))
-    required_data = fields.get("required_data") or []
-    if len(required_data) > MAX_REQUIRED_DATA:
-        problems["required_data"] = Problem("max_length", f"at most {MAX_REQUIRED_DATA} names")
-    for index, name in enumerate(required_data):
-        if not isinstance(name, str) or not DATA_NAME.match(name):
-            problems[f"required_data.{index}"] = Problem("invalid_name", "a data key name: letters, digits, _; "
-                                                                         "≤ 64; not starting with a digit")
-    locale = fields.get("default_locale", "en")
-    if not TEMPLATE_LOCALE_PATTERN.match(locale or ""):
-        problems["default_locale"] = Problem("invalid_locale", "a BCP 47 tag like 'en' or 'de-AT'")
     collapse = fields.get("collapse_key") or ""
     for error in check_parts({"body": collapse}).values() if collapse else ():
         problems["collapse_key"] = Problem("render_bound" if error.bound else "template_syntax", str(error))
@@ -99,9 +81,7 @@ def _channel_problems(channels: list, routing: str) -> dict[str, Problem]:
     problems = {}
     seen = set()
     for index, channel in enumerate(channels):
-        if channel not in CHANNELS:
-            problems[f"channels.{index}"] = Problem("invalid_choice", f"one of {', '.join(CHANNELS)}")
-        elif channel in seen:
+        if channel in seen:
             problems[f"channels.{index}"] = Problem("duplicate", f"{channel} is listed twice")
         seen.add(channel)
     if routing == Routing.FALLBACK and len(channels) < 2 and not problems:
@@ -150,15 +130,12 @@ def template_problems(templates: list[dict], channels: list[str]) -> dict[str, P
             problems[f"{path}.channel"] = Problem("not_in_channels", f"{channel!r} is not one of the type's channels "
                                                                      f"({', '.join(channels) or 'none'})")
             continue
-        if not TEMPLATE_LOCALE_PATTERN.match(locale or ""):
-            problems[f"{path}.locale"] = Problem("invalid_locale", "a BCP 47 tag like 'en' or 'de-AT'")
-            continue
         if (channel, locale.lower()) in seen:
             problems[f"{path}.locale"] = Problem("duplicate", f"a second {channel} template for {locale}")
             continue
         seen.add((channel, locale.lower()))
         problems.update(_variant_problems(path, template, channel, locale))
-    missing = [c for c in channels if c in CHANNELS and not any(t.get("channel") == c for t in templates)]
+    missing = [c for c in channels if not any(t.get("channel") == c for t in templates)]
     if missing:
         problems["templates"] = Problem("missing_channel", f"no template for {', '.join(missing)}: every channel of "
                                                            "the type needs one (at least in the default locale)")

@@ -147,6 +147,17 @@ class EffectiveEntrySerializer(serializers.Serializer):
                                   "and SMS STOP still do.")
 
 
+def _keys_by_rule(value: dict, most: int, what: str, pattern, code: str, message: str) -> dict:
+    """``value`` (``{key: [channel…]}``) if it has at most ``most`` keys, each matching ``pattern``;
+    else ValidationError ``max_length`` or ``code`` (``message`` with the key, cut to 70)."""
+    if len(value) > most:
+        raise serializers.ValidationError(f"at most {most} {what}", code="max_length")
+    for key in value:
+        if not pattern.match(key):
+            raise serializers.ValidationError(message.format(key[:70]), code=code)
+    return value
+
+
 class PreferencesSerializer(RejectUnknownFields, serializers.Serializer):
     """A recipient's opt-outs and quiet hours. PUT replaces them all: an omitted field becomes empty.
     The answer (GET and PUT) adds `effective`, the matrix those preferences give."""
@@ -168,24 +179,14 @@ class PreferencesSerializer(RejectUnknownFields, serializers.Serializer):
                   "recipient's contacts, active devices and SMS STOPs. Read-only (ignored in a PUT body).")
 
     def validate_category_opt_outs(self, value: dict) -> dict:
-        if len(value) > MAX_CATEGORY_OPT_OUTS:
-            raise serializers.ValidationError(f"at most {MAX_CATEGORY_OPT_OUTS} categories", code="max_length")
-        for key in value:
-            if not CATEGORY_PATTERN.match(key):
-                raise serializers.ValidationError(
-                    f"category '{key[:70]}' must be lower-case letters, digits, '_', '.', '-' (at most 64), "
-                    "as categories are on sends", code="invalid_category")
-        return value
+        return _keys_by_rule(value, MAX_CATEGORY_OPT_OUTS, "categories", CATEGORY_PATTERN, "invalid_category",
+                             "category '{}' must be lower-case letters, digits, '_', '.', '-' (at most 64), as "
+                             "categories are on sends")
 
     def validate_type_opt_outs(self, value: dict) -> dict:
-        if len(value) > MAX_TYPE_OPT_OUTS:
-            raise serializers.ValidationError(f"at most {MAX_TYPE_OPT_OUTS} notification types", code="max_length")
-        for key in value:
-            if not TYPE_KEY_PATTERN.match(key):
-                raise serializers.ValidationError(
-                    f"notification type '{key[:70]}' must be a type key: lower-case letters, digits, '_', '-' "
-                    "(at most 64), starting with a letter or digit", code="invalid_type_key")
-        return value
+        return _keys_by_rule(value, MAX_TYPE_OPT_OUTS, "notification types", TYPE_KEY_PATTERN, "invalid_type_key",
+                             "notification type '{}' must be a type key: lower-case letters, digits, '_', '-' "
+                             "(at most 64), starting with a letter or digit")
 
     def to_representation(self, prefs):
         """The stored preferences (``prefs``: a :class:`~preferences.models.Preferences` or ``None``),
