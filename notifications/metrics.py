@@ -130,7 +130,8 @@ class _Metrics:
             ["kind"], registry=r)
         self.fallbacks = Counter(
             "notify_fallback_total", "Fallback steps: the channel waiting behind one that ended, by what became of "
-            "it: not_needed, released, cancelled.", ["outcome"], registry=r)
+            "it: not_needed, released, cancelled, reopened (released after a bounce or undelivered receipt).",
+            ["outcome"], registry=r)
         self.published = Counter(
             "notify_tasks_published_total", "Send tasks published to the broker, by queue.", ["queue"], registry=r)
         self.budget_waits = Counter(
@@ -388,9 +389,9 @@ def events_accepted(events: int, notifications: int) -> None:
 
 @_safe
 def fallback_settled(outcome: str, count: int) -> None:
-    """``notifications.events.fallback.settle``: ``count`` waiting rows became ``outcome``."""
+    """``notifications.events.fallback.settle`` / ``reopen``: ``count`` waiting rows became ``outcome``."""
     if count:
-        _m().fallbacks.labels(one_of(outcome, ("not_needed", "released", "cancelled"))).inc(count)
+        _m().fallbacks.labels(one_of(outcome, ("not_needed", "released", "cancelled", "reopened"))).inc(count)
 
 
 @_safe

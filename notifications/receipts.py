@@ -68,6 +68,7 @@ from core.queues import RECEIPTS_QUEUE, RECEIPTS_TASK
 from core.redis_client import get_redis
 from notifications import metrics, sent_markers
 from notifications.delivery.outcomes import shown
+from notifications.events import fallback
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
 from preferences.models import Preferences, Recipient, SmsStop
 from providers.receipts import (
@@ -325,6 +326,9 @@ def _settle(n: Notification, receipt: Receipt, event: DeliveryEvent, now: dateti
     if moved:
         DeliveryEvent.objects.filter(pk=event.pk).update(status=status, reason=reason)
         metrics.receipt_transitioned(n, status, reason)
+        if status == Status.FAILED and n.event_id:
+            # It did not reach the recipient after all: a fallback type's next channel goes.
+            fallback.reopen([(n.pk, n.channel)], f"{n.channel}: {reason}")
 
 
 def _settle_unrecorded(n: Notification, receipt: Receipt, status: str, fields: dict, now: datetime) -> bool:

@@ -144,6 +144,28 @@ def test_fallback_no_device_goes_by_email_and_an_invalid_email_by_sms(api, emula
     assert len(emulator.messages(notification_id=two["sms"]["id"])) == 1
 
 
+def test_an_email_that_bounces_after_it_was_sent_reopens_the_fallback_and_the_sms_goes(api, emulator, uid):
+    kind = f"bounce_{uid[-6:]}"
+    put_type(api, kind, simple_type(["email", "sms"], routing="fallback"))
+    user = make_user(api, uid, devices=0)
+    emulator.add_receipt_rule(provider="sendgrid", to=user["email"], outcome="bounce")
+
+    event = post_event(api, {"type": kind, "user_id": uid, "data": {"code": "7"}}).json()
+    ids = by_channel(event)
+
+    email = wait_until(lambda: Notification.objects.filter(pk=ids["email"]["id"], status="failed").first(), 30,
+                       message="the email failed by its bounce receipt")
+    assert email.reason == "provider_bounced"
+    assert wait_status(ids["sms"]["id"], SENT).status in SENT
+    time.sleep(0.5)
+    assert len(emulator.messages(notification_id=ids["email"]["id"])) == 1
+    assert len(emulator.messages(notification_id=ids["sms"]["id"])) == 1
+    (recipient,) = api.request("GET", f"/v1/events/{event['id']}").json()["recipients"]
+    assert recipient["outcome"] == "reached"
+    assert [(n["channel"], n["status"], n["reason"]) for n in recipient["notifications"]][0] == (
+        "email", "failed", "provider_bounced")
+
+
 def test_fallback_with_no_channel_eligible_says_so(api, emulator, uid):
     kind = f"nobody_{uid[-6:]}"
     put_type(api, kind, simple_type(["push", "email", "sms"], routing="fallback"))

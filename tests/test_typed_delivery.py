@@ -345,3 +345,57 @@ def test_a_sensitive_rows_template_error_does_not_quote_its_data(providers, clie
     assert (n.status, n.reason) == ("failed", "template_error")
     assert "318318" not in n.reason_detail and "sensitive" in n.reason_detail
     assert not n.events.filter(detail__contains="318318").exists()
+
+
+def bounce(n: Notification):
+    from notifications import receipts
+    return receipts.Receipt(provider="sendgrid", dedup_key=f"sendgrid:{uuid.uuid4().hex}", kind=receipts.FAILED,
+                            raw="bounce", notification_id=str(n.pk), provider_message_id=n.provider_message_id,
+                            error_code="5.1.1", detail="550 5.1.1 no such user")
+
+
+def test_a_bounce_after_sent_reopens_the_fallback_and_the_next_channel_goes(providers, module_emulator, client):
+    from notifications import receipts
+    kind = a_type("reach_by_mail", channels=("email", "sms", "push"), routing="fallback")
+    TypeTemplate.objects.filter(type=kind, channel="sms").update(title="")
+    r = user()
+    ids = event(client, kind, [r])
+    email, sms, push = (ids[(r.pk, c)] for c in ("email", "sms", "push"))
+    send_notifications([email])
+    assert [(row(p).status, row(p).reason) for p in (email, sms, push)] == [
+        ("sent", ""), ("suppressed", "fallback_not_needed"), ("suppressed", "fallback_not_needed")]
+
+    receipts.apply_receipts([bounce(row(email))])
+
+    assert (row(email).status, row(email).reason) == ("failed", "provider_bounced")
+    assert (row(sms).status, row(sms).reason) == ("queued", "")
+    assert (row(push).status, row(push).reason) == ("scheduled", "fallback_waiting")
+    assert list(row(sms).events.values_list("kind", "detail").order_by("created_at", "id"))[-1] == (
+        "released", "released: the channel before it in the fallback order (email: provider_bounced) was sent but "
+                    "did not reach the recipient")
+    send_notifications([sms])
+    assert row(sms).status == "sent"
+    assert (row(push).status, row(push).reason) == ("suppressed", "fallback_not_needed")
+    assert module_emulator.count(channel="sms") == 1 and module_emulator.count(channel="push") == 0
+    # The same bounce again (a provider's retry of its webhook) changes nothing.
+    receipts.apply_receipts([bounce(row(email))])
+    assert (row(sms).status, row(push).status) == ("sent", "suppressed")
+
+
+def test_a_bounce_does_not_reopen_a_channel_whose_ttl_ran_out_or_that_was_not_left_by_the_send(providers, client):
+    from notifications import receipts
+    kind = a_type("late_bounce", channels=("email", "sms"), routing="fallback")
+    TypeTemplate.objects.filter(type=kind, channel="sms").update(title="")
+    expired_user, cancelled_user = user(), user()
+    ids = event(client, kind, [expired_user, cancelled_user])
+    send_notifications([ids[(expired_user.pk, "email")], ids[(cancelled_user.pk, "email")]])
+    Notification.objects.filter(pk=ids[(expired_user.pk, "sms")]).update(expires_at=clock.now() - timedelta(seconds=1))
+    Notification.objects.filter(pk=ids[(cancelled_user.pk, "sms")]).update(status="cancelled",
+                                                                           reason="cancelled_by_client")
+
+    receipts.apply_receipts([bounce(row(ids[(u.pk, "email")])) for u in (expired_user, cancelled_user)])
+
+    assert (row(ids[(expired_user.pk, "sms")]).status, row(ids[(expired_user.pk, "sms")]).reason) == (
+        "suppressed", "fallback_not_needed")
+    assert row(ids[(cancelled_user.pk, "sms")]).status == "cancelled"
+    assert [row(ids[(u.pk, "email")]).status for u in (expired_user, cancelled_user)] == ["failed", "failed"]

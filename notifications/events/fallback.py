@@ -13,6 +13,11 @@ before it ends:
 :func:`settle` is called by the record stage in the transaction that ends a row, so the next channel
 is decided with it; :func:`sweep` (the reconciler, every run) settles what a crash between the two
 left waiting behind a row that has ended.
+
+A row that was ``sent`` and then turns out not to have reached the recipient (a bounce or an
+undelivered receipt: ``failed``) reopens the fallback (:func:`reopen`, in the receipt's transaction):
+the channel after it, made ``fallback_not_needed`` by the send, is released after all, unless its TTL
+has run out or it was settled otherwise since; the channels behind that one wait again.
 """
 
 from __future__ import annotations
@@ -132,3 +137,46 @@ def sweep(limit: int = 1000) -> int:
         cur.execute(_ENDED_AHEAD_SQL, [limit])
         ended = cur.fetchall()
     return settle(ended) if ended else 0
+
+
+_REOPEN_SQL = """
+UPDATE notifications_notification
+   SET status = %s, reason = %s, reason_detail = %s, updated_at = %s, queued_at = %s, due_at = NULL
+ WHERE fallback_after = ANY(%s::uuid[]) AND status = 'suppressed' AND reason = 'fallback_not_needed'
+   AND (expires_at IS NULL OR expires_at > %s)
+RETURNING id, priority, channel
+"""
+
+
+def reopen(failed: list[tuple], why: str) -> int:
+    """A receipt says rows recorded ``sent`` did not reach the recipient after all (``failed``:
+    ``[(id, channel)]``): release the channel after each in its fallback order if the send made it
+    ``fallback_not_needed`` (and it has not expired), and make the ones behind that wait again
+    (``scheduled``, ``fallback_waiting``), so the order goes on from there. ``why`` names the
+    receipt (``"email: provider_bounced"``). Runs inside the receipt's transaction; released rows are
+    enqueued after it commits. Returns how many rows moved."""
+    if not failed:
+        return 0
+    now = clock.now()
+    detail = f"released: the channel before it in the fallback order ({why}) was sent but did not reach the recipient"
+    events, moved = [], 0
+    with connection.cursor() as cur:
+        cur.execute(_REOPEN_SQL, [Status.QUEUED, "", "", now, now, array_literal(str(pk) for pk, _c in failed), now])
+        released = cur.fetchall()
+        enqueue_on_commit([(str(pk), priority, channel) for pk, priority, channel in released])
+        events += [DeliveryEvent(notification_id=pk, kind="released", status=Status.QUEUED, detail=detail[:500],
+                                 created_at=now) for pk, _p, _c in released]
+        metrics.fallback_settled("reopened", len(released))
+        moved += len(released)
+        behind = [pk for pk, _p, _c in released]
+        while behind:  # the channels after the released one wait for it again
+            cur.execute(_REOPEN_SQL, [Status.SCHEDULED, Reason.FALLBACK_WAITING, "", now, None,
+                                      array_literal(str(pk) for pk in behind), now])
+            rows = cur.fetchall()
+            events += [DeliveryEvent(notification_id=pk, kind="scheduled", status=Status.SCHEDULED,
+                                     reason=Reason.FALLBACK_WAITING, detail=f"waits again: {detail}"[:500],
+                                     created_at=now) for pk, _p, _c in rows]
+            moved += len(rows)
+            behind = [pk for pk, _p, _c in rows]
+    DeliveryEvent.objects.bulk_create(events)
+    return moved
