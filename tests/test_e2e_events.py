@@ -162,8 +162,9 @@ def test_an_email_that_bounces_after_it_was_sent_reopens_the_fallback_and_the_sm
     assert len(emulator.messages(notification_id=ids["sms"]["id"])) == 1
     (recipient,) = api.request("GET", f"/v1/events/{event['id']}").json()["recipients"]
     assert recipient["outcome"] == "reached"
-    assert [(n["channel"], n["status"], n["reason"]) for n in recipient["notifications"]][0] == (
-        "email", "failed", "provider_bounced")
+    mail, sms = recipient["notifications"]
+    assert (mail["channel"], mail["status"], mail["reason"], sms["channel"]) == (
+        "email", "failed", "provider_bounced", "sms")
 
 
 def test_fallback_with_no_channel_eligible_says_so(api, emulator, uid):
