@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from campaigns import roles
 from notifications.admin_types import HIDDEN, Cell, channel_matrix
 from notifications.api.types import payload
+from notifications.content_limits import rendered_problem
 from notifications.events import services
 from notifications.events.content import ChannelPreview, SendOptions, TypeContent, preview
 from notifications.models import APIClient, Notification, NotificationType, TypeTemplate
@@ -412,6 +413,16 @@ def test_a_render_error_is_shown_as_text_and_the_other_channels_still_render(pro
     assert previews["push"].body == "Order 7 is on its way" and previews["push"].data == {"url": "u"}
     html = page.content.decode()
     assert '<p class="errornote preview-error">template error: ZeroDivisionError: division by zero</p>' in html
+
+
+def test_rendered_text_over_a_channels_limit_is_shown_as_the_send_would_fail_it(product, alice):
+    long_title = {**EMAIL_EN, "title": "{{ data.order_id }}"}
+    services.save_type("order_shipped", definition(), [PUSH_EN, long_title], client=None)
+    page = preview_get(product, "order_shipped", "alice", {"tracking_url": "u", "order_id": "x" * 999})
+    previews = dict(page.context["previews"])
+    assert previews["email"].error == rendered_problem("email", "x" * 999, "b", "", None)
+    assert previews["email"].error == "the rendered title is 999 characters; at most 998"
+    assert previews["email"].body == "" and previews["push"].error == ""
 
 
 @pytest.mark.parametrize(("user", "data", "field", "message"), [

@@ -13,6 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from core.identifiers import control_character_problem
+from notifications.content_limits import rendered_problem
 from notifications.events.models import Event, NotificationType
 from notifications.models import Notification
 from notifications.rendering import RenderError, context_for, pick_variant, render_parts
@@ -123,9 +124,10 @@ def preview(kind: NotificationType, recipient, data: dict) -> dict[str, ChannelP
     """What an event of ``kind`` with ``data`` (a JSON object) would send ``recipient`` on each of the
     type's channels, rendered now by the send-time code (:func:`render_typed`: the same locale
     fallback, escaping and render bounds): ``{channel: ChannelPreview}`` in the type's channel order.
-    A render error is that channel's ``error``; it raises nothing. Reads ``kind.templates`` (saved
-    templates, one query unless prefetched); writes nothing (the notification it renders is never
-    saved)."""
+    A render error, or rendered text over the channel's send-time limits
+    (:func:`notifications.content_limits.rendered_problem`), is that channel's ``error``; it raises
+    nothing. Reads ``kind.templates`` (saved templates, one query unless prefetched); writes nothing
+    (the notification it renders is never saved)."""
     variants: dict[str, list] = defaultdict(list)
     for template in kind.templates.all():
         variants[template.channel].append(template)
@@ -139,6 +141,10 @@ def preview(kind: NotificationType, recipient, data: dict) -> dict[str, ChannelP
             options = render_typed(n, kind, templates, data)
         except RenderError as exc:
             out[channel] = ChannelPreview(locale=chosen.locale if chosen else "", error=str(exc))
+            continue
+        problem = rendered_problem(channel, n.title, n.body, n.html, n.data)
+        if problem:  # what the send would make a template_error dead letter (content_limits)
+            out[channel] = ChannelPreview(locale=chosen.locale, error=problem)
             continue
         out[channel] = ChannelPreview(locale=chosen.locale, title=n.title, body=n.body, html=n.html, data=n.data,
                                       options=options)
