@@ -147,13 +147,13 @@ def _random_case(word: str) -> st.SearchStrategy[str]:
 TAIL = st.text(st.sampled_from("abc._-1"), max_size=4)
 NEAR = st.sampled_from(["from", "message_type", "notification_id", "google.", "gcm.", "google", "gcm", "fro"])
 KEYS = st.one_of(st.tuples(NEAR.flatmap(_random_case), TAIL).map("".join),
-                 st.text(st.sampled_from("abcdefgmo._"), min_size=1, max_size=8))
+                 st.text(st.sampled_from("abcdefgmo._"), min_size=0, max_size=8))
 
 
 def _refused(key: str) -> bool:
-    """The rule, restated: FCM's words and prefixes and the platform's key, ignoring case."""
+    """The rule, restated: FCM's words and prefixes and the platform's key, ignoring case; no empty key."""
     k = key.lower()
-    return k in ("from", "message_type", "notification_id") or k.startswith(("google.", "gcm."))
+    return k == "" or k in ("from", "message_type", "notification_id") or k.startswith(("google.", "gcm."))
 
 
 @SETTINGS

@@ -82,6 +82,9 @@ def test_a_type_is_created_read_and_replaced_with_exactly_its_new_templates(http
     ({"required_data": ["9lives"]}, "required_data.0", "invalid"),
     ({"collapse_key": "{{ data.order_id "}, "collapse_key", "template_syntax"),
     ({"routing": "round_robin"}, "routing", "invalid_choice"),
+    ({"name": "Order\x1bshipped"}, "name", "control_character"),
+    ({"description": "ok\nok\tok\x07"}, "description", "control_character"),
+    ({"required_data": ["order_id", "tracking_url", "order_id"]}, "required_data.2", "duplicate"),
 ])
 def test_a_bad_type_is_refused_naming_the_field_and_nothing_is_written(http, change, field, code):
     resp = put(http, "order_shipped", order_shipped(**change))
@@ -97,6 +100,8 @@ def test_a_bad_type_is_refused_naming_the_field_and_nothing_is_written(http, cha
      "not_allowed_for_channel", ["push [de]"]),
     ({"channel": "push", "locale": "de", "body": "x", "data": {"google.x": "1"}}, "templates.1.data.google.x",
      "reserved_key", ["google."]),
+    ({"channel": "push", "locale": "de", "body": "x", "data": {"": "1"}}, "templates.1.data.", "reserved_key",
+     ["must not be empty"]),
     ({"channel": "push", "locale": "de", "body": '{{ "".__class__.__mro__ }}'}, "templates.1.body", "template_syntax",
      ["as every send would"]),
     ({"channel": "email", "locale": "de", "body": "x"}, "templates.1.title", "required", ["email [de]"]),

@@ -26,6 +26,7 @@ import phonenumbers
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 
+from core.identifiers import control_character_problem
 from notifications.events.models import QuietHoursPolicy, Routing
 from notifications.models import Priority
 from notifications.quiet_hours_policy import MARKETING
@@ -48,12 +49,13 @@ class Problem:
 
 def type_problems(fields: dict, templates: list[dict]) -> dict[str, Problem]:
     """Every problem of a type definition whose fields each have the right shape: ``fields``
-    (``category``, ``priority``, ``channels``, ``routing``, ``quiet_hours``, ``required``,
+    (``name``, ``description``, ``required_data``, ``category``, ``priority``, ``channels``,
+    ``routing``, ``quiet_hours``, ``required``,
     ``collapse_key``, ``sms_from``, ``email_from``, ``email_reply_to``; missing ones take the
     model's defaults) and ``templates`` (``[{channel, locale, title, body, html, data}]``). Returns
     ``{path: Problem}``: paths are the API's (``channels``, ``templates.2.body``,
     ``templates.0.data.from``)."""
-    problems: dict[str, Problem] = {}
+    problems: dict[str, Problem] = _text_problems(fields)
     category = fields.get("category", "")
     priority = fields.get("priority", Priority.STANDARD)
     quiet = fields.get("quiet_hours", QuietHoursPolicy.DEFER)
@@ -72,6 +74,24 @@ def type_problems(fields: dict, templates: list[dict]) -> dict[str, Problem]:
     for error in check_parts({"body": collapse}).values() if collapse else ():
         problems["collapse_key"] = Problem("render_bound" if error.bound else "template_syntax", str(error))
     problems.update(template_problems(templates, channels))
+    return problems
+
+
+def _text_problems(fields: dict) -> dict[str, Problem]:
+    """A name with a control character, or a description with one other than a line break or a tab
+    (both end up in admin pages and logs); a ``required_data`` key listed twice."""
+    problems = {}
+    texts = {"name": fields.get("name") or "",
+             "description": (fields.get("description") or "").translate({9: None, 10: None, 13: None})}
+    for part, text in texts.items():
+        problem = control_character_problem(text)
+        if problem:
+            problems[part] = Problem("control_character", f"{part} {problem}")
+    seen: set = set()
+    for i, key in enumerate(fields.get("required_data") or []):
+        if key in seen:
+            problems[f"required_data.{i}"] = Problem("duplicate", f"required_data lists {key!r} twice")
+        seen.add(key)
     return problems
 
 

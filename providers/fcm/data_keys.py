@@ -23,6 +23,8 @@ FCM_RESERVED_PREFIXES = ("google.", "gcm.")
 
 def data_key_problem(key: str) -> str | None:
     """Why ``key`` may not be a push ``data`` key (a sentence naming the rule), or ``None``."""
+    if not key:
+        return "a data key must not be empty"
     folded = key.casefold()
     if folded in FCM_RESERVED_KEYS:
         return f"data key {key!r} is reserved by FCM (\"from\", \"message_type\", any case); use another key"
