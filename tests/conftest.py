@@ -80,6 +80,18 @@ def reset_isolation() -> None:
         r.delete(*keys)
 
 
+@pytest.fixture(autouse=True)
+def fresh_acceptance_windows():
+    """Every test starts with empty abuse-limit windows (docs/POLICIES.md): the database rolls back
+    between tests, Redis does not, so one test's OTPs to ``alice`` would count in the next."""
+    from core.redis_client import get_redis
+
+    r = get_redis()
+    keys = list(r.scan_iter("acceptance:*"))
+    if keys:
+        r.delete(*keys)
+
+
 @pytest.fixture(scope="module")
 def module_emulator():
     """A test module's own emulator subprocess (receipts off), for in-process tests that run no stack;
