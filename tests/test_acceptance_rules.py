@@ -52,7 +52,8 @@ def contact(rule: Rule, user_id: str) -> str:
 def counts(rule: Rule, req: Req) -> bool:
     """The rule's own words: a type and/or category; per phone only what may send an SMS, per email
     only what may send an email."""
-    return ((not rule.type_key or rule.type_key == req.type_key) and (not rule.category or rule.category == req.category)
+    return ((not rule.type_key or rule.type_key == req.type_key)
+            and (not rule.category or rule.category == req.category)
             and {"user": True, "phone": "sms" in req.channels, "email": "email" in req.channels}[rule.per])
 
 

@@ -7,6 +7,8 @@ raise them, and those are imported while DRF itself is still loading (``rest_fra
 
 from __future__ import annotations
 
+import math
+
 from rest_framework import exceptions
 
 
@@ -44,7 +46,8 @@ class AcceptanceLimited(exceptions.Throttled):
     default_code = "acceptance_limited"
 
     def __init__(self, limit: str, user_id: str, wait: float, message: str) -> None:
-        super().__init__(wait=max(1.0, wait), detail=message)
+        exceptions.APIException.__init__(self, message)  # not Throttled's: its text names the wait again
+        self.wait = math.ceil(max(1.0, wait))
         self.limit = limit
         self.user_id = user_id
 
