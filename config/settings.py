@@ -317,6 +317,17 @@ NOTIFY = {
     # A standard batch that cannot get budget tokens or bulkhead slots for this long (seconds) puts
     # the rest back to `scheduled` (no attempt spent) and frees its worker.
     "BATCH_MAX_WAIT_SECONDS": env.float("BATCH_MAX_WAIT_SECONDS", default=60),
+    # Abuse limits at acceptance (docs/POLICIES.md, "Abuse limits"): at most `limit` requests matching
+    # the type key and/or category per user, phone number or email address in any `window_seconds`;
+    # the next is 429 acceptance_limited, nothing written. Rows of the admin's *Acceptance limits* add
+    # rules or replace these by name. Why these numbers: a person asking for a code again rarely needs
+    # more than 2-3 resends in 10 minutes, so 5 per user never stops one; a phone number shared by a
+    # household's accounts gets 10; an attacker rotating accounts against one victim's phone is held to
+    # 10 SMS per 10 minutes (60/hour) instead of unlimited.
+    "ACCEPTANCE_LIMITS": [
+        {"name": "otp_per_user", "match": {"type": "otp"}, "per": "user", "limit": 5, "window_seconds": 600},
+        {"name": "otp_per_phone", "match": {"type": "otp"}, "per": "phone", "limit": 10, "window_seconds": 600},
+    ],
 }
 
 # Provider budgets, circuit breakers and bulkheads (docs/ARCHITECTURE.md §8, providers/isolation.py), per provider

@@ -128,6 +128,9 @@ class _Metrics:
         self.events = Counter(
             "notify_events_accepted_total", "Events accepted (POST /v1/events), and the notifications they made.",
             ["kind"], registry=r)
+        self.acceptance_limited = Counter(
+            "notify_acceptance_limited_total", "Requests refused (429) by an abuse limit at acceptance, by the "
+            "limit's name (docs/POLICIES.md).", ["limit"], registry=r)
         self.fallbacks = Counter(
             "notify_fallback_total", "Fallback steps: the channel waiting behind one that ended, by what became of "
             "it: not_needed, released, cancelled, reopened (released after a bounce or undelivered receipt).",
@@ -385,6 +388,12 @@ def events_accepted(events: int, notifications: int) -> None:
     """``notifications.events.services.accept_event``: new (not replayed) events and their rows."""
     _m().events.labels("events").inc(events)
     _m().events.labels("notifications").inc(notifications)
+
+
+@_safe
+def acceptance_limited(limit: str) -> None:
+    """``notifications.acceptance.rules.reserve``: one request refused by the abuse limit ``limit``."""
+    _m().acceptance_limited.labels(limit).inc()
 
 
 @_safe

@@ -354,8 +354,9 @@ class APIAuditEntry(models.Model):
         return f"{self.method} {self.path} → {self.status}"
 
 
-# Notification types and events (docs/TYPES.md) live in their own module; imported here so Django
-# registers them with this app.
+# Notification types and events (docs/TYPES.md), and the abuse limits edited in the admin
+# (docs/POLICIES.md), live in their own modules; imported here so Django registers them with this app.
+from notifications.acceptance.models import AcceptanceLimit  # noqa: E402
 from notifications.events.models import (  # noqa: E402
     Event,
     NotificationType,
@@ -364,6 +365,7 @@ from notifications.events.models import (  # noqa: E402
     TypeTemplate,
 )
 
-__all__ = ["APIAuditEntry", "APIClient", "DeadLetter", "DeliveryAttempt", "DeliveryEvent", "Event", "Notification",
-           "NotificationType", "Priority", "QuietHoursPolicy", "Reason", "Routing", "Status", "TimelineEntry",
+__all__ = ["APIAuditEntry", "APIClient", "AcceptanceLimit", "DeadLetter", "DeliveryAttempt", "DeliveryEvent", "Event",
+           "Notification", "NotificationType", "Priority", "QuietHoursPolicy", "Reason", "Routing", "Status",
+           "TimelineEntry",
            "TypeTemplate"]

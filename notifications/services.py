@@ -16,6 +16,7 @@ from django.db import IntegrityError, transaction
 
 from core import clock
 from core.redaction import sensitive_content
+from notifications.acceptance.rules import limit_acceptance
 from notifications.enqueue import enqueue_on_commit
 from notifications.models import (
     NOTIFICATION_ID_NAMESPACE,
@@ -91,8 +92,12 @@ def accept_notification(
         ttl_seconds: the message expires this many seconds after it was due (``scheduled_at``, or
             acceptance for immediate sends); ``None`` = no expiry.
 
+    Abuse limits (:func:`notifications.acceptance.rules.limit_acceptance`) are checked after the
+    replay lookup (a replay is never counted) and before anything is written.
+
     Raises:
         IdempotencyKeyReused: same key, different fingerprint.
+        AcceptanceLimited, AcceptanceLimitsUnavailable: (``core.api.refusals``) 429 / 503, nothing written.
     """
     now = clock.now()
     nid = notification_id_for(str(client.pk), idempotency_key)
@@ -120,9 +125,11 @@ def accept_notification(
         queued_at=None if due else now,
         expires_at=start + timedelta(seconds=ttl_seconds) if ttl_seconds else None,
     )
+    reservation = limit_acceptance(Notification, nid, client=client, recipients=[recipient], type_key="",
+                                   category=category or "", channels=[channel], now=now)
     try:
         # An error on the way is logged (Django's 500) without a sensitive notification's content.
-        with sensitive_content([notification] if sensitive else ()), transaction.atomic():
+        with reservation, sensitive_content([notification] if sensitive else ()), transaction.atomic():
             notification.save(force_insert=True)
             DeliveryEvent.objects.create(notification=notification, kind="accepted", status=status,
                                          detail=f"due {due.isoformat()}" if due else "")

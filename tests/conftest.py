@@ -80,6 +80,24 @@ def reset_isolation() -> None:
         r.delete(*keys)
 
 
+def reset_acceptance_windows() -> None:
+    """Empty every abuse-limit window (docs/POLICIES.md, Redis): for a test, or a Hypothesis example,
+    whose database starts afresh while Redis would remember the OTPs sent to ``alice`` before."""
+    from core.redis_client import get_redis
+
+    r = get_redis()
+    keys = list(r.scan_iter("acceptance:*"))
+    if keys:
+        r.delete(*keys)
+
+
+@pytest.fixture(autouse=True)
+def fresh_acceptance_windows():
+    """Every test starts with empty abuse-limit windows: the database rolls back between tests,
+    Redis does not."""
+    reset_acceptance_windows()
+
+
 @pytest.fixture(scope="module")
 def module_emulator():
     """A test module's own emulator subprocess (receipts off), for in-process tests that run no stack;

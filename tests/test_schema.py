@@ -37,8 +37,20 @@ def test_schema_documents_the_api(schema):
     assert set(erase["responses"]) == {"200", "401", "403", "404", "422", "429"}
     send = schema["paths"]["/v1/notifications"]["post"]
     assert {p["name"] for p in send["parameters"]} == {"Idempotency-Key"}
-    assert set(send["responses"]) == {"202", "400", "401", "403", "413", "415", "422", "429"}
+    assert set(send["responses"]) == {"202", "400", "401", "403", "413", "415", "422", "429", "503"}
     assert schema["components"]["securitySchemes"]["ApiKeyAuth"]["name"] == "Authorization"
+
+
+def test_the_create_endpoints_document_the_abuse_limits_429_and_503(schema):
+    for path in ("/v1/notifications", "/v1/events"):
+        responses = schema["paths"][path]["post"]["responses"]
+        assert "`acceptance_limited`" in responses["429"]["description"], path
+        assert "`acceptance_limits_unavailable`" in responses["503"]["description"], path
+        assert "Retry-After" in responses["429"]["headers"], path
+    error = schema["components"]["schemas"]["ErrorBody"]["properties"]
+    assert {"limit", "retry_after"} <= set(error)
+    # Other endpoints keep the rate limit's 429 only.
+    assert "acceptance" not in schema["paths"]["/v1/campaigns"]["post"]["responses"]["429"]["description"]
 
 
 def test_every_operation_names_its_scope_and_documents_the_403(schema):

@@ -34,6 +34,7 @@ from notifications.api.auth import HasRequiredScope, required_scope
 from notifications.events import services as event_services
 from notifications.models import APIClient, DeliveryEvent, Event, Notification, NotificationType, TypeTemplate
 from preferences.models import Device, Preferences, Recipient
+from tests.conftest import reset_acceptance_windows
 
 pytestmark = pytest.mark.django_db
 
@@ -220,6 +221,7 @@ def check(endpoint: Endpoint, held: set[str]) -> None:
     endpoint; refused with 403 naming the first missing scope, every row unchanged."""
     client, key = APIClient.objects.create_key(name="scoped", scopes=sorted(held))
     ids = build_world(client)
+    reset_acceptance_windows()  # a fresh world: alice has been sent no OTP yet
     before = snapshot()
     r = call(endpoint, key, ids)
     missing = [s for s in endpoint.scopes if s not in held]

@@ -21,7 +21,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from core.api.parsers import FieldParseError
-from core.api.refusals import MissingScope, NotOwner
+from core.api.refusals import AcceptanceLimited, MissingScope, NotOwner
 
 
 class NotFoundError(exceptions.NotFound):
@@ -67,6 +67,10 @@ class ErrorBodySerializer(serializers.Serializer):
     code = serializers.CharField(help_text="validation_error, not_found, conflict, not_authenticated, throttled, …")
     message = serializers.CharField()
     fields = FieldErrorSerializer(many=True, required=False, help_text="Present for field-level errors.")
+    limit = serializers.CharField(required=False, help_text="`acceptance_limited` only: the abuse limit's name "
+                                                            "(`otp_per_user`).")
+    retry_after = serializers.IntegerField(required=False, help_text="`acceptance_limited` only: seconds until a "
+                                                                     "slot frees (as `Retry-After`).")
 
 
 class ErrorSerializer(serializers.Serializer):
@@ -86,6 +90,7 @@ ERROR_DESCRIPTIONS = {
     415: "The body is not `application/json`.",
     422: "Validation failed; `fields` names each field and the rule it broke.",
     429: "Over this API client's rate limit; retry after `Retry-After` seconds.",
+    503: "A dependency the request needs cannot be reached; nothing was written: retry shortly.",
 }
 
 # Every endpoint needs an API key and is rate limited. (403, the scope, is added to every operation by
@@ -189,6 +194,11 @@ def exception_handler(exc, context):
         code = exc.get_codes()
         response.data = _body(403, code, f"{exc.field}: {exc.detail}",
                               [{"field": exc.field, "code": code, "message": str(exc.detail)}])
+        return response
+    if isinstance(exc, AcceptanceLimited):
+        response.data = _body(429, "acceptance_limited", f"user_id: {exc.detail}",
+                              [{"field": "user_id", "code": "acceptance_limited", "message": str(exc.detail)}])
+        response.data["error"].update(limit=exc.limit, retry_after=exc.wait)
         return response
     if isinstance(exc, NotFoundError):
         response.data = _body(404, "not_found", f"{exc.field}: {exc.detail}",

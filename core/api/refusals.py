@@ -7,6 +7,8 @@ raise them, and those are imported while DRF itself is still loading (``rest_fra
 
 from __future__ import annotations
 
+import math
+
 from rest_framework import exceptions
 
 
@@ -32,3 +34,29 @@ class NotOwner(exceptions.PermissionDenied):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(message, code="not_owner")
         self.field = field
+
+
+class AcceptanceLimited(exceptions.Throttled):
+    """429 ``acceptance_limited``: an abuse limit at acceptance (docs/POLICIES.md) refused the request.
+    ``limit`` is the rule's name, ``user_id`` the (first) limited recipient, ``wait`` the seconds
+    until a slot frees (the ``Retry-After`` header). Answered as ``{"error": {"status": 429, "code":
+    "acceptance_limited", "limit": "otp_per_user", "retry_after": 42, "message": "user_id: …",
+    "fields": [{"field": "user_id", "code": "acceptance_limited", "message": "…"}]}}``."""
+
+    default_code = "acceptance_limited"
+
+    def __init__(self, limit: str, user_id: str, wait: float, message: str) -> None:
+        exceptions.APIException.__init__(self, message)  # not Throttled's: its text names the wait again
+        self.wait = math.ceil(max(1.0, wait))
+        self.limit = limit
+        self.user_id = user_id
+
+
+class AcceptanceLimitsUnavailable(exceptions.APIException):
+    """503 ``acceptance_limits_unavailable``: a request an abuse limit applies to, while the store
+    of its windows (Redis) cannot be reached: refused rather than accepted unlimited."""
+
+    status_code = 503
+    default_code = "acceptance_limits_unavailable"
+    default_detail = ("the abuse limits of this request cannot be checked (Redis unreachable); nothing was "
+                      "written: retry shortly")

@@ -21,7 +21,13 @@ from notifications.api.serializers import (
     check_schedule_window,
 )
 from notifications.api.typed import data_errors, type_for
-from notifications.api.views import IDEMPOTENCY_PARAMETERS, accepted, idempotency_key_problem, key_reused
+from notifications.api.views import (
+    ACCEPTANCE_ERRORS,
+    IDEMPOTENCY_PARAMETERS,
+    accepted,
+    idempotency_key_problem,
+    key_reused,
+)
 from notifications.content_limits import MAX_TTL_SECONDS
 from notifications.events import services
 from notifications.events.models import Event
@@ -120,7 +126,7 @@ class EventListView(APIView):
             "data": {"order_id": "8812", "tracking_url": "https://t.example/8812"}})],
         responses={202: OpenApiResponse(EventAcceptedSerializer, description="Accepted (or replayed: see "
                                                                              "`Idempotent-Replayed`)."),
-                   **error_responses(*BODY, 403, 422)})
+                   **error_responses(*BODY, 403, 422, 503, **ACCEPTANCE_ERRORS)})
     def post(self, request):
         key, problem = idempotency_key_problem(request)
         if problem:

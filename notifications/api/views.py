@@ -45,6 +45,15 @@ IDEMPOTENCY_PARAMETERS = [
                      description="Present when this answer replays the one given to an earlier request "
                                  "with the same Idempotency-Key and body."),
 ]
+#: The 429 and 503 of the create endpoints: an abuse limit at acceptance (docs/POLICIES.md).
+ACCEPTANCE_ERRORS = {
+    "_429": "Over this API client's rate limit (`throttled`), or over an abuse limit at acceptance "
+            "(`acceptance_limited`: `limit` names it, e.g. `otp_per_user`; `retry_after` and `Retry-After` "
+            "give the seconds until a slot frees). Nothing was written; a replay of an accepted request is "
+            "never refused.",
+    "_503": "`acceptance_limits_unavailable`: an abuse limit applies to this request and its windows (Redis) "
+            "cannot be reached. Nothing was written; retry shortly.",
+}
 _NOTIFICATION_404 = ("No notification with this id that this API client may read (its own single sends, and "
                      "the sends of its own campaigns and of those made in the admin).")
 
@@ -112,7 +121,7 @@ class NotificationListView(APIView):
         ],
         responses={202: OpenApiResponse(AcceptedSerializer, description="Accepted (or replayed: see "
                                                                         "`Idempotent-Replayed`)."),
-                   **error_responses(*BODY, 403, 422)},
+                   **error_responses(*BODY, 403, 422, 503, **ACCEPTANCE_ERRORS)},
     )
     def post(self, request):
         key, problem = idempotency_key_problem(request)

@@ -16,6 +16,7 @@ from django.db import IntegrityError, transaction
 
 from core import clock
 from notifications import metrics
+from notifications.acceptance.rules import limit_acceptance
 from notifications.enqueue import enqueue_on_commit
 from notifications.events.models import (
     EVENT_ID_NAMESPACE,
@@ -143,8 +144,13 @@ def accept_event(*, client: APIClient, idempotency_key: str | None, fingerprint:
     (:func:`notifications.services.notification_id_for`), so a key is one request whichever form
     used it; its event has no key of its own.
 
+    Abuse limits (:func:`notifications.acceptance.rules.limit_acceptance`) are checked after the
+    replay lookup (a replay is never counted) and before anything is written; an event to many users
+    is refused whole when one of them is over a limit (docs/POLICIES.md).
+
     Raises:
         IdempotencyKeyReused: same key, different fingerprint.
+        AcceptanceLimited, AcceptanceLimitsUnavailable: (``core.api.refusals``) 429 / 503, nothing written.
     """
     now = clock.now()
     single = None
@@ -184,8 +190,11 @@ def accept_event(*, client: APIClient, idempotency_key: str | None, fingerprint:
                 due_at=None if waiting else (due or now), queued_at=now if status == Status.QUEUED else None,
                 expires_at=start + timedelta(seconds=ttl) if ttl else None, created_at=now, updated_at=now))
             before = nid
+    reservation = limit_acceptance(Notification if single else Event, single or eid, client=client,
+                                   recipients=recipients, type_key=kind.key, category=kind.category,
+                                   channels=channels, now=now)
     try:
-        with transaction.atomic():
+        with reservation, transaction.atomic():
             event.save(force_insert=True)
             Notification.objects.bulk_create(rows, batch_size=2000)
             DeliveryEvent.objects.bulk_create([
