@@ -21,7 +21,8 @@ from django.core import signing
 from django.db import transaction
 
 from core import clock
-from preferences.models import Preferences, Recipient, Unsubscribe
+from preferences.models import Recipient, Unsubscribe
+from preferences.services import opt_out
 
 SALT = "preferences.unsubscribe"
 #: How long a link works (Gmail and Yahoo want it to work for at least 30 days after sending).
@@ -86,12 +87,8 @@ def unsubscribe(link: UnsubscribeToken, source: str) -> bool:
     """
     with transaction.atomic():
         recipient = Recipient.objects.get(pk=link.user_id)
-        prefs, _ = Preferences.objects.select_for_update().get_or_create(recipient=recipient)
-        current = set(prefs.category_opt_outs.get(link.category) or [])
-        if link.channel in current:
+        if not opt_out(recipient, channel=link.channel, category=link.category):
             return False
-        prefs.category_opt_outs = {**prefs.category_opt_outs, link.category: sorted(current | {link.channel})}
-        prefs.save(update_fields=["category_opt_outs", "updated_at"])
         Unsubscribe.objects.create(recipient=recipient, category=link.category, channel=link.channel,
                                    source=source, campaign_id=link.campaign_id,
                                    notification_id=link.notification_id, at=clock.now())
