@@ -17,6 +17,8 @@ category; an uncategorised email, such as the quick start's OTP, has none to nam
 
 from __future__ import annotations
 
+import functools
+
 from django.conf import settings
 from django.urls import reverse
 
@@ -48,4 +50,10 @@ def unsubscribe_url(n: Notification) -> str | None:
         return None
     token = make_token(UnsubscribeToken(user_id=n.recipient_id, category=n.category, channel=n.channel,
                                         campaign_id=n.campaign_id, notification_id=n.pk))
-    return settings.PUBLIC_BASE_URL.rstrip("/") + reverse("unsubscribe", args=[token])
+    return settings.PUBLIC_BASE_URL.rstrip("/") + _path_prefix() + token
+
+
+@functools.cache
+def _path_prefix() -> str:
+    """``/u/``, from the URL map once (``reverse`` per email cost more than signing the token)."""
+    return reverse("unsubscribe", args=["-"]).removesuffix("-")

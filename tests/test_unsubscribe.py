@@ -329,3 +329,24 @@ def test_the_campaign_shows_its_unsubscribes_and_their_rate_of_sent(db, mail_cli
     assert (got["unsubscribes"], got["unsubscribe_rate"], got["counts"]["outcome"]["sent"]) == (2, 2 / 3, 3)
     [listed] = http.get("/v1/campaigns").json()["items"]
     assert "unsubscribes" not in listed and "unsubscribe_rate" not in listed
+
+
+def test_the_admin_campaign_page_shows_unsubscribes_and_rate(admin_client, fast_password_hashing):
+    from django.urls import reverse
+
+    from campaigns import services
+    from campaigns.models import CampaignStatus
+
+    segment, _ = services.upsert_segment("vip", name="VIPs")
+    campaign = services.create_campaign(client=None, idempotency_key=None, status=CampaignStatus.COMPLETED,
+                                        segment=segment, channel="email", title="Sale", body="hello").campaign
+    users = [Recipient.objects.create(user_id=f"a{i}", email=f"a{i}@example.org") for i in range(4)]
+    for user in users:
+        Notification.objects.create(id=uuid.uuid4(), recipient=user, channel="email", category="marketing",
+                                    campaign_id=campaign.pk, status="sent")
+    Unsubscribe.objects.create(recipient=users[0], category="marketing", channel="email", source="one_click",
+                               campaign_id=campaign.pk, at="2026-12-02T10:00:00Z")
+
+    page = admin_client.get(reverse("admin:campaigns_campaign_change", args=[campaign.pk])).content.decode()
+
+    assert "Unsubscribes" in page and "1 (25.0 % of sent)" in page
