@@ -232,7 +232,8 @@ class TemplateAdmin(ContentLookupGuard, OwnerColumn, admin.ModelAdmin):
 LIST_REFRESH_SECONDS = 5
 STATUS_FIELDS = ["status", "created_by", "created_at", "fanout_utc"]
 RUN_FIELDS = ["snapshot_at", "member_count", "created_count", "default_zone_count", "missed_count", "started_at",
-              "fanned_out_at", "completed_at", "cancelled_at", "fanout_failures", "last_error", "last_error_at"]
+              "fanned_out_at", "completed_at", "cancelled_at", "fanout_failures", "last_error", "last_error_at",
+              "unsubscribes"]
 
 
 class CampaignChangeList(ChangeList):
@@ -376,6 +377,14 @@ class CampaignAdmin(ContentLookupGuard, admin_views.CampaignLifecycleViews, admi
             return "—"
         return format_html('<meter min="0" max="{}" value="{}" title="sent"></meter> {}', obj.member_count or 1,
                            outcome["sent"], admin_views.outcome_summary(outcome))
+
+    @admin.display(description="Unsubscribes")
+    def unsubscribes(self, obj):
+        """Opt-outs through this campaign's unsubscribe links, and their share of its sent emails."""
+        stats = selectors.unsubscribe_stats(obj)
+        if stats["unsubscribe_rate"] is None:
+            return f"{stats['unsubscribes']} (nothing sent yet)"
+        return f"{stats['unsubscribes']} ({100 * stats['unsubscribe_rate']:.1f} % of sent)"
 
     @admin.display(description="Scheduled at")
     def scheduled_utc(self, obj):

@@ -14,6 +14,7 @@ from notifications.delivery.content import ContentError
 from notifications.events.content import render_typed
 from notifications.models import Notification
 from notifications.rendering import Rendered, RenderError, context_for, render_strings, render_variant
+from preferences.models import Unsubscribe
 
 STATUSES = ["scheduled", "queued", "sending", "sent", "delivered", "failed", "suppressed", "expired", "cancelled"]
 
@@ -46,6 +47,17 @@ def outcome(by_status: dict) -> dict:
             "not_sent": n["suppressed"] + n["failed"] + n["expired"] + n["cancelled"],
             "suppressed": n["suppressed"], "failed": n["failed"], "expired": n["expired"],
             "cancelled": n["cancelled"], "pending": n["scheduled"] + n["queued"] + n["sending"]}
+
+
+def unsubscribe_stats(campaign: Campaign, sent: int | None = None) -> dict:
+    """``{"unsubscribes": n, "unsubscribe_rate": n / sent or None}``: the opt-outs made through this
+    campaign's emails' unsubscribe links (``preferences.Unsubscribe`` rows naming it) and their share
+    of its sent emails (``outcome.sent``; ``None`` while nothing was sent). ``sent``: already counted
+    (else one more query)."""
+    if sent is None:
+        sent = campaign_counts(campaign)["outcome"]["sent"]
+    n = Unsubscribe.objects.filter(campaign_id=campaign.pk).count()
+    return {"unsubscribes": n, "unsubscribe_rate": (n / sent) if sent else None}
 
 
 def outcomes_for(campaign_ids) -> dict:

@@ -11,7 +11,7 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from campaigns.api import views as campaign_views
-from notifications import health, health_admin, metrics_scrape
+from notifications import health, health_admin, metrics_scrape, unsubscribe_views
 from notifications.api import events as event_views
 from notifications.api import types as type_views
 from notifications.api import views as notification_views
@@ -71,6 +71,7 @@ urlpatterns = [
          name="campaign-cancel"),
     path("webhooks/twilio/status", twilio_webhooks.status_callback, name="webhook-twilio-status"),
     path("webhooks/sendgrid/events", sendgrid_webhooks.events, name="webhook-sendgrid-events"),
+    path("u/<str:token>", unsubscribe_views.unsubscribe_view, name="unsubscribe"),  # email links (RFC 8058)
     path("metrics", metrics_scrape.metrics_view, name="metrics"),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),

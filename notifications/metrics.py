@@ -169,6 +169,11 @@ class _Metrics:
             "Stored time zone names that are not IANA zones (set before validation or by SQL), replaced by "
             "the fallback zone: fan-out (local-time campaigns) or quiet hours at send time.",
             ["where"], registry=r)
+        self.unsubscribes = Counter(
+            "notify_unsubscribes_total",
+            "Opt-outs made through an email's unsubscribe link, by category (settings.PREFERENCE_CATEGORIES, "
+            "else other) and source: one_click (the mail client's RFC 8058 POST) or page (the confirm button).",
+            ["category", "source"], registry=r)
 
 
 _metrics: _Metrics | None = None
@@ -401,6 +406,14 @@ def fallback_settled(outcome: str, count: int) -> None:
     """``notifications.events.fallback.settle`` / ``reopen``: ``count`` waiting rows became ``outcome``."""
     if count:
         _m().fallbacks.labels(one_of(outcome, ("not_needed", "released", "cancelled", "reopened"))).inc(count)
+
+
+@_safe
+def unsubscribed(category: str, source: str) -> None:
+    """``notifications.unsubscribe_views``: one opt-out made through a link (after its commit)."""
+    categories = tuple(getattr(settings, "PREFERENCE_CATEGORIES", ["marketing"]))
+    labels = (one_of(category, categories), one_of(source, ("one_click", "page")))
+    _on_commit(lambda: _m().unsubscribes.labels(*labels).inc())
 
 
 @_safe

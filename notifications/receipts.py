@@ -70,7 +70,8 @@ from notifications import metrics, sent_markers
 from notifications.delivery.outcomes import shown
 from notifications.events import fallback
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
-from preferences.models import Preferences, Recipient, SmsStop
+from preferences.models import Recipient, SmsStop
+from preferences.services import opt_out
 from providers.receipts import (
     ACCEPTED,
     COMPLAINT,
@@ -399,11 +400,4 @@ def _contact_hygiene(n: Notification, receipt: Receipt, now) -> None:
 
 
 def _opt_out(recipient: Recipient, *, channel: str, category: str | None) -> None:
-    prefs, _ = Preferences.objects.select_for_update().get_or_create(recipient=recipient)
-    if category:
-        current = set(prefs.category_opt_outs.get(category, []))
-        current.add(channel)
-        prefs.category_opt_outs = {**prefs.category_opt_outs, category: sorted(current)}
-    else:
-        prefs.opt_outs = sorted(set(prefs.opt_outs) | {channel})
-    prefs.save()
+    opt_out(recipient, channel=channel, category=category)

@@ -18,7 +18,7 @@ from core.identifiers import user_id_problem
 from preferences.admin_guard import ContentLookupGuard
 from preferences.admin_widgets import CategoryOptOutsField, TypeOptOutsField, channel_checkboxes
 from preferences.api.serializers import PreferencesSerializer
-from preferences.models import Device, Erasure, Preferences, Recipient
+from preferences.models import Device, Erasure, Preferences, Recipient, Unsubscribe
 from preferences.validation import phone_search_term, validate_iana_zone
 
 
@@ -121,6 +121,27 @@ class ErasureAdmin(ContentLookupGuard, admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False  # the record of an erasure is kept
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Unsubscribe)
+class UnsubscribeAdmin(ContentLookupGuard, admin.ModelAdmin):
+    """Opt-outs made through emails' unsubscribe links (docs/TYPES.md "Unsubscribe"): read only, the
+    record of how a recipient left a category (the opt-out itself is on their preferences)."""
+
+    list_display = ["recipient", "category", "channel", "source", "campaign_id", "at"]
+    list_filter = ["source", "channel", "category"]
+    search_fields = ["=recipient__user_id"]
+    date_hierarchy = "at"
+    readonly_fields = [f.name for f in Unsubscribe._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
 
     def has_change_permission(self, request, obj=None):
         return False

@@ -141,3 +141,33 @@ class Erasure(models.Model):
 
     def __str__(self) -> str:
         return f"erasure of {self.recipient_id} at {self.erased_at:%Y-%m-%d %H:%M:%S} UTC"
+
+
+class Unsubscribe(models.Model):
+    """A recipient unsubscribed from a category on a channel through an email's link (RFC 8058
+    one-click, or the confirm page): the record of *how*, beside the opt-out itself, which lives in
+    :attr:`Preferences.category_opt_outs` (what the send path reads; preferences.unsubscribe).
+
+    One row per opt-out it made: a repeated click of an already opted-out category writes none.
+    ``campaign_id`` / ``notification_id`` name the email the link came from (attribution; no
+    foreign keys: this floor sits below notifications and campaigns).
+    """
+
+    class Source(models.TextChoices):
+        ONE_CLICK = "one_click", "One-click (the mail client's POST, RFC 8058)"
+        PAGE = "page", "The confirm page's button"
+
+    recipient = models.ForeignKey(Recipient, on_delete=models.CASCADE, related_name="unsubscribes")
+    category = models.CharField(max_length=64)
+    channel = models.CharField(max_length=8, choices=Channel.choices)
+    source = models.CharField(max_length=16, choices=Source.choices)
+    campaign_id = models.UUIDField(null=True, blank=True)
+    notification_id = models.UUIDField(null=True, blank=True)
+    at = models.DateTimeField(help_text="When (UTC).")
+
+    class Meta:
+        indexes = [models.Index(fields=["campaign_id"], name="unsubscribe_campaign_idx",
+                                condition=models.Q(campaign_id__isnull=False))]
+
+    def __str__(self) -> str:
+        return f"{self.recipient_id} unsubscribed from {self.category} ({self.channel})"

@@ -74,6 +74,27 @@ def _apply_preferences(prefs: Preferences, opt_outs, category_opt_outs, type_opt
     prefs.save()
 
 
+def opt_out(recipient: Recipient, *, channel: str, category: str | None = None) -> bool:
+    """Add one opt-out to ``recipient``'s preferences (made if missing), under a lock of the row:
+    of ``channel`` in ``category`` (``category_opt_outs``), or of the whole channel when ``category``
+    is ``None`` or ``""`` (``opt_outs``). True when it was added, False when it was already there
+    (nothing written). The opt-outs of receipts (unsubscribe, complaint) and of email links
+    (preferences.unsubscribe) both come here."""
+    with transaction.atomic():
+        prefs, _ = Preferences.objects.select_for_update().get_or_create(recipient=recipient)
+        if category:
+            current = set(prefs.category_opt_outs.get(category) or [])
+            if channel in current:
+                return False
+            prefs.category_opt_outs = {**prefs.category_opt_outs, category: sorted(current | {channel})}
+        else:
+            if channel in prefs.opt_outs:
+                return False
+            prefs.opt_outs = sorted(set(prefs.opt_outs) | {channel})
+        prefs.save()
+    return True
+
+
 def register_device(recipient: Recipient, *, platform: str, push_token: str) -> tuple[Device, bool]:
     """Register (or re-activate) a push token for ``recipient``. A token registered to another
     recipient moves to this one (a token belongs to one recipient at a time). Returns

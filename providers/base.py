@@ -61,6 +61,10 @@ class OutboundMessage:
             Ignored by push. :mod:`providers.senders` says whether a value is well formed.
         reply_to: email only: the Reply-To address (same forms as an email ``sender``); ``None``:
             no Reply-To header.
+        unsubscribe_url: email only: the one-click unsubscribe link (``https://…/u/{token}``); the
+            message then carries ``List-Unsubscribe: <url>`` and ``List-Unsubscribe-Post:
+            List-Unsubscribe=One-Click`` (RFC 8058, :func:`unsubscribe_headers`). ``None``: neither
+            header (required, transactional and uncategorised mail). Ignored by SMS and push.
     """
 
     notification_id: str
@@ -77,6 +81,21 @@ class OutboundMessage:
     silent: bool = False
     sender: str | None = None
     reply_to: str | None = None
+    unsubscribe_url: str | None = None
+
+
+#: RFC 2369 / RFC 8058 header names and the one-click POST body's value.
+LIST_UNSUBSCRIBE = "List-Unsubscribe"
+LIST_UNSUBSCRIBE_POST = "List-Unsubscribe-Post"
+ONE_CLICK = "List-Unsubscribe=One-Click"
+
+
+def unsubscribe_headers(message: OutboundMessage) -> dict[str, str]:
+    """``{"List-Unsubscribe": "<url>", "List-Unsubscribe-Post": "List-Unsubscribe=One-Click"}`` for
+    an email with an ``unsubscribe_url``, else ``{}`` (the headers every email backend sends)."""
+    if message.channel != "email" or not message.unsubscribe_url:
+        return {}
+    return {LIST_UNSUBSCRIBE: f"<{message.unsubscribe_url}>", LIST_UNSUBSCRIBE_POST: ONE_CLICK}
 
 
 @dataclass(frozen=True)

@@ -331,6 +331,12 @@ class CampaignSerializer(serializers.ModelSerializer):
     local_time = serializers.SerializerMethodField()
     counts = serializers.SerializerMethodField()
     reach = serializers.SerializerMethodField()
+    unsubscribes = serializers.SerializerMethodField(
+        help_text="Recipients who opted out of the campaign's category through this campaign's emails' "
+                  "unsubscribe link (one-click or the confirm page).")
+    unsubscribe_rate = serializers.SerializerMethodField(
+        help_text="unsubscribes ÷ counts.outcome.sent (0–1, may exceed 1 only if links are forwarded); "
+                  "null while nothing was sent.")
 
     class Meta:
         model = Campaign
@@ -338,7 +344,7 @@ class CampaignSerializer(serializers.ModelSerializer):
                   "scheduled_at", "local_time", "missed_policy", "spread_seconds", "ttl_seconds", "fanout_at",
                   "member_count", "reach", "created_count", "default_zone_count", "missed_count", "fanout_failures",
                   "last_error", "last_error_at", "started_at", "fanned_out_at", "completed_at",
-                  "cancelled_at", "created_at", "counts"]
+                  "cancelled_at", "created_at", "counts", "unsubscribes", "unsubscribe_rate"]
         read_only_fields = fields  # a response: every field is always present
 
     @extend_schema_field(LocalTimeSerializer(allow_null=True))
@@ -359,7 +365,23 @@ class CampaignSerializer(serializers.ModelSerializer):
     def get_counts(self, obj) -> dict:
         from campaigns.selectors import campaign_counts
 
-        return campaign_counts(obj)
+        obj._counts = campaign_counts(obj)  # read again by the unsubscribe fields
+        return obj._counts
+
+    def _unsubscribe_stats(self, obj) -> dict:
+        from campaigns.selectors import unsubscribe_stats
+
+        if not hasattr(obj, "_unsubscribe_stats"):
+            counts = getattr(obj, "_counts", None)
+            obj._unsubscribe_stats = unsubscribe_stats(obj, counts["outcome"]["sent"] if counts else None)
+        return obj._unsubscribe_stats
+
+    def get_unsubscribes(self, obj) -> int:
+        return self._unsubscribe_stats(obj)["unsubscribes"]
+
+    @extend_schema_field(serializers.FloatField(allow_null=True))
+    def get_unsubscribe_rate(self, obj) -> float | None:
+        return self._unsubscribe_stats(obj)["unsubscribe_rate"]
 
 
 class CampaignSummarySerializer(CampaignSerializer):
@@ -369,7 +391,8 @@ class CampaignSummarySerializer(CampaignSerializer):
                                                               "admin pages).")
 
     class Meta(CampaignSerializer.Meta):
-        fields = [f for f in CampaignSerializer.Meta.fields if f != "counts"] + ["created_via"]
+        fields = [f for f in CampaignSerializer.Meta.fields
+                  if f not in ("counts", "unsubscribes", "unsubscribe_rate")] + ["created_via"]
         read_only_fields = fields
 
     def get_created_via(self, obj) -> str:

@@ -20,6 +20,7 @@ from notifications.delivery.outcomes import AttemptRow
 from notifications.delivery.record import finish
 from notifications.delivery.routing import sms_sender
 from notifications.models import DeliveryAttempt, Notification, Status
+from notifications.unsubscribe import unsubscribe_url
 from preferences.models import Device, SmsStop
 from providers.base import OutboundMessage
 from providers.registry import get_backend, provider_names
@@ -58,7 +59,8 @@ def devices(batch: list[Notification]) -> dict[int, list[Device]]:
 
 def message_for(n: Notification, to: str, platform: str | None = None) -> OutboundMessage:
     """The OutboundMessage of ``n`` for one destination (phone, address or push token); its TTL is
-    the seconds left until ``expires_at`` (at least 1)."""
+    the seconds left until ``expires_at`` (at least 1); an email that carries one gets its one-click
+    unsubscribe link (:mod:`notifications.unsubscribe`)."""
     data = {str(k): str(v) for k, v in (n.data or {}).items()} or None
     ttl = None
     if n.expires_at:
@@ -71,6 +73,7 @@ def message_for(n: Notification, to: str, platform: str | None = None) -> Outbou
         collapse_key=collapse if n.channel == "push" else None, silent=getattr(n, "silent", False),
         sender=options.sender if options is not None else None,
         reply_to=options.reply_to if options is not None else None,
+        unsubscribe_url=unsubscribe_url(n) if n.channel == "email" else None,
     )
 
 

@@ -26,11 +26,13 @@ MAX_COLLAPSE_KEY_BYTES = 64
 class SendOptions:
     """What a typed notification's provider message carries beside its content: the push collapse
     key (``None``: the notification id), the SMS sender / email From and the email Reply-To
-    (``None``: the provider's)."""
+    (``None``: the provider's); ``required``: the type is ``required`` (its email carries no
+    unsubscribe link, notifications.unsubscribe)."""
 
     collapse_key: str | None = None
     sender: str | None = None
     reply_to: str | None = None
+    required: bool = False
 
 
 class TypeContent:
@@ -102,7 +104,8 @@ def render_typed(n: Notification, kind: NotificationType, templates: list, data:
         collapse = "ck-" + hashlib.sha256(collapse.encode()).hexdigest()[:40]
     sender = kind.sms_from if n.channel == "sms" else kind.email_from if n.channel == "email" else ""
     return SendOptions(collapse_key=collapse if n.channel == "push" else None, sender=sender or None,
-                       reply_to=(kind.email_reply_to or None) if n.channel == "email" else None)
+                       reply_to=(kind.email_reply_to or None) if n.channel == "email" else None,
+                       required=bool(kind.required))
 
 
 @dataclass(frozen=True)

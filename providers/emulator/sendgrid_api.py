@@ -15,7 +15,8 @@ A personalization may have its own ``from`` (SendGrid, "Personalizations": ``fro
 ``headers``, ``custom_args`` and ``send_at`` may be set per personalization, overriding the
 message level); ``reply_to`` exists at the message level only. Each recorded message's
 ``details`` are ``{"from": <its personalization's from, else the request's>, "reply_to": <the
-request's, or null>}``, as received (one dict shared by the recipients that have the same).
+request's, or null>}``, as received (one dict shared by the recipients that have the same), plus
+``"headers": {name: value}`` (the personalization's, else the request's) when either has headers.
 """
 
 from __future__ import annotations
@@ -111,6 +112,9 @@ async def send_mail(request: web.Request) -> web.Response:
     shared_details = {"from": payload.get("from"), "reply_to": payload.get("reply_to")}
     for p in personalizations:
         details = shared_details if p.get("from") is None else {**shared_details, "from": p["from"]}
+        headers = p.get("headers") or payload.get("headers")
+        if headers:
+            details = {**details, "headers": headers}
         subject = p.get("subject") or top_subject
         body = text
         substitutions = p.get("substitutions")

@@ -32,6 +32,7 @@ from providers.base import (
     SendResult,
     TransientProviderError,
     transport_code,
+    unsubscribe_headers,
 )
 
 logger = logging.getLogger(__name__)
@@ -54,15 +55,20 @@ def build_request_body(message: OutboundMessage, from_email: str) -> dict[str, A
     ``from`` = ``message.sender``, else ``from_email`` (the backend's FROM_EMAIL); ``reply_to``
     when ``message.reply_to`` is set. ``custom_args`` carries ``message.data`` plus
     ``notification_id`` (SendGrid merges custom args into every event, which is how webhooks are
-    correlated). Content is text/plain, then text/html.
+    correlated). Content is text/plain, then text/html. A message with an ``unsubscribe_url`` gets
+    the RFC 8058 headers in its personalization's ``headers`` (:func:`providers.base.unsubscribe_headers`).
     """
     content = [{"type": "text/plain", "value": message.body}]
     if message.html:
         content.append({"type": "text/html", "value": message.html})
     custom_args = {str(k): str(v) for k, v in (message.data or {}).items()}
     custom_args[NOTIFICATION_ID_KEY] = message.notification_id
+    personalization: dict[str, Any] = {"to": [{"email": message.to}]}
+    headers = unsubscribe_headers(message)
+    if headers:
+        personalization["headers"] = headers
     body: dict[str, Any] = {
-        "personalizations": [{"to": [{"email": message.to}]}],
+        "personalizations": [personalization],
         "from": sender(message.sender or from_email),
         "subject": message.title or "",
         "content": content,
@@ -96,7 +102,8 @@ def build_batch_body(messages: list[OutboundMessage], from_email: str, with_html
     Send: personalizations" and "substitutions").
 
     Each message becomes one personalization: its own ``to``, ``subject``, ``custom_args`` (data +
-    ``notification_id``) and ``substitutions`` carrying its rendered text (and HTML) body, which
+    ``notification_id``), ``headers`` (the RFC 8058 unsubscribe pair, when it has an
+    ``unsubscribe_url``) and ``substitutions`` carrying its rendered text (and HTML) body, which
     SendGrid puts in place of :data:`BODY_TAG` / :data:`HTML_TAG` in the shared content. Plain dicts:
     the SDK's helper classes cost twice as much (docs/PERFORMANCE.md, "Calibration"). All messages must have an HTML
     body or none (``with_html``); at most :data:`MAX_PERSONALIZATIONS`.
@@ -112,8 +119,12 @@ def build_batch_body(messages: list[OutboundMessage], from_email: str, with_html
             substitutions[HTML_TAG] = m.html or ""
         custom_args = {str(k): str(v) for k, v in (m.data or {}).items()} if m.data else {}
         custom_args[NOTIFICATION_ID_KEY] = m.notification_id
-        personalizations.append({"to": [{"email": m.to}], "subject": m.title or "",
-                                 "substitutions": substitutions, "custom_args": custom_args})
+        personalization = {"to": [{"email": m.to}], "subject": m.title or "",
+                           "substitutions": substitutions, "custom_args": custom_args}
+        headers = unsubscribe_headers(m)
+        if headers:
+            personalization["headers"] = headers
+        personalizations.append(personalization)
     content = [{"type": "text/plain", "value": BODY_TAG}]
     if with_html:
         content.append({"type": "text/html", "value": HTML_TAG})

@@ -26,6 +26,7 @@ from providers.base import (
     ProviderConfigurationError,
     SendResult,
     TransientProviderError,
+    unsubscribe_headers,
 )
 
 DEFAULT_TIMEOUT_SECONDS = 10.0
@@ -41,7 +42,8 @@ class SmtpEmailBackend(EmailBackend):
         (AUTH only when both are set), TIMEOUT (seconds per socket operation, default 10).
 
     Each message gets a ``Message-ID`` made here (``make_msgid``, on the From's domain) and an
-    ``X-Notification-Id`` header. A message's ``sender`` is its ``From`` header (else FROM_EMAIL,
+    ``X-Notification-Id`` header, and with an ``unsubscribe_url`` the RFC 8058 ``List-Unsubscribe``
+    and ``List-Unsubscribe-Post`` headers. A message's ``sender`` is its ``From`` header (else FROM_EMAIL,
     :meth:`effective_sender`) and its ``reply_to`` its ``Reply-To`` header; the envelope sender
     (``MAIL FROM``, where bounces go) stays FROM_EMAIL whatever the header says, so bounces come
     back to the one address the relay knows and authorises (docs/PROVIDERS.md "Silent
@@ -106,7 +108,8 @@ class SmtpEmailBackend(EmailBackend):
         envelope_from = self.option("FROM_EMAIL")
         header_from = self.effective_sender(message)
         message_id = make_msgid(domain=_domain(header_from))
-        headers = {"Message-ID": message_id, NOTIFICATION_ID_HEADER: message.notification_id}
+        headers = {"Message-ID": message_id, NOTIFICATION_ID_HEADER: message.notification_id,
+                   **unsubscribe_headers(message)}
         if header_from != envelope_from:
             headers["From"] = header_from  # Django: the From header; from_email stays the envelope's
         email = EmailMultiAlternatives(

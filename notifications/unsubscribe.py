@@ -1,0 +1,59 @@
+"""Which emails carry a one-click unsubscribe link, and the link (RFC 8058; docs/TYPES.md,
+"Unsubscribe"). The load stage (:func:`notifications.delivery.load.message_for`) asks here; the
+providers put the link in the ``List-Unsubscribe`` headers (``providers.base.unsubscribe_headers``);
+the token and the opt-out are ``preferences.unsubscribe``'s; the page and the POST are
+``notifications.unsubscribe_views``'.
+
+The rule (:func:`carries_unsubscribe`), email only and only with a category (a link opts out of a
+category; an uncategorised email, such as the quick start's OTP, has none to name):
+
+* a campaign email: always (bulk mail is what Gmail's and Yahoo's sender rules are about);
+* a typed email (an event's): unless its type is ``required`` (security, legal: it cannot be opted
+  out of, so a link would promise what the send path does not do);
+* a plain single send: unless its category is one the quiet-hours policy treats as
+  transactional, ``settings.QUIET_HOURS_BYPASS_CATEGORIES`` (default ``security``,
+  ``transactional``): password resets, receipts and security alerts carry no link.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from django.conf import settings
+from django.urls import reverse
+
+from notifications.models import Notification
+from notifications.quiet_hours_policy import bypass_categories
+from preferences.unsubscribe import UnsubscribeToken, make_token
+
+
+def carries_unsubscribe(channel: str, category: str, *, campaign: bool, typed: bool, required: bool) -> bool:
+    """Whether an email of ``category`` ('' = none) gets the unsubscribe headers (module docstring):
+    ``campaign`` a campaign row, ``typed`` an event's row whose type is ``required`` or not."""
+    if channel != "email" or not category:
+        return False
+    if campaign:
+        return True
+    if typed:
+        return not required
+    return category not in bypass_categories()
+
+
+def unsubscribe_url(n: Notification) -> str | None:
+    """``{PUBLIC_BASE_URL}/u/{token}`` for row ``n`` if its email carries a link, else ``None``.
+    A typed row's ``required`` comes from its rendered ``send_options`` (the load stage renders it
+    first)."""
+    options = getattr(n, "send_options", None)
+    if not carries_unsubscribe(n.channel, n.category, campaign=n.campaign_id is not None,
+                               typed=bool(n.notification_type_id),
+                               required=bool(options is not None and options.required)):
+        return None
+    token = make_token(UnsubscribeToken(user_id=n.recipient_id, category=n.category, channel=n.channel,
+                                        campaign_id=n.campaign_id, notification_id=n.pk))
+    return settings.PUBLIC_BASE_URL.rstrip("/") + _path_prefix() + token
+
+
+@functools.cache
+def _path_prefix() -> str:
+    """``/u/``, from the URL map once (``reverse`` per email cost more than signing the token)."""
+    return reverse("unsubscribe", args=["-"]).removesuffix("-")

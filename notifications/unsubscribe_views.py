@@ -1,0 +1,64 @@
+"""``GET /u/{token}`` and ``POST /u/{token}``: an email's unsubscribe link (RFC 8058; docs/TYPES.md,
+"Unsubscribe"). Not part of the API: no API key, no login, no CSRF token (the mail provider or the
+recipient's mail client posts it), and not in the OpenAPI schema.
+
+* ``GET`` shows what the link will do and a button that POSTs; it never changes anything (link
+  scanners and prefetchers follow GETs).
+* ``POST`` with the form field ``List-Unsubscribe=One-Click`` (the mail client's one-click, source
+  ``one_click``) or ``confirm=unsubscribe`` (the page's button, source ``page``) opts the recipient
+  out of the link's category on its channel, idempotently, and answers 200 with a page saying so.
+* A forged, tampered or expired token: 400 page, nothing changed. A POST with neither field: 400
+  page naming the field, nothing changed. A recipient deleted since: 404 page.
+"""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_http_methods
+
+from notifications import metrics
+from preferences.models import Recipient, Unsubscribe
+from preferences.unsubscribe import BadToken, UnsubscribeToken, read_token, unsubscribe
+
+TEMPLATE = "unsubscribe/page.html"
+#: The page button's form field and value (the one-click field is ``List-Unsubscribe``).
+CONFIRM_FIELD, CONFIRM_VALUE = "confirm", "unsubscribe"
+
+
+def _page(request: HttpRequest, state: str, status: int, link: UnsubscribeToken | None = None,
+          message: str = "") -> HttpResponse:
+    response = render(request, TEMPLATE, {"state": state, "link": link, "message": message,
+                                          "confirm_field": CONFIRM_FIELD, "confirm_value": CONFIRM_VALUE},
+                      status=status)
+    response["Cache-Control"] = "no-store"
+    response["Referrer-Policy"] = "no-referrer"  # the token is in the URL
+    response["X-Robots-Tag"] = "noindex"
+    return response
+
+
+@csrf_exempt
+@require_http_methods(["GET", "POST"])
+def unsubscribe_view(request: HttpRequest, token: str) -> HttpResponse:
+    """The link's page (GET) or its opt-out (POST); see the module docstring for the answers."""
+    try:
+        link = read_token(token)
+    except BadToken as exc:
+        return _page(request, "invalid", 400, message=str(exc))
+    if request.method == "GET":
+        return _page(request, "confirm", 200, link)
+    if request.POST.get("List-Unsubscribe") == "One-Click":
+        source = Unsubscribe.Source.ONE_CLICK
+    elif request.POST.get(CONFIRM_FIELD) == CONFIRM_VALUE:
+        source = Unsubscribe.Source.PAGE
+    else:
+        return _page(request, "invalid", 400, link, "List-Unsubscribe: the form field must be One-Click "
+                                                    "(RFC 8058), or use the button on this page")
+    try:
+        made = unsubscribe(link, source.value)
+    except Recipient.DoesNotExist:
+        return _page(request, "invalid", 404, message="this link's recipient no longer exists")
+    if made:
+        metrics.unsubscribed(link.category, source.value)
+    return _page(request, "done", 200, link)

@@ -1,0 +1,95 @@
+"""One-click unsubscribe (RFC 8058): the signed token an email's ``List-Unsubscribe`` link carries,
+and the opt-out it makes (docs/TYPES.md, "Unsubscribe").
+
+The token is Django's ``signing.dumps`` (HMAC-SHA256 over the project's ``SECRET_KEY`` with
+:data:`SALT`, a timestamp, compressed JSON): verifying it needs no database lookup. It names the
+recipient, the category and the channel, and for attribution the campaign or notification the email
+was. :func:`read_token` refuses any token older than :data:`MAX_AGE` (60 days) or not signed by us.
+
+:func:`unsubscribe` adds the channel to the recipient's ``category_opt_outs`` (the one opt-out the
+send path reads) and writes an :class:`~preferences.models.Unsubscribe` row saying how, under a lock
+of the recipient's preferences row: a second click of the same link changes nothing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.core import signing
+from django.db import transaction
+
+from core import clock
+from preferences.models import Recipient, Unsubscribe
+from preferences.services import opt_out
+
+SALT = "preferences.unsubscribe"
+#: How long a link works (Gmail and Yahoo want it to work for at least 30 days after sending).
+MAX_AGE = timedelta(days=60)
+
+
+class BadToken(ValueError):
+    """The token is not one of ours (forged, tampered with, malformed) or older than MAX_AGE."""
+
+
+@dataclass(frozen=True)
+class UnsubscribeToken:
+    """What a link says: ``user_id``, ``category``, ``channel`` (``email``), and the email it came in
+    (``campaign_id`` for a campaign's, ``notification_id`` for every one; ``None`` when unknown)."""
+
+    user_id: str
+    category: str
+    channel: str = "email"
+    campaign_id: uuid.UUID | None = None
+    notification_id: uuid.UUID | None = None
+
+
+def make_token(link: UnsubscribeToken) -> str:
+    """The URL-safe signed token of ``link`` (``[A-Za-z0-9_-.:]``, about 120–400 characters)."""
+    payload = {"u": link.user_id, "c": link.category, "ch": link.channel}
+    if link.campaign_id is not None:
+        payload["k"] = str(link.campaign_id)
+    if link.notification_id is not None:
+        payload["n"] = str(link.notification_id)
+    return signing.dumps(payload, salt=SALT, compress=True)
+
+
+def read_token(token: str) -> UnsubscribeToken:
+    """The link ``token`` stands for.
+
+    Raises:
+        BadToken: the signature does not match (forged, any character changed), the token is
+            malformed, or it was signed more than :data:`MAX_AGE` ago.
+    """
+    try:
+        payload = signing.loads(token, salt=SALT, max_age=MAX_AGE)
+    except signing.SignatureExpired as exc:
+        raise BadToken("this link has expired (links work for 60 days)") from exc
+    except (signing.BadSignature, ValueError, UnicodeError) as exc:
+        raise BadToken("this link is not valid") from exc
+    try:
+        return UnsubscribeToken(
+            user_id=str(payload["u"]), category=str(payload["c"]), channel=str(payload["ch"]),
+            campaign_id=uuid.UUID(payload["k"]) if payload.get("k") else None,
+            notification_id=uuid.UUID(payload["n"]) if payload.get("n") else None)
+    except (KeyError, TypeError, ValueError) as exc:  # signed by us, but not an unsubscribe payload
+        raise BadToken("this link is not valid") from exc
+
+
+def unsubscribe(link: UnsubscribeToken, source: str) -> bool:
+    """Opt the link's recipient out of its category on its channel; ``source`` is an
+    :class:`Unsubscribe.Source` value. True when this call made the opt-out (one ``Unsubscribe``
+    row written), False when the recipient was already opted out (nothing written).
+
+    Raises:
+        Recipient.DoesNotExist: no recipient ``link.user_id`` (deleted since the email was sent).
+    """
+    with transaction.atomic():
+        recipient = Recipient.objects.get(pk=link.user_id)
+        if not opt_out(recipient, channel=link.channel, category=link.category):
+            return False
+        Unsubscribe.objects.create(recipient=recipient, category=link.category, channel=link.channel,
+                                   source=source, campaign_id=link.campaign_id,
+                                   notification_id=link.notification_id, at=clock.now())
+    return True
