@@ -259,7 +259,9 @@ class Stack:
 
     # --- emulator ------------------------------------------------------------------------------
     def messages(self, **filters) -> list[dict]:
-        r = requests.get(f"{self.emulator}/_emulator/messages", params=filters, timeout=5)
+        # Listing 15,000 messages is a few MB of JSON from one asyncio process: under a busy machine
+        # it took over 5 s (a flaky e2e read timeout); the list is bounded, so a longer wait is safe.
+        r = requests.get(f"{self.emulator}/_emulator/messages", params=filters, timeout=(5, 60))
         r.raise_for_status()
         return r.json()
 
