@@ -295,6 +295,7 @@ class RecipientNotificationInline(ReadOnly, admin.TabularInline):
 # with their per-channel outcomes: admin_events.py; notification types with their templates, matrix
 # and preview: admin_types.py.
 from notifications.admin_clients import APIClientAdmin  # noqa: E402,F401 - registers them
+from notifications.admin_digests import DigestAdmin  # noqa: E402,F401 - registers it
 from notifications.admin_events import EventAdmin, RecipientEventInline  # noqa: E402,F401 - registers it
 from notifications.admin_types import NotificationTypeAdmin  # noqa: E402,F401 - registers it
 

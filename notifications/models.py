@@ -140,6 +140,10 @@ class Notification(models.Model):
                               related_name="notifications", db_index=False)
     notification_type = models.ForeignKey("notifications.NotificationType", on_delete=models.PROTECT, null=True,
                                           blank=True, related_name="notifications", db_index=False)
+    # A digest's notification (docs/TYPES.md, "Digests"): rendered from its items; no index (its ids
+    # are derived from the digest: uuid5(digest, channel)).
+    digest = models.ForeignKey("notifications.Digest", on_delete=models.PROTECT, null=True, blank=True,
+                               related_name="notifications", db_index=False)
     fallback_after = models.UUIDField(null=True, blank=True,
                                       help_text="Fallback routing: the notification of the channel before this "
                                                 "one; this one waits until that one cannot reach the recipient.")
@@ -357,6 +361,8 @@ class APIAuditEntry(models.Model):
 # Notification types and events (docs/TYPES.md) live in their own module; imported here so Django
 # registers them with this app.
 from notifications.events.models import (  # noqa: E402
+    Digest,
+    DigestItem,
     Event,
     NotificationType,
     QuietHoursPolicy,
@@ -364,6 +370,6 @@ from notifications.events.models import (  # noqa: E402
     TypeTemplate,
 )
 
-__all__ = ["APIAuditEntry", "APIClient", "DeadLetter", "DeliveryAttempt", "DeliveryEvent", "Event", "Notification",
-           "NotificationType", "Priority", "QuietHoursPolicy", "Reason", "Routing", "Status", "TimelineEntry",
-           "TypeTemplate"]
+__all__ = ["APIAuditEntry", "APIClient", "DeadLetter", "DeliveryAttempt", "DeliveryEvent", "Digest", "DigestItem",
+           "Event", "Notification", "NotificationType", "Priority", "QuietHoursPolicy", "Reason", "Routing", "Status",
+           "TimelineEntry", "TypeTemplate"]
