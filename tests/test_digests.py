@@ -318,3 +318,33 @@ def test_a_digest_is_sent_once_with_the_count_and_the_types_collapse_key(provide
     assert message["details"]["message"]["apns"]["headers"]["apns-collapse-id"] == "post-p7"
     assert message["details"]["message"]["android"]["collapse_key"] == "post-p7"
     assert Notification.objects.get(pk=n.pk).status == "sent"
+
+
+# --- the admin ---------------------------------------------------------------------------------------------------
+
+def test_support_reads_a_digest_in_the_admin_list_and_on_its_events_page(client, at):
+    from django.contrib.auth.models import Group, User
+    from django.urls import reverse
+
+    kind, r = likes_type(), a_user()
+    first = accept(client, kind, r, {"post_id": "p3", "actor": "a"})
+    accept(client, kind, r, {"post_id": "p3", "actor": "b"})
+    (digest,) = Digest.objects.filter(recipient=r)
+    support = User.objects.create_user(f"s-{uuid.uuid4().hex[:6]}", password="pw", is_staff=True)
+    support.groups.add(Group.objects.get(name="support"))
+    web = Client()
+    web.force_login(support)
+
+    listing = web.get(reverse("admin:notifications_digest_changelist"), {"q": r.pk})
+    html = listing.content.decode()
+    assert listing.status_code == 200 and str(digest.pk) in html and "p3" in html and ">open<" in html
+    assert "its notifications are made when its window ends" in html
+    at[0] = T0 + timedelta(seconds=WINDOW)
+    digests.close_due()
+    page = web.get(reverse("admin:notifications_event_change", args=[first.event.pk])).content.decode()
+    assert reverse("admin:notifications_digest_change", args=[digest.pk]) in page
+    assert "[p3] closed, 2 item(s)" in page and '">push</a>: <b>scheduled</b>' in page
+    detail = web.get(reverse("admin:notifications_digest_change", args=[digest.pk]))
+    assert detail.status_code == 200 and str(first.event.pk) in detail.content.decode()
+    assert web.post(reverse("admin:notifications_digest_change", args=[digest.pk]), {}).status_code == 403
+    assert web.get(reverse("admin:notifications_digest_add")).status_code == 403
