@@ -348,3 +348,22 @@ def test_support_reads_a_digest_in_the_admin_list_and_on_its_events_page(client,
     assert detail.status_code == 200 and str(first.event.pk) in detail.content.decode()
     assert web.post(reverse("admin:notifications_digest_change", args=[digest.pk]), {}).status_code == 403
     assert web.get(reverse("admin:notifications_digest_add")).status_code == 403
+
+
+def test_the_admin_type_form_saves_a_digest_and_refuses_a_bad_one_in_the_apis_words(admin_client):
+    from django.urls import reverse
+
+    from tests.test_admin_types import form_post
+
+    body = type_body()
+    add = reverse("admin:notifications_notificationtype_add")
+    bad = admin_client.post(add, {**form_post("likes_adm", body), "digest": '{"window_seconds": 30}'})
+    assert bad.status_code == 200
+    assert bad.context["adminform"].form.errors["digest"] == [
+        "window_seconds: Ensure this value is greater than or equal to 60."]
+    assert not NotificationType.objects.filter(pk="likes_adm").exists()
+
+    good = admin_client.post(add, {**form_post("likes_adm", body), "digest": json.dumps(body["digest"])})
+    assert good.status_code == 302, good.context["adminform"].form.errors if good.context else good
+    assert NotificationType.objects.get(pk="likes_adm").digest == {"window_seconds": 600,
+                                                                   "key": "{{ data.post_id }}"}
