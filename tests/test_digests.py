@@ -323,8 +323,15 @@ def test_a_digest_is_sent_once_with_the_count_and_the_types_collapse_key(provide
 # --- the admin ---------------------------------------------------------------------------------------------------
 
 def test_support_reads_a_digest_in_the_admin_list_and_on_its_events_page(client, at):
+    import importlib
+
+    from django.apps import apps
     from django.contrib.auth.models import Group, User
     from django.urls import reverse
+
+    from campaigns import roles
+
+    importlib.import_module(roles.MIGRATION).sync(apps, "default")  # the groups (a transactional test flushes)
 
     kind, r = likes_type(), a_user()
     first = accept(client, kind, r, {"post_id": "p3", "actor": "a"})
