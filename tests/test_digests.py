@@ -147,8 +147,12 @@ def test_an_event_after_the_window_closes_the_old_digest_and_opens_a_new_one(cli
 
 def test_an_empty_key_is_one_digest_per_user_and_type_and_users_never_share_one(client, at):
     kind, r1, r2 = likes_type(digest_key=""), a_user(), a_user()
-    services.accept_event(client=client, idempotency_key="k1", fingerprint="f", kind=kind, recipients=[r2, r1],
-                          data={"post_id": "A", "actor": "a"})
+    first = services.accept_event(client=client, idempotency_key="k1", fingerprint="f", kind=kind,
+                                  recipients=[r2, r1], data={"post_id": "A", "actor": "a"})
+    replay = services.accept_event(client=client, idempotency_key="k1", fingerprint="f", kind=kind,
+                                   recipients=[r2, r1], data={"post_id": "A", "actor": "a"})
+    assert replay.replayed and [d.recipient_id for d in replay.digests] == [r2.pk, r1.pk]
+    assert [d.pk for d in replay.digests] == [d.pk for d in first.digests]
     accept(client, kind, r1, {"post_id": "B", "actor": "b"})
     (d1,), (d2,) = Digest.objects.filter(recipient=r1), Digest.objects.filter(recipient=r2)
     assert (d1.key, items_of(d1), items_of(d2)) == ("", ["a", "b"], ["a"])
@@ -251,7 +255,12 @@ def test_the_api_defines_a_digest_type_and_an_event_says_which_digest_it_went_in
                                                     "data": {"post_id": "p9", "actor": "Ada"}}),
                      content_type="application/json", headers={"Idempotency-Key": "like-1"})
     assert post.status_code == 202, post.content
+    again = http.post("/v1/events", data=json.dumps({"type": "likes_api", "user_id": r.pk,
+                                                     "data": {"post_id": "p9", "actor": "Ada"}}),
+                      content_type="application/json", headers={"Idempotency-Key": "like-1"})
+    assert (again.json(), again.headers["Idempotent-Replayed"]) == (post.json(), "true")
     (digest,) = Digest.objects.filter(recipient=r)
+    assert DigestItem.objects.filter(digest=digest).count() == 1
     assert post.json()["notifications"] == []
     assert post.json()["digests"] == [{"id": str(digest.pk), "user_id": r.pk, "key": "p9",
                                        "closes_at": "2026-03-02T12:10:00Z"}]

@@ -228,8 +228,9 @@ def accept_event(*, client: APIClient, idempotency_key: str | None, fingerprint:
             raise
         if existing.request_fingerprint != fingerprint:
             raise IdempotencyKeyReused() from None
+        into = digests.digests_of(existing)
         return AcceptedEvent(existing, notifications_of(existing), replayed=True,
-                             digests=list(digests.digests_of(existing).values()))
+                             digests=[into[u] for u in existing.user_ids if u in into])
     return AcceptedEvent(event, rows, replayed=False, digests=into)
 
 
