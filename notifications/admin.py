@@ -296,6 +296,7 @@ class RecipientNotificationInline(ReadOnly, admin.TabularInline):
 # and preview: admin_types.py; abuse limits at acceptance: acceptance/admin.py.
 from notifications.acceptance.admin import AcceptanceLimitAdmin  # noqa: E402,F401 - registers it
 from notifications.admin_clients import APIClientAdmin  # noqa: E402,F401 - registers them
+from notifications.admin_digests import DigestAdmin  # noqa: E402,F401 - registers it
 from notifications.admin_events import EventAdmin, RecipientEventInline  # noqa: E402,F401 - registers it
 from notifications.admin_types import NotificationTypeAdmin  # noqa: E402,F401 - registers it
 

@@ -80,7 +80,7 @@ def outcomes(rows: list[Notification], orders: dict) -> dict[tuple, list[Channel
     return grouped
 
 
-def _outcome_list(found: list[ChannelOutcome], link: bool):
+def outcome_list(found: list[ChannelOutcome], link: bool):
     if not found:
         return "—"
     return format_html_join("", "<div>{}</div>", ((o.html(link),) for o in found))
@@ -100,7 +100,7 @@ class EventAdmin(ReadOnly, ContentLookupGuard, admin.ModelAdmin):
     paginator = EstimatedCountPaginator
     change_form_template = "admin/notifications/event/change_form.html"
     fields = ["id", "type_link", "client_name", "idempotency_key", "created", "scheduled", "cancelled",
-              "channels_shown", "routing", "ttl_seconds", "collapse_key", "data_shown", "users"]
+              "channels_shown", "routing", "ttl_seconds", "collapse_key", "data_shown", "users", "digests_shown"]
     readonly_fields = fields
     created = instant_display("created_at", "Created")
     scheduled = instant_display("scheduled_at", "Scheduled")
@@ -140,6 +140,12 @@ class EventAdmin(ReadOnly, ContentLookupGuard, admin.ModelAdmin):
         more = f" … (+{len(obj.user_ids) - 3})" if len(obj.user_ids) > 3 else ""
         return f"{len(obj.user_ids)}: {shown}{more}"
 
+    @admin.display(description="Digests (a digest type's event: what it went into, per user)")
+    def digests_shown(self, obj):
+        from notifications.admin_digests import event_digests  # it imports this module's helpers
+
+        return event_digests(obj, link=True)
+
     def change_view(self, request, object_id, form_url="", extra_context=None):
         event = self.get_object(request, unquote(object_id))
         extra = {}
@@ -157,7 +163,7 @@ class EventAdmin(ReadOnly, ContentLookupGuard, admin.ModelAdmin):
         link = request.user.has_perm("notifications.view_notification")
         return {"users_page": page, "user_outcomes": [
             (user, reverse("admin:preferences_recipient_change", args=[quote(user)]),
-             _outcome_list(found.get((event.pk, user), []), link)) for user in users]}
+             outcome_list(found.get((event.pk, user), []), link)) for user in users]}
 
 
 # --- support: a recipient's events (an inline of the Recipient page) ---------------------------------
@@ -246,4 +252,4 @@ class RecipientEventInline(ReadOnly, admin.TabularInline):
 
     @admin.display(description="Per channel")
     def channel_outcomes(self, obj):
-        return _outcome_list(getattr(obj, "outcomes", []), link=True)
+        return outcome_list(getattr(obj, "outcomes", []), link=True)

@@ -171,13 +171,15 @@ def error_paths(detail, path: tuple[str, ...] = ()):
 
 
 def _place_on_type_form(form: forms.Form, parts: list[str], message: str, fields: dict, refused: set) -> None:
-    """Put a type-level problem (path ``channels``, ``channels.1``, ``required_data.0``) on its field
-    of ``form`` (unless Django refused that field already: ``refused``); an item's problem names the
-    item."""
+    """Put a type-level problem (path ``channels``, ``channels.1``, ``required_data.0``,
+    ``digest.key``) on its field of ``form`` (unless Django refused that field already: ``refused``);
+    an item's problem names the item, an object's the key."""
     name = parts[0]
     if len(parts) > 1 and isinstance(fields.get(name), list) and parts[1].isdigit():
         index = int(parts[1])
         message = f"{fields[name][index]!r} (item {index + 1}): {message}"
+    elif len(parts) > 1 and name in form.fields:  # a key of an object field (digest.window_seconds)
+        message = f"{'.'.join(parts[1:])}: {message}"
     field = name if name in form.fields else None
     if field is None:
         message = f"{'.'.join(parts)}: {message}"

@@ -127,6 +127,12 @@ class NotificationTypeAdmin(ContentLookupGuard, admin.ModelAdmin):
                                     "{{ locale }}, {{ timezone }}, their attributes such as {{ first_name }}) and "
                                     "the event's data ({{ data.tracking_url }}); rendered when each notification "
                                     "is sent, so a saved fix applies to those still queued."}),
+        ("Digest (empty: every event is sent on its own)", {
+            "fields": ["digest"],
+            "description": 'A JSON object, e.g. {"window_seconds": 600, "key": "{{ data.post_id }}"}: a user\'s '
+                           "events of one key within the window (60 to 86,400 s from the first) are sent as one "
+                           "notification when it ends; templates then see {{ items }} (the events' data in "
+                           "order), {{ count }}, {{ first }} and {{ last }}."}),
         ("Senders (empty: the provider's defaults)", {"fields": ["sms_from", "email_from", "email_reply_to"]}),
         ("Owner and history", {"fields": ["owner", "created_at", "updated_at", "events_link"]}),
     ]

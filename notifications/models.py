@@ -140,6 +140,10 @@ class Notification(models.Model):
                               related_name="notifications", db_index=False)
     notification_type = models.ForeignKey("notifications.NotificationType", on_delete=models.PROTECT, null=True,
                                           blank=True, related_name="notifications", db_index=False)
+    # A digest's notification (docs/TYPES.md, "Digests"): rendered from its items; no index (its ids
+    # are derived from the digest: uuid5(digest, channel)).
+    digest = models.ForeignKey("notifications.Digest", on_delete=models.PROTECT, null=True, blank=True,
+                               related_name="notifications", db_index=False)
     fallback_after = models.UUIDField(null=True, blank=True,
                                       help_text="Fallback routing: the notification of the channel before this "
                                                 "one; this one waits until that one cannot reach the recipient.")
@@ -358,6 +362,8 @@ class APIAuditEntry(models.Model):
 # (docs/POLICIES.md), live in their own modules; imported here so Django registers them with this app.
 from notifications.acceptance.models import AcceptanceLimit  # noqa: E402
 from notifications.events.models import (  # noqa: E402
+    Digest,
+    DigestItem,
     Event,
     NotificationType,
     QuietHoursPolicy,
@@ -365,7 +371,6 @@ from notifications.events.models import (  # noqa: E402
     TypeTemplate,
 )
 
-__all__ = ["APIAuditEntry", "APIClient", "AcceptanceLimit", "DeadLetter", "DeliveryAttempt", "DeliveryEvent", "Event",
-           "Notification", "NotificationType", "Priority", "QuietHoursPolicy", "Reason", "Routing", "Status",
-           "TimelineEntry",
-           "TypeTemplate"]
+__all__ = ["APIAuditEntry", "APIClient", "AcceptanceLimit", "DeadLetter", "DeliveryAttempt", "DeliveryEvent", "Digest",
+           "DigestItem", "Event", "Notification", "NotificationType", "Priority", "QuietHoursPolicy", "Reason", "Routing",
+           "Status", "TimelineEntry", "TypeTemplate"]

@@ -1,9 +1,9 @@
 """The scheduler and the reconciler: together they make the broker disposable (docs/ARCHITECTURE.md §6).
 
-* :func:`release_due` (beat, every second) moves due ``scheduled`` rows to ``queued`` with
-  ``FOR UPDATE SKIP LOCKED`` and enqueues them after commit. Two schedulers running at once (an
-  operator mistake) release each row once: a row is locked by one of them and skipped by the other,
-  and the UPDATE only moves rows still ``scheduled``.
+* :func:`release_due` (beat, every second) closes the digests whose window has ended, then moves
+  due ``scheduled`` rows to ``queued`` with ``FOR UPDATE SKIP LOCKED`` and enqueues them after
+  commit. Two schedulers running at once (an operator mistake) release each row once: a row is
+  locked by one of them and skipped by the other, and the UPDATE only moves rows still ``scheduled``.
 * :func:`reconcile` (beat, every few seconds) re-drives rows whose worker died (``sending`` with an
   expired lease) and rows whose broker message was lost (``queued`` for longer than
   ``QUEUED_STALE_SECONDS`` while their queue is empty in the broker: Redis flushed or restarted).
@@ -34,7 +34,7 @@ from core.queues import SEND_QUEUES, queue_for
 from core.redis_client import client_for
 from notifications import metrics
 from notifications.enqueue import enqueue_on_commit
-from notifications.events import fallback
+from notifications.events import digests, fallback
 from notifications.models import DeliveryEvent
 
 log = logging.getLogger(__name__)
@@ -109,8 +109,11 @@ def _move(sql: str, params: dict, event_kind: str, status: str, detail: str) -> 
 
 
 def release_due(max_batches: int = 20) -> int:
-    """Release due scheduled rows, up to ``max_batches`` × ``RELEASE_BATCH_SIZE``. Returns the count."""
+    """Close the digests whose window has ended (:func:`notifications.events.digests.close_due`: their
+    rows are inserted due now), then release due scheduled rows, up to ``max_batches`` ×
+    ``RELEASE_BATCH_SIZE``. Returns the count released."""
     limit = settings.NOTIFY["RELEASE_BATCH_SIZE"]
+    digests.close_due()
     total = 0
     for _ in range(max_batches):
         n = _move(_RELEASE_SQL, {"now": clock.now(), "limit": limit}, "released", "queued", "")

@@ -146,7 +146,7 @@ def test_admin_index_shows_each_role_its_pages(client, marketer, supporter, desi
     assert admin_models(as_user(client, marketer)) == {"Segment", "SegmentMember", "Template", "Campaign",
                                                        "Recipient"}
     assert admin_models(as_user(client, supporter)) == {"Recipient", "Device", "Notification", "DeadLetter",
-                                                        "APIAuditEntry", "Event", "NotificationType"}
+                                                        "APIAuditEntry", "Event", "Digest", "NotificationType"}
     assert admin_models(as_user(client, designer)) == {"NotificationType", "Recipient"}
 
 

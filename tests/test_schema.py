@@ -77,7 +77,8 @@ def test_request_bodies_are_as_strict_as_the_code(schema):
     the user id of every path have their patterns; equal quiet-hours bounds are documented."""
     components = schema["components"]["schemas"]
     requests = sorted(name for name in components if name.endswith("Request"))
-    assert requests == ["CampaignRequestRequest", "ContentRequest", "DeviceRequest", "EventRequestRequest",
+    assert requests == ["CampaignRequestRequest", "ContentRequest", "DeviceRequest", "DigestRequest",
+                        "EventRequestRequest",
                         "LocalTimeRequest", "MembersRequest", "NotificationTypeRequest", "PreferencesRequest",
                         "QuietHoursRequest", "RecipientRequest", "SegmentRequest", "SendRequestRequest",
                         "TemplateRequest", "TypeTemplateRequest", "VariantRequest"]

@@ -3,6 +3,7 @@ platform decides channels, content and timing from the event's type (docs/TYPES.
 
 from __future__ import annotations
 
+from django.db.models import Count, Q
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
@@ -30,7 +31,8 @@ from notifications.api.views import (
 )
 from notifications.content_limits import MAX_TTL_SECONDS
 from notifications.events import services
-from notifications.events.models import Event
+from notifications.events.digests import digests_of
+from notifications.events.models import DigestItem, Event
 from notifications.models import Notification, Status
 from notifications.services import request_fingerprint
 from preferences.models import Recipient
@@ -101,16 +103,32 @@ class EventNotificationSerializer(serializers.Serializer):
     reason = serializers.CharField(help_text="`fallback_waiting` for a channel that waits for the one before it.")
 
 
+class EventDigestSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    user_id = serializers.CharField()
+    key = serializers.CharField(help_text="The rendered digest key (`\"\"`: one digest per user and type).")
+    closes_at = serializers.DateTimeField(help_text="When the window ends and its notifications are made (UTC).")
+
+
 class EventAcceptedSerializer(serializers.Serializer):
     id = serializers.UUIDField()
     type = serializers.CharField()
-    notifications = EventNotificationSerializer(many=True)
+    notifications = EventNotificationSerializer(many=True, help_text="Empty for a digest type's event (see "
+                                                                     "`digests`).")
+    digests = EventDigestSerializer(many=True, help_text="A digest type's event: the open digest it joined, per "
+                                                         "user; empty otherwise.")
 
 
-def accepted_body(event: Event, rows: list[Notification]) -> dict:
+def accepted_body(event: Event, rows: list[Notification], digests=()) -> dict:
     return {"id": str(event.pk), "type": event.type_id, "notifications": [
         {"id": str(n.pk), "user_id": n.recipient_id, "channel": n.channel, "status": n.accepted_status,
-         "reason": "fallback_waiting" if n.fallback_after else ""} for n in rows]}
+         "reason": "fallback_waiting" if n.fallback_after else ""} for n in rows],
+        "digests": [{"id": str(d.pk), "user_id": d.recipient_id, "key": d.key, "closes_at": _ISO(d.closes_at)}
+                    for d in digests]}
+
+
+#: How every answer writes an instant (DRF's: UTC with "Z"; None stays None).
+_ISO = serializers.DateTimeField().to_representation
 
 
 class EventListView(APIView):
@@ -136,6 +154,12 @@ class EventListView(APIView):
         data = ser.validated_data
         kind = type_for(request, data["type"])
         errors = data_errors(kind, data["data"])
+        if kind.digest:
+            for name in ("scheduled_at", "ttl_seconds", "collapse_key"):
+                if data[name]:
+                    errors[name] = serializers.ErrorDetail(
+                        f"type {kind.key} is a digest: its notifications are made when the digest's window closes, "
+                        "with the type's TTL and collapse key", code="digest_type")
         for channel in kind.channels:
             for detail in channel_available_errors(channel).values():
                 errors["type"] = detail
@@ -151,9 +175,12 @@ class EventListView(APIView):
                                            collapse_key=data["collapse_key"])
         except services.IdempotencyKeyReused:
             return key_reused()
+        except services.DigestKeyFailed as exc:
+            raise serializers.ValidationError({"data": serializers.ErrorDetail(
+                f"the type's digest key could not be rendered with this data: {exc}", code="digest_key")}) from None
         audit_notes.note_fields(request, [k for k in request.data if k in EventRequestSerializer().fields])
-        return accepted(accepted_body(result.event, result.notifications), f"/v1/events/{result.event.pk}",
-                        result.replayed)
+        return accepted(accepted_body(result.event, result.notifications, result.digests),
+                        f"/v1/events/{result.event.pk}", result.replayed)
 
 
 class EventNotificationDetailSerializer(serializers.Serializer):
@@ -167,8 +194,21 @@ class EventNotificationDetailSerializer(serializers.Serializer):
     timeline = TimelineSerializer(many=True)
 
 
+class EventDigestDetailSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    key = serializers.CharField()
+    state = serializers.ChoiceField(choices=["open", "closed"])
+    opened_at = serializers.DateTimeField()
+    closes_at = serializers.DateTimeField()
+    closed_at = serializers.DateTimeField(allow_null=True)
+    items = serializers.IntegerField(help_text="How many events it holds (so far, while open).")
+
+
 class EventRecipientSerializer(serializers.Serializer):
     user_id = serializers.CharField()
+    digest = EventDigestDetailSerializer(allow_null=True, help_text="A digest type's event: the digest it went "
+                                                                    "into; `notifications` are the digest's (made "
+                                                                    "when it closes; none while it is open).")
     outcome = serializers.ChoiceField(choices=["reached", "pending", "not_reached"],
                                       help_text="`reached`: a channel sent it; `pending`: not decided yet; "
                                                 "`not_reached`: every channel ended without sending (see reasons).")
@@ -200,17 +240,26 @@ def outcome_of(rows: list[Notification]) -> str:
 
 
 def event_body(event: Event) -> dict:
-    rows = (Notification.objects.filter(event=event).defer("title", "body", "html", "data")
-            .prefetch_related("timeline"))
+    into = digests_of(event)
+    ids = [pk for d in into.values() for pk in d.notification_ids()]
+    rows = (Notification.objects.filter(Q(event=event) | Q(pk__in=ids) if ids else Q(event=event))
+            .defer("title", "body", "html", "data").prefetch_related("timeline"))
     by_user: dict[str, list] = {u: [] for u in event.user_ids}
     order = {c: i for i, c in enumerate(event.channels)}
     for n in rows:
         by_user.setdefault(n.recipient_id, []).append(n)
-    iso = serializers.DateTimeField().to_representation  # DRF's, as every answer: UTC with "Z"; None stays None
+    iso = _ISO
+    counts = dict(DigestItem.objects.filter(digest__in=list(into.values())).values("digest")
+                  .annotate(n=Count("id")).values_list("digest", "n")) if into else {}
     recipients = []
     for user, notes in by_user.items():
         notes.sort(key=lambda n: order.get(n.channel, 9))
-        recipients.append({"user_id": user, "outcome": outcome_of(notes), "notifications": [
+        digest = into.get(user)
+        recipients.append({"user_id": user, "outcome": "pending" if digest and not digest.closed_at else
+                           outcome_of(notes), "digest": None if digest is None else {
+            "id": str(digest.pk), "key": digest.key, "state": digest.state, "opened_at": iso(digest.opened_at),
+            "closes_at": iso(digest.closes_at), "closed_at": iso(digest.closed_at),
+            "items": counts.get(digest.pk, 0)}, "notifications": [
             {"id": str(n.pk), "channel": n.channel, "status": n.status, "reason": n.reason,
              "reason_detail": n.reason_detail, "sent_at": iso(n.sent_at), "delivered_at": iso(n.delivered_at),
              "timeline": TimelineSerializer(n.timeline.all(), many=True).data} for n in notes]})

@@ -17,6 +17,7 @@ from core.api.scopes import Scope
 from core.vocabulary import CATEGORY_PATTERN, TEMPLATE_LOCALE_PATTERN
 from notifications.content_limits import MAX_TTL_SECONDS
 from notifications.events import services
+from notifications.events.digests import MAX_WINDOW_SECONDS, MIN_WINDOW_SECONDS
 from notifications.events.models import NotificationType, QuietHoursPolicy, Routing
 from notifications.events.validation import DATA_NAME, type_problems
 from notifications.models import Priority
@@ -40,6 +41,17 @@ class TypeTemplateSerializer(RejectUnknownFields, serializers.Serializer):
                                  trim_whitespace=False, help_text="Email only; variables are HTML-escaped.")
     data = serializers.DictField(child=serializers.CharField(allow_blank=True, max_length=4096, trim_whitespace=False),
                                  required=False, default=dict, help_text="Push only: `{key: template}`.")
+
+
+class DigestSerializer(RejectUnknownFields, serializers.Serializer):
+    """A type's digest (docs/TYPES.md, "Digests")."""
+
+    window_seconds = serializers.IntegerField(
+        min_value=MIN_WINDOW_SECONDS, max_value=MAX_WINDOW_SECONDS,
+        help_text=f"Seconds from a digest's first event until it is sent ({MIN_WINDOW_SECONDS}..{MAX_WINDOW_SECONDS}).")
+    key = serializers.CharField(required=False, allow_blank=True, default="", max_length=255, trim_whitespace=False,
+                                help_text="Template over the event's data (`{{ data.post_id }}`): events of one key "
+                                          "share a digest; empty: one digest per user and type.")
 
 
 class NotificationTypeSerializer(RejectUnknownFields, serializers.Serializer):
@@ -76,6 +88,9 @@ class NotificationTypeSerializer(RejectUnknownFields, serializers.Serializer):
     default_locale = serializers.RegexField(TEMPLATE_LOCALE_PATTERN.pattern, required=False, default="en",
                                             max_length=35,
                                             error_messages={"invalid": "a BCP 47 tag like 'en' or 'de-AT'"})
+    digest = DigestSerializer(required=False, allow_null=True, default=None,
+                              help_text="Batch its events: one notification per user, key and window, rendered with "
+                                        "`items`, `count`, `first`, `last`. Null: every event is sent on its own.")
     templates = TypeTemplateSerializer(many=True, help_text="Per channel and locale; every channel needs one.")
     owner = serializers.CharField(read_only=True, allow_null=True,
                                   help_text="The API client that defined it; null: defined in the admin.")
@@ -83,6 +98,8 @@ class NotificationTypeSerializer(RejectUnknownFields, serializers.Serializer):
     updated_at = serializers.DateTimeField(read_only=True)
 
     def validate(self, attrs):
+        if attrs.get("digest") is not None:
+            attrs["digest"] = dict(attrs["digest"])  # stored as JSON
         problems = type_problems(attrs, attrs.get("templates") or [])
         if problems:
             raise serializers.ValidationError({path: serializers.ErrorDetail(p.message, code=p.code)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from core.identifiers import control_character_problem
 from notifications.content_limits import rendered_problem
+from notifications.events.digests import items_data
 from notifications.events.models import Event, NotificationType
 from notifications.models import Notification
 from notifications.rendering import RenderError, context_for, pick_variant, render_parts
@@ -42,6 +43,7 @@ class TypeContent:
         self._types: dict[str, NotificationType] = {}
         self._templates: dict[tuple[str, str], list] = {}
         self._events: dict = {}
+        self._items: dict = {}
 
     def prime(self, rows: list[Notification]) -> None:
         """Load the types (with their templates) and events of ``rows`` not loaded yet."""
@@ -57,6 +59,9 @@ class TypeContent:
         events = {n.event_id for n in rows if n.event_id} - set(self._events)
         if events:
             self._events.update(Event.objects.only("id", "data", "collapse_key").in_bulk(list(events)))
+        digests = {n.digest_id for n in rows if n.digest_id} - set(self._items)
+        if digests:
+            self._items.update(items_data(digests))
 
     def type_of(self, n: Notification) -> NotificationType | None:
         if not n.notification_type_id:
@@ -72,6 +77,12 @@ class TypeContent:
         kind = self.type_of(n)
         if kind is None:
             raise RenderError(f"notification type {n.notification_type_id} no longer exists")
+        if n.digest_id:
+            if n.digest_id not in self._items:
+                self.prime([n])
+            items = self._items.get(n.digest_id) or []
+            return render_typed(n, kind, self._templates.get((kind.pk, n.channel), []), items[0] if items else {},
+                                extra=digest_context(items))
         if n.event_id not in self._events:
             self.prime([n])
         event = self._events.get(n.event_id)
@@ -79,13 +90,21 @@ class TypeContent:
                             event.data if event is not None else {}, event.collapse_key if event is not None else "")
 
 
+def digest_context(items: list[dict]) -> dict:
+    """What a digest's templates see beside ``data`` (its first item's data): ``items`` (the events'
+    data, in order of acceptance), ``count``, ``first`` and ``last``."""
+    return {"items": items, "count": len(items), "first": items[0] if items else {},
+            "last": items[-1] if items else {}}
+
+
 def render_typed(n: Notification, kind: NotificationType, templates: list, data: dict,
-                 collapse_key: str = "") -> SendOptions:
+                 collapse_key: str = "", extra: dict | None = None) -> SendOptions:
     """Render ``n`` (its channel, its recipient's locale) from ``templates`` (the type's templates of
     that channel) with ``data`` as ``{{ data.* }}``, into ``n``; the push collapse key is
     ``collapse_key`` when given, else the type's template rendered, else the notification id (one
     longer than APNs' 64 bytes, or holding a control character, is replaced by a hash of it). Used
-    by events and by campaigns that use a type's templates. Raises RenderError."""
+    by events and by campaigns that use a type's templates; ``extra``: more variables (a digest's,
+    :func:`digest_context`). Raises RenderError."""
     variant = pick_variant(templates, n.recipient.locale, kind.default_locale)
     if variant is None:
         raise RenderError(f"type {kind.key} has no {n.channel} template")
@@ -95,7 +114,7 @@ def render_typed(n: Notification, kind: NotificationType, templates: list, data:
     parts.update({f"data.{k}": v for k, v in (variant.data or {}).items()})
     if n.channel == "push" and kind.collapse_key and not collapse_key:
         parts["collapse_key"] = kind.collapse_key
-    out = render_parts(parts, context_for(n.recipient, data or {}))
+    out = render_parts(parts, {**context_for(n.recipient, data or {}), **(extra or {})})
     n.title, n.body, n.html = out["title"], out["body"], out["html"]
     n.data = {k[5:]: v for k, v in out.items() if k.startswith("data.")} or None
     collapse = collapse_key or out.get("collapse_key") or None
@@ -140,8 +159,8 @@ def preview(kind: NotificationType, recipient, data: dict) -> dict[str, ChannelP
                          category=kind.category, sensitive=kind.sensitive, notification_type=kind)
         templates = variants.get(channel, [])
         chosen = pick_variant(templates, recipient.locale, kind.default_locale)
-        try:
-            options = render_typed(n, kind, templates, data)
+        try:  # a digest type's preview: a digest of this one event
+            options = render_typed(n, kind, templates, data, extra=digest_context([data]) if kind.digest else None)
         except RenderError as exc:
             out[channel] = ChannelPreview(locale=chosen.locale if chosen else "", error=str(exc))
             continue

@@ -68,6 +68,10 @@ class NotificationType(models.Model):
     email_reply_to = models.CharField(max_length=254, blank=True, default="", help_text="Email Reply-To.")
     required_data = models.JSONField(default=list, blank=True,
                                      help_text='data keys an event must carry, e.g. ["tracking_url"].')
+    digest = models.JSONField(null=True, blank=True, default=None,
+                              help_text='Batch events into one notification per window: {"window_seconds": 600, '
+                                        '"key": "{{ data.post_id }}"} (empty key: one digest per user). '
+                                        "Empty: every event is sent on its own.")
     default_locale = models.CharField(max_length=35, default="en",
                                       help_text="Templates of this locale are used when none matches the "
                                                 "recipient's locale.")
@@ -148,3 +152,72 @@ class Event(models.Model):
 
     def __str__(self) -> str:
         return f"{self.type_id} {self.pk}"
+
+
+#: Namespace of a digest's notification ids: ``uuid5(NS, f"{digest_id}:{channel}")``.
+DIGEST_NOTIFICATION_NAMESPACE = uuid.UUID("5d1e2f3a-4b5c-4d6e-8f70-8192a3b4c5d6")
+
+
+class Digest(models.Model):
+    """The events of one digest type for one user and rendered ``key`` inside one window
+    (docs/TYPES.md, "Digests"), sent as ONE notification per channel when the window closes.
+
+    Opened by the first event (``opened_at``), closed at ``closes_at`` = ``opened_at`` +
+    ``window_seconds`` (UTC) by the scheduler or by the next event after it: at most one open digest
+    per (type, user, key) (partial unique index). ``channels`` and ``routing`` are the type's when it
+    opened. Its items are :class:`DigestItem` rows, in order of acceptance."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    type = models.ForeignKey(NotificationType, on_delete=models.PROTECT, related_name="digests", db_index=False)
+    recipient = models.ForeignKey("preferences.Recipient", on_delete=models.PROTECT, related_name="digests",
+                                  db_index=False)
+    key = models.CharField(max_length=255, blank=True, default="", help_text="The rendered digest key.")
+    window_seconds = models.PositiveIntegerField()
+    channels = models.JSONField(default=list)
+    routing = models.CharField(max_length=8, choices=Routing.choices, default=Routing.ALL)
+    opened_at = models.DateTimeField()
+    closes_at = models.DateTimeField()
+    closed_at = models.DateTimeField(null=True, blank=True)
+    item_count = models.PositiveIntegerField(default=0, help_text="Set when it closes.")
+
+    class Meta:
+        ordering = ["-opened_at"]
+        constraints = [models.UniqueConstraint(fields=["type", "recipient", "key"], name="digest_open_uniq",
+                                               condition=models.Q(closed_at__isnull=True))]
+        indexes = [models.Index(fields=["closes_at"], name="digest_closes_idx",
+                                condition=models.Q(closed_at__isnull=True)),  # the scheduler's sweep
+                   models.Index(fields=["-opened_at"], name="digest_opened_idx"),  # the admin's list
+                   models.Index(fields=["recipient", "-opened_at"], name="digest_recipient_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.type_id} {self.recipient_id} [{self.key}] {self.state}"
+
+    @property
+    def state(self) -> str:
+        return "closed" if self.closed_at else "open"
+
+    def notification_ids(self) -> list[uuid.UUID]:
+        """The ids of its notifications (made when it closes), in channel order."""
+        return [digest_notification_id(self.pk, c) for c in self.channels]
+
+
+def digest_notification_id(digest_id, channel: str) -> uuid.UUID:
+    return uuid.uuid5(DIGEST_NOTIFICATION_NAMESPACE, f"{digest_id}:{channel}")
+
+
+class DigestItem(models.Model):
+    """One event in a digest; ``id`` order is acceptance order (items of one digest are appended under
+    the digest's row lock, one transaction after another)."""
+
+    id = models.BigAutoField(primary_key=True)
+    digest = models.ForeignKey(Digest, on_delete=models.CASCADE, related_name="items", db_index=False)
+    event = models.ForeignKey(Event, on_delete=models.CASCADE, related_name="digest_items", db_index=False)
+    created_at = models.DateTimeField(default=clock.now, editable=False)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [models.UniqueConstraint(fields=["digest", "event"], name="digest_item_uniq")]
+        indexes = [models.Index(fields=["event"], name="digest_item_event_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.digest_id} #{self.pk}"

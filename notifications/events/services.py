@@ -9,7 +9,7 @@ retried request or a crashed expansion creates nothing twice (the primary keys r
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
@@ -18,6 +18,7 @@ from core import clock
 from notifications import metrics
 from notifications.acceptance.rules import limit_acceptance
 from notifications.enqueue import enqueue_on_commit
+from notifications.events import digests
 from notifications.events.models import (
     EVENT_ID_NAMESPACE,
     EVENT_NOTIFICATION_NAMESPACE,
@@ -27,17 +28,22 @@ from notifications.events.models import (
     TypeTemplate,
 )
 from notifications.models import APIClient, DeliveryEvent, Notification, Priority, Reason, Status
+from notifications.rendering import RenderError
 from notifications.services import notification_id_for as single_send_id
 from notifications.services import record_cancelled
 
 TYPE_FIELDS = ("name", "description", "category", "priority", "channels", "routing", "quiet_hours", "required",
                "sensitive", "ttl_seconds", "collapse_key", "sms_from", "email_from", "email_reply_to",
-               "required_data", "default_locale")
+               "required_data", "default_locale", "digest")
 TEMPLATE_FIELDS = ("channel", "locale", "title", "body", "html", "data")
 
 
 class IdempotencyKeyReused(Exception):
     """The idempotency key was already used by this client for an event with a different body."""
+
+
+class DigestKeyFailed(Exception):
+    """The type's digest key template failed to render with the event's data (the message says why)."""
 
 
 class NotCancellable(Exception):
@@ -52,6 +58,9 @@ class AcceptedEvent:
     event: Event
     notifications: list[Notification]
     replayed: bool
+    #: A digest type's event: the digests it went into (one per user, in the users' order); its
+    #: ``notifications`` are then empty (they are the digests', made when each closes).
+    digests: list = field(default_factory=list)
 
 
 def event_id_for(client_id: str, idempotency_key: str) -> uuid.UUID:
@@ -136,6 +145,10 @@ def accept_event(*, client: APIClient, idempotency_key: str | None, fingerprint:
     in batches within a second (one send task per row otherwise); a high-tier one is ``queued``
     and enqueued after commit, alone.
 
+    A digest type's event (``kind.digest``, not a typed single send) makes no notification: it is
+    appended, in this transaction, to the open digest of each recipient and its rendered key
+    (:mod:`notifications.events.digests`), whose notifications are made when the window closes.
+
     Idempotency as for single sends: same ``(client, idempotency_key)`` and ``fingerprint`` →
     the stored event (``replayed``).
 
@@ -151,6 +164,7 @@ def accept_event(*, client: APIClient, idempotency_key: str | None, fingerprint:
     Raises:
         IdempotencyKeyReused: same key, different fingerprint.
         AcceptanceLimited, AcceptanceLimitsUnavailable: (``core.api.refusals``) 429 / 503, nothing written.
+        DigestKeyFailed: the type's digest key template failed with ``data``.
     """
     now = clock.now()
     single = None
@@ -174,7 +188,13 @@ def accept_event(*, client: APIClient, idempotency_key: str | None, fingerprint:
     # blast"). The high tier is enqueued at once, one row per task, as every high send.
     coalesce = kind.priority != Priority.HIGH
     rows = []
-    for recipient in recipients:
+    digest_key = None
+    if kind.digest and single is None:  # a digest type: items now, notifications when the window closes
+        try:
+            digest_key = digests.rendered_key(kind, data)
+        except RenderError as exc:
+            raise DigestKeyFailed(str(exc)) from None
+    for recipient in recipients if digest_key is None else ():
         before = None
         for index, on in enumerate(channels):
             waiting = event.routing == Routing.FALLBACK and index > 0
@@ -196,6 +216,7 @@ def accept_event(*, client: APIClient, idempotency_key: str | None, fingerprint:
     try:
         with reservation, transaction.atomic():
             event.save(force_insert=True)
+            into = digests.append(event, kind, recipients, digest_key, now) if digest_key is not None else []
             Notification.objects.bulk_create(rows, batch_size=2000)
             DeliveryEvent.objects.bulk_create([
                 DeliveryEvent(notification_id=n.pk, kind="accepted", status=n.status, created_at=now,
@@ -216,8 +237,10 @@ def accept_event(*, client: APIClient, idempotency_key: str | None, fingerprint:
             raise
         if existing.request_fingerprint != fingerprint:
             raise IdempotencyKeyReused() from None
-        return AcceptedEvent(existing, notifications_of(existing), replayed=True)
-    return AcceptedEvent(event, rows, replayed=False)
+        into = digests.digests_of(existing)
+        return AcceptedEvent(existing, notifications_of(existing), replayed=True,
+                             digests=[into[u] for u in existing.user_ids if u in into])
+    return AcceptedEvent(event, rows, replayed=False, digests=into)
 
 
 def _accepted_detail(n: Notification, kind: NotificationType) -> str:

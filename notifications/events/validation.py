@@ -50,8 +50,8 @@ class Problem:
 def type_problems(fields: dict, templates: list[dict]) -> dict[str, Problem]:
     """Every problem of a type definition whose fields each have the right shape: ``fields``
     (``name``, ``description``, ``required_data``, ``category``, ``priority``, ``channels``,
-    ``routing``, ``quiet_hours``, ``required``,
-    ``collapse_key``, ``sms_from``, ``email_from``, ``email_reply_to``; missing ones take the
+    ``routing``, ``quiet_hours``, ``required``, ``collapse_key``, ``sms_from``, ``email_from``,
+    ``email_reply_to``, ``digest``; missing ones take the
     model's defaults) and ``templates`` (``[{channel, locale, title, body, html, data}]``). Returns
     ``{path: Problem}``: paths are the API's (``channels``, ``templates.2.body``,
     ``templates.0.data.from``)."""
@@ -73,6 +73,7 @@ def type_problems(fields: dict, templates: list[dict]) -> dict[str, Problem]:
     collapse = fields.get("collapse_key") or ""
     for error in check_parts({"body": collapse}).values() if collapse else ():
         problems["collapse_key"] = Problem("render_bound" if error.bound else "template_syntax", str(error))
+    problems.update(_digest_problems(fields.get("digest"), priority))
     problems.update(template_problems(templates, channels))
     return problems
 
@@ -93,6 +94,21 @@ def _text_problems(fields: dict) -> dict[str, Problem]:
             problems[f"required_data.{i}"] = Problem("duplicate", f"required_data lists {key!r} twice")
         seen.add(key)
     return problems
+
+
+def _digest_problems(digest: dict | None, priority: str) -> dict[str, Problem]:
+    """A digest (``{window_seconds, key}``, shapes and range checked by the serializer): not for a
+    ``high`` type (sent one at a time, now: batching it would delay what must not wait); ``key`` a
+    template that compiles in the sandbox (rendered with ``{{ data.* }}``)."""
+    if not digest:
+        return {}
+    if priority == Priority.HIGH:
+        return {"digest": Problem("high_not_digest", "a high priority type is sent at once, one at a time; it "
+                                                     "cannot be a digest")}
+    key = digest.get("key") or ""
+    for error in check_parts({"body": key}).values() if key else ():
+        return {"digest.key": Problem("render_bound" if error.bound else "template_syntax", f"digest key: {error}")}
+    return {}
 
 
 def _channel_problems(channels: list, routing: str) -> dict[str, Problem]:

@@ -1,0 +1,167 @@
+"""Digests (docs/TYPES.md, "Digests"): the events of a type with ``digest: {window_seconds, key}``
+for one user and one rendered key inside one window become ONE notification per channel when the
+window closes, rendered at send time with the events' data as ``items``.
+
+* :func:`append` (in the accepting event's transaction): take the open digest of (type, user, key)
+  — ``INSERT … ON CONFLICT DO NOTHING`` on the partial unique index ``digest_open_uniq``, then
+  ``SELECT … FOR UPDATE`` — and add the event as an item. Concurrent events of one key wait for
+  each other's row lock, so they all land in the same digest, in order; an accepted event's item
+  commits with the event, so it is never lost. A digest found past its window is closed first (so
+  which events share a digest depends only on their acceptance instants, never on when the
+  scheduler ran).
+* :func:`close_due` (the scheduler, every beat): close digests whose window has ended. In one
+  transaction per digest the digest is marked closed and its notification rows are inserted
+  (``scheduled``, due now, ids ``uuid5(digest, channel)``: a re-run inserts nothing twice) for the
+  scheduler to release like any standard event row. A crash before the commit closes nothing; the
+  next beat does it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from datetime import datetime, timedelta
+
+from django.db import connection, transaction
+
+from core import clock
+from notifications.events.models import (
+    Digest,
+    DigestItem,
+    Event,
+    NotificationType,
+    Routing,
+    digest_notification_id,
+)
+from notifications.models import DeliveryEvent, Notification, Reason, Status
+from notifications.rendering import render_parts
+
+#: A digest window, in seconds: at least a minute (shorter batches too little to be worth the
+#: delay: the first event waits the whole window) and at most a day (a digest older than that is
+#: news nobody wants, and TTLs of days are for single sends).
+MIN_WINDOW_SECONDS = 60
+MAX_WINDOW_SECONDS = 86_400
+#: A rendered key is stored up to this many characters; a longer one as a hash of itself.
+MAX_KEY_LENGTH = 255
+
+_OPEN_SQL = """
+INSERT INTO notifications_digest (id, type_id, recipient_id, key, window_seconds, channels, routing, opened_at,
+                                  closes_at, item_count)
+VALUES (%(id)s, %(type)s, %(user)s, %(key)s, %(window)s, %(channels)s::jsonb, %(routing)s, %(now)s, %(closes)s, 0)
+ON CONFLICT (type_id, recipient_id, key) WHERE closed_at IS NULL DO NOTHING
+"""
+
+
+def rendered_key(kind: NotificationType, data: dict) -> str:
+    """The digest key of an event of ``kind`` with ``data``: the type's ``digest.key`` template
+    rendered with ``{{ data.* }}`` (no recipient: one key per event); ``""`` when it has none; over
+    :data:`MAX_KEY_LENGTH` characters, ``"dk-"`` + a SHA-256 prefix of it. Raises RenderError."""
+    source = (kind.digest or {}).get("key") or ""
+    if not source:
+        return ""
+    key = render_parts({"key": source}, {"data": data})["key"]
+    if len(key) > MAX_KEY_LENGTH:
+        key = "dk-" + hashlib.sha256(key.encode()).hexdigest()[:40]
+    return key
+
+
+def append(event: Event, kind: NotificationType, recipients: list, key: str, now: datetime) -> list[Digest]:
+    """Add ``event`` to the open digest of (``kind``, each recipient, ``key``), opening one where
+    none is open (window from ``now``). Must run inside the event's transaction. Recipients are taken
+    in user-id order, so two events for the same users lock their digests in the same order (no
+    deadlock). Returns the digests, in ``recipients`` order."""
+    window = int(kind.digest["window_seconds"])
+    found = {}
+    for recipient in sorted(recipients, key=lambda r: r.user_id):
+        digest = _take_open(kind, recipient.user_id, key, window, now)
+        DigestItem.objects.create(digest=digest, event=event, created_at=now)
+        found[recipient.user_id] = digest
+    return [found[r.user_id] for r in recipients]
+
+
+def _take_open(kind: NotificationType, user_id: str, key: str, window: int, now: datetime) -> Digest:
+    """The open digest of (kind, user, key), locked until the transaction ends; a new one when
+    none is open or the open one's window has ended (that one is closed here first)."""
+    while True:
+        with connection.cursor() as cur:
+            cur.execute(_OPEN_SQL, {"id": uuid.uuid4(), "type": kind.pk, "user": user_id, "key": key,
+                                    "window": window, "channels": json.dumps(kind.channels), "routing": kind.routing,
+                                    "now": now, "closes": now + timedelta(seconds=window)})
+        digest = (Digest.objects.select_for_update().filter(type=kind, recipient_id=user_id, key=key,
+                                                            closed_at__isnull=True).first())
+        if digest is None:  # closed between our insert and our lock: open the next one
+            continue
+        if digest.closes_at <= now:
+            close(digest, now)
+            continue
+        return digest
+
+
+def close(digest: Digest, now: datetime) -> list[Notification]:
+    """Close ``digest`` (locked by the caller, inside its transaction): mark it closed and insert its
+    notifications (one per channel of the digest; ``routing`` fallback: the first due now, each next
+    one waiting behind the one before), ``scheduled`` and due now for the scheduler to release. TTL:
+    the type's, from ``now``. Returns the rows inserted (none when a row of it exists already)."""
+    kind = NotificationType.objects.get(pk=digest.type_id)
+    items = list(DigestItem.objects.filter(digest=digest).select_related("event").order_by("id"))
+    Digest.objects.filter(pk=digest.pk).update(closed_at=now, item_count=len(items))
+    digest.closed_at, digest.item_count = now, len(items)
+    if not items:
+        return []
+    first = items[0].event
+    sensitive = kind.sensitive or any(i.event.sensitive for i in items)
+    ttl = kind.ttl_seconds
+    rows, before = [], None
+    for index, channel in enumerate(digest.channels):
+        waiting = digest.routing == Routing.FALLBACK and index > 0
+        nid = digest_notification_id(digest.pk, channel)
+        rows.append(Notification(
+            id=nid, client_id=first.client_id, recipient_id=digest.recipient_id, channel=channel,
+            priority=kind.priority, category=kind.category, body="", sensitive=sensitive, digest=digest,
+            notification_type=kind, fallback_after=before if waiting else None, status=Status.SCHEDULED,
+            reason=Reason.FALLBACK_WAITING if waiting else "", accepted_status=Status.SCHEDULED,
+            due_at=None if waiting else now, expires_at=now + timedelta(seconds=ttl) if ttl else None,
+            created_at=now, updated_at=now))
+        before = nid
+    if Notification.objects.filter(pk__in=[n.pk for n in rows]).exists():
+        return []  # a re-run: its rows were inserted by the run that closed it
+    Notification.objects.bulk_create(rows)
+    detail = f"digest of {len(items)} event(s) of type {kind.key}" + (f", key {digest.key}" if digest.key else "")
+    DeliveryEvent.objects.bulk_create([
+        DeliveryEvent(notification_id=n.pk, kind="accepted", status=n.status, reason=n.reason, created_at=now,
+                      detail=detail + ("; waits for the channel before it" if n.fallback_after else
+                                       "; released by the scheduler")) for n in rows])
+    return rows
+
+
+def close_due(limit: int = 500) -> int:
+    """Close up to ``limit`` open digests whose window has ended (``closes_at`` ≤ now), each in its
+    own transaction (``FOR UPDATE SKIP LOCKED``: one an event is appending to is left for the next
+    beat, or closed by that event). Returns how many were closed."""
+    closed = 0
+    for _ in range(limit):
+        with transaction.atomic():
+            now = clock.now()
+            digest = (Digest.objects.select_for_update(skip_locked=True)
+                      .filter(closed_at__isnull=True, closes_at__lte=now).order_by("closes_at").first())
+            if digest is None:
+                break
+            close(digest, now)
+            closed += 1
+    return closed
+
+
+def digests_of(event: Event) -> dict[str, Digest]:
+    """``{user_id: Digest}`` for the digests ``event`` went into (one query)."""
+    return {i.digest.recipient_id: i.digest
+            for i in DigestItem.objects.filter(event=event).select_related("digest")}
+
+
+def items_data(digest_ids) -> dict:
+    """``{digest_id: [event data, …]}`` in order of acceptance (one query)."""
+    out: dict = {d: [] for d in digest_ids}
+    for digest_id, data in (DigestItem.objects.filter(digest_id__in=list(digest_ids)).order_by("digest_id", "id")
+                            .values_list("digest_id", "event__data")):
+        out[digest_id].append(data or {})
+    return out
