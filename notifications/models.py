@@ -372,5 +372,5 @@ from notifications.events.models import (  # noqa: E402
 )
 
 __all__ = ["APIAuditEntry", "APIClient", "AcceptanceLimit", "DeadLetter", "DeliveryAttempt", "DeliveryEvent", "Digest",
-           "DigestItem", "Event", "Notification", "NotificationType", "Priority", "QuietHoursPolicy", "Reason", "Routing",
-           "Status", "TimelineEntry", "TypeTemplate"]
+           "DigestItem", "Event", "Notification", "NotificationType", "Priority", "QuietHoursPolicy", "Reason",
+           "Routing", "Status", "TimelineEntry", "TypeTemplate"]
