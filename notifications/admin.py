@@ -293,7 +293,8 @@ class RecipientNotificationInline(ReadOnly, admin.TabularInline):
 
 # API clients (keys, scopes) and their audit log: notifications/admin_clients.py; events (support)
 # with their per-channel outcomes: admin_events.py; notification types with their templates, matrix
-# and preview: admin_types.py.
+# and preview: admin_types.py; frequency caps and the effective rules: admin_caps.py.
+from notifications.admin_caps import FrequencyCapAdmin  # noqa: E402,F401 - registers it
 from notifications.admin_clients import APIClientAdmin  # noqa: E402,F401 - registers them
 from notifications.admin_events import EventAdmin, RecipientEventInline  # noqa: E402,F401 - registers it
 from notifications.admin_types import NotificationTypeAdmin  # noqa: E402,F401 - registers it
