@@ -12,7 +12,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import redis
 from django.test import override_settings
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from core.redis_client import get_redis
 from notifications.delivery import caps
@@ -163,6 +165,22 @@ def test_high_priority_and_required_types_are_exempt_unless_the_rule_includes_th
     assert admitted([high, req], T0, lambda n: kinds.get(n.pk)) == [False, False]
 
 
+def test_a_rebuild_leaves_out_the_exempt_rows_a_rule_does_not_include(user):
+    required = NotificationType.objects.create(key=f"req-{uuid.uuid4().hex[:6]}", name="r", category="marketing",
+                                               channels=["push"], required=True)
+    sent = {"status": "sent", "sent_at": T0 - timedelta(hours=1)}
+    row(user, priority="high", **sent)
+    row(user, notification_type=required, **sent)
+    row(user, **sent)
+    a, b, c = row(user), row(user), row(user)
+    assert admitted([a, b, c], T0) == [True, True, False]  # 1 counted: the standard one
+    get_redis().flushdb()
+    FrequencyCap.objects.create(name="marketing-push", category="marketing", channel="push", limit=4,
+                                window_seconds=86400, include_high=True)
+    Notification.objects.filter(pk__in=[a.pk, b.pk]).update(status="sent", sent_at=T0)
+    assert admitted([c], T0) == [False]  # the high one counts now: 4 with a and b
+
+
 def test_admin_rows_add_rules_and_override_settings_rules_by_name(user):
     FrequencyCap.objects.create(name="marketing-push", category="marketing", channel="push", limit=1,
                                 window_seconds=3600)
@@ -221,8 +239,8 @@ def test_a_redis_error_sends_nothing_uncapped_the_rows_wait_as_a_transient_error
 def push_provider(settings, module_emulator):
     module_emulator.reset()
     name = f"fcm{uuid.uuid4().hex[:6]}"
-    settings.PROVIDERS = {**settings.PROVIDERS, "push": [{"NAME": name, "BACKEND": "providers.fcm.backend.FcmPushBackend",
-                                                          "OPTIONS": fcm_options(module_emulator)}]}
+    settings.PROVIDERS = {**settings.PROVIDERS, "push": [
+        {"NAME": name, "BACKEND": "providers.fcm.backend.FcmPushBackend", "OPTIONS": fcm_options(module_emulator)}]}
     reset_backends()
     yield name
     reset_backends()

@@ -182,14 +182,18 @@ def take(rows: list[Notification], kind_of: Callable[[Notification], Notificatio
     categories = frozenset(r.category for r in active)
     if not subject:
         return Taken({}, [], categories)
+    counted: dict[tuple, Rule] = {}  # key -> a stand-in rule that counts what any rule of the key counts
     for key in subject:
-        longest[key] = max(r.window_seconds for r in active if (r.category, r.channel) == key[:2])
+        of_key = [r for r in active if (r.category, r.channel) == key[:2]]
+        longest[key] = max(r.window_seconds for r in of_key)
+        counted[key] = Rule("", *key[:2], 0, 0, include_high=any(r.include_high for r in of_key),
+                            include_required=any(r.include_required for r in of_key))
     keys = list(subject)
     try:
         answers = _run(keys, subject, longest, now, seeds=None)
         unbuilt = [key for key, answer in zip(keys, answers, strict=True) if answer == 0]
         if unbuilt:
-            seeds = rebuilt(unbuilt, longest, now, exclude={n.pk for n in rows})
+            seeds = rebuilt(unbuilt, longest, counted, now, exclude={n.pk for n in rows})
             rebuilt_answers = iter(_run(unbuilt, subject, longest, now, seeds=seeds))
             answers = [next(rebuilt_answers) if answer == 0 else answer for answer in answers]
     except redis.RedisError as exc:
@@ -219,10 +223,11 @@ _MAY_HOLD = Q(status=Status.SENDING) | Q(status__in=[Status.SCHEDULED, Status.QU
                                           reason__in=[Reason.LEASE_EXPIRED, Reason.OUTCOME_UNKNOWN])
 
 
-def rebuilt(keys: list[tuple], longest: dict, now: datetime, exclude=()) -> dict[tuple, list]:
+def rebuilt(keys: list[tuple], longest: dict, counted: dict, now: datetime, exclude=()) -> dict[tuple, list]:
     """The slots of ``keys`` (category, channel, user) as Postgres knows them, ``{key: [[id, ms], …]}``:
     rows sent within the key's longest window (at ``sent_at``), and rows that may hold a slot
-    (``sending``, or back after a lost lease / unknown outcome: at ``updated_at``). ``exclude``:
+    (``sending``, or back after a lost lease / unknown outcome: at ``updated_at``); not the exempt
+    ones (high priority, ``required`` types) unless ``counted[key]`` includes them. ``exclude``:
     the ids being decided (they compete for a slot of their own). One query."""
     since = now - timedelta(seconds=max(longest[k] for k in keys))
     wanted = set(keys)
@@ -231,11 +236,14 @@ def rebuilt(keys: list[tuple], longest: dict, now: datetime, exclude=()) -> dict
              .filter(recipient_id__in={k[2] for k in keys}, channel__in={k[1] for k in keys},
                      category__in={k[0] for k in keys})
              .filter(Q(sent_at__gt=since) | _MAY_HOLD).exclude(pk__in=list(exclude))
-             .values_list("pk", "category", "channel", "recipient_id", "sent_at", "updated_at"))
-    for pk, category, channel, user, sent_at, updated_at in query:
+             .values_list("pk", "category", "channel", "recipient_id", "sent_at", "updated_at", "priority",
+                          "notification_type__required"))
+    for pk, category, channel, user, sent_at, updated_at, priority, required in query:
         key = (category, channel, user)
         at = sent_at or updated_at
-        if key in wanted and at > now - timedelta(seconds=longest[key]):
+        if (key in wanted and at > now - timedelta(seconds=longest[key])
+                and (priority != "high" or counted[key].include_high)
+                and (not required or counted[key].include_required)):
             found[key].append([str(pk), _ms(at)])
     return found
 
