@@ -345,3 +345,20 @@ def test_generated_sequences_match_the_model(rules, steps):
             w = r["window_seconds"] * 1000
             for end, _nid in taken_at:
                 assert len({nid for at, nid in taken_at if end - w < at <= end}) <= r["limit"]
+
+
+# --- the admin ---------------------------------------------------------------------------------------------
+
+def test_the_admin_lists_the_effective_rules_and_refuses_a_bad_row(admin_client, fast_password_hashing):
+    FrequencyCap.objects.create(name="news-email", category="news", channel="email", limit=5, window_seconds=86400,
+                                include_required=True)
+    page = admin_client.get("/admin/notifications/frequencycap/").content.decode()
+    effective = page.split('id="effective-caps"')[1].split("</table>")[0]
+    assert effective.count('class="effective-cap"') == 2
+    assert "marketing push: at most 3 per 24 h" in effective and "settings" in effective
+    assert "news email: at most 5 per 24 h" in effective and "a row below" in effective
+    r = admin_client.post("/admin/notifications/frequencycap/add/", {
+        "name": "bad", "category": "Bad Cat", "channel": "push", "limit": "3", "window_seconds": "0"})
+    assert r.status_code == 200
+    assert set(r.context["adminform"].form.errors) == {"category", "window_seconds"}
+    assert not FrequencyCap.objects.filter(name="bad").exists()
