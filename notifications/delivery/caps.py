@@ -251,14 +251,14 @@ def rebuilt(keys: list[tuple], longest: dict, counted: dict, now: datetime, excl
 def admit(ready: list[tuple], kind_of: Callable[[Notification], NotificationType | None],
           now: datetime) -> list[tuple]:
     """The caps stage for ``(row, found)`` pairs that passed their checks: records the capped rows
-    (``suppressed``, ``frequency_capped``) and the unchecked ones (``retry_scheduled``) and
+    (``suppressed``, ``frequency_capped``, in bulk) and the unchecked ones (``retry_scheduled``) and
     returns the pairs admitted."""
     if not ready:
         return ready
     taken = take([n for n, _found in ready], kind_of, now)
-    for n, _found in ready:
-        if n.pk in taken.capped and record.finish(n, Status.SUPPRESSED, Reason.FREQUENCY_CAPPED, kind="suppressed",
-                                                  detail=taken.capped[n.pk]):
+    if taken.capped:
+        capped = [(n, taken.capped[n.pk]) for n, _found in ready if n.pk in taken.capped]
+        for n in record.suppress(capped, Reason.FREQUENCY_CAPPED):
             metrics.frequency_capped(n.category, n.channel, taken.categories)
     if taken.unchecked:
         slowest = max(n.attempts for n in taken.unchecked)
