@@ -261,6 +261,48 @@ def test_the_pipeline_sends_three_and_suppresses_the_rest_with_the_reason(user, 
             ("suppressed", "frequency_capped")]
 
 
+def test_a_row_that_fails_for_good_gives_its_slot_back(user, push_provider, module_emulator):
+    Device.objects.create(recipient=user, platform="android", push_token=f"tok-{user.user_id}")
+    module_emulator.fault(provider="fcm", status=400, code="INVALID_ARGUMENT", times=1)
+    ids = [str(row(user, attempts=0).pk) for _ in range(3)]
+    send_notifications(ids)
+    rows = Notification.objects.filter(pk__in=ids)
+    assert sorted(rows.values_list("status", "reason")) == [("failed", "permanent_error"), ("sent", ""), ("sent", "")]
+    assert set(window_of(rows[0])) == {str(n.pk) for n in rows if n.status == "sent"}
+    later = str(row(user, attempts=0).pk)
+    send_notifications([later])
+    assert Notification.objects.get(pk=later).status == "sent"  # the failed one's slot was free
+
+
+def test_a_widened_window_is_rebuilt_from_postgres(user):
+    FrequencyCap.objects.create(name="marketing-push", category="marketing", channel="push", limit=2,
+                                window_seconds=3600)
+    row(user, status="sent", sent_at=T0 - timedelta(hours=2))
+    a, b = row(user), row(user)
+    assert admitted([a], T0) == [True]  # built for 1 h: the send 2 h ago is outside
+    FrequencyCap.objects.filter(name="marketing-push").update(window_seconds=86400)
+    Notification.objects.filter(pk=a.pk).update(status="sent", sent_at=T0)
+    assert admitted([b], T0) == [False]  # built for 1 h < 24 h: rebuilt, the one 2 h ago counts
+
+
+def test_a_capped_channel_of_a_fallback_type_releases_the_next(user):
+    from notifications.events import services
+    from notifications.models import APIClient
+
+    kind = NotificationType.objects.create(key=f"promo-{uuid.uuid4().hex[:6]}", name="p", category="marketing",
+                                           channels=["push", "email"], routing="fallback")
+    client = APIClient.objects.create_key(name=f"caps-{uuid.uuid4().hex[:6]}")[0]
+    accepted = services.accept_event(client=client, idempotency_key=uuid.uuid4().hex, fingerprint="f", kind=kind,
+                                     recipients=[user], data={})
+    push, email = sorted(accepted.notifications, key=lambda n: n.channel != "push")
+    assert admitted([row(user) for _ in range(3)], T0) == [True] * 3
+    Notification.objects.filter(pk=push.pk).update(status="sending", attempts=1)
+    push.refresh_from_db()
+    assert caps.admit([(push, [])], no_type, T0) == []
+    assert Notification.objects.get(pk=push.pk).reason == "frequency_capped"
+    assert Notification.objects.get(pk=email.pk).status == "queued"  # released, with its own checks
+
+
 # --- generated sequences vs a model --------------------------------------------------------------------
 
 class Model:
