@@ -328,6 +328,16 @@ NOTIFY = {
         {"name": "otp_per_user", "match": {"type": "otp"}, "per": "user", "limit": 5, "window_seconds": 600},
         {"name": "otp_per_phone", "match": {"type": "otp"}, "per": "phone", "limit": 10, "window_seconds": 600},
     ],
+    # Frequency caps (docs/POLICIES.md): at most `limit` notifications of `category` on `channel`
+    # per recipient in any rolling `window_seconds`, checked at send time for every sender
+    # (campaigns, events, single sends share one budget). The admin's *Frequency caps* rows add
+    # rules and override these by name. Optional keys: `active`, `include_high`,
+    # `include_required` (high-priority rows and required types are exempt unless set).
+    # Push only by default: a push interrupts (lock screen, sound); marketing email is not capped
+    # here (its volume is the sender's choice and its reputation's; an operator adds a rule).
+    "FREQUENCY_CAPS": [
+        {"name": "marketing-push", "category": "marketing", "channel": "push", "limit": 3, "window_seconds": 86400},
+    ],
 }
 
 # Provider budgets, circuit breakers and bulkheads (docs/ARCHITECTURE.md §8, providers/isolation.py), per provider

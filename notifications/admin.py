@@ -293,8 +293,10 @@ class RecipientNotificationInline(ReadOnly, admin.TabularInline):
 
 # API clients (keys, scopes) and their audit log: notifications/admin_clients.py; events (support)
 # with their per-channel outcomes: admin_events.py; notification types with their templates, matrix
-# and preview: admin_types.py; abuse limits at acceptance: acceptance/admin.py.
+# and preview: admin_types.py; abuse limits at acceptance: acceptance/admin.py; frequency caps and
+# the effective rules: admin_caps.py.
 from notifications.acceptance.admin import AcceptanceLimitAdmin  # noqa: E402,F401 - registers it
+from notifications.admin_caps import FrequencyCapAdmin  # noqa: E402,F401 - registers it
 from notifications.admin_clients import APIClientAdmin  # noqa: E402,F401 - registers them
 from notifications.admin_digests import DigestAdmin  # noqa: E402,F401 - registers it
 from notifications.admin_events import EventAdmin, RecipientEventInline  # noqa: E402,F401 - registers it

@@ -164,6 +164,10 @@ class _Metrics:
             "notify_publish_failures_total",
             "Notifications whose send task could not be published (broker down); the reconciler re-drives them.",
             registry=r)
+        self.frequency_capped = Counter(
+            "notify_frequency_capped_total",
+            "Notifications suppressed at send time by a frequency cap (reason frequency_capped), by the "
+            "rule's category and the channel.", ["category", "channel"], registry=r)
         self.invalid_zones = Counter(
             "notify_invalid_zone_fallbacks_total",
             "Stored time zone names that are not IANA zones (set before validation or by SQL), replaced by "
@@ -465,6 +469,14 @@ def invalid_zone_fell_back(where: str, count: int = 1) -> None:
     ``fanout`` or ``quiet_hours``."""
     if count:
         _m().invalid_zones.labels(one_of(where, ("fanout", "quiet_hours"))).inc(count)
+
+
+@_safe
+def frequency_capped(category: str, channel: str, categories) -> None:
+    """``notifications.delivery.caps.admit``: one row suppressed by a frequency cap (after its
+    transaction). ``categories``: the active rules' categories (the label's bounded values)."""
+    labels = (one_of(category, categories), one_of(channel, CHANNELS))
+    _on_commit(lambda: _m().frequency_capped.labels(*labels).inc())
 
 
 # --- process lifecycle ------------------------------------------------------------------------

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import uuid
 
-from django.core.validators import RegexValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from rest_framework_api_key.models import AbstractAPIKey
 
 from core import clock
 from core.api.scopes import Scope, canonical, default_scopes, validate_scopes
+from core.vocabulary import CATEGORY_PATTERN
 from preferences.models import Channel, Device, Recipient
 
 # Namespace for deterministic notification ids: uuid5(NS, f"{client_id}:{idempotency_key}").
@@ -107,6 +108,8 @@ class Reason(models.TextChoices):
                                                   "reached the recipient")
     WORKER_LOST = "worker_lost", ("Its worker died or stalled on it repeatedly (poison message): dead-lettered "
                                   "after the attempt budget")
+    FREQUENCY_CAPPED = "frequency_capped", ("Not sent: the recipient already got as many of this category on this "
+                                            "channel as a frequency cap allows in its window")
 
 
 class Notification(models.Model):
@@ -220,6 +223,37 @@ class Notification(models.Model):
 
     def __str__(self) -> str:
         return f"{self.channel} {self.priority} to {self.recipient_id} ({self.status})"
+
+
+class FrequencyCap(models.Model):
+    """A frequency-cap rule edited in the admin (docs/POLICIES.md, "Frequency caps"): at most
+    ``limit`` notifications of ``category`` on ``channel`` per recipient in any rolling
+    ``window_seconds``. A row adds to the rules of ``settings.NOTIFY["FREQUENCY_CAPS"]`` or, with the
+    same ``name``, replaces that rule (``active`` off switches it off). High-priority rows and
+    ``required`` types are exempt unless ``include_high`` / ``include_required``."""
+
+    name = models.SlugField(max_length=64, unique=True, help_text="Rows override a settings rule of the same name.")
+    category = models.CharField(max_length=64, validators=[RegexValidator(
+        CATEGORY_PATTERN, "a category: 1-64 of lower-case letters, digits, _ . - (starting with a letter or digit)")])
+    channel = models.CharField(max_length=8, choices=Channel.choices)
+    limit = models.PositiveIntegerField(help_text="Notifications allowed per recipient in the window (0: none).")
+    window_seconds = models.PositiveIntegerField(validators=[MinValueValidator(1), MaxValueValidator(28 * 86400)],
+                                                 help_text="The rolling window, in seconds (86400 = 24 h; ≤ 28 days).")
+    active = models.BooleanField(default=True)
+    include_high = models.BooleanField(default=False, help_text="Also count and cap high-priority notifications.")
+    include_required = models.BooleanField(default=False, help_text="Also count and cap types marked required.")
+    updated_at = models.DateTimeField(default=clock.now, editable=False)
+
+    class Meta:
+        ordering = ["category", "channel", "name"]
+        verbose_name = "frequency cap"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def save(self, *args, **kwargs):
+        self.updated_at = clock.now()
+        super().save(*args, **kwargs)
 
 
 class DeadLetter(Notification):

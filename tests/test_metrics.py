@@ -449,3 +449,22 @@ def test_events_accepted_and_fallback_steps_are_counted(client, django_capture_o
     assert found[key("notify_events_accepted_total", kind="notifications")] == 2
     assert found[key("notify_fallback_total", outcome="released")] == 1
     assert Notification.objects.get(pk=email.pk).status == "queued"
+
+
+def test_frequency_capped_rows_are_counted_by_category_and_channel(client, django_capture_on_commit_callbacks):
+    """Two rows over the default cap (3 marketing pushes a day) of one user: counted twice, and as
+    outcomes ``suppressed``/``frequency_capped``."""
+    from core import clock
+    from notifications.delivery import caps
+
+    r = Recipient.objects.create(user_id=f"m-cap-{uuid.uuid4().hex[:8]}")
+    rows = [_notification(r, "push", "standard", category="marketing", status="sending", attempts=1)
+            for _ in range(5)]
+    with django_capture_on_commit_callbacks(execute=True):
+        caps.admit([(n, []) for n in rows], lambda _n: None, clock.now())
+    found = scrape(client)
+    assert found[key("notify_frequency_capped_total", category="marketing", channel="push")] == 2
+    assert only(found, "notify_frequency_capped_total") == {
+        key("notify_frequency_capped_total", category="marketing", channel="push"): 2}
+    assert found[key("notify_notification_outcomes_total", status="suppressed", reason="frequency_capped",
+                     channel="push", tier="standard")] == 2

@@ -1,7 +1,8 @@
 """The delivery pipeline (docs/ARCHITECTURE.md, "The send path"), one for both tiers:
 
 claim (claim.py: lease, heartbeat, sent markers) → load (load.py: rows, recipients, preferences,
-devices, STOP list, content, in bulk) → checks (checks.py: a verdict, no writes) → routing
+devices, STOP list, content, in bulk) → checks (checks.py: a verdict, no writes) → caps (caps.py:
+frequency caps, a slot per row in Redis, for the batch at once) → routing
 (routing.py: high tier failover, standard primary-and-wait) → calls (calls.py: one ``send_batch``
 per grant) → outcomes (outcomes.py: one rule set) → record (record.py: bulk for 1 or N rows,
 markers, metrics).
@@ -25,7 +26,7 @@ from collections.abc import Iterable
 from core import clock
 from core.redaction import sensitive_content
 from notifications.content_limits import rendered_problem
-from notifications.delivery import checks, claim, load, record
+from notifications.delivery import caps, checks, claim, load, record
 from notifications.delivery.calls import Calls, Item, call_high, call_standard
 from notifications.delivery.checks import Facts
 from notifications.delivery.content import Content, ContentError
@@ -82,6 +83,7 @@ def deliver(channel: str, batch: list[Notification], already_sent: set[str], con
             continue
         if found is not None:
             ready.append((n, found))
+    ready = caps.admit(ready, content.types.type_of, clock.now())
     if not ready:
         return
     items = [Item(n, d, load.message_for(n, to, d.platform if d is not None else None))
@@ -98,12 +100,18 @@ def deliver(channel: str, batch: list[Notification], already_sent: set[str], con
         by_pk = {n.pk: (n, found) for n, found in ready}
 
         def settle(pks: list, calls: Calls) -> None:  # rows whose calls ended while the rest are in flight
-            record.record(_decisions([by_pk[pk] for pk in pks], items, calls), channel, ready[0][0].priority,
-                          calls.marked)
+            _record(_decisions([by_pk[pk] for pk in pks], items, calls), channel, ready[0][0].priority, calls.marked)
 
         done = call_standard(channel, name, items, settle)
     rest = [(n, found) for n, found in ready if n.pk not in done.settled]
-    record.record(_decisions(rest, items, done), channel, ready[0][0].priority, done.marked)
+    _record(_decisions(rest, items, done), channel, ready[0][0].priority, done.marked)
+
+
+def _record(decided: list[tuple], channel: str, tier: str, marked) -> None:
+    """The record stage, then the frequency-cap slots of the rows that failed for good given back
+    (docs/POLICIES.md: a row that did not reach the recipient does not count)."""
+    record.record(decided, channel, tier, marked)
+    caps.give_back([n for n, decision, _a, _e in decided if decision.status == Status.FAILED])
 
 
 def _targets(n: Notification, devices: list) -> list[tuple]:

@@ -78,6 +78,14 @@ UPDATE notifications_notification AS n
 RETURNING n.id
 """
 
+_SUPPRESS_SQL = """
+UPDATE notifications_notification AS n
+   SET status = 'suppressed', reason = %s, reason_detail = v.detail, lease_until = NULL, updated_at = %s
+  FROM unnest(%s::uuid[], %s::int[], %s::text[]) AS v(id, attempts, detail)
+ WHERE n.id = v.id AND n.status = 'sending' AND n.attempts = v.attempts
+RETURNING n.id
+"""
+
 
 # --- one row ----------------------------------------------------------------------------------
 
@@ -272,6 +280,29 @@ def record_retry(rows: list[tuple]) -> None:
         return
     reschedule([n for n, _d, _a in rows], now + timedelta(seconds=delay), shown([n for n, _d, _a in rows], detail),
                kind="retry", give_back_attempt=False, attempts=attempts, reason=reason)
+
+
+def suppress(rows: list[tuple[Notification, str]], reason: str) -> list[Notification]:
+    """``sending → suppressed`` with ``reason`` for ``(row, detail)`` pairs in one UPDATE, their
+    timeline events by COPY, and the fallback channels behind the event rows decided, in one
+    transaction. Returns the rows that moved (a row that changed hands is left alone)."""
+    now = clock.now()
+    details = {n.pk: shown(n, detail)[:500] for n, detail in rows}
+    with transaction.atomic():
+        with connection.cursor() as cur:
+            cur.execute(_SUPPRESS_SQL, [reason, now, array_literal(n.pk for n, _d in rows),
+                                        array_literal(n.attempts for n, _d in rows),
+                                        array_literal(details[n.pk] for n, _d in rows)])
+            moved = {str(row[0]) for row in cur.fetchall()}
+        done = [n for n, _d in rows if str(n.pk) in moved]
+        copy_rows(EVENTS_TABLE, EVENT_COLUMNS, [(n.pk, "suppressed", Status.SUPPRESSED.value, str(reason),
+                                                 details[n.pk], now) for n in done])
+        fallback.settle([(n.pk, Status.SUPPRESSED, reason, n.channel) for n in done if n.event_id])
+    for n in done:
+        n.status, n.reason, n.reason_detail, n.lease_until, n.updated_at = (
+            Status.SUPPRESSED, reason, details[n.pk], None, now)
+        metrics.notification_transitioned(n)
+    return done
 
 
 def reschedule(rows: list[Notification], until: datetime, detail: str, *, kind: str, give_back_attempt: bool,
