@@ -36,7 +36,7 @@ PRODUCT = "product"
 SUPPORT = "support"
 
 #: The data migration that last set the groups' permissions (its ``sync`` puts them back after a flush).
-MIGRATION = "campaigns.migrations.0007_notification_types_and_events"
+MIGRATION = "campaigns.migrations.0008_policy_pages"
 
 CUSTOM_PERMISSIONS = [
     # (app_label, model, codename, name)
@@ -57,12 +57,15 @@ GROUP_PERMISSIONS: dict[str, list[str]] = {
     MARKETING: [
         *_manage("campaigns", "segment", "segmentmember", "template", "templatevariant", "campaign"),
         "preferences.view_recipient",
+        "preferences.view_unsubscribe",  # what a campaign cost (its unsubscribes)
+        "notifications.view_frequencycap",  # what bounds a campaign per user
     ],
     # Notification types and their templates (matrix, preview for a recipient); recipients read-only
     # (the preview's user). No notifications, events or campaigns.
     PRODUCT: [
-        *_manage("notifications", "notificationtype", "typetemplate"),
+        *_manage("notifications", "notificationtype", "typetemplate", "frequencycap"),
         "preferences.view_recipient",
+        "notifications.view_acceptancelimit",
     ],
     # Look up people and what happened to their notifications; edit preferences on a user's behalf;
     # replay dead letters; read the API audit log (who changed a user through the API); read events
@@ -83,5 +86,8 @@ GROUP_PERMISSIONS: dict[str, list[str]] = {
         "notifications.view_event",
         "notifications.view_notificationtype",
         "notifications.view_typetemplate",
+        "preferences.view_unsubscribe",
+        "notifications.view_frequencycap",
+        "notifications.view_acceptancelimit",
     ],
 }

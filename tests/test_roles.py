@@ -144,10 +144,32 @@ def admin_models(client) -> set[str]:
 
 def test_admin_index_shows_each_role_its_pages(client, marketer, supporter, designer):
     assert admin_models(as_user(client, marketer)) == {"Segment", "SegmentMember", "Template", "Campaign",
-                                                       "Recipient"}
+                                                       "Recipient", "Unsubscribe", "FrequencyCap"}
     assert admin_models(as_user(client, supporter)) == {"Recipient", "Device", "Notification", "DeadLetter",
-                                                        "APIAuditEntry", "Event", "Digest", "NotificationType"}
-    assert admin_models(as_user(client, designer)) == {"NotificationType", "Recipient"}
+                                                        "APIAuditEntry", "Event", "Digest", "NotificationType",
+                                                        "Unsubscribe", "FrequencyCap", "AcceptanceLimit"}
+    assert admin_models(as_user(client, designer)) == {"NotificationType", "Recipient", "FrequencyCap",
+                                                       "AcceptanceLimit"}
+
+
+def test_the_policy_pages_are_managed_by_product_and_read_by_support_and_marketing(client, marketer, supporter,
+                                                                                    designer):
+    caps, limits = (reverse("admin:notifications_frequencycap_changelist"),
+                    reverse("admin:notifications_acceptancelimit_changelist"))
+    unsubscribes = reverse("admin:preferences_unsubscribe_changelist")
+    seen = {}
+    for name, user in (("marketing", marketer), ("support", supporter), ("product", designer)):
+        as_user(client, user)
+        seen[name] = tuple(client.get(url).status_code for url in (caps, limits, unsubscribes))
+        page = client.get(caps)
+        if page.status_code == 200:
+            assert "marketing-push" in page.content.decode()  # the effective rules, settings' included
+            assert page.context["has_add_permission"] is (name == "product")
+        page = client.get(limits)
+        if page.status_code == 200:
+            assert "otp_per_user" in page.content.decode()
+            assert page.context["has_add_permission"] is False  # a security control: superusers only
+    assert seen == {"marketing": (200, 403, 200), "support": (200, 200, 200), "product": (200, 200, 403)}
 
 
 # --- marketing -------------------------------------------------------------------------------------
