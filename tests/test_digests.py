@@ -383,3 +383,47 @@ def test_the_admin_type_form_saves_a_digest_and_refuses_a_bad_one_in_the_apis_wo
     assert good.status_code == 302, good.context["adminform"].form.errors if good.context else good
     assert NotificationType.objects.get(pk="likes_adm").digest == {"window_seconds": 600,
                                                                    "key": "{{ data.post_id }}"}
+
+
+def test_a_long_digest_renders_a_bounded_list_of_items_with_the_true_count_and_last(client, at):
+    from notifications.events.content import TypeContent
+
+    kind = likes_type()
+    TypeTemplate.objects.filter(type=kind).update(
+        body="{{ first.actor }}..{{ last.actor }}: {{ count }} likes, {{ items|length }} listed")
+    r = a_user()
+    total = digests.MAX_RENDERED_ITEMS + 20
+    for i in range(total):
+        accept(client, kind, r, {"post_id": "p1", "actor": f"a{i}"})
+    at[0] = T0 + timedelta(seconds=WINDOW)
+    assert digests.close_due() == 1
+    (n,) = Notification.objects.filter(recipient=r).select_related("recipient")
+    TypeContent().render(n)
+    assert n.body == f"a0..a{total - 1}: {total} likes, {digests.MAX_RENDERED_ITEMS} listed"
+    assert Digest.objects.get(recipient=r).item_count == total
+
+
+def test_cancelling_an_event_takes_it_out_of_its_open_digest_and_a_closed_digest_is_kept(client, at):
+    kind = likes_type()
+    r, alone = a_user(), a_user()
+    ada = accept(client, kind, r, {"post_id": "p1", "actor": "Ada"})
+    accept(client, kind, r, {"post_id": "p1", "actor": "Bo"})
+    only = accept(client, kind, alone, {"post_id": "p1", "actor": "Cy"})
+
+    assert services.cancel_event(ada.event) == 1
+    assert services.cancel_event(only.event) == 1
+    with pytest.raises(services.NotCancellable):
+        services.cancel_event(ada.event)  # nothing of it is left to cancel
+    (digest,) = Digest.objects.filter(recipient=r)
+    assert items_of(digest) == ["Bo"]
+
+    at[0] = T0 + timedelta(seconds=WINDOW)
+    assert digests.close_due() == 2
+    assert Notification.objects.filter(recipient=r).count() == 1
+    assert Notification.objects.filter(recipient=alone).count() == 0  # its only event was cancelled: nothing sent
+    late = accept(client, kind, r, {"post_id": "p2", "actor": "Di"})
+    at[0] = T0 + timedelta(seconds=2 * WINDOW + 1)
+    digests.close_due()
+    with pytest.raises(services.NotCancellable):
+        services.cancel_event(late.event)  # its digest closed: its notification is shared, not cancelled by one event
+    assert items_of(Digest.objects.get(recipient=r, key="p2")) == ["Di"]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from core.identifiers import control_character_problem
 from notifications.content_limits import rendered_problem
-from notifications.events.digests import items_data
+from notifications.events.digests import Items, items_data
 from notifications.events.models import Event, NotificationType
 from notifications.models import Notification
 from notifications.rendering import RenderError, context_for, pick_variant, render_parts
@@ -80,9 +80,9 @@ class TypeContent:
         if n.digest_id:
             if n.digest_id not in self._items:
                 self.prime([n])
-            items = self._items.get(n.digest_id) or []
-            return render_typed(n, kind, self._templates.get((kind.pk, n.channel), []), items[0] if items else {},
-                                extra=digest_context(items))
+            items = self._items.get(n.digest_id) or Items()
+            return render_typed(n, kind, self._templates.get((kind.pk, n.channel), []),
+                                items.first[0] if items.first else {}, extra=digest_context(items))
         if n.event_id not in self._events:
             self.prime([n])
         event = self._events.get(n.event_id)
@@ -90,11 +90,12 @@ class TypeContent:
                             event.data if event is not None else {}, event.collapse_key if event is not None else "")
 
 
-def digest_context(items: list[dict]) -> dict:
+def digest_context(items: Items) -> dict:
     """What a digest's templates see beside ``data`` (its first item's data): ``items`` (the events'
-    data, in order of acceptance), ``count``, ``first`` and ``last``."""
-    return {"items": items, "count": len(items), "first": items[0] if items else {},
-            "last": items[-1] if items else {}}
+    data, in order of acceptance; at most :data:`~notifications.events.digests.MAX_RENDERED_ITEMS`),
+    ``count`` (all of them), ``first`` and ``last``."""
+    return {"items": items.first, "count": items.total, "first": items.first[0] if items.first else {},
+            "last": items.last}
 
 
 def render_typed(n: Notification, kind: NotificationType, templates: list, data: dict,
@@ -160,7 +161,8 @@ def preview(kind: NotificationType, recipient, data: dict) -> dict[str, ChannelP
         templates = variants.get(channel, [])
         chosen = pick_variant(templates, recipient.locale, kind.default_locale)
         try:  # a digest type's preview: a digest of this one event
-            options = render_typed(n, kind, templates, data, extra=digest_context([data]) if kind.digest else None)
+            one = digest_context(Items([data], data, 1)) if kind.digest else None
+            options = render_typed(n, kind, templates, data, extra=one)
         except RenderError as exc:
             out[channel] = ChannelPreview(locale=chosen.locale if chosen else "", error=str(exc))
             continue

@@ -21,11 +21,13 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import connection, transaction
 
 from core import clock
+from core.postgres import array_literal
 from notifications.events.models import (
     Digest,
     DigestItem,
@@ -152,16 +154,62 @@ def close_due(limit: int = 500) -> int:
     return closed
 
 
+def withdraw(event: Event) -> int:
+    """Take ``event`` out of the digests it went into that are still open (inside the caller's
+    transaction; the digests are locked in user-id order, as :func:`append` takes them, so a cancel
+    and an append never deadlock). Returns how many items were removed; a closed digest keeps its
+    items (its notifications are shared with the other events)."""
+    open_ids = list(Digest.objects.select_for_update().filter(items__event=event, closed_at__isnull=True)
+                    .order_by("recipient_id").values_list("pk", flat=True))
+    if not open_ids:
+        return 0
+    removed, _ = DigestItem.objects.filter(event=event, digest_id__in=open_ids).delete()
+    return removed
+
+
 def digests_of(event: Event) -> dict[str, Digest]:
     """``{user_id: Digest}`` for the digests ``event`` went into (one query)."""
     return {i.digest.recipient_id: i.digest
             for i in DigestItem.objects.filter(event=event).select_related("digest")}
 
 
-def items_data(digest_ids) -> dict:
-    """``{digest_id: [event data, …]}`` in order of acceptance (one query)."""
-    out: dict = {d: [] for d in digest_ids}
-    for digest_id, data in (DigestItem.objects.filter(digest_id__in=list(digest_ids)).order_by("digest_id", "id")
-                            .values_list("digest_id", "event__data")):
-        out[digest_id].append(data or {})
+#: How many of a digest's items its templates see in ``items`` (``count`` is always the total and
+#: ``last`` the real last one): a digest of 10,000 likes renders "Ana and 9,999 others" without loading
+#: 10,000 events' data (up to 16 KB each) into one render.
+MAX_RENDERED_ITEMS = 100
+
+_ITEMS_SQL = """
+SELECT digest_id, data, rn, total FROM (
+    SELECT i.digest_id, e.data, row_number() OVER w AS rn, count(*) OVER (PARTITION BY i.digest_id) AS total,
+           row_number() OVER (PARTITION BY i.digest_id ORDER BY i.id DESC) AS back
+      FROM notifications_digestitem i JOIN notifications_event e ON e.id = i.event_id
+     WHERE i.digest_id = ANY(%s::uuid[])
+    WINDOW w AS (PARTITION BY i.digest_id ORDER BY i.id)) t
+ WHERE rn <= %s OR back = 1
+ ORDER BY digest_id, rn
+"""
+
+
+@dataclass
+class Items:
+    """What a digest's templates see of its items: ``first`` (at most :data:`MAX_RENDERED_ITEMS`
+    events' data, in order of acceptance), ``last`` (the last one's) and ``total`` (how many)."""
+
+    first: list = field(default_factory=list)
+    last: dict = field(default_factory=dict)
+    total: int = 0
+
+
+def items_data(digest_ids) -> dict[object, Items]:
+    """``{digest_id: Items}`` (one query; a digest with no items has an empty one)."""
+    out: dict = {d: Items() for d in digest_ids}
+    with connection.cursor() as cur:
+        cur.execute(_ITEMS_SQL, [array_literal(str(d) for d in digest_ids), MAX_RENDERED_ITEMS])
+        for digest_id, data, rn, total in cur.fetchall():
+            items = out.setdefault(digest_id, Items())
+            if isinstance(data, str):
+                data = json.loads(data)
+            items.total, items.last = total, data or {}
+            if rn <= MAX_RENDERED_ITEMS:
+                items.first.append(data or {})
     return out

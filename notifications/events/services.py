@@ -263,7 +263,12 @@ def notifications_of(event: Event) -> list[Notification]:
 def cancel_event(event: Event) -> int:
     """Cancel every notification of ``event`` that no worker has claimed (``scheduled`` — fallback
     waits included — or ``queued`` → ``cancelled``, reason ``cancelled_by_client``, each with its
-    timeline event) and stamp the event. Returns how many were cancelled.
+    timeline event) and stamp the event. Returns how many were cancelled (notifications, plus digest
+    items withdrawn).
+
+    An event of a digest type is taken out of the digests still open (its items removed: the digest
+    is sent without it, or not at all if it was the only one); a digest already closed is shared
+    with other events and is not cancelled by one of them.
 
     Raises NotCancellable when none was left to cancel."""
     now = clock.now()
@@ -274,8 +279,10 @@ def cancel_event(event: Event) -> int:
         moved = Notification.objects.filter(pk__in=pending, status__in=[Status.SCHEDULED, Status.QUEUED]).update(
             status=Status.CANCELLED, reason=Reason.CANCELLED_BY_CLIENT, reason_detail="its event was cancelled",
             due_at=None, lease_until=None, updated_at=now)
-        if not moved:
+        withdrawn = digests.withdraw(event)
+        if not moved and not withdrawn:
             raise NotCancellable()
-        record_cancelled(pending, reason=Reason.CANCELLED_BY_CLIENT, detail="its event was cancelled", at=now)
+        if moved:
+            record_cancelled(pending, reason=Reason.CANCELLED_BY_CLIENT, detail="its event was cancelled", at=now)
         Event.objects.filter(pk=event.pk, cancelled_at__isnull=True).update(cancelled_at=now)
-    return moved
+    return moved + withdrawn
