@@ -327,7 +327,7 @@ def _settle(n: Notification, receipt: Receipt, event: DeliveryEvent, now: dateti
     if moved:
         DeliveryEvent.objects.filter(pk=event.pk).update(status=status, reason=reason)
         metrics.receipt_transitioned(n, status, reason)
-        if status == Status.FAILED and n.event_id:
+        if status == Status.FAILED and (n.event_id or n.digest_id):
             # It did not reach the recipient after all: a fallback type's next channel goes.
             fallback.reopen([(n.pk, n.channel)], f"{n.channel}: {reason}")
 

@@ -427,3 +427,23 @@ def test_cancelling_an_event_takes_it_out_of_its_open_digest_and_a_closed_digest
     with pytest.raises(services.NotCancellable):
         services.cancel_event(late.event)  # its digest closed: its notification is shared, not cancelled by one event
     assert items_of(Digest.objects.get(recipient=r, key="p2")) == ["Di"]
+
+
+def test_a_fallback_digest_settles_its_next_channel_when_the_first_is_sent_and_keeps_what_it_said(
+        providers, module_emulator, client, at):  # noqa: F811
+    kind = likes_type(channels=("push", "email"), routing="fallback")
+    r = a_user()
+    for actor in ("Ada", "Bo"):
+        accept(client, kind, r, {"post_id": "p9", "actor": actor})
+    at[0] = T0 + timedelta(seconds=WINDOW)
+    scheduler.release_due()
+    push = Notification.objects.get(recipient=r, channel="push")
+    email = Notification.objects.get(recipient=r, channel="email")
+    assert (email.status, email.reason) == ("scheduled", "fallback_waiting")
+
+    send_notifications([str(push.pk)])
+
+    push.refresh_from_db(), email.refresh_from_db()
+    assert (push.status, push.body) == ("sent", "Ada and 1 others liked your post")  # kept, as for events' rows
+    assert (email.status, email.reason) == ("suppressed", "fallback_not_needed")  # at once, not by the sweep
+    assert module_emulator.count(channel="email") == 0

@@ -105,7 +105,7 @@ def transition(n: Notification, status: str, reason: str = "", *, kind: str, det
     if moved:
         if status != Status.SENT:  # a sent row's attempt row is its `sent` line (models.TimelineEntry)
             DeliveryEvent.objects.create(notification=n, kind=kind, status=status, reason=reason, detail=detail[:500])
-        if n.event_id:  # an event's row: the next channel of a fallback type is decided with it
+        if from_event(n):  # an event's or digest's row: the next channel of a fallback type is decided with it
             fallback.settle([(n.pk, status, reason, n.channel)])
         for key, value in fields.items():
             setattr(n, key, value)
@@ -119,6 +119,12 @@ def note(n: Notification, kind: str, detail: str) -> None:
     """A timeline event on a claimed row that does not change its state (``silent``: it is sent now
     as a silent push)."""
     DeliveryEvent.objects.create(notification=n, kind=kind, status=Status.SENDING, detail=shown(n, detail)[:500])
+
+
+def from_event(n: Notification) -> bool:
+    """Whether ``n`` was made by an event or a digest of events: its content is rendered at send time
+    (kept when it is sent) and, for a fallback type, the channel after it waits for its end."""
+    return bool(n.event_id or n.digest_id)
 
 
 def finish(n: Notification, status: str, reason: str = "", **kw) -> bool:
@@ -221,7 +227,7 @@ def record_sent(rows: list[tuple], provider: str, channel: str, tier: str,
                                     array_literal(message_ids), array_literal(details)])
             moved = {str(row[0]) for row in cur.fetchall()}
         copy_rows(ATTEMPTS_TABLE, ATTEMPT_COLUMNS, attempts)
-        typed = [n for n, _d, _a in rows if n.event_id and str(n.pk) in moved]
+        typed = [n for n, _d, _a in rows if from_event(n) and str(n.pk) in moved]
         if typed:
             cur_args = [array_literal(str(n.pk) for n in typed), array_literal(n.title or "" for n in typed),
                         array_literal(n.body or "" for n in typed), array_literal(n.html or "" for n in typed),
@@ -230,7 +236,8 @@ def record_sent(rows: list[tuple], provider: str, channel: str, tier: str,
             with connection.cursor() as cur:
                 cur.execute(_CONTENT_SQL, cur_args)
         # Events' rows of a fallback type: the channels waiting behind them are not needed.
-        fallback.settle([(n.pk, Status.SENT, "", n.channel) for n, _d, _a in rows if n.event_id and str(n.pk) in moved])
+        fallback.settle([(n.pk, Status.SENT, "", n.channel) for n, _d, _a in rows
+                         if from_event(n) and str(n.pk) in moved])
         for index, i in enumerate(ids):
             if i not in moved:
                 # The receipt settled the row before we recorded the call (or it changed hands):
@@ -297,7 +304,7 @@ def suppress(rows: list[tuple[Notification, str]], reason: str) -> list[Notifica
         done = [n for n, _d in rows if str(n.pk) in moved]
         copy_rows(EVENTS_TABLE, EVENT_COLUMNS, [(n.pk, "suppressed", Status.SUPPRESSED.value, str(reason),
                                                  details[n.pk], now) for n in done])
-        fallback.settle([(n.pk, Status.SUPPRESSED, reason, n.channel) for n in done if n.event_id])
+        fallback.settle([(n.pk, Status.SUPPRESSED, reason, n.channel) for n in done if from_event(n)])
     for n in done:
         n.status, n.reason, n.reason_detail, n.lease_until, n.updated_at = (
             Status.SUPPRESSED, reason, details[n.pk], None, now)
