@@ -128,6 +128,9 @@ class _Metrics:
         self.events = Counter(
             "notify_events_accepted_total", "Events accepted (POST /v1/events), and the notifications they made.",
             ["kind"], registry=r)
+        self.digests = Counter(
+            "notify_digests_total", "Digests by what happened to them: opened (an event started one), closed "
+            "(its window ended: its notifications were made), items (events added to one).", ["kind"], registry=r)
         self.acceptance_limited = Counter(
             "notify_acceptance_limited_total", "Requests refused (429) by an abuse limit at acceptance, by the "
             "limit's name (docs/POLICIES.md).", ["limit"], registry=r)
@@ -397,6 +400,13 @@ def events_accepted(events: int, notifications: int) -> None:
     """``notifications.events.services.accept_event``: new (not replayed) events and their rows."""
     _m().events.labels("events").inc(events)
     _m().events.labels("notifications").inc(notifications)
+
+
+@_safe
+def digest_counted(kind: str, count: int = 1) -> None:
+    """``notifications.events.digests``: ``count`` digests opened or closed, or items added."""
+    if count:
+        _m().digests.labels(one_of(kind, ("opened", "closed", "items"))).inc(count)
 
 
 @_safe

@@ -451,6 +451,32 @@ def test_events_accepted_and_fallback_steps_are_counted(client, django_capture_o
     assert Notification.objects.get(pk=email.pk).status == "queued"
 
 
+def test_digests_opened_closed_and_their_items_are_counted(client, django_capture_on_commit_callbacks):
+    from datetime import timedelta
+
+    from core import clock
+    from notifications.events import digests, services
+    from notifications.models import APIClient, NotificationType
+
+    kind = NotificationType.objects.create(key="m_digest", name="m", category="social", channels=["push"],
+                                           digest={"window_seconds": 60, "key": "{{ data.post }}"})
+    api_client = APIClient.objects.create_key(name="metrics-digests")[0]
+    one, two = Recipient.objects.create(user_id="m-d1"), Recipient.objects.create(user_id="m-d2")
+    with django_capture_on_commit_callbacks(execute=True):
+        for idempotency_key, users in (("a", [one, two]), ("b", [one]), ("c", [one])):
+            services.accept_event(client=api_client, idempotency_key=idempotency_key, fingerprint="f", kind=kind,
+                                  recipients=users, data={"post": "p1"})
+    with django_capture_on_commit_callbacks(execute=True):
+        later = clock.now() + timedelta(seconds=61)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(clock, "now", lambda: later)
+            assert digests.close_due() == 2
+    found = scrape(client)
+    assert only(found, "notify_digests_total") == {key("notify_digests_total", kind="opened"): 2,
+                                                   key("notify_digests_total", kind="items"): 4,
+                                                   key("notify_digests_total", kind="closed"): 2}
+
+
 def test_frequency_capped_rows_are_counted_by_category_and_channel(client, django_capture_on_commit_callbacks):
     """Two rows over the default cap (3 marketing pushes a day) of one user: counted twice, and as
     outcomes ``suppressed``/``frequency_capped``."""

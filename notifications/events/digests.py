@@ -28,6 +28,7 @@ from django.db import connection, transaction
 
 from core import clock
 from core.postgres import array_literal
+from notifications import metrics
 from notifications.events.models import (
     Digest,
     DigestItem,
@@ -79,6 +80,7 @@ def append(event: Event, kind: NotificationType, recipients: list, key: str, now
         digest = _take_open(kind, recipient.user_id, key, window, now)
         DigestItem.objects.create(digest=digest, event=event, created_at=now)
         found[recipient.user_id] = digest
+    transaction.on_commit(lambda: metrics.digest_counted("items", len(found)))
     return [found[r.user_id] for r in recipients]
 
 
@@ -90,6 +92,8 @@ def _take_open(kind: NotificationType, user_id: str, key: str, window: int, now:
             cur.execute(_OPEN_SQL, {"id": uuid.uuid4(), "type": kind.pk, "user": user_id, "key": key,
                                     "window": window, "channels": json.dumps(kind.channels), "routing": kind.routing,
                                     "now": now, "closes": now + timedelta(seconds=window)})
+            if cur.rowcount:
+                transaction.on_commit(lambda: metrics.digest_counted("opened"))
         digest = (Digest.objects.select_for_update().filter(type=kind, recipient_id=user_id, key=key,
                                                             closed_at__isnull=True).first())
         if digest is None:  # closed between our insert and our lock: open the next one
@@ -109,6 +113,7 @@ def close(digest: Digest, now: datetime) -> list[Notification]:
     items = list(DigestItem.objects.filter(digest=digest).select_related("event").order_by("id"))
     Digest.objects.filter(pk=digest.pk).update(closed_at=now, item_count=len(items))
     digest.closed_at, digest.item_count = now, len(items)
+    transaction.on_commit(lambda: metrics.digest_counted("closed"))
     if not items:
         return []
     first = items[0].event
