@@ -29,7 +29,7 @@ from notifications.api.serializers import (
     channel_content_errors,
 )
 from notifications.content_limits import MAX_TTL_SECONDS
-from notifications.quiet_hours_policy import priority_category_problem
+from notifications.quiet_hours_policy import campaign_category_problem, priority_category_problem
 from notifications.rendering import check_parts
 from preferences.models import Channel
 from providers.registry import unavailable_channel_problem
@@ -269,6 +269,9 @@ class CampaignForm(forms.ModelForm):
         problem = priority_category_problem(cleaned.get("priority") or "", cleaned.get("category") or "")
         if problem and "priority" not in self.errors:
             self.add_error("priority", problem[1])
+        bulk = campaign_category_problem(cleaned.get("priority") or "", cleaned.get("category") or "")
+        if bulk and "category" not in self.errors:
+            self.add_error("category", bulk[1][:1].upper() + bulk[1][1:] + ".")
 
     def _clean_content(self, cleaned: dict) -> None:
         channel, template = cleaned.get("channel"), cleaned.get("template")

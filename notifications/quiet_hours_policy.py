@@ -54,6 +54,22 @@ def priority_category_problem(priority: str, category: str) -> tuple[str, str] |
     return None
 
 
+def campaign_category_problem(priority: str, category: str) -> tuple[str, str] | None:
+    """Accept-time rule for campaigns (bulk sends): ``(code, message)`` when a **standard**
+    campaign names a category that bypasses quiet hours (``security``, ``transactional``: they also
+    carry no unsubscribe link and are what users cannot turn off), else ``None``. A bulk message
+    relabelled ``security`` would otherwise skip quiet hours and the link every bulk email must
+    carry; a real emergency to everyone is a high-priority campaign, which needs its own permission
+    (``campaigns.send_high_priority``, scope ``notifications:send_high``). Code:
+    ``bulk_transactional_category``."""
+    if priority == "high" or category not in bypass_categories():
+        return None
+    return ("bulk_transactional_category",
+            f"a standard campaign is bulk mail and may not use category '{category}', which bypasses quiet hours "
+            f"and carries no unsubscribe link ({', '.join(sorted(bypass_categories()))}); use marketing or another "
+            "category, or priority high for an emergency to everyone (needs the high-priority permission)")
+
+
 def check_bypass_setting() -> list[str]:
     """Problems with ``QUIET_HOURS_BYPASS_CATEGORIES`` (for ``manage.py check``)."""
     if MARKETING in bypass_categories():

@@ -238,6 +238,7 @@ def test_add_form_local_time_campaign(admin_client, segment):
      "At most 366 days ahead"),
     ({"category": "Not Valid"}, "category", "Lower-case letters"),
     ({"priority": "high"}, "priority", "marketing is never high priority"),
+    ({"category": "security"}, "category", "A standard campaign is bulk mail and may not use category 'security'"),
     ({"data": '{"n": 1}'}, "data", "values are strings"),
     ({"channel": "push", "title": "Hi", "data": '{"Google.x": "1"}'}, "data", "a prefix FCM reserves"),
 ])

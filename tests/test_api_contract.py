@@ -73,6 +73,8 @@ REFUSALS_THE_SCHEMA_CANNOT_STATE = {
     ("variants", "duplicate_locale"): "each variant's locale once (uniqueness by one key of an object)",
     ("priority", "marketing_not_high"): "priority high depends on the category and a setting",
     ("priority", "category_not_high"): "as above",
+    ("category", "bulk_transactional_category"): "a standard campaign may not use a category that bypasses quiet "
+                                                 "hours (a setting; depends on priority)",
     ("channel", "channel_unavailable"): "a channel without providers (a setting: an empty *_PROVIDERS list)",
     ("add", "max_length"): "add + remove together at most 10,000 (a sum over two properties)",
     ("add", "required"): "at least one id in add or remove (either of two properties)",

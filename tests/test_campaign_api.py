@@ -105,6 +105,8 @@ def campaign(**over):
     (campaign(spread_seconds=-1), {("spread_seconds", "min_value")}),
     (campaign(spread_seconds=86401), {("spread_seconds", "max_value")}),
     (campaign(category="Black Friday"), {("category", "invalid")}),
+    (campaign(category="security"), {("category", "bulk_transactional_category")}),
+    (campaign(category="transactional", channel="push"), {("category", "bulk_transactional_category")}),
 ])
 def test_invalid_campaign_is_422_and_not_written(http, segment, body, expected):
     r = call(http, "post", "/v1/campaigns", body, **{"Idempotency-Key": "c1"})

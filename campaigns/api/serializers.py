@@ -25,6 +25,7 @@ from notifications.api.serializers import (
 from notifications.api.typed import data_errors
 from notifications.content_limits import MAX_TTL_SECONDS
 from notifications.models import NotificationType, Priority
+from notifications.quiet_hours_policy import campaign_category_problem
 from notifications.rendering import RenderError, check_parts
 from preferences.models import Channel
 
@@ -215,6 +216,9 @@ class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
             errors["data"] = serializers.ErrorDetail("data goes with type (inline content has content.data)",
                                                      code="not_allowed_without_type")
         errors.update(priority_category_errors(attrs["priority"], attrs["category"]))
+        bulk = campaign_category_problem(attrs["priority"], attrs["category"])
+        if bulk and "category" not in errors:
+            errors["category"] = serializers.ErrorDetail(bulk[1], code=bulk[0])
         errors.update(channel_available_errors(attrs["channel"]))
         if attrs.get("scheduled_at") and attrs.get("local_time"):
             errors["local_time"] = serializers.ErrorDetail("give at most one of scheduled_at or local_time",
