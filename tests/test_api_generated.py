@@ -215,3 +215,4 @@ def test_generated_campaigns(http, world, body):
         assert counts()["Campaign"] == before["Campaign"] + 1
         c = Campaign.objects.get(pk=r.json()["id"])
         assert not (c.priority == "high" and c.category == "marketing")
+        assert not (c.priority == "standard" and c.category in ("security", "transactional"))  # bulk: never those
