@@ -7,12 +7,17 @@ the token and the opt-out are ``preferences.unsubscribe``'s; the page and the PO
 The rule (:func:`carries_unsubscribe`), email only and only with a category (a link opts out of a
 category; an uncategorised email, such as the quick start's OTP, has none to name):
 
-* a campaign email: always (bulk mail is what Gmail's and Yahoo's sender rules are about);
-* a typed email (an event's): unless its type is ``required`` (security, legal: it cannot be opted
+* never for a category the quiet-hours policy treats as transactional,
+  ``settings.QUIET_HOURS_BYPASS_CATEGORIES`` (default ``security``, ``transactional``), whoever
+  sends it: one click on a security alert would otherwise opt the user out of password resets too
+  (the opt-out is per category); a standard campaign may not use those categories at all;
+* a campaign email: otherwise always (bulk mail is what Gmail's and Yahoo's sender rules are about);
+* a typed email (an event's): unless its type is ``required`` (legal, account: it cannot be opted
   out of, so a link would promise what the send path does not do);
-* a plain single send: unless its category is one the quiet-hours policy treats as
-  transactional, ``settings.QUIET_HOURS_BYPASS_CATEGORIES`` (default ``security``,
-  ``transactional``): password resets, receipts and security alerts carry no link.
+* a plain single send: otherwise always.
+
+The page and the POST refuse a link of such a category (:func:`preferences.unsubscribe` never opts
+out of one), so a link made before the rule cannot do it either.
 """
 
 from __future__ import annotations
@@ -30,13 +35,11 @@ from preferences.unsubscribe import UnsubscribeToken, make_token
 def carries_unsubscribe(channel: str, category: str, *, campaign: bool, typed: bool, required: bool) -> bool:
     """Whether an email of ``category`` ('' = none) gets the unsubscribe headers (module docstring):
     ``campaign`` a campaign row, ``typed`` an event's row whose type is ``required`` or not."""
-    if channel != "email" or not category:
+    if channel != "email" or not category or category in bypass_categories():
         return False
     if campaign:
         return True
-    if typed:
-        return not required
-    return category not in bypass_categories()
+    return not (typed and required)
 
 
 def unsubscribe_url(n: Notification) -> str | None:

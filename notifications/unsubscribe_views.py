@@ -19,6 +19,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 
 from notifications import metrics
+from notifications.quiet_hours_policy import bypass_categories
 from preferences.models import Recipient, Unsubscribe
 from preferences.unsubscribe import BadToken, UnsubscribeToken, read_token, unsubscribe
 
@@ -46,6 +47,12 @@ def unsubscribe_view(request: HttpRequest, token: str) -> HttpResponse:
         link = read_token(token)
     except BadToken as exc:
         return _page(request, "invalid", 400, message=str(exc))
+    if link.category in bypass_categories():
+        # Never made since the rule (notifications.unsubscribe): a security or transactional email
+        # cannot be unsubscribed from by a link, which would silence password resets as well.
+        return _page(request, "invalid", 400, link, f"{link.category} emails (security alerts, password resets, "
+                                                    "receipts) cannot be unsubscribed from: they are what you "
+                                                    "asked for or need")
     if request.method == "GET":
         return _page(request, "confirm", 200, link)
     if request.POST.get("List-Unsubscribe") == "One-Click":

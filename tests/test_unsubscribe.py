@@ -4,6 +4,7 @@ campaign's count and rate (docs/TYPES.md, "Unsubscribe")."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 import uuid
@@ -150,6 +151,20 @@ def test_post_one_click_opts_out_once_however_often_it_is_posted(recipient, mail
     assert unsubscribes_metric(client) == {(("category", "marketing"), ("source", "one_click")): 1.0}
 
 
+@pytest.mark.parametrize("category", ["security", "transactional"])
+def test_a_link_of_a_transactional_category_never_opts_out(recipient, mail_client, category):
+    """No email of these categories carries a link (the rule above); one made anyway (before the
+    rule, or by hand with the key) is refused, on GET and POST, and changes nothing."""
+    url = f"/u/{make_token(dataclasses.replace(LINK, category=category))}"
+
+    page, posted = mail_client.get(url), mail_client.post(url, {"List-Unsubscribe": "One-Click"})
+
+    assert (page.status_code, posted.status_code) == (400, 400)
+    assert f"{category} emails (security alerts, password resets, receipts) cannot be unsubscribed".encode() in (
+        posted.content)
+    assert Unsubscribe.objects.count() == 0 and not Preferences.objects.filter(recipient=recipient).exists()
+
+
 def test_the_pages_button_unsubscribes_with_source_page(recipient, mail_client, client,
                                                         django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
@@ -242,7 +257,8 @@ def row(channel="email", category="marketing", campaign=False, typed=False, requ
     ({"campaign": True, "channel": "push"}, False),
     ({"typed": True}, True),
     ({"typed": True, "required": True}, False),  # a required type (security, legal) cannot be opted out of
-    ({"typed": True, "category": "security"}, True),  # not required: its category can be opted out of
+    ({"typed": True, "category": "security"}, False),  # one click would silence password resets too
+    ({"campaign": True, "category": "security"}, False),  # a high-priority emergency to everyone
     ({"category": "marketing"}, True),  # a plain single send
     ({"category": "news"}, True),
     ({"category": "security"}, False),  # QUIET_HOURS_BYPASS_CATEGORIES: transactional-required
@@ -273,15 +289,15 @@ def test_which_emails_carry_the_headers(kwargs, carries, settings):
        bypass=st.lists(st.sampled_from(["security", "transactional", "news"]), unique=True))
 def test_headers_follow_channel_category_campaign_type_and_required(channel, category, campaign, typed, required,
                                                                     bypass):
-    """An email has a link exactly when it has a category and is a campaign's, or a typed one of a
-    type not required, or a plain one of a category outside QUIET_HOURS_BYPASS_CATEGORIES; the link
+    """An email has a link exactly when it has a category outside QUIET_HOURS_BYPASS_CATEGORIES and
+    is a campaign's, a plain one, or a typed one of a type not required; the link
     names that user, category, campaign and notification."""
     from django.test import override_settings
 
     with override_settings(QUIET_HOURS_BYPASS_CATEGORIES=tuple(bypass), PUBLIC_BASE_URL="https://n.example"):
         message = message_for(row(channel, category, campaign, typed, required), "to")
-        expected = channel == "email" and bool(category) and (
-            campaign or (not required if typed else category not in bypass))
+        expected = channel == "email" and bool(category) and category not in bypass and (
+            campaign or not (typed and required))
         assert carries_unsubscribe(channel, category, campaign=campaign, typed=typed, required=required) is expected
     assert (message.unsubscribe_url is not None) is expected
     assert bool(unsubscribe_headers(message)) is expected
