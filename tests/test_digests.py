@@ -235,6 +235,9 @@ def fields(resp) -> dict:
     ({"window_seconds": "soon"}, {}, "digest.window_seconds", "invalid_type"),
     ({"window_seconds": 600, "key": "{{ data.post_id "}, {}, "digest.key", "template_syntax"),
     ({"window_seconds": 600, "key": "{{ range(10**6) }}"}, {}, "digest.key", "render_bound"),
+    ({"window_seconds": 600, "key": '{% include "/etc/passwd" %}'}, {}, "digest.key", "template_syntax"),
+    ({"window_seconds": 600, "key": "{{ user_id }}"}, {}, "digest.key", "unknown_variable"),
+    ({"window_seconds": 600, "key": "{{ lipsum.__globals__ }}"}, {}, "digest.key", "unknown_variable"),
     ({"window_seconds": 600, "every": 5}, {}, "digest.every", "unknown_field"),
     ({"window_seconds": 600}, {"priority": "high"}, "digest", "high_not_digest"),
 ])

@@ -30,7 +30,7 @@ from core.identifiers import control_character_problem
 from notifications.events.models import QuietHoursPolicy, Routing
 from notifications.models import Priority
 from notifications.quiet_hours_policy import MARKETING
-from notifications.rendering import check_parts
+from notifications.rendering import check_parts, template_variables
 from providers.fcm.data_keys import data_key_problem
 
 MAX_TEMPLATES = 200
@@ -108,6 +108,10 @@ def _digest_problems(digest: dict | None, priority: str) -> dict[str, Problem]:
     key = digest.get("key") or ""
     for error in check_parts({"body": key}).values() if key else ():
         return {"digest.key": Problem("render_bound" if error.bound else "template_syntax", f"digest key: {error}")}
+    others = sorted(template_variables(key) - {"data"}) if key else []
+    if others:
+        return {"digest.key": Problem("unknown_variable", f"digest key: it sees only the event's data "
+                                                          f"({{{{ data.post_id }}}}), not {', '.join(others)}")}
     return {}
 
 

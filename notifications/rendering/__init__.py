@@ -30,7 +30,7 @@ import string
 from dataclasses import dataclass
 from functools import lru_cache
 
-from jinja2 import TemplateError, TemplateSyntaxError, meta
+from jinja2 import TemplateError, TemplateSyntaxError, meta, nodes
 from jinja2.sandbox import SecurityError
 
 from notifications.rendering import budget as render_budget
@@ -107,6 +107,24 @@ def sample_contexts(names: set[str]) -> list[dict[str, str]]:
     ]
 
 
+#: Tags that load another template: there is no loader, so every send would fail ("no loader for
+#: this environment specified"); refused when a template is saved.
+_OTHER_TEMPLATES = (nodes.Include, nodes.Import, nodes.FromImport, nodes.Extends)
+
+
+def template_variables(source: str) -> set[str]:
+    """The names ``source`` reads that it does not set itself (``{{ data.x }}`` → ``{"data"}``;
+    globals such as ``range`` and ``lipsum`` included, ``loop`` not). Raises RenderError for a
+    syntax error."""
+    try:
+        tree = _text_env.parse(source)
+    except TemplateSyntaxError as exc:
+        raise RenderError(f"template syntax error on line {exc.lineno}: {exc.message}") from None
+    names = list(tree.find_all(nodes.Name))
+    own = {n.name for n in names if n.ctx in ("store", "param")} | {"loop"}
+    return {n.name for n in names if n.ctx == "load"} - own
+
+
 def check_parts(parts: dict[str, str]) -> dict[str, RenderError]:
     """Save-time check of a message's parts (``{"title": src, "body": src, "html": src}``, any
     subset): ``{part: RenderError}`` for each part that does not compile, then, if all compile, dry
@@ -126,7 +144,12 @@ def check_parts(parts: dict[str, str]) -> dict[str, RenderError]:
         env = _html_env if part == "html" else _text_env
         try:
             _compiled(source, part == "html")
-            names |= meta.find_undeclared_variables(env.parse(source))
+            tree = env.parse(source)
+            if next(tree.find_all(_OTHER_TEMPLATES), None) is not None:
+                errors[part] = RenderError("template syntax error: a template cannot include, import or extend "
+                                           "another (there are none to load)")
+                continue
+            names |= meta.find_undeclared_variables(tree)
         except TemplateSyntaxError as exc:
             errors[part] = RenderError(f"template syntax error on line {exc.lineno}: {exc.message}")
         except TemplateError as exc:
