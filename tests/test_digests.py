@@ -427,7 +427,7 @@ def test_cancelling_an_event_takes_it_out_of_its_open_digest_and_a_closed_digest
     late = accept(client, kind, r, {"post_id": "p2", "actor": "Di"})
     at[0] = T0 + timedelta(seconds=2 * WINDOW + 1)
     digests.close_due()
-    with pytest.raises(services.NotCancellable):
+    with pytest.raises(services.NotCancellable, match="the digest it went into closed"):
         services.cancel_event(late.event)  # its digest closed: its notification is shared, not cancelled by one event
     assert items_of(Digest.objects.get(recipient=r, key="p2")) == ["Di"]
 

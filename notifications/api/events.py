@@ -306,9 +306,8 @@ class EventCancelView(APIView):
                                error_code="not_found")
         try:
             services.cancel_event(event)
-        except services.NotCancellable:
-            return field_error("status", "not_cancellable", "nothing of this event is left to cancel: every "
-                               "notification was claimed by a worker or has finished", 409, error_code="conflict")
+        except services.NotCancellable as exc:
+            return field_error("status", "not_cancellable", str(exc), 409, error_code="conflict")
         audit_notes.note_fields(request, ["status"])
         event.refresh_from_db()
         return Response(event_body(event))

@@ -47,7 +47,12 @@ class DigestKeyFailed(Exception):
 
 
 class NotCancellable(Exception):
-    """Nothing of the event is left to cancel: every notification was claimed or has finished."""
+    """Nothing of the event is left to cancel: every notification was claimed or has finished, or
+    (a digest type's event) the digests it went into have closed. The message says which."""
+
+    def __init__(self, message: str = "nothing of this event is left to cancel: every notification was claimed "
+                                      "by a worker or has finished") -> None:
+        super().__init__(message)
 
 
 @dataclass(frozen=True)
@@ -281,6 +286,12 @@ def cancel_event(event: Event) -> int:
             due_at=None, lease_until=None, updated_at=now)
         withdrawn = digests.withdraw(event)
         if not moved and not withdrawn:
+            closed = digests.digests_of(event)
+            if closed:
+                raise NotCancellable(
+                    f"nothing of this event is left to cancel: the digest it went into closed (digest "
+                    f"{next(iter(closed.values())).pk}) and its notifications are shared with the digest's other "
+                    "events; cancel those notifications with POST /v1/notifications/{id}/cancel")
             raise NotCancellable()
         if moved:
             record_cancelled(pending, reason=Reason.CANCELLED_BY_CLIENT, detail="its event was cancelled", at=now)
