@@ -50,13 +50,14 @@ def outcome(by_status: dict) -> dict:
 
 
 def unsubscribe_stats(campaign: Campaign, sent: int | None = None) -> dict:
-    """``{"unsubscribes": n, "unsubscribe_rate": n / sent or None}``: the opt-outs made through this
-    campaign's emails' unsubscribe links (``preferences.Unsubscribe`` rows naming it) and their share
-    of its sent emails (``outcome.sent``; ``None`` while nothing was sent). ``sent``: already counted
-    (else one more query)."""
+    """``{"unsubscribes": n, "unsubscribe_rate": n / sent or None}``: the recipients who opted out
+    through this campaign's emails' unsubscribe links (``preferences.Unsubscribe`` rows naming it;
+    one who re-subscribed and clicked again counts once) and their share of its sent emails
+    (``outcome.sent``; ``None`` while nothing was sent). ``sent``: already counted (else one more
+    query)."""
     if sent is None:
         sent = campaign_counts(campaign)["outcome"]["sent"]
-    n = Unsubscribe.objects.filter(campaign_id=campaign.pk).count()
+    n = Unsubscribe.objects.filter(campaign_id=campaign.pk).values("recipient_id").distinct().count()
     return {"unsubscribes": n, "unsubscribe_rate": (n / sent) if sent else None}
 
 

@@ -343,6 +343,12 @@ def test_the_campaign_shows_its_unsubscribes_and_their_rate_of_sent(db, mail_cli
 
     got = detail()
     assert (got["unsubscribes"], got["unsubscribe_rate"], got["counts"]["outcome"]["sent"]) == (2, 2 / 3, 3)
+    # One of them re-subscribes and clicks the same link again: two rows, still one recipient.
+    Preferences.objects.filter(recipient=users[0]).update(category_opt_outs={})
+    link = UnsubscribeToken(user_id=users[0].pk, category="marketing", campaign_id=campaign.pk)
+    assert mail_client.post(f"/u/{make_token(link)}", {"List-Unsubscribe": "One-Click"}).status_code == 200
+    assert Unsubscribe.objects.filter(campaign_id=campaign.pk).count() == 3
+    assert (detail()["unsubscribes"], detail()["unsubscribe_rate"]) == (2, 2 / 3)
     [listed] = http.get("/v1/campaigns").json()["items"]
     assert "unsubscribes" not in listed and "unsubscribe_rate" not in listed
 
