@@ -191,7 +191,7 @@ def test_admin_rows_add_rules_and_override_settings_rules_by_name(user):
     taken = caps.take([a, b, news], no_type, T0)
     assert taken.capped == {
         b.pk: "marketing push: at most 1 per 1 h; 1 sent since 2026-12-02 10:00 UTC (rule marketing-push)",
-        news.pk: "news email: at most 0 per 1 min; 0 sent since 2026-12-02 10:00 UTC (rule news-email)"}
+        news.pk: "news email: none allowed (rule news-email, limit 0)"}
     FrequencyCap.objects.filter(name="marketing-push").update(active=False)
     assert admitted([b], T0) == [True]  # the settings rule is switched off by its row
 

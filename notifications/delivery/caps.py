@@ -204,9 +204,12 @@ def take(rows: list[Notification], kind_of: Callable[[Notification], Notificatio
     for key, answer in zip(keys, answers, strict=True):
         for (n, mine), (admitted, fired, count, oldest) in zip(subject[key], answer, strict=True):
             if not admitted:
+                rule = mine[fired - 1]
+                if rule.limit == 0:  # nothing is ever admitted: no "sent since" to tell
+                    capped[n.pk] = f"{rule.category} {rule.channel}: none allowed (rule {rule.name}, limit 0)"
+                    continue
                 since = datetime.fromtimestamp(oldest / 1000, UTC)
-                capped[n.pk] = (f"{mine[fired - 1].describe()}; {count} sent since {since:%Y-%m-%d %H:%M} UTC "
-                                f"(rule {mine[fired - 1].name})")
+                capped[n.pk] = f"{rule.describe()}; {count} sent since {since:%Y-%m-%d %H:%M} UTC (rule {rule.name})"
     return Taken(capped, [], categories)
 
 
