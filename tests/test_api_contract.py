@@ -126,6 +126,10 @@ REFUSALS_THE_SCHEMA_CANNOT_STATE = {
     ("templates.*.title", "line_break"): "an email subject is one line: depends on channel",
     ("templates.*.data", "invalid"): "push data templates are strings",
     ("*", "render_bound"): "a dry render passes a render bound",
+    ("digest", "high_not_digest"): "a high-priority type cannot be a digest (depends on another property)",
+    ("digest.key", "unknown_variable"): "a digest key reads only data.* (template analysis)",
+    ("data", "digest_key"): "the (stored) type's digest key must render with the event's data",
+    ("*", "digest_type"): "a digest type's event takes no timing or collapse key (depends on the stored type)",
 }
 
 
