@@ -64,7 +64,8 @@ def stack(django_db_setup, django_db_blocker, tmp_path_factory, static_root):
 
 @pytest.fixture(autouse=True)
 def forget_frequency_caps():
-    """Each test starts with no frequency-cap windows in Redis (``fcap:*``): in-process tests roll
+    """Each test starts with no frequency-cap windows in Redis (``fcap:*``, and the tracking markers
+    ``fcap-tracking:*``, which would let a moved clock skip a rebuild): in-process tests roll
     their rows back but reuse user ids, whose windows would otherwise carry over. A window left
     out is rebuilt from Postgres, so this never hides a slot the stack's own rows hold."""
     import redis as redis_lib
@@ -73,7 +74,7 @@ def forget_frequency_caps():
 
     try:
         r = get_redis()
-        keys = list(r.scan_iter("fcap:*", count=1000))
+        keys = list(r.scan_iter("fcap:*", count=1000)) + list(r.scan_iter("fcap-tracking:*", count=1000))
         if keys:
             r.delete(*keys)
     except redis_lib.RedisError:

@@ -127,6 +127,25 @@ def test_after_a_flush_the_window_is_rebuilt_from_postgres_before_the_first_deci
                                    .exclude(pk=first.pk)}}
 
 
+def test_once_slots_have_been_tracked_for_a_whole_window_a_key_without_one_needs_no_rebuild(
+        user, django_assert_num_queries):
+    """The tracking marker of (marketing, push, 24 h) is set by the first decision; a window later a
+    user who has no slot in Redis has none anywhere (every slot since was taken here): no query. A
+    flush removes the marker with the windows, and the next decision rebuilds again."""
+    other = Recipient.objects.create(user_id=f"cap-{uuid.uuid4().hex[:8]}")
+    assert admitted([row(other)], T0) == [True]  # sets the marker at T0 (this key rebuilt: the marker is new)
+    later = T0 + timedelta(hours=24, seconds=1)
+    fresh = row(user)
+    with django_assert_num_queries(1):  # the rules; no rebuild query
+        assert caps.take([fresh], no_type, later).capped == {}
+    get_redis().flushdb()  # the marker goes with the windows
+    for hours in (1, 2, 3):
+        row(user, status="sent", sent_at=later - timedelta(hours=hours))
+    # Rebuilt from Postgres again: the three sent rows fill the window (fresh's slot went with the flush,
+    # and its row was never sent).
+    assert admitted([row(user)], later + timedelta(seconds=1)) == [False]
+
+
 def test_rows_in_flight_after_a_lost_lease_count_in_the_rebuild(user):
     row(user, status="scheduled", reason="lease_expired", updated_at=T0 - timedelta(minutes=10))
     row(user, status="scheduled", reason="outcome_unknown", updated_at=T0 - timedelta(minutes=9))

@@ -12,7 +12,9 @@ concurrent workers never admit more than the limit.
 A key with no "built" sentinel (Redis flushed, or nothing sent in the window) is rebuilt from
 Postgres before its first decision: rows of that user, category and channel sent in the window, and
 rows in flight that may hold a slot (``sending``; waiting again after a lost lease or an unknown
-outcome). A Redis error here sends nothing uncapped: the rows subject to a rule wait as a transient
+outcome); unless the *tracking marker* of its category, channel and window (set the first time the
+script sees them, gone with a flush) is a whole window old: then every slot of the window was taken
+here and a key without a sentinel has none (a campaign's users, mostly: no query per batch). A Redis error here sends nothing uncapped: the rows subject to a rule wait as a transient
 error (``retry_scheduled``, the attempt given back).
 """
 
@@ -39,7 +41,7 @@ from notifications.models import FrequencyCap, Notification, Reason, Status
 
 log = logging.getLogger(__name__)
 
-#: KEYS: (window, sentinel) per key. ARGV[1]: now (ms); ARGV[2]: JSON ``[{w: longest window ms,
+#: KEYS: (window, sentinel, tracking marker) per key. ARGV[1]: now (ms); ARGV[2]: JSON ``[{w: longest window ms,
 #: seed: null | [[id, ms], …], rows: [{id, rules: [[limit, window ms], …]}, …]}, …]``.
 #: Returns JSON: per key ``0`` (not built and no seed given: rebuild first) or per row
 #: ``[admitted 0/1, rule index (1-based) that fired, count in its window, oldest instant ms]``.
@@ -48,8 +50,15 @@ local now = tonumber(ARGV[1])
 local spec = cjson.decode(ARGV[2])
 local out = {}
 for i, k in ipairs(spec) do
-  local zkey, skey = KEYS[2 * i - 1], KEYS[2 * i]
+  local zkey, skey, mkey = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
   local built = tonumber(redis.call('GET', skey) or '0')
+  -- The marker says since when every slot of this category and channel (at this window) has been
+  -- taken here; once that is a whole window ago, a key without a sentinel has nothing elsewhere
+  -- (no rebuild: a user with no slot in the window, the common case of a campaign).
+  redis.call('SET', mkey, now, 'NX')
+  if built < k.w and tonumber(redis.call('GET', mkey)) <= now - k.w then
+    built = k.w
+  end
   if built < k.w and k.seed == cjson.null then
     out[i] = 0
   else
@@ -148,9 +157,10 @@ def _key(n: Notification) -> tuple[str, str, str]:
     return n.category, n.channel, n.recipient_id
 
 
-def _redis_keys(key: tuple[str, str, str]) -> list[str]:
+def _redis_keys(key: tuple[str, str, str], window_ms: int = 0) -> list[str]:
+    """The window, its "built" sentinel and the tracking marker of (category, channel, user)."""
     zkey = "fcap:{}:{}:{}".format(*key)  # the user id last: categories and channels hold no ':'
-    return [zkey, zkey + ":built"]
+    return [zkey, zkey + ":built", "fcap-tracking:{}:{}:{}".format(key[0], key[1], window_ms)]
 
 
 def _ms(at: datetime) -> int:
@@ -217,7 +227,7 @@ def _run(keys: list[tuple], subject: dict, longest: dict, now: datetime, seeds: 
     spec = [{"w": longest[key] * 1000, "seed": None if seeds is None else seeds.get(key, []),
              "rows": [{"id": str(n.pk), "rules": [[r.limit, r.window_seconds * 1000] for r in mine]}
                       for n, mine in subject[key]]} for key in keys]
-    redis_keys = [k for key in keys for k in _redis_keys(key)]
+    redis_keys = [k for key in keys for k in _redis_keys(key, longest[key] * 1000)]
     return json.loads(script(_TAKE)(keys=redis_keys, args=[_ms(now), json.dumps(spec)]))
 
 
