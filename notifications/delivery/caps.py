@@ -14,8 +14,11 @@ Postgres before its first decision: rows of that user, category and channel sent
 rows in flight that may hold a slot (``sending``; waiting again after a lost lease or an unknown
 outcome); unless the *tracking marker* of its category, channel and window (set the first time the
 script sees them, gone with a flush) is a whole window old: then every slot of the window was taken
-here and a key without a sentinel has none (a campaign's users, mostly: no query per batch). A Redis error here sends nothing uncapped: the rows subject to a rule wait as a transient
-error (``retry_scheduled``, the attempt given back).
+here and a key without a sentinel has none (a campaign's users, mostly: no query per batch). A
+Redis error here sends nothing uncapped: the rows subject to a rule wait as a transient error
+(``retry_scheduled``, the attempt given back). Redis must not evict keys (``maxmemory-policy
+noeviction``, as the Celery broker needs anyway): an evicted window under a live marker would be
+read as empty.
 """
 
 from __future__ import annotations
