@@ -163,7 +163,7 @@ def _key(n: Notification) -> tuple[str, str, str]:
 def _redis_keys(key: tuple[str, str, str], window_ms: int = 0) -> list[str]:
     """The window, its "built" sentinel and the tracking marker of (category, channel, user)."""
     zkey = "fcap:{}:{}:{}".format(*key)  # the user id last: categories and channels hold no ':'
-    return [zkey, zkey + ":built", "fcap-tracking:{}:{}:{}".format(key[0], key[1], window_ms)]
+    return [zkey, zkey + ":built", f"fcap-tracking:{key[0]}:{key[1]}:{window_ms}"]
 
 
 def _ms(at: datetime) -> int:
