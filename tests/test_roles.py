@@ -22,7 +22,7 @@ from django.urls import reverse
 from campaigns import roles, services
 from campaigns.models import Campaign, CampaignStatus, Segment, SegmentMember, Template, TemplateVariant
 from notifications.admin import HIDDEN
-from notifications.models import DeadLetter, DeliveryEvent, Notification, NotificationType, Reason, Status
+from notifications.models import DeadLetter, DeliveryEvent, FrequencyCap, Notification, NotificationType, Reason, Status
 from preferences.models import Preferences, Recipient
 from preferences.validation import phone_search_term
 
@@ -170,6 +170,25 @@ def test_the_policy_pages_are_managed_by_product_and_read_by_support_and_marketi
             assert "otp_per_user" in page.content.decode()
             assert page.context["has_add_permission"] is False  # a security control: superusers only
     assert seen == {"marketing": (200, 403, 200), "support": (200, 200, 200), "product": (200, 200, 403)}
+
+
+@pytest.mark.parametrize(("fields", "words"), [
+    ({"category": "security", "channel": "sms", "limit": "0"}, "only a superuser may cap it"),
+    ({"include_high": "on"}, "only a superuser may save one"),
+    ({"include_required": "on"}, "only a superuser may save one"),
+])
+def test_product_cannot_save_a_cap_on_what_users_must_get(client, designer, fields, words):
+    """A limit-0 cap on security SMS (or one including high or required rows) would silence every
+    one-time code: a security control, a superuser's (like the abuse limits)."""
+    post = {"name": "block", "category": "marketing", "channel": "push", "limit": "3", "window_seconds": "3600",
+            "active": "on", **fields}
+    as_user(client, designer)
+    page = client.post(reverse("admin:notifications_frequencycap_add"), post)
+    assert page.status_code == 200 and words in page.content.decode()
+    assert not FrequencyCap.objects.exists()
+    ok = client.post(reverse("admin:notifications_frequencycap_add"), {**post, "category": "marketing",
+                                                                       "include_high": "", "include_required": ""})
+    assert ok.status_code == 302 and FrequencyCap.objects.get().name == "block"
 
 
 # --- marketing -------------------------------------------------------------------------------------
