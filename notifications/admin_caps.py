@@ -33,7 +33,8 @@ def must_reach_problem(cleaned: dict) -> str:
 class FrequencyCapForm(forms.ModelForm):
     class Meta:
         model = FrequencyCap
-        fields = "__all__"
+        fields = ("name", "category", "channel", "limit", "window_seconds", "active", "include_high",
+                  "include_required")
 
     superuser = False  # set per request by FrequencyCapAdmin.get_form
 
