@@ -450,3 +450,21 @@ def test_a_fallback_digest_settles_its_next_channel_when_the_first_is_sent_and_k
     assert (push.status, push.body) == ("sent", "Ada and 1 others liked your post")  # kept, as for events' rows
     assert (email.status, email.reason) == ("suppressed", "fallback_not_needed")  # at once, not by the sweep
     assert module_emulator.count(channel="email") == 0
+
+
+def test_two_clients_events_never_share_a_digest(client, at):
+    """An admin-made type any service may trigger: one client's events must not show in another's
+    notification (the digest's notification is one client's, and it renders every item)."""
+    kind = likes_type()
+    other = APIClient.objects.create_key(name=f"digest-b-{uuid.uuid4().hex[:6]}")[0]
+    r = a_user()
+    accept(client, kind, r, {"post_id": "p1", "actor": "Ada"})
+    accept(other, kind, r, {"post_id": "p1", "actor": "Bo"})
+    accept(client, kind, r, {"post_id": "p1", "actor": "Cy"})
+
+    mine, theirs = (Digest.objects.get(recipient=r, client=c) for c in (client, other))
+    assert (items_of(mine), items_of(theirs)) == (["Ada", "Cy"], ["Bo"])
+    at[0] = T0 + timedelta(seconds=WINDOW)
+    assert digests.close_due() == 2
+    assert sorted(Notification.objects.filter(recipient=r).values_list("client_id", "digest_id")) == sorted(
+        [(client.pk, mine.pk), (other.pk, theirs.pk)])

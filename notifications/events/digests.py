@@ -49,10 +49,11 @@ MAX_WINDOW_SECONDS = 86_400
 MAX_KEY_LENGTH = 255
 
 _OPEN_SQL = """
-INSERT INTO notifications_digest (id, type_id, recipient_id, key, window_seconds, channels, routing, opened_at,
-                                  closes_at, item_count)
-VALUES (%(id)s, %(type)s, %(user)s, %(key)s, %(window)s, %(channels)s::jsonb, %(routing)s, %(now)s, %(closes)s, 0)
-ON CONFLICT (type_id, recipient_id, key) WHERE closed_at IS NULL DO NOTHING
+INSERT INTO notifications_digest (id, type_id, recipient_id, key, client_id, window_seconds, channels, routing,
+                                  opened_at, closes_at, item_count)
+VALUES (%(id)s, %(type)s, %(user)s, %(key)s, %(client)s, %(window)s, %(channels)s::jsonb, %(routing)s, %(now)s,
+        %(closes)s, 0)
+ON CONFLICT (type_id, recipient_id, key, client_id) WHERE closed_at IS NULL DO NOTHING
 """
 
 
@@ -77,25 +78,26 @@ def append(event: Event, kind: NotificationType, recipients: list, key: str, now
     window = int(kind.digest["window_seconds"])
     found = {}
     for recipient in sorted(recipients, key=lambda r: r.user_id):
-        digest = _take_open(kind, recipient.user_id, key, window, now)
+        digest = _take_open(kind, recipient.user_id, key, event.client_id, window, now)
         DigestItem.objects.create(digest=digest, event=event, created_at=now)
         found[recipient.user_id] = digest
     transaction.on_commit(lambda: metrics.digest_counted("items", len(found)))
     return [found[r.user_id] for r in recipients]
 
 
-def _take_open(kind: NotificationType, user_id: str, key: str, window: int, now: datetime) -> Digest:
-    """The open digest of (kind, user, key), locked until the transaction ends; a new one when
-    none is open or the open one's window has ended (that one is closed here first)."""
+def _take_open(kind: NotificationType, user_id: str, key: str, client_id, window: int, now: datetime) -> Digest:
+    """The open digest of (kind, user, key, API client), locked until the transaction ends; a new
+    one when none is open or the open one's window has ended (that one is closed here first). Two
+    clients' events never share a digest: its notification is one client's, and shows every item."""
     while True:
         with connection.cursor() as cur:
             cur.execute(_OPEN_SQL, {"id": uuid.uuid4(), "type": kind.pk, "user": user_id, "key": key,
-                                    "window": window, "channels": json.dumps(kind.channels), "routing": kind.routing,
-                                    "now": now, "closes": now + timedelta(seconds=window)})
+                                    "client": client_id, "window": window, "channels": json.dumps(kind.channels),
+                                    "routing": kind.routing, "now": now, "closes": now + timedelta(seconds=window)})
             if cur.rowcount:
                 transaction.on_commit(lambda: metrics.digest_counted("opened"))
         digest = (Digest.objects.select_for_update().filter(type=kind, recipient_id=user_id, key=key,
-                                                            closed_at__isnull=True).first())
+                                                            client_id=client_id, closed_at__isnull=True).first())
         if digest is None:  # closed between our insert and our lock: open the next one
             continue
         if digest.closes_at <= now:
@@ -124,7 +126,7 @@ def close(digest: Digest, now: datetime) -> list[Notification]:
         waiting = digest.routing == Routing.FALLBACK and index > 0
         nid = digest_notification_id(digest.pk, channel)
         rows.append(Notification(
-            id=nid, client_id=first.client_id, recipient_id=digest.recipient_id, channel=channel,
+            id=nid, client_id=digest.client_id or first.client_id, recipient_id=digest.recipient_id, channel=channel,
             priority=kind.priority, category=kind.category, body="", sensitive=sensitive, digest=digest,
             notification_type=kind, fallback_after=before if waiting else None, status=Status.SCHEDULED,
             reason=Reason.FALLBACK_WAITING if waiting else "", accepted_status=Status.SCHEDULED,

@@ -164,13 +164,17 @@ class Digest(models.Model):
 
     Opened by the first event (``opened_at``), closed at ``closes_at`` = ``opened_at`` +
     ``window_seconds`` (UTC) by the scheduler or by the next event after it: at most one open digest
-    per (type, user, key) (partial unique index). ``channels`` and ``routing`` are the type's when it
+    per (type, user, key, API client) (partial unique index). ``channels`` and ``routing`` are the type's when it
     opened. Its items are :class:`DigestItem` rows, in order of acceptance."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     type = models.ForeignKey(NotificationType, on_delete=models.PROTECT, related_name="digests", db_index=False)
     recipient = models.ForeignKey("preferences.Recipient", on_delete=models.PROTECT, related_name="digests",
                                   db_index=False)
+    client = models.ForeignKey(APIClient, on_delete=models.PROTECT, null=True, blank=True, related_name="digests",
+                               db_index=False, help_text="The API client whose events it holds: a digest never "
+                                                         "mixes two clients' events (their data would show in "
+                                                         "one client's notification).")
     key = models.CharField(max_length=255, blank=True, default="", help_text="The rendered digest key.")
     window_seconds = models.PositiveIntegerField()
     channels = models.JSONField(default=list)
@@ -182,8 +186,9 @@ class Digest(models.Model):
 
     class Meta:
         ordering = ["-opened_at"]
-        constraints = [models.UniqueConstraint(fields=["type", "recipient", "key"], name="digest_open_uniq",
-                                               condition=models.Q(closed_at__isnull=True))]
+        constraints = [models.UniqueConstraint(fields=["type", "recipient", "key", "client"],
+                                               name="digest_open_uniq", condition=models.Q(closed_at__isnull=True),
+                                               nulls_distinct=False)]
         indexes = [models.Index(fields=["closes_at"], name="digest_closes_idx",
                                 condition=models.Q(closed_at__isnull=True)),  # the scheduler's sweep
                    models.Index(fields=["-opened_at"], name="digest_opened_idx"),  # the admin's list
