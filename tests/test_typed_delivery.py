@@ -399,3 +399,20 @@ def test_a_bounce_does_not_reopen_a_channel_whose_ttl_ran_out_or_that_was_not_le
         "suppressed", "fallback_not_needed")
     assert row(ids[(cancelled_user.pk, "sms")]).status == "cancelled"
     assert [row(ids[(u.pk, "email")]).status for u in (expired_user, cancelled_user)] == ["failed", "failed"]
+
+
+def test_cancelling_a_sent_fallback_event_stops_a_later_bounce_from_reopening_it(providers, module_emulator, client):
+    from notifications import receipts
+    kind = a_type("cancel_then_bounce", channels=("email", "sms"), routing="fallback")
+    TypeTemplate.objects.filter(type=kind, channel="sms").update(title="")
+    r = user()
+    ids = event(client, kind, [r])
+    email, sms = ids[(r.pk, "email")], ids[(r.pk, "sms")]
+    send_notifications([email])
+    assert (row(sms).status, row(sms).reason) == ("suppressed", "fallback_not_needed")
+
+    assert services.cancel_event(row(email).event) == 1  # the channel a bounce could reopen
+
+    receipts.apply_receipts([bounce(row(email))])
+    assert (row(email).status, row(sms).status, row(sms).reason) == ("failed", "cancelled", "cancelled_by_client")
+    assert module_emulator.count(channel="sms") == 0

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 
 from core import clock
 from notifications import metrics
@@ -267,7 +268,8 @@ def notifications_of(event: Event) -> list[Notification]:
 
 def cancel_event(event: Event) -> int:
     """Cancel every notification of ``event`` that no worker has claimed (``scheduled`` — fallback
-    waits included — or ``queued`` → ``cancelled``, reason ``cancelled_by_client``, each with its
+    waits included — or ``queued``), and the fallback channels made ``fallback_not_needed`` (a later
+    bounce would reopen them) → ``cancelled``, reason ``cancelled_by_client``, each with its
     timeline event) and stamp the event. Returns how many were cancelled (notifications, plus digest
     items withdrawn).
 
@@ -278,10 +280,13 @@ def cancel_event(event: Event) -> int:
     Raises NotCancellable when none was left to cancel."""
     now = clock.now()
     with transaction.atomic():
-        pending = list(Notification.objects.select_for_update(skip_locked=True)
-                       .filter(event=event, status__in=[Status.SCHEDULED, Status.QUEUED])
+        # Not yet claimed, and the fallback channels a send made "not needed": a bounce could still
+        # reopen those (fallback.reopen), and a cancelled event must send nothing more.
+        open_rows = (Q(status__in=[Status.SCHEDULED, Status.QUEUED])
+                     | Q(status=Status.SUPPRESSED, reason=Reason.FALLBACK_NOT_NEEDED))
+        pending = list(Notification.objects.select_for_update(skip_locked=True).filter(open_rows, event=event)
                        .values_list("pk", flat=True))
-        moved = Notification.objects.filter(pk__in=pending, status__in=[Status.SCHEDULED, Status.QUEUED]).update(
+        moved = Notification.objects.filter(open_rows, pk__in=pending).update(
             status=Status.CANCELLED, reason=Reason.CANCELLED_BY_CLIENT, reason_detail="its event was cancelled",
             due_at=None, lease_until=None, updated_at=now)
         withdrawn = digests.withdraw(event)
