@@ -468,3 +468,13 @@ def test_two_clients_events_never_share_a_digest(client, at):
     assert digests.close_due() == 2
     assert sorted(Notification.objects.filter(recipient=r).values_list("client_id", "digest_id")) == sorted(
         [(client.pk, mine.pk), (other.pk, theirs.pk)])
+
+
+def test_a_sensitive_types_digest_key_is_stored_and_shown_only_as_a_hash(client, at):
+    kind = likes_type(digest_key="{{ data.code }}", sensitive=True)
+    r = a_user()
+    first = accept(client, kind, r, {"code": "KEYSECRET77"})
+    again = accept(client, kind, r, {"code": "KEYSECRET77"})
+    (digest,) = Digest.objects.filter(recipient=r)
+    assert digest.key.startswith("dk-") and "KEYSECRET77" not in digest.key
+    assert first.digests == again.digests == [digest]  # the same code still shares one digest

@@ -60,12 +60,15 @@ ON CONFLICT (type_id, recipient_id, key, client_id) WHERE closed_at IS NULL DO N
 def rendered_key(kind: NotificationType, data: dict) -> str:
     """The digest key of an event of ``kind`` with ``data``: the type's ``digest.key`` template
     rendered with ``{{ data.* }}`` (no recipient: one key per event); ``""`` when it has none; over
-    :data:`MAX_KEY_LENGTH` characters, ``"dk-"`` + a SHA-256 prefix of it. Raises RenderError."""
+    :data:`MAX_KEY_LENGTH` characters, or of a ``sensitive`` type, ``"dk-"`` + a SHA-256 prefix of
+    it. Raises RenderError."""
     source = (kind.digest or {}).get("key") or ""
     if not source:
         return ""
     key = render_parts({"key": source}, {"data": data})["key"]
-    if len(key) > MAX_KEY_LENGTH:
+    if len(key) > MAX_KEY_LENGTH or (kind.sensitive and key):
+        # A sensitive type's key may be made of what must not be shown (a code): only its hash is
+        # stored, answered and shown to support.
         key = "dk-" + hashlib.sha256(key.encode()).hexdigest()[:40]
     return key
 
