@@ -423,3 +423,20 @@ def test_the_admin_lists_the_effective_rules_and_refuses_a_bad_row(admin_client,
     assert r.status_code == 200
     assert set(r.context["adminform"].form.errors) == {"category", "window_seconds"}
     assert not FrequencyCap.objects.filter(name="bad").exists()
+
+
+def test_a_bounce_gives_the_slot_back_and_a_rebuild_leaves_the_bounced_row_out(user):
+    from notifications import receipts
+
+    rows = [row(user) for _ in range(3)]
+    assert admitted(rows, T0) == [True, True, True]
+    Notification.objects.filter(pk__in=[n.pk for n in rows]).update(status="sent", sent_at=T0, provider="sendgrid")
+    bounced = rows[0]
+    receipts.apply_receipts([receipts.Receipt(provider="sendgrid", dedup_key=f"sendgrid:{uuid.uuid4().hex}",
+                                              kind=receipts.FAILED, raw="bounce", notification_id=str(bounced.pk))])
+    assert Notification.objects.get(pk=bounced.pk).status == "failed"
+    assert str(bounced.pk) not in window_of(bounced)
+    assert admitted([row(user)], T0 + timedelta(minutes=1)) == [True]  # the bounced one's slot
+    get_redis().flushdb()
+    # Rebuilt from Postgres: two sent rows count, the bounced one does not (counted, it would make 3).
+    assert admitted([row(user)], T0 + timedelta(minutes=2)) == [True]

@@ -251,7 +251,8 @@ def rebuilt(keys: list[tuple], longest: dict, counted: dict, now: datetime, excl
     query = (Notification.objects
              .filter(recipient_id__in={k[2] for k in keys}, channel__in={k[1] for k in keys},
                      category__in={k[0] for k in keys})
-             .filter(Q(sent_at__gt=since) | _MAY_HOLD).exclude(pk__in=list(exclude))
+             .filter((Q(sent_at__gt=since) & ~Q(status=Status.FAILED)) | _MAY_HOLD)  # bounced: slot given back
+             .exclude(pk__in=list(exclude))
              .values_list("pk", "category", "channel", "recipient_id", "sent_at", "updated_at", "priority",
                           "notification_type__required"))
     for pk, category, channel, user, sent_at, updated_at, priority, required in query:
