@@ -220,6 +220,7 @@ def test_an_event_for_many_users_is_refused_whole_naming_the_first_limited_user(
     before = counts()
     resp = post(http, "/v1/events", {"type": "otp", "user_ids": ["u0", "u1", "u2"], "data": {"code": "1"}}, "all")
     assert resp.status_code == 429 and "'u1'" in resp.json()["error"]["message"]
+    assert [(f["field"], f["code"]) for f in resp.json()["error"]["fields"]] == [("user_ids.1", "acceptance_limited")]
     assert counts() == before
     # The refused request took no slot of u0 or u2.
     assert [event(http, "u0", f"z{i}").status_code for i in range(6)] == [202] * 5 + [429]

@@ -196,8 +196,8 @@ def exception_handler(exc, context):
                               [{"field": exc.field, "code": code, "message": str(exc.detail)}])
         return response
     if isinstance(exc, AcceptanceLimited):
-        response.data = _body(429, "acceptance_limited", f"user_id: {exc.detail}",
-                              [{"field": "user_id", "code": "acceptance_limited", "message": str(exc.detail)}])
+        response.data = _body(429, "acceptance_limited", f"{exc.field}: {exc.detail}",
+                              [{"field": exc.field, "code": "acceptance_limited", "message": str(exc.detail)}])
         response.data["error"].update(limit=exc.limit, retry_after=exc.wait)
         return response
     if isinstance(exc, NotFoundError):

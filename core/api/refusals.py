@@ -50,6 +50,7 @@ class AcceptanceLimited(exceptions.Throttled):
         self.wait = math.ceil(max(1.0, wait))
         self.limit = limit
         self.user_id = user_id
+        self.field = "user_id"  # the request's field that named them (``user_ids.3`` for a list)
 
 
 class AcceptanceLimitsUnavailable(exceptions.APIException):

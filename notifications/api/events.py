@@ -12,6 +12,7 @@ from rest_framework.views import APIView
 from core.api import audit_notes
 from core.api.errors import BODY, error_responses, field_error, response_headers
 from core.api.fields import AwareDateTimeField, RejectUnknownFields
+from core.api.refusals import AcceptanceLimited
 from core.api.scopes import Scope
 from core.identifiers import MAX_USER_ID_LENGTH, no_control_pattern
 from notifications.api.serializers import (
@@ -173,6 +174,10 @@ class EventListView(APIView):
                                            recipients=data["recipients"], data=data["data"],
                                            scheduled_at=data["scheduled_at"], ttl_seconds=data["ttl_seconds"],
                                            collapse_key=data["collapse_key"])
+        except AcceptanceLimited as exc:
+            if "user_ids" in request.data:  # name the list item, not a field the request did not use
+                exc.field = f"user_ids.{[r.user_id for r in data['recipients']].index(exc.user_id)}"
+            raise
         except services.IdempotencyKeyReused:
             return key_reused()
         except services.DigestKeyFailed as exc:
