@@ -131,8 +131,15 @@ def _quiet_window_around_now(tz: str, minutes_left: int = 1) -> tuple[dict, date
     start = local - timedelta(hours=1) if local.hour >= 2 else local + timedelta(hours=2)
     window = {"start": start.strftime("%H:%M"), "end": end.strftime("%H:%M"), "timezone": tz}
     if window["start"] <= window["end"]:
-        # Make it cross midnight: start later in the day than end, still covering now.
-        window["start"] = (end + timedelta(minutes=30)).strftime("%H:%M")
+        later = end + timedelta(minutes=30)
+        if later.date() == end.date():
+            # Make it cross midnight: start later in the day than end, still covering now.
+            window["start"] = later.strftime("%H:%M")
+        else:
+            # Late in the evening (a start after end would fall on the next day and miss now): end just
+            # after midnight instead; the tests move the clock to the end, they do not wait for it.
+            end = (local + timedelta(days=1)).replace(hour=0, minute=5, second=0, microsecond=0)
+            window["end"] = end.strftime("%H:%M")
     return window, end.astimezone(UTC)
 
 
