@@ -11,8 +11,8 @@ concurrent workers never admit more than the limit.
 
 A key with no "built" sentinel (Redis flushed, or nothing sent in the window) is rebuilt from
 Postgres before its first decision: rows of that user, category and channel sent in the window, and
-rows in flight that may hold a slot (``sending``; waiting again after a lost lease or an unknown
-outcome); unless the *tracking marker* of its category, channel and window (set the first time the
+rows that may hold a slot (waiting again after a lost lease or an unknown outcome; not rows
+mid-call, see ``_MAY_HOLD``); unless the *tracking marker* of its category, channel and window (set the first time the
 script sees them, gone with a flush) is a whole window old: then every slot of the window was taken
 here and a key without a sentinel has none (a campaign's users, mostly: no query per batch). A
 Redis error here sends nothing uncapped: the rows subject to a rule wait as a transient error
@@ -234,15 +234,18 @@ def _run(keys: list[tuple], subject: dict, longest: dict, now: datetime, seeds: 
     return json.loads(script(_TAKE)(keys=redis_keys, args=[_ms(now), json.dumps(spec)]))
 
 
-#: Rows that may hold a slot without a ``sent_at``: in flight, or waiting after a call in doubt.
-_MAY_HOLD = Q(status=Status.SENDING) | Q(status__in=[Status.SCHEDULED, Status.QUEUED],
-                                          reason__in=[Reason.LEASE_EXPIRED, Reason.OUTCOME_UNKNOWN])
+#: Rows that may hold a slot without a ``sent_at``: waiting after a call in doubt (they are decided
+#: again when re-driven, and then keep the slot only if it is among the first ``limit``). Not rows
+#: ``sending``: reading them races with their own batch's decision (a row capped a moment after the
+#: rebuild read it would be seeded as a slot nobody holds, and the user would get fewer than the
+#: limit all window long); a flush while a row is mid-call can let that many more through instead.
+_MAY_HOLD = Q(status__in=[Status.SCHEDULED, Status.QUEUED], reason__in=[Reason.LEASE_EXPIRED, Reason.OUTCOME_UNKNOWN])
 
 
 def rebuilt(keys: list[tuple], longest: dict, counted: dict, now: datetime, exclude=()) -> dict[tuple, list]:
     """The slots of ``keys`` (category, channel, user) as Postgres knows them, ``{key: [[id, ms], …]}``:
-    rows sent within the key's longest window (at ``sent_at``), and rows that may hold a slot
-    (``sending``, or back after a lost lease / unknown outcome: at ``updated_at``); not the exempt
+    rows sent within the key's longest window (at ``sent_at``; not those a receipt made ``failed``),
+    and rows that may hold a slot (back after a lost lease / unknown outcome: at ``updated_at``); not the exempt
     ones (high priority, ``required`` types) unless ``counted[key]`` includes them. ``exclude``:
     the ids being decided (they compete for a slot of their own). One query."""
     since = now - timedelta(seconds=max(longest[k] for k in keys))
