@@ -152,7 +152,15 @@ class Api:
         headers = kw.pop("headers", {})
         if key is not None:
             headers["Idempotency-Key"] = key
-        return self.session.request(method, self.base + path, headers=headers, timeout=10, **kw)
+        try:
+            return self.session.request(method, self.base + path, headers=headers, timeout=10, **kw)
+        except requests.ConnectionError as exc:
+            if "reset by peer" not in str(exc) and "RemoteDisconnected" not in str(exc):
+                raise
+            # gunicorn closes an idle keep-alive connection after its keep-alive time (2 s): a request
+            # sent on it at that instant is reset unread (seen under load on a campaign cancel). Once
+            # more on a new connection; sends carry their Idempotency-Key, so a retry is safe anyway.
+            return self.session.request(method, self.base + path, headers=headers, timeout=10, **kw)
 
     def send(self, body: dict, key: str | None = None) -> requests.Response:
         return self.request("POST", "/v1/notifications", json=body, key=key or uuid.uuid4().hex)
