@@ -67,7 +67,7 @@ from core.postgres import array_literal
 from core.queues import RECEIPTS_QUEUE, RECEIPTS_TASK
 from core.redis_client import get_redis
 from notifications import metrics, sent_markers
-from notifications.delivery import caps
+from notifications.delivery import caps, record
 from notifications.delivery.outcomes import shown
 from notifications.events import fallback
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
@@ -328,11 +328,10 @@ def _settle(n: Notification, receipt: Receipt, event: DeliveryEvent, now: dateti
     if moved:
         DeliveryEvent.objects.filter(pk=event.pk).update(status=status, reason=reason)
         metrics.receipt_transitioned(n, status, reason)
-        if status == Status.FAILED:
-            caps.give_back([n])  # it did not reach the recipient: its frequency-cap slot is free again
-        if status == Status.FAILED and (n.event_id or n.digest_id):
-            # It did not reach the recipient after all: a fallback type's next channel goes.
-            fallback.reopen([(n.pk, n.channel)], f"{n.channel}: {reason}")
+        if status == Status.FAILED:  # it did not reach the recipient after all:
+            caps.give_back([n])  # its frequency-cap slot is free again
+            if record.from_event(n):  # a fallback type's next channel goes
+                fallback.reopen([(n.pk, n.channel)], f"{n.channel}: {reason}")
 
 
 def _settle_unrecorded(n: Notification, receipt: Receipt, status: str, fields: dict, now: datetime) -> bool:
