@@ -302,12 +302,15 @@ NOTIFY = {
     # personalizations, SendGrid's limit); SMS and push as one SDK call per message.
     "BATCH_SIZE": {"email": env.int("BATCH_SIZE_EMAIL", default=500),
                    "sms": env.int("BATCH_SIZE_SMS", default=200),
-                   "push": env.int("BATCH_SIZE_PUSH", default=200)},
+                   "push": env.int("BATCH_SIZE_PUSH", default=200),
+                   # in_app: one INSERT of the batch's items and one counts upsert (docs/APP.md).
+                   "in_app": env.int("BATCH_SIZE_IN_APP", default=500)},
     # Standard tier: SDK calls in flight per worker process for providers without a batch API (a
     # sliding window on the SDK's async client); also bounded by the provider's bulkhead.
     "SEND_CONCURRENCY": {"email": env.int("SEND_CONCURRENCY_EMAIL", default=4),
                          "sms": env.int("SEND_CONCURRENCY_SMS", default=8),
-                         "push": env.int("SEND_CONCURRENCY_PUSH", default=8)},
+                         "push": env.int("SEND_CONCURRENCY_PUSH", default=8),
+                         "in_app": 1},  # no provider call: the inbox write is one statement
     # Standard tier: the calls of a batch run as a sliding window (SEND_CONCURRENCY in flight) and
     # the rows whose calls have ended are recorded while the rest are in flight: every
     # RECORD_EVERY_ROWS rows or RECORD_EVERY_SECONDS, whichever comes first. This bounds what a
@@ -338,6 +341,18 @@ NOTIFY = {
     "FREQUENCY_CAPS": [
         {"name": "marketing-push", "category": "marketing", "channel": "push", "limit": 3, "window_seconds": 86400},
     ],
+    # The in-app inbox (docs/APP.md). REFRESH_PUSH: when an item is written and the user has active
+    # devices, a silent (data-only) push tells an open app to refresh its inbox; at most one per user
+    # per REFRESH_PUSH_SECONDS (a campaign or a burst of events is one refresh). RETENTION_DAYS: items
+    # older than this are deleted; items past their TTL are hidden at once and deleted by the prune
+    # (every PRUNE_EVERY_SECONDS, PRUNE_BATCH rows per statement).
+    "INBOX": {
+        "REFRESH_PUSH": env.bool("INBOX_REFRESH_PUSH", default=True),
+        "REFRESH_PUSH_SECONDS": env.int("INBOX_REFRESH_PUSH_SECONDS", default=5),
+        "RETENTION_DAYS": env.int("INBOX_RETENTION_DAYS", default=90),
+        "PRUNE_EVERY_SECONDS": env.int("INBOX_PRUNE_EVERY_SECONDS", default=60),
+        "PRUNE_BATCH": env.int("INBOX_PRUNE_BATCH", default=5000),
+    },
 }
 
 # Provider budgets, circuit breakers and bulkheads (docs/ARCHITECTURE.md §8, providers/isolation.py), per provider

@@ -7,7 +7,10 @@ from __future__ import annotations
 import re
 
 #: Delivery channels, in the order every listing (metrics, queues, settings) uses.
-CHANNELS = ("sms", "email", "push")
+CHANNELS = ("sms", "email", "push", "in_app")
+#: The channels a provider delivers (``settings.PROVIDERS``); ``in_app`` is written to the user's
+#: inbox in Postgres (notifications/inbox), no provider involved.
+PROVIDER_CHANNELS = ("sms", "email", "push")
 #: Priority tiers: ``high`` (one at a time, quiet hours bypassed, failover) and ``standard`` (batched).
 TIERS = ("high", "standard")
 #: A notification's category (opt-outs per category, quiet-hours policy): 1–64 of ``a-z 0-9 _ . -``,

@@ -404,7 +404,9 @@ from notifications.events.models import (  # noqa: E402
     Routing,
     TypeTemplate,
 )
+from notifications.inbox.models import InboxCounts, InboxItem  # noqa: E402
 
 __all__ = ["APIAuditEntry", "APIClient", "AcceptanceLimit", "DeadLetter", "DeliveryAttempt", "DeliveryEvent", "Digest",
-           "DigestItem", "Event", "Notification", "NotificationType", "Priority", "QuietHoursPolicy", "Reason",
+           "DigestItem", "Event", "InboxCounts", "InboxItem", "Notification", "NotificationType", "Priority",
+           "QuietHoursPolicy", "Reason",
            "Routing", "Status", "TimelineEntry", "TypeTemplate"]

@@ -9,6 +9,7 @@ class Channel(models.TextChoices):
     SMS = "sms", "SMS"
     EMAIL = "email", "Email"
     PUSH = "push", "Push"
+    IN_APP = "in_app", "In-app inbox"
 
 
 class Recipient(models.Model):

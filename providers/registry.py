@@ -24,7 +24,7 @@ from typing import Any
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from core.vocabulary import CHANNELS
+from core.vocabulary import PROVIDER_CHANNELS
 from providers.base import ProviderBackend, ProviderConfigurationError
 from providers.emulator_credentials import BUILT_IN_SECRETS
 
@@ -53,10 +53,12 @@ def provider_names(channel: str) -> list[str]:
 def unavailable_channel_problem(channel: str) -> str:
     """Why nothing can be sent on ``channel``, or ``''`` when it has a provider: ``'no push provider is
     configured (PUSH_PROVIDERS is empty; settings.PROVIDERS["push"] lists none): nothing is sent on
-    push'``. A deployment without a channel
+    push'``; always ``''`` for ``in_app`` (no provider). A deployment without a channel
     sets its list empty; sends on it are refused when made (API 422 ``channel_unavailable``, the
     admin's campaign form) and a row accepted before fails as a dead letter with this reason."""
     providers = getattr(settings, "PROVIDERS", None) or {}
+    if channel not in PROVIDER_CHANNELS:
+        return ""  # in_app: written to the inbox, no provider (notifications/inbox)
     if isinstance(providers, dict) and providers.get(channel):
         return ""
     variable = _LIST_VARIABLES.get(channel, f'settings.PROVIDERS["{channel}"]')
@@ -134,9 +136,9 @@ def check_providers_configured() -> list[str]:
     providers = getattr(settings, "PROVIDERS", None)
     if not isinstance(providers, dict):
         return ["settings.PROVIDERS is missing or not a dict of channel -> list of providers"]
-    problems = [f'settings.PROVIDERS["{c}"]: unknown channel (expected one of {", ".join(CHANNELS)})'
-                for c in providers if c not in CHANNELS]
-    for channel in CHANNELS:
+    problems = [f'settings.PROVIDERS["{c}"]: unknown channel (expected one of {", ".join(PROVIDER_CHANNELS)})'
+                for c in providers if c not in PROVIDER_CHANNELS]
+    for channel in PROVIDER_CHANNELS:
         entries = providers.get(channel)
         where = f'settings.PROVIDERS["{channel}"]'
         if not isinstance(entries, (list, tuple)):

@@ -1,0 +1,66 @@
+"""Writing inbox items: what "sending" an ``in_app`` notification is (docs/APP.md).
+
+:func:`write` inserts the items of a batch and moves the users' :class:`~notifications.inbox.models.InboxCounts`
+in one transaction. An item's key is its notification's id, so a row written twice (a re-driven
+batch, a worker killed after the insert) is one item and counted once.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import connection, transaction
+from psycopg.types.json import Jsonb
+
+from notifications.inbox.models import InboxCounts, InboxItem
+
+
+@dataclass(frozen=True)
+class NewItem:
+    """An item to write: the notification's id and recipient, what the app will show (rendered),
+    the type key ("" for single sends and campaigns), the category, and instants in UTC."""
+
+    notification_id: uuid.UUID
+    recipient_id: str
+    type_key: str
+    category: str
+    title: str
+    body: str
+    data: dict | None
+    created_at: datetime
+    expires_at: datetime | None
+
+
+def write(items: list[NewItem]) -> set[uuid.UUID]:
+    """Insert ``items`` (those whose notification already has one are skipped) and add each new
+    item to its user's counts (total, unread and unseen +1), in one transaction.
+
+    Returns the notification ids of the items inserted now. Users' counts rows are locked in
+    user-id order, so two batches for overlapping users never deadlock."""
+    if not items:
+        return set()
+    items = sorted(items, key=lambda i: (i.recipient_id, str(i.notification_id)))
+    item_table, counts_table = InboxItem._meta.db_table, InboxCounts._meta.db_table
+    with transaction.atomic(), connection.cursor() as cursor:
+        placeholders = ",".join(["(%s,%s,%s,%s,%s,%s,%s,%s,%s)"] * len(items))
+        params: list = []
+        for i in items:
+            params += [i.notification_id, i.recipient_id, i.type_key, i.category, i.title, i.body,
+                       Jsonb(i.data) if i.data is not None else None, i.created_at, i.expires_at]
+        cursor.execute(
+            f"INSERT INTO {item_table} (notification_id, recipient_id, type_key, category, title, body, data, "
+            f"created_at, expires_at) VALUES {placeholders} ON CONFLICT (notification_id) DO NOTHING "
+            f"RETURNING notification_id, recipient_id", params)
+        inserted = cursor.fetchall()
+        per_user = sorted(Counter(recipient for _nid, recipient in inserted).items())
+        if per_user:
+            cursor.execute(
+                f"INSERT INTO {counts_table} (recipient_id, total, unread, unseen) VALUES "
+                + ",".join(["(%s,%s,%s,%s)"] * len(per_user))
+                + f" ON CONFLICT (recipient_id) DO UPDATE SET total = {counts_table}.total + EXCLUDED.total, "
+                f"unread = {counts_table}.unread + EXCLUDED.unread, unseen = {counts_table}.unseen + EXCLUDED.unseen",
+                [v for user, n in per_user for v in (user, n, n, n)])
+    return {nid for nid, _recipient in inserted}
