@@ -120,7 +120,8 @@ class NotificationTypeAdmin(ContentLookupGuard, admin.ModelAdmin):
     change_form_template = "admin/notifications/notificationtype/change_form.html"
     fieldsets = [
         (None, {"fields": ["key", "name", "description", "category"]}),
-        ("Delivery", {"fields": ["priority", "channels", "routing", "quiet_hours", "required", "sensitive",
+        ("Delivery", {"fields": ["priority", "channels", "routing", "quiet_hours", "in_app_quiet_hours", "required",
+                                 "sensitive",
                                  "ttl_seconds"]}),
         ("Content", {"fields": ["default_locale", "required_data", "collapse_key"],
                      "description": "Templates are sandboxed Jinja2 over the recipient ({{ user_id }}, {{ email }}, "

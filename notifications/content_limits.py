@@ -15,6 +15,9 @@ PUSH_MAX_BYTES = 4096
 EMAIL_DATA_MAX_BYTES = 10_000
 #: Also the column's size for every title (``Notification.title``).
 EMAIL_SUBJECT_MAX = 998
+#: An inbox item (``in_app``, docs/APP.md): its body in characters, its data as JSON in bytes.
+INBOX_BODY_MAX_CHARS = 5000
+INBOX_DATA_MAX_BYTES = 4096
 #: The longest time to live of any message: FCM's maximum TTL (4 weeks).
 MAX_TTL_SECONDS = 28 * 24 * 3600
 
@@ -42,6 +45,11 @@ def rendered_problem(channel: str, title: str, body: str, html: str, data: dict 
             return "the rendered email subject has a line break; a subject is one line"
         if data and json_bytes(data) > EMAIL_DATA_MAX_BYTES:
             return f"the email's data is {json_bytes(data)} bytes as JSON; at most {EMAIL_DATA_MAX_BYTES}"
+    if channel == "in_app":
+        if len(body) > INBOX_BODY_MAX_CHARS:
+            return f"the rendered inbox body is {len(body)} characters; at most {INBOX_BODY_MAX_CHARS}"
+        if data and json_bytes(data) > INBOX_DATA_MAX_BYTES:
+            return f"the inbox item's data is {json_bytes(data)} bytes as JSON; at most {INBOX_DATA_MAX_BYTES}"
     if channel == "push":
         payload = {k: v for k, v in (("title", title), ("body", body), ("data", data)) if v}
         size = json_bytes(payload)

@@ -131,6 +131,10 @@ class _Metrics:
         self.digests = Counter(
             "notify_digests_total", "Digests by what happened to them: opened (an event started one), closed "
             "(its window ended: its notifications were made), items (events added to one).", ["kind"], registry=r)
+        self.inbox_refresh = Counter(
+            "notify_inbox_refresh_total", "Silent inbox refresh pushes (docs/APP.md) by outcome: sent, failed, "
+            "skipped_recent (one went to the user moments ago), skipped_budget, skipped_breaker, no_device.",
+            ["outcome"], registry=r)
         self.acceptance_limited = Counter(
             "notify_acceptance_limited_total", "Requests refused (429) by an abuse limit at acceptance, by the "
             "limit's name (docs/POLICIES.md).", ["limit"], registry=r)
@@ -407,6 +411,17 @@ def digest_counted(kind: str, count: int = 1) -> None:
     """``notifications.events.digests``: ``count`` digests opened or closed, or items added."""
     if count:
         _m().digests.labels(one_of(kind, ("opened", "closed", "items"))).inc(count)
+
+
+#: ``notify_inbox_refresh_total``'s outcomes (notifications/inbox/refresh.py).
+INBOX_REFRESH_OUTCOMES = ("sent", "failed", "skipped_recent", "skipped_budget", "skipped_breaker", "no_device")
+
+
+@_safe
+def inbox_refresh(outcome: str, count: int = 1) -> None:
+    """``notifications.inbox.refresh``: ``count`` refresh pushes (or users) with this outcome."""
+    if count:
+        _m().inbox_refresh.labels(one_of(outcome, INBOX_REFRESH_OUTCOMES)).inc(count)
 
 
 @_safe

@@ -25,6 +25,8 @@ from core.vocabulary import CATEGORY_PATTERN
 from notifications.content_limits import (
     EMAIL_DATA_MAX_BYTES,
     EMAIL_SUBJECT_MAX,
+    INBOX_BODY_MAX_CHARS,
+    INBOX_DATA_MAX_BYTES,
     MAX_TTL_SECONDS,
     PUSH_MAX_BYTES,
     SMS_MAX_CHARS,
@@ -128,6 +130,10 @@ class SendRequestSerializer(RejectUnknownFields, serializers.Serializer):
             if "data" in attrs:
                 errors["data"] = serializers.ErrorDetail("data goes with type; inline content has content.data",
                                                          code="not_allowed_without_type")
+        if attrs.get("sensitive") and attrs["channel"] == Channel.IN_APP:
+            errors["sensitive"] = serializers.ErrorDetail(
+                "sensitive content never goes to an inbox: an item is kept and listed for weeks (docs/APP.md); send "
+                "it by sms, email or push", code="sensitive_not_in_app")
         errors.update(priority_category_errors(attrs["priority"], attrs["category"]))
         errors.update(channel_available_errors(attrs["channel"]))
         if errors:
@@ -184,6 +190,17 @@ def channel_content_errors(channel: str, content: dict, prefix: str = "content")
             errors[f"{prefix}.data"] = serializers.ErrorDetail(
                 f"email data (SendGrid custom_args, as JSON) is {size} bytes; at most {EMAIL_DATA_MAX_BYTES}",
                 code="payload_too_large")
+    elif channel == Channel.IN_APP:
+        if content.get("html"):
+            errors[f"{prefix}.html"] = serializers.ErrorDetail("not used by in_app; leave html out",
+                                                               code="not_allowed_for_channel")
+        if len(body) > INBOX_BODY_MAX_CHARS:
+            errors[f"{prefix}.body"] = serializers.ErrorDetail(
+                f"an inbox body is {len(body)} characters; at most {INBOX_BODY_MAX_CHARS}", code="max_length")
+        size = json_bytes(content.get("data")) if content.get("data") else 0
+        if size > INBOX_DATA_MAX_BYTES:
+            errors[f"{prefix}.data"] = serializers.ErrorDetail(
+                f"inbox data (as JSON) is {size} bytes; at most {INBOX_DATA_MAX_BYTES}", code="payload_too_large")
     elif channel == Channel.PUSH:
         if content.get("html"):
             errors[f"{prefix}.html"] = serializers.ErrorDetail("not used by push; leave html out",

@@ -67,10 +67,13 @@ class NotificationTypeSerializer(RejectUnknownFields, serializers.Serializer):
     priority = serializers.ChoiceField(choices=Priority.choices, default=Priority.STANDARD,
                                        help_text="`high` needs the scope notifications:send_high, to define and to "
                                                  "trigger.")
-    channels = serializers.ListField(child=serializers.ChoiceField(choices=Channel.choices), min_length=1, max_length=3,
+    channels = serializers.ListField(child=serializers.ChoiceField(choices=Channel.choices), min_length=1, max_length=4,
                                      help_text="The channels it may use, in fallback order (each once).")
     routing = serializers.ChoiceField(choices=Routing.choices, default=Routing.ALL)
     quiet_hours = serializers.ChoiceField(choices=QuietHoursPolicy.choices, default=QuietHoursPolicy.DEFER)
+    in_app_quiet_hours = serializers.BooleanField(
+        default=False, help_text="`in_app` items wait for the end of quiet hours too (policy defer or silent). "
+                                 "Default false: an inbox item is written at once, it makes no sound.")
     required = serializers.BooleanField(default=False, help_text="Opt-outs do not apply (security, legal).")
     sensitive = serializers.BooleanField(default=False, help_text="Content and event data never shown or logged.")
     ttl_seconds = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1,

@@ -10,7 +10,9 @@ acceptance) → quiet hours → push without an active device.
 Quiet hours: a typed notification follows its type's policy (docs/TYPES.md): ``defer`` waits for
 the window's end, ``bypass`` sends now, ``silent`` sends a push now as a data-only message (verdict
 ``silent``: it goes to the provider) and defers the other channels. An untyped one bypasses them when
-its tier and category do (:mod:`notifications.quiet_hours_policy`).
+its tier and category do (:mod:`notifications.quiet_hours_policy`). An ``in_app`` row is never
+deferred (an inbox item makes no sound) unless its type sets ``in_app_quiet_hours`` (then its
+policy applies as to email).
 """
 
 from __future__ import annotations
@@ -69,6 +71,8 @@ def verdict(n: Notification, facts: Facts, now: datetime) -> Verdict | None:
     reason = suppression_reason(n, facts.stopped_phones, facts.kind)
     if reason:
         return Verdict(Status.SUPPRESSED, "suppressed", reason, suppression_detail(n, reason, facts.kind))
+    if n.channel == "in_app" and not (facts.kind is not None and facts.kind.in_app_quiet_hours):
+        return None  # an inbox item makes no sound: quiet hours keep it only when its type says so
     policy = facts.kind.quiet_hours if facts.kind is not None else None
     if policy == QuietHoursPolicy.BYPASS or (policy is None and bypasses_quiet_hours(n.priority, n.category)):
         return None

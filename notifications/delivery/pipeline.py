@@ -4,8 +4,8 @@ claim (claim.py: lease, heartbeat, sent markers) → load (load.py: rows, recipi
 devices, STOP list, content, in bulk) → checks (checks.py: a verdict, no writes) → caps (caps.py:
 frequency caps, a slot per row in Redis, for the batch at once) → routing
 (routing.py: high tier failover, standard primary-and-wait) → calls (calls.py: one ``send_batch``
-per grant) → outcomes (outcomes.py: one rule set) → record (record.py: bulk for 1 or N rows,
-markers, metrics).
+per grant; for ``in_app``, inbox.py: one write of the batch's inbox items, no provider) → outcomes
+(outcomes.py: one rule set) → record (record.py: bulk for 1 or N rows, markers, metrics).
 
 :func:`send_notifications` is what a worker runs for a list of notification ids taken from a
 ``{tier}.{channel}`` queue. It is safe to run twice for the same ids, concurrently or not: the
@@ -30,6 +30,7 @@ from notifications.delivery import caps, checks, claim, load, record
 from notifications.delivery.calls import Calls, Item, call_high, call_standard
 from notifications.delivery.checks import Facts
 from notifications.delivery.content import Content, ContentError
+from notifications.delivery.inbox import call_inbox
 from notifications.delivery.outcomes import RESEND_AFTER_UNKNOWN, AttemptRow, Unexpected, attempt_row, decide
 from notifications.delivery.routing import primary
 from notifications.models import DeliveryAttempt, Notification, Reason, Status
@@ -88,6 +89,11 @@ def deliver(channel: str, batch: list[Notification], already_sent: set[str], con
         return
     items = [Item(n, d, load.message_for(n, to, d.platform if d is not None else None))
              for n, found in ready for to, d in _targets(n, found)]
+    if channel == "in_app":
+        # No provider: the call is the write to the users' inboxes (inbox.py), accepted at once.
+        done = call_inbox(items)
+        _record(_decisions(ready, items, done), channel, ready[0][0].priority, done.marked)
+        return
     name = primary(channel)
     if name is None:
         # The channel has no provider (an empty *_PROVIDERS list): each row that passed its checks
@@ -119,6 +125,8 @@ def _targets(n: Notification, devices: list) -> list[tuple]:
         return [(n.recipient.phone, None)]
     if n.channel == "email":
         return [(n.recipient.email, None)]
+    if n.channel == "in_app":
+        return [(n.recipient_id, None)]
     return [(d.push_token, d) for d in devices]
 
 

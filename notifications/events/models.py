@@ -52,6 +52,9 @@ class NotificationType(models.Model):
     channels = models.JSONField(default=list, help_text='Ordered channel names, e.g. ["push", "email"].')
     routing = models.CharField(max_length=8, choices=Routing.choices, default=Routing.ALL)
     quiet_hours = models.CharField(max_length=8, choices=QuietHoursPolicy.choices, default=QuietHoursPolicy.DEFER)
+    in_app_quiet_hours = models.BooleanField(
+        default=False, help_text="in_app items wait for the end of quiet hours too (policy defer or silent); by "
+                                 "default an inbox item is written at once: it makes no sound.")
     required = models.BooleanField(default=False, help_text="Opt-outs do not apply (security, legal); contact "
                                                             "validity and SMS STOP still do.")
     sensitive = models.BooleanField(default=False, help_text="Content and event data (e.g. a one-time code) are "

@@ -33,7 +33,8 @@ from notifications.rendering import RenderError
 from notifications.services import notification_id_for as single_send_id
 from notifications.services import record_cancelled
 
-TYPE_FIELDS = ("name", "description", "category", "priority", "channels", "routing", "quiet_hours", "required",
+TYPE_FIELDS = ("name", "description", "category", "priority", "channels", "routing", "quiet_hours",
+               "in_app_quiet_hours", "required",
                "sensitive", "ttl_seconds", "collapse_key", "sms_from", "email_from", "email_reply_to",
                "required_data", "default_locale", "digest")
 TEMPLATE_FIELDS = ("channel", "locale", "title", "body", "html", "data")

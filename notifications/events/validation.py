@@ -38,7 +38,8 @@ MAX_TEMPLATES = 200
 DATA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 MESSAGING_SERVICE_SID = re.compile(r"^MG[0-9a-f]{32}$")
 #: Which template parts each channel uses.
-PARTS = {"push": ("title", "body", "data"), "email": ("title", "body", "html"), "sms": ("body",)}
+PARTS = {"push": ("title", "body", "data"), "email": ("title", "body", "html"), "sms": ("body",),
+         "in_app": ("title", "body", "data")}
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,10 @@ def type_problems(fields: dict, templates: list[dict]) -> dict[str, Problem]:
             problems["required"] = Problem("marketing_required", "users can always opt out of marketing")
     channels = list(fields.get("channels") or [])
     problems.update(_channel_problems(channels, fields.get("routing", Routing.ALL)))
+    if fields.get("sensitive") and "in_app" in channels:
+        problems["channels"] = Problem("sensitive_not_in_app", "a sensitive type cannot use in_app: an inbox item is "
+                                                               "kept and listed for weeks (docs/APP.md); send it by "
+                                                               "sms, email or push")
     problems.update(_sender_problems(fields))
     collapse = fields.get("collapse_key") or ""
     for error in check_parts({"body": collapse}).values() if collapse else ():
@@ -197,18 +202,18 @@ def _variant_problems(path: str, template: dict, channel: str, locale: str) -> d
         elif "\r" in title or "\n" in title:
             problems[f"{path}.title"] = Problem("line_break", f"{name}: an email subject is one line")
     data = template.get("data") or {}
-    if channel == "push":
+    if channel in ("push", "in_app"):
         if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
             problems[f"{path}.data"] = Problem("invalid", f"{name}: data is an object of string templates")
             data = {}
-        for key in data:
+        for key in data if channel == "push" else ():
             problem = data_key_problem(key)
             if problem:
                 problems[f"{path}.data.{key}"] = Problem("reserved_key", f"{name}: {problem}")
     if problems:
         return problems
     parts = {p: template.get(p) or "" for p in ("title", "body", "html") if p in PARTS[channel]}
-    parts.update({f"data.{k}": v for k, v in data.items()} if channel == "push" else {})
+    parts.update({f"data.{k}": v for k, v in data.items()} if channel in ("push", "in_app") else {})
     for part, error in check_parts(parts).items():
         problems[f"{path}.{part}"] = Problem("render_bound" if error.bound else "template_syntax",
                                              f"{name} {part}: {error}")

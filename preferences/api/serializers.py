@@ -110,7 +110,7 @@ class ChannelsByKeyField(serializers.DictField):
 
     def __init__(self, *, max_keys: int, **kwargs) -> None:
         self.max_keys = max_keys
-        child = serializers.ListField(child=serializers.ChoiceField(choices=Channel.choices), max_length=3)
+        child = serializers.ListField(child=serializers.ChoiceField(choices=Channel.choices), max_length=4)
         super().__init__(child=child, **kwargs)
 
 
@@ -163,7 +163,7 @@ class PreferencesSerializer(RejectUnknownFields, serializers.Serializer):
     The answer (GET and PUT) adds `effective`, the matrix those preferences give."""
 
     opt_outs = serializers.ListField(child=serializers.ChoiceField(choices=Channel.choices), required=False,
-                                     default=list, max_length=3)
+                                     default=list, max_length=4)
     category_opt_outs = ChannelsByKeyField(max_keys=MAX_CATEGORY_OPT_OUTS, required=False, default=dict)
     type_opt_outs = ChannelsByKeyField(
         max_keys=MAX_TYPE_OPT_OUTS, required=False, default=dict,

@@ -1,0 +1,44 @@
+"""The calls stage for ``in_app`` (docs/APP.md): "sending" is writing the batch's items to the users'
+inboxes (:func:`notifications.inbox.store.write`), one statement for the batch, no provider.
+
+Every row counts as accepted by the ``inbox`` "provider" (one attempt row each, like a provider
+call), so the outcomes and record stages treat it as any sent row: status ``sent`` at once, sent
+marker, metrics, fallback settlement. A row written before (re-driven after a crash between the
+write and the record) finds its item and is recorded ``sent`` again without a second item.
+
+After the write commits, the users with a new item get a silent refresh push
+(:mod:`notifications.inbox.refresh`) when ``NOTIFY["INBOX"]["REFRESH_PUSH"]`` is on.
+"""
+
+from __future__ import annotations
+
+import time
+
+from core import clock
+from notifications.delivery.calls import Calls, Item
+from notifications.inbox import refresh, store
+from providers.base import SendResult
+
+#: The name the inbox writes under in attempt rows, the timeline and metrics.
+INBOX = "inbox"
+
+
+def call_inbox(items: list[Item]) -> Calls:
+    """Write ``items`` (one per row: an in_app row has a single target) to the inboxes; every row
+    is accepted. Raises what the database raises (the batch's leases then run out and it is
+    re-driven: nothing is lost, nothing is written twice)."""
+    started = time.monotonic()
+    now = clock.now()
+    written = store.write([
+        store.NewItem(notification_id=item.row.pk, recipient_id=item.row.recipient_id,
+                      type_key=item.row.notification_type_id or "", category=item.row.category,
+                      title=item.row.title, body=item.row.body, data=item.row.data, created_at=now,
+                      expires_at=item.row.expires_at)
+        for item in items])
+    latency_ms = int((time.monotonic() - started) * 1000)
+    done = Calls()
+    for index in range(len(items)):
+        done.outcomes[index] = [(SendResult(INBOX, ""), latency_ms, now)]
+    if written:
+        refresh.request({item.row.recipient_id: str(item.row.pk) for item in items if item.row.pk in written})
+    return done

@@ -1,0 +1,100 @@
+"""The silent refresh push (docs/APP.md, "Instant when online"): when an inbox item is written for a
+user with active push devices, a data-only push tells an open app to fetch its inbox now, so an
+inbox is instant without a socket server.
+
+The message (FCM, through the push provider's SDK like any push): no notification block, iOS
+``content-available: 1`` with ``apns-push-type: background`` (:func:`providers.fcm.backend.build_message`,
+``silent``), ``data`` = ``{"type": "inbox_refresh", "unseen": "<the user's unseen count>",
+"notification_id": "<the newest item's id>"}``, collapse key ``inbox_refresh`` (a device offline for
+a while gets one), TTL 60 s (an app opened later fetches its inbox anyway).
+
+Best effort, and never at the expense of other traffic:
+
+* at most one per user per ``NOTIFY["INBOX"]["REFRESH_PUSH_SECONDS"]`` (a Redis key per user,
+  ``SET NX EX``): a campaign or a burst of events is one refresh, the app reads every new item;
+* sent by the in_app worker right after the write, from the push provider's standard budget
+  (tokens taken without waiting: what does not get one is skipped) and only while its circuit
+  breaker is closed; no retry, no notification row, no timeline. Counted in
+  ``notify_inbox_refresh_total{outcome}`` (sent, failed, skipped_budget, skipped_breaker,
+  skipped_recent, no_device).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+
+from django.conf import settings
+
+from core.redis_client import get_redis
+from notifications import metrics
+from notifications.inbox.models import InboxCounts
+from preferences.models import Device
+from providers import isolation
+from providers.base import OutboundMessage
+from providers.registry import get_backend, provider_names, unavailable_channel_problem
+
+log = logging.getLogger(__name__)
+
+#: The push's ``data["type"]`` and its collapse key.
+REFRESH_TYPE = "inbox_refresh"
+#: How long the provider may hold the refresh for an offline device (seconds).
+REFRESH_TTL_SECONDS = 60
+
+
+def request(newest: dict[str, str]) -> int:
+    """Send the refresh push to the users of ``newest`` (user id → the id of their newest item just
+    written) that have active devices and had none in the last ``REFRESH_PUSH_SECONDS``. Returns
+    the number of pushes accepted. Never raises (logged and counted instead)."""
+    options = settings.NOTIFY["INBOX"]
+    if not newest or not options["REFRESH_PUSH"] or unavailable_channel_problem("push"):
+        return 0
+    try:
+        return _send(newest, int(options["REFRESH_PUSH_SECONDS"]))
+    except Exception:
+        log.exception("inbox refresh push for %d user(s) failed; their apps see the items when next opened",
+                      len(newest))
+        metrics.inbox_refresh("failed", len(newest))
+        return 0
+
+
+def _send(newest: dict[str, str], every_seconds: int) -> int:
+    devices: dict[str, list] = defaultdict(list)
+    for d in Device.objects.filter(recipient_id__in=list(newest), active=True).only(
+            "recipient_id", "push_token", "platform"):
+        devices[d.recipient_id].append(d)
+    metrics.inbox_refresh("no_device", len(newest) - len(devices))
+    users = sorted(devices)
+    if not users:
+        return 0
+    pipe = get_redis().pipeline(transaction=False)
+    for user in users:
+        pipe.set(f"inbox-refresh:{user}", "1", nx=True, ex=max(1, every_seconds))
+    due = [user for user, fresh in zip(users, pipe.execute(), strict=True) if fresh]
+    metrics.inbox_refresh("skipped_recent", len(users) - len(due))
+    if not due:
+        return 0
+    unseen = dict(InboxCounts.objects.filter(recipient_id__in=due).values_list("recipient_id", "unseen"))
+    messages = [OutboundMessage(notification_id=newest[user], channel="push", to=d.push_token, body="",
+                                data={"type": REFRESH_TYPE, "unseen": str(unseen.get(user, 0))}, platform=d.platform,
+                                ttl_seconds=REFRESH_TTL_SECONDS, priority="standard", collapse_key=REFRESH_TYPE,
+                                silent=True)
+                for user in due for d in devices[user]]
+    name = provider_names("push")[0]
+    if not isolation.breaker_allows(name, may_probe=False).allowed:
+        metrics.inbox_refresh("skipped_breaker", len(messages))
+        return 0
+    granted, _wait = isolation.take_tokens(name, "standard", len(messages))
+    if granted < len(messages):
+        metrics.inbox_refresh("skipped_budget", len(messages) - granted)
+    if not granted:
+        return 0
+    backend = get_backend("push", name)
+    results = backend.send_batch(messages[:granted], max(1, int(settings.NOTIFY["SEND_CONCURRENCY"]["push"])))
+    failed = sum(1 for r in results if isinstance(r, Exception))
+    # Only provider trouble (timeouts, 5xx) counts against the breaker, not a stale token.
+    isolation.record_calls(name, ok=len(results) - failed,
+                           failed=sum(1 for r in results if isinstance(r, Exception) and isolation.is_failure(r)))
+    metrics.inbox_refresh("sent", len(results) - failed)
+    metrics.inbox_refresh("failed", failed)
+    return len(results) - failed
