@@ -104,7 +104,7 @@ def test_at_most_200_type_keys(http, alice):
 
 @pytest.mark.parametrize(("body", "expected"), [
     ({"type_opt_outs": {"order_shipped": ["fax"]}}, {("type_opt_outs.order_shipped.0", "invalid_choice")}),
-    ({"type_opt_outs": {"order_shipped": ["sms", "email", "push", "sms"]}},
+    ({"type_opt_outs": {"order_shipped": ["sms", "email", "push", "in_app", "sms"]}},
      {("type_opt_outs.order_shipped", "max_length")}),
     ({"type_opt_outs": {"Order Shipped": ["sms"]}}, {("type_opt_outs", "invalid_type_key")}),
     ({"type_opt_outs": {"marketing.promo": ["sms"]}}, {("type_opt_outs", "invalid_type_key")}),  # a category
@@ -344,7 +344,7 @@ def test_the_schema_documents_type_opt_outs_and_effective_exactly(tmp_path):
     assert "effective" not in body["properties"]
     per_type = body["properties"]["type_opt_outs"]
     assert (per_type["type"], per_type["maxProperties"]) == ("object", 200)
-    assert per_type["additionalProperties"]["maxItems"] == 3
+    assert per_type["additionalProperties"]["maxItems"] == 4
     assert per_type["additionalProperties"]["items"]["enum"] == ["sms", "email", "push"]
     assert answer["properties"]["type_opt_outs"]["maxProperties"] == 200
     assert body["properties"]["category_opt_outs"]["maxProperties"] == 100
