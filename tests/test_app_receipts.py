@@ -15,6 +15,7 @@ from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from campaigns import admin_views as admin_campaigns
 from campaigns import services as campaign_services
 from campaigns.selectors import campaign_counts
 from notifications import app_receipts, receipts
@@ -184,6 +185,12 @@ def test_an_admin_made_campaigns_push_is_reported_by_any_client_and_counted(http
         "sent": 1, "displayed": 1, "dismissed": 1, "opened": 1}
     api = http.get(f"/v1/campaigns/{campaign.pk}").json()["counts"]
     assert (api["outcome"]["opened"], api["outcome"]["displayed"], api["by_status"]["opened"]) == (1, 3, 1)
+    listing = admin_campaigns.outcome_summary(counts["outcome"])  # the admin's campaign list
+    assert listing == ("sent 4 (delivered 3, opened 1) · not sent 0: suppressed 0, failed 0, expired 0 · "
+                       "pending 0")
+    progress = admin_campaigns.progress(campaign)  # the campaign page and its refresh
+    assert {k: progress[k] for k in ("sent", "delivered", "displayed", "opened", "done")} == {
+        "sent": 4, "delivered": 3, "displayed": 3, "opened": 1, "done": 4}
 
 
 def test_sms_and_email_get_no_app_receipts(http, owner, frozen):
