@@ -341,3 +341,36 @@ def test_generated_sequences_end_at_the_highest_rung_reached_each_event_stored_o
                                                                                                      flat=True)
         assert all(SENT_AT <= t <= NOW + timedelta(seconds=len(sequence)) for t in app_times)
         transaction.set_rollback(True)
+
+
+# --- concurrency ------------------------------------------------------------------------------------------------
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_reports_of_one_notification_apply_one_after_the_other():
+    """The row's lock orders them: of 6 simultaneous `opened`, one is stored (201), five are duplicates
+    (200), never a 500 from the unique key; `displayed` posted alongside is stored once too and never
+    regresses `opened` (whichever comes first)."""
+    from concurrent.futures import ThreadPoolExecutor
+    from threading import Barrier
+
+    from django.db import connection
+
+    client, key_ = APIClient.objects.create_key(name="app-backend", scopes=EVERY_SCOPE)
+    n = push(client)
+    barrier = Barrier(8)
+
+    def report(event: str) -> int:
+        try:
+            barrier.wait(timeout=10)
+            return post(Client(headers={"Authorization": f"Api-Key {key_}"}), n.pk, {"event": event})[0]
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(8) as pool:
+        codes = list(pool.map(report, ["opened"] * 6 + ["displayed"] * 2))
+
+    assert sorted(codes[:6]) == [200, 200, 200, 200, 200, 201]
+    assert sorted(codes[6:]) == [200, 201]
+    assert status_of(n) == "opened"
+    assert sorted(DeliveryEvent.objects.filter(notification=n, kind__startswith="app_")
+                  .values_list("kind", flat=True)) == ["app_displayed", "app_opened"]
