@@ -28,7 +28,8 @@ from notifications.rendering.sms_encoding import SmsInfo, sms_info
 from preferences.models import Channel, Recipient
 
 UPLOAD_CHUNK = 10_000
-DONE_STATUSES = ("sent", "delivered", "failed", "suppressed", "expired", "cancelled")
+DONE_STATUSES = ("sent", "delivered", "displayed", "dismissed", "opened", "failed", "suppressed", "expired",
+                 "cancelled")
 OPEN_STATUSES = ("scheduled", "queued", "sending")
 ACTIVE_CAMPAIGN_STATUSES = (CampaignStatus.SCHEDULED, CampaignStatus.FANNING_OUT, CampaignStatus.SENDING)
 
@@ -149,9 +150,12 @@ def progress(campaign: Campaign) -> dict:
 
 def outcome_summary(outcome: dict) -> str:
     """One line for the campaign list: ``sent 3 (delivered 1) · not sent 2: suppressed 2, failed 0,
-    expired 0 · pending 1`` (cancelled named only when there are some)."""
+    expired 0 · pending 1`` (cancelled named only when there are some; ``(delivered 2, opened 1)``
+    when the app reported opens)."""
     cancelled = f", cancelled {outcome['cancelled']:,}" if outcome["cancelled"] else ""
-    return (f"sent {outcome['sent']:,} (delivered {outcome['delivered']:,}) · not sent {outcome['not_sent']:,}: "
+    opened = f", opened {outcome['opened']:,}" if outcome.get("opened") else ""
+    return (f"sent {outcome['sent']:,} (delivered {outcome['delivered']:,}{opened}) · "
+            f"not sent {outcome['not_sent']:,}: "
             f"suppressed {outcome['suppressed']:,}, failed {outcome['failed']:,}, expired {outcome['expired']:,}"
             f"{cancelled} · pending {outcome['pending']:,}")
 

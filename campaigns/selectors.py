@@ -16,7 +16,8 @@ from notifications.models import Notification
 from notifications.rendering import Rendered, RenderError, context_for, render_strings, render_variant
 from preferences.models import Unsubscribe
 
-STATUSES = ["scheduled", "queued", "sending", "sent", "delivered", "failed", "suppressed", "expired", "cancelled"]
+STATUSES = ["scheduled", "queued", "sending", "sent", "delivered", "displayed", "dismissed", "opened", "failed",
+            "suppressed", "expired", "cancelled"]
 
 
 def campaign_counts(campaign: Campaign) -> dict:
@@ -39,11 +40,16 @@ def campaign_counts(campaign: Campaign) -> dict:
 
 
 def outcome(by_status: dict) -> dict:
-    """Sent and not sent kept apart: ``{"sent": sent + delivered, "delivered", "not_sent": suppressed +
-    failed + expired + cancelled, "suppressed", "failed", "expired", "cancelled", "pending": scheduled +
-    queued + sending}`` (counts of notifications)."""
+    """Sent and not sent kept apart: ``{"sent": sent + delivered + displayed + dismissed + opened,
+    "delivered": delivered + displayed + dismissed + opened, "displayed": displayed + dismissed + opened,
+    "opened", "not_sent": suppressed + failed + expired + cancelled, "suppressed", "failed", "expired",
+    "cancelled", "pending": scheduled + queued + sending}`` (counts of notifications). The app's
+    receipts (notifications/app_receipts.py) climb a ladder, so each count is of the rows that got at
+    least that far: an opened push was delivered and shown; a dismissed one was shown."""
     n = {s: by_status.get(s, 0) for s in STATUSES}
-    return {"sent": n["sent"] + n["delivered"], "delivered": n["delivered"],
+    shown = n["displayed"] + n["dismissed"] + n["opened"]
+    return {"sent": n["sent"] + n["delivered"] + shown, "delivered": n["delivered"] + shown,
+            "displayed": shown, "opened": n["opened"],
             "not_sent": n["suppressed"] + n["failed"] + n["expired"] + n["cancelled"],
             "suppressed": n["suppressed"], "failed": n["failed"], "expired": n["expired"],
             "cancelled": n["cancelled"], "pending": n["scheduled"] + n["queued"] + n["sending"]}

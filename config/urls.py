@@ -12,6 +12,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from campaigns.api import views as campaign_views
 from notifications import health, health_admin, metrics_scrape, unsubscribe_views
+from notifications.api import app_receipts as app_receipt_views
 from notifications.api import events as event_views
 from notifications.api import types as type_views
 from notifications.api import views as notification_views
@@ -48,6 +49,8 @@ urlpatterns = [
          name="notification-detail"),
     path("v1/notifications/<uuid:notification_id>/cancel", notification_views.NotificationCancelView.as_view(),
          name="notification-cancel"),
+    path("v1/notifications/<uuid:notification_id>/receipts", app_receipt_views.NotificationReceiptView.as_view(),
+         name="notification-receipts"),
     path("v1/events", event_views.EventListView.as_view(), name="events"),
     path("v1/events/<uuid:event_id>", event_views.EventDetailView.as_view(), name="event-detail"),
     path("v1/events/<uuid:event_id>/cancel", event_views.EventCancelView.as_view(), name="event-cancel"),

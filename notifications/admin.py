@@ -156,7 +156,8 @@ class NotificationAdmin(ReadOnly, ContentLookupGuard, admin.ModelAdmin):
 
     @admin.display(description="Status", ordering="status")
     def colored_status(self, obj):
-        colors = {"delivered": "#1a7f37", "sent": "#1a7f37", "failed": "#cf222e", "suppressed": "#9a6700",
+        colors = {"delivered": "#1a7f37", "sent": "#1a7f37", "displayed": "#1a7f37", "dismissed": "#1a7f37",
+                  "opened": "#1a7f37", "failed": "#cf222e", "suppressed": "#9a6700",
                   "expired": "#9a6700", "cancelled": "#6e7781"}
         return format_html('<b style="color:{}">{}</b>', colors.get(obj.status, "#0969da"), obj.status)
 

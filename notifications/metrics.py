@@ -180,6 +180,11 @@ class _Metrics:
             "Stored time zone names that are not IANA zones (set before validation or by SQL), replaced by "
             "the fallback zone: fan-out (local-time campaigns) or quiet hours at send time.",
             ["where"], registry=r)
+        self.app_receipts = Counter(
+            "notify_app_receipts_total", "Receipts from the app (POST /v1/notifications/{id}/receipts) by event, "
+            "channel and outcome: moved (the status went up), unchanged (stored, status kept), duplicate, "
+            "refused (a channel without an app, or a notification never sent).",
+            ["event", "channel", "outcome"], registry=r)
         self.unsubscribes = Counter(
             "notify_unsubscribes_total",
             "Opt-outs made through an email's unsubscribe link, by category (settings.PREFERENCE_CATEGORIES, "
@@ -377,6 +382,19 @@ def receipts_counted(provider: str, counts: dict[str, int]) -> None:
     for result in ("applied", "duplicate", "unknown"):
         if counts.get(result):
             _m().receipts.labels(provider, result).inc(counts[result])
+
+
+APP_RECEIPT_LABELS = (("displayed", "opened", "dismissed"), (*CHANNELS, "in_app"),
+                      ("moved", "unchanged", "duplicate", "refused"))
+
+
+@_safe
+def app_receipt(event: str, channel: str, outcome: str) -> None:
+    """``notifications.app_receipts.apply_app_receipt``: one receipt from the app and its outcome
+    (recorded after its transaction; a refusal's once its rollback is over)."""
+    labels = tuple(one_of(value, allowed) for value, allowed in zip((event, channel, outcome), APP_RECEIPT_LABELS,
+                                                                     strict=True))
+    _on_commit(lambda: _m().app_receipts.labels(*labels).inc())
 
 
 @_safe

@@ -65,10 +65,20 @@ class Status(models.TextChoices):
     SENDING = "sending", "Sending"
     SENT = "sent", "Sent"
     DELIVERED = "delivered", "Delivered"
+    # Reported by the app (notifications/app_receipts.py): push and in_app only, above delivered.
+    DISPLAYED = "displayed", "Displayed (app)"
+    DISMISSED = "dismissed", "Dismissed (app)"
+    OPENED = "opened", "Opened (app)"
     FAILED = "failed", "Failed"
     SUPPRESSED = "suppressed", "Suppressed"
     EXPIRED = "expired", "Expired"
     CANCELLED = "cancelled", "Cancelled"
+
+
+#: The app's receipts ladder above ``delivered`` (notifications/app_receipts.py): a receipt only moves up.
+APP_STATUSES = (Status.DISPLAYED, Status.DISMISSED, Status.OPENED)
+#: Statuses of a notification the provider accepted (it reached the recipient's device or inbox).
+REACHED_STATUSES = (Status.SENT, Status.DELIVERED, *APP_STATUSES)
 
 
 class Reason(models.TextChoices):

@@ -363,6 +363,16 @@ def _settle_unrecorded(n: Notification, receipt: Receipt, status: str, fields: d
     return True
 
 
+def settle_as_sent(n: Notification, receipt: Receipt, now: datetime) -> bool:
+    """Settle ``n`` as ``sent`` when its provider call was never recorded (``sending``, or waiting
+    for a re-send with reason ``outcome_unknown``/``lease_expired``) and ``receipt`` proves the
+    message got through (module docstring, "A receipt proves a provider call"): the same rule as an
+    ``accepted`` provider receipt, for other sources of proof (the app's receipts,
+    :mod:`notifications.app_receipts`). Call inside a transaction. Returns whether it moved (a
+    ``sent`` row also answers True, unchanged); other states are left alone (False)."""
+    return _settle_unrecorded(n, receipt, Status.SENT, {"lease_until": None, "updated_at": now}, now)
+
+
 def _sent_at(receipt: Receipt, claimed_at: datetime, now: datetime) -> datetime:
     """When the provider took the message: its event time if that can be this message's call (not
     before ``claimed_at``, the row's first claim, counting that claim's whole second since providers

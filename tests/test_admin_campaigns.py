@@ -383,8 +383,8 @@ def test_progress_json_returns_counts(admin_client, client, segment, alice):
         notify(alice, c.pk, status, reason)
     url = reverse("admin:campaigns_campaign_progress", args=[c.pk])
     p = admin_client.get(url).json()
-    assert p["by_status"] == {"scheduled": 0, "queued": 1, "sending": 0, "sent": 1, "delivered": 1, "failed": 0,
-                              "suppressed": 1, "expired": 0, "cancelled": 0}
+    assert p["by_status"] == {"scheduled": 0, "queued": 1, "sending": 0, "sent": 1, "delivered": 1, "displayed": 0,
+                              "dismissed": 0, "opened": 0, "failed": 0, "suppressed": 1, "expired": 0, "cancelled": 0}
     assert (p["done"], p["denominator"], p["percent"], p["status"], p["active"]) == (3, 5, 60.0, "sending", True)
     assert p["suppressed_by_reason"] == {"no_phone": 1}
     page = admin_client.get(reverse("admin:campaigns_campaign_change", args=[c.pk])).content.decode()

@@ -130,6 +130,9 @@ REFUSALS_THE_SCHEMA_CANNOT_STATE = {
     ("digest.key", "unknown_variable"): "a digest key reads only data.* (template analysis)",
     ("data", "digest_key"): "the (stored) type's digest key must render with the event's data",
     ("*", "digest_type"): "a digest type's event takes no timing or collapse key (depends on the stored type)",
+    # Receipts from the app (notifications/app_receipts.py).
+    ("event", "not_app_channel"): "only a push or in_app notification gets app receipts (the stored row's channel)",
+    ("at", "too_far_ahead"): "at most 60 s ahead of now (the clock)",
 }
 
 

@@ -176,8 +176,8 @@ def test_progress_shows_sent_and_delivered_apart_from_suppressed_failed_expired(
                                     status=Status.SUPPRESSED, reason=Reason.NO_ACTIVE_DEVICE)
 
     counts = http.get(f"/v1/campaigns/{c.pk}").json()["counts"]
-    assert counts["outcome"] == {"sent": 15, "delivered": 5, "not_sent": 35, "suppressed": 30, "failed": 3,
-                                 "expired": 2, "cancelled": 0, "pending": 0}
+    assert counts["outcome"] == {"sent": 15, "delivered": 5, "displayed": 0, "opened": 0, "not_sent": 35,
+                                 "suppressed": 30, "failed": 3, "expired": 2, "cancelled": 0, "pending": 0}
     assert counts["total"] == 50
 
     listing = admin_client.get(reverse("admin:campaigns_campaign_changelist")).content.decode()
@@ -188,7 +188,9 @@ def test_progress_shows_sent_and_delivered_apart_from_suppressed_failed_expired(
 
     page = admin_client.get(reverse("admin:campaigns_campaign_change", args=[c.pk])).content.decode()
     assert ('Sent <strong data-field="sent">15</strong> (<span data-field="sent_percent">30.0</span>%),\n'
-            '    delivered <span data-field="delivered">5</span> ·\n'
+            '    delivered <span data-field="delivered">5</span>,\n'
+            '    displayed <span data-field="displayed">0</span>,\n'
+            '    opened <span data-field="opened">0</span> (as the app reported) ·\n'
             '    not sent <strong data-field="not_sent">35</strong>:\n'
             '    suppressed <span data-field="suppressed">30</span>,\n'
             '    failed <span data-field="failed">3</span>,\n'
@@ -208,6 +210,9 @@ def test_progress_shows_sent_and_delivered_apart_from_suppressed_failed_expired(
 def test_outcome_partitions_every_notification_into_sent_not_sent_and_pending(counts):
     result = outcome(counts)
     assert result["sent"] + result["not_sent"] + result["pending"] == sum(counts.values())
-    assert result["sent"] == counts["sent"] + counts["delivered"] and result["delivered"] == counts["delivered"]
+    shown = counts["displayed"] + counts["dismissed"] + counts["opened"]  # the app's ladder: at least that far
+    assert result["sent"] == counts["sent"] + counts["delivered"] + shown
+    assert result["delivered"] == counts["delivered"] + shown
+    assert (result["displayed"], result["opened"]) == (shown, counts["opened"])
     assert result["not_sent"] == sum(result[s] for s in ("suppressed", "failed", "expired", "cancelled"))
     assert all(result[s] == counts[s] for s in ("suppressed", "failed", "expired", "cancelled"))

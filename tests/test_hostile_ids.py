@@ -91,7 +91,7 @@ def request(http, method: str, path: str):
 
 def test_the_walk_covers_every_api_route():
     routes = [route for route, _ in api_routes()]
-    assert len(routes) == 21 and sum("<" in r for r in routes) == 15, routes
+    assert len(routes) == 22 and sum("<" in r for r in routes) == 16, routes
 
 
 def has_control_character(value: str) -> bool:

@@ -16,6 +16,7 @@ def schema(tmp_path):
 def test_schema_documents_the_api(schema):
     assert set(schema["paths"]) == {
         "/v1/notifications", "/v1/notifications/{notification_id}", "/v1/notifications/{notification_id}/cancel",
+        "/v1/notifications/{notification_id}/receipts",
         "/v1/users/{user_id}", "/v1/users/{user_id}/preferences", "/v1/users/{user_id}/devices",
         "/v1/users/{user_id}/devices/{push_token}",
         "/v1/segments/{segment_id}", "/v1/segments/{segment_id}/members", "/v1/templates/{template_id}",
@@ -77,8 +78,8 @@ def test_request_bodies_are_as_strict_as_the_code(schema):
     the user id of every path have their patterns; equal quiet-hours bounds are documented."""
     components = schema["components"]["schemas"]
     requests = sorted(name for name in components if name.endswith("Request"))
-    assert requests == ["CampaignRequestRequest", "ContentRequest", "DeviceRequest", "DigestRequest",
-                        "EventRequestRequest",
+    assert requests == ["AppReceiptRequest", "CampaignRequestRequest", "ContentRequest", "DeviceRequest",
+                        "DigestRequest", "EventRequestRequest",
                         "LocalTimeRequest", "MembersRequest", "NotificationTypeRequest", "PreferencesRequest",
                         "QuietHoursRequest", "RecipientRequest", "SegmentRequest", "SendRequestRequest",
                         "TemplateRequest", "TypeTemplateRequest", "VariantRequest"]

@@ -58,7 +58,7 @@ def declared_operations():
 
 def test_every_api_view_declares_a_known_scope_for_each_method():
     operations = list(declared_operations())
-    assert len(operations) == 30  # a new endpoint lands here: give it required_scopes
+    assert len(operations) == 31  # a new endpoint lands here: give it required_scopes
     for route, method, scope, view_class in operations:
         assert route.startswith("/v1/"), route
         assert scope in Scope.values, f"{view_class.__name__}.{method} ({method.upper()} {route}) declares no scope"
@@ -135,6 +135,8 @@ ENDPOINTS = [
              extra_field="priority"),
     Endpoint("get", "/v1/notifications/{notification_id}", "/v1/notifications/{nid}", 200, (R,)),
     Endpoint("post", "/v1/notifications/{notification_id}/cancel", "/v1/notifications/{nid}/cancel", 200, (S,)),
+    Endpoint("post", "/v1/notifications/{notification_id}/receipts", "/v1/notifications/{pid}/receipts", 201, (S,),
+             {"event": "opened"}),
     Endpoint("get", "/v1/segments", "/v1/segments", 200, (R,)),
     Endpoint("get", "/v1/segments/{segment_id}", "/v1/segments/seg", 200, (R,)),
     Endpoint("put", "/v1/segments/{segment_id}", "/v1/segments/seg", 200, (Scope.SEGMENTS_WRITE,),
@@ -186,13 +188,16 @@ def build_world(client: APIClient) -> dict[str, str]:
                                                  channel="sms", body="Sale", scheduled_at=clock.now() + LATER).campaign
     single = Notification.objects.create(id=uuid.uuid4(), client=client, recipient=alice, channel="sms", body="x",
                                          status="scheduled", scheduled_at=clock.now() + LATER)
+    pushed = Notification.objects.create(id=uuid.uuid4(), client=client, recipient=alice, channel="push", body="x",
+                                         status="sent", sent_at=clock.now())
     kinds = {}
     for key, body in (("order", TYPE), ("otp", OTP_TYPE)):
         fields = {k: v for k, v in body.items() if k != "templates"}
         kinds[key], _ = event_services.save_type(key, fields, body["templates"], client=client)
     event = event_services.accept_event(client=client, idempotency_key="world", fingerprint="f", kind=kinds["order"],
                                         recipients=[alice], data={}, scheduled_at=clock.now() + LATER).event
-    return {"nid": str(single.pk), "cid": str(campaign.pk), "hcid": str(high.pk), "eid": str(event.pk)}
+    return {"nid": str(single.pk), "cid": str(campaign.pk), "hcid": str(high.pk), "eid": str(event.pk),
+            "pid": str(pushed.pk)}
 
 
 WORLD_MODELS = (Recipient, Device, Preferences, Notification, DeliveryEvent, Segment, SegmentMember, Template,
@@ -366,7 +371,7 @@ def test_a_method_the_view_does_not_implement_is_405_with_allow_whatever_the_sco
                                           "message": f"method: {message}",
                                           "fields": [{"field": "method", "code": "method_not_allowed",
                                                       "message": message}]}}, (method, path)
-    assert seen == 21 * len(ALL_METHODS) - 30
+    assert seen == 22 * len(ALL_METHODS) - 31
 
 
 def test_the_reported_methods_are_405():

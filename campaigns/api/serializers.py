@@ -287,6 +287,10 @@ class ByStatusSerializer(serializers.Serializer):
     sending = serializers.IntegerField()
     sent = serializers.IntegerField()
     delivered = serializers.IntegerField()
+    displayed = serializers.IntegerField(help_text="Push and in_app: the app reported it shown (not opened or "
+                                                   "dismissed since).")
+    dismissed = serializers.IntegerField(help_text="Push and in_app: the app reported it dismissed unopened.")
+    opened = serializers.IntegerField(help_text="Push and in_app: the app reported it opened.")
     failed = serializers.IntegerField()
     suppressed = serializers.IntegerField()
     expired = serializers.IntegerField()
@@ -296,8 +300,13 @@ class ByStatusSerializer(serializers.Serializer):
 class OutcomeSerializer(serializers.Serializer):
     """What became of the campaign's notifications so far, sent and not sent kept apart."""
 
-    sent = serializers.IntegerField(help_text="Accepted by a provider: by_status.sent + by_status.delivered.")
-    delivered = serializers.IntegerField(help_text="Of those, confirmed delivered by a receipt.")
+    sent = serializers.IntegerField(help_text="Accepted by a provider: by_status.sent + delivered + displayed + "
+                                              "dismissed + opened.")
+    delivered = serializers.IntegerField(help_text="Of those, confirmed delivered by a receipt (the provider's, or "
+                                                   "the app's: delivered + displayed + dismissed + opened).")
+    displayed = serializers.IntegerField(help_text="Of those, shown on the device or in the inbox, as the app "
+                                                   "reported (displayed + dismissed + opened).")
+    opened = serializers.IntegerField(help_text="Of those, opened by the user, as the app reported.")
     not_sent = serializers.IntegerField(help_text="Ended without a send: suppressed + failed + expired + cancelled.")
     suppressed = serializers.IntegerField()
     failed = serializers.IntegerField()

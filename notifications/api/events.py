@@ -34,7 +34,7 @@ from notifications.content_limits import MAX_TTL_SECONDS
 from notifications.events import services
 from notifications.events.digests import digests_of
 from notifications.events.models import DigestItem, Event
-from notifications.models import Notification, Status
+from notifications.models import REACHED_STATUSES, Notification, Status
 from notifications.services import request_fingerprint
 from preferences.models import Recipient
 
@@ -237,7 +237,7 @@ PENDING = (Status.SCHEDULED, Status.QUEUED, Status.SENDING)
 
 
 def outcome_of(rows: list[Notification]) -> str:
-    if any(n.status in (Status.SENT, Status.DELIVERED) for n in rows):
+    if any(n.status in REACHED_STATUSES for n in rows):
         return "reached"
     if any(n.status in PENDING for n in rows):
         return "pending"

@@ -28,9 +28,9 @@ from core import clock
 from core.postgres import array_literal
 from notifications import metrics
 from notifications.enqueue import enqueue_on_commit
-from notifications.models import DeliveryEvent, Reason, Status
+from notifications.models import REACHED_STATUSES, DeliveryEvent, Reason, Status
 
-FINAL = (Status.SENT, Status.DELIVERED, Status.FAILED, Status.SUPPRESSED, Status.EXPIRED, Status.CANCELLED)
+FINAL = (*REACHED_STATUSES, Status.FAILED, Status.SUPPRESSED, Status.EXPIRED, Status.CANCELLED)
 
 _MOVE_SQL = """
 UPDATE notifications_notification
@@ -43,7 +43,7 @@ RETURNING id, priority, channel
 def outcome(status: str, reason: str) -> str | None:
     """What a row's end means for the one waiting behind it: ``"not_needed"``, ``"cancelled"``,
     ``"release"``, or ``None`` when it has not ended."""
-    if status in (Status.SENT, Status.DELIVERED) or reason == Reason.FALLBACK_NOT_NEEDED:
+    if status in REACHED_STATUSES or reason == Reason.FALLBACK_NOT_NEEDED:
         return "not_needed"
     if status == Status.CANCELLED:
         return "cancelled"
@@ -118,12 +118,12 @@ def _move(rows: list[tuple], status: str, reason: str, now, detail: str) -> list
     return moved
 
 
-_ENDED_AHEAD_SQL = """
+_ENDED_AHEAD_SQL = f"""
 SELECT p.id, p.status, p.reason, p.channel
   FROM notifications_notification w
   JOIN notifications_notification p ON p.id = w.fallback_after
  WHERE w.status = 'scheduled' AND w.reason = 'fallback_waiting'
-   AND p.status IN ('sent', 'delivered', 'failed', 'suppressed', 'expired', 'cancelled')
+   AND p.status IN ({", ".join(f"'{s}'" for s in FINAL)})
  LIMIT %s
 """
 

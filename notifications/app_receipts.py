@@ -1,0 +1,185 @@
+"""Receipts from the app: ``displayed``, ``opened``, ``dismissed`` (docs/APP.md, "Receipts from the app").
+
+The only party that knows a push was shown or opened is the app; the product's backend reports it
+for its app with ``POST /v1/notifications/{id}/receipts`` (``notifications/api/app_receipts.py``),
+and :func:`apply_app_receipt` applies it the way provider receipts are applied
+(:mod:`notifications.receipts`):
+
+* **Channels**: ``push`` and ``in_app`` only (:data:`APP_CHANNELS`); an SMS or an email has no app
+  to report it (:class:`WrongChannel`).
+* **Stored once**: one :class:`~notifications.models.DeliveryEvent` per (notification, event), kind
+  ``app_<event>``, ``dedup_key`` ``app:<notification id>:<event>`` (the unique index
+  ``event_dedup_key_uniq``). A repeat changes nothing and is answered as a duplicate, with the
+  instant first stored.
+* **Monotonic**, on the ladder ``sent < delivered < displayed < dismissed < opened``
+  (:data:`LADDER`): a receipt moves the status up only. A late ``displayed`` never regresses
+  ``opened``; ``dismissed`` after ``opened`` changes nothing; ``opened`` after ``dismissed`` moves up
+  (opened later from the inbox or elsewhere). Every receipt that is not a duplicate is one timeline
+  entry, whether it moved the status or not (its ``status`` says what it moved the row to, ``""``
+  when nothing). A provider's late ``delivered`` or failure receipt never moves a row off these
+  statuses either (they settle ``sent`` rows only).
+* **A receipt proves a provider call**: a row whose call was never recorded (``sending``, or
+  ``scheduled``/``queued`` with reason ``outcome_unknown``/``lease_expired``) is first settled as
+  ``sent`` exactly as an ``accepted`` provider receipt settles it
+  (:func:`notifications.receipts.settle_as_sent`: one ``from_receipt`` attempt, provider ``app`` if
+  the row names none, the sent marker, no re-send), then moved up.
+* **Never reached**: any other ``scheduled`` or ``queued`` row (not sent yet) and the rows that ended
+  without reaching the recipient (``failed``, ``suppressed``, ``expired``, ``cancelled``) are refused
+  (:class:`NotReached`, naming the status) and nothing is written: the app cannot have shown what was
+  never sent, so the report is wrong, and recording it would make a suppressed row look delivered.
+* **Instants** (UTC): ``at`` is when the app saw it (default: the arrival). The API refuses one
+  more than :data:`MAX_FUTURE_SKEW` ahead of the platform clock; the stored instant is ``at``
+  clamped into ``[latest entry of the timeline that is not an app receipt, now]``, so the timeline
+  stays in order (``opened`` after ``sent``/``delivered``) and never shows the future; the entry's
+  detail gives the reported instant when it was clamped.
+
+Metrics: ``notify_app_receipts_total{event, channel, outcome}`` (:func:`notifications.metrics.app_receipt`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.db.models import Max, QuerySet
+
+from core import clock
+from notifications import metrics
+from notifications.models import DeliveryEvent, Notification, Status, TimelineEntry
+from notifications.receipts import RESEND_PENDING_REASONS, Receipt, settle_as_sent
+
+#: What the app reports, in the order the API lists them.
+EVENTS = ("displayed", "opened", "dismissed")
+#: Channels an app receives (``in_app``: the inbox channel, issue 16).
+APP_CHANNELS = frozenset({"push", "in_app"})
+#: The statuses a receipt may start from or move to, by rank: a receipt moves the status up only.
+LADDER = {Status.SENT: 0, Status.DELIVERED: 1, Status.DISPLAYED: 2, Status.DISMISSED: 3, Status.OPENED: 4}
+#: The status each event moves a row to (when that is up the ladder).
+EVENT_STATUS = {"displayed": Status.DISPLAYED, "opened": Status.OPENED, "dismissed": Status.DISMISSED}
+#: How far ahead of the platform clock ``at`` may be (the app's and our clocks differ a little).
+MAX_FUTURE_SKEW = timedelta(seconds=60)
+#: Timeline kinds of app receipts: ``app_displayed``, ``app_opened``, ``app_dismissed``.
+KIND_PREFIX = "app_"
+#: The provider a row settled by an app receipt names when it named none before.
+APP_PROVIDER = "app"
+
+
+class WrongChannel(Exception):
+    """The notification's channel has no app to report it (sms, email)."""
+
+    def __init__(self, channel: str) -> None:
+        self.channel = channel
+        super().__init__(f"a {channel} notification gets no receipts from the app: only push and in_app do "
+                         f"(its delivery is what its provider reports)")
+
+
+class NotReached(Exception):
+    """The notification was not sent (yet, or ever): ``status`` is its status (``channel`` its
+    channel); ``code`` is ``notification_<status>``."""
+
+    def __init__(self, status: str, reason: str, channel: str) -> None:
+        self.status, self.code, self.channel = status, f"notification_{status}", channel
+        why = f" ({reason})" if reason else ""
+        if status in (Status.SCHEDULED, Status.QUEUED):
+            text = f"this notification is {status}{why}: it has not been sent, so no app can have received it"
+        else:
+            text = f"this notification is {status}{why}: it never reached the recipient"
+        super().__init__(f"{text}; nothing recorded")
+
+
+@dataclasses.dataclass(frozen=True)
+class Applied:
+    """What :func:`apply_app_receipt` did: the notification (as it is now), the event, whether it
+    was a duplicate (nothing written), whether the status moved, and the timeline entry's instant
+    (UTC; the first one's for a duplicate)."""
+
+    notification: Notification
+    event: str
+    duplicate: bool
+    status_changed: bool
+    at: datetime
+
+
+def dedup_key(notification_id, event: str) -> str:
+    return f"app:{notification_id}:{event}"
+
+
+def apply_app_receipt(rows: QuerySet[Notification], event: str, at: datetime | None = None) -> Applied:
+    """Apply one app receipt (module docstring) to the notification ``rows`` selects (the caller's
+    tenancy rule, filtered by id), in one transaction holding the row's lock, so concurrent receipts
+    for one notification apply one after the other.
+
+    ``event``: one of :data:`EVENTS`. ``at``: aware instant the app saw it, or None (now); the
+    caller checks it is not more than :data:`MAX_FUTURE_SKEW` ahead.
+
+    Raises ``Notification.DoesNotExist`` (no such row for the caller), :class:`WrongChannel`,
+    :class:`NotReached`; nothing is written then.
+    """
+    if event not in EVENT_STATUS:
+        raise ValueError(f"unknown app receipt event {event!r}")
+    try:
+        return _apply(rows, event, at)
+    except (WrongChannel, NotReached) as exc:  # counted once the refusal's rollback is over
+        metrics.app_receipt(event, exc.channel, "refused")
+        raise
+
+
+def _apply(rows: QuerySet[Notification], event: str, at: datetime | None) -> Applied:
+    with transaction.atomic():
+        n = rows.select_for_update(of=("self",), no_key=True).first()
+        if n is None:
+            raise Notification.DoesNotExist
+        if n.channel not in APP_CHANNELS:
+            raise WrongChannel(n.channel)
+        key = dedup_key(n.pk, event)
+        first = DeliveryEvent.objects.filter(dedup_key=key).values_list("created_at", flat=True).first()
+        if first is not None:
+            metrics.app_receipt(event, n.channel, "duplicate")
+            return Applied(n, event, duplicate=True, status_changed=False, at=first)
+        now = clock.now()
+        _settle_unrecorded(n, event, at, now)
+        current = n.status
+        target = EVENT_STATUS[event]
+        moved = LADDER[target] > LADDER[current]
+        if moved:
+            Notification.objects.filter(pk=n.pk, status=current).update(status=target, updated_at=now)
+            n.status, n.updated_at = target, now
+        stored = _in_order(n, at or now, now)
+        DeliveryEvent.objects.create(notification=n, kind=f"{KIND_PREFIX}{event}", status=target if moved else "",
+                                     dedup_key=key, detail=_detail(event, at, stored, current, moved),
+                                     created_at=stored)
+        metrics.app_receipt(event, n.channel, "moved" if moved else "unchanged")
+    return Applied(n, event, duplicate=False, status_changed=moved, at=stored)
+
+
+def _settle_unrecorded(n: Notification, event: str, at: datetime | None, now: datetime) -> None:
+    """Bring ``n`` (locked) onto the ladder, or raise NotReached (module docstring)."""
+    if n.status in LADDER:
+        return
+    unrecorded = n.status == Status.SENDING or (n.status in (Status.SCHEDULED, Status.QUEUED)
+                                                and n.reason in RESEND_PENDING_REASONS)
+    if not unrecorded:
+        raise NotReached(n.status, n.reason, n.channel)
+    proof = Receipt(provider=n.provider or APP_PROVIDER, dedup_key=dedup_key(n.pk, event), kind="accepted",
+                    raw=f"{KIND_PREFIX}{event}", notification_id=str(n.pk), occurred_at=at)
+    settle_as_sent(n, proof, now)
+    n.refresh_from_db()
+    if n.status not in LADDER:  # cannot happen under our lock; refuse rather than write a wrong entry
+        raise NotReached(n.status, n.reason, n.channel)
+
+
+def _in_order(n: Notification, at: datetime, now: datetime) -> datetime:
+    """``at`` clamped into [the latest timeline entry that is not an app receipt, now]."""
+    latest = (TimelineEntry.objects.filter(notification_id=n.pk).exclude(kind__startswith=KIND_PREFIX)
+              .aggregate(latest=Max("created_at"))["latest"])
+    stored = min(at, now)
+    return max(stored, latest) if latest is not None else stored
+
+
+def _detail(event: str, at: datetime | None, stored: datetime, before: str, moved: bool) -> str:
+    parts = [f"reported by the app: {event}"]
+    if at is not None and at != stored:
+        parts.append(f"at {at.isoformat()} (stored at {stored.isoformat()} to keep the timeline in order)")
+    parts.append(f"{before} → {EVENT_STATUS[event]}" if moved else f"status stays {before}")
+    return "; ".join(parts)[:500]
