@@ -384,7 +384,7 @@ def receipts_counted(provider: str, counts: dict[str, int]) -> None:
             _m().receipts.labels(provider, result).inc(counts[result])
 
 
-APP_RECEIPT_LABELS = (("displayed", "opened", "dismissed"), (*CHANNELS, "in_app"),
+APP_RECEIPT_LABELS = (("displayed", "opened", "dismissed"), CHANNELS,
                       ("moved", "unchanged", "duplicate", "refused"))
 
 
