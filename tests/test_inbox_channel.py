@@ -12,7 +12,9 @@ import uuid
 from datetime import UTC, timedelta
 
 import pytest
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from core import clock
 from core.redis_client import get_redis
