@@ -345,7 +345,7 @@ def test_the_schema_documents_type_opt_outs_and_effective_exactly(tmp_path):
     per_type = body["properties"]["type_opt_outs"]
     assert (per_type["type"], per_type["maxProperties"]) == ("object", 200)
     assert per_type["additionalProperties"]["maxItems"] == 4
-    assert per_type["additionalProperties"]["items"]["enum"] == ["sms", "email", "push"]
+    assert per_type["additionalProperties"]["items"]["enum"] == ["sms", "email", "push", "in_app"]
     assert answer["properties"]["type_opt_outs"]["maxProperties"] == 200
     assert body["properties"]["category_opt_outs"]["maxProperties"] == 100
     assert "need not name a type that exists" in per_type["description"]

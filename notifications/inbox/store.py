@@ -45,22 +45,24 @@ def write(items: list[NewItem]) -> set[uuid.UUID]:
     items = sorted(items, key=lambda i: (i.recipient_id, str(i.notification_id)))
     item_table, counts_table = InboxItem._meta.db_table, InboxCounts._meta.db_table
     with transaction.atomic(), connection.cursor() as cursor:
-        placeholders = ",".join(["(%s,%s,%s,%s,%s,%s,%s,%s,%s)"] * len(items))
-        params: list = []
-        for i in items:
-            params += [i.notification_id, i.recipient_id, i.type_key, i.category, i.title, i.body,
-                       Jsonb(i.data) if i.data is not None else None, i.created_at, i.expires_at]
+        # One array per column (unnest): nine parameters whatever the batch's size, so the client
+        # does not parse a statement of thousands of placeholders.
         cursor.execute(
             f"INSERT INTO {item_table} (notification_id, recipient_id, type_key, category, title, body, data, "
-            f"created_at, expires_at) VALUES {placeholders} ON CONFLICT (notification_id) DO NOTHING "
-            f"RETURNING notification_id, recipient_id", params)
+            f"created_at, expires_at) SELECT * FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[], "
+            f"%s::text[], %s::text[], %s::jsonb[], %s::timestamptz[], %s::timestamptz[]) "
+            f"ON CONFLICT (notification_id) DO NOTHING RETURNING notification_id, recipient_id",
+            [[i.notification_id for i in items], [i.recipient_id for i in items], [i.type_key for i in items],
+             [i.category for i in items], [i.title for i in items], [i.body for i in items],
+             [Jsonb(i.data) if i.data is not None else None for i in items], [i.created_at for i in items],
+             [i.expires_at for i in items]])
         inserted = cursor.fetchall()
         per_user = sorted(Counter(recipient for _nid, recipient in inserted).items())
         if per_user:
             cursor.execute(
-                f"INSERT INTO {counts_table} (recipient_id, total, unread, unseen) VALUES "
-                + ",".join(["(%s,%s,%s,%s)"] * len(per_user))
-                + f" ON CONFLICT (recipient_id) DO UPDATE SET total = {counts_table}.total + EXCLUDED.total, "
+                f"INSERT INTO {counts_table} (recipient_id, total, unread, unseen) "
+                f"SELECT r, n, n, n FROM unnest(%s::text[], %s::int[]) AS t(r, n) "
+                f"ON CONFLICT (recipient_id) DO UPDATE SET total = {counts_table}.total + EXCLUDED.total, "
                 f"unread = {counts_table}.unread + EXCLUDED.unread, unseen = {counts_table}.unseen + EXCLUDED.unseen",
-                [v for user, n in per_user for v in (user, n, n, n)])
+                [[user for user, _n in per_user], [n for _user, n in per_user]])
     return {nid for nid, _recipient in inserted}
