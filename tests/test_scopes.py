@@ -32,6 +32,8 @@ from core import clock
 from core.api.scopes import DEFAULT_SCOPES, Scope
 from notifications.api.auth import HasRequiredScope, required_scope
 from notifications.events import services as event_services
+from notifications.inbox import store as inbox_store
+from notifications.inbox.models import InboxCounts, InboxItem
 from notifications.models import APIClient, DeliveryEvent, Event, Notification, NotificationType, TypeTemplate
 from preferences.models import Device, Preferences, Recipient
 from tests.conftest import reset_acceptance_windows
@@ -58,7 +60,7 @@ def declared_operations():
 
 def test_every_api_view_declares_a_known_scope_for_each_method():
     operations = list(declared_operations())
-    assert len(operations) == 30  # a new endpoint lands here: give it required_scopes
+    assert len(operations) == 33  # a new endpoint lands here: give it required_scopes
     for route, method, scope, view_class in operations:
         assert route.startswith("/v1/"), route
         assert scope in Scope.values, f"{view_class.__name__}.{method} ({method.upper()} {route}) declares no scope"
@@ -122,6 +124,10 @@ ENDPOINTS = [
              {"email": "new@example.com", "phone": "+4915199999999"}),
     Endpoint("delete", "/v1/users/{user_id}", "/v1/users/alice", 200, (Scope.RECIPIENTS_WRITE,)),
     Endpoint("get", "/v1/users/{user_id}/notifications", "/v1/users/alice/notifications", 200, (R,)),
+    Endpoint("get", "/v1/users/{user_id}/inbox", "/v1/users/alice/inbox", 200, (Scope.INBOX,)),
+    Endpoint("get", "/v1/users/{user_id}/inbox/counts", "/v1/users/alice/inbox/counts", 200, (Scope.INBOX,)),
+    Endpoint("post", "/v1/users/{user_id}/inbox/mark", "/v1/users/alice/inbox/mark", 200, (Scope.INBOX,),
+             {"all_before": "2099-01-01T00:00:00Z", "status": "read"}),
     Endpoint("get", "/v1/users/{user_id}/preferences", "/v1/users/alice/preferences", 200, (R,)),
     Endpoint("put", "/v1/users/{user_id}/preferences", "/v1/users/alice/preferences", 200,
              (Scope.PREFERENCES_WRITE,), {"opt_outs": ["sms", "email", "push"]}),
@@ -186,6 +192,8 @@ def build_world(client: APIClient) -> dict[str, str]:
                                                  channel="sms", body="Sale", scheduled_at=clock.now() + LATER).campaign
     single = Notification.objects.create(id=uuid.uuid4(), client=client, recipient=alice, channel="sms", body="x",
                                          status="scheduled", scheduled_at=clock.now() + LATER)
+    # alice's inbox holds one item (the mark endpoint has something to change).
+    inbox_store.write([inbox_store.NewItem(single.pk, "alice", "", "", "Hi", "Hi", None, clock.now(), None)])
     kinds = {}
     for key, body in (("order", TYPE), ("otp", OTP_TYPE)):
         fields = {k: v for k, v in body.items() if k != "templates"}
@@ -196,7 +204,7 @@ def build_world(client: APIClient) -> dict[str, str]:
 
 
 WORLD_MODELS = (Recipient, Device, Preferences, Notification, DeliveryEvent, Segment, SegmentMember, Template,
-                TemplateVariant, Campaign, NotificationType, TypeTemplate, Event)
+                TemplateVariant, Campaign, NotificationType, TypeTemplate, Event, InboxItem, InboxCounts)
 
 
 def snapshot() -> dict[str, list[dict]]:
@@ -366,7 +374,7 @@ def test_a_method_the_view_does_not_implement_is_405_with_allow_whatever_the_sco
                                           "message": f"method: {message}",
                                           "fields": [{"field": "method", "code": "method_not_allowed",
                                                       "message": message}]}}, (method, path)
-    assert seen == 21 * len(ALL_METHODS) - 30
+    assert seen == 24 * len(ALL_METHODS) - 33
 
 
 def test_the_reported_methods_are_405():
