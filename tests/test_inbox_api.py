@@ -173,6 +173,7 @@ def test_a_tampered_cursor_is_400_not_a_500(http, alice, frozen):
         r = http.get("/v1/users/alice/inbox", {"cursor": bad})
         assert r.status_code == 400, (bad, r.content)
         assert error_fields(r) == [("cursor", "invalid_cursor")]
+        assert r.json()["error"]["code"] == "invalid_cursor"
 
 
 def test_limit_100_is_allowed(http, alice, frozen):

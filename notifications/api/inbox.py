@@ -141,7 +141,7 @@ class InboxView(APIView):
                                               cursor=query["cursor"], limit=query["limit"])
         except listing.BadCursor:
             return field_error("cursor", "invalid_cursor", "not a next_cursor of this inbox; omit it for the "
-                               "first page", 400)
+                               "first page", 400, error_code="invalid_cursor")
         return Response({"items": InboxItemSerializer(items, many=True).data, "next_cursor": next_cursor})
 
 
