@@ -7,7 +7,7 @@ the user's items, for every status filter and for a category.
 The million rows are one ``INSERT … SELECT generate_series`` (no ORM), in the test's transaction
 (rolled back at the end; see the fixture for what it drops and rebuilds inside that transaction),
 then ANALYZE.
-Runs in ``make test`` (no marker): about 22 s on 2 cores (the insert and the index builds).
+Runs in ``make test`` (no marker): 12–22 s on 2 cores, as loaded (the insert and the index builds).
 """
 
 from __future__ import annotations
