@@ -26,7 +26,8 @@ messages (password resets, one-time codes, security alerts, order updates): cate
 opt out of (``required``), quiet hours bypassed, sensitive content. A marketer who edits them could
 put a link into a message users cannot refuse; campaign templates stay marketing's. ``product``
 sees recipients (a preview renders a recipient's attributes) and no notifications or events; support
-reads events and types (to explain what a user got), read-only.
+reads events and types (to explain what a user got), read-only, and a user's in-app inbox (items
+with their seen/read/archived state, and the badge counts), read-only.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ PRODUCT = "product"
 SUPPORT = "support"
 
 #: The data migration that last set the groups' permissions (its ``sync`` puts them back after a flush).
-MIGRATION = "campaigns.migrations.0008_policy_pages"
+MIGRATION = "campaigns.migrations.0010_inbox_roles"
 
 CUSTOM_PERMISSIONS = [
     # (app_label, model, codename, name)
@@ -89,5 +90,6 @@ GROUP_PERMISSIONS: dict[str, list[str]] = {
         "preferences.view_unsubscribe",
         "notifications.view_frequencycap",
         "notifications.view_acceptancelimit",
+        "notifications.view_inboxitem",  # a user's in-app inbox and its counts (read-only)
     ],
 }

@@ -354,6 +354,12 @@ NOTIFY = {
         "PRUNE_BATCH": env.int("INBOX_PRUNE_BATCH", default=5000),
     },
 }
+# The inbox prune (notifications/inbox/prune.py), on the beat schedule above, at the interval set here.
+CELERY_BEAT_SCHEDULE["prune-inbox"] = {
+    "task": "notifications.prune_inbox",
+    "schedule": float(NOTIFY["INBOX"]["PRUNE_EVERY_SECONDS"]),
+    "options": {"queue": "maintenance", "expires": max(10, NOTIFY["INBOX"]["PRUNE_EVERY_SECONDS"])},
+}
 
 # Provider budgets, circuit breakers and bulkheads (docs/ARCHITECTURE.md §8, providers/isolation.py), per provider
 # NAME; "DEFAULT" applies to every provider and each provider's dict overrides keys of it.

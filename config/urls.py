@@ -14,6 +14,7 @@ from campaigns.api import views as campaign_views
 from notifications import health, health_admin, metrics_scrape, unsubscribe_views
 from notifications.api import app_receipts as app_receipt_views
 from notifications.api import events as event_views
+from notifications.api import inbox as inbox_views
 from notifications.api import types as type_views
 from notifications.api import views as notification_views
 from preferences import admin_guard
@@ -59,6 +60,9 @@ urlpatterns = [
     path("v1/users/<str:user_id>", preference_views.RecipientView.as_view(), name="user"),
     path("v1/users/<str:user_id>/notifications", notification_views.UserNotificationsView.as_view(),
          name="user-notifications"),
+    path("v1/users/<str:user_id>/inbox", inbox_views.InboxView.as_view(), name="user-inbox"),
+    path("v1/users/<str:user_id>/inbox/counts", inbox_views.InboxCountsView.as_view(), name="user-inbox-counts"),
+    path("v1/users/<str:user_id>/inbox/mark", inbox_views.InboxMarkView.as_view(), name="user-inbox-mark"),
     path("v1/users/<str:user_id>/preferences", preference_views.PreferencesView.as_view(), name="user-preferences"),
     path("v1/users/<str:user_id>/devices", preference_views.DevicesView.as_view(), name="user-devices"),
     path("v1/users/<str:user_id>/devices/<text:push_token>", preference_views.DeviceView.as_view(),

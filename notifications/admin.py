@@ -295,12 +295,17 @@ class RecipientNotificationInline(ReadOnly, admin.TabularInline):
 # API clients (keys, scopes) and their audit log: notifications/admin_clients.py; events (support)
 # with their per-channel outcomes: admin_events.py; notification types with their templates, matrix
 # and preview: admin_types.py; abuse limits at acceptance: acceptance/admin.py; frequency caps and
-# the effective rules: admin_caps.py.
+# the effective rules: admin_caps.py; the in-app inbox (items, the recipient's counts): admin_inbox.py.
 from notifications.acceptance.admin import AcceptanceLimitAdmin  # noqa: E402,F401 - registers it
 from notifications.admin_caps import FrequencyCapAdmin  # noqa: E402,F401 - registers it
 from notifications.admin_clients import APIClientAdmin  # noqa: E402,F401 - registers them
 from notifications.admin_digests import DigestAdmin  # noqa: E402,F401 - registers it
 from notifications.admin_events import EventAdmin, RecipientEventInline  # noqa: E402,F401 - registers it
+from notifications.admin_inbox import (  # noqa: E402,F401 - registers it
+    InboxItemAdmin,
+    RecipientInboxCountsInline,
+    RecipientInboxInline,
+)
 from notifications.admin_types import NotificationTypeAdmin  # noqa: E402,F401 - registers it
 
 
@@ -311,4 +316,5 @@ def dead_letter_depth() -> int:
 
 # The recipient's page (preferences/admin.py) lists its notifications and its events: added from this
 # floor, so preferences imports nothing of the pipeline.
-RecipientAdmin.inlines = [*RecipientAdmin.inlines, RecipientNotificationInline, RecipientEventInline]
+RecipientAdmin.inlines = [*RecipientAdmin.inlines, RecipientNotificationInline, RecipientEventInline,
+                          RecipientInboxCountsInline, RecipientInboxInline]

@@ -102,7 +102,11 @@ def check_pipeline_settings() -> list[str]:
 
 def erase_notifications(recipient_id: str, contacts: list[str], requested_by: str) -> dict[str, int]:
     """This app's part of a recipient's erasure (registered with ``preferences.api.erasure``):
-    ``notifications.services.erase_notification_content``'s counts."""
+    ``notifications.services.erase_notification_content``'s counts; and the recipient's inbox items
+    and counts deleted (``notifications.inbox.prune.erase_inbox``: copies of notifications' content, so
+    counted in ``notifications_erased`` with the notifications they copy)."""
+    from notifications.inbox.prune import erase_inbox
     from notifications.services import erase_notification_content
 
+    erase_inbox(recipient_id)
     return erase_notification_content(recipient_id, contacts, by=requested_by)

@@ -7,6 +7,7 @@ from celery import shared_task
 from core.queues import RECEIPTS_TASK, SEND_TASK
 from notifications import receipts, scheduler
 from notifications.delivery import pipeline
+from notifications.inbox import prune
 
 
 def notification_task(name: str, **options):
@@ -40,3 +41,10 @@ def reconcile() -> dict:
 def apply_receipts(items: list[dict]) -> dict:
     """Apply provider receipts a webhook verified and queued (``receipts`` queue)."""
     return receipts.apply_wire(items)
+
+
+@notification_task("notifications.prune_inbox")
+def prune_inbox() -> int:
+    """Inbox tick (``maintenance`` queue, every ``NOTIFY["INBOX"]["PRUNE_EVERY_SECONDS"]``): delete items
+    past their TTL or the retention period, ``PRUNE_BATCH`` at a time, counts moved with them."""
+    return prune.prune()

@@ -91,7 +91,7 @@ def request(http, method: str, path: str):
 
 def test_the_walk_covers_every_api_route():
     routes = [route for route, _ in api_routes()]
-    assert len(routes) == 22 and sum("<" in r for r in routes) == 16, routes
+    assert len(routes) == 25 and sum("<" in r for r in routes) == 19, routes
 
 
 def has_control_character(value: str) -> bool:
@@ -133,7 +133,9 @@ def test_every_documented_query_parameter_with_control_characters_is_a_422_namin
         assert method == "get"
         url = re.sub(r"\{(\w+)\}", lambda m: VALID[m.group(1)], path) + f"?{name}={encoded(hostile)}"
         r = http.get(url)
-        assert r.status_code == 422, (url, r.content[:300])
+        # The inbox's cursor is signed: anything but one of its next_cursor values is a 400 (issue 16).
+        expected = 400 if (path, name) == ("/v1/users/{user_id}/inbox", "cursor") else 422
+        assert r.status_code == expected, (url, r.content[:300])
         assert_error_shape(r, name)
 
 

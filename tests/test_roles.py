@@ -147,7 +147,7 @@ def test_admin_index_shows_each_role_its_pages(client, marketer, supporter, desi
                                                        "Recipient", "Unsubscribe", "FrequencyCap"}
     assert admin_models(as_user(client, supporter)) == {"Recipient", "Device", "Notification", "DeadLetter",
                                                         "APIAuditEntry", "Event", "Digest", "NotificationType",
-                                                        "Unsubscribe", "FrequencyCap", "AcceptanceLimit"}
+                                                        "Unsubscribe", "FrequencyCap", "AcceptanceLimit", "InboxItem"}
     assert admin_models(as_user(client, designer)) == {"NotificationType", "Recipient", "FrequencyCap",
                                                        "AcceptanceLimit"}
 

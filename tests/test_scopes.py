@@ -32,6 +32,8 @@ from core import clock
 from core.api.scopes import DEFAULT_SCOPES, Scope
 from notifications.api.auth import HasRequiredScope, required_scope
 from notifications.events import services as event_services
+from notifications.inbox import store as inbox_store
+from notifications.inbox.models import InboxCounts, InboxItem
 from notifications.models import APIClient, DeliveryEvent, Event, Notification, NotificationType, TypeTemplate
 from preferences.models import Device, Preferences, Recipient
 from tests.conftest import reset_acceptance_windows
@@ -58,10 +60,14 @@ def declared_operations():
 
 def test_every_api_view_declares_a_known_scope_for_each_method():
     operations = list(declared_operations())
-    assert len(operations) == 31  # a new endpoint lands here: give it required_scopes
+    assert len(operations) == 34  # a new endpoint lands here: give it required_scopes
     for route, method, scope, view_class in operations:
         assert route.startswith("/v1/"), route
         assert scope in Scope.values, f"{view_class.__name__}.{method} ({method.upper()} {route}) declares no scope"
+        if route.startswith("/v1/users/{user_id}/inbox"):
+            # The inbox: its own scope for reading and marking (the audited cross-client exception).
+            assert scope == Scope.INBOX, (route, method, scope)
+            continue
         assert (scope == Scope.READ) == (method == "get"), (route, method, scope)
         assert any(isinstance(p, HasRequiredScope) for p in view_class().get_permissions()), view_class
 
@@ -122,6 +128,10 @@ ENDPOINTS = [
              {"email": "new@example.com", "phone": "+4915199999999"}),
     Endpoint("delete", "/v1/users/{user_id}", "/v1/users/alice", 200, (Scope.RECIPIENTS_WRITE,)),
     Endpoint("get", "/v1/users/{user_id}/notifications", "/v1/users/alice/notifications", 200, (R,)),
+    Endpoint("get", "/v1/users/{user_id}/inbox", "/v1/users/alice/inbox", 200, (Scope.INBOX,)),
+    Endpoint("get", "/v1/users/{user_id}/inbox/counts", "/v1/users/alice/inbox/counts", 200, (Scope.INBOX,)),
+    Endpoint("post", "/v1/users/{user_id}/inbox/mark", "/v1/users/alice/inbox/mark", 200, (Scope.INBOX,),
+             {"all_before": "2099-01-01T00:00:00Z", "status": "read"}),
     Endpoint("get", "/v1/users/{user_id}/preferences", "/v1/users/alice/preferences", 200, (R,)),
     Endpoint("put", "/v1/users/{user_id}/preferences", "/v1/users/alice/preferences", 200,
              (Scope.PREFERENCES_WRITE,), {"opt_outs": ["sms", "email", "push"]}),
@@ -190,6 +200,8 @@ def build_world(client: APIClient) -> dict[str, str]:
                                          status="scheduled", scheduled_at=clock.now() + LATER)
     pushed = Notification.objects.create(id=uuid.uuid4(), client=client, recipient=alice, channel="push", body="x",
                                          status="sent", sent_at=clock.now())
+    # alice's inbox holds one item (the mark endpoint has something to change).
+    inbox_store.write([inbox_store.NewItem(single.pk, "alice", "", "", "Hi", "Hi", None, clock.now(), None)])
     kinds = {}
     for key, body in (("order", TYPE), ("otp", OTP_TYPE)):
         fields = {k: v for k, v in body.items() if k != "templates"}
@@ -201,7 +213,7 @@ def build_world(client: APIClient) -> dict[str, str]:
 
 
 WORLD_MODELS = (Recipient, Device, Preferences, Notification, DeliveryEvent, Segment, SegmentMember, Template,
-                TemplateVariant, Campaign, NotificationType, TypeTemplate, Event)
+                TemplateVariant, Campaign, NotificationType, TypeTemplate, Event, InboxItem, InboxCounts)
 
 
 def snapshot() -> dict[str, list[dict]]:
@@ -371,7 +383,7 @@ def test_a_method_the_view_does_not_implement_is_405_with_allow_whatever_the_sco
                                           "message": f"method: {message}",
                                           "fields": [{"field": "method", "code": "method_not_allowed",
                                                       "message": message}]}}, (method, path)
-    assert seen == 22 * len(ALL_METHODS) - 31
+    assert seen == 25 * len(ALL_METHODS) - 34
 
 
 def test_the_reported_methods_are_405():

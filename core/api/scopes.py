@@ -3,7 +3,9 @@
 Every API operation needs one scope (``notifications.api.auth.HasRequiredScope`` checks the one the
 view declares); ``priority: high`` also needs :attr:`Scope.SEND_HIGH`, and so do changing a
 template or a segment's members that an active high-priority campaign uses and cancelling a
-high-priority campaign (:mod:`campaigns.ownership`). The scopes are stored on
+high-priority campaign (:mod:`campaigns.ownership`). :attr:`Scope.INBOX` is the one scope that
+reads across API clients (a user's inbox holds every service's in-app items): the deliberate,
+audited exception of docs/SECURITY.md ("No cross-client read"). The scopes are stored on
 :class:`notifications.models.APIClient` as a JSON list of these values.
 """
 
@@ -28,7 +30,9 @@ class Scope(models.TextChoices):
     TEMPLATES_WRITE = "templates:write", "templates:write — create and change its templates"
     CAMPAIGNS_WRITE = "campaigns:write", "campaigns:write — create and cancel its campaigns"
     TYPES_WRITE = "types:write", "types:write — create and change its notification types and their templates"
-    READ = "read", "read — every GET"
+    INBOX = "inbox", ("inbox — read a user's inbox across services and mark its items: the product backend that "
+                      "shows the inbox to the user")
+    READ = "read", "read — every GET but the inbox's"
 
 
 #: What ``manage.py create_api_client`` (and ``APIClient`` created without scopes) gets: a service that

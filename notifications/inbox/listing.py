@@ -1,0 +1,120 @@
+"""Reading a user's inbox (docs/APP.md): one page of items newest first, and the badge counts.
+
+A page is a keyset range read on one of :class:`~notifications.inbox.models.InboxItem`'s partial
+indexes, chosen by the status filter (the query's WHERE repeats the index's predicate, so the
+planner can use it): ``(recipient_id, created_at DESC, notification_id DESC)`` from the cursor's
+position on, ``LIMIT limit + 1``. No OFFSET: page 500 of a million items costs what page 1 does
+(``tests/test_inbox_plans.py`` asserts the plans).
+
+The cursor is the last item's ``(created_at, notification_id)`` signed with Django's signing
+(``SECRET_KEY``, salt :data:`CURSOR_SALT`), URL-safe: opaque to the app, and a tampered or foreign
+one is :class:`BadCursor`, never a query on what it holds.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.core import signing
+from django.db.models import BooleanField, Q, QuerySet
+from django.db.models.expressions import RawSQL
+from django.utils.dateparse import parse_datetime
+
+from core import clock
+from notifications.inbox.models import InboxCounts, InboxItem
+
+#: The status filters and the partial index each reads (the model's Meta.indexes).
+STATUSES: dict[str, str] = {
+    "all": "inbox_all_idx",  # not archived (the default listing)
+    "unread": "inbox_unread_idx",  # not archived, not read
+    "unseen": "inbox_unseen_idx",  # not archived, not seen
+    "archived": "inbox_archived_idx",  # archived only
+}
+DEFAULT_STATUS = "all"
+DEFAULT_LIMIT = 20
+MAX_LIMIT = 100
+CURSOR_SALT = "notifications.inbox.cursor"
+
+_STATUS_FILTERS: dict[str, Q] = {
+    "all": Q(archived_at__isnull=True),
+    "unread": Q(archived_at__isnull=True, read_at__isnull=True),
+    "unseen": Q(archived_at__isnull=True, seen_at__isnull=True),
+    "archived": Q(archived_at__isnull=False),
+}
+
+
+class BadCursor(ValueError):
+    """A cursor that is not one of our ``next_cursor`` values (tampered, truncated, made up)."""
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a page starts: strictly after the item with this ``created_at`` (UTC) and id."""
+
+    created_at: datetime
+    notification_id: uuid.UUID
+
+
+def encode_cursor(item: InboxItem) -> str:
+    """The cursor of the page after ``item``: signed ``[created_at ISO 8601, id]``, URL-safe."""
+    return signing.dumps([item.created_at.isoformat(), str(item.pk)], salt=CURSOR_SALT, compress=False)
+
+
+def decode_cursor(cursor: str) -> Position:
+    """The position ``cursor`` holds. Raises :class:`BadCursor` when it was not made by
+    :func:`encode_cursor` with this ``SECRET_KEY`` (bad signature, wrong shape)."""
+    try:
+        value = signing.loads(cursor, salt=CURSOR_SALT)
+    except (signing.BadSignature, ValueError, UnicodeError) as exc:
+        raise BadCursor("not a next_cursor of this inbox") from exc
+    try:
+        at, nid = value
+        created_at = parse_datetime(at)
+        notification_id = uuid.UUID(nid)
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise BadCursor("not a next_cursor of this inbox") from exc
+    if created_at is None or created_at.tzinfo is None:
+        raise BadCursor("not a next_cursor of this inbox")
+    return Position(created_at, notification_id)
+
+
+def page_query(recipient_id: str, *, status: str = DEFAULT_STATUS, category: str | None = None,
+               after: Position | None = None, limit: int = DEFAULT_LIMIT,
+               now: datetime | None = None) -> QuerySet:
+    """The query of one page (``limit + 1`` rows, to know whether another page follows): the user's
+    items in ``status`` (a key of :data:`STATUSES`), of ``category`` if given, not past their
+    ``expires_at`` at ``now`` (UTC; default the platform clock), strictly after ``after``, newest
+    first. This is exactly what ``GET /v1/users/{id}/inbox`` runs (the plan test EXPLAINs it)."""
+    now = now or clock.now()
+    qs = InboxItem.objects.filter(_STATUS_FILTERS[status], recipient_id=recipient_id)
+    if category is not None:
+        qs = qs.filter(category=category)
+    qs = qs.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+    if after is not None:
+        # A row comparison: one index range condition on (created_at, notification_id), where the
+        # OR of two comparisons would be a filter over every row of the user.
+        qs = qs.filter(RawSQL("(created_at, notification_id) < (%s, %s)", (after.created_at, after.notification_id),
+                              output_field=BooleanField()))
+    return qs.order_by("-created_at", "-notification_id")[:limit + 1]
+
+
+def page(recipient_id: str, *, status: str = DEFAULT_STATUS, category: str | None = None,
+         cursor: str | None = None, limit: int = DEFAULT_LIMIT) -> tuple[list[InboxItem], str | None]:
+    """One page: ``(items, next_cursor)``, ``next_cursor`` None on the last page. Raises
+    :class:`BadCursor` for a cursor that is not ours (before any query)."""
+    after = decode_cursor(cursor) if cursor else None
+    rows = list(page_query(recipient_id, status=status, category=category, after=after, limit=limit))
+    if len(rows) <= limit:
+        return rows, None
+    rows = rows[:limit]
+    return rows, encode_cursor(rows[-1])
+
+
+def counts(recipient_id: str) -> dict[str, int]:
+    """The badge: ``{"unseen": n, "unread": n, "total": n}`` (items not archived; see
+    :class:`~notifications.inbox.models.InboxCounts`), one primary-key lookup; zeros for a user
+    with no inbox yet."""
+    row = InboxCounts.objects.filter(pk=recipient_id).values("unseen", "unread", "total").first()
+    return row or {"unseen": 0, "unread": 0, "total": 0}

@@ -1,0 +1,123 @@
+"""Marking a user's inbox items seen, read, unread or archived (``POST /v1/users/{id}/inbox/mark``).
+
+Semantics (docs/APP.md):
+
+==========  ==================================================================  ==========
+status      what changes (only rows where it changes something)                 monotonic
+==========  ==================================================================  ==========
+seen        ``seen_at`` set to now where null                                    yes
+read        ``read_at`` set to now where null, and ``seen_at`` where null        yes
+unread      ``read_at`` cleared (``seen_at`` stays)                              —
+archived    ``archived_at`` set to now where null: the item leaves the default   yes
+            listing and all three counts
+==========  ==================================================================  ==========
+
+A timestamp once set never moves later: repeating a mark changes nothing (``changed: 0``).
+
+**Locking order** (no lost update, no deadlock): a mark first locks the user's
+:class:`~notifications.inbox.models.InboxCounts` row (``SELECT … FOR UPDATE``), then updates the
+items (``UPDATE … RETURNING`` the old state) and moves the counts by the deltas of the rows it
+actually changed, in one transaction. Every writer of a user's items holds that row's lock while it
+changes them: :func:`notifications.inbox.store.write` takes it through its counts upsert (after
+inserting rows no one else can see yet), :mod:`notifications.inbox.prune` locks it before deleting.
+A mark waiting for a write's lock then sees the write's items, committed with their counts; one that
+holds it first never sees (nor touches) the write's uncommitted rows. Locks across users are taken
+in user-id order (store.write and the prune sort; a mark locks one user).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+
+from django.db import connection, transaction
+
+from core import clock
+from notifications.inbox.models import InboxCounts, InboxItem
+
+STATUSES = ("seen", "read", "unread", "archived")
+#: At most this many ids in one mark (a larger selection: ``all_before``).
+MAX_IDS = 1000
+
+# status → (SET clause, the WHERE that selects the rows it changes)
+_CHANGES: dict[str, tuple[str, str]] = {
+    "seen": ("seen_at = %(now)s", "i.seen_at IS NULL"),
+    "read": ("read_at = %(now)s, seen_at = COALESCE(i.seen_at, %(now)s)", "i.read_at IS NULL"),
+    "unread": ("read_at = NULL", "i.read_at IS NOT NULL"),
+    "archived": ("archived_at = %(now)s", "i.archived_at IS NULL"),
+}
+
+
+class UnknownItems(LookupError):
+    """Some ids are not this user's items (unknown, or another user's); ``ids`` lists them in the
+    order given. Nothing was changed."""
+
+    def __init__(self, ids: list[uuid.UUID]) -> None:
+        super().__init__(f"not this user's inbox items: {', '.join(map(str, ids))}")
+        self.ids = ids
+
+
+def counted(seen_at, read_at, archived_at) -> tuple[int, int, int]:
+    """What one item adds to its user's ``(total, unread, unseen)``."""
+    if archived_at is not None:
+        return 0, 0, 0
+    return 1, int(read_at is None), int(seen_at is None)
+
+
+def mark(recipient_id: str, status: str, *, ids: Sequence[uuid.UUID] | None = None,
+         all_before: datetime | None = None, now: datetime | None = None) -> int:
+    """Mark the user's items ``ids`` (at most :data:`MAX_IDS`), or every item created at or before
+    ``all_before`` (UTC-aware), as ``status`` (one of :data:`STATUSES`) at ``now`` (UTC; default the
+    platform clock). Exactly one of ``ids`` / ``all_before``.
+
+    Returns how many items changed (0 for a repeat). Raises :class:`UnknownItems` (nothing changed)
+    when any id is not one of this user's items; ValueError for a bad call (both or neither
+    selection, an unknown status, too many ids)."""
+    if status not in _CHANGES:
+        raise ValueError(f"status must be one of {', '.join(STATUSES)}")
+    if (ids is None) == (all_before is None):
+        raise ValueError("give exactly one of ids and all_before")
+    wanted = list(dict.fromkeys(ids)) if ids is not None else []
+    if len(wanted) > MAX_IDS:
+        raise ValueError(f"at most {MAX_IDS} ids")
+    now = now or clock.now()
+    item_table, counts_table = InboxItem._meta.db_table, InboxCounts._meta.db_table
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"SELECT 1 FROM {counts_table} WHERE recipient_id = %s FOR UPDATE", [recipient_id])
+        has_counts = cursor.fetchone() is not None
+        if ids is not None:
+            found: set[uuid.UUID] = set()
+            if wanted and has_counts:
+                cursor.execute(f"SELECT notification_id FROM {item_table} WHERE recipient_id = %s "
+                               f"AND notification_id = ANY(%s)", [recipient_id, wanted])
+                found = {row[0] for row in cursor.fetchall()}
+            missing = [i for i in wanted if i not in found]
+            if missing:
+                raise UnknownItems(missing)
+            if not wanted:
+                return 0
+            selection, params = "i.notification_id = ANY(%(ids)s)", {"ids": wanted}
+        else:
+            if not has_counts:
+                return 0  # no counts row: no items (store.write creates both in one transaction)
+            selection, params = "i.created_at <= %(before)s", {"before": all_before}
+        set_clause, changes = _CHANGES[status]
+        # The CTE reads each row's state before the UPDATE (the counts row's lock keeps it stable).
+        cursor.execute(
+            f"WITH old AS (SELECT i.notification_id, i.seen_at, i.read_at, i.archived_at FROM {item_table} i "
+            f"WHERE i.recipient_id = %(user)s AND {selection} AND {changes}) "
+            f"UPDATE {item_table} i SET {set_clause} FROM old WHERE i.notification_id = old.notification_id "
+            f"RETURNING old.seen_at, old.read_at, old.archived_at, i.seen_at, i.read_at, i.archived_at",
+            {"user": recipient_id, "now": now, **params})
+        rows = cursor.fetchall()
+        total = unread = unseen = 0
+        for old_seen, old_read, old_archived, new_seen, new_read, new_archived in rows:
+            before, after = counted(old_seen, old_read, old_archived), counted(new_seen, new_read, new_archived)
+            total += after[0] - before[0]
+            unread += after[1] - before[1]
+            unseen += after[2] - before[2]
+        if total or unread or unseen:
+            cursor.execute(f"UPDATE {counts_table} SET total = total + %s, unread = unread + %s, "
+                           f"unseen = unseen + %s WHERE recipient_id = %s", [total, unread, unseen, recipient_id])
+    return len(rows)

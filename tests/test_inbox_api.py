@@ -1,0 +1,429 @@
+"""The inbox API (issue 16, docs/APP.md): ``GET /v1/users/{id}/inbox`` (keyset pages, signed cursor),
+``GET …/inbox/counts`` (the badge), ``POST …/inbox/mark``, the prune and the erasure; and that the
+counts never drift from the items over any sequence of writes, marks and prunes (Hypothesis).
+
+In-process (Django test client, rolled-back transactions); items are written with
+``notifications.inbox.store.write``, as the pipeline writes them."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.test import Client
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from core.api.scopes import Scope
+from notifications.inbox import marks, prune, store
+from notifications.inbox.models import InboxCounts, InboxItem
+from notifications.models import APIAuditEntry, APIClient, Notification
+from preferences.models import Recipient
+
+pytestmark = pytest.mark.django_db
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def http():
+    _, key = APIClient.objects.create_key(name="product-backend", scopes=[Scope.INBOX])
+    return Client(headers={"Authorization": f"Api-Key {key}"})
+
+
+@pytest.fixture
+def alice():
+    return Recipient.objects.create(user_id="alice")
+
+
+@pytest.fixture
+def bob():
+    return Recipient.objects.create(user_id="bob")
+
+
+def put(recipient, n=1, *, start=NOW - timedelta(hours=1), step=timedelta(minutes=1), category="",
+        expires_at=None, ids=None) -> list[uuid.UUID]:
+    """``n`` items for ``recipient``, the first at ``start`` and each ``step`` later; their ids, oldest first."""
+    ids = ids or [uuid.uuid4() for _ in range(n)]
+    Notification.objects.bulk_create([Notification(id=i, recipient=recipient, channel="in_app", status="sent",
+                                                    body="b") for i in ids])
+    store.write([store.NewItem(i, recipient.pk, "order", category, f"title {k}", f"body {k}", {"k": str(k)},
+                               start + k * step, expires_at) for k, i in enumerate(ids)])
+    return ids
+
+
+def counts(recipient) -> dict:
+    row = InboxCounts.objects.filter(pk=recipient.pk).values("total", "unread", "unseen").first()
+    return row or {"total": 0, "unread": 0, "unseen": 0}
+
+
+def truth(recipient) -> dict:
+    live = InboxItem.objects.filter(recipient=recipient, archived_at__isnull=True)
+    return {"total": live.count(), "unread": live.filter(read_at__isnull=True).count(),
+            "unseen": live.filter(seen_at__isnull=True).count()}
+
+
+def states() -> list[tuple]:
+    return list(InboxItem.objects.order_by("pk").values_list("pk", "seen_at", "read_at", "archived_at"))
+
+
+def mark(http, user, body):
+    return http.post(f"/v1/users/{user}/inbox/mark", data=json.dumps(body), content_type="application/json")
+
+
+def listed(http, user, **query):
+    r = http.get(f"/v1/users/{user}/inbox", query)
+    assert r.status_code == 200, r.content
+    return r.json()
+
+
+def error_fields(r) -> list[tuple[str, str]]:
+    return [(f["field"], f["code"]) for f in r.json()["error"]["fields"]]
+
+
+# --- listing ---------------------------------------------------------------------------------------
+
+def test_pages_follow_the_cursor_newest_first_without_gaps_or_repeats(http, alice, frozen):
+    ids = put(alice, 45)
+    seen, cursor, pages = [], None, 0
+    while True:
+        body = listed(http, "alice", **({"cursor": cursor} if cursor else {}))
+        pages += 1
+        seen += [item["id"] for item in body["items"]]
+        cursor = body["next_cursor"]
+        if cursor is None:
+            break
+    assert pages == 3  # 20 + 20 + 5 (default limit 20)
+    assert seen == [str(i) for i in reversed(ids)]
+
+
+def test_an_item_has_the_documented_shape(http, alice, frozen):
+    (nid,) = put(alice, 1, category="orders", expires_at=NOW + timedelta(days=1))
+    assert listed(http, "alice") == {"items": [{
+        "id": str(nid), "type": "order", "category": "orders", "title": "title 0", "body": "body 0",
+        "data": {"k": "0"}, "created_at": "2026-12-02T11:00:00Z", "seen_at": None, "read_at": None,
+        "archived_at": None, "expires_at": "2026-12-03T12:00:00Z"}], "next_cursor": None}
+
+
+def test_ties_on_created_at_are_ordered_by_id_and_pages_split_them_exactly(http, alice, frozen):
+    ids = put(alice, 7, step=timedelta(0))  # all at the same instant
+    first = listed(http, "alice", limit=3)
+    second = listed(http, "alice", limit=3, cursor=first["next_cursor"])
+    third = listed(http, "alice", limit=3, cursor=second["next_cursor"])
+    got = [i["id"] for page in (first, second, third) for i in page["items"]]
+    assert got == sorted(map(str, ids), reverse=True)
+    assert third["next_cursor"] is None
+
+
+def test_status_and_category_filters(http, alice, frozen):
+    a, b, c, d = put(alice, 4)
+    e = put(alice, 1, category="billing", start=NOW - timedelta(minutes=5))[0]
+    assert mark(http, "alice", {"ids": [str(a)], "status": "seen"}).json() == {"changed": 1}
+    assert mark(http, "alice", {"ids": [str(b)], "status": "read"}).json() == {"changed": 1}
+    assert mark(http, "alice", {"ids": [str(c)], "status": "archived"}).json() == {"changed": 1}
+
+    def ids(**q):
+        return [i["id"] for i in listed(http, "alice", **q)["items"]]
+
+    assert ids() == [str(e), str(d), str(b), str(a)]  # archived c left the default list
+    assert ids(status="all") == [str(e), str(d), str(b), str(a)]
+    assert ids(status="unread") == [str(e), str(d), str(a)]
+    assert ids(status="unseen") == [str(e), str(d)]
+    assert ids(status="archived") == [str(c)]
+    assert ids(category="billing") == [str(e)]
+    assert ids(category="billing", status="archived") == []
+
+
+def test_items_past_their_ttl_are_never_listed(http, alice, frozen):
+    put(alice, 2, expires_at=NOW - timedelta(seconds=1))
+    (live,) = put(alice, 1, expires_at=NOW + timedelta(seconds=1))
+    assert [i["id"] for i in listed(http, "alice")["items"]] == [str(live)]
+    frozen[0] = NOW + timedelta(seconds=1)  # expires_at is no longer in the future
+    assert listed(http, "alice")["items"] == []
+
+
+def test_another_users_items_are_not_listed(http, alice, bob, frozen):
+    put(bob, 3)
+    assert listed(http, "alice") == {"items": [], "next_cursor": None}
+
+
+@pytest.mark.parametrize(("query", "status", "field", "code"), [
+    ({"limit": "101"}, 422, "limit", "max_value"),
+    ({"limit": "0"}, 422, "limit", "min_value"),
+    ({"limit": "ten"}, 422, "limit", "invalid"),
+    ({"status": "read"}, 422, "status", "invalid_choice"),
+    ({"category": "Not A Category"}, 422, "category", "invalid"),
+    ({"colour": "red"}, 422, "colour", "unknown_parameter"),
+    ({"cursor": "bm90LWEtY3Vyc29y"}, 400, "cursor", "invalid_cursor"),
+])
+def test_bad_query_parameters_are_refused_naming_them(http, alice, query, status, field, code):
+    put(alice, 2)
+    r = http.get("/v1/users/alice/inbox", query)
+    assert r.status_code == status, r.content
+    assert error_fields(r) == [(field, code)]
+
+
+def test_a_tampered_cursor_is_400_not_a_500(http, alice, frozen):
+    put(alice, 3)
+    cursor = listed(http, "alice", limit=1)["next_cursor"]
+    assert cursor
+    for bad in (cursor[:-2] + ("AA" if not cursor.endswith("AA") else "BB"), cursor[:10], "x" * 40 + ":y"):
+        r = http.get("/v1/users/alice/inbox", {"cursor": bad})
+        assert r.status_code == 400, (bad, r.content)
+        assert error_fields(r) == [("cursor", "invalid_cursor")]
+        assert r.json()["error"]["code"] == "invalid_cursor"
+
+
+def test_limit_100_is_allowed(http, alice, frozen):
+    put(alice, 101)
+    body = listed(http, "alice", limit=100)
+    assert len(body["items"]) == 100 and body["next_cursor"] is not None
+
+
+# --- counts ----------------------------------------------------------------------------------------
+
+def test_counts_are_zero_without_an_inbox_and_follow_writes(http, alice, frozen):
+    assert http.get("/v1/users/alice/inbox/counts").json() == {"unseen": 0, "unread": 0, "total": 0}
+    ids = put(alice, 3)
+    # The pipeline re-driving a written row: one item, counted once.
+    assert store.write([store.NewItem(ids[0], alice.pk, "order", "", "t", "b", None, NOW, None)]) == set()
+    assert http.get("/v1/users/alice/inbox/counts").json() == {"unseen": 3, "unread": 3, "total": 3}
+
+
+# --- mark ------------------------------------------------------------------------------------------
+
+def test_seen_then_read_then_unread_then_archived_moves_the_counts_exactly(http, alice, frozen):
+    a, b = put(alice, 2)
+
+    def badge():
+        return http.get("/v1/users/alice/inbox/counts").json()
+
+    assert mark(http, "alice", {"ids": [str(a)], "status": "seen"}).json() == {"changed": 1}
+    assert badge() == {"unseen": 1, "unread": 2, "total": 2}
+    assert mark(http, "alice", {"ids": [str(a)], "status": "read"}).json() == {"changed": 1}
+    assert badge() == {"unseen": 1, "unread": 1, "total": 2}
+    frozen[0] = NOW + timedelta(minutes=5)
+    assert mark(http, "alice", {"ids": [str(a)], "status": "unread"}).json() == {"changed": 1}
+    assert badge() == {"unseen": 1, "unread": 2, "total": 2}
+    item = InboxItem.objects.get(pk=a)
+    assert (item.seen_at, item.read_at) == (NOW, None)  # unread leaves seen
+    assert mark(http, "alice", {"ids": [str(b)], "status": "read"}).json() == {"changed": 1}
+    item = InboxItem.objects.get(pk=b)
+    assert (item.seen_at, item.read_at) == (NOW + timedelta(minutes=5),) * 2  # read implies seen
+    assert badge() == {"unseen": 0, "unread": 1, "total": 2}
+    assert mark(http, "alice", {"ids": [str(a)], "status": "archived"}).json() == {"changed": 1}
+    assert badge() == {"unseen": 0, "unread": 0, "total": 1}  # the archived item leaves all three
+    assert counts(alice) == truth(alice)
+
+
+def test_marks_are_idempotent_and_monotonic(http, alice, frozen):
+    (a,) = put(alice, 1)
+    for status in ("seen", "read", "archived"):
+        assert mark(http, "alice", {"ids": [str(a)], "status": status}).json() == {"changed": 1}
+        before = states()
+        frozen[0] += timedelta(minutes=1)
+        assert mark(http, "alice", {"ids": [str(a)], "status": status}).json() == {"changed": 0}
+        assert states() == before  # the timestamps did not move later
+    item = InboxItem.objects.get(pk=a)
+    assert (item.seen_at, item.read_at, item.archived_at) == (NOW, NOW + timedelta(minutes=1),
+                                                              NOW + timedelta(minutes=2))
+    assert mark(http, "alice", {"ids": [str(a)], "status": "unread"}).json() == {"changed": 1}
+    assert mark(http, "alice", {"ids": [str(a)], "status": "unread"}).json() == {"changed": 0}
+    assert counts(alice) == truth(alice) == {"total": 0, "unread": 0, "unseen": 0}
+
+
+def test_all_before_marks_items_created_at_or_before_the_instant(http, alice, frozen):
+    ids = put(alice, 5)  # 11:00, 11:01, … 11:04
+    r = mark(http, "alice", {"all_before": "2026-12-02T11:02:00Z", "status": "read"})
+    assert r.json() == {"changed": 3}
+    read = set(InboxItem.objects.filter(read_at__isnull=False).values_list("pk", flat=True))
+    assert read == set(ids[:3])
+    assert counts(alice) == {"total": 5, "unread": 2, "unseen": 2}
+    assert mark(http, "alice", {"all_before": "2026-12-02T12:00:00+01:00", "status": "read"}).json() == {"changed": 0}
+
+
+def test_foreign_or_unknown_ids_are_404_listing_them_and_nothing_changes(http, alice, bob, frozen):
+    (mine,) = put(alice, 1)
+    (theirs,) = put(bob, 1)
+    unknown = uuid.uuid4()
+    before, badge = states(), (counts(alice), counts(bob))
+    r = mark(http, "alice", {"ids": [str(mine), str(theirs), str(unknown)], "status": "read"})
+    assert r.status_code == 404
+    assert r.json()["error"]["code"] == "not_found"
+    assert r.json()["error"]["fields"] == [
+        {"field": "ids.1", "code": "not_found", "message": f"no inbox item {theirs} of this user"},
+        {"field": "ids.2", "code": "not_found", "message": f"no inbox item {unknown} of this user"}]
+    assert str(theirs) in r.json()["error"]["message"] and str(unknown) in r.json()["error"]["message"]
+    assert states() == before and (counts(alice), counts(bob)) == badge
+
+
+@pytest.mark.parametrize(("body", "expected"), [
+    ({"status": "read"}, [("ids", "one_of")]),
+    ({"ids": [], "status": "read"}, [("ids", "min_length")]),
+    ({"ids": ["x"], "status": "read"}, [("ids.0", "invalid")]),
+    ({"all_before": "2026-12-02T11:00:00", "status": "read"}, [("all_before", "naive_datetime")]),
+    ({"all_before": "2026-12-02T11:00:00Z", "ids": [], "status": "read"}, [("ids", "min_length")]),
+    ({"all_before": "2026-12-02T11:00:00Z"}, [("status", "required")]),
+    ({"all_before": "2026-12-02T11:00:00Z", "status": "deleted"}, [("status", "invalid_choice")]),
+    ({"all_before": "2026-12-02T11:00:00Z", "status": "read", "force": True}, [("force", "unknown_field")]),
+])
+def test_a_bad_mark_is_422_naming_the_field_and_changes_nothing(http, alice, body, expected, frozen):
+    put(alice, 2)
+    before = states()
+    r = mark(http, "alice", body)
+    assert r.status_code == 422, r.content
+    assert error_fields(r) == expected
+    assert states() == before
+
+
+def test_both_ids_and_all_before_is_422(http, alice, frozen):
+    (a,) = put(alice, 1)
+    r = mark(http, "alice", {"ids": [str(a)], "all_before": "2026-12-02T11:00:00Z", "status": "read"})
+    assert (r.status_code, error_fields(r)) == (422, [("ids", "one_of")])
+
+
+def test_more_than_1000_ids_is_422(http, alice, frozen):
+    r = mark(http, "alice", {"ids": [str(uuid.uuid4()) for _ in range(1001)], "status": "read"})
+    assert (r.status_code, error_fields(r)) == (422, [("ids", "max_length")])
+
+
+def test_every_mark_is_in_the_audit_log(http, alice, frozen):
+    (a,) = put(alice, 1)
+    mark(http, "alice", {"ids": [str(a)], "status": "read"})
+    mark(http, "alice", {"ids": [str(uuid.uuid4())], "status": "read"})
+    entries = list(APIAuditEntry.objects.order_by("id").values_list("method", "path", "object_type", "object_id",
+                                                                    "status", "fields"))
+    assert entries == [("POST", "/v1/users/alice/inbox/mark", "inbox", "alice", 200, ["read_at", "seen_at"]),
+                       ("POST", "/v1/users/alice/inbox/mark", "inbox", "alice", 404, [])]
+
+
+# --- who may call ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("method", "path"), [("get", "/v1/users/nobody/inbox"),
+                                              ("get", "/v1/users/nobody/inbox/counts"),
+                                              ("post", "/v1/users/nobody/inbox/mark")])
+def test_an_unknown_user_is_404_on_all_three(http, method, path):
+    body = {"all_before": "2026-12-02T11:00:00Z", "status": "read"}
+    r = (http.get(path) if method == "get" else
+         http.post(path, data=json.dumps(body), content_type="application/json"))
+    assert r.status_code == 404
+    assert error_fields(r) == [("user_id", "not_found")]
+
+
+@pytest.mark.parametrize(("method", "path"), [("get", "/v1/users/alice/inbox"),
+                                              ("get", "/v1/users/alice/inbox/counts"),
+                                              ("post", "/v1/users/alice/inbox/mark")])
+def test_without_the_inbox_scope_it_is_403_even_with_every_other_scope(alice, method, path):
+    (a,) = put(alice, 1)
+    _, key = APIClient.objects.create_key(name="other", scopes=[s for s in Scope.values if s != Scope.INBOX])
+    http = Client(headers={"Authorization": f"Api-Key {key}"})
+    body = {"ids": [str(a)], "status": "read"}
+    r = (http.get(path) if method == "get" else
+         http.post(path, data=json.dumps(body), content_type="application/json"))
+    assert r.status_code == 403
+    assert error_fields(r) == [("Authorization", "missing_scope")]
+    assert InboxItem.objects.get(pk=a).read_at is None
+
+
+def test_the_inbox_scope_is_not_a_default():
+    from core.api.scopes import DEFAULT_SCOPES
+
+    assert Scope.INBOX not in DEFAULT_SCOPES
+
+
+# --- prune and erasure -----------------------------------------------------------------------------
+
+def test_prune_deletes_expired_and_retired_items_and_moves_the_counts(alice, bob, settings, frozen):
+    settings.NOTIFY = {**settings.NOTIFY, "INBOX": {**settings.NOTIFY["INBOX"], "RETENTION_DAYS": 30,
+                                                   "PRUNE_BATCH": 2}}
+    expired = put(alice, 2, expires_at=NOW - timedelta(seconds=1))
+    old = put(alice, 1, start=NOW - timedelta(days=31))
+    keep = put(alice, 1, start=NOW - timedelta(days=29), expires_at=NOW + timedelta(hours=1))
+    bobs_old = put(bob, 1, start=NOW - timedelta(days=40))
+    marks.mark(alice.pk, "read", ids=[expired[0]])
+    assert counts(alice) == truth(alice) == {"total": 4, "unread": 3, "unseen": 3}
+    assert prune.prune_batch() == 2
+    assert prune.prune() == 2  # one batch of 2, then a short one of 0
+    assert set(InboxItem.objects.values_list("pk", flat=True)) == set(keep)
+    assert not set(InboxItem.objects.values_list("pk", flat=True)) & set(expired + old + bobs_old)
+    assert counts(alice) == truth(alice) == {"total": 1, "unread": 1, "unseen": 1}
+    assert counts(bob) == truth(bob) == {"total": 0, "unread": 0, "unseen": 0}
+    assert prune.prune() == 0
+
+
+def test_prune_takes_archived_items_without_touching_counts(alice, frozen):
+    a, _b = put(alice, 2, expires_at=NOW - timedelta(seconds=1))
+    marks.mark(alice.pk, "archived", ids=[a])
+    assert counts(alice) == {"total": 1, "unread": 1, "unseen": 1}
+    assert prune.prune() == 2
+    assert counts(alice) == {"total": 0, "unread": 0, "unseen": 0}
+
+
+def test_the_beat_runs_the_prune_on_the_maintenance_queue(settings):
+    entry = settings.CELERY_BEAT_SCHEDULE["prune-inbox"]
+    assert entry["task"] == "notifications.prune_inbox"
+    assert entry["schedule"] == float(settings.NOTIFY["INBOX"]["PRUNE_EVERY_SECONDS"])
+    assert entry["options"]["queue"] == "maintenance"
+    from celery import current_app
+
+    import notifications.tasks  # noqa: F401 (registers the task)
+    assert "notifications.prune_inbox" in current_app.tasks
+
+
+def test_erasure_deletes_the_users_inbox_and_counts_and_no_one_elses(alice, bob, frozen):
+    _, key = APIClient.objects.create_key(name="users", scopes=[Scope.RECIPIENTS_WRITE])
+    put(alice, 3)
+    bobs = put(bob, 2)
+    r = Client(headers={"Authorization": f"Api-Key {key}"}).delete("/v1/users/alice")
+    assert r.status_code == 200, r.content
+    assert not InboxItem.objects.filter(recipient=alice).exists()
+    assert not InboxCounts.objects.filter(pk=alice.pk).exists()
+    assert set(InboxItem.objects.values_list("pk", flat=True)) == set(bobs)
+    assert counts(bob) == {"total": 2, "unread": 2, "unseen": 2}
+
+
+# --- the badge never drifts ------------------------------------------------------------------------
+
+_OPS = st.one_of(
+    st.tuples(st.just("write"), st.integers(0, 3), st.booleans()),  # n new items, expired or not
+    st.tuples(st.just("rewrite"), st.integers(0, 20)),  # the pipeline re-drives a written item
+    st.tuples(st.sampled_from(["seen", "read", "unread", "archived"]),
+              st.lists(st.integers(0, 20), min_size=1, max_size=4, unique=True)),
+    st.tuples(st.just("before"), st.sampled_from(["seen", "read", "unread", "archived"]), st.integers(0, 12)),
+    st.tuples(st.just("prune"),),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                   HealthCheck.too_slow])
+@given(ops=st.lists(_OPS, min_size=1, max_size=12))
+def test_counts_always_equal_the_counts_of_the_items(ops):
+    user = Recipient.objects.create(user_id=f"h-{uuid.uuid4().hex}")
+    written: list[uuid.UUID] = []
+    clock_at = NOW
+    for op in ops:
+        clock_at += timedelta(minutes=1)
+        if op[0] == "write":
+            written += put(user, op[1], start=clock_at, step=timedelta(seconds=1),
+                           expires_at=clock_at - timedelta(seconds=1) if op[2] else None)
+        elif op[0] == "rewrite" and written:
+            nid = written[op[1] % len(written)]
+            if InboxItem.objects.filter(pk=nid).exists():
+                assert store.write([store.NewItem(nid, user.pk, "", "", "t", "b", None, clock_at, None)]) == set()
+        elif op[0] in marks.STATUSES and written:
+            ids = list(dict.fromkeys(written[i % len(written)] for i in op[1]))
+            present = set(InboxItem.objects.filter(pk__in=ids).values_list("pk", flat=True))
+            before = states()
+            try:
+                marks.mark(user.pk, op[0], ids=ids, now=clock_at)
+                assert present == set(ids)
+            except marks.UnknownItems as exc:
+                assert set(exc.ids) == set(ids) - present
+                assert states() == before  # all-or-nothing
+        elif op[0] == "before":
+            marks.mark(user.pk, op[1], all_before=NOW + timedelta(minutes=op[2]), now=clock_at)
+        elif op[0] == "prune":
+            prune.prune(now=clock_at)
+        assert counts(user) == truth(user), op

@@ -1,0 +1,83 @@
+"""Concurrent writers of one user's inbox never lose a count update nor deadlock: pipeline writes
+(``store.write``, two users per batch), marks by ids and by ``all_before``, and the prune, each in
+its own thread and database connection, committed for real (transactional test). Afterwards the
+counts rows equal the counts computed from the items (docs on the lock order:
+:mod:`notifications.inbox.marks`)."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connection
+
+from notifications.inbox import marks, prune, store
+from notifications.inbox.models import InboxCounts, InboxItem
+from notifications.models import Notification
+from preferences.models import Recipient
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+USERS = ("ann", "ben")
+ROUNDS = 15
+
+
+def truth(user: str) -> tuple[int, int, int]:
+    live = InboxItem.objects.filter(recipient_id=user, archived_at__isnull=True)
+    return live.count(), live.filter(read_at__isnull=True).count(), live.filter(seen_at__isnull=True).count()
+
+
+def test_concurrent_writes_marks_and_prunes_keep_the_counts_exact():
+    for user in USERS:
+        Recipient.objects.create(user_id=user)
+    batches = [[uuid.uuid4() for _ in range(6)] for _ in range(ROUNDS)]
+    Notification.objects.bulk_create([Notification(id=i, recipient_id=USERS[k % 2], channel="in_app", status="sent")
+                                      for batch in batches for k, i in enumerate(batch)])
+    start = threading.Barrier(4)
+    errors: list[BaseException] = []
+
+    def run(work):
+        def target():
+            try:
+                start.wait()
+                for r in range(ROUNDS):
+                    work(r)
+            except BaseException as exc:  # reported by the main thread
+                errors.append(exc)
+            finally:
+                connection.close()
+        return threading.Thread(target=target)
+
+    def write(r):
+        # Every third item expired already, so the prune has work too.
+        store.write([store.NewItem(i, USERS[k % 2], "", "", "t", "b", None, NOW + timedelta(seconds=r),
+                                   NOW - timedelta(days=1) if k % 3 == 0 else None)
+                     for k, i in enumerate(batches[r])])
+
+    def mark_ids(r):
+        for user in USERS:
+            have = list(InboxItem.objects.filter(recipient_id=user).values_list("pk", flat=True)[:3])
+            with contextlib.suppress(marks.UnknownItems):  # pruned meanwhile: refused whole, nothing changed
+                marks.mark(user, ("read", "unread", "archived")[r % 3], ids=have)
+
+    def mark_before(r):
+        for user in USERS:
+            marks.mark(user, ("seen", "read")[r % 2], all_before=NOW + timedelta(seconds=r))
+
+    def prune_some(r):
+        prune.prune_batch(now=NOW, batch=2)
+
+    threads = [run(w) for w in (write, mark_ids, mark_before, prune_some)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(90)
+    assert errors == []
+    assert InboxItem.objects.count() > 0
+    for user in USERS:
+        row = InboxCounts.objects.get(pk=user)
+        assert (row.total, row.unread, row.unseen) == truth(user), user
