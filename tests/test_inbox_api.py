@@ -120,9 +120,9 @@ def test_ties_on_created_at_are_ordered_by_id_and_pages_split_them_exactly(http,
 def test_status_and_category_filters(http, alice, frozen):
     a, b, c, d = put(alice, 4)
     e = put(alice, 1, category="billing", start=NOW - timedelta(minutes=5))[0]
-    assert mark(http, "alice", {"ids": [str(a)], "status": "seen"}).json() == {"changed": 1}
-    assert mark(http, "alice", {"ids": [str(b)], "status": "read"}).json() == {"changed": 1}
-    assert mark(http, "alice", {"ids": [str(c)], "status": "archived"}).json() == {"changed": 1}
+    assert mark(http, "alice", {"ids": [str(a)], "status": "seen"}).json() == {"changed": 1, "more": False}
+    assert mark(http, "alice", {"ids": [str(b)], "status": "read"}).json() == {"changed": 1, "more": False}
+    assert mark(http, "alice", {"ids": [str(c)], "status": "archived"}).json() == {"changed": 1, "more": False}
 
     def ids(**q):
         return [i["id"] for i in listed(http, "alice", **q)["items"]]
@@ -200,20 +200,20 @@ def test_seen_then_read_then_unread_then_archived_moves_the_counts_exactly(http,
     def badge():
         return http.get("/v1/users/alice/inbox/counts").json()
 
-    assert mark(http, "alice", {"ids": [str(a)], "status": "seen"}).json() == {"changed": 1}
+    assert mark(http, "alice", {"ids": [str(a)], "status": "seen"}).json() == {"changed": 1, "more": False}
     assert badge() == {"unseen": 1, "unread": 2, "total": 2}
-    assert mark(http, "alice", {"ids": [str(a)], "status": "read"}).json() == {"changed": 1}
+    assert mark(http, "alice", {"ids": [str(a)], "status": "read"}).json() == {"changed": 1, "more": False}
     assert badge() == {"unseen": 1, "unread": 1, "total": 2}
     frozen[0] = NOW + timedelta(minutes=5)
-    assert mark(http, "alice", {"ids": [str(a)], "status": "unread"}).json() == {"changed": 1}
+    assert mark(http, "alice", {"ids": [str(a)], "status": "unread"}).json() == {"changed": 1, "more": False}
     assert badge() == {"unseen": 1, "unread": 2, "total": 2}
     item = InboxItem.objects.get(pk=a)
     assert (item.seen_at, item.read_at) == (NOW, None)  # unread leaves seen
-    assert mark(http, "alice", {"ids": [str(b)], "status": "read"}).json() == {"changed": 1}
+    assert mark(http, "alice", {"ids": [str(b)], "status": "read"}).json() == {"changed": 1, "more": False}
     item = InboxItem.objects.get(pk=b)
     assert (item.seen_at, item.read_at) == (NOW + timedelta(minutes=5),) * 2  # read implies seen
     assert badge() == {"unseen": 0, "unread": 1, "total": 2}
-    assert mark(http, "alice", {"ids": [str(a)], "status": "archived"}).json() == {"changed": 1}
+    assert mark(http, "alice", {"ids": [str(a)], "status": "archived"}).json() == {"changed": 1, "more": False}
     assert badge() == {"unseen": 0, "unread": 0, "total": 1}  # the archived item leaves all three
     assert counts(alice) == truth(alice)
 
@@ -221,27 +221,41 @@ def test_seen_then_read_then_unread_then_archived_moves_the_counts_exactly(http,
 def test_marks_are_idempotent_and_monotonic(http, alice, frozen):
     (a,) = put(alice, 1)
     for status in ("seen", "read", "archived"):
-        assert mark(http, "alice", {"ids": [str(a)], "status": status}).json() == {"changed": 1}
+        assert mark(http, "alice", {"ids": [str(a)], "status": status}).json() == {"changed": 1, "more": False}
         before = states()
         frozen[0] += timedelta(minutes=1)
-        assert mark(http, "alice", {"ids": [str(a)], "status": status}).json() == {"changed": 0}
+        assert mark(http, "alice", {"ids": [str(a)], "status": status}).json() == {"changed": 0, "more": False}
         assert states() == before  # the timestamps did not move later
     item = InboxItem.objects.get(pk=a)
     assert (item.seen_at, item.read_at, item.archived_at) == (NOW, NOW + timedelta(minutes=1),
                                                               NOW + timedelta(minutes=2))
-    assert mark(http, "alice", {"ids": [str(a)], "status": "unread"}).json() == {"changed": 1}
-    assert mark(http, "alice", {"ids": [str(a)], "status": "unread"}).json() == {"changed": 0}
+    assert mark(http, "alice", {"ids": [str(a)], "status": "unread"}).json() == {"changed": 1, "more": False}
+    assert mark(http, "alice", {"ids": [str(a)], "status": "unread"}).json() == {"changed": 0, "more": False}
     assert counts(alice) == truth(alice) == {"total": 0, "unread": 0, "unseen": 0}
 
 
 def test_all_before_marks_items_created_at_or_before_the_instant(http, alice, frozen):
     ids = put(alice, 5)  # 11:00, 11:01, … 11:04
     r = mark(http, "alice", {"all_before": "2026-12-02T11:02:00Z", "status": "read"})
-    assert r.json() == {"changed": 3}
+    assert r.json() == {"changed": 3, "more": False}
     read = set(InboxItem.objects.filter(read_at__isnull=False).values_list("pk", flat=True))
     assert read == set(ids[:3])
     assert counts(alice) == {"total": 5, "unread": 2, "unseen": 2}
-    assert mark(http, "alice", {"all_before": "2026-12-02T12:00:00+01:00", "status": "read"}).json() == {"changed": 0}
+    again = mark(http, "alice", {"all_before": "2026-12-02T12:00:00+01:00", "status": "read"})
+    assert again.json() == {"changed": 0, "more": False}
+
+
+def test_all_before_changes_at_most_a_bounded_number_per_call_newest_first_and_says_more(http, alice, frozen,
+                                                                                      monkeypatch):
+    monkeypatch.setattr(marks, "MAX_PER_CALL", 2)
+    ids = put(alice, 5)  # 11:00 … 11:04
+    body = {"all_before": "2026-12-02T11:03:00Z", "status": "seen"}  # four of them
+    assert mark(http, "alice", body).json() == {"changed": 2, "more": True}
+    assert set(InboxItem.objects.filter(seen_at__isnull=False).values_list("pk", flat=True)) == {ids[3], ids[2]}
+    assert mark(http, "alice", body).json() == {"changed": 2, "more": True}
+    assert mark(http, "alice", body).json() == {"changed": 0, "more": False}
+    assert set(InboxItem.objects.filter(seen_at__isnull=True).values_list("pk", flat=True)) == {ids[4]}
+    assert counts(alice) == {"total": 5, "unread": 5, "unseen": 1}
 
 
 def test_foreign_or_unknown_ids_are_404_listing_them_and_nothing_changes(http, alice, bob, frozen):

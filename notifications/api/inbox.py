@@ -165,7 +165,8 @@ class InboxMarkView(APIView):
     @extend_schema(
         summary="Mark inbox items seen, read, unread or archived",
         description="Either `ids` (1–1,000 of this user's items) or `all_before` (every item created at or "
-                    "before it), and `status`. Idempotent: a repeat changes nothing and answers `changed: 0`. "
+                    "before it; at most 10,000 per call, newest first: repeat while `more`), and `status`. "
+                    "Idempotent: a repeat changes nothing and answers `changed: 0`. "
                     "The counts move in the same transaction, by what actually changed. An id that is not "
                     "this user's item: 404 listing each such id (`ids.<index>`), and nothing changes.",
         request=InboxMarkSerializer,
@@ -176,7 +177,10 @@ class InboxMarkView(APIView):
                   OpenApiExample("All seen", request_only=True, value={
                       "all_before": "2026-12-02T17:00:00Z", "status": "seen"})],
         responses={200: inline_serializer("InboxMarked", fields={
-                       "changed": serializers.IntegerField(help_text="Items whose state changed now.")}),
+                       "changed": serializers.IntegerField(help_text="Items whose state changed now."),
+                       "more": serializers.BooleanField(
+                           help_text=f"`all_before` changes at most {marks.MAX_PER_CALL:,} items per call, the "
+                                     "newest first: true when it changed that many, so call again (until false).")}),
                    **error_responses(*BODY, 404, 422,
                                      _404="Unknown user_id, or `ids` that are not this user's items (each named "
                                           "`ids.<index>`); nothing changed.")})
@@ -191,7 +195,8 @@ class InboxMarkView(APIView):
             return _unknown_ids(data["ids"], exc.ids)
         if changed:
             audit_notes.note_fields(request, _MARKED_FIELDS[data["status"]])
-        return Response({"changed": changed})
+        more = data.get("all_before") is not None and changed >= marks.MAX_PER_CALL
+        return Response({"changed": changed, "more": more})
 
 
 def _unknown_ids(given: list[uuid.UUID], unknown: list[uuid.UUID]) -> Response:
