@@ -39,6 +39,7 @@ Metrics: ``notify_app_receipts_total{event, channel, outcome}`` (:func:`notifica
 from __future__ import annotations
 
 import dataclasses
+import logging
 from datetime import datetime, timedelta
 
 from django.db import transaction
@@ -48,6 +49,8 @@ from core import clock
 from notifications import metrics
 from notifications.models import DeliveryEvent, Notification, Status, TimelineEntry
 from notifications.receipts import RESEND_PENDING_REASONS, Receipt, settle_as_sent
+
+log = logging.getLogger(__name__)
 
 #: What the app reports, in the order the API lists them.
 EVENTS = ("displayed", "opened", "dismissed")
@@ -183,3 +186,27 @@ def _detail(event: str, at: datetime | None, stored: datetime, before: str, move
         parts.append(f"at {at.isoformat()} (stored at {stored.isoformat()} to keep the timeline in order)")
     parts.append(f"{before} → {EVENT_STATUS[event]}" if moved else f"status stays {before}")
     return "; ".join(parts)[:500]
+
+
+#: The app receipt an inbox mark by ids stands for (``unread`` stands for none).
+INBOX_MARK_EVENTS = {"seen": "displayed", "read": "opened", "archived": "dismissed"}
+
+
+def from_inbox_mark(notification_ids: list, status: str) -> int:
+    """The inbox marks of a user's items by id (``POST /v1/users/{id}/inbox/mark`` with ``ids``), as
+    app receipts of their ``in_app`` notifications: ``seen`` → ``displayed``, ``read`` → ``opened``,
+    ``archived`` → ``dismissed``, applied by the same rules as ``POST /v1/notifications/{id}/receipts``
+    (once, up the ladder only), so the timeline and campaign counts show what the inbox saw.
+    ``notification_ids``: the items whose state the mark changed (at most ``MAX_IDS``); an
+    ``all_before`` mark (up to ten thousand at once) is not mirrored. Returns how many receipts were
+    stored. Never raises: the mark stands whatever happens here (logged)."""
+    event = INBOX_MARK_EVENTS.get(status)
+    stored = 0
+    for nid in notification_ids if event else ():
+        try:
+            stored += not apply_app_receipt(Notification.objects.filter(pk=nid), event).duplicate
+        except (Notification.DoesNotExist, WrongChannel, NotReached):
+            continue
+        except Exception:
+            log.exception("the inbox mark of %s as %s was not added to its timeline", nid, status)
+    return stored

@@ -441,3 +441,18 @@ def test_counts_always_equal_the_counts_of_the_items(ops):
         elif op[0] == "prune":
             prune.prune(now=clock_at)
         assert counts(user) == truth(user), op
+
+
+def test_marks_by_id_are_the_app_receipts_of_their_notifications_and_all_before_is_not(http, alice, frozen):
+    a, b, c, d = put(alice, 4)
+    assert mark(http, "alice", {"ids": [str(a)], "status": "seen"}).json()["changed"] == 1
+    assert mark(http, "alice", {"ids": [str(b)], "status": "read"}).json()["changed"] == 1
+    assert mark(http, "alice", {"ids": [str(b)], "status": "unread"}).json()["changed"] == 1
+    assert mark(http, "alice", {"ids": [str(b)], "status": "read"}).json()["changed"] == 1  # read again: no 2nd entry
+    assert mark(http, "alice", {"ids": [str(c)], "status": "archived"}).json()["changed"] == 1
+    assert mark(http, "alice", {"all_before": NOW.isoformat(), "status": "read"}).json()["changed"] == 3
+
+    status = dict(Notification.objects.values_list("pk", "status"))
+    assert (status[a], status[b], status[c], status[d]) == ("displayed", "opened", "dismissed", "sent")
+    kinds = {n: list(Notification.objects.get(pk=n).events.values_list("kind", flat=True)) for n in (a, b, c, d)}
+    assert kinds == {a: ["app_displayed"], b: ["app_opened"], c: ["app_dismissed"], d: []}

@@ -20,6 +20,7 @@ from core.api.errors import BODY, error_responses, field_error, response_headers
 from core.api.fields import AwareDateTimeField, RejectUnknownFields
 from core.api.pagination import QueryError
 from core.api.scopes import Scope
+from notifications import app_receipts
 from notifications.inbox import listing, marks
 from notifications.inbox.models import InboxItem
 from preferences.api.views import _USER_ID, recipient_or_404
@@ -190,9 +191,13 @@ class InboxMarkView(APIView):
         ser.is_valid(raise_exception=True)
         data = ser.validated_data
         try:
-            changed = marks.mark(recipient.pk, data["status"], ids=data.get("ids"), all_before=data.get("all_before"))
+            changed_ids = marks.mark(recipient.pk, data["status"], ids=data.get("ids"),
+                                     all_before=data.get("all_before"))
         except marks.UnknownItems as exc:
             return _unknown_ids(data["ids"], exc.ids)
+        changed = len(changed_ids)
+        if data.get("ids") is not None:
+            app_receipts.from_inbox_mark(changed_ids, data["status"])
         if changed:
             audit_notes.note_fields(request, _MARKED_FIELDS[data["status"]])
         more = data.get("all_before") is not None and changed >= marks.MAX_PER_CALL

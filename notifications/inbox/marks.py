@@ -70,13 +70,13 @@ def counted(seen_at, read_at, archived_at) -> tuple[int, int, int]:
 
 
 def mark(recipient_id: str, status: str, *, ids: Sequence[uuid.UUID] | None = None,
-         all_before: datetime | None = None, now: datetime | None = None) -> int:
+         all_before: datetime | None = None, now: datetime | None = None) -> list[uuid.UUID]:
     """Mark the user's items ``ids`` (at most :data:`MAX_IDS`), or every item created at or before
     ``all_before`` (UTC-aware), as ``status`` (one of :data:`STATUSES`) at ``now`` (UTC; default the
     platform clock). Exactly one of ``ids`` / ``all_before``.
 
-    Returns how many items changed (0 for a repeat); an ``all_before`` mark changes at most
-    :data:`MAX_PER_CALL` (the newest first), so a return of exactly that many means there may be
+    Returns the ids of the items that changed (none for a repeat); an ``all_before`` mark changes at
+    most :data:`MAX_PER_CALL` (the newest first), so a return of exactly that many means there may be
     more. Raises :class:`UnknownItems` (nothing changed) when any id is not one of this user's
     items; ValueError for a bad call (both or neither selection, an unknown status, too many ids)."""
     if status not in _CHANGES:
@@ -101,11 +101,11 @@ def mark(recipient_id: str, status: str, *, ids: Sequence[uuid.UUID] | None = No
             if missing:
                 raise UnknownItems(missing)
             if not wanted:
-                return 0
+                return []
             selection, params = "i.notification_id = ANY(%(ids)s)", {"ids": wanted}
         else:
             if not has_counts:
-                return 0  # no counts row: no items (store.write creates both in one transaction)
+                return []  # no counts row: no items (store.write creates both in one transaction)
             selection, params = "i.created_at <= %(before)s", {"before": all_before}
         set_clause, changes = _CHANGES[status]
         bound = "" if ids is not None else (f" ORDER BY i.created_at DESC, i.notification_id DESC "
@@ -115,11 +115,12 @@ def mark(recipient_id: str, status: str, *, ids: Sequence[uuid.UUID] | None = No
             f"WITH old AS (SELECT i.notification_id, i.seen_at, i.read_at, i.archived_at FROM {item_table} i "
             f"WHERE i.recipient_id = %(user)s AND {selection} AND {changes}{bound}) "
             f"UPDATE {item_table} i SET {set_clause} FROM old WHERE i.notification_id = old.notification_id "
-            f"RETURNING old.seen_at, old.read_at, old.archived_at, i.seen_at, i.read_at, i.archived_at",
+            f"RETURNING old.seen_at, old.read_at, old.archived_at, i.seen_at, i.read_at, i.archived_at, "
+            f"i.notification_id",
             {"user": recipient_id, "now": now, **params})
         rows = cursor.fetchall()
         total = unread = unseen = 0
-        for old_seen, old_read, old_archived, new_seen, new_read, new_archived in rows:
+        for old_seen, old_read, old_archived, new_seen, new_read, new_archived, _id in rows:
             before, after = counted(old_seen, old_read, old_archived), counted(new_seen, new_read, new_archived)
             total += after[0] - before[0]
             unread += after[1] - before[1]
@@ -127,4 +128,4 @@ def mark(recipient_id: str, status: str, *, ids: Sequence[uuid.UUID] | None = No
         if total or unread or unseen:
             cursor.execute(f"UPDATE {counts_table} SET total = total + %s, unread = unread + %s, "
                            f"unseen = unseen + %s WHERE recipient_id = %s", [total, unread, unseen, recipient_id])
-    return len(rows)
+    return [row[-1] for row in rows]
