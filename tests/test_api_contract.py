@@ -78,14 +78,14 @@ REFUSALS_THE_SCHEMA_CANNOT_STATE = {
     ("channel", "channel_unavailable"): "a channel without providers (a setting: an empty *_PROVIDERS list)",
     ("add", "max_length"): "add + remove together at most 10,000 (a sum over two properties)",
     ("add", "required"): "at least one id in add or remove (either of two properties)",
-    ("content.body", "max_length"): "SMS ≤ 1,600 characters: depends on channel",
+    ("content.body", "max_length"): "SMS ≤ 1,600 characters, an in_app body ≤ 5,000: depends on channel",
     ("content.body", "blank"): "not only whitespace as Python strips it",
     ("content.title", "required"): "email needs a subject: depends on channel",
     ("content.title", "not_allowed_for_channel"): "depends on channel",
     ("content.html", "not_allowed_for_channel"): "depends on channel",
     ("content", "payload_too_large"): "push: title + body + data ≤ 4,096 bytes as JSON",
     ("content.data", "not_allowed_for_channel"): "SMS carries only its body: depends on channel",
-    ("content.data", "payload_too_large"): "email data ≤ 10,000 bytes as JSON (SendGrid custom_args)",
+    ("content.data", "payload_too_large"): "email data ≤ 10,000 bytes as JSON (SendGrid custom_args), in_app ≤ 4,096",
     ("content.title", "line_break"): "an email subject is one line: depends on channel",
     ("*", "reserved_key"): "data keys FCM reserves or the platform sets, case-insensitive, by channel",
     ("add", "add_and_remove"): "an id in both add and remove (a relation between two properties)",
@@ -112,6 +112,8 @@ REFUSALS_THE_SCHEMA_CANNOT_STATE = {
     ("name", "control_character"): "no control character (C0, DEL, C1): the error names the character",
     ("description", "control_character"): "as above, line breaks and tabs allowed",
     ("routing", "fallback_needs_two"): "fallback needs two channels (depends on another property)",
+    ("channels", "sensitive_not_in_app"): "a sensitive type cannot list in_app (depends on another property)",
+    ("sensitive", "sensitive_not_in_app"): "sensitive content never goes to in_app (depends on another property)",
     ("quiet_hours", "marketing_bypass"): "depends on the category",
     ("required", "marketing_required"): "depends on the category",
     ("sms_from", "invalid"): "a dialable E.164 number (phonenumbers) or a Messaging Service SID",
@@ -133,6 +135,8 @@ REFUSALS_THE_SCHEMA_CANNOT_STATE = {
     # Receipts from the app (notifications/app_receipts.py).
     ("event", "not_app_channel"): "only a push or in_app notification gets app receipts (the stored row's channel)",
     ("at", "too_far_ahead"): "at most 60 s ahead of now (the clock)",
+    # The inbox (notifications/api/inbox.py).
+    ("ids", "one_of"): "exactly one of ids and all_before (depends on another property)",
 }
 
 
