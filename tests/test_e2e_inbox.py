@@ -61,6 +61,26 @@ def test_an_event_on_in_app_and_push_is_one_inbox_item_one_push_per_device_and_a
         assert (data["type"], data["unseen"], data["notification_id"]) == ("inbox_refresh", "1", ids["in_app"])
         assert m["details"]["message"]["apns"]["payload"]["aps"]["content-available"] == 1
 
+    # The app's backend: badge, list, then the user opens the inbox (seen) and the item (read).
+    def badge():
+        return api.request("GET", f"/v1/users/{uid}/inbox/counts").json()
+
+    assert badge() == {"unseen": 1, "unread": 1, "total": 1}
+    listed = api.request("GET", f"/v1/users/{uid}/inbox?status=unseen").json()
+    assert [i["id"] for i in listed["items"]] == [ids["in_app"]] and listed["next_cursor"] is None
+    r = api.request("POST", f"/v1/users/{uid}/inbox/mark", json={"ids": [ids["in_app"]], "status": "seen"})
+    assert r.json() == {"changed": 1, "more": False}
+    assert badge() == {"unseen": 0, "unread": 1, "total": 1}
+    r = api.request("POST", f"/v1/users/{uid}/inbox/mark", json={"ids": [ids["in_app"]], "status": "read"})
+    assert r.json() == {"changed": 1, "more": False}
+    assert badge() == {"unseen": 0, "unread": 0, "total": 1}
+    assert api.request("GET", f"/v1/users/{uid}/inbox?status=unread").json()["items"] == []
+    # The marks are the item's app receipts: its notification's timeline and status say so.
+    body = api.request("GET", f"/v1/notifications/{ids['in_app']}").json()
+    assert body["status"] == "opened"
+    kinds = [e["kind"] for e in body["timeline"]]
+    assert kinds.index("app_displayed") < kinds.index("app_opened")
+
 
 def test_a_campaign_on_in_app_fills_every_eligible_inbox_exactly_once_and_completes(api, emulator):
     segment_id, users, opted = make_segment(api, 5000, channel="in_app", opted_out_every=10)
