@@ -63,12 +63,12 @@ INSTANTS = st.sampled_from(["2030-01-01T09:00:00+01:00", "2030-01-01T09:00:00Z",
 TEXT = st.text(max_size=30) | HOSTILE
 CONTENT = st.fixed_dictionaries({}, optional={
     "title": maybe(st.sampled_from(["", "Hello", "x" * 999]) | TEXT),
-    "body": maybe(st.sampled_from(["Hi", " ", "x" * 1601, "{{ first_name }}", "{% for %}"]) | TEXT),
+    "body": maybe(st.sampled_from(["Hi", " ", "x" * 1601, "x" * 5001, "{{ first_name }}", "{% for %}"]) | TEXT),
     "html": maybe(st.sampled_from(["", "<p>Hi</p>"])),
     "data": maybe(st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=3)),
     "extra": JSON,
 })
-CHANNELS = st.sampled_from(["sms", "email", "push", "fax", ""])
+CHANNELS = st.sampled_from(["sms", "email", "push", "in_app", "fax", ""])
 PRIORITIES = st.sampled_from(["high", "standard", "urgent"])
 CATEGORIES = st.sampled_from(["", "marketing", "security", "transactional", "orders", "Bad Category", "x" * 65])
 
