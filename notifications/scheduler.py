@@ -10,7 +10,8 @@
 
 An expired lease means the worker stopped renewing it (notifications/delivery/leases.py: killed, hung, or
 cut off from the database) while its call may already have been made. Such a row is re-driven
-with reason ``lease_expired``: a high-tier row at once (``queued``), a standard row after
+with reason ``lease_expired``: a high-tier or ``in_app`` row at once (``queued``; an in_app row's
+write is looked up exactly, in the inbox, before anything is written again), a standard row after
 ``OUTCOME_UNKNOWN_WAIT_SECONDS`` (``scheduled``), during which the provider's receipt or the first
 worker's late record settles it; the next attempt checks the sent marker and, for Twilio, looks
 the message up before sending again. A row that lost its worker on its last allowed attempt
@@ -57,7 +58,8 @@ RETURNING n.id, n.priority, n.channel
 _EXPIRED_LEASES_SQL = """
 WITH stuck AS (
     SELECT id, CASE WHEN attempts >= (CASE WHEN priority = 'high' THEN %(max_high)s ELSE %(max_standard)s END)
-                    THEN 'failed' WHEN priority = 'high' THEN 'queued' ELSE 'scheduled' END AS next
+                    THEN 'failed' WHEN priority = 'high' OR channel = 'in_app' THEN 'queued'
+                    ELSE 'scheduled' END AS next
       FROM notifications_notification
      WHERE status = 'sending' AND lease_until < %(now)s
      LIMIT %(limit)s

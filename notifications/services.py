@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
+from django.db.models import Exists, OuterRef
 
 from core import clock
 from core.redaction import sensitive_content
@@ -23,6 +24,7 @@ from notifications.models import (
     APIClient,
     DeliveryAttempt,
     DeliveryEvent,
+    InboxItem,
     Notification,
     Reason,
     Status,
@@ -53,6 +55,11 @@ class Accepted:
     notification: Notification
     replayed: bool
 
+
+#: An in_app row whose item is already in the inbox (its worker died between the write and the
+#: record): it was sent, whatever its status says, so no cancel may claim it; its re-drive records
+#: it ``sent`` at once (delivery/load.py, the inbox lookup).
+WRITTEN_TO_INBOX = Exists(InboxItem.objects.filter(notification_id=OuterRef("pk")))
 
 def request_fingerprint(body: object) -> str:
     """SHA-256 hex of the request body as canonical JSON (sorted keys, no whitespace)."""
@@ -159,7 +166,7 @@ def cancel_notification(notification_id: uuid.UUID, client: APIClient | None = N
     if client is not None:
         qs = qs.filter(client=client)
     with transaction.atomic():
-        updated = qs.filter(status__in=[Status.SCHEDULED, Status.QUEUED]).update(
+        updated = qs.filter(status__in=[Status.SCHEDULED, Status.QUEUED]).exclude(WRITTEN_TO_INBOX).update(
             status=Status.CANCELLED, reason=Reason.CANCELLED_BY_CLIENT, reason_detail="", lease_until=None,
             due_at=None, updated_at=clock.now())
         notification = qs.get()
@@ -229,7 +236,7 @@ def cancel_campaign_notifications(campaign_id, *, limit: int = 5000) -> int:
     with transaction.atomic():
         pending = list(Notification.objects.select_for_update(skip_locked=True)
                        .filter(campaign_id=campaign_id, status__in=[Status.SCHEDULED, Status.QUEUED])
-                       .values_list("pk", flat=True)[:limit])
+                       .exclude(WRITTEN_TO_INBOX).values_list("pk", flat=True)[:limit])
         if not pending:
             return 0
         moved = Notification.objects.filter(pk__in=pending, status__in=[Status.SCHEDULED, Status.QUEUED]).update(

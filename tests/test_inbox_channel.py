@@ -197,3 +197,28 @@ def test_the_quiet_hours_rule_for_in_app_over_generated_inputs(typed, waits, pol
     deferred = typed and waits and policy != QuietHoursPolicy.BYPASS and quiet
     assert (found is not None and found.reason == "quiet_hours") == deferred
     assert found is None or found.reason == "quiet_hours"
+
+
+def test_a_row_whose_worker_died_after_the_write_is_never_cancelled_and_its_re_drive_finds_the_item(push):
+    from notifications import services
+    from tests.fanout_helpers import make_campaign
+
+    r = user()
+    campaign_id = make_campaign([r.pk], channel="in_app", category="news", status="sending").pk
+    single, of_campaign = in_app(r), in_app(r, campaign_id=campaign_id, category="news")
+    send_notifications([str(single.pk), str(of_campaign.pk)])
+    # Their worker killed between the write and the record: the reconciler's re-drive state, no marker.
+    Notification.objects.filter(pk__in=[single.pk, of_campaign.pk]).update(status="scheduled", reason="lease_expired")
+    get_redis().delete(*[k for k in get_redis().scan_iter("*sent*")] or ["-"])
+
+    with pytest.raises(services.NotCancellable):
+        services.cancel_notification(single.pk)
+    assert services.cancel_campaign_notifications(campaign_id) == 0
+    Notification.objects.filter(pk__in=[single.pk, of_campaign.pk]).update(status="queued")
+    send_notifications([str(single.pk), str(of_campaign.pk)])
+
+    for n in (single, of_campaign):
+        n.refresh_from_db()
+        assert (n.status, n.provider) == ("sent", "inbox")
+        assert list(n.attempts_log.values_list("outcome", flat=True)) == ["accepted", "found_by_lookup"]
+    assert InboxItem.objects.filter(recipient=r).count() == 2 and counts(r) == (2, 2, 2)

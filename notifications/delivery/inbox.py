@@ -6,8 +6,9 @@ call), so the outcomes and record stages treat it as any sent row: status ``sent
 marker, metrics, fallback settlement. A row written before (re-driven after a crash between the
 write and the record) finds its item and is recorded ``sent`` again without a second item.
 
-After the write commits, the users with a new item get a silent refresh push
-(:mod:`notifications.inbox.refresh`) when ``NOTIFY["INBOX"]["REFRESH_PUSH"]`` is on.
+The users with a new item then get a silent refresh push (:mod:`notifications.inbox.refresh`),
+after the batch is recorded (the pipeline calls :func:`refresh_after`): a slow push provider never
+holds an in_app row in ``sending``.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from providers.base import SendResult
 INBOX = "inbox"
 
 
-def call_inbox(items: list[Item]) -> Calls:
+def call_inbox(items: list[Item]) -> tuple[Calls, dict[str, str]]:
     """Write ``items`` (one per row: an in_app row has a single target) to the inboxes; every row
-    is accepted. Raises what the database raises (the batch's leases then run out and it is
-    re-driven: nothing is lost, nothing is written twice)."""
+    is accepted. Returns the calls and the users given a new item (user id → its id). Raises what
+    the database raises (the batch's leases then run out and it is re-driven: nothing is lost,
+    nothing is written twice)."""
     started = time.monotonic()
     now = clock.now()
     written = store.write([
@@ -39,6 +41,11 @@ def call_inbox(items: list[Item]) -> Calls:
     done = Calls()
     for index in range(len(items)):
         done.outcomes[index] = [(SendResult(INBOX, ""), latency_ms, now)]
+    return done, {item.row.recipient_id: str(item.row.pk) for item in items if item.row.pk in written}
+
+
+def refresh_after(written: dict[str, str]) -> None:
+    """The silent refresh push for the users :func:`call_inbox` wrote new items for (user id → the
+    newest item's id), once their rows are recorded."""
     if written:
-        refresh.request({item.row.recipient_id: str(item.row.pk) for item in items if item.row.pk in written})
-    return done
+        refresh.request(written)

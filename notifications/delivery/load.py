@@ -84,7 +84,12 @@ def found_at_provider(n: Notification, content: Content) -> bool:
 
     Only a message created since the call in doubt started counts (:func:`call_in_doubt_since`),
     and never one recorded for another notification (the same text to the same number sent for
-    another reason: an earlier OTP, a campaign run twice)."""
+    another reason: an earlier OTP, a campaign run twice).
+
+    ``in_app``: the inbox is its own exact lookup: an item for the row means the write was made.
+    """
+    if n.channel == "in_app":
+        return _found_in_inbox(n)
     if n.channel != "sms" or not n.recipient.phone:
         return False
     since = call_in_doubt_since(n)
@@ -113,6 +118,22 @@ def found_at_provider(n: Notification, content: Content) -> bool:
         markers.mark_sent([n.pk])
         return True
     return False
+
+
+def _found_in_inbox(n: Notification) -> bool:
+    """An ``in_app`` row re-driven after its worker died: its item written means it was sent (the
+    write and the record are two steps). Found → ``sent``, an attempt ``found_by_lookup``, True."""
+    from notifications.inbox.models import InboxItem
+
+    written = InboxItem.objects.filter(pk=n.pk).values_list("created_at", flat=True).first()
+    if written is None:
+        return False
+    finish(n, Status.SENT, kind="sent", detail="found in the user's inbox: the earlier write had been made; not "
+           "written again", extra={"sent_at": written, "provider": "inbox"},
+           attempts=[AttemptRow(n.pk, n.attempts, "inbox", None, Outcome.FOUND_BY_LOOKUP.value, "", "", None, None,
+                                "", clock.now())])
+    markers.mark_sent([n.pk])
+    return True
 
 
 #: Allowance for the provider's clock and its whole-second timestamps (seconds).

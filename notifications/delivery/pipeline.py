@@ -30,7 +30,7 @@ from notifications.delivery import caps, checks, claim, load, record
 from notifications.delivery.calls import Calls, Item, call_high, call_standard
 from notifications.delivery.checks import Facts
 from notifications.delivery.content import Content, ContentError
-from notifications.delivery.inbox import call_inbox
+from notifications.delivery.inbox import call_inbox, refresh_after
 from notifications.delivery.outcomes import RESEND_AFTER_UNKNOWN, AttemptRow, Unexpected, attempt_row, decide
 from notifications.delivery.routing import primary
 from notifications.models import DeliveryAttempt, Notification, Reason, Status
@@ -91,8 +91,9 @@ def deliver(channel: str, batch: list[Notification], already_sent: set[str], con
              for n, found in ready for to, d in _targets(n, found)]
     if channel == "in_app":
         # No provider: the call is the write to the users' inboxes (inbox.py), accepted at once.
-        done = call_inbox(items)
+        done, written = call_inbox(items)
         _record(_decisions(ready, items, done), channel, ready[0][0].priority, done.marked)
+        refresh_after(written)
         return
     name = primary(channel)
     if name is None:

@@ -30,8 +30,8 @@ from notifications.events.models import (
 )
 from notifications.models import APIClient, DeliveryEvent, Notification, Priority, Reason, Status
 from notifications.rendering import RenderError
+from notifications.services import WRITTEN_TO_INBOX, record_cancelled
 from notifications.services import notification_id_for as single_send_id
-from notifications.services import record_cancelled
 
 TYPE_FIELDS = ("name", "description", "category", "priority", "channels", "routing", "quiet_hours",
                "in_app_quiet_hours", "required",
@@ -286,7 +286,7 @@ def cancel_event(event: Event) -> int:
         open_rows = (Q(status__in=[Status.SCHEDULED, Status.QUEUED])
                      | Q(status=Status.SUPPRESSED, reason=Reason.FALLBACK_NOT_NEEDED))
         pending = list(Notification.objects.select_for_update(skip_locked=True).filter(open_rows, event=event)
-                       .values_list("pk", flat=True))
+                       .exclude(WRITTEN_TO_INBOX).values_list("pk", flat=True))
         moved = Notification.objects.filter(open_rows, pk__in=pending).update(
             status=Status.CANCELLED, reason=Reason.CANCELLED_BY_CLIENT, reason_detail="its event was cancelled",
             due_at=None, lease_until=None, updated_at=now)

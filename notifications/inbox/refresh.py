@@ -89,7 +89,9 @@ def _send(newest: dict[str, str], every_seconds: int) -> int:
         metrics.inbox_refresh("skipped_budget", len(messages) - granted)
     if not granted:
         return 0
-    backend = get_backend("push", name)
+    # The high tier's instance: its TIMEOUT is PROVIDER_TIMEOUT_SECONDS_HIGH at most, so a slow
+    # provider holds the in_app worker that long per batch, and its breaker then skips the rest.
+    backend = get_backend("push", name, "high")
     results = backend.send_batch(messages[:granted], max(1, int(settings.NOTIFY["SEND_CONCURRENCY"]["push"])))
     failed = sum(1 for r in results if isinstance(r, Exception))
     # Only provider trouble (timeouts, 5xx) counts against the breaker, not a stale token.
