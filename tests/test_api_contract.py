@@ -137,6 +137,7 @@ REFUSALS_THE_SCHEMA_CANNOT_STATE = {
     ("at", "too_far_ahead"): "at most 60 s ahead of now (the clock)",
     # The inbox (notifications/api/inbox.py).
     ("ids", "one_of"): "exactly one of ids and all_before (depends on another property)",
+    ("*", "out_of_range"): "an instant whose UTC form is outside years 1–9999 (date-time format allows it)",
 }
 
 

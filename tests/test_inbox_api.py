@@ -456,3 +456,15 @@ def test_marks_by_id_are_the_app_receipts_of_their_notifications_and_all_before_
     assert (status[a], status[b], status[c], status[d]) == ("displayed", "opened", "dismissed", "sent")
     kinds = {n: list(Notification.objects.get(pk=n).events.values_list("kind", flat=True)) for n in (a, b, c, d)}
     assert kinds == {a: ["app_displayed"], b: ["app_opened"], c: ["app_dismissed"], d: []}
+
+
+def test_instants_with_any_offset_python_accepts_are_taken_and_out_of_range_ones_are_422(http, alice, frozen):
+    """Python parses offsets up to ±23:59, Postgres stops at ±15:59: the field hands on UTC."""
+    put(alice, 2)  # 11:00, 11:01 UTC
+    assert mark(http, "alice", {"all_before": "2026-12-03T03:00:30+16:00", "status": "seen"}).json() == {
+        "changed": 1, "more": False}  # 11:00:30 UTC
+    r = mark(http, "alice", {"all_before": "0001-01-01T00:00:00+23:00", "status": "seen"})
+    assert r.status_code == 422
+    assert r.json()["error"]["fields"] == [{"field": "all_before", "code": "out_of_range",
+                                            "message": "its UTC instant is outside the years 1–9999"}]
+    assert counts(alice) == {"total": 2, "unread": 2, "unseen": 1}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from datetime import UTC, timedelta
 
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -120,9 +121,13 @@ class RejectUnknownFieldsSchema(OpenApiSerializerExtension):
 
 @extend_schema_field(OpenApiTypes.DATETIME)
 class AwareDateTimeField(serializers.Field):
-    """ISO 8601 instant that must carry a UTC offset or ``Z``; naive times are rejected."""
+    """ISO 8601 instant that must carry a UTC offset or ``Z``; naive times are rejected. Returned in
+    UTC: Python accepts offsets up to ±23:59 where Postgres stops at ±15:59, and an instant whose UTC
+    form falls outside years 1–9999 is kept as given when its offset is one Postgres takes, else
+    refused (``out_of_range``)."""
 
     default_error_messages = {
+        "out_of_range": "its UTC instant is outside the years 1–9999",
         "invalid": "not an ISO 8601 date-time (e.g. 2026-12-01T09:00:00+01:00)",
         "naive_datetime": "must include a UTC offset or Z (e.g. 2026-12-01T09:00:00+01:00); naive times are ambiguous",
     }
@@ -138,7 +143,12 @@ class AwareDateTimeField(serializers.Field):
             self.fail("invalid")
         if timezone.is_naive(value):
             self.fail("naive_datetime")
-        return value
+        try:
+            return value.astimezone(UTC)
+        except OverflowError:  # UTC is before year 1 or after 9999: Postgres takes it with a small offset
+            if abs(value.utcoffset()) < timedelta(hours=16):
+                return value  # (the caller's own range rule, e.g. too_far_past, then names it)
+            self.fail("out_of_range")
 
     def to_representation(self, value):
         return value.isoformat() if value else None
