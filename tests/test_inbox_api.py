@@ -176,6 +176,17 @@ def test_a_tampered_cursor_is_400_not_a_500(http, alice, frozen):
         assert r.json()["error"]["code"] == "invalid_cursor"
 
 
+def test_another_listings_cursor_is_400(http, alice, bob, frozen):
+    put(alice, 3, category="orders")
+    put(bob, 3, category="orders")
+    cursor = listed(http, "alice", limit=1)["next_cursor"]
+    assert listed(http, "alice", limit=1, cursor=cursor)["next_cursor"]  # its own listing: the next page
+    for user, query in (("bob", {}), ("alice", {"status": "unread"}), ("alice", {"category": "orders"})):
+        r = http.get(f"/v1/users/{user}/inbox", {"cursor": cursor, **query})
+        assert r.status_code == 400, (user, query, r.content)
+        assert error_fields(r) == [("cursor", "invalid_cursor")]
+
+
 def test_limit_100_is_allowed(http, alice, frozen):
     put(alice, 101)
     body = listed(http, "alice", limit=100)

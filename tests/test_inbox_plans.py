@@ -98,8 +98,9 @@ def position_of_page_500(status: str, category: str | None) -> listing.Position:
                        {"user": USER, "category": category, "skip": 499 * PAGE - 1})
         created_at, notification_id = cursor.fetchone()
     position = listing.Position(created_at, notification_id)
-    cursor_of = listing.encode_cursor(InboxItem(notification_id=notification_id, created_at=created_at))
-    assert listing.decode_cursor(cursor_of) == position
+    cursor_of = listing.encode_cursor(InboxItem(notification_id=notification_id, created_at=created_at), USER,
+                                      status, category)
+    assert listing.decode_cursor(cursor_of, USER, status, category) == position
     return position
 
 

@@ -7,8 +7,9 @@ position on, ``LIMIT limit + 1``. No OFFSET: page 500 of a million items costs w
 (``tests/test_inbox_plans.py`` asserts the plans).
 
 The cursor is the last item's ``(created_at, notification_id)`` signed with Django's signing
-(``SECRET_KEY``, salt :data:`CURSOR_SALT`), URL-safe: opaque to the app, and a tampered or foreign
-one is :class:`BadCursor`, never a query on what it holds.
+(``SECRET_KEY``, salted with :data:`CURSOR_SALT` and the listing: user, status, category), URL-safe:
+opaque to the app, and a tampered one or another listing's is :class:`BadCursor`, never a query on
+what it holds. (Signed, not encrypted: it reveals the instant and id of the user's own item.)
 """
 
 from __future__ import annotations
@@ -57,16 +58,25 @@ class Position:
     notification_id: uuid.UUID
 
 
-def encode_cursor(item: InboxItem) -> str:
-    """The cursor of the page after ``item``: signed ``[created_at ISO 8601, id]``, URL-safe."""
-    return signing.dumps([item.created_at.isoformat(), str(item.pk)], salt=CURSOR_SALT, compress=False)
+def _salt(recipient_id: str, status: str, category: str | None) -> str:
+    """The signature's salt names the listing a cursor belongs to: another user's, another status's
+    or another category's cursor does not verify (a cursor is this listing's, or :class:`BadCursor`)."""
+    return signing.dumps([CURSOR_SALT, recipient_id, status, category], compress=False)
 
 
-def decode_cursor(cursor: str) -> Position:
+def encode_cursor(item: InboxItem, recipient_id: str, status: str, category: str | None) -> str:
+    """The cursor of the page after ``item`` in this listing: signed ``[created_at ISO 8601, id]``,
+    URL-safe, the listing (user, status, category) in the salt."""
+    return signing.dumps([item.created_at.isoformat(), str(item.pk)], salt=_salt(recipient_id, status, category),
+                         compress=False)
+
+
+def decode_cursor(cursor: str, recipient_id: str, status: str, category: str | None) -> Position:
     """The position ``cursor`` holds. Raises :class:`BadCursor` when it was not made by
-    :func:`encode_cursor` with this ``SECRET_KEY`` (bad signature, wrong shape)."""
+    :func:`encode_cursor` with this ``SECRET_KEY`` for this listing (bad signature, another user's,
+    status's or category's, wrong shape)."""
     try:
-        value = signing.loads(cursor, salt=CURSOR_SALT)
+        value = signing.loads(cursor, salt=_salt(recipient_id, status, category))
     except (signing.BadSignature, ValueError, UnicodeError) as exc:
         raise BadCursor("not a next_cursor of this inbox") from exc
     try:
@@ -104,12 +114,12 @@ def page(recipient_id: str, *, status: str = DEFAULT_STATUS, category: str | Non
          cursor: str | None = None, limit: int = DEFAULT_LIMIT) -> tuple[list[InboxItem], str | None]:
     """One page: ``(items, next_cursor)``, ``next_cursor`` None on the last page. Raises
     :class:`BadCursor` for a cursor that is not ours (before any query)."""
-    after = decode_cursor(cursor) if cursor else None
+    after = decode_cursor(cursor, recipient_id, status, category) if cursor else None
     rows = list(page_query(recipient_id, status=status, category=category, after=after, limit=limit))
     if len(rows) <= limit:
         return rows, None
     rows = rows[:limit]
-    return rows, encode_cursor(rows[-1])
+    return rows, encode_cursor(rows[-1], recipient_id, status, category)
 
 
 def counts(recipient_id: str) -> dict[str, int]:
