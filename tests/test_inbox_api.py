@@ -12,6 +12,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db.models import Q
 from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -367,7 +368,7 @@ def test_prune_deletes_expired_and_retired_items_and_moves_the_counts(alice, bob
     old = put(alice, 1, start=NOW - timedelta(days=31))
     keep = put(alice, 1, start=NOW - timedelta(days=29), expires_at=NOW + timedelta(hours=1))
     bobs_old = put(bob, 1, start=NOW - timedelta(days=40))
-    marks.mark(alice.pk, "read", ids=[expired[0]])
+    marks.mark(alice.pk, "read", ids=[expired[0]], now=NOW - timedelta(seconds=2))  # before it expired
     assert counts(alice) == truth(alice) == {"total": 4, "unread": 3, "unseen": 3}
     assert prune.prune_batch() == 2
     assert prune.prune() == 2  # one batch of 2, then a short one of 0
@@ -380,7 +381,7 @@ def test_prune_deletes_expired_and_retired_items_and_moves_the_counts(alice, bob
 
 def test_prune_takes_archived_items_without_touching_counts(alice, frozen):
     a, _b = put(alice, 2, expires_at=NOW - timedelta(seconds=1))
-    marks.mark(alice.pk, "archived", ids=[a])
+    marks.mark(alice.pk, "archived", ids=[a], now=NOW - timedelta(seconds=2))
     assert counts(alice) == {"total": 1, "unread": 1, "unseen": 1}
     assert prune.prune() == 2
     assert counts(alice) == {"total": 0, "unread": 0, "unseen": 0}
@@ -439,7 +440,8 @@ def test_counts_always_equal_the_counts_of_the_items(ops):
                 assert store.write([store.NewItem(nid, user.pk, "", "", "t", "b", None, clock_at, None)]) == set()
         elif op[0] in marks.STATUSES and written:
             ids = list(dict.fromkeys(written[i % len(written)] for i in op[1]))
-            present = set(InboxItem.objects.filter(pk__in=ids).values_list("pk", flat=True))
+            present = set(InboxItem.objects.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=clock_at),
+                                                   pk__in=ids).values_list("pk", flat=True))  # listed ones
             before = states()
             try:
                 marks.mark(user.pk, op[0], ids=ids, now=clock_at)
@@ -479,3 +481,11 @@ def test_instants_with_any_offset_python_accepts_are_taken_and_out_of_range_ones
     assert r.json()["error"]["fields"] == [{"field": "all_before", "code": "out_of_range",
                                             "message": "its UTC instant is outside the years 1–9999"}]
     assert counts(alice) == {"total": 2, "unread": 2, "unseen": 1}
+
+
+def test_an_item_past_its_ttl_cannot_be_marked_by_id(http, alice, frozen):
+    (gone,) = put(alice, 1, expires_at=NOW - timedelta(seconds=1))
+    r = mark(http, "alice", {"ids": [str(gone)], "status": "read"})
+    assert r.status_code == 404 and error_fields(r) == [("ids.0", "not_found")]
+    assert InboxItem.objects.get(pk=gone).read_at is None
+    assert Notification.objects.get(pk=gone).status == "sent"

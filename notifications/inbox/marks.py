@@ -75,6 +75,8 @@ def mark(recipient_id: str, status: str, *, ids: Sequence[uuid.UUID] | None = No
     ``all_before`` (UTC-aware), as ``status`` (one of :data:`STATUSES`) at ``now`` (UTC; default the
     platform clock). Exactly one of ``ids`` / ``all_before``.
 
+    An id of an item past its ``expires_at`` (no longer listed) counts as unknown.
+
     Returns the ids of the items that changed (none for a repeat); an ``all_before`` mark changes at
     most :data:`MAX_PER_CALL` (the newest first), so a return of exactly that many means there may be
     more. Raises :class:`UnknownItems` (nothing changed) when any id is not one of this user's
@@ -94,8 +96,10 @@ def mark(recipient_id: str, status: str, *, ids: Sequence[uuid.UUID] | None = No
         if ids is not None:
             found: set[uuid.UUID] = set()
             if wanted and has_counts:
+                # An item past its TTL is no longer listed: the app cannot have shown it.
                 cursor.execute(f"SELECT notification_id FROM {item_table} WHERE recipient_id = %s "
-                               f"AND notification_id = ANY(%s)", [recipient_id, wanted])
+                               f"AND notification_id = ANY(%s) AND (expires_at IS NULL OR expires_at > %s)",
+                               [recipient_id, wanted, now])
                 found = {row[0] for row in cursor.fetchall()}
             missing = [i for i in wanted if i not in found]
             if missing:
