@@ -42,10 +42,13 @@ import dataclasses
 import logging
 from datetime import datetime, timedelta
 
+from celery import current_app
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Max, QuerySet
 
 from core import clock
+from core.queues import RECEIPTS_QUEUE
 from notifications import metrics
 from notifications.models import DeliveryEvent, Notification, Status, TimelineEntry
 from notifications.receipts import RESEND_PENDING_REASONS, Receipt, settle_as_sent
@@ -186,6 +189,32 @@ def _detail(event: str, at: datetime | None, stored: datetime, before: str, move
         parts.append(f"at {at.isoformat()} (stored at {stored.isoformat()} to keep the timeline in order)")
     parts.append(f"{before} → {EVENT_STATUS[event]}" if moved else f"status stays {before}")
     return "; ".join(parts)[:500]
+
+
+#: A mark of at most this many ids is mirrored in its request; a larger one on the ``receipts`` queue.
+INBOX_MARK_INLINE = 20
+#: The task applying a larger mark's receipts (``notifications.tasks``).
+INBOX_MARK_TASK = "notifications.inbox_mark_receipts"
+
+
+def mirror_inbox_mark(notification_ids: list, status: str) -> None:
+    """:func:`from_inbox_mark` for what a mark by ids changed: in the request for a few ids (a tap,
+    a page: about 10 ms each), else queued for the receipts worker (1,000 ids take ~12 s, which no
+    request should hold a web thread for); applied here when the broker cannot take it. Queued and
+    then lost with the broker (Redis flushed), the timeline misses them; the inbox's own state, which
+    is the mark, is already committed."""
+    if not notification_ids or status not in INBOX_MARK_EVENTS:
+        return
+    if len(notification_ids) <= INBOX_MARK_INLINE or settings.NOTIFY["RECEIPTS_INLINE"]:
+        from_inbox_mark(notification_ids, status)
+        return
+    try:
+        current_app.send_task(INBOX_MARK_TASK, args=[[str(i) for i in notification_ids], status],
+                              queue=RECEIPTS_QUEUE, routing_key=RECEIPTS_QUEUE, exchange="")
+    except Exception as exc:  # kombu/redis raise many types; all mean "not queued"
+        log.warning("receipts queue unavailable (%s); mirroring %d inbox mark(s) in the request", exc,
+                    len(notification_ids))
+        from_inbox_mark(notification_ids, status)
 
 
 #: The app receipt an inbox mark by ids stands for (``unread`` stands for none).

@@ -5,7 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from core.queues import RECEIPTS_TASK, SEND_TASK
-from notifications import receipts, scheduler
+from notifications import app_receipts, receipts, scheduler
 from notifications.delivery import pipeline
 from notifications.inbox import prune
 
@@ -41,6 +41,12 @@ def reconcile() -> dict:
 def apply_receipts(items: list[dict]) -> dict:
     """Apply provider receipts a webhook verified and queued (``receipts`` queue)."""
     return receipts.apply_wire(items)
+
+
+@notification_task(app_receipts.INBOX_MARK_TASK)
+def inbox_mark_receipts(notification_ids: list[str], status: str) -> int:
+    """The app receipts of a large inbox mark by ids (``receipts`` queue): returns how many were stored."""
+    return app_receipts.from_inbox_mark(notification_ids, status)
 
 
 @notification_task("notifications.prune_inbox")

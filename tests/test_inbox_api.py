@@ -489,3 +489,21 @@ def test_an_item_past_its_ttl_cannot_be_marked_by_id(http, alice, frozen):
     assert r.status_code == 404 and error_fields(r) == [("ids.0", "not_found")]
     assert InboxItem.objects.get(pk=gone).read_at is None
     assert Notification.objects.get(pk=gone).status == "sent"
+
+
+def test_a_large_mark_by_ids_goes_to_the_receipts_worker_and_the_task_applies_it(http, alice, frozen, monkeypatch,
+                                                                                settings):
+    from notifications import app_receipts, tasks
+
+    settings.NOTIFY = {**settings.NOTIFY, "RECEIPTS_INLINE": False}
+    published = []
+    monkeypatch.setattr(app_receipts.current_app, "send_task", lambda name, **kw: published.append((name, kw)))
+    ids = put(alice, app_receipts.INBOX_MARK_INLINE + 1)
+    assert mark(http, "alice", {"ids": [str(i) for i in ids], "status": "read"}).json()["changed"] == len(ids)
+    assert Notification.objects.filter(status="opened").count() == 0  # not in the request
+    ((name, kw),) = published
+    assert (name, kw["queue"], sorted(kw["args"][0]), kw["args"][1]) == (
+        "notifications.inbox_mark_receipts", "receipts", sorted(str(i) for i in ids), "read")
+
+    assert tasks.inbox_mark_receipts(*kw["args"]) == len(ids)
+    assert Notification.objects.filter(status="opened").count() == len(ids)

@@ -197,7 +197,7 @@ class InboxMarkView(APIView):
             return _unknown_ids(data["ids"], exc.ids)
         changed = len(changed_ids)
         if data.get("ids") is not None:
-            app_receipts.from_inbox_mark(changed_ids, data["status"])
+            app_receipts.mirror_inbox_mark(changed_ids, data["status"])
         if changed:
             audit_notes.note_fields(request, _MARKED_FIELDS[data["status"]])
         more = data.get("all_before") is not None and changed >= marks.MAX_PER_CALL
