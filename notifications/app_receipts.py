@@ -27,6 +27,9 @@ and :func:`apply_app_receipt` applies it the way provider receipts are applied
   without reaching the recipient (``failed``, ``suppressed``, ``expired``, ``cancelled``) are refused
   (:class:`NotReached`, naming the status) and nothing is written: the app cannot have shown what was
   never sent, so the report is wrong, and recording it would make a suppressed row look delivered.
+* **The inbox**: an ``in_app`` notification's receipt also marks its item (``displayed`` → seen,
+  ``opened`` → read, ``dismissed`` → archived), so the badge and the timeline agree whichever the
+  product reports; a mark by ids is mirrored the other way (:func:`from_inbox_mark`).
 * **Instants** (UTC): ``at`` is when the app saw it (default: the arrival). The API refuses one
   more than :data:`MAX_FUTURE_SKEW` ahead of the platform clock; the stored instant is ``at``
   clamped into ``[latest entry of the timeline that is not an app receipt, now]``, so the timeline
@@ -38,6 +41,7 @@ Metrics: ``notify_app_receipts_total{event, channel, outcome}`` (:func:`notifica
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from datetime import datetime, timedelta
@@ -50,6 +54,7 @@ from django.db.models import Max, QuerySet
 from core import clock
 from core.queues import RECEIPTS_QUEUE
 from notifications import metrics
+from notifications.inbox import marks
 from notifications.models import DeliveryEvent, Notification, Status, TimelineEntry
 from notifications.receipts import RESEND_PENDING_REASONS, Receipt, settle_as_sent
 
@@ -155,8 +160,19 @@ def _apply(rows: QuerySet[Notification], event: str, at: datetime | None) -> App
         DeliveryEvent.objects.create(notification=n, kind=f"{KIND_PREFIX}{event}", status=target if moved else "",
                                      dedup_key=key, detail=_detail(event, at, stored, current, moved),
                                      created_at=stored)
+        if n.channel == "in_app":
+            _mark_item(n, event)
         metrics.app_receipt(event, n.channel, "moved" if moved else "unchanged")
     return Applied(n, event, duplicate=False, status_changed=moved, at=stored)
+
+
+def _mark_item(n: Notification, event: str) -> None:
+    """An in_app notification's receipt is also its inbox item's state (the reverse of
+    :func:`from_inbox_mark`): ``displayed`` → seen, ``opened`` → read, ``dismissed`` → archived, with
+    the badge moved; an item gone (pruned, erased) or past its TTL is left alone."""
+    with contextlib.suppress(marks.UnknownItems):
+        marks.mark(n.recipient_id, {"displayed": "seen", "opened": "read", "dismissed": "archived"}[event],
+                   ids=[n.pk])
 
 
 def _settle_unrecorded(n: Notification, event: str, at: datetime | None, now: datetime) -> None:

@@ -507,3 +507,18 @@ def test_a_large_mark_by_ids_goes_to_the_receipts_worker_and_the_task_applies_it
 
     assert tasks.inbox_mark_receipts(*kw["args"]) == len(ids)
     assert Notification.objects.filter(status="opened").count() == len(ids)
+
+
+def test_an_in_app_receipt_marks_its_item_and_moves_the_badge(alice, frozen):
+    from notifications.app_receipts import apply_app_receipt
+
+    a, b, c = put(alice, 3)
+    apply_app_receipt(Notification.objects.filter(pk=a), "displayed")
+    apply_app_receipt(Notification.objects.filter(pk=b), "opened")
+    apply_app_receipt(Notification.objects.filter(pk=c), "dismissed")
+    state = {i.pk: (i.seen_at is not None, i.read_at is not None, i.archived_at is not None)
+             for i in InboxItem.objects.filter(recipient=alice)}
+    assert state == {a: (True, False, False), b: (True, True, False), c: (False, False, True)}
+    assert counts(alice) == truth(alice) == {"total": 2, "unread": 1, "unseen": 0}
+    apply_app_receipt(Notification.objects.filter(pk=b), "displayed")  # later and lower: nothing moves
+    assert counts(alice) == {"total": 2, "unread": 1, "unseen": 0}
