@@ -81,3 +81,45 @@ def test_concurrent_writes_marks_and_prunes_keep_the_counts_exact():
     for user in USERS:
         row = InboxCounts.objects.get(pk=user)
         assert (row.total, row.unread, row.unseen) == truth(user), user
+
+
+def test_a_write_that_waited_for_a_mark_is_created_after_it_so_all_before_never_reaches_it():
+    """The adversary's case: a mark holds the user's counts row while a pipeline write of an item for
+    that user waits on it. The write takes its ``created_at`` after the lock, so an ``all_before`` of
+    anything the app listed before never marks the late item."""
+    import time
+
+    from django.db import connections, transaction
+
+    from core import clock
+
+    Recipient.objects.create(user_id="cara")
+    late = uuid.uuid4()
+    Notification.objects.create(id=late, recipient_id="cara", channel="in_app", status="sent")
+    first = uuid.uuid4()
+    Notification.objects.create(id=first, recipient_id="cara", channel="in_app", status="sent")
+    store.write([store.NewItem(first, "cara", "", "", "t", "first", None, None, None)])  # the counts row
+    locked, done = threading.Event(), threading.Event()
+
+    def hold_the_lock():
+        with transaction.atomic(), connections["default"].cursor() as cursor:
+            cursor.execute("SELECT 1 FROM notifications_inboxcounts WHERE recipient_id = 'cara' FOR UPDATE")
+            locked.set()
+            time.sleep(1.0)
+        connections["default"].close()
+
+    def write_late():
+        locked.wait()
+        store.write([store.NewItem(late, "cara", "", "", "t", "late", None, None, None)])
+        connections["default"].close()
+        done.set()
+
+    started = clock.now()
+    threads = [threading.Thread(target=hold_the_lock), threading.Thread(target=write_late)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert done.is_set()
+    item = InboxItem.objects.get(pk=late)
+    assert item.created_at >= started + timedelta(seconds=0.9)  # taken after the lock was released

@@ -34,7 +34,7 @@ def call_inbox(items: list[Item]) -> tuple[Calls, dict[str, str]]:
     written = store.write([
         store.NewItem(notification_id=item.row.pk, recipient_id=item.row.recipient_id,
                       type_key=item.row.notification_type_id or "", category=item.row.category,
-                      title=item.row.title, body=item.row.body, data=item.row.data, created_at=now,
+                      title=item.row.title, body=item.row.body, data=item.row.data, created_at=None,
                       expires_at=item.row.expires_at)
         for item in items])
     latency_ms = int((time.monotonic() - started) * 1000)

@@ -18,8 +18,9 @@ A timestamp once set never moves later: repeating a mark changes nothing (``chan
 :class:`~notifications.inbox.models.InboxCounts` row (``SELECT … FOR UPDATE``), then updates the
 items (``UPDATE … RETURNING`` the old state) and moves the counts by the deltas of the rows it
 actually changed, in one transaction. Every writer of a user's items holds that row's lock while it
-changes them: :func:`notifications.inbox.store.write` takes it through its counts upsert (after
-inserting rows no one else can see yet), :mod:`notifications.inbox.prune` locks it before deleting.
+changes them: :func:`notifications.inbox.store.write` locks it before it inserts (and takes its
+items' ``created_at`` after that, so a user's items are created in the order they become visible),
+:mod:`notifications.inbox.prune` locks it before deleting.
 A mark waiting for a write's lock then sees the write's items, committed with their counts; one that
 holds it first never sees (nor touches) the write's uncommitted rows. Locks across users are taken
 in user-id order (store.write and the prune sort; a mark locks one user).

@@ -15,6 +15,7 @@ from datetime import datetime
 from django.db import connection, transaction
 from psycopg.types.json import Jsonb
 
+from core import clock
 from notifications.inbox.models import InboxCounts, InboxItem
 
 
@@ -30,7 +31,7 @@ class NewItem:
     title: str
     body: str
     data: dict | None
-    created_at: datetime
+    created_at: datetime | None  # None: the platform clock once the users' counts rows are locked
     expires_at: datetime | None
 
 
@@ -38,13 +39,24 @@ def write(items: list[NewItem]) -> set[uuid.UUID]:
     """Insert ``items`` (those whose notification already has one are skipped) and add each new
     item to its user's counts (total, unread and unseen +1), in one transaction.
 
-    Returns the notification ids of the items inserted now. Users' counts rows are locked in
-    user-id order, so two batches for overlapping users never deadlock."""
+    The users' counts rows are locked first (created when missing), in user-id order, so two
+    batches for overlapping users never deadlock; an item's ``created_at``, when not given, is taken
+    after that lock. A user's items are therefore created in the order they become visible: a write
+    that waited for a mark (which holds the counts row) gets a later instant than anything the mark
+    could have seen, so ``all_before`` never reaches an item the app has not listed yet.
+
+    Returns the notification ids of the items inserted now."""
     if not items:
         return set()
     items = sorted(items, key=lambda i: (i.recipient_id, str(i.notification_id)))
+    users = sorted({i.recipient_id for i in items})
     item_table, counts_table = InboxItem._meta.db_table, InboxCounts._meta.db_table
     with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {counts_table} (recipient_id, total, unread, unseen) SELECT r, 0, 0, 0 FROM "
+            f"unnest(%s::text[]) AS t(r) ON CONFLICT (recipient_id) DO UPDATE SET total = {counts_table}.total",
+            [users])  # the no-op update takes each row's lock
+        now = clock.now()
         # One array per column (unnest): nine parameters whatever the batch's size, so the client
         # does not parse a statement of thousands of placeholders.
         cursor.execute(
@@ -54,15 +66,13 @@ def write(items: list[NewItem]) -> set[uuid.UUID]:
             f"ON CONFLICT (notification_id) DO NOTHING RETURNING notification_id, recipient_id",
             [[i.notification_id for i in items], [i.recipient_id for i in items], [i.type_key for i in items],
              [i.category for i in items], [i.title for i in items], [i.body for i in items],
-             [Jsonb(i.data) if i.data is not None else None for i in items], [i.created_at for i in items],
-             [i.expires_at for i in items]])
+             [Jsonb(i.data) if i.data is not None else None for i in items],
+             [i.created_at or now for i in items], [i.expires_at for i in items]])
         inserted = cursor.fetchall()
         per_user = sorted(Counter(recipient for _nid, recipient in inserted).items())
         if per_user:
             cursor.execute(
-                f"INSERT INTO {counts_table} (recipient_id, total, unread, unseen) "
-                f"SELECT r, n, n, n FROM unnest(%s::text[], %s::int[]) AS t(r, n) "
-                f"ON CONFLICT (recipient_id) DO UPDATE SET total = {counts_table}.total + EXCLUDED.total, "
-                f"unread = {counts_table}.unread + EXCLUDED.unread, unseen = {counts_table}.unseen + EXCLUDED.unseen",
+                f"UPDATE {counts_table} c SET total = c.total + t.n, unread = c.unread + t.n, unseen = c.unseen + t.n "
+                f"FROM unnest(%s::text[], %s::int[]) AS t(r, n) WHERE c.recipient_id = t.r",
                 [[user for user, _n in per_user], [n for _user, n in per_user]])
     return {nid for nid, _recipient in inserted}
