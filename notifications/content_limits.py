@@ -9,6 +9,7 @@ docs/PROVIDERS.md."""
 from __future__ import annotations
 
 import json
+import re
 
 SMS_MAX_CHARS = 1600
 PUSH_MAX_BYTES = 4096
@@ -20,6 +21,21 @@ INBOX_BODY_MAX_CHARS = 5000
 INBOX_DATA_MAX_BYTES = 4096
 #: The longest time to live of any message: FCM's maximum TTL (4 weeks).
 MAX_TTL_SECONDS = 28 * 24 * 3600
+
+
+#: What an inbox item's text may not hold: C0 and C1 control characters and DEL (line breaks and tabs
+#: allowed in the body) and the bidirectional embedding, override and isolate controls, which make
+#: text display in another order than it is stored (a spoofing trick in the app and the admin;
+#: Unicode TR #9). The marks U+200E/U+200F that right-to-left text needs stay allowed.
+_INBOX_TITLE_FORBIDDEN = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_INBOX_BODY_FORBIDDEN = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def inbox_text_problem(part: str, text: str) -> str:
+    """Why ``text`` cannot be an inbox item's ``part`` (``"title"`` or ``"body"``), or ``""``:
+    ``"contains U+001B (a control or bidirectional override character)"``."""
+    found = (_INBOX_TITLE_FORBIDDEN if part == "title" else _INBOX_BODY_FORBIDDEN).search(text or "")
+    return f"contains U+{ord(found.group()):04X} (a control or bidirectional override character)" if found else ""
 
 
 def json_bytes(value) -> int:
@@ -46,6 +62,9 @@ def rendered_problem(channel: str, title: str, body: str, html: str, data: dict 
         if data and json_bytes(data) > EMAIL_DATA_MAX_BYTES:
             return f"the email's data is {json_bytes(data)} bytes as JSON; at most {EMAIL_DATA_MAX_BYTES}"
     if channel == "in_app":
+        for part, text in (("title", title), ("body", body)):
+            if inbox_text_problem(part, text):
+                return f"the rendered inbox {part} {inbox_text_problem(part, text)}"
         if len(body) > INBOX_BODY_MAX_CHARS:
             return f"the rendered inbox body is {len(body)} characters; at most {INBOX_BODY_MAX_CHARS}"
         if data and json_bytes(data) > INBOX_DATA_MAX_BYTES:

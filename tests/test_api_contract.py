@@ -137,6 +137,8 @@ REFUSALS_THE_SCHEMA_CANNOT_STATE = {
     ("at", "too_far_ahead"): "at most 60 s ahead of now (the clock)",
     # The inbox (notifications/api/inbox.py).
     ("ids", "one_of"): "exactly one of ids and all_before (depends on another property)",
+    ("content.title", "control_character"): "an in_app title has no control or bidi override character (channel)",
+    ("content.body", "control_character"): "an in_app body: none but line breaks and tabs (depends on channel)",
     ("*", "out_of_range"): "an instant whose UTC form is outside years 1–9999 (date-time format allows it)",
 }
 

@@ -522,3 +522,28 @@ def test_an_in_app_receipt_marks_its_item_and_moves_the_badge(alice, frozen):
     assert counts(alice) == truth(alice) == {"total": 2, "unread": 1, "unseen": 0}
     apply_app_receipt(Notification.objects.filter(pk=b), "displayed")  # later and lower: nothing moves
     assert counts(alice) == {"total": 2, "unread": 1, "unseen": 0}
+
+
+@pytest.mark.parametrize(("content", "field"), [
+    ({"title": "Sale \x1b[31mnow", "body": "b"}, "content.title"),
+    ({"title": "Hi\nthere", "body": "b"}, "content.title"),
+    ({"body": "pay \u202egnp.exe"}, "content.body"),
+    ({"body": "ring \x07"}, "content.body"),
+])
+def test_an_in_app_send_with_a_control_or_bidi_override_character_is_422_and_writes_nothing(alice, content, field):
+    _, key = APIClient.objects.create_key(name="sender", scopes=[Scope.SEND])
+    r = Client(headers={"Authorization": f"Api-Key {key}"}).post(
+        "/v1/notifications", data=json.dumps({"user_id": "alice", "channel": "in_app", "content": content}),
+        content_type="application/json", headers={"Idempotency-Key": uuid.uuid4().hex})
+    assert r.status_code == 422, r.content
+    assert error_fields(r) == [(field, "control_character")]
+    assert Notification.objects.count() == 0
+
+
+def test_line_breaks_tabs_and_right_to_left_marks_are_fine_in_an_in_app_body(alice):
+    _, key = APIClient.objects.create_key(name="sender", scopes=[Scope.SEND])
+    r = Client(headers={"Authorization": f"Api-Key {key}"}).post(
+        "/v1/notifications", data=json.dumps({"user_id": "alice", "channel": "in_app", "content": {
+            "title": "שלום\u200f", "body": "line 1\nline 2\ttabbed"}}),
+        content_type="application/json", headers={"Idempotency-Key": uuid.uuid4().hex})
+    assert r.status_code == 202, r.content

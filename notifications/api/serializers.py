@@ -30,6 +30,7 @@ from notifications.content_limits import (
     MAX_TTL_SECONDS,
     PUSH_MAX_BYTES,
     SMS_MAX_CHARS,
+    inbox_text_problem,
     json_bytes,
 )
 from notifications.models import DeliveryAttempt, Notification, Priority, TimelineEntry
@@ -197,6 +198,10 @@ def channel_content_errors(channel: str, content: dict, prefix: str = "content")
         if len(body) > INBOX_BODY_MAX_CHARS:
             errors[f"{prefix}.body"] = serializers.ErrorDetail(
                 f"an inbox body is {len(body)} characters; at most {INBOX_BODY_MAX_CHARS}", code="max_length")
+        for part in ("title", "body"):
+            problem = inbox_text_problem(part, content.get(part) or "")
+            if problem:
+                errors[f"{prefix}.{part}"] = serializers.ErrorDetail(problem, code="control_character")
         size = json_bytes(content.get("data")) if content.get("data") else 0
         if size > INBOX_DATA_MAX_BYTES:
             errors[f"{prefix}.data"] = serializers.ErrorDetail(
