@@ -7,7 +7,7 @@ from celery import shared_task
 from core.queues import RECEIPTS_TASK, SEND_TASK
 from notifications import app_receipts, receipts, scheduler
 from notifications.delivery import pipeline
-from notifications.inbox import prune
+from notifications.inbox import prune, refresh
 
 
 def notification_task(name: str, **options):
@@ -47,6 +47,12 @@ def apply_receipts(items: list[dict]) -> dict:
 def inbox_mark_receipts(notification_ids: list[str], status: str) -> int:
     """The app receipts of a large inbox mark by ids (``receipts`` queue): returns how many were stored."""
     return app_receipts.from_inbox_mark(notification_ids, status)
+
+
+@notification_task(refresh.TRAILING_TASK)
+def inbox_refresh_trailing(user_ids: list[str]) -> int:
+    """The trailing silent refresh push of users whose refresh was throttled in a burst."""
+    return refresh.trailing(user_ids)
 
 
 @notification_task("notifications.prune_inbox")

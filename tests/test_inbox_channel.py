@@ -125,14 +125,27 @@ def test_a_row_re_driven_after_its_write_is_one_item_counted_once(push):
     assert counts(r) == (1, 1, 1)
 
 
-def test_a_burst_for_one_user_is_one_refresh_push_and_users_without_devices_get_none(push):
+def test_a_burst_for_one_user_is_one_refresh_now_and_one_trailing_with_the_final_badge(push, monkeypatch):
+    from notifications.inbox import refresh
+
+    published = []
+    monkeypatch.setattr(refresh.current_app, "send_task", lambda name, **kw: published.append((name, kw)))
     r, deviceless = user(devices=1), user()
     first = [in_app(r), in_app(deviceless)]
     send_notifications([str(n.pk) for n in first])
-    send_notifications([str(in_app(r).pk)])
+    for _ in range(2):
+        send_notifications([str(in_app(r).pk)])
 
-    assert counts(r) == (2, 2, 2) and counts(deviceless) == (1, 1, 1)
-    assert push.count(channel="push") == 1
+    assert counts(r) == (3, 3, 3) and counts(deviceless) == (1, 1, 1)
+    assert [m["details"]["message"]["data"]["unseen"] for m in push.messages(channel="push")] == ["1"]
+    ((name, kw),) = published  # one trailing refresh for the window, however many items came
+    assert (name, kw["args"], kw["queue"], kw["countdown"]) == ("notifications.inbox_refresh_trailing", [[r.pk]],
+                                                                "standard.in_app", 5.5)
+    get_redis().delete(f"inbox-refresh:{r.pk}")  # the window is over when the task runs
+    assert refresh.trailing(*kw["args"]) == 1
+    newest = InboxItem.objects.filter(recipient=r).order_by("-created_at", "-notification_id").first()
+    last = push.messages(channel="push")[-1]["details"]["message"]["data"]
+    assert (last["unseen"], last["notification_id"]) == ("3", str(newest.pk))
 
 
 def test_quiet_hours_never_hold_an_item_back_unless_its_type_says_so(push):

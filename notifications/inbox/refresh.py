@@ -11,7 +11,9 @@ a while gets one), TTL 60 s (an app opened later fetches its inbox anyway).
 Best effort, and never at the expense of other traffic:
 
 * at most one per user per ``NOTIFY["INBOX"]["REFRESH_PUSH_SECONDS"]`` (a Redis key per user,
-  ``SET NX EX``): a campaign or a burst of events is one refresh, the app reads every new item;
+  ``SET NX EX``): a campaign or a burst of events is one refresh now and, when more items came
+  within the window, one **trailing** refresh at its end (a task on ``standard.in_app`` with that
+  countdown, one per user and window), so the last push carries the final badge number;
 * sent by the in_app worker right after the write, from the push provider's standard budget
   (tokens taken without waiting: what does not get one is skipped) and only while its circuit
   breaker is closed; no retry, no notification row, no timeline. Counted in
@@ -24,11 +26,13 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 
+from celery import current_app
 from django.conf import settings
 
+from core.queues import queue_for
 from core.redis_client import get_redis
 from notifications import metrics
-from notifications.inbox.models import InboxCounts
+from notifications.inbox.models import InboxCounts, InboxItem
 from preferences.models import Device
 from providers import isolation
 from providers.base import OutboundMessage
@@ -72,6 +76,7 @@ def _send(newest: dict[str, str], every_seconds: int) -> int:
         pipe.set(f"inbox-refresh:{user}", "1", nx=True, ex=max(1, every_seconds))
     due = [user for user, fresh in zip(users, pipe.execute(), strict=True) if fresh]
     metrics.inbox_refresh("skipped_recent", len(users) - len(due))
+    _trail([user for user in users if user not in set(due)], every_seconds)
     if not due:
         return 0
     unseen = dict(InboxCounts.objects.filter(recipient_id__in=due).values_list("recipient_id", "unseen"))
@@ -100,3 +105,36 @@ def _send(newest: dict[str, str], every_seconds: int) -> int:
     metrics.inbox_refresh("sent", len(results) - failed)
     metrics.inbox_refresh("failed", failed)
     return len(results) - failed
+
+
+#: The task that sends a trailing refresh (``notifications.tasks``), and its queue.
+TRAILING_TASK = "notifications.inbox_refresh_trailing"
+
+
+def _trail(users: list[str], every_seconds: int) -> None:
+    """Users whose refresh was throttled: one trailing refresh each at the window's end (a second
+    ``SET NX`` key per user keeps it to one per window)."""
+    if not users:
+        return
+    pipe = get_redis().pipeline(transaction=False)
+    for user in users:
+        pipe.set(f"inbox-refresh-trailing:{user}", "1", nx=True, ex=max(1, every_seconds))
+    later = [user for user, fresh in zip(users, pipe.execute(), strict=True) if fresh]
+    if later:
+        queue = queue_for("standard", "in_app")
+        try:
+            current_app.send_task(TRAILING_TASK, args=[later], queue=queue, routing_key=queue, exchange="",
+                                  countdown=every_seconds + 0.5)
+        except Exception as exc:  # kombu/redis raise many types; the app sees the items when next opened
+            log.warning("trailing inbox refresh for %d user(s) not queued: %s", len(later), exc)
+
+
+def trailing(users: list[str]) -> int:
+    """The trailing refresh (the task's body): each user's newest item now, one refresh push each
+    (:func:`request`; the window's key has run out). Returns the pushes accepted."""
+    get_redis().delete(*[f"inbox-refresh-trailing:{user}" for user in users])
+    newest = dict(InboxItem.objects.filter(recipient_id__in=users).order_by("recipient_id", "-created_at",
+                                                                             "-notification_id")
+                  .distinct("recipient_id").values_list("recipient_id", "notification_id"))
+    return request({user: str(nid) for user, nid in newest.items()})
+
