@@ -44,7 +44,12 @@ class NotCancellable(Exception):
     """The notification was already claimed by a worker or has finished."""
 
     def __init__(self, notification: Notification) -> None:
-        super().__init__(f"notification is {notification.status}; only scheduled or queued ones can be cancelled")
+        if notification.status in (Status.SCHEDULED, Status.QUEUED):  # the in_app row whose item is written
+            text = (f"notification is {notification.status}, but its item is already in the user's inbox: it was "
+                    "sent (its delivery is being recorded)")
+        else:
+            text = f"notification is {notification.status}; only scheduled or queued ones can be cancelled"
+        super().__init__(text)
         self.notification = notification
 
 

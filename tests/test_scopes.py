@@ -201,7 +201,9 @@ def build_world(client: APIClient) -> dict[str, str]:
     pushed = Notification.objects.create(id=uuid.uuid4(), client=client, recipient=alice, channel="push", body="x",
                                          status="sent", sent_at=clock.now())
     # alice's inbox holds one item (the mark endpoint has something to change).
-    inbox_store.write([inbox_store.NewItem(single.pk, "alice", "", "", "Hi", "Hi", None, clock.now(), None)])
+    in_app = Notification.objects.create(id=uuid.uuid4(), client=client, recipient=alice, channel="in_app", body="Hi",
+                                         status="sent", sent_at=clock.now())
+    inbox_store.write([inbox_store.NewItem(in_app.pk, "alice", "", "", "Hi", "Hi", None, clock.now(), None)])
     kinds = {}
     for key, body in (("order", TYPE), ("otp", OTP_TYPE)):
         fields = {k: v for k, v in body.items() if k != "templates"}
