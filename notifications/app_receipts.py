@@ -116,13 +116,15 @@ def dedup_key(notification_id, event: str) -> str:
     return f"app:{notification_id}:{event}"
 
 
-def apply_app_receipt(rows: QuerySet[Notification], event: str, at: datetime | None = None) -> Applied:
+def apply_app_receipt(rows: QuerySet[Notification], event: str, at: datetime | None = None, *,
+                      mark_item: bool = True) -> Applied:
     """Apply one app receipt (module docstring) to the notification ``rows`` selects (the caller's
     tenancy rule, filtered by id), in one transaction holding the row's lock, so concurrent receipts
     for one notification apply one after the other.
 
     ``event``: one of :data:`EVENTS`. ``at``: aware instant the app saw it, or None (now); the
-    caller checks it is not more than :data:`MAX_FUTURE_SKEW` ahead.
+    caller checks it is not more than :data:`MAX_FUTURE_SKEW` ahead. ``mark_item``: an in_app notification's item is
+    marked too (False when the receipt mirrors that very mark: :func:`from_inbox_mark`).
 
     Raises ``Notification.DoesNotExist`` (no such row for the caller), :class:`WrongChannel`,
     :class:`NotReached`; nothing is written then.
@@ -130,13 +132,13 @@ def apply_app_receipt(rows: QuerySet[Notification], event: str, at: datetime | N
     if event not in EVENT_STATUS:
         raise ValueError(f"unknown app receipt event {event!r}")
     try:
-        return _apply(rows, event, at)
+        return _apply(rows, event, at, mark_item)
     except (WrongChannel, NotReached) as exc:  # counted once the refusal's rollback is over
         metrics.app_receipt(event, exc.channel, "refused")
         raise
 
 
-def _apply(rows: QuerySet[Notification], event: str, at: datetime | None) -> Applied:
+def _apply(rows: QuerySet[Notification], event: str, at: datetime | None, mark_item: bool) -> Applied:
     with transaction.atomic():
         n = rows.select_for_update(of=("self",), no_key=True).first()
         if n is None:
@@ -160,7 +162,7 @@ def _apply(rows: QuerySet[Notification], event: str, at: datetime | None) -> App
         DeliveryEvent.objects.create(notification=n, kind=f"{KIND_PREFIX}{event}", status=target if moved else "",
                                      dedup_key=key, detail=_detail(event, at, stored, current, moved),
                                      created_at=stored)
-        if n.channel == "in_app":
+        if n.channel == "in_app" and mark_item:
             _mark_item(n, event)
         metrics.app_receipt(event, n.channel, "moved" if moved else "unchanged")
     return Applied(n, event, duplicate=False, status_changed=moved, at=stored)
@@ -171,8 +173,7 @@ def _mark_item(n: Notification, event: str) -> None:
     :func:`from_inbox_mark`): ``displayed`` → seen, ``opened`` → read, ``dismissed`` → archived, with
     the badge moved; an item gone (pruned, erased) or past its TTL is left alone."""
     with contextlib.suppress(marks.UnknownItems):
-        marks.mark(n.recipient_id, {"displayed": "seen", "opened": "read", "dismissed": "archived"}[event],
-                   ids=[n.pk])
+        marks.mark(n.recipient_id, _MARK_OF_EVENT[event], ids=[n.pk])
 
 
 def _settle_unrecorded(n: Notification, event: str, at: datetime | None, now: datetime) -> None:
@@ -235,6 +236,7 @@ def mirror_inbox_mark(notification_ids: list, status: str) -> None:
 
 #: The app receipt an inbox mark by ids stands for (``unread`` stands for none).
 INBOX_MARK_EVENTS = {"seen": "displayed", "read": "opened", "archived": "dismissed"}
+_MARK_OF_EVENT = {event: status for status, event in INBOX_MARK_EVENTS.items()}
 
 
 def from_inbox_mark(notification_ids: list, status: str) -> int:
@@ -249,7 +251,8 @@ def from_inbox_mark(notification_ids: list, status: str) -> int:
     stored = 0
     for nid in notification_ids if event else ():
         try:
-            stored += not apply_app_receipt(Notification.objects.filter(pk=nid), event).duplicate
+            # The item is marked already: that is what is being mirrored.
+            stored += not apply_app_receipt(Notification.objects.filter(pk=nid), event, mark_item=False).duplicate
         except (Notification.DoesNotExist, WrongChannel, NotReached):
             continue
         except Exception:

@@ -77,11 +77,12 @@ def decode_cursor(cursor: str, size: int) -> list[str]:
     return values
 
 
-def read_query(params, filters: dict[str, Sequence[str] | IdRule]) -> dict:
+def read_query(params, filters: dict[str, Sequence[str] | IdRule], *, default_limit: int = DEFAULT_LIMIT,
+               max_limit: int = MAX_LIMIT) -> dict:
     """Validate ``params`` (a QueryDict): ``limit``, ``cursor`` and the given ``filters``
     (``{name: allowed values}``, or ``{name: IdRule}`` for a filter naming an id, such as
     ``segment_id``). Returns ``{"limit": int, "cursor": str | None, <filter>: str…}`` (absent
-    filters left out).
+    filters left out). ``default_limit`` / ``max_limit``: a list's own page sizes (the inbox's).
 
     Raises:
         QueryError: unknown parameter, repeated parameter, bad limit, value not among the choices.
@@ -95,14 +96,14 @@ def read_query(params, filters: dict[str, Sequence[str] | IdRule]) -> dict:
         if len(params.getlist(name)) > 1:
             raise QueryError(name, "invalid", "give this parameter at most once")
     out: dict = {"cursor": params.get("cursor") or None}
-    raw_limit = params.get("limit", str(DEFAULT_LIMIT))
+    raw_limit = params.get("limit", str(default_limit))
     if not (raw_limit.isascii() and raw_limit.isdigit()):  # "²" and "٣" are digits to str.isdigit()
-        raise QueryError("limit", "invalid", f"must be a whole number from 1 to {MAX_LIMIT}")
+        raise QueryError("limit", "invalid", f"must be a whole number from 1 to {max_limit}")
     out["limit"] = int(raw_limit)
     if out["limit"] < 1:
         raise QueryError("limit", "min_value", "must be at least 1")
-    if out["limit"] > MAX_LIMIT:
-        raise QueryError("limit", "max_value", f"must be at most {MAX_LIMIT}")
+    if out["limit"] > max_limit:
+        raise QueryError("limit", "max_value", f"must be at most {max_limit}")
     for name, choices in filters.items():
         if name not in params:
             continue

@@ -18,7 +18,7 @@ from rest_framework.views import APIView
 from core.api import audit_notes, parameters
 from core.api.errors import BODY, error_responses, field_error, response_headers
 from core.api.fields import AwareDateTimeField, RejectUnknownFields
-from core.api.pagination import QueryError
+from core.api.pagination import read_query
 from core.api.scopes import Scope
 from notifications import app_receipts
 from notifications.inbox import listing, marks
@@ -26,7 +26,6 @@ from notifications.inbox.models import InboxItem
 from preferences.api.views import _USER_ID, recipient_or_404
 
 _404_USER = "Unknown user_id (no recipient with this id)."
-_QUERY = ("status", "category", "cursor", "limit")
 #: The fields a mark of each status can change (what the audit log names).
 _MARKED_FIELDS = {"seen": ["seen_at"], "read": ["read_at", "seen_at"], "unread": ["read_at"],
                   "archived": ["archived_at"]}
@@ -77,28 +76,12 @@ class InboxMarkSerializer(RejectUnknownFields, serializers.Serializer):
 
 
 def _read_query(params) -> dict:
-    """The listing's query parameters. Raises QueryError (422) naming a bad one."""
-    for name in params:
-        if name not in _QUERY:
-            raise QueryError(name, "unknown_parameter", f"unknown query parameter; this list takes "
-                                                       f"{', '.join(sorted(_QUERY))}")
-        if len(params.getlist(name)) > 1:
-            raise QueryError(name, "invalid", "give this parameter at most once")
-    raw_limit = params.get("limit", str(listing.DEFAULT_LIMIT))
-    if not (raw_limit.isascii() and raw_limit.isdigit()):
-        raise QueryError("limit", "invalid", f"must be a whole number from 1 to {listing.MAX_LIMIT}")
-    limit = int(raw_limit)
-    if limit < 1:
-        raise QueryError("limit", "min_value", "must be at least 1")
-    if limit > listing.MAX_LIMIT:
-        raise QueryError("limit", "max_value", f"must be at most {listing.MAX_LIMIT}")
-    status = params.get("status", listing.DEFAULT_STATUS)
-    if status not in listing.STATUSES:
-        raise QueryError("status", "invalid_choice", f"must be one of {', '.join(listing.STATUSES)}")
-    category = params.get("category")
-    if category is not None:
-        parameters.CATEGORY.check("category", category)
-    return {"limit": limit, "status": status, "category": category, "cursor": params.get("cursor") or None}
+    """The listing's query parameters (the rules of every list, core/api/pagination.py, with the
+    inbox's page sizes). Raises QueryError (422) naming a bad one."""
+    query = read_query(params, {"status": tuple(listing.STATUSES), "category": parameters.CATEGORY},
+                       default_limit=listing.DEFAULT_LIMIT, max_limit=listing.MAX_LIMIT)
+    return {"limit": query["limit"], "status": query.get("status", listing.DEFAULT_STATUS),
+            "category": query.get("category"), "cursor": query["cursor"]}
 
 
 class InboxView(APIView):
