@@ -18,7 +18,7 @@ class NotificationsConfig(AppConfig):
         # A recipient's erasure (DELETE /v1/users/{id}) covers its notifications too.
         from preferences.api.erasure import register_eraser
 
-        register_eraser(erase_notifications)
+        register_eraser(erase_notifications, covers=ERASED_HERE)
         # GET /v1/users/{id}/preferences shows each notification type's effective matrix.
         from notifications.events.matrix import effective_matrix
         from preferences.api.effective import register_matrix
@@ -100,13 +100,33 @@ def check_pipeline_settings() -> list[str]:
     return problems
 
 
+#: What :func:`erase_notifications` does to each model of this app holding a user's data.
+ERASED_HERE = {
+    "notifications.Notification": "content cleared (title, body, html, data); unclaimed ones cancelled; "
+                                  "contacts scrubbed from reasons; status history kept for counts",
+    "notifications.DeliveryAttempt": "contacts scrubbed from error messages",
+    "notifications.DeliveryEvent": "contacts scrubbed from details",
+    "notifications.InboxItem": "deleted",
+    "notifications.InboxCounts": "deleted",
+    "notifications.Event": "data cleared for events to this user alone (an event to many keeps the data "
+                           "they share); the user id stays in user_ids",
+    "notifications.Digest": "open ones emptied and closed unsent; every key cleared",
+    "notifications.DigestItem": "deleted from open digests; a closed digest's items stay with its sent "
+                                "notifications, whose content is cleared",
+    "notifications.APIAuditEntry": "kept: the record of who did what; holds the user id only",
+}
+
+
 def erase_notifications(recipient_id: str, contacts: list[str], requested_by: str) -> dict[str, int]:
     """This app's part of a recipient's erasure (registered with ``preferences.api.erasure``):
     ``notifications.services.erase_notification_content``'s counts; and the recipient's inbox items
     and counts deleted (``notifications.inbox.prune.erase_inbox``: copies of notifications' content, so
-    counted in ``notifications_erased`` with the notifications they copy)."""
+    counted in ``notifications_erased`` with the notifications they copy); its open digests emptied and
+    closed unsent (``notifications.events.digests.erase_digests``)."""
+    from notifications.events.digests import erase_digests
     from notifications.inbox.prune import erase_inbox
     from notifications.services import erase_notification_content
 
     erase_inbox(recipient_id)
+    erase_digests(recipient_id)
     return erase_notification_content(recipient_id, contacts, by=requested_by)

@@ -8,7 +8,8 @@ recipient's mail client posts it), and not in the OpenAPI schema.
   ``one_click``) or ``confirm=unsubscribe`` (the page's button, source ``page``) opts the recipient
   out of the link's category on its channel, idempotently, and answers 200 with a page saying so.
 * A forged, tampered or expired token: 400 page, nothing changed. A POST with neither field: 400
-  page naming the field, nothing changed. A recipient deleted since: 404 page.
+  page naming the field, nothing changed. A recipient deleted or erased since the link was issued:
+  404 page, nothing changed (GET and POST).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from django.views.decorators.http import require_http_methods
 from notifications import metrics
 from notifications.quiet_hours_policy import bypass_categories
 from preferences.models import Recipient, Unsubscribe
-from preferences.unsubscribe import BadToken, UnsubscribeToken, read_token, unsubscribe
+from preferences.unsubscribe import BadToken, UnsubscribeToken, check_live, read_token, unsubscribe
 
 TEMPLATE = "unsubscribe/page.html"
 #: The page button's form field and value (the one-click field is ``List-Unsubscribe``).
@@ -54,6 +55,10 @@ def unsubscribe_view(request: HttpRequest, token: str) -> HttpResponse:
                                                     "receipts) cannot be unsubscribed from: they are what you "
                                                     "asked for or need")
     if request.method == "GET":
+        try:
+            check_live(link)
+        except Recipient.DoesNotExist:
+            return _page(request, "invalid", 404, message="this link's recipient no longer exists")
         return _page(request, "confirm", 200, link)
     if request.POST.get("List-Unsubscribe") == "One-Click":
         source = Unsubscribe.Source.ONE_CLICK

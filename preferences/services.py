@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from preferences.models import Device, Preferences, Recipient
+from preferences.models import Device, Preferences, Recipient, Unsubscribe
 
 
 def _race_safe(write, attempts: int = 3):
@@ -126,8 +126,8 @@ def remove_device(recipient: Recipient, push_token: str) -> bool:
 def erase_personal_data(recipient: Recipient) -> dict:
     """Remove what this layer holds about ``recipient`` (call inside the erasure's transaction, with the
     recipient row locked): contacts and their invalid marks, zone, locale, attributes, devices,
-    preferences. The row stays, bare. SMS STOPs (keyed by phone) are kept: they are the suppression
-    list that keeps the number from being texted again.
+    preferences and the record of its unsubscribes. The row stays, bare. SMS STOPs (keyed by phone)
+    are kept: they are the suppression list that keeps the number from being texted again.
 
     Returns ``{"contacts_erased": bool, "devices_deleted": n, "preferences_deleted": bool,
     "contacts": [the email/phone it held]}`` (the contacts, to scrub them from delivery logs).
@@ -142,5 +142,6 @@ def erase_personal_data(recipient: Recipient) -> dict:
     recipient.save()
     devices, _ = Device.objects.filter(recipient=recipient).delete()
     prefs, _ = Preferences.objects.filter(recipient=recipient).delete()
+    Unsubscribe.objects.filter(recipient=recipient).delete()
     return {"contacts_erased": held, "devices_deleted": devices, "preferences_deleted": bool(prefs),
             "contacts": contacts}

@@ -8,20 +8,21 @@ was. :func:`read_token` refuses any token older than :data:`MAX_AGE` (60 days) o
 
 :func:`unsubscribe` adds the channel to the recipient's ``category_opt_outs`` (the one opt-out the
 send path reads) and writes an :class:`~preferences.models.Unsubscribe` row saying how, under a lock
-of the recipient's preferences row: a second click of the same link changes nothing.
+of the recipient's preferences row: a second click of the same link changes nothing. A link
+issued before the recipient's last erasure is dead (:func:`check_live`): it names data that is gone.
 """
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
-from datetime import timedelta
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 
 from django.core import signing
 from django.db import transaction
 
 from core import clock
-from preferences.models import Recipient, Unsubscribe
+from preferences.models import Erasure, Recipient, Unsubscribe
 from preferences.services import opt_out
 
 SALT = "preferences.unsubscribe"
@@ -43,6 +44,8 @@ class UnsubscribeToken:
     channel: str = "email"
     campaign_id: uuid.UUID | None = None
     notification_id: uuid.UUID | None = None
+    #: When it was signed (whole seconds; ``None`` for a link not read from a token).
+    issued_at: datetime | None = field(default=None, compare=False)
 
 
 def make_token(link: UnsubscribeToken) -> str:
@@ -72,9 +75,25 @@ def read_token(token: str) -> UnsubscribeToken:
         return UnsubscribeToken(
             user_id=str(payload["u"]), category=str(payload["c"]), channel=str(payload["ch"]),
             campaign_id=uuid.UUID(payload["k"]) if payload.get("k") else None,
-            notification_id=uuid.UUID(payload["n"]) if payload.get("n") else None)
+            notification_id=uuid.UUID(payload["n"]) if payload.get("n") else None,
+            issued_at=datetime.fromtimestamp(signing.b62_decode(token.rsplit(":", 2)[-2]), tz=UTC))
     except (KeyError, TypeError, ValueError) as exc:  # signed by us, but not an unsubscribe payload
         raise BadToken("this link is not valid") from exc
+
+
+def check_live(link: UnsubscribeToken) -> Recipient:
+    """The link's recipient, if the link still stands for it.
+
+    Raises:
+        Recipient.DoesNotExist: no recipient ``link.user_id``, or its personal data was erased at or
+            after the second the link was signed (a user re-created since is someone the link never
+            named: it must not opt them out).
+    """
+    recipient = Recipient.objects.get(pk=link.user_id)
+    if link.issued_at is not None and Erasure.objects.filter(
+            recipient=recipient, erased_at__gte=link.issued_at).exists():
+        raise Recipient.DoesNotExist(f"{link.user_id} was erased after this link was issued")
+    return recipient
 
 
 def unsubscribe(link: UnsubscribeToken, source: str) -> bool:
@@ -83,10 +102,10 @@ def unsubscribe(link: UnsubscribeToken, source: str) -> bool:
     row written), False when the recipient was already opted out (nothing written).
 
     Raises:
-        Recipient.DoesNotExist: no recipient ``link.user_id`` (deleted since the email was sent).
+        Recipient.DoesNotExist: the link is dead (:func:`check_live`).
     """
     with transaction.atomic():
-        recipient = Recipient.objects.get(pk=link.user_id)
+        recipient = check_live(link)
         if not opt_out(recipient, channel=link.channel, category=link.category):
             return False
         Unsubscribe.objects.create(recipient=recipient, category=link.category, channel=link.channel,

@@ -177,6 +177,22 @@ def withdraw(event: Event) -> int:
     return removed
 
 
+def erase_digests(recipient_id: str) -> int:
+    """A recipient's erasure, for its digests (inside the erasure's transaction): each open one is
+    emptied and closed unsent (nothing of it may reach a user re-created inside the window), the data
+    of the events that were for this user alone is cleared, and every digest's key (rendered from
+    event data) is cleared. Returns how many open digests were closed."""
+    now = clock.now()
+    mine = Digest.objects.filter(recipient_id=recipient_id)
+    Event.objects.filter(digest_items__digest__recipient_id=recipient_id, user_ids=[recipient_id]).exclude(
+        data={}).update(data={})
+    open_ids = list(mine.select_for_update().filter(closed_at__isnull=True).values_list("pk", flat=True))
+    DigestItem.objects.filter(digest_id__in=open_ids).delete()
+    closed = Digest.objects.filter(pk__in=open_ids).update(closed_at=now, item_count=0, key="")
+    mine.exclude(key="").update(key="")
+    return closed
+
+
 def digests_of(event: Event) -> dict[str, Digest]:
     """``{user_id: Digest}`` for the digests ``event`` went into (one query)."""
     return {i.digest.recipient_id: i.digest

@@ -8,13 +8,18 @@ cancelled, content removed, contacts scrubbed from delivery logs) and the campai
 ``remove_from_every_segment``. This floor imports neither. An :class:`~preferences.models.Erasure` records who asked,
 when, and the counts.
 
+Every model that holds a user's data says what erasure does to it (:func:`personal_data`): this
+floor declares its own, an app above declares its models with its eraser (``covers``);
+``tests/test_erasure_registry.py`` fails when a model that points at a recipient, or holds user
+data, is declared nowhere.
+
 Idempotent: a repeat that finds nothing left to erase records nothing new and answers the last
 erasure (``replayed: true``). A user re-created afterwards (new contacts via PUT) can be erased again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from django.db import transaction
 
@@ -26,12 +31,29 @@ from preferences.services import erase_personal_data
 Eraser = Callable[[str, list[str], str], dict[str, int]]
 _erasers: list[Eraser] = []
 
+#: ``{"app_label.Model": what erasure does to its rows}`` for every model holding a user's data.
+_personal_data: dict[str, str] = {
+    "preferences.Recipient": "kept, bare: contacts, zone, locale, attributes and invalid marks cleared",
+    "preferences.Device": "deleted",
+    "preferences.Preferences": "deleted",
+    "preferences.Unsubscribe": "deleted (a re-created user starts with no opt-outs; old links are dead)",
+    "preferences.Erasure": "kept: the record of the erasure (who asked, when, counts; no erased data)",
+    "preferences.SmsStop": "kept: the STOP list keyed by phone, so the number is never texted again",
+}
 
-def register_eraser(eraser: Eraser) -> None:
+
+def register_eraser(eraser: Eraser, covers: Mapping[str, str] | None = None) -> None:
     """Add a floor's part of every erasure (once, however often it is registered); called from the
-    ``AppConfig.ready`` of an app that holds personal data of recipients."""
+    ``AppConfig.ready`` of an app that holds personal data of recipients. ``covers`` says, per model
+    of that app holding a user's data, what ``eraser`` does to it."""
     if eraser not in _erasers:
         _erasers.append(eraser)
+    _personal_data.update(covers or {})
+
+
+def personal_data() -> dict[str, str]:
+    """Every model declared to hold a user's data, and what erasure does to it."""
+    return dict(_personal_data)
 
 
 def erase_user(recipient: Recipient, *, requested_by: str) -> tuple[Erasure, bool]:

@@ -1,0 +1,189 @@
+"""One erasure (docs/SECURITY.md, "Erasure"): every model holding a user's data says what erasure
+does to it, and what the registry says holds: open digests are emptied and never sent to a user
+re-created inside the window; an unsubscribe link issued before the erasure is dead; unsubscribe
+records go with the rest."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.apps import apps
+from django.db import models
+from django.test import Client
+
+from core import clock
+from notifications.events import digests, services
+from notifications.events.models import Digest, DigestItem, Event
+from notifications.models import APIClient, Notification, NotificationType, TypeTemplate
+from preferences.api.erasure import erase_user, personal_data
+from preferences.models import Device, Preferences, Recipient, Unsubscribe
+from preferences.unsubscribe import UnsubscribeToken, make_token, read_token
+
+#: Field names that hold a user's data wherever they stand.
+PERSONAL_FIELDS = {"user_id", "user_ids", "email", "phone", "push_token"}
+RECIPIENT = "preferences.Recipient"
+#: The project's apps (staff accounts in django.contrib.auth are not the users erasure is for).
+OURS = {"preferences", "notifications", "campaigns"}
+
+
+def _stored(model) -> bool:
+    return model._meta.managed and not model._meta.proxy and model._meta.app_label in OURS
+
+
+def holds_user_data() -> set[str]:
+    """Models that point at a recipient, are a child row of one that does (a cascade or no-action
+    reference), or have a field named like a user's data."""
+    found: set[str] = set()
+    stored = [m for m in apps.get_models() if _stored(m)]
+    changed = True
+    while changed:
+        changed = False
+        for model in stored:
+            label = model._meta.label
+            if label in found:
+                continue
+            for f in model._meta.get_fields():
+                if not f.concrete:
+                    continue
+                target = f.related_model._meta.label if f.is_relation and f.related_model else None
+                child = (target in found and f.many_to_one
+                         and f.remote_field.on_delete in (models.CASCADE, models.DO_NOTHING))
+                if target == RECIPIENT or child or f.name in PERSONAL_FIELDS:
+                    found.add(label)
+                    changed = True
+                    break
+    return found
+
+
+def test_every_model_holding_user_data_says_what_erasure_does_to_it():
+    declared = personal_data()
+
+    assert holds_user_data() - set(declared) == set()
+    assert all(how.strip() for how in declared.values())
+    assert {label for label in declared if not _stored(apps.get_model(label))} == set()  # no stale names
+
+
+def test_the_detection_finds_the_models_it_must():
+    """The rule above is not vacuous: it sees direct references, child rows and user-id fields."""
+    assert {"preferences.Device", "notifications.Notification", "notifications.DeliveryAttempt",
+            "notifications.DigestItem", "notifications.Event", "campaigns.SegmentMember"} <= holds_user_data()
+
+
+# --- what erasure does -------------------------------------------------------------------------------
+
+T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def at(monkeypatch):
+    current = [T0]
+    monkeypatch.setattr(clock, "now", lambda: current[0])
+    return current
+
+
+def digest_type() -> NotificationType:
+    kind = NotificationType.objects.create(
+        key=f"likes_{uuid.uuid4().hex[:6]}", name="Likes", category="social", channels=["push"],
+        digest={"window_seconds": 600, "key": "{{ data.post_id }}"})
+    TypeTemplate.objects.create(type=kind, channel="push", locale="en", title="Post {{ data.post_id }}",
+                                body="{{ items[0].actor }} liked it")
+    return kind
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_open_digest_is_emptied_and_never_reaches_a_user_re_created_in_its_window(at):
+    client = APIClient.objects.create_key(name=f"erase-{uuid.uuid4().hex[:6]}")[0]
+    kind = digest_type()
+    eve = Recipient.objects.create(user_id=f"eve-{uuid.uuid4().hex[:6]}", email="eve@example.org")
+    Device.objects.create(recipient=eve, platform="ios", push_token="old-device")
+    services.accept_event(client=client, idempotency_key="e1", fingerprint="f", kind=kind, recipients=[eve],
+                          data={"post_id": "p-secret", "actor": "Mallory"})
+    digest = Digest.objects.get(recipient=eve)
+    assert (digest.closed_at, digest.key, DigestItem.objects.filter(digest=digest).count()) == (None, "p-secret", 1)
+
+    at[0] = T0 + timedelta(seconds=60)
+    erase_user(eve, requested_by="test")
+
+    digest.refresh_from_db()
+    assert (digest.closed_at, digest.item_count, digest.key) == (T0 + timedelta(seconds=60), 0, "")
+    assert DigestItem.objects.filter(digest=digest).count() == 0
+    assert Event.objects.get(idempotency_key="e1").data == {}
+    # eve comes back inside the window with a new device; the window ends: nothing is made for her.
+    Recipient.objects.filter(pk=eve.pk).update(email="eve2@example.org")
+    Device.objects.create(recipient=eve, platform="ios", push_token="new-device")
+    at[0] = T0 + timedelta(seconds=700)
+    assert digests.close_due() == 0
+    assert Notification.objects.filter(recipient=eve).count() == 0
+    # A new event after the erasure opens a digest of its own, as for anyone.
+    services.accept_event(client=client, idempotency_key="e2", fingerprint="f", kind=kind, recipients=[eve],
+                          data={"post_id": "p2", "actor": "Ana"})
+    assert Digest.objects.filter(recipient=eve, closed_at__isnull=True).values_list("key", flat=True).get() == "p2"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_event_to_many_keeps_its_shared_data_when_one_of_them_is_erased(at):
+    client = APIClient.objects.create_key(name=f"erase-{uuid.uuid4().hex[:6]}")[0]
+    kind = digest_type()
+    eve, bob = (Recipient.objects.create(user_id=f"{n}-{uuid.uuid4().hex[:6]}") for n in ("eve", "bob"))
+    services.accept_event(client=client, idempotency_key="e1", fingerprint="f", kind=kind, recipients=[eve, bob],
+                          data={"post_id": "p1", "actor": "Ana"})
+
+    erase_user(eve, requested_by="test")
+
+    assert Event.objects.get(idempotency_key="e1").data == {"post_id": "p1", "actor": "Ana"}
+    assert Digest.objects.get(recipient=bob).closed_at is None
+    assert DigestItem.objects.filter(digest__recipient=bob).count() == 1
+
+
+#: When the links below were signed: an hour before the test runs (links live 60 days).
+SIGNED = time.time() - 3600
+
+
+@pytest.fixture
+def mail_client():
+    return Client(enforce_csrf_checks=True)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("method", ["get", "post"])
+def test_a_link_issued_before_the_erasure_is_404_and_writes_nothing(mail_client, monkeypatch, method):
+    eve = Recipient.objects.create(user_id="eve", email="eve@example.org")
+    link = UnsubscribeToken(user_id="eve", category="marketing")
+    monkeypatch.setattr("time.time", lambda: SIGNED)  # signed an hour ago
+    token = make_token(link)
+    monkeypatch.undo()
+    erase_user(eve, requested_by="test")
+    Recipient.objects.filter(pk="eve").update(email="eve-new@example.org")  # re-created
+
+    response = getattr(mail_client, method)(f"/u/{token}", {"List-Unsubscribe": "One-Click"})
+
+    assert response.status_code == 404
+    assert (Preferences.objects.count(), Unsubscribe.objects.count()) == (0, 0)
+    # A link of an email sent after the erasure (a later second: links are signed to the second and
+    # one of the erasure's own second counts as before it) works.
+    two_seconds_on = time.time() + 2
+    monkeypatch.setattr("time.time", lambda: two_seconds_on)
+    later = make_token(link)
+    monkeypatch.undo()
+    fresh = mail_client.post(f"/u/{later}", {"List-Unsubscribe": "One-Click"})
+    assert fresh.status_code == 200
+    assert Unsubscribe.objects.filter(recipient_id="eve").count() == 1
+
+
+@pytest.mark.django_db
+def test_erasure_deletes_the_unsubscribe_records_and_a_token_knows_when_it_was_signed(mail_client, monkeypatch):
+    eve = Recipient.objects.create(user_id="eve", email="eve@example.org")
+    monkeypatch.setattr("time.time", lambda: SIGNED)
+    token = make_token(UnsubscribeToken(user_id="eve", category="marketing"))
+    monkeypatch.undo()
+    assert read_token(token).issued_at == datetime.fromtimestamp(int(SIGNED), tz=UTC)
+    assert mail_client.post(f"/u/{token}", {"List-Unsubscribe": "One-Click"}).status_code == 200
+    assert Unsubscribe.objects.filter(recipient=eve).count() == 1
+
+    erase_user(eve, requested_by="test")
+
+    assert Unsubscribe.objects.filter(recipient=eve).count() == 0
+    assert Preferences.objects.filter(recipient=eve).count() == 0
