@@ -242,3 +242,47 @@ def test_a_campaign_may_use_a_notification_type_and_its_data_and_bad_uses_are_re
     resp = call(http, "post", "/v1/campaigns", base | {"type": "theirs"}, **{"Idempotency-Key": "theirs"})
     assert resp.status_code == 403 and resp.json()["error"]["fields"][0]["field"] == "type"
     assert Campaign.objects.count() == 1
+
+
+def test_a_typed_campaign_takes_the_types_priority_and_category_and_conflicts_are_refused(http, segment):
+    """One way in (docs/POLICIES.md, "Abuse limits"): a campaign of a type sends with the type's
+    priority and category, as an event of it would; a high type needs notifications:send_high."""
+    from notifications.models import NotificationType
+
+    NotificationType.objects.create(key="news_t", name="N", category="news", channels=["email"])
+    NotificationType.objects.create(key="adm_high", name="H", category="security", channels=["sms"],
+                                    priority="high")
+    ok = call(http, "post", "/v1/campaigns", {"segment_id": "vip", "channel": "email", "type": "news_t"},
+              **{"Idempotency-Key": "t1"})
+    assert ok.status_code == 202, ok.content
+    assert Campaign.objects.filter(pk=ok.json()["id"]).values_list("priority", "category").get() == (
+        "standard", "news")
+    conflict = call(http, "post", "/v1/campaigns", {"segment_id": "vip", "channel": "email", "type": "news_t",
+                                                    "category": "marketing"}, **{"Idempotency-Key": "t2"})
+    assert conflict.status_code == 422 and fields(conflict) == {("category", "conflicts_with_type")}
+    # The finding: a key without send_high sent a high type's content through a standard campaign.
+    high = call(http, "post", "/v1/campaigns", {"segment_id": "vip", "channel": "sms", "type": "adm_high",
+                                                "priority": "standard"}, **{"Idempotency-Key": "t3"})
+    assert high.status_code == 422 and ("priority", "conflicts_with_type") in fields(high)
+    high = call(http, "post", "/v1/campaigns", {"segment_id": "vip", "channel": "sms", "type": "adm_high"},
+                **{"Idempotency-Key": "t4"})
+    assert high.status_code == 403, high.content
+    assert high.json()["error"]["code"] == "missing_scope"
+    assert Campaign.objects.count() == 1
+
+
+def test_a_campaign_of_a_type_under_an_abuse_limit_is_refused_naming_the_rule(segment):
+    """The finding: a campaign with type otp sent 15 codes to one shared phone, past otp_per_phone."""
+    from notifications.models import NotificationType
+    from tests.conftest import EVERY_SCOPE
+
+    _, key = APIClient.objects.create_key(name="admin-tool", scopes=EVERY_SCOPE)
+    http = Client(headers={"Authorization": f"Api-Key {key}"})
+    NotificationType.objects.create(key="otp", name="OTP", category="security", channels=["sms"], priority="high",
+                                    required_data=["code"])
+    resp = call(http, "post", "/v1/campaigns", {"segment_id": "vip", "channel": "sms", "type": "otp",
+                                                "data": {"code": "313131"}}, **{"Idempotency-Key": "otp"})
+    assert resp.status_code == 422, resp.content
+    assert fields(resp) == {("type", "acceptance_limited")}
+    assert "otp_per_user" in resp.json()["error"]["fields"][0]["message"]
+    assert Campaign.objects.count() == 0

@@ -15,6 +15,7 @@ from core import clock
 from core.api.fields import AwareDateTimeField, LabelField, RejectUnknownFields, WallTimeSecondsField
 from core.identifiers import MAX_USER_ID_LENGTH, no_control_pattern, user_id_problem
 from core.vocabulary import CATEGORY_PATTERN, TEMPLATE_LOCALE_PATTERN
+from notifications.acceptance.rules import bulk_send_problem
 from notifications.api.serializers import (
     ContentSerializer,
     channel_available_errors,
@@ -182,8 +183,11 @@ class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
     name = LabelField(required=False, allow_blank=True, default="")
     segment_id = serializers.CharField(max_length=64, trim_whitespace=False)
     channel = serializers.ChoiceField(choices=Channel.choices)
-    priority = serializers.ChoiceField(choices=Priority.choices, default=Priority.STANDARD)
-    category = serializers.RegexField(CATEGORY_PATTERN.pattern, default="marketing", required=False)
+    # No schema defaults: a typed campaign takes the type's (a generated client would send the default).
+    priority = serializers.ChoiceField(choices=Priority.choices, required=False,
+                                       help_text="Default `standard`; with `type`, the type's.")
+    category = serializers.RegexField(CATEGORY_PATTERN.pattern, required=False,
+                                      help_text="Default `marketing`; with `type`, the type's.")
     content = ContentSerializer(required=False, allow_null=True)
     template_id = serializers.CharField(required=False, allow_null=True, max_length=64, trim_whitespace=False)
     type = serializers.CharField(required=False, allow_null=True, max_length=64,
@@ -215,7 +219,17 @@ class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
         if attrs.get("data") is not None and not has_type:
             errors["data"] = serializers.ErrorDetail("data goes with type (inline content has content.data)",
                                                      code="not_allowed_without_type")
+        kind = NotificationType.objects.filter(pk=attrs["type"]).first() if has_type else None
+        if kind is not None:
+            errors.update(self._take_from_type(kind, attrs))
+        attrs.setdefault("priority", Priority.STANDARD)
+        attrs.setdefault("category", "marketing")
         errors.update(priority_category_errors(attrs["priority"], attrs["category"]))
+        limited = bulk_send_problem(type_key=kind.key if kind is not None else "", category=attrs["category"],
+                                    channels=[attrs["channel"]])
+        if limited:
+            errors["type" if kind is not None else "category"] = serializers.ErrorDetail(limited,
+                                                                                         code="acceptance_limited")
         bulk = campaign_category_problem(attrs["priority"], attrs["category"])
         if bulk and "category" not in errors:
             errors["category"] = serializers.ErrorDetail(bulk[1], code=bulk[0])
@@ -260,9 +274,7 @@ class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
             elif attrs["channel"] == Channel.EMAIL and any(not v.title for v in template.variants.all()):
                 errors["template_id"] = serializers.ErrorDetail(
                     "email needs a subject: every variant of this template needs a title", code="missing_title")
-        kind = None
         if has_type:
-            kind = NotificationType.objects.filter(pk=attrs["type"]).first()
             if kind is None:
                 errors["type"] = serializers.ErrorDetail("unknown notification type", code="unknown_type")
             elif attrs["channel"] not in kind.channels:
@@ -277,6 +289,20 @@ class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
         attrs["template"] = template
         attrs["notification_type"] = kind
         return attrs
+
+    def _take_from_type(self, kind: NotificationType, attrs: dict) -> dict:
+        """A typed campaign sends the type's content with the type's priority and category, as every
+        other road of a type does (a standard campaign of a high type would skip the high gate).
+        Given and different: ``conflicts_with_type`` naming the field."""
+        errors = {}
+        for name in ("priority", "category"):
+            own = getattr(kind, name)
+            if name in attrs and attrs[name] != own:
+                errors[name] = serializers.ErrorDetail(
+                    f"type {kind.key} has {name} {own}: a campaign of it has the type's {name} (leave {name} out)",
+                    code="conflicts_with_type")
+            attrs[name] = own
+        return errors
 
 
 class ByStatusSerializer(serializers.Serializer):

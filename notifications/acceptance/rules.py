@@ -235,3 +235,16 @@ def limit_acceptance(model, pk, *, client, recipients: Sequence, type_key: str, 
     if not rules or model.objects.filter(pk=pk).exists():
         return Reservation([])
     return reserve(rules, request_id=str(pk), recipients=recipients, client=client, now=now)
+
+
+def bulk_send_problem(*, type_key: str, category: str, channels: Sequence[str]) -> str:
+    """Why a campaign of this type (``""``: none) and category may not be sent, or ``""``: a limit
+    counts requests one subject asks for (a code, a reset), and a campaign would send to every member at
+    once, past it; such messages go one request each (docs/POLICIES.md, "Abuse limits")."""
+    rules = rules_for(type_key=type_key, category=category, channels=channels)
+    if not rules:
+        return ""
+    what = f"type {type_key}" if type_key and any(r.type_key for r in rules) else f"category {category}"
+    return (f"{what} is under the abuse limit {rules[0].name} ({rules[0].describe()}): a campaign would send it "
+            "to every member at once, past the limit; send it one request per user (POST /v1/events)")
+
