@@ -60,6 +60,30 @@ def test_two_roles_and_a_given_password():
                                           | set(roles.GROUP_PERMISSIONS[roles.MARKETING]))
 
 
+@pytest.mark.parametrize(("typed", "outcome"), [
+    (["correct-horse-battery-17", "correct-horse-battery-17"], "typed"),
+    (["correct-horse-battery-17", "correct-horse-battery-71"], "the two passwords differ"),
+    ([""], "generated"),
+])
+def test_on_a_terminal_the_password_is_asked_for(monkeypatch, typed, outcome):
+    answers = iter(typed)
+    monkeypatch.setattr("sys.stdin.isatty", lambda: True)
+    monkeypatch.setattr("getpass.getpass", lambda prompt: next(answers))
+    if outcome == "the two passwords differ":
+        with pytest.raises(CommandError, match="the two passwords differ"):
+            run("create_staff_user", "sam", "--role", "support")
+        assert not User.objects.filter(username="sam").exists()
+        return
+    lines = run("create_staff_user", "sam", "--role", "support")
+    user = User.objects.get(username="sam")
+    if outcome == "typed":
+        assert lines == ["Created staff user 'sam' (role support)."]
+        assert user.check_password("correct-horse-battery-17")
+    else:
+        assert len(lines) == 3 and user.check_password(lines[2])
+    assert next(answers, None) is None  # every answer asked for, no more
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--role", "admin"], "argument --role: invalid choice: 'admin'"),
     ([], "the following arguments are required: --role"),
