@@ -21,6 +21,7 @@ from campaigns.api.serializers import MAX_SPREAD_SECONDS
 from campaigns.models import Campaign, MissedPolicy, TemplateVariant
 from campaigns.services import local_time_problem
 from core import clock
+from core.forms import BlankNullJSONField
 from core.identifiers import user_id_problem
 from core.vocabulary import CATEGORY_PATTERN, TEMPLATE_LOCALE_PATTERN
 from notifications.api.serializers import (
@@ -193,6 +194,7 @@ class CampaignForm(forms.ModelForm):
     class Meta:
         model = Campaign
         fields = ["name", *DEFINITION_FIELDS]
+        field_classes = {"data": BlankNullJSONField}  # empty, not "null", when there is none
         help_texts = {
             "priority": "High uses the OTP queues (never with category marketing): only users with the permission "
                         "campaigns.send_high_priority (superusers; not the marketing group) may choose it.",

@@ -182,8 +182,9 @@ API_DEFAULT_RATE_LIMIT = env("API_DEFAULT_RATE_LIMIT", default="6000/min")
 SPECTACULAR_SETTINGS = {
     "TITLE": "Notification platform API",
     "DESCRIPTION": (
-        "Send one notification to one user by SMS, email or push, now or later; manage recipients, "
-        "their preferences and devices. Authenticate with `Authorization: Api-Key <key>`."
+        "Send one notification to one user by SMS, email, push or to their in-app inbox (`in_app`), now "
+        "or later; events of notification types, campaigns to segments; manage recipients, their "
+        "preferences and devices; list and mark a user's inbox. Authenticate with `Authorization: Api-Key <key>`."
     ),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,

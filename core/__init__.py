@@ -7,6 +7,7 @@
 * :mod:`core.clock` — the platform's "now" (movable by tests for every process at once).
 * :mod:`core.postgres` — Postgres array literals and ``COPY``.
 * :mod:`core.redaction` — contacts and sensitive content kept out of every log record.
+* :mod:`core.forms` — form fields every admin shares (a JSON field showing ``None`` as empty).
 * :mod:`core.api` — the API primitives: the error shape, strict parsers and fields, id rules,
   pagination, scopes, refusals, audit notes.
 

@@ -24,6 +24,7 @@ from django.forms.models import BaseInlineFormSet
 from django.utils.html import escape
 
 from core.api.parameters import TYPE_KEY
+from core.forms import BlankNullJSONField
 from core.vocabulary import CHANNELS
 from notifications.api.typed import DATA_MAX_BYTES, data_errors
 from notifications.api.types import NotificationTypeSerializer
@@ -66,6 +67,7 @@ class TypeForm(forms.ModelForm):
     class Meta:
         model = NotificationType
         fields = ["key", *TYPE_FIELDS]
+        field_classes = {"digest": BlankNullJSONField}  # empty, not "null", when there is none
         widgets = {"description": forms.Textarea(attrs={"rows": 2})}
         labels = {"ttl_seconds": "Default TTL (seconds)", "sms_from": "SMS sender", "email_from": "Email From",
                   "email_reply_to": "Email Reply-To"}

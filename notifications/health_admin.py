@@ -17,6 +17,7 @@ attempts by primary key (a backward index scan; ``DeliveryAttempt`` has no index
 from __future__ import annotations
 
 import logging
+import re
 from datetime import timedelta
 
 from django.contrib import admin
@@ -25,6 +26,7 @@ from django.template import engines
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
+from django.utils.html import format_html_join
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +36,8 @@ ATTEMPT_SCAN_CAP = 50_000
 OUTCOMES = ("accepted", "transient", "permanent", "contact_invalid", "configuration")
 #: Outcomes that count against the provider (contact_invalid is about the recipient, not the provider).
 ERROR_OUTCOMES = ("transient", "permanent", "configuration")
+#: The table's outcome headers: a line may break after an underscore (the page fits a 1366 px window).
+OUTCOME_HEADERS = [format_html_join("", "{}<wbr>", ((part,) for part in re.split("(?<=_)", o))) for o in OUTCOMES]
 
 _RECENT_SQL = """
 WITH recent AS (
@@ -143,9 +147,9 @@ from the delivery log. Error ratio = (transient + permanent + configuration) / a
 the recipient, not the provider.{% if truncated %} <b>More than {{ cap }} calls in this window: only the newest
 {{ cap }} are counted.</b>{% endif %}</p>
 <h2>Providers</h2>
-<table id="providers">
+<div class="table-scroll"><table id="providers">
 <thead><tr><th>Channel</th><th>Order</th><th>Provider</th><th>Mode</th>
-{% for o in outcomes %}<th>{{ o }}</th>{% endfor %}<th>All calls</th><th>Error ratio</th>
+{% for o in outcome_headers %}<th>{{ o }}</th>{% endfor %}<th>All calls</th><th>Error ratio</th>
 <th>Circuit breaker</th><th>Send budget</th></tr></thead>
 <tbody>{% for p in providers %}
 <tr><td>{{ p.channel }}</td><td>{{ p.position }}{% if p.primary %} (primary){% endif %}</td><td>{{ p.name }}</td>
@@ -155,7 +159,7 @@ the recipient, not the provider.{% if truncated %} <b>More than {{ cap }} calls 
 <br><small style="color:#cf222e">missing: {{ p.missing_env|join:", " }}</small>{% endif %}</td>
 {% for c in p.by_outcome %}<td>{{ c }}</td>{% endfor %}<td>{{ p.total }}</td><td>{{ p.error_ratio }}</td>
 <td>{{ p.breaker }}</td><td>{{ p.budget }}</td></tr>
-{% endfor %}</tbody></table>
+{% endfor %}</tbody></table></div>
 <h2>Queues</h2>
 {% if queues_error %}<p class="errornote">{{ queues_error }}</p>{% else %}
 <table id="queues"><thead><tr><th>Queue</th><th>Depth</th><th>Oldest message</th></tr></thead>
@@ -198,7 +202,7 @@ def make_view(site: admin.AdminSite):
         pipeline, pipeline_error = _pipeline()
         context = {
             **site.each_context(request), "title": "Provider health", "minutes": minutes,
-            "windows": (5, 15, 60), "outcomes": OUTCOMES, "providers": providers, "truncated": truncated,
+            "windows": (5, 15, 60), "outcome_headers": OUTCOME_HEADERS, "providers": providers, "truncated": truncated,
             "cap": ATTEMPT_SCAN_CAP, "queues": queues, "queues_error": queues_error, "pipeline": pipeline,
             "pipeline_error": pipeline_error,
             "dead_oldest": _age(pipeline["dead_letters_oldest_age_seconds"]) if pipeline else "",

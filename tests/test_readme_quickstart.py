@@ -21,6 +21,8 @@ import pytest
 import requests
 
 from bench.stack import ROOT, wait_until
+from core.vocabulary import CHANNELS
+from notifications.inbox.models import InboxItem
 from notifications.models import Notification
 from preferences.models import Recipient
 from tests.e2e import SENT, TERMINAL
@@ -96,6 +98,12 @@ def matches(shape: dict, answer: dict) -> bool:
     return set(answer) == set(shape) and all(v == "…" or answer[k] == v for k, v in shape.items())
 
 
+def test_the_readme_opening_names_every_channel():
+    """What the platform reaches users by, in the README's first paragraph (``in_app`` was missing)."""
+    opening = README.read_text().split("## Quick start", 1)[0].lower()
+    assert [channel for channel in CHANNELS if channel not in opening] == []
+
+
 def test_the_readme_quick_start_works_as_written(emulator, live_db, tmp_path):
     stack = emulator
     blocks, prose = quickstart()
@@ -112,14 +120,20 @@ def test_the_readme_quick_start_works_as_written(emulator, live_db, tmp_path):
     device = next(c for c in made if c["url"].endswith("/v1/users/alice/devices"))
     assert (user["status"], device["status"]) in {(200, 201), (201, 201)}, (user, device)
     sends = [c for c in made if c["method"] == "POST" and c["url"].endswith("/v1/notifications")]
-    assert [c["sent"]["channel"] for c in sends] == ["sms", "email", "push"]
+    assert [c["sent"]["channel"] for c in sends] == list(CHANNELS)  # the first use shows every channel
     for call in sends:
         assert (call["status"], matches(shape, call["answer"])) == (status, True), call
         uuid.UUID(call["answer"]["id"])
     key = sends[0]["headers"]["authorization"].removeprefix("Api-Key ")
 
-    # What the "providers" received: exactly one message per send, to alice's contacts.
-    ids = {c["answer"]["id"]: c for c in sends}
+    # What the "providers" received: exactly one message per provider send, to alice's contacts; the
+    # in_app one is alice's inbox item, as the README says.
+    inbox = next(c for c in sends if c["sent"]["channel"] == "in_app")
+    item = wait_until(lambda: InboxItem.objects.filter(pk=inbox["answer"]["id"]).first(), 60,
+                      message="the quick start's in_app item")
+    assert (item.recipient_id, item.title, item.body) == ("alice", "Hello", "Welcome aboard")
+    assert "`GET /v1/users/alice/inbox` with scope `inbox`" in " ".join(prose.split())
+    ids = {c["answer"]["id"]: c for c in sends if c is not inbox}
     wait_until(lambda: {m["notification_id"] for m in stack.messages()} >= set(ids), 60,
                message="the emulator to receive the three quick-start messages")
     (trace := tmp_path / "look").mkdir()

@@ -5,6 +5,8 @@ import pytest
 import yaml
 from django.core.management import call_command
 
+from core.vocabulary import CHANNELS
+
 
 @pytest.fixture
 def schema(tmp_path):
@@ -41,6 +43,12 @@ def test_schema_documents_the_api(schema):
     assert {p["name"] for p in send["parameters"]} == {"Idempotency-Key"}
     assert set(send["responses"]) == {"202", "400", "401", "403", "413", "415", "422", "429", "503"}
     assert schema["components"]["securitySchemes"]["ApiKeyAuth"]["name"] == "Authorization"
+
+
+def test_the_description_names_every_channel(schema):
+    """The docs' opening names every channel (``in_app``, added later, was missing)."""
+    description = schema["info"]["description"].lower()
+    assert [channel for channel in CHANNELS if channel not in description] == []
 
 
 def test_the_create_endpoints_document_the_abuse_limits_429_and_503(schema):

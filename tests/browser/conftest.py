@@ -41,6 +41,10 @@ CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-b
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 SCREENSHOTS = Path(settings.BASE_DIR) / "test-artifacts" / "screenshots"
 TIMEOUT_MS = 10_000
+#: How long an assertion waits for what a self-refreshing page shows after the data changed (the
+#: campaign page polls every 3 s, after a failed poll 15 s, then reloads). Playwright's ``expect``
+#: waits 5 s by default (``TIMEOUT_MS`` is for actions only): one poll plus a reload on a loaded machine.
+POLL_TIMEOUT_MS = 30_000
 
 
 def _restore_staff_groups(sender, using, **kwargs):

@@ -20,6 +20,7 @@ from core import clock
 from notifications.admin import HIDDEN
 from notifications.models import Notification, Reason, Status
 from preferences.models import Preferences, Recipient
+from tests.browser.conftest import POLL_TIMEOUT_MS
 
 pytestmark = pytest.mark.browser
 
@@ -102,10 +103,11 @@ def test_marketer_builds_launches_and_watches_a_templated_campaign(page, log_in,
         status=Status.SENT, sent_at=at, provider="twilio")
     assert fanout.reconcile_campaigns()["completed"] == 1
 
-    # The open page polls every 3 s and, the status having changed, reloads itself (no click).
+    # The open page polls every 3 s and, the status having changed, reloads itself (no click): wait for
+    # the reloaded page's status, with a bound well past a poll and a reload on a loaded machine.
+    expect(page.locator(".field-status .readonly")).to_have_text("Completed", timeout=POLL_TIMEOUT_MS)
     expect(progress.locator("[data-field=status_label]")).to_have_text("Completed")
     expect(progress.locator("[data-field=percent]")).to_have_text(re.compile(r"^100(\.0)?$"))
-    expect(page.locator(".field-status .readonly")).to_have_text("Completed")
     assert progress.locator("progress").evaluate("bar => bar.value") == 100
     expect(progress.locator("[data-field=done]")).to_have_text("3")
     expect(progress.locator("[data-field=suppressed_by_reason]")).to_have_text("opted_out_channel: 1")

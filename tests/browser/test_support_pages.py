@@ -13,6 +13,7 @@ from campaigns import roles, services
 from campaigns.models import Campaign, CampaignStatus
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
 from preferences.models import Preferences, Recipient
+from tests.browser.conftest import POLL_TIMEOUT_MS
 
 pytestmark = pytest.mark.browser
 
@@ -113,12 +114,12 @@ def test_campaign_list_and_page_refresh_themselves_until_the_campaign_is_done(pa
     row = page.locator("#result_list tbody tr", has_text="Spring")
     expect(row.locator("td.field-status")).to_have_text("Sending")
     Campaign.objects.filter(pk=campaign.pk).update(status=CampaignStatus.COMPLETED, completed_at=T0)
-    expect(row.locator("td.field-status")).to_have_text("Completed", timeout=15_000)  # reloaded by itself
+    expect(row.locator("td.field-status")).to_have_text("Completed", timeout=POLL_TIMEOUT_MS)  # reloaded by itself
 
     Campaign.objects.filter(pk=campaign.pk).update(status=CampaignStatus.SENDING, completed_at=None)
     page.goto(f"/admin/campaigns/campaign/{campaign.pk}/change/")
     expect(page.locator(".field-status .readonly")).to_have_text("Sending")
     Campaign.objects.filter(pk=campaign.pk).update(status=CampaignStatus.COMPLETED, completed_at=T0)
     # The progress poll sees the new status and reloads the page: the Status section follows.
-    expect(page.locator(".field-status .readonly")).to_have_text("Completed", timeout=15_000)
+    expect(page.locator(".field-status .readonly")).to_have_text("Completed", timeout=POLL_TIMEOUT_MS)
     expect(page.locator(".field-completed_at .readonly")).to_have_text("2030-03-01 09:00:00 UTC")
