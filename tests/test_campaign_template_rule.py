@@ -165,3 +165,15 @@ def test_what_the_preview_shows_is_what_the_launched_campaign_sends(marketing, s
         assert [m["body"] for m in module_emulator.messages()] == [preview.rendered.body] == ["Hi Ada, !"]
     finally:
         reset_backends()
+
+
+def test_admin_campaign_form_refuses_a_template_that_will_not_render(marketing):
+    segment, _ = services.upsert_segment("vip", name="VIPs")
+    stored("old", BROKEN)
+    data = {"name": "Sale", "segment": segment.pk, "channel": "sms", "priority": "standard", "category": "marketing",
+            "template": "old", "title": "", "body": "", "html": "", "data": "", "scheduled_at_0": "",
+            "scheduled_at_1": "", "local_date": "", "local_time": "", "spread_seconds": "0", "ttl_seconds": ""}
+    r = marketing.post(reverse("admin:campaigns_campaign_add"), data)
+    assert r.status_code == 200
+    assert r.context["adminform"].form.errors["template"] == [f"It will not render: template old [en] body: {CHECK}."]
+    assert not Campaign.objects.exists()
