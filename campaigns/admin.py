@@ -50,6 +50,7 @@ from campaigns.models import (
 )
 from core import clock
 from notifications.models import Priority
+from notifications.rendering.checking import check_budget
 from preferences.admin_guard import ContentLookupGuard
 
 
@@ -213,6 +214,10 @@ class TemplateAdmin(ContentLookupGuard, OwnerColumn, admin.ModelAdmin):
         n = obj.campaigns.filter(status__in=admin_views.ACTIVE_CAMPAIGN_STATUSES).count()
         return (f"{n} — edits apply to every notification of theirs not yet sent (rendered at send time)"
                 if n else "none")
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        with check_budget():  # one template-check budget for every variant of this save
+            return super().changeform_view(request, object_id, form_url, extra_context)
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         extra = {}

@@ -20,7 +20,7 @@ from django.urls import reverse
 from campaigns import fanout, ownership, services
 from campaigns.forms import MemberUploadForm, can_send_high
 from campaigns.models import Campaign, CampaignStatus, Segment, Template
-from campaigns.selectors import campaign_counts, render_template
+from campaigns.selectors import campaign_counts, render_template, template_problem
 from core import clock
 from notifications.models import Priority
 from notifications.rendering import Rendered, RenderError, pick_variant
@@ -98,6 +98,9 @@ def template_preview(template: Template, user_id: str) -> Preview:
         return Preview(user_id, error=f"No recipient with user id {user_id!r}.")
     variants = list(template.variants.all())
     variant = pick_variant(variants, recipient.locale, template.default_locale)
+    problem = template_problem(template, [variant]) if variant is not None else ""
+    if problem:  # what saving refuses and launching refuses, in the same words
+        return Preview(user_id, error=problem, locale=variant.locale if variant else "")
     try:
         rendered = render_template(template, variants, recipient)
     except RenderError as exc:
@@ -239,6 +242,9 @@ class CampaignLifecycleViews:
             campaign = services.launch_campaign(campaign)
         except services.LocalTimePassed as exc:
             messages.error(request, f"Not launched: {exc}. Change the local date or time.")
+            return redirect(change_url)
+        except services.ContentWontRender as exc:
+            messages.error(request, f"Not launched: {exc}. Fix the template (or the content) first.")
             return redirect(change_url)
         if campaign.status != CampaignStatus.SCHEDULED:
             messages.warning(request, f"Not launched: the campaign is {campaign.get_status_display()}.")

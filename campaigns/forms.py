@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from campaigns.api.serializers import MAX_SPREAD_SECONDS
 from campaigns.models import Campaign, MissedPolicy, TemplateVariant
+from campaigns.selectors import content_check, template_problem
 from campaigns.services import local_time_problem
 from core import clock
 from core.forms import BlankNullJSONField
@@ -31,7 +32,7 @@ from notifications.api.serializers import (
 )
 from notifications.content_limits import MAX_TTL_SECONDS
 from notifications.quiet_hours_policy import campaign_category_problem, priority_category_problem
-from notifications.rendering import check_parts
+from notifications.rendering.checking import MAX_VARIANTS, CheckBudgetSpent
 from preferences.models import Channel
 from providers.registry import unavailable_channel_problem
 
@@ -148,8 +149,11 @@ class TemplateVariantForm(forms.ModelForm):
     def clean(self):
         cleaned = super().clean()
         parts = {name: cleaned.get(name) or "" for name in ("title", "body", "html")}
-        for name, exc in check_parts(parts).items():  # syntax, and a dry render within the bounds
-            self.add_error(name, str(exc))
+        try:  # the save rule (syntax, a dry render within the bounds, no event data), as the API's
+            for name, exc in content_check(parts).items():
+                self.add_error(name, str(exc))
+        except CheckBudgetSpent as exc:  # the save's one budget, shared by every variant (TemplateAdmin)
+            raise ValidationError(str(exc)[:1].upper() + str(exc)[1:] + ".") from None
         return cleaned
 
 
@@ -158,6 +162,9 @@ class TemplateVariantFormSet(BaseInlineFormSet):
 
     def clean(self) -> None:
         super().clean()
+        kept = [form for form in self.forms if not (form.cleaned_data or {}).get("DELETE")]
+        if len(kept) > MAX_VARIANTS:
+            raise ValidationError(f"{len(kept)} variants; at most {MAX_VARIANTS}, one per locale (docs/TYPES.md).")
         if any(form.errors for form in self.forms):
             return
         locales = [form.cleaned_data["locale"] for form in self.forms
@@ -284,10 +291,15 @@ class CampaignForm(forms.ModelForm):
         if template is not None:
             if channel == Channel.EMAIL and any(not v.title for v in template.variants.all()):
                 self.add_error("template", "Email needs a subject: every variant of this template needs a title.")
+            elif problem := template_problem(template):  # saved before the rule: it would fail every send
+                self.add_error("template", f"It will not render: {problem}.")
             return
         parts = {name: content.get(name, "") for name in ("title", "body", "html")}
-        for name, exc in check_parts(parts).items():  # syntax, and a dry render within the bounds
-            self.add_error(name, str(exc))
+        try:  # the save rule (syntax, a dry render within the bounds, no event data), as the API's
+            for name, exc in content_check(parts).items():
+                self.add_error(name, str(exc))
+        except CheckBudgetSpent as exc:
+            self.add_error(None, str(exc)[:1].upper() + str(exc)[1:] + ".")
         if channel:
             for path, detail in channel_content_errors(channel, content).items():
                 # "content.data.<key>" (a refused push data key) is the data field's error

@@ -13,7 +13,8 @@ from core import clock
 from notifications.delivery.content import ContentError
 from notifications.events.content import render_typed
 from notifications.models import Notification
-from notifications.rendering import Rendered, RenderError, context_for, render_strings, render_variant
+from notifications.rendering import Rendered, RenderError, check_parts, context_for, render_strings, render_variant
+from notifications.rendering.checking import CheckBudgetSpent, check_budget
 from preferences.models import Unsubscribe
 
 STATUSES = ["scheduled", "queued", "sending", "sent", "delivered", "displayed", "dismissed", "opened", "failed",
@@ -81,6 +82,50 @@ def render_template(template: Template, variants: list, recipient) -> Rendered:
     """Render a campaign ``template`` for ``recipient`` (its variants' locale fallback, the sandbox,
     escaping: :mod:`notifications.rendering`). Raises RenderError."""
     return render_variant(variants, template.default_locale, recipient, what=f"template {template.template_id}")
+
+
+def content_check(parts: dict[str, str]) -> dict[str, RenderError]:
+    """The save rule of a campaign's content (a template variant's or inline parts): what
+    :func:`notifications.rendering.check_parts` refuses for a context without event ``data``
+    (a campaign renders the recipient's attributes only; missing ones render empty). Saving (API and
+    admin), the admin preview and launching all ask this, so they agree. Raises CheckBudgetSpent."""
+    return check_parts(parts, event_data=False)
+
+
+def template_problem(template: Template, variants: list | None = None) -> str:
+    """Why ``template`` (``variants``: those to check, default all) will not render, as saving would
+    refuse it (:func:`content_check`), naming the variant, the part and the line; ``""`` when it
+    renders. A check that runs out of its CPU budget finds nothing (``""``): the send-time render
+    bounds still hold."""
+    try:
+        with check_budget():
+            for variant in template.variants.all() if variants is None else variants:
+                parts = {"title": variant.title, "body": variant.body, "html": variant.html}
+                for part, error in content_check(parts).items():
+                    return f"template {template.template_id} [{variant.locale}] {part}: {error}"
+    except CheckBudgetSpent:
+        return ""
+    return ""
+
+
+def inline_problem(campaign: Campaign) -> str:
+    """:func:`template_problem` for a campaign's inline content (title, body, html)."""
+    try:
+        errors = content_check({"title": campaign.title, "body": campaign.body, "html": campaign.html})
+    except CheckBudgetSpent:
+        return ""
+    return next((f"{part}: {error}" for part, error in errors.items()), "")
+
+
+def launch_problem(campaign: Campaign) -> str:
+    """Why ``campaign``'s own content will not render for any recipient (its template's or its
+    inline content, by the save rule), or ``""``. A typed campaign's templates are its type's,
+    checked when the type is saved."""
+    if campaign.notification_type_id:
+        return ""
+    if campaign.template_id:
+        return template_problem(campaign.template)
+    return inline_problem(campaign)
 
 
 class ContentCache:

@@ -19,6 +19,7 @@ from campaigns.models import (
     Template,
     TemplateVariant,
 )
+from campaigns.selectors import launch_problem
 from core import clock
 from core.identifiers import user_id_problem
 from notifications.models import APIClient
@@ -35,6 +36,11 @@ class CampaignKeyReused(Exception):
 
 class LocalTimePassed(Exception):
     """A local-time campaign's wall time has already been reached in the earliest zone (UTC+14)."""
+
+
+class ContentWontRender(Exception):
+    """A campaign's content would fail to render for every recipient (the save rule,
+    :func:`campaigns.selectors.launch_problem`): ``{{ data.code }}`` in a campaign's template."""
 
 
 def local_time_problem(local_date: date | None, local_time: time | None, now: datetime) -> str | None:
@@ -203,11 +209,16 @@ def launch_campaign(campaign: Campaign) -> Campaign:
     Raises:
         LocalTimePassed: a local-time draft whose wall time the earliest zone has already reached
         (see :func:`local_time_problem`); nothing is changed.
+        ContentWontRender: its template or inline content will not render, by the rule saving
+        applies (one saved before the rule, or edited outside it); nothing is changed.
     """
     now = clock.now()
     problem = local_time_problem(campaign.local_date, campaign.local_time, now)
     if problem:
         raise LocalTimePassed(problem)
+    problem = launch_problem(campaign)
+    if problem:
+        raise ContentWontRender(problem)
     campaign.fanout_at = fanout_instant(scheduled_at=campaign.scheduled_at, local_date=campaign.local_date,
                                         local_time=campaign.local_time, now=now)
     Campaign.objects.filter(pk=campaign.pk, status=CampaignStatus.DRAFT).update(

@@ -417,6 +417,10 @@ CAMPAIGNS = {
     "RENDER_CPU_MS": env.int("TEMPLATE_RENDER_CPU_MS", default=100),
     "RENDER_MAX_ITERATIONS": env.int("TEMPLATE_RENDER_MAX_ITERATIONS", default=10_000),
     "RENDER_MAX_OUTPUT": env.int("TEMPLATE_RENDER_MAX_OUTPUT", default=2_000_000),
+    # One save's template checks (every variant or template it carries, dry renders on sample
+    # recipients) share this many ms of CPU; past it the save is 422 render_budget
+    # (notifications/rendering/checking.py).
+    "CHECK_CPU_MS": env.int("TEMPLATE_CHECK_CPU_MS", default=1000),
 }
 
 # --- Providers ----------------------------------------------------------------------------------

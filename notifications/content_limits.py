@@ -16,6 +16,10 @@ PUSH_MAX_BYTES = 4096
 EMAIL_DATA_MAX_BYTES = 10_000
 #: Also the column's size for every title (``Notification.title``).
 EMAIL_SUBJECT_MAX = 998
+#: A body (an email's text part; every channel's body, inline or a template's source) and an email's
+#: html part, in characters: far above any real message, below what a provider accepts.
+BODY_MAX_CHARS = 100_000
+HTML_MAX_CHARS = 1_000_000
 #: An inbox item (``in_app``, docs/APP.md): its body in characters, its data as JSON in bytes.
 INBOX_BODY_MAX_CHARS = 5000
 INBOX_DATA_MAX_BYTES = 4096

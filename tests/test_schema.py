@@ -107,7 +107,7 @@ def test_request_bodies_are_as_strict_as_the_code(schema):
     assert components["SendRequestRequest"]["allOf"][0] == {"oneOf": [{"required": ["content"]},
                                                                        {"required": ["type"]}]}
     assert rules[1]["not"]["required"] == ["scheduled_at", "local_time"]
-    assert components["TemplateRequest"]["allOf"] == [{"properties": {"variants": {"minItems": 1}}}]
+    assert components["TemplateRequest"]["allOf"] == [{"properties": {"variants": {"minItems": 1, "maxItems": 50}}}]
     assert "must differ from start" in components["QuietHoursRequest"]["properties"]["end"]["description"]
     assert components["RecipientRequest"]["properties"]["locale"]["oneOf"][0]["pattern"] == \
         "^[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{2,8})*$"

@@ -10,6 +10,7 @@ from rest_framework import serializers
 
 from campaigns.audience import cached_reach
 from campaigns.models import Campaign, CampaignStatus, MissedPolicy, Segment, Template
+from campaigns.selectors import content_check, template_problem
 from campaigns.services import local_time_problem
 from core import clock
 from core.api.fields import AwareDateTimeField, LabelField, RejectUnknownFields, WallTimeSecondsField
@@ -18,16 +19,19 @@ from core.vocabulary import CATEGORY_PATTERN, TEMPLATE_LOCALE_PATTERN
 from notifications.acceptance.rules import bulk_send_problem
 from notifications.api.serializers import (
     ContentSerializer,
+    body_field,
     channel_available_errors,
     channel_content_errors,
     check_schedule_window,
+    html_field,
     priority_category_errors,
 )
 from notifications.api.typed import data_errors
 from notifications.content_limits import MAX_TTL_SECONDS
 from notifications.models import NotificationType, Priority
 from notifications.quiet_hours_policy import campaign_category_problem
-from notifications.rendering import RenderError, check_parts
+from notifications.rendering import RenderError
+from notifications.rendering.checking import MAX_VARIANTS, CheckBudgetSpent, check_budget
 from preferences.models import Channel
 
 MAX_MEMBER_IDS = 10_000
@@ -113,47 +117,65 @@ class MembersResultSerializer(serializers.Serializer):
 
 
 def render_error_detail(exc: RenderError) -> serializers.ErrorDetail:
-    """A 422 detail for a template part: code ``render_bound`` (the message names the bound and its
-    setting) when a dry render on sample data passed a render bound, else ``template_syntax``."""
-    return serializers.ErrorDetail(str(exc), code="render_bound" if exc.bound else "template_syntax")
+    """A 422 detail for a template part, with the error's code: ``render_bound`` (the message names
+    the bound and its setting), ``undefined_variable`` (``{{ data.code }}``: a campaign has no
+    ``data``) or ``template_syntax``."""
+    return serializers.ErrorDetail(str(exc), code=exc.code)
 
 
 def content_errors(parts: dict[str, str], prefix: str = "") -> dict[str, serializers.ErrorDetail]:
-    """``{prefix + part: detail}`` for the parts :func:`notifications.rendering.check_parts` refuses."""
-    return {f"{prefix}{part}": render_error_detail(exc) for part, exc in check_parts(parts).items()}
+    """``{prefix + part: detail}`` for the parts of campaign content (a template variant's, inline)
+    that the save rule refuses (:func:`campaigns.selectors.content_check`). Raises CheckBudgetSpent."""
+    return {f"{prefix}{part}": render_error_detail(exc) for part, exc in content_check(parts).items()}
+
+
+def budget_error(field: str, exc: CheckBudgetSpent) -> serializers.ValidationError:
+    return serializers.ValidationError({field: serializers.ErrorDetail(str(exc), code=exc.code)})
 
 
 class VariantSerializer(RejectUnknownFields, serializers.Serializer):
+    """One locale of a template; its parts are checked as templates by :class:`TemplateSerializer`
+    (all variants within one check budget)."""
+
     locale = serializers.RegexField(TEMPLATE_LOCALE_PATTERN.pattern, max_length=35)
     title = serializers.CharField(required=False, allow_blank=True, default="", max_length=998)
-    body = serializers.CharField(max_length=100_000, trim_whitespace=False)
-    html = serializers.CharField(required=False, allow_blank=True, default="", max_length=1_000_000,
-                                 trim_whitespace=False)
-
-    def validate(self, attrs):
-        errors = content_errors({name: attrs.get(name, "") or "" for name in ("title", "body", "html")})
-        if errors:
-            raise serializers.ValidationError(errors)
-        return attrs
+    body = body_field()
+    html = html_field(default="")
 
 
 class TemplateSerializer(RejectUnknownFields, serializers.Serializer):
     template_id = serializers.CharField(read_only=True)
     name = LabelField()
     default_locale = serializers.CharField(max_length=35, default="en")
-    variants = VariantSerializer(many=True, allow_empty=False)
+    variants = VariantSerializer(many=True, allow_empty=False,
+                                 help_text=f"One per locale, at most {MAX_VARIANTS} (docs/TYPES.md, \"Limits\").")
 
     #: In the OpenAPI schema too (notifications.api.serializers.RejectUnknownFieldsSchema).
-    schema_rules = {"allOf": [{"properties": {"variants": {"minItems": 1}}}]}
+    schema_rules = {"allOf": [{"properties": {"variants": {"minItems": 1, "maxItems": MAX_VARIANTS}}}]}
 
     def validate(self, attrs):
-        locales = [v["locale"] for v in attrs["variants"]]
+        variants = attrs["variants"]
+        if len(variants) > MAX_VARIANTS:
+            raise serializers.ValidationError({"variants": serializers.ErrorDetail(
+                f"{len(variants)} variants; at most {MAX_VARIANTS}, one per locale (docs/TYPES.md)",
+                code="max_length")})
+        locales = [v["locale"] for v in variants]
         if len(set(locales)) != len(locales):
             raise serializers.ValidationError({"variants": serializers.ErrorDetail(
                 "each locale at most once", code="duplicate_locale")})
         if attrs["default_locale"] not in locales:
             raise serializers.ValidationError({"default_locale": serializers.ErrorDetail(
                 "must be the locale of one of the variants", code="no_such_variant")})
+        errors: dict[str, serializers.ErrorDetail] = {}
+        try:
+            with check_budget():  # one budget for every variant of this request
+                for index, variant in enumerate(variants):
+                    parts = {name: variant.get(name, "") or "" for name in ("title", "body", "html")}
+                    errors.update(content_errors(parts, prefix=f"variants.{index}."))
+        except CheckBudgetSpent as exc:
+            raise budget_error("variants", exc) from None
+        if errors:
+            raise serializers.ValidationError(errors)
         return attrs
 
 
@@ -261,7 +283,10 @@ class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
         if has_content and not has_template:
             errors.update(channel_content_errors(attrs["channel"], attrs["content"]))
             parts = {name: attrs["content"].get(name, "") or "" for name in ("title", "body", "html")}
-            errors.update(content_errors(parts, prefix="content."))
+            try:
+                errors.update(content_errors(parts, prefix="content."))
+            except CheckBudgetSpent as exc:
+                errors["content"] = serializers.ErrorDetail(str(exc), code=exc.code)
         segment = Segment.objects.filter(pk=attrs["segment_id"]).first()
         if segment is None:
             errors["segment_id"] = serializers.ErrorDetail("unknown segment; create it with PUT /v1/segments/{id}",
@@ -274,6 +299,8 @@ class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
             elif attrs["channel"] == Channel.EMAIL and any(not v.title for v in template.variants.all()):
                 errors["template_id"] = serializers.ErrorDetail(
                     "email needs a subject: every variant of this template needs a title", code="missing_title")
+            elif problem := template_problem(template):  # saved before the rule: it would fail every send
+                errors["template_id"] = serializers.ErrorDetail(problem, code="template_error")
         if has_type:
             if kind is None:
                 errors["type"] = serializers.ErrorDetail("unknown notification type", code="unknown_type")

@@ -23,8 +23,10 @@ from core import clock
 from core.api.fields import AwareDateTimeField, CategoryField, RejectUnknownFields
 from core.vocabulary import CATEGORY_PATTERN
 from notifications.content_limits import (
+    BODY_MAX_CHARS,
     EMAIL_DATA_MAX_BYTES,
     EMAIL_SUBJECT_MAX,
+    HTML_MAX_CHARS,
     INBOX_BODY_MAX_CHARS,
     INBOX_DATA_MAX_BYTES,
     MAX_TTL_SECONDS,
@@ -61,13 +63,31 @@ def check_schedule_window(value, now=None):
     return value
 
 
+def too_long_messages(what: str) -> dict[str, str]:
+    """``error_messages`` for a text field's ``max_length`` in the house style (as the channel limits
+    below word theirs): ``body is 100001 characters; at most 100000`` (code ``max_length``). DRF fills
+    ``{max_length}``, Django's MaxLengthValidator ``%(show_value)d``."""
+    return {"max_length": f"{what} is %(show_value)d characters; at most {{max_length}}"}
+
+
+def body_field(**kwargs) -> serializers.CharField:
+    """A message body (a template's source or inline text): at most BODY_MAX_CHARS characters, kept as given."""
+    return serializers.CharField(max_length=BODY_MAX_CHARS, trim_whitespace=False,
+                                 error_messages=too_long_messages("body"), **kwargs)
+
+
+def html_field(**kwargs) -> serializers.CharField:
+    """An email's html part: at most HTML_MAX_CHARS characters, kept as given; may be blank."""
+    return serializers.CharField(required=False, allow_blank=True, max_length=HTML_MAX_CHARS, trim_whitespace=False,
+                                 error_messages=too_long_messages("html"), **kwargs)
+
+
 class ContentSerializer(RejectUnknownFields, serializers.Serializer):
     title = serializers.CharField(required=False, allow_blank=True, max_length=EMAIL_SUBJECT_MAX,
                                   help_text="Email subject (required for email; one line: 422 `line_break`) or "
                                             "push title. Not for SMS.")
-    body = serializers.CharField(max_length=100_000, trim_whitespace=False, help_text="Plain-text body.")
-    html = serializers.CharField(required=False, allow_blank=True, max_length=1_000_000, trim_whitespace=False,
-                                 help_text="Email only: HTML body.")
+    body = body_field(help_text="Plain-text body.")
+    html = html_field(help_text="Email only: HTML body.")
     data = serializers.DictField(child=serializers.CharField(allow_blank=True, trim_whitespace=False),
                                  required=False, allow_empty=True,
                                  help_text="String-to-string map: push data payload / email custom args (≤ "

@@ -15,6 +15,7 @@ from core.api.pagination import Ordering, list_page, page_parameters, page_seria
 from core.api.refusals import NotOwner
 from core.api.scopes import Scope
 from core.vocabulary import CATEGORY_PATTERN, TEMPLATE_LOCALE_PATTERN
+from notifications.api.serializers import body_field, html_field
 from notifications.content_limits import MAX_TTL_SECONDS
 from notifications.events import services
 from notifications.events.digests import MAX_WINDOW_SECONDS, MIN_WINDOW_SECONDS
@@ -35,10 +36,8 @@ class TypeTemplateSerializer(RejectUnknownFields, serializers.Serializer):
                                     help_text='BCP 47 tag: "en", "de-AT".')
     title = serializers.CharField(required=False, allow_blank=True, default="", max_length=998,
                                   help_text="Push title / email subject (one line). Not for SMS.")
-    body = serializers.CharField(max_length=100_000, trim_whitespace=False,
-                                 help_text="Push body / email text / SMS text.")
-    html = serializers.CharField(required=False, allow_blank=True, default="", max_length=1_000_000,
-                                 trim_whitespace=False, help_text="Email only; variables are HTML-escaped.")
+    body = body_field(help_text="Push body / email text / SMS text.")
+    html = html_field(default="", help_text="Email only; variables are HTML-escaped.")
     data = serializers.DictField(child=serializers.CharField(allow_blank=True, max_length=4096, trim_whitespace=False),
                                  required=False, default=dict, help_text="Push only: `{key: template}`.")
 

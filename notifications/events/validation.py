@@ -31,9 +31,9 @@ from notifications.events.models import QuietHoursPolicy, Routing
 from notifications.models import Priority
 from notifications.quiet_hours_policy import MARKETING
 from notifications.rendering import check_parts, template_variables
+from notifications.rendering.checking import MAX_TYPE_TEMPLATES, MAX_VARIANTS, CheckBudgetSpent, check_budget
 from providers.fcm.data_keys import data_key_problem
 
-MAX_TEMPLATES = 200
 #: A data key an event must carry (``required_data``): an identifier.
 DATA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 MESSAGING_SERVICE_SID = re.compile(r"^MG[0-9a-f]{32}$")
@@ -55,7 +55,16 @@ def type_problems(fields: dict, templates: list[dict]) -> dict[str, Problem]:
     ``email_reply_to``, ``digest``; missing ones take the
     model's defaults) and ``templates`` (``[{channel, locale, title, body, html, data}]``). Returns
     ``{path: Problem}``: paths are the API's (``channels``, ``templates.2.body``,
-    ``templates.0.data.from``)."""
+    ``templates.0.data.from``). Every template check of the type (collapse key, digest key,
+    templates) shares one check budget; past it, ``templates`` is ``render_budget``."""
+    try:
+        with check_budget():
+            return _type_problems(fields, templates)
+    except CheckBudgetSpent as exc:
+        return {"templates": Problem(exc.code, str(exc))}
+
+
+def _type_problems(fields: dict, templates: list[dict]) -> dict[str, Problem]:
     problems: dict[str, Problem] = _text_problems(fields)
     category = fields.get("category", "")
     priority = fields.get("priority", Priority.STANDARD)
@@ -165,8 +174,9 @@ def template_problems(templates: list[dict], channels: list[str]) -> dict[str, P
     """The rules of a type's templates (module docstring): ``{templates.<i>.<part>: Problem}``, and
     ``templates`` itself when a channel of the type has no template or there are too many."""
     problems: dict[str, Problem] = {}
-    if len(templates) > MAX_TEMPLATES:
-        return {"templates": Problem("max_length", f"at most {MAX_TEMPLATES} templates")}
+    if len(templates) > MAX_TYPE_TEMPLATES:
+        return {"templates": Problem("max_length", f"{len(templates)} templates; at most {MAX_TYPE_TEMPLATES}: each of "
+                                                   f"the 4 channels in at most {MAX_VARIANTS} locales (docs/TYPES.md)")}
     seen = set()
     for index, template in enumerate(templates):
         path = f"templates.{index}"

@@ -17,7 +17,8 @@ letter, never retried). Saving a template or inline campaign content runs :func:
 renders on a few sample recipients (:func:`sample_contexts`); one that passes a bound is refused
 there, naming the field and the bound. That check is a convenience, not a guarantee: a template
 can behave differently for real recipients (``{% if user_id != … %}``); the bounds at send time are
-what hold.
+what hold. All the checks of one save share one CPU budget (:mod:`notifications.rendering.checking`),
+and a campaign's template is checked as one (no event ``data``: ``check_parts(…, event_data=False)``).
 
 Locale fallback: the exact variant (``de-AT``), then the language (``de``), then the template's
 ``default_locale``, then any variant.
@@ -30,12 +31,13 @@ import string
 from dataclasses import dataclass
 from functools import lru_cache
 
-from jinja2 import TemplateError, TemplateSyntaxError, meta, nodes
+from jinja2 import TemplateError, TemplateSyntaxError, UndefinedError, meta, nodes
 from jinja2.sandbox import SecurityError
 
 from notifications.rendering import budget as render_budget
 from notifications.rendering.bounds import BoundedSandbox
 from notifications.rendering.budget import RenderBoundExceeded
+from notifications.rendering.checking import CheckBudget, CheckBudgetSpent, check_budget
 
 _text_env = BoundedSandbox(autoescape=False)
 _html_env = BoundedSandbox(autoescape=True)
@@ -52,11 +54,13 @@ class RenderError(Exception):
     """A template could not be compiled or rendered: a syntax error, a sandbox violation, a render
     bound exceeded (then ``bound`` is ``"time"``, ``"iterations"``, ``"output"`` or ``"size"``, and
     the message names it), or any other exception raised while rendering. ``bound`` is ``None``
-    for the others."""
+    for the others. ``code`` is the API's error code for it: ``render_bound`` (a bound),
+    ``undefined_variable`` (a variable the template's kind never has) or ``template_syntax``."""
 
-    def __init__(self, message: str, bound: str | None = None) -> None:
+    def __init__(self, message: str, bound: str | None = None, code: str = "") -> None:
         super().__init__(message)
         self.bound = bound
+        self.code = code or ("render_bound" if bound else "template_syntax")
 
 
 @dataclass(frozen=True)
@@ -125,7 +129,7 @@ def template_variables(source: str) -> set[str]:
     return {n.name for n in names if n.ctx == "load"} - own
 
 
-def check_parts(parts: dict[str, str]) -> dict[str, RenderError]:
+def check_parts(parts: dict[str, str], *, event_data: bool = True) -> dict[str, RenderError]:
     """Save-time check of a message's parts (``{"title": src, "body": src, "html": src}``, any
     subset): ``{part: RenderError}`` for each part that does not compile, then, if all compile, dry
     renders of them together as one send would (one budget per recipient of
@@ -135,7 +139,23 @@ def check_parts(parts: dict[str, str]) -> dict[str, RenderError]:
     refusal (``SecurityError``: ``"".__class__``) and endless recursion (a macro calling itself) are,
     since no data changes them. ``{}`` = accepted.
 
+    ``event_data``: whether the template's context has the event's ``data`` (a notification type's
+    templates, digest and collapse keys). A campaign's template (``False``) sees only the
+    recipient's attributes, which are strings, and the four fixed variables: the first sample
+    recipient has every attribute the template names and no ``data``, so an ``UndefinedError`` there
+    (``{{ data.code }}``: ``'data' is undefined``) fails for every recipient and is refused, naming
+    the variable and the line (:func:`undefined_problem`). A variable that is merely missing renders
+    empty.
+
+    The whole check spends at most what is left of the request's check budget
+    (:mod:`notifications.rendering.checking`); past it, raises ``CheckBudgetSpent``.
+
     Not a guarantee (see :func:`sample_contexts`): what holds at send time are the render bounds."""
+    with check_budget() as request:
+        return _check_parts(parts, event_data, request)
+
+
+def _check_parts(parts: dict[str, str], event_data: bool, request: CheckBudget) -> dict[str, RenderError]:
     errors: dict[str, RenderError] = {}
     names: set[str] = set()
     for part, source in parts.items():
@@ -143,6 +163,7 @@ def check_parts(parts: dict[str, str]) -> dict[str, RenderError]:
             continue
         env = _html_env if part == "html" else _text_env
         try:
+            request.left()
             _compiled(source, part == "html")
             tree = env.parse(source)
             if next(tree.find_all(_OTHER_TEMPLATES), None) is not None:
@@ -154,19 +175,26 @@ def check_parts(parts: dict[str, str]) -> dict[str, RenderError]:
             errors[part] = RenderError(f"template syntax error on line {exc.lineno}: {exc.message}")
         except TemplateError as exc:
             errors[part] = RenderError(f"template syntax error: {exc}")
+        except CheckBudgetSpent:
+            raise
         except Exception as exc:
             errors[part] = _render_error(exc)
     if errors:
         return errors
-    contexts = sample_contexts(names - set(_text_env.globals))
+    names -= set(_text_env.globals)
+    contexts = sample_contexts(names if event_data else names - {"data"})
+    configured = render_budget.limits()
     for number, context in enumerate(contexts, 1):
-        with render_budget.budget():
+        left = request.left()
+        with render_budget.budget(configured._replace(cpu_seconds=min(configured.cpu_seconds, left))):
             for part, source in parts.items():
                 try:
                     _render(source, part == "html", context)
                 except Exception as exc:
                     error = _render_error(exc)
                     where = f"recipient {number} of {len(contexts)}"
+                    if error.bound == "time" and left < configured.cpu_seconds:
+                        raise CheckBudgetSpent(request.total_ms) from None
                     if error.bound is not None:
                         return {part: RenderError(f"a dry render on sample data ({where}) failed: {error}",
                                                   bound=error.bound)}
@@ -175,8 +203,27 @@ def check_parts(parts: dict[str, str]) -> dict[str, RenderError]:
                         # not depend on the recipient's data: every send would fail the same way.
                         return {part: RenderError(f"a dry render on sample data ({where}) failed, as every "
                                                   f"send would: {error}")}
+                    if not event_data and number == 1 and isinstance(exc, UndefinedError):
+                        return {part: RenderError(f"a dry render on sample data ({where}) failed, as every "
+                                                  f"send would: {undefined_problem(exc)}", code="undefined_variable")}
                     break  # another error: this recipient's render stops here, as a send's would
     return {}
+
+
+def undefined_problem(exc: UndefinedError) -> str:
+    """``line 3: 'data' is undefined`` (the template line Jinja's traceback names), with, for
+    ``data``, where that variable exists: the rule of a campaign's template context."""
+    line = None
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == "<template>":
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    text = (f"line {line}: " if line else "") + str(exc.message or exc)
+    if "'data' is undefined" in text:
+        text += (" (a campaign's template has no data: only a notification type's templates read the event's "
+                 "{{ data.* }}; a campaign's read the recipient's attributes and user_id, email, locale, timezone)")
+    return text
 
 
 @lru_cache(maxsize=512)
