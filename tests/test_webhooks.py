@@ -245,6 +245,46 @@ def test_sendgrid_dropped_invalid_marks_address_invalid(sg_key):
     assert Recipient.objects.get(pk=n.recipient_id).email_invalid_reason == "sendgrid dropped"
 
 
+def sg_dropped(n: Notification, reason: str) -> dict:
+    """A ``dropped`` event shaped as SendGrid's Event Webhook reference shows it (its example, with
+    this notification's message and our custom arg merged in as a top-level key)."""
+    return {"email": n.recipient.email, "timestamp": int(time.time()),
+            "smtp-id": f"<{n.provider_message_id}@ismtpd-555>", "event": "dropped", "category": "cat facts",
+            "sg_event_id": uuid.uuid4().hex, "sg_message_id": f"{n.provider_message_id}.filter0001.16648.5515E0B88.0",
+            "reason": reason, "status": "5.0.0", "notification_id": str(n.pk)}
+
+
+# Every drop reason SendGrid documents (Event Webhook reference, "dropped"; glossary "Drops") and
+# what it does: (row status, row reason, the address's invalid mark, channel opt-outs, category opt-outs).
+FAILED_ONLY = ("failed", "provider_bounced", "", set(), {})
+DROP_REASON_OUTCOMES = {
+    "Bounced Address": ("failed", "provider_bounced", "sendgrid dropped", set(), {}),
+    "Invalid": ("failed", "provider_bounced", "sendgrid dropped", set(), {}),
+    "Unsubscribed Address": ("sent", "", "", set(), {"marketing": ["email"]}),
+    "Spam Reporting Address": ("sent", "", "", {"email"}, {}),
+    "Invalid SMTPAPI header": FAILED_ONLY,
+    "Spam Content": FAILED_ONLY,
+    "Recipient List over Package Quota": FAILED_ONLY,
+    "Duplicate message": FAILED_ONLY,
+    "Invalid recipient list": FAILED_ONLY,  # not documented: never more than this message
+}
+
+
+@pytest.mark.parametrize("reason", list(DROP_REASON_OUTCOMES))
+def test_sendgrid_dropped_is_classified_by_its_documented_reason_exactly(sg_key, reason):
+    # Issue 23 #2: reasons were matched with startswith("invalid"), so "Invalid SMTPAPI header" (a
+    # malformed request: up to 1,000 recipients) marked every recipient's address invalid.
+    n = make_notification("email", category="marketing")
+    assert sg_post(sg_key, [sg_dropped(n, reason)]).status_code == 204
+    n.refresh_from_db()
+    recipient = Recipient.objects.get(pk=n.recipient_id)
+    prefs = Preferences.objects.filter(recipient_id=n.recipient_id).first()
+    opt_outs = (set(prefs.opt_outs), prefs.category_opt_outs) if prefs else (set(), {})
+    assert (n.status, n.reason, recipient.email_invalid_reason, *opt_outs) == DROP_REASON_OUTCOMES[reason]
+    assert list(n.events.values_list("kind", "detail")) == [
+        ("receipt:dropped", f"sendgrid dropped code 5.0.0 {reason}")]
+
+
 def test_late_processed_never_regresses_delivered(sg_key):
     n = make_notification("email")
     sg_post(sg_key, [sg_event(n, "delivered")])
