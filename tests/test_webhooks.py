@@ -341,6 +341,62 @@ def test_sendgrid_events_of_one_request_stay_apart_per_recipient(sg_key, with_ev
     assert DeliveryEvent.objects.filter(notification__in=[a, b], kind="receipt:delivered").count() == 2
 
 
+def batch_sharing_one_message_id(size: int) -> list[Notification]:
+    """``size`` email notifications sent in one mail/send request: one ``X-Message-Id`` for all."""
+    rows = [make_notification("email") for _ in range(size)]
+    Notification.objects.filter(pk__in=[n.pk for n in rows]).update(provider_message_id=rows[0].provider_message_id)
+    for n in rows:
+        n.provider_message_id = rows[0].provider_message_id
+    return rows
+
+
+def without_custom_args(n: Notification, event: str, index: int, **extra) -> dict:
+    """``event`` for recipient ``index`` of a batch, as SendGrid posts it when our custom arg is
+    missing: the recipient's own ``sg_message_id`` (the request id plus a per-recipient suffix) and email."""
+    sent = sg_event(n, event, **extra) | {"sg_message_id": f"{n.provider_message_id}.filterdrecv-5645d9c87f-"
+                                                             f"7k7ph-1-5E8F1CE1-{index:X}.0"}
+    del sent["notification_id"]
+    return sent
+
+
+def test_sendgrid_events_without_custom_args_apply_to_their_own_recipient_of_a_batch(sg_key):
+    # Issue 23 #3: matched on the batch's X-Message-Id alone, a hard bounce for recipient #13
+    # failed #2 (the last row of that id in a dict) and marked #2's address invalid.
+    batch = batch_sharing_one_message_id(15)
+    bounced = batch[12]
+    events = [without_custom_args(n, "delivered", i) for i, n in enumerate(batch) if n is not bounced]
+    events.append(without_custom_args(bounced, "bounce", 12, type="bounce", status="5.1.1",
+                                      reason="550 5.1.1 The email account that you tried to reach does not exist"))
+    # The address as SendGrid may spell it: case is not significant.
+    events[1]["email"] = events[1]["email"].upper()
+    assert sg_post(sg_key, events).status_code == 204
+    statuses = dict(Notification.objects.filter(pk__in=[n.pk for n in batch]).values_list("pk", "status"))
+    assert statuses == {n.pk: ("failed" if n is bounced else "delivered") for n in batch}
+    invalid = dict(Recipient.objects.filter(pk__in=[n.recipient_id for n in batch])
+                   .values_list("pk", "email_invalid_reason"))
+    assert invalid == {n.recipient_id: ("sendgrid bounce" if n is bounced else "") for n in batch}
+    assert DeliveryEvent.objects.filter(notification=bounced).get().kind == "receipt:bounce"
+    assert DeliveryEvent.objects.count() == 15
+
+
+@pytest.mark.parametrize("email", ["someone-else@example.com", "", None])
+def test_sendgrid_event_of_a_batch_for_an_address_it_was_not_sent_to_is_counted_and_dropped(sg_key, email):
+    from core.redis_client import get_redis
+
+    batch = batch_sharing_one_message_id(13)
+    before = int(get_redis().get("receipts:unknown") or 0)
+    event = without_custom_args(batch[12], "bounce", 12, type="bounce", status="5.1.1", reason="550 5.1.1 unknown")
+    if email is None:
+        del event["email"]
+    else:
+        event["email"] = email
+    assert sg_post(sg_key, [event]).status_code == 204
+    assert int(get_redis().get("receipts:unknown")) == before + 1
+    assert set(Notification.objects.filter(pk__in=[n.pk for n in batch]).values_list("status", flat=True)) == {"sent"}
+    assert not Recipient.objects.exclude(email_invalid_reason="").exists()
+    assert not DeliveryEvent.objects.exists()
+
+
 def test_sendgrid_delivered_for_a_sending_row_is_sent_at_the_event_time(sg_key):
     # The worker died mid-call: the row is still `sending`, with no provider, message id or attempt.
     n = make_notification("email", status="sending")

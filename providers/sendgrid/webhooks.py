@@ -9,7 +9,10 @@ soft) → failed, hard bounces marking the address invalid; ``dropped`` by its d
 (:data:`DROP_REASONS`, the table in §2(c)); ``spamreport`` → complaint;
 ``unsubscribe``/``group_unsubscribe`` → unsubscribe; ``open``/``click`` → engagement. An event's
 ``timestamp`` becomes the receipt's ``occurred_at`` (a candidate ``sent_at`` when the receipt settles a
-row whose call was never recorded) and part of its de-duplication key (:func:`dedup_key`).
+row whose call was never recorded) and part of its de-duplication key (:func:`dedup_key`). The
+``sg_message_id`` prefix is the request's ``X-Message-Id``, shared by every recipient of a batch: the
+receipt carries the event's ``email`` too, and without our ``notification_id`` custom arg it applies
+only to the request's row sent to that address (``notifications.receipts``), never to the batch id alone.
 
 What cannot be stored is never stored, and never answered with a 5xx (which SendGrid retries for
 days): NUL or a lone surrogate in an event's key or string is stored as U+FFFD
@@ -136,7 +139,7 @@ def to_receipt(event: dict) -> receipts.Receipt:
         provider="sendgrid", dedup_key=dedup_key(event), kind=kind, raw=kind_raw or "unknown",
         notification_id=event.get("notification_id"), provider_message_id=message_id,
         error_code=str(event.get("status", "") or ""), detail=reason[:200], invalid_address=invalid,
-        occurred_at=event_time(event))
+        occurred_at=event_time(event), address=str(event.get("email") or ""))
 
 
 @csrf_exempt
