@@ -67,6 +67,7 @@ from celery import current_app
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
+from django.db.models.functions import Lower, Trim
 
 from core import clock
 from core.postgres import array_literal
@@ -185,17 +186,24 @@ def _find_all(receipts: list[Receipt]) -> dict[int, Notification]:
     request id, shared by a batch's recipients) only the row of that id sent to that address
     (compared case-insensitively), never any row of the batch. A receipt matching nothing is absent
     (counted as unknown by :func:`apply_receipts`)."""
-    ids, message_ids = set(), set()
+    ids, message_ids, batch_ids, addresses = set(), set(), set(), set()
     for r in receipts:
         if r.notification_id:
             with contextlib.suppress(ValueError):  # not ours: unknown
                 ids.add(uuid.UUID(str(r.notification_id)))
-        if r.provider_message_id:
+        if r.provider_message_id and r.address is None:
             message_ids.add(r.provider_message_id)
-    if not ids and not message_ids:
+        elif r.provider_message_id and r.address:
+            batch_ids.add(r.provider_message_id)
+            addresses.add(_address_key(r.address))
+    if not ids and not message_ids and not batch_ids:
         return {}
-    rows = list(Notification.objects.select_related("recipient").filter(
-        Q(pk__in=ids) | Q(provider_message_id__in=message_ids)))
+    # A batch's rows are narrowed to the receipts' addresses in the query: one failure receipt of a
+    # 1,000-recipient request reads its own row, not the request's thousand.
+    rows = list(Notification.objects.select_related("recipient")
+                .annotate(receipt_address=Lower(Trim("recipient__email")))
+                .filter(Q(pk__in=ids) | Q(provider_message_id__in=message_ids)
+                        | Q(provider_message_id__in=batch_ids, receipt_address__in=addresses)))
     by_id = {str(n.pk): n for n in rows}
     by_message: dict[tuple[str, str | None], Notification] = {}
     for n in rows:
