@@ -15,7 +15,14 @@ import warnings
 
 from celery import Celery
 from celery.exceptions import SecurityWarning
-from celery.signals import after_setup_logger, after_setup_task_logger, task_prerun, worker_process_init
+from celery.signals import (
+    after_setup_logger,
+    after_setup_task_logger,
+    task_prerun,
+    worker_process_init,
+    worker_process_shutdown,
+    worker_shutdown,
+)
 from kombu import Exchange, Queue
 
 from core.queues import ALL_QUEUES, MAINTENANCE_QUEUE
@@ -86,6 +93,18 @@ def _reset_after_fork(**_kwargs):
     from providers.registry import reset_backends
 
     reset_backends()
+
+
+@worker_process_shutdown.connect
+@worker_shutdown.connect
+def _close_provider_sessions(**_kwargs):
+    """A worker stops: close the provider backends this process opened (their aiohttp sessions), so
+    none is collected unclosed at exit (aiohttp's ``ERROR Unclosed client session``). A prefork pool
+    process hears ``worker_process_shutdown``; a threaded or solo worker, ``worker_shutdown`` once its
+    pool has stopped."""
+    from providers.registry import close_all_backends
+
+    close_all_backends()
 
 
 @task_prerun.connect

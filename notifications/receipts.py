@@ -46,7 +46,13 @@ Rules:
   unsubscribed address → opt-out of the notification's category on email (the whole channel when it
   has no category); Twilio 30004 (blocked) → SMS STOP for that sender. Later sends are
   ``suppressed`` with that reason.
-* **Unknown** message/notification ids are acknowledged (so the provider stops retrying) and counted.
+* **Found** by our ``notification_id`` when the provider echoes it, else by the provider's message
+  id; a SendGrid message id is a request's (``X-Message-Id``, shared by up to 1,000 recipients), so
+  there only the request's row sent to the event's ``email`` matches (``Receipt.address``), never the
+  batch id alone.
+* **Unknown** message/notification ids (and a batch's id with an address none of its rows was sent
+  to) are acknowledged (so the provider stops retrying) and counted (``notify_receipts_total``
+  ``result="unknown"``, a log line, the Redis counter ``receipts:unknown``).
 """
 
 from __future__ import annotations
@@ -61,6 +67,7 @@ from celery import current_app
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
+from django.db.models.functions import Lower, Trim
 
 from core import clock
 from core.postgres import array_literal
@@ -98,17 +105,8 @@ RESEND_PENDING_REASONS = frozenset({Reason.OUTCOME_UNKNOWN, Reason.LEASE_EXPIRED
 
 
 def _find(receipt: Receipt) -> Notification | None:
-    qs = Notification.objects.select_related("recipient")
-    if receipt.notification_id:
-        try:
-            found = qs.filter(pk=receipt.notification_id).first()
-        except Exception:  # not a UUID: treat as unknown
-            found = None
-        if found is not None:
-            return found
-    if receipt.provider_message_id:
-        return qs.filter(provider_message_id=receipt.provider_message_id).first()
-    return None
+    """The notification of one receipt (:func:`_find_all`'s rule), or None."""
+    return _find_all([receipt]).get(0)
 
 
 def accept_receipts(receipts: list[Receipt]) -> None:
@@ -184,28 +182,49 @@ def apply_receipts(receipts: list[Receipt]) -> dict[str, int]:
 
 def _find_all(receipts: list[Receipt]) -> dict[int, Notification]:
     """The notification of each receipt (by position), in one query: by our id when the provider
-    echoed it, else by the provider's message id."""
-    ids, message_ids = set(), set()
+    echoed it, else by the provider's message id: for a receipt with an ``address`` (a SendGrid
+    request id, shared by a batch's recipients) only the row of that id sent to that address
+    (compared case-insensitively), never any row of the batch. A receipt matching nothing is absent
+    (counted as unknown by :func:`apply_receipts`)."""
+    ids, message_ids, batch_ids, addresses = set(), set(), set(), set()
     for r in receipts:
         if r.notification_id:
             with contextlib.suppress(ValueError):  # not ours: unknown
                 ids.add(uuid.UUID(str(r.notification_id)))
-        if r.provider_message_id:
+        if r.provider_message_id and r.address is None:
             message_ids.add(r.provider_message_id)
-    if not ids and not message_ids:
+        elif r.provider_message_id and r.address:
+            batch_ids.add(r.provider_message_id)
+            addresses.add(_address_key(r.address))
+    if not ids and not message_ids and not batch_ids:
         return {}
-    rows = list(Notification.objects.select_related("recipient").filter(
-        Q(pk__in=ids) | Q(provider_message_id__in=message_ids)))
+    # A batch's rows are narrowed to the receipts' addresses in the query: one failure receipt of a
+    # 1,000-recipient request reads its own row, not the request's thousand.
+    rows = list(Notification.objects.select_related("recipient")
+                .annotate(receipt_address=Lower(Trim("recipient__email")))
+                .filter(Q(pk__in=ids) | Q(provider_message_id__in=message_ids)
+                        | Q(provider_message_id__in=batch_ids, receipt_address__in=addresses)))
     by_id = {str(n.pk): n for n in rows}
-    by_message = {n.provider_message_id: n for n in rows if n.provider_message_id}
+    by_message: dict[tuple[str, str | None], Notification] = {}
+    for n in rows:
+        if n.provider_message_id:
+            by_message.setdefault((n.provider_message_id, None), n)
+            if n.recipient.email:
+                by_message[(n.provider_message_id, _address_key(n.recipient.email))] = n
     found = {}
     for index, r in enumerate(receipts):
         n = by_id.get(str(r.notification_id)) if r.notification_id else None
-        if n is None and r.provider_message_id:
-            n = by_message.get(r.provider_message_id)
+        if n is None and r.provider_message_id and r.address != "":
+            address = None if r.address is None else _address_key(r.address)
+            n = by_message.get((r.provider_message_id, address))
         if n is not None:
             found[index] = n
     return found
+
+
+def _address_key(address: str) -> str:
+    """An address as receipts are matched on it: blanks around it and case ignored."""
+    return address.strip().lower()
 
 
 def _plan(receipts: list[Receipt], found: dict[int, Notification]) -> tuple[list, list[Receipt]]:

@@ -5,8 +5,10 @@ recipient's mail client posts it), and not in the OpenAPI schema.
 * ``GET`` shows what the link will do and a button that POSTs; it never changes anything (link
   scanners and prefetchers follow GETs).
 * ``POST`` with the form field ``List-Unsubscribe=One-Click`` (the mail client's one-click, source
-  ``one_click``) or ``confirm=unsubscribe`` (the page's button, source ``page``) opts the recipient
-  out of the link's category on its channel, idempotently, and answers 200 with a page saying so.
+  ``one_click``; form-encoded or multipart, as RFC 8058 allows, the value's trailing CRLF or blanks
+  ignored: mailbox providers end the body with one) or ``confirm=unsubscribe`` (the page's button,
+  source ``page``) opts the recipient out of the link's category on its channel, idempotently, and
+  answers 200 with a page saying so.
 * A forged, tampered or expired token: 400 page, nothing changed. A POST with neither field: 400
   page naming the field, nothing changed. A recipient deleted or erased since the link was issued:
   404 page, nothing changed (GET and POST).
@@ -23,10 +25,21 @@ from notifications import metrics
 from notifications.quiet_hours_policy import bypass_categories
 from preferences.models import Recipient, Unsubscribe
 from preferences.unsubscribe import BadToken, UnsubscribeToken, check_live, read_token, unsubscribe
+from providers.base import ONE_CLICK
 
 TEMPLATE = "unsubscribe/page.html"
 #: The page button's form field and value (the one-click field is ``List-Unsubscribe``).
 CONFIRM_FIELD, CONFIRM_VALUE = "confirm", "unsubscribe"
+#: RFC 8058's one-click field and value, as the ``List-Unsubscribe-Post`` header we send names them.
+ONE_CLICK_FIELD, ONE_CLICK_VALUE = ONE_CLICK.split("=", 1)
+
+
+def is_one_click(request: HttpRequest) -> bool:
+    """Whether the POST's form (``application/x-www-form-urlencoded`` or ``multipart/form-data``, the
+    two RFC 8058 allows) has ``List-Unsubscribe`` = ``One-Click``. Trailing blanks (a body ending in
+    CRLF, as some mailbox providers send it, stays in the last value) are ignored; nothing else is:
+    another value, case or leading blanks are not the one-click."""
+    return request.POST.get(ONE_CLICK_FIELD, "").rstrip(" \t\r\n") == ONE_CLICK_VALUE
 
 
 def _page(request: HttpRequest, state: str, status: int, link: UnsubscribeToken | None = None,
@@ -60,7 +73,7 @@ def unsubscribe_view(request: HttpRequest, token: str) -> HttpResponse:
         except Recipient.DoesNotExist:
             return _page(request, "invalid", 404, message="this link's recipient no longer exists")
         return _page(request, "confirm", 200, link)
-    if request.POST.get("List-Unsubscribe") == "One-Click":
+    if is_one_click(request):
         source = Unsubscribe.Source.ONE_CLICK
     elif request.POST.get(CONFIRM_FIELD) == CONFIRM_VALUE:
         source = Unsubscribe.Source.PAGE

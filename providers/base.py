@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
 
+import aiohttp
+
 _REQUIRED: Any = object()
 
 
@@ -295,6 +297,17 @@ class CallTimeouts:
         connect = float(options.get("CONNECT_TIMEOUT") or min(read, DEFAULT_CONNECT_TIMEOUT_SECONDS))
         total = float(options.get("TOTAL_TIMEOUT") or 2 * read)
         return cls(connect=connect, read=read, total=max(total, connect, read))
+
+    def expired(self, exc: BaseException) -> str:
+        """What ran out, for a timeout ``exc`` of an aiohttp session built with these timeouts: the
+        attempt's reason names the option that applied and its configured value. aiohttp raises
+        ``ConnectionTimeoutError`` for the connect timeout, ``SocketTimeoutError`` for the read
+        timeout and a plain ``TimeoutError`` for the whole request's."""
+        if isinstance(exc, aiohttp.ConnectionTimeoutError):
+            return f"no connection within {self.connect:g} s (CONNECT_TIMEOUT)"
+        if isinstance(exc, aiohttp.ServerTimeoutError):
+            return f"no answer within {self.read:g} s (TIMEOUT)"
+        return f"no complete answer within {self.total:g} s (TOTAL_TIMEOUT)"
 
 
 #: Connections one backend instance's pooled async client keeps at most (``POOL_SIZE`` option).

@@ -39,6 +39,10 @@ class Receipt:
         raw: the provider's own word (``"undelivered"``, ``"bounce"``, ``"delivered"``…).
         notification_id: our id if the provider echoed it (Twilio ``?nid=``, SendGrid custom arg).
         provider_message_id: Twilio ``MessageSid`` / SendGrid ``sg_message_id`` prefix.
+        address: the recipient's address when ``provider_message_id`` names a request that may carry
+            several recipients (SendGrid: the ``X-Message-Id`` of up to 1,000); without our
+            ``notification_id`` the receipt then belongs only to that request's row sent to this
+            address (``""``: to none). ``None``: the message id names one message (Twilio).
         error_code: Twilio ``ErrorCode``, SendGrid bounce ``status`` (e.g. ``5.1.1``) or ``""``.
         detail: human-readable detail (bounce reason…), never message content.
         invalid_address: email contact is dead (mark invalid).
@@ -58,6 +62,7 @@ class Receipt:
     invalid_address: bool = False
     sender: str = ""
     occurred_at: datetime | None = None
+    address: str | None = None
 
 
 Subscriber = Callable[[list[Receipt]], None]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
@@ -34,6 +35,10 @@ logger = logging.getLogger(__name__)
 _local = threading.local()
 #: Bumped by reset_backends(); a thread whose cache is older closes and drops it on next use.
 _generation = 0
+#: Every backend this process opened, in any thread (by id: backends are unhashable dataclasses),
+#: so that :func:`close_all_backends` reaches the caches of a threaded worker's pool threads too.
+_opened: dict[int, ProviderBackend] = {}
+_opened_lock = threading.Lock()
 
 
 #: The setting that lists each channel's providers (config/provider_settings.py).
@@ -100,6 +105,8 @@ def get_backend(channel: str, name: str | None = None, tier: str = "standard") -
                 backend.options["TIMEOUT"] = min(current, high)
         backend.open()
         cache[key] = backend
+        with _opened_lock:
+            _opened[id(backend)] = backend
     return backend
 
 
@@ -111,10 +118,22 @@ def reset_backends() -> None:
     """
     global _generation
     _generation += 1
-    _close_all(getattr(_local, "backends", {}))
+    _close_all(getattr(_local, "backends", {}).values())
     _local.backends = {}
     _local.generation = _generation
     _local.pid = os.getpid()
+
+
+def close_all_backends() -> None:
+    """Close every backend this process opened, in every thread, their pooled aiohttp sessions
+    included: at worker shutdown (``config/celery.py``), once no task runs any more. Unclosed, the
+    sessions are collected at exit and aiohttp logs ``ERROR Unclosed client session`` for each.
+    Every thread's cache becomes stale: a later :func:`get_backend` builds anew."""
+    global _generation
+    _generation += 1
+    with _opened_lock:
+        backends = list(_opened.values())
+    _close_all(backends)
 
 
 def check_providers_configured() -> list[str]:
@@ -222,14 +241,16 @@ def _thread_cache() -> dict[tuple[str, str, str], ProviderBackend]:
         _local.generation = _generation
         _local.pid = pid
     elif _local.generation != _generation:
-        _close_all(_local.backends)
+        _close_all(_local.backends.values())
         _local.backends = {}
         _local.generation = _generation
     return _local.backends
 
 
-def _close_all(backends: dict[tuple[str, str, str], ProviderBackend]) -> None:
-    for backend in backends.values():
+def _close_all(backends: Iterable[ProviderBackend]) -> None:
+    for backend in list(backends):
+        with _opened_lock:
+            _opened.pop(id(backend), None)
         try:
             backend.close()
         except Exception:  # closing must never mask the caller's work
@@ -237,6 +258,7 @@ def _close_all(backends: dict[tuple[str, str, str], ProviderBackend]) -> None:
 
 
 def _forget_after_fork() -> None:
+    _opened.clear()  # the parent's: never closed here (their sessions and sockets are the parent's)
     _local.backends = {}
     _local.generation = _generation
     _local.pid = os.getpid()

@@ -214,3 +214,14 @@ def frozen(request, monkeypatch):
     current = [request.module.NOW]
     monkeypatch.setattr(clock, "now", lambda: current[0])
     return current
+
+
+@pytest.fixture
+def host_clock(monkeypatch):
+    """The host clock Django's signing reads (``time.time`` in ``django.core.signing``), standing
+    still until a test moves it: ``host_clock[0] += seconds``."""
+    from django.core import signing
+
+    current = [1_800_000_000.0]
+    monkeypatch.setattr(signing, "time", type("FakeTime", (), {"time": staticmethod(lambda: current[0])}))
+    return current

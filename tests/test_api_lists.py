@@ -92,6 +92,20 @@ def test_user_notifications_newest_first_every_one_once_across_pages(http, alice
     assert set(items[0]) >= {"id", "user_id", "campaign_id", "channel", "status", "reason", "content", "created_at"}
 
 
+@pytest.mark.parametrize("later", [1, 3600])
+def test_a_list_cursor_still_reads_the_next_page_after_the_clock_moved(http, alice, host_clock, monkeypatch, later):
+    # Issue 23 #1: a cursor is not a time-limited token (the inbox's expired after a second).
+    ids = [send(http, i) for i in range(3)]
+    first = http.get("/v1/users/alice/notifications", {"limit": 2}).json()
+    moved = clock.now() + timedelta(seconds=later)
+    monkeypatch.setattr(clock, "now", lambda: moved)
+    host_clock[0] += later
+    r = http.get("/v1/users/alice/notifications", {"limit": 2, "cursor": first["next_cursor"]})
+    assert r.status_code == 200, r.content
+    assert sorted(i["id"] for i in first["items"] + r.json()["items"]) == sorted(ids)
+    assert r.json()["next_cursor"] is None
+
+
 def test_user_notifications_filters(http, alice):
     send(http, 1)
     send(http, 2, channel="email", content={"title": "t", "body": "b"}, category="security")

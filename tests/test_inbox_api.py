@@ -188,6 +188,25 @@ def test_another_listings_cursor_is_400(http, alice, bob, frozen):
         assert error_fields(r) == [("cursor", "invalid_cursor")]
 
 
+@pytest.mark.parametrize("later", [1, 2, 59, 3600, 30 * 86400])
+def test_a_cursor_still_reads_the_next_page_after_the_clock_moved(http, alice, bob, frozen, host_clock, later):
+    # Issue 23 #1: the salt was signing.dumps(...), stamped with the current second, so a cursor
+    # used a second later no longer verified ("load more" was 400 invalid_cursor).
+    ids = put(alice, 3, category="orders")
+    first = listed(http, "alice", limit=2, category="orders", status="unread")
+    host_clock[0] += later
+    frozen[0] += timedelta(seconds=later)
+    second = listed(http, "alice", limit=2, category="orders", status="unread", cursor=first["next_cursor"])
+    assert [i["id"] for i in first["items"] + second["items"]] == [str(i) for i in reversed(ids)]
+    assert second["next_cursor"] is None
+    # ... and it is still this listing's only: another user's, status's or category's is 400.
+    for user, query in (("bob", {"category": "orders", "status": "unread"}), ("alice", {"category": "orders"}),
+                        ("alice", {"status": "unread"})):
+        r = http.get(f"/v1/users/{user}/inbox", {"cursor": first["next_cursor"], **query})
+        assert r.status_code == 400, (user, query, r.content)
+        assert error_fields(r) == [("cursor", "invalid_cursor")]
+
+
 def test_limit_100_is_allowed(http, alice, frozen):
     put(alice, 101)
     body = listed(http, "alice", limit=100)

@@ -218,6 +218,52 @@ def test_a_tampered_forged_or_expired_token_answers_400_and_changes_nothing(reci
     assert (Preferences.objects.count(), Unsubscribe.objects.count()) == (0, 0)
 
 
+def multipart(value: str) -> tuple[bytes, str]:
+    """A ``multipart/form-data`` one-click body with ``value`` as the field's content."""
+    boundary = "----=_Part_0_1234567.1701600000000"
+    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"List-Unsubscribe\"\r\n\r\n"
+            f"{value}\r\n--{boundary}--\r\n").encode()
+    return body, f"multipart/form-data; boundary={boundary}"
+
+
+FORM = "application/x-www-form-urlencoded"
+
+
+@pytest.mark.parametrize(("body", "content_type"), [
+    (b"List-Unsubscribe=One-Click\r\n", FORM),  # a body ending in CRLF, as some mailbox providers send it
+    (b"List-Unsubscribe=One-Click\n", FORM),
+    (b"List-Unsubscribe=One-Click%0D%0A", FORM),
+    (b"List-Unsubscribe=One-Click  \t\r\n", FORM),
+    (b"List-Unsubscribe=One-Click", FORM),
+    (*multipart("One-Click"),),
+    (*multipart("One-Click\r\n"),),  # the part's content ends in a CRLF of its own
+], ids=["crlf", "lf", "crlf-encoded", "blanks", "plain", "multipart", "multipart-crlf"])
+def test_a_one_click_post_is_accepted_as_mailbox_providers_send_it(recipient, mail_client, body, content_type):
+    # Issue 23 #6: "List-Unsubscribe=One-Click\r\n" was refused (400): the CRLF stayed in the value.
+    response = mail_client.post(f"/u/{make_token(LINK)}", body, content_type=content_type)
+
+    assert response.status_code == 200, response.content
+    assert category_opt_outs() == {"marketing": ["email"]}
+    assert list(Unsubscribe.objects.values_list("category", "source")) == [("marketing", "one_click")]
+
+
+@pytest.mark.parametrize(("body", "content_type"), [
+    (b"List-Unsubscribe=one-click", FORM),
+    (b"List-Unsubscribe=%20One-Click", FORM),
+    (b"List-Unsubscribe=One-Click-Now", FORM),
+    (b"List-Unsubscribe=One-Click%0D%0Ax", FORM),
+    (b"List-Unsubscribe =One-Click", FORM),
+    (b"List-Unsubscribe=One-Click", "text/plain"),  # RFC 8058: form-encoded or multipart only
+    (*multipart("One Click"),),
+])
+def test_nothing_looser_than_the_rfc_8058_one_click_is_accepted(recipient, mail_client, body, content_type):
+    response = mail_client.post(f"/u/{make_token(LINK)}", body, content_type=content_type)
+
+    assert response.status_code == 400
+    assert b"List-Unsubscribe: the form field must be One-Click" in response.content
+    assert (Preferences.objects.count(), Unsubscribe.objects.count()) == (0, 0)
+
+
 def test_a_post_without_the_one_click_field_is_400_naming_it(recipient, mail_client):
     response = mail_client.post(f"/u/{make_token(LINK)}", {"List-Unsubscribe": "yes"})
 

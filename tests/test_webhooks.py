@@ -245,6 +245,46 @@ def test_sendgrid_dropped_invalid_marks_address_invalid(sg_key):
     assert Recipient.objects.get(pk=n.recipient_id).email_invalid_reason == "sendgrid dropped"
 
 
+def sg_dropped(n: Notification, reason: str) -> dict:
+    """A ``dropped`` event shaped as SendGrid's Event Webhook reference shows it (its example, with
+    this notification's message and our custom arg merged in as a top-level key)."""
+    return {"email": n.recipient.email, "timestamp": int(time.time()),
+            "smtp-id": f"<{n.provider_message_id}@ismtpd-555>", "event": "dropped", "category": "cat facts",
+            "sg_event_id": uuid.uuid4().hex, "sg_message_id": f"{n.provider_message_id}.filter0001.16648.5515E0B88.0",
+            "reason": reason, "status": "5.0.0", "notification_id": str(n.pk)}
+
+
+# Every drop reason SendGrid documents (Event Webhook reference, "dropped"; glossary "Drops") and
+# what it does: (row status, row reason, the address's invalid mark, channel opt-outs, category opt-outs).
+FAILED_ONLY = ("failed", "provider_bounced", "", set(), {})
+DROP_REASON_OUTCOMES = {
+    "Bounced Address": ("failed", "provider_bounced", "sendgrid dropped", set(), {}),
+    "Invalid": ("failed", "provider_bounced", "sendgrid dropped", set(), {}),
+    "Unsubscribed Address": ("sent", "", "", set(), {"marketing": ["email"]}),
+    "Spam Reporting Address": ("sent", "", "", {"email"}, {}),
+    "Invalid SMTPAPI header": FAILED_ONLY,
+    "Spam Content": FAILED_ONLY,
+    "Recipient List over Package Quota": FAILED_ONLY,
+    "Duplicate message": FAILED_ONLY,
+    "Invalid recipient list": FAILED_ONLY,  # not documented: never more than this message
+}
+
+
+@pytest.mark.parametrize("reason", list(DROP_REASON_OUTCOMES))
+def test_sendgrid_dropped_is_classified_by_its_documented_reason_exactly(sg_key, reason):
+    # Issue 23 #2: reasons were matched with startswith("invalid"), so "Invalid SMTPAPI header" (a
+    # malformed request: up to 1,000 recipients) marked every recipient's address invalid.
+    n = make_notification("email", category="marketing")
+    assert sg_post(sg_key, [sg_dropped(n, reason)]).status_code == 204
+    n.refresh_from_db()
+    recipient = Recipient.objects.get(pk=n.recipient_id)
+    prefs = Preferences.objects.filter(recipient_id=n.recipient_id).first()
+    opt_outs = (set(prefs.opt_outs), prefs.category_opt_outs) if prefs else (set(), {})
+    assert (n.status, n.reason, recipient.email_invalid_reason, *opt_outs) == DROP_REASON_OUTCOMES[reason]
+    assert list(n.events.values_list("kind", "detail")) == [
+        ("receipt:dropped", f"sendgrid dropped code 5.0.0 {reason}")]
+
+
 def test_late_processed_never_regresses_delivered(sg_key):
     n = make_notification("email")
     sg_post(sg_key, [sg_event(n, "delivered")])
@@ -299,6 +339,62 @@ def test_sendgrid_events_of_one_request_stay_apart_per_recipient(sg_key, with_ev
     assert sorted(Notification.objects.filter(pk__in=[a.pk, b.pk]).values_list("status", flat=True)) == [
         "delivered", "delivered"]
     assert DeliveryEvent.objects.filter(notification__in=[a, b], kind="receipt:delivered").count() == 2
+
+
+def batch_sharing_one_message_id(size: int) -> list[Notification]:
+    """``size`` email notifications sent in one mail/send request: one ``X-Message-Id`` for all."""
+    rows = [make_notification("email") for _ in range(size)]
+    Notification.objects.filter(pk__in=[n.pk for n in rows]).update(provider_message_id=rows[0].provider_message_id)
+    for n in rows:
+        n.provider_message_id = rows[0].provider_message_id
+    return rows
+
+
+def without_custom_args(n: Notification, event: str, index: int, **extra) -> dict:
+    """``event`` for recipient ``index`` of a batch, as SendGrid posts it when our custom arg is
+    missing: the recipient's own ``sg_message_id`` (the request id plus a per-recipient suffix) and email."""
+    sent = sg_event(n, event, **extra) | {"sg_message_id": f"{n.provider_message_id}.filterdrecv-5645d9c87f-"
+                                                             f"7k7ph-1-5E8F1CE1-{index:X}.0"}
+    del sent["notification_id"]
+    return sent
+
+
+def test_sendgrid_events_without_custom_args_apply_to_their_own_recipient_of_a_batch(sg_key):
+    # Issue 23 #3: matched on the batch's X-Message-Id alone, a hard bounce for recipient #13
+    # failed #2 (the last row of that id in a dict) and marked #2's address invalid.
+    batch = batch_sharing_one_message_id(15)
+    bounced = batch[12]
+    events = [without_custom_args(n, "delivered", i) for i, n in enumerate(batch) if n is not bounced]
+    events.append(without_custom_args(bounced, "bounce", 12, type="bounce", status="5.1.1",
+                                      reason="550 5.1.1 The email account that you tried to reach does not exist"))
+    # The address as SendGrid may spell it: case is not significant.
+    events[1]["email"] = events[1]["email"].upper()
+    assert sg_post(sg_key, events).status_code == 204
+    statuses = dict(Notification.objects.filter(pk__in=[n.pk for n in batch]).values_list("pk", "status"))
+    assert statuses == {n.pk: ("failed" if n is bounced else "delivered") for n in batch}
+    invalid = dict(Recipient.objects.filter(pk__in=[n.recipient_id for n in batch])
+                   .values_list("pk", "email_invalid_reason"))
+    assert invalid == {n.recipient_id: ("sendgrid bounce" if n is bounced else "") for n in batch}
+    assert DeliveryEvent.objects.filter(notification=bounced).get().kind == "receipt:bounce"
+    assert DeliveryEvent.objects.count() == 15
+
+
+@pytest.mark.parametrize("email", ["someone-else@example.com", "", None])
+def test_sendgrid_event_of_a_batch_for_an_address_it_was_not_sent_to_is_counted_and_dropped(sg_key, email):
+    from core.redis_client import get_redis
+
+    batch = batch_sharing_one_message_id(13)
+    before = int(get_redis().get("receipts:unknown") or 0)
+    event = without_custom_args(batch[12], "bounce", 12, type="bounce", status="5.1.1", reason="550 5.1.1 unknown")
+    if email is None:
+        del event["email"]
+    else:
+        event["email"] = email
+    assert sg_post(sg_key, [event]).status_code == 204
+    assert int(get_redis().get("receipts:unknown")) == before + 1
+    assert set(Notification.objects.filter(pk__in=[n.pk for n in batch]).values_list("status", flat=True)) == {"sent"}
+    assert not Recipient.objects.exclude(email_invalid_reason="").exists()
+    assert not DeliveryEvent.objects.exists()
 
 
 def test_sendgrid_delivered_for_a_sending_row_is_sent_at_the_event_time(sg_key):

@@ -10,10 +10,13 @@ The cursor is the last item's ``(created_at, notification_id)`` signed with Djan
 (``SECRET_KEY``, salted with :data:`CURSOR_SALT` and the listing: user, status, category), URL-safe:
 opaque to the app, and a tampered one or another listing's is :class:`BadCursor`, never a query on
 what it holds. (Signed, not encrypted: it reveals the instant and id of the user's own item.)
+A cursor carries no time and never expires: "load more" an hour later reads the next page (the salt
+and the signature are plain ``Signer`` values, not ``signing.dumps``, which stamps the second).
 """
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -60,15 +63,16 @@ class Position:
 
 def _salt(recipient_id: str, status: str, category: str | None) -> str:
     """The signature's salt names the listing a cursor belongs to: another user's, another status's
-    or another category's cursor does not verify (a cursor is this listing's, or :class:`BadCursor`)."""
-    return signing.dumps([CURSOR_SALT, recipient_id, status, category], compress=False)
+    or another category's cursor does not verify (a cursor is this listing's, or :class:`BadCursor`).
+    The same listing always gives the same salt (JSON of its parts: unambiguous, and no timestamp)."""
+    return json.dumps([CURSOR_SALT, recipient_id, status, category], separators=(",", ":"))
 
 
 def encode_cursor(item: InboxItem, recipient_id: str, status: str, category: str | None) -> str:
     """The cursor of the page after ``item`` in this listing: signed ``[created_at ISO 8601, id]``,
     URL-safe, the listing (user, status, category) in the salt."""
-    return signing.dumps([item.created_at.isoformat(), str(item.pk)], salt=_salt(recipient_id, status, category),
-                         compress=False)
+    return signing.Signer(salt=_salt(recipient_id, status, category)).sign_object(
+        [item.created_at.isoformat(), str(item.pk)])
 
 
 def decode_cursor(cursor: str, recipient_id: str, status: str, category: str | None) -> Position:
@@ -76,7 +80,7 @@ def decode_cursor(cursor: str, recipient_id: str, status: str, category: str | N
     :func:`encode_cursor` with this ``SECRET_KEY`` for this listing (bad signature, another user's,
     status's or category's, wrong shape)."""
     try:
-        value = signing.loads(cursor, salt=_salt(recipient_id, status, category))
+        value = signing.Signer(salt=_salt(recipient_id, status, category)).unsign_object(cursor)
     except (signing.BadSignature, ValueError, UnicodeError) as exc:
         raise BadCursor("not a next_cursor of this inbox") from exc
     try:

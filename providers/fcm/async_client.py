@@ -119,7 +119,7 @@ class PooledFcmClient:
         except aiohttp.ConnectionTimeoutError as exc:
             raise httpx.ConnectTimeout(f"{type(exc).__name__}: {exc}") from exc
         except TimeoutError as exc:
-            raise httpx.ReadTimeout(f"no answer within {self.timeouts.total} s ({type(exc).__name__})") from exc
+            raise httpx.ReadTimeout(f"{self.timeouts.expired(exc)} ({type(exc).__name__})") from exc
         except aiohttp.ClientConnectorError as exc:
             raise httpx.ConnectError(f"{type(exc).__name__}: {exc}") from exc
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError) as exc:

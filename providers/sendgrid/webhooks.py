@@ -5,11 +5,14 @@ the **raw** body, with the public key from ``SENDGRID_WEBHOOK_PUBLIC_KEY`` (base
 console shows it); timestamps more than 5 minutes from now are refused as replays
 (``docs/PROVIDERS.md`` §2(d)). Events map to receipts (§2(c)): ``processed`` → accepted;
 ``delivered`` → delivered; ``deferred`` → deferred; ``bounce`` (``type`` bounce = hard, blocked =
-soft) and ``dropped`` → failed, with ``Bounced Address``/``Invalid`` and hard bounces marking the
-address invalid; ``spamreport`` → complaint; ``unsubscribe``/``group_unsubscribe`` and ``dropped``
-for unsubscribed/spam-reporting addresses → unsubscribe; ``open``/``click`` → engagement. An event's
+soft) → failed, hard bounces marking the address invalid; ``dropped`` by its documented reason
+(:data:`DROP_REASONS`, the table in §2(c)); ``spamreport`` → complaint;
+``unsubscribe``/``group_unsubscribe`` → unsubscribe; ``open``/``click`` → engagement. An event's
 ``timestamp`` becomes the receipt's ``occurred_at`` (a candidate ``sent_at`` when the receipt settles a
-row whose call was never recorded) and part of its de-duplication key (:func:`dedup_key`).
+row whose call was never recorded) and part of its de-duplication key (:func:`dedup_key`). The
+``sg_message_id`` prefix is the request's ``X-Message-Id``, shared by every recipient of a batch: the
+receipt carries the event's ``email`` too, and without our ``notification_id`` custom arg it applies
+only to the request's row sent to that address (``notifications.receipts``), never to the batch id alone.
 
 What cannot be stored is never stored, and never answered with a 5xx (which SendGrid retries for
 days): NUL or a lone surrogate in an event's key or string is stored as U+FFFD
@@ -37,8 +40,22 @@ from providers import receipts
 from providers.webhooks import forbidden, storable_fields
 
 MAX_SKEW_SECONDS = 300
-_INVALID_DROP_REASONS = ("bounced address", "invalid")
-_UNSUBSCRIBED_DROP_REASONS = ("unsubscribed address", "spam reporting address")
+
+#: A ``dropped`` event's documented ``reason`` (SendGrid Event Webhook reference, "dropped"; the
+#: glossary's "Drops") → ``(receipt kind, whether the address is invalid)``, matched whole (case and
+#: surrounding blanks aside). Only the suppression-list reasons say anything about the address; a
+#: reason about the request or its content (``Invalid SMTPAPI header`` can carry 1,000 recipients)
+#: and any reason not listed fail this message only. docs/PROVIDERS.md §2(c) has the same table.
+DROP_REASONS: dict[str, tuple[str, bool]] = {
+    "bounced address": (receipts.FAILED, True),
+    "invalid": (receipts.FAILED, True),
+    "unsubscribed address": (receipts.UNSUBSCRIBE, False),
+    "spam reporting address": (receipts.COMPLAINT, False),
+    "invalid smtpapi header": (receipts.FAILED, False),
+    "spam content": (receipts.FAILED, False),
+    "recipient list over package quota": (receipts.FAILED, False),
+    "duplicate message": (receipts.FAILED, False),
+}
 
 
 def _unix_seconds(value) -> int | None:
@@ -110,11 +127,7 @@ def to_receipt(event: dict) -> receipts.Receipt:
         kind = receipts.FAILED
         invalid = str(event.get("type", "bounce")).lower() == "bounce"
     elif kind_raw == "dropped":
-        lowered = reason.lower()
-        kind = receipts.UNSUBSCRIBE if lowered.startswith(_UNSUBSCRIBED_DROP_REASONS) else receipts.FAILED
-        invalid = lowered.startswith(_INVALID_DROP_REASONS)
-        if lowered.startswith("spam reporting"):
-            kind = receipts.COMPLAINT
+        kind, invalid = DROP_REASONS.get(reason.strip().casefold(), (receipts.FAILED, False))
     elif kind_raw == "spamreport":
         kind = receipts.COMPLAINT
     elif kind_raw in ("unsubscribe", "group_unsubscribe"):
@@ -126,7 +139,7 @@ def to_receipt(event: dict) -> receipts.Receipt:
         provider="sendgrid", dedup_key=dedup_key(event), kind=kind, raw=kind_raw or "unknown",
         notification_id=event.get("notification_id"), provider_message_id=message_id,
         error_code=str(event.get("status", "") or ""), detail=reason[:200], invalid_address=invalid,
-        occurred_at=event_time(event))
+        occurred_at=event_time(event), address=str(event.get("email") or ""))
 
 
 @csrf_exempt

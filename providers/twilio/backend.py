@@ -244,7 +244,7 @@ class TwilioSmsBackend(SmsBackend):
             return _caused(self._classify(exc, last_response()), exc)
         except TimeoutError as exc:  # asyncio's and aiohttp's (ServerTimeoutError, ConnectionTimeoutError)
             return _caused(TransientProviderError(
-                self.name, "timeout", f"no answer within {self.timeouts().total} s ({type(exc).__name__})"), exc)
+                self.name, "timeout", f"{self.timeouts().expired(exc)} ({type(exc).__name__})"), exc)
         except aiohttp.ClientError as exc:
             return _caused(TransientProviderError(self.name, transport_code(exc), type(exc).__name__), exc)
         except Exception as exc:

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import gc
+import logging
 import threading
+import uuid
 
 import pytest
+from celery import signals
 from django.test import override_settings
 
 from providers import registry
-from providers.base import ProviderConfigurationError
+from providers.base import OutboundMessage, ProviderConfigurationError
 from providers.sendgrid.backend import SendGridEmailBackend
 from providers.smtp.backend import SmtpEmailBackend
 from providers.twilio.backend import TwilioSmsBackend
+from tests.providers.conftest import fcm_options, twilio_options
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -107,3 +112,42 @@ def test_check_reports_a_backend_on_the_wrong_channel():
         'settings.PROVIDERS["sms"][0]: BACKEND providers.sendgrid.backend.SendGridEmailBackend serves '
         "channel 'email', not 'sms'",
     ]
+
+
+@pytest.mark.parametrize("signal", ["worker_shutdown", "worker_process_shutdown"])
+def test_a_worker_stop_closes_every_threads_provider_sessions_and_logs_no_unclosed_session(emu, caplog, signal):
+    """Issue 23 #5: aiohttp logged ``ERROR Unclosed client session`` at every stop of a worker.
+    Backends opened and used in pool threads (worker_high's), as a task opens them; then the
+    shutdown signal a threaded worker (``worker_shutdown``) or a prefork pool process
+    (``worker_process_shutdown``) sends, with config/celery.py's receivers connected."""
+    import config.celery  # noqa: F401  (the app module connects the signal receivers)
+
+    providers = {"sms": [{**TWILIO, "OPTIONS": twilio_options(emu)}],
+                 "push": [{**FCM, "OPTIONS": fcm_options(emu)}]}
+    sessions = []
+
+    def task():
+        sms, push = registry.get_backend("sms"), registry.get_backend("push")
+        sms.send(OutboundMessage(notification_id=str(uuid.uuid4()), channel="sms", to="+15551230001", body="b"))
+        push.send(OutboundMessage(notification_id=str(uuid.uuid4()), channel="push", to="device-token-1",
+                                  title="t", body="b"))
+        sessions.extend([sms._async_http.session, push._client.session])
+
+    gc.collect()  # what earlier tests left unreachable is collected now, not during this test
+    with override_settings(PROVIDERS=providers), caplog.at_level(logging.ERROR):
+        threads = [threading.Thread(target=task) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(sessions) == 4 and not any(s.closed for s in sessions)
+        ours = {f"{id(s):#x}" for s in sessions}
+
+        getattr(signals, signal).send(sender=None, pid=None, exitcode=0)
+
+        assert [s.closed for s in sessions] == [True] * 4
+        sessions.clear()
+        gc.collect()
+    unclosed = [r.getMessage() for r in caplog.records if "Unclosed" in r.getMessage()]
+    assert [m for m in unclosed if any(address in m for address in ours)] == []
+    assert emu.count() == 4

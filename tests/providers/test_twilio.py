@@ -11,9 +11,11 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 
+import aiohttp
 import pytest
 
 from providers.base import (
+    CallTimeouts,
     ContactInvalidError,
     OutboundMessage,
     PermanentProviderError,
@@ -135,6 +137,30 @@ def test_timeout_is_transient_and_quick(emu, notification_id):
     assert err.value.code == "timeout"
     assert time.monotonic() - started < 1.5
     backend.close()
+
+
+@pytest.mark.timeout(10)
+def test_a_timeout_names_the_configured_timeout_that_applied(emu, notification_id):
+    # Issue 23 #4: the reason said "no answer within 20.0 s" (the whole request's 2 × TIMEOUT) when the
+    # 10 s read timeout had expired. Here TIMEOUT 0.4 s, so TOTAL_TIMEOUT 0.8 s: the read one applies.
+    backend = TwilioSmsBackend(options=twilio_options(emu, TIMEOUT=0.4))
+    emu.fault(provider="twilio", latency_ms=2000)
+
+    with pytest.raises(TransientProviderError) as err:
+        backend.send(sms(notification_id))
+    backend.close()
+
+    assert (err.value.code, err.value.message) == ("timeout", "no answer within 0.4 s (TIMEOUT) (SocketTimeoutError)")
+
+
+@pytest.mark.parametrize(("exc", "reason"), [
+    (aiohttp.ConnectionTimeoutError("Connection timeout to host"), "no connection within 3 s (CONNECT_TIMEOUT)"),
+    (aiohttp.SocketTimeoutError("Timeout on reading data from socket"), "no answer within 10 s (TIMEOUT)"),
+    (TimeoutError(), "no complete answer within 25 s (TOTAL_TIMEOUT)"),
+])
+def test_each_kind_of_timeout_names_its_own_option_and_value(exc, reason):
+    timeouts = CallTimeouts.from_options({"TIMEOUT": 10, "TOTAL_TIMEOUT": 25})
+    assert timeouts.expired(exc) == reason
 
 
 def test_connection_refused_is_transient(emu, notification_id):
