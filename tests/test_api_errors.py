@@ -271,3 +271,42 @@ def test_a_number_that_overflows_to_infinity_is_400_naming_it_not_500(http, alic
     r = http.post(path, data=raw, content_type="application/json", headers={"Idempotency-Key": "inf"})
     assert (r.status_code, error(r)["code"], fields(r)) == (400, "parse_error", {(field, "not_finite")})
     assert Notification.objects.count() == 0
+
+
+@pytest.mark.parametrize(("method", "path", "body", "field", "message"), [
+    ("post", "/v1/notifications", {"user_id": "alice", "channel": "fax", "content": {"body": "x"}}, "channel",
+     '"fax" is not a valid choice; one of: sms, email, push, in_app'),
+    ("post", "/v1/notifications", {"user_id": "alice", "channel": "sms", "priority": "urgent",
+                                   "content": {"body": "x"}}, "priority",
+     '"urgent" is not a valid choice; one of: high, standard'),
+    # A choice inside a list and inside a map of lists (the field's child).
+    ("put", "/v1/users/alice/preferences", {"opt_outs": ["pigeon"]}, "opt_outs.0",
+     '"pigeon" is not a valid choice; one of: sms, email, push, in_app'),
+    ("put", "/v1/users/alice/preferences", {"category_opt_outs": {"marketing": ["fax"]}},
+     "category_opt_outs.marketing.0", '"fax" is not a valid choice; one of: sms, email, push, in_app'),
+    ("put", "/v1/users/alice/devices", {"platform": "windows", "push_token": "t"}, "platform",
+     '"windows" is not a valid choice; one of: ios, android, web'),
+])
+def test_a_wrong_choice_lists_the_valid_ones(http, alice, method, path, body, field, message):
+    """Issue 23: a client that sent a wrong value learns the right ones from the answer."""
+    r = getattr(http, method)(path, data=json.dumps(body), content_type="application/json",
+                              headers={"Idempotency-Key": "choice"})
+    assert r.status_code == 422
+    assert [(f["field"], f["code"], f["message"]) for f in error(r)["fields"]] == [(field, "invalid_choice", message)]
+    assert error(r)["message"] == f"{field}: {message}"
+    assert Notification.objects.count() == 0 and not Preferences.objects.exists()
+
+
+@pytest.mark.parametrize(("path", "body", "field", "message"), [
+    ("/v1/users/alice/preferences", {"opt_out": ["sms"]}, "opt_out", "unknown field; did you mean opt_outs?"),
+    ("/v1/users/alice", {"emial": "a@example.com"}, "emial", "unknown field; did you mean email?"),
+    # Nothing near: no suggestion; a read-only field is never suggested (it cannot be written).
+    ("/v1/users/alice", {"colour": "red"}, "colour", "unknown field"),
+    ("/v1/users/alice", {"user_ib": "x"}, "user_ib", "unknown field"),
+])
+def test_an_unknown_field_suggests_the_near_one(http, alice, path, body, field, message):
+    r = http.put(path, data=json.dumps(body), content_type="application/json")
+    assert r.status_code == 422
+    assert [(f["field"], f["code"], f["message"]) for f in error(r)["fields"]] == [(field, "unknown_field", message)]
+    assert not Preferences.objects.exists()
+    assert Recipient.objects.get(pk="alice").email == "a@example.com"

@@ -140,3 +140,46 @@ def test_every_no_control_character_pattern_is_the_one_rule(schema):
     where_all = " ".join(w for w, _ in found)
     for place in ("user_id", "push_token", "MembersRequest", "DeviceRequest", "SegmentRequest", "TemplateRequest"):
         assert place in where_all, place
+
+
+def _exclusions(rules) -> list[list[str]]:
+    """The ``not: {required: [a, b]}`` pairs of a component's rules (fields that may not come together)."""
+    found = []
+    for rule in (rules or {}).get("allOf", []):
+        if "required" in rule.get("not", {}):
+            found.append(rule["not"]["required"])
+    return found
+
+
+def test_no_default_the_server_does_not_apply_in_every_case(schema):
+    """Issue 23 #4: a generated client (openapi-python-client) sends every field that has a default;
+    ``priority`` and ``sensitive`` had one on ``SendRequestRequest``, so a typed send from such a
+    client was 422 ``not_allowed_with_type``. A field the schema declares mutually exclusive with
+    another has no default, and the send's defaults are in their descriptions."""
+    components = schema["components"]["schemas"]
+    checked = set()
+    for name, component in components.items():
+        for pair in _exclusions(component):
+            for field in pair:
+                assert "default" not in components[name]["properties"][field], (name, field)
+                checked.add((name, field))
+    assert {("SendRequestRequest", f) for f in ("type", "priority", "category", "sensitive")} <= checked
+    send = components["SendRequestRequest"]["properties"]
+    assert "Default `standard`" in send["priority"]["description"]
+    assert "Default false" in send["sensitive"]["description"]
+
+
+def test_the_rules_across_fields_are_stated(schema):
+    """Issue 23 (schemathesis' failures): the inbox mark's exactly one of ids and all_before, the
+    segment members' at least one id to add or remove, the attributes' count; where OpenAPI 3.0
+    cannot state a rule (attribute names, an empty quiet-hours window), the description does."""
+    components = schema["components"]["schemas"]
+    assert components["InboxMarkRequest"]["allOf"] == [{"oneOf": [{"required": ["ids"]},
+                                                                  {"required": ["all_before"]}]}]
+    assert components["MembersRequest"]["allOf"] == [{"anyOf": [
+        {"required": ["add"], "properties": {"add": {"minItems": 1}}},
+        {"required": ["remove"], "properties": {"remove": {"minItems": 1}}}]}]
+    assert components["RecipientRequest"]["allOf"] == [{"properties": {"attributes": {"maxProperties": 50}}}]
+    assert "`^[A-Za-z_][A-Za-z0-9_]{0,63}$`" in components["RecipientRequest"]["properties"]["attributes"][
+        "description"]
+    assert "`7:5` and `07:05` are equal" in components["QuietHoursRequest"]["properties"]["end"]["description"]

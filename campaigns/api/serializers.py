@@ -69,6 +69,10 @@ class MembersSerializer(RejectUnknownFields, serializers.Serializer):
     need not (a member created before the rule existed can still be removed). An id in both lists is
     refused (422 ``add_and_remove`` on both fields, naming the ids): the outcome would be ambiguous."""
 
+    #: At least one id to add or remove, in the OpenAPI schema too (core.api.fields.RejectUnknownFieldsSchema).
+    schema_rules = {"allOf": [{"anyOf": [{"required": ["add"], "properties": {"add": {"minItems": 1}}},
+                                         {"required": ["remove"], "properties": {"remove": {"minItems": 1}}}]}]}
+
     add = serializers.ListField(child=MemberIdField(max_length=MAX_USER_ID_LENGTH, validators=[_valid_user_id]),
                                 required=False, default=list, max_length=MAX_MEMBER_IDS,
                                 help_text="User ids to add (unknown ones are created as bare recipients); 1–255 "

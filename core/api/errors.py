@@ -79,8 +79,14 @@ class ErrorSerializer(serializers.Serializer):
     error = ErrorBodySerializer()
 
 
+#: The 400 of every JSON body, with the rules of core.api.parsers that hold for any string or number
+#: (OpenAPI 3.0 cannot state a rule for every string of a body, map keys included).
+MALFORMED_BODY = ("Malformed JSON body (`parse_error`), a key given twice (`duplicate_key`), or a value no field "
+                  "can hold: a string (value or key) with a NUL character (\\u0000) or a lone UTF-16 surrogate "
+                  "(`unstorable_character`), a number that overflows a double (`not_finite`); `field` names it.")
+
 ERROR_DESCRIPTIONS = {
-    400: "Malformed JSON body, or a missing/invalid `Idempotency-Key` header.",
+    400: f"{MALFORMED_BODY} Or a missing/invalid `Idempotency-Key` header.",
     401: "No API key, or an unknown (`invalid_api_key`), revoked (`revoked_api_key`) or expired "
          "(`expired_api_key`) one (`WWW-Authenticate: Api-Key`).",
     403: "The API key lacks the scope this operation needs (`missing_scope`, naming it).",

@@ -5,6 +5,7 @@ only, ``HH:MM`` wall times, categories and labels. Raised errors are DRF ``Valid
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 from datetime import UTC, timedelta
@@ -75,20 +76,49 @@ def strict_type_errors(field, value, path: str) -> dict[str, serializers.ErrorDe
     return errors
 
 
+def unknown_field_message(key: str, known) -> str:
+    """``"unknown field"``, and the nearest known name if one is near (difflib): ``opt_out`` →
+    ``"unknown field; did you mean opt_outs?"``."""
+    near = difflib.get_close_matches(key, list(known), n=1, cutoff=0.75) if len(key) <= 100 else []
+    return f"unknown field; did you mean {near[0]}?" if near else "unknown field"
+
+
+def list_choices(field) -> None:
+    """Make ``field``'s ``invalid_choice`` message (and its children's: a list or map of choices) name
+    the valid values: ``"fax" is not a valid choice; one of: sms, email, push, in_app``. A message
+    a serializer wrote itself is kept."""
+    default = serializers.ChoiceField.default_error_messages["invalid_choice"]
+    if isinstance(field, serializers.ChoiceField) and field.error_messages.get("invalid_choice") == default:
+        valid = ", ".join(str(choice) for choice in field.choices).replace("{", "{{").replace("}", "}}")
+        field.error_messages["invalid_choice"] = f'"{{input}}" is not a valid choice; one of: {valid}'
+    child = getattr(field, "child", None)
+    if child is not None and not isinstance(child, serializers.BaseSerializer):
+        list_choices(child)
+
+
 class RejectUnknownFields:
     """Serializer mixin for request bodies: a key the serializer does not know is a 422 naming it
-    (``unknown_field``), so a typo (``opt_out`` for ``opt_outs``) can never silently replace data with
-    defaults; and JSON types are strict (:func:`strict_type_errors`, ``invalid_type``)."""
+    (``unknown_field``, suggesting the nearest known name), so a typo (``opt_out`` for ``opt_outs``)
+    can never silently replace data with defaults; JSON types are strict (:func:`strict_type_errors`,
+    ``invalid_type``); and a wrong choice lists the valid ones (:func:`list_choices`)."""
+
+    def get_fields(self):
+        fields = super().get_fields()
+        for field in fields.values():
+            list_choices(field)
+        return fields
 
     def to_internal_value(self, data):
         if isinstance(data, dict):
             unknown = sorted(set(data) - set(self.fields))
             if unknown:
+                writable = [name for name, field in self.fields.items() if not field.read_only]
                 # An empty key, or one spelled like DRF's own "non_field_errors", is quoted so that the
                 # error still names it (found by tests/test_api_generated.py: the field came out null).
                 raise serializers.ValidationError({
                     json.dumps(key) if key in ("", api_settings.NON_FIELD_ERRORS_KEY) else key:
-                    [serializers.ErrorDetail("unknown field", code="unknown_field")] for key in unknown})
+                    [serializers.ErrorDetail(unknown_field_message(key, writable), code="unknown_field")]
+                    for key in unknown})
             errors: dict[str, serializers.ErrorDetail] = {}
             for name, value in data.items():
                 field = self.fields[name]

@@ -11,7 +11,7 @@ from rest_framework.views import APIView
 
 from core import clock
 from core.api import audit_notes
-from core.api.errors import BODY, error_responses, field_error, response_headers
+from core.api.errors import BODY, MALFORMED_BODY, error_responses, field_error, response_headers
 from core.api.fields import AwareDateTimeField, RejectUnknownFields
 from core.api.scopes import Scope
 from notifications import app_receipts
@@ -83,7 +83,7 @@ class NotificationReceiptView(APIView):
             200: OpenApiResponse(AppReceiptResultSerializer, description="A duplicate (`duplicate: true`): this "
                                                                          "event was reported before; nothing "
                                                                          "changed."),
-            **error_responses(*BODY, 404, 409, 422, _404=_404, _400="Malformed JSON body.",
+            **error_responses(*BODY, 404, 409, 422, _404=_404, _400=MALFORMED_BODY,
                               _409="The notification was never sent: `fields[0].code` names its status "
                                    "(`notification_queued`, `notification_scheduled`, `notification_failed`, "
                                    "`notification_suppressed`, `notification_expired`, `notification_cancelled`); "

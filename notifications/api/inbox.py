@@ -57,6 +57,11 @@ class InboxCountsSerializer(serializers.Serializer):
 
 
 class InboxMarkSerializer(RejectUnknownFields, serializers.Serializer):
+    """``POST /v1/users/{id}/inbox/mark``: exactly one of ``ids`` and ``all_before``, and a ``status``."""
+
+    #: The one-of rule in the OpenAPI schema too (core.api.fields.RejectUnknownFieldsSchema).
+    schema_rules = {"allOf": [{"oneOf": [{"required": ["ids"]}, {"required": ["all_before"]}]}]}
+
     ids = serializers.ListField(child=serializers.UUIDField(), required=False, min_length=1,
                                 max_length=marks.MAX_IDS,
                                 help_text=f"The items (notification ids) to mark: 1–{marks.MAX_IDS}. Every id must "

@@ -111,10 +111,15 @@ class SendRequestSerializer(RejectUnknownFields, serializers.Serializer):
 
     user_id = serializers.CharField(max_length=255, trim_whitespace=False,
                                     help_text="An existing user id, exactly as stored (never trimmed).")
+    # priority, category and sensitive declare no default (the schema would state it, and a generated
+    # client then sends it always, 422 with `type`): their defaults apply without `type` only, in validate().
     channel = serializers.ChoiceField(choices=Channel.choices)
-    priority = serializers.ChoiceField(choices=Priority.choices, default=Priority.STANDARD)
-    category = CategoryField(required=False, allow_blank=True, default="", max_length=64,
-                             help_text='e.g. "marketing", "security"; matched against category opt-outs.')
+    priority = serializers.ChoiceField(choices=Priority.choices, required=False,
+                                       help_text="Default `standard`. Not with `type` (the type's: 422 "
+                                                 "`not_allowed_with_type`).")
+    category = CategoryField(required=False, allow_blank=True, max_length=64,
+                             help_text='e.g. "marketing", "security"; matched against category opt-outs. Default '
+                                       'none. Not with `type` (the type\'s).')
     content = ContentSerializer(required=False, help_text="The message itself; or leave it out and give `type` and "
                                                           "`data` (rendered from the type's templates at send time).")
     type = serializers.CharField(required=False, max_length=64,
@@ -127,8 +132,9 @@ class SendRequestSerializer(RejectUnknownFields, serializers.Serializer):
     ttl_seconds = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1,
                                            max_value=MAX_TTL_SECONDS,
                                            help_text="Expire this many seconds after the send time.")
-    sensitive = serializers.BooleanField(required=False, default=False,
-                                         help_text="Content (e.g. an OTP) is never shown in the admin or logs.")
+    sensitive = serializers.BooleanField(required=False,
+                                         help_text="Content (e.g. an OTP) is never shown in the admin or logs. "
+                                                   "Default false. Not with `type` (the type's).")
 
     def validate_category(self, value: str) -> str:
         if value and not CATEGORY_PATTERN.match(value):
@@ -147,15 +153,16 @@ class SendRequestSerializer(RejectUnknownFields, serializers.Serializer):
         elif "content" not in attrs:
             errors = {"content": serializers.ErrorDetail("give content, or type and data", code="required")}
         else:
+            attrs = {"priority": Priority.STANDARD, "category": "", "sensitive": False, **attrs}
             errors = channel_content_errors(attrs["channel"], attrs["content"])
             if "data" in attrs:
                 errors["data"] = serializers.ErrorDetail("data goes with type; inline content has content.data",
                                                          code="not_allowed_without_type")
-        if attrs.get("sensitive") and attrs["channel"] == Channel.IN_APP:
-            errors["sensitive"] = serializers.ErrorDetail(
-                "sensitive content never goes to an inbox: an item is kept and listed for weeks (docs/APP.md); send "
-                "it by sms, email or push", code="sensitive_not_in_app")
-        errors.update(priority_category_errors(attrs["priority"], attrs["category"]))
+            if attrs["sensitive"] and attrs["channel"] == Channel.IN_APP:
+                errors["sensitive"] = serializers.ErrorDetail(
+                    "sensitive content never goes to an inbox: an item is kept and listed for weeks (docs/APP.md); "
+                    "send it by sms, email or push", code="sensitive_not_in_app")
+            errors.update(priority_category_errors(attrs["priority"], attrs["category"]))
         errors.update(channel_available_errors(attrs["channel"]))
         if errors:
             raise serializers.ValidationError(errors)

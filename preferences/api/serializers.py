@@ -31,8 +31,17 @@ def _run(validator, value):
         raise serializers.ValidationError(exc.messages[0], code=exc.code) from None
 
 
+#: A recipient's attributes: at most this many, each named like an identifier (templates read them).
+MAX_ATTRIBUTES = 50
+ATTRIBUTE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+
+
 class RecipientSerializer(RejectUnknownFields, serializers.Serializer):
     """A recipient's contacts. PUT replaces them all: an omitted field becomes empty."""
+
+    #: The attributes' count in the OpenAPI schema too; their names' rule is in the field's description
+    #: (a pattern for property names, ``propertyNames``, is JSON Schema that OpenAPI 3.0 lacks).
+    schema_rules = {"allOf": [{"properties": {"attributes": {"maxProperties": MAX_ATTRIBUTES}}}]}
 
     user_id = serializers.CharField(read_only=True)
     email = serializers.EmailField(required=False, allow_blank=True, max_length=254, default="")
@@ -44,7 +53,11 @@ class RecipientSerializer(RejectUnknownFields, serializers.Serializer):
                          help_text="BCP 47 language tag, e.g. de-DE.")
     attributes = serializers.DictField(child=serializers.CharField(max_length=1000, allow_blank=True),
                                        required=False, default=dict,
-                                       help_text="String attributes usable in templates ({{ first_name }}).")
+                                       help_text=f"String attributes usable in templates ({{{{ first_name }}}}): "
+                                                 f"at most {MAX_ATTRIBUTES}; each name a letter or `_`, then "
+                                                 f"letters, digits or `_`, at most 64 (`{ATTRIBUTE_NAME.pattern}`, "
+                                                 "422 `invalid_name`; OpenAPI 3.0 cannot state a pattern for "
+                                                 "property names).")
     email_invalid_reason = serializers.CharField(read_only=True)
     phone_invalid_reason = serializers.CharField(read_only=True)
 
@@ -55,10 +68,10 @@ class RecipientSerializer(RejectUnknownFields, serializers.Serializer):
         return _run(validate_iana_zone, value) if value else ""
 
     def validate_attributes(self, value: dict) -> dict:
-        if len(value) > 50:
-            raise serializers.ValidationError("at most 50 attributes", code="max_length")
+        if len(value) > MAX_ATTRIBUTES:
+            raise serializers.ValidationError(f"at most {MAX_ATTRIBUTES} attributes", code="max_length")
         for key in value:
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$", key):
+            if not ATTRIBUTE_NAME.match(key):
                 raise serializers.ValidationError(
                     f"attribute name '{key[:70]}' must be an identifier (letters, digits, _; ≤ 64)",
                     code="invalid_name")
@@ -73,8 +86,9 @@ class RecipientSerializer(RejectUnknownFields, serializers.Serializer):
 class QuietHoursSerializer(RejectUnknownFields, serializers.Serializer):
     start = WallTimeField(help_text="Local wall-clock start, inclusive (HH:MM).")
     end = WallTimeField(help_text="Local wall-clock end, exclusive (HH:MM); may be before start "
-                                  "(the window crosses midnight); must differ from start (422 `empty_window`: "
-                                  "send `quiet_hours: null` for no window).")
+                                  "(the window crosses midnight); must differ from start as a time, so `7:5` "
+                                  "and `07:05` are equal (422 `empty_window`: send `quiet_hours: null` for no "
+                                  "window; OpenAPI cannot compare two properties).")
     timezone = serializers.CharField(required=False, allow_blank=True, max_length=64, default="",
                                      help_text="IANA zone; defaults to the recipient's timezone, then UTC.")
 
