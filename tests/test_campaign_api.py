@@ -246,7 +246,8 @@ def test_a_campaign_may_use_a_notification_type_and_its_data_and_bad_uses_are_re
 
 def test_a_typed_campaign_takes_the_types_priority_and_category_and_conflicts_are_refused(http, segment):
     """One way in (docs/POLICIES.md, "Abuse limits"): a campaign of a type sends with the type's
-    priority and category, as an event of it would; a high type needs notifications:send_high."""
+    priority and category (giving either is refused, as on a typed send); a high type needs
+    notifications:send_high."""
     from notifications.models import NotificationType
 
     NotificationType.objects.create(key="news_t", name="N", category="news", channels=["email"])
@@ -259,11 +260,11 @@ def test_a_typed_campaign_takes_the_types_priority_and_category_and_conflicts_ar
         "standard", "news")
     conflict = call(http, "post", "/v1/campaigns", {"segment_id": "vip", "channel": "email", "type": "news_t",
                                                     "category": "marketing"}, **{"Idempotency-Key": "t2"})
-    assert conflict.status_code == 422 and fields(conflict) == {("category", "conflicts_with_type")}
+    assert conflict.status_code == 422 and fields(conflict) == {("category", "not_allowed_with_type")}
     # The finding: a key without send_high sent a high type's content through a standard campaign.
     high = call(http, "post", "/v1/campaigns", {"segment_id": "vip", "channel": "sms", "type": "adm_high",
                                                 "priority": "standard"}, **{"Idempotency-Key": "t3"})
-    assert high.status_code == 422 and ("priority", "conflicts_with_type") in fields(high)
+    assert high.status_code == 422 and ("priority", "not_allowed_with_type") in fields(high)
     high = call(http, "post", "/v1/campaigns", {"segment_id": "vip", "channel": "sms", "type": "adm_high"},
                 **{"Idempotency-Key": "t4"})
     assert high.status_code == 403, high.content

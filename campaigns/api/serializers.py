@@ -323,16 +323,15 @@ class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
 
     def _take_from_type(self, kind: NotificationType, attrs: dict) -> dict:
         """A typed campaign sends the type's content with the type's priority and category, as every
-        other road of a type does (a standard campaign of a high type would skip the high gate).
-        Given and different: ``conflicts_with_type`` naming the field."""
+        other road of a type does (a standard campaign of a high type would skip the high gate); given
+        with ``type``: ``not_allowed_with_type``, as on a typed send (docs/TYPES.md)."""
         errors = {}
         for name in ("priority", "category"):
-            own = getattr(kind, name)
-            if name in attrs and attrs[name] != own:
+            if name in attrs:
                 errors[name] = serializers.ErrorDetail(
-                    f"type {kind.key} has {name} {own}: a campaign of it has the type's {name} (leave {name} out)",
-                    code="conflicts_with_type")
-            attrs[name] = own
+                    f"comes from the type (type {kind.key} has {name} {getattr(kind, name)}); leave {name} out",
+                    code="not_allowed_with_type")
+            attrs[name] = getattr(kind, name)
         return errors
 
 
