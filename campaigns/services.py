@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from time import monotonic
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
 
 from campaigns import ownership
 from campaigns.models import (
@@ -24,7 +25,7 @@ from core import clock
 from core.identifiers import user_id_problem
 from notifications.models import APIClient
 from notifications.services import cancel_campaign_notifications
-from preferences.models import Recipient
+from preferences.services import create_bare_recipients
 
 # The earliest any zone reaches a given wall time: UTC+14 (Pacific/Kiritimati).
 MAX_UTC_OFFSET = timedelta(hours=14)
@@ -112,19 +113,29 @@ def change_members(segment: Segment, *, add: list[str], remove: list[str],
     bad = next((u for u in add if user_id_problem(u)), None)
     if bad is not None:
         raise ValueError(f"user id {bad!r} {user_id_problem(bad)}")
-    add = list(dict.fromkeys(add))
+    add = sorted(set(add))  # one lock order for concurrent calls
     remove = list(dict.fromkeys(remove))
     with transaction.atomic():
         if client is not None:
             ownership.check_members_change(Segment.objects.select_for_update().get(pk=segment.pk), client)
-        existing = set(Recipient.objects.filter(pk__in=add).values_list("pk", flat=True))
-        new = [Recipient(user_id=u) for u in add if u not in existing]
-        Recipient.objects.bulk_create(new, ignore_conflicts=True, batch_size=2000)
-        before = SegmentMember.objects.filter(segment=segment, recipient_id__in=add).count()
-        SegmentMember.objects.bulk_create([SegmentMember(segment=segment, recipient_id=u) for u in add],
-                                          ignore_conflicts=True, batch_size=2000)
+        created = create_bare_recipients(add)
+        added = _insert_members(segment, add)
         removed, _ = SegmentMember.objects.filter(segment=segment, recipient_id__in=remove).delete()
-    return {"added": len(add) - before, "removed": removed, "created_recipients": len(new)}
+    return {"added": added, "removed": removed, "created_recipients": created}
+
+
+def _insert_members(segment: Segment, user_ids: list[str]) -> int:
+    """Make ``user_ids`` (existing recipients) members of ``segment``: one ``INSERT … SELECT FROM
+    unnest(…) ON CONFLICT DO NOTHING``. Returns how many became members (those already members are
+    not counted)."""
+    if not user_ids:
+        return 0
+    table = SegmentMember._meta.db_table
+    with connection.cursor() as cur:
+        cur.execute(f"INSERT INTO {table} (segment_id, recipient_id, added_at) "
+                    "SELECT %s, u, %s FROM unnest(%s::text[]) AS u ON CONFLICT (segment_id, recipient_id) DO NOTHING",
+                    [segment.pk, timezone.now(), user_ids])
+        return cur.rowcount
 
 
 def remove_from_every_segment(recipient_id: str) -> int:

@@ -54,6 +54,7 @@ urlpatterns = [
          name="notification-receipts"),
     path("v1/events", event_views.EventListView.as_view(), name="events"),
     path("v1/events/<uuid:event_id>", event_views.EventDetailView.as_view(), name="event-detail"),
+    path("v1/events/<uuid:event_id>/recipients", event_views.EventRecipientsView.as_view(), name="event-recipients"),
     path("v1/events/<uuid:event_id>/cancel", event_views.EventCancelView.as_view(), name="event-cancel"),
     path("v1/notification-types", type_views.TypeListView.as_view(), name="notification-types"),
     path("v1/notification-types/<str:key>", type_views.TypeView.as_view(), name="notification-type"),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from preferences.models import Device, Preferences, Recipient, Unsubscribe
@@ -145,3 +145,25 @@ def erase_personal_data(recipient: Recipient) -> dict:
     Unsubscribe.objects.filter(recipient=recipient).delete()
     return {"contacts_erased": held, "devices_deleted": devices, "preferences_deleted": bool(prefs),
             "contacts": contacts}
+
+
+def create_bare_recipients(user_ids: list[str]) -> int:
+    """Create a bare recipient (no contacts yet) for each of ``user_ids`` that has none, in one
+    ``INSERT … SELECT FROM unnest(…) ON CONFLICT DO NOTHING`` (in the caller's transaction): a
+    10,000-id segment upload costs one statement, not 10,000 model instances. Every column but the
+    id takes the model's default for a new row, read from the model so the two never differ.
+    Returns how many were created (an id created meanwhile by another request is not counted).
+    The ids must follow :func:`core.identifiers.user_id_problem` (the callers check it first)."""
+    if not user_ids:
+        return 0
+    prototype = Recipient(user_id="")
+    fields = [f for f in Recipient._meta.concrete_fields if not f.primary_key]
+    values = [f.get_db_prep_save(f.pre_save(prototype, add=True), connection) for f in fields]
+    pk = Recipient._meta.pk
+    columns = ", ".join(connection.ops.quote_name(f.column) for f in [pk, *fields])
+    casts = ", ".join(f"%s::{f.cast_db_type(connection)}" for f in fields)
+    with connection.cursor() as cur:
+        cur.execute(f"INSERT INTO {connection.ops.quote_name(Recipient._meta.db_table)} ({columns}) "
+                    f"SELECT u, {casts} FROM unnest(%s::text[]) AS u ON CONFLICT DO NOTHING",
+                    [*values, sorted(set(user_ids))])
+        return cur.rowcount

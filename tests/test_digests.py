@@ -270,6 +270,8 @@ def test_the_api_defines_a_digest_type_and_an_event_says_which_digest_it_went_in
     story = http.get(f"/v1/events/{post.json()['id']}").json()
     (recipient,) = story["recipients"]
     assert (recipient["outcome"], recipient["notifications"]) == ("pending", [])
+    assert story["summary"] == {"users": 1, "outcomes": {"reached": 0, "pending": 1, "not_reached": 0},
+                                "channels": {}}
     assert recipient["digest"] == {"id": str(digest.pk), "key": "p9", "state": "open",
                                    "opened_at": "2026-03-02T12:00:00Z", "closes_at": "2026-03-02T12:10:00Z",
                                    "closed_at": None, "items": 1}
@@ -281,6 +283,7 @@ def test_the_api_defines_a_digest_type_and_an_event_says_which_digest_it_went_in
     assert (recipient["digest"]["state"], recipient["outcome"]) == ("closed", "pending")
     assert [(n["id"], n["channel"], n["status"]) for n in recipient["notifications"]] == [
         (str(digest_notification_id(digest.pk, "push")), "push", "scheduled")]
+    assert (story["summary"]["outcomes"]["pending"], story["summary"]["channels"]) == (1, {"push": {"scheduled": 1}})
 
 
 @pytest.mark.parametrize(("extra", "field"), [({"scheduled_at": "tomorrow"}, "scheduled_at"),

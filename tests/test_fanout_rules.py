@@ -85,3 +85,16 @@ def test_api_shows_the_eligible_reach_before_fan_out_and_fan_out_creates_exactly
     assert (after["status"], after["member_count"], after["reach"]) == ("sending", 7, None)
     assert after["counts"]["by_status"]["queued"] == before["reach"]["eligible"]
     assert after["counts"]["suppressed_by_reason"] == before["reach"]["suppressed_by_reason"]
+
+
+def test_users_sharing_an_address_each_get_the_campaign_by_their_own_rules():
+    """docs/POLICIES.md, "One address, several users": a campaign goes per user, not per address
+    (each account's opt-outs, unsubscribe link, locale and caps are its own); one account's opt-out
+    suppresses only that account."""
+    make_recipient("home-a", email="family@example.org")
+    make_recipient("home-b", email="Family@Example.org")
+    make_recipient("home-c", email="family@example.org", prefs={"category_opt_outs": {"marketing": ["email"]}})
+    rows = run_fan_out(make_campaign(["home-a", "home-b", "home-c"], channel="email"))
+    assert [(n.recipient_id, n.channel, n.status, n.reason) for n in rows] == [
+        ("home-a", "email", "queued", ""), ("home-b", "email", "queued", ""),
+        ("home-c", "email", "suppressed", "opted_out_category")]

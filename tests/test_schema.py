@@ -24,13 +24,14 @@ def test_schema_documents_the_api(schema):
         "/v1/segments/{segment_id}", "/v1/segments/{segment_id}/members", "/v1/templates/{template_id}",
         "/v1/campaigns", "/v1/campaigns/{campaign_id}", "/v1/campaigns/{campaign_id}/cancel",
         "/v1/users/{user_id}/notifications", "/v1/segments", "/v1/templates",
-        "/v1/events", "/v1/events/{event_id}", "/v1/events/{event_id}/cancel",
+        "/v1/events", "/v1/events/{event_id}", "/v1/events/{event_id}/cancel", "/v1/events/{event_id}/recipients",
         "/v1/notification-types", "/v1/notification-types/{key}",
         "/v1/users/{user_id}/inbox", "/v1/users/{user_id}/inbox/counts", "/v1/users/{user_id}/inbox/mark",
     }
     lists = {"/v1/users/{user_id}/notifications": {"status", "channel", "category"}, "/v1/segments": set(),
              "/v1/segments/{segment_id}/members": set(), "/v1/templates": set(),
-             "/v1/campaigns": {"status", "channel", "segment_id"}, "/v1/notification-types": set()}
+             "/v1/campaigns": {"status", "channel", "segment_id"}, "/v1/notification-types": set(),
+             "/v1/events/{event_id}/recipients": set()}
     for path, filters in lists.items():
         get = schema["paths"][path]["get"]
         assert {p["name"] for p in get["parameters"] if p["in"] == "query"} == {"limit", "cursor", *filters}, path

@@ -60,7 +60,7 @@ def declared_operations():
 
 def test_every_api_view_declares_a_known_scope_for_each_method():
     operations = list(declared_operations())
-    assert len(operations) == 34  # a new endpoint lands here: give it required_scopes
+    assert len(operations) == 35  # a new endpoint lands here: give it required_scopes
     for route, method, scope, view_class in operations:
         assert route.startswith("/v1/"), route
         assert scope in Scope.values, f"{view_class.__name__}.{method} ({method.upper()} {route}) declares no scope"
@@ -117,6 +117,7 @@ ENDPOINTS = [
     Endpoint("post", "/v1/events", "/v1/events", 202, (S, Scope.SEND_HIGH), {"type": "otp", "user_id": "alice"},
              extra_field="type"),
     Endpoint("get", "/v1/events/{event_id}", "/v1/events/{eid}", 200, (R,)),
+    Endpoint("get", "/v1/events/{event_id}/recipients", "/v1/events/{eid}/recipients", 200, (R,)),
     Endpoint("post", "/v1/events/{event_id}/cancel", "/v1/events/{eid}/cancel", 200, (S,)),
     Endpoint("get", "/v1/notification-types", "/v1/notification-types", 200, (R,)),
     Endpoint("get", "/v1/notification-types/{key}", "/v1/notification-types/order", 200, (R,)),
@@ -385,7 +386,7 @@ def test_a_method_the_view_does_not_implement_is_405_with_allow_whatever_the_sco
                                           "message": f"method: {message}",
                                           "fields": [{"field": "method", "code": "method_not_allowed",
                                                       "message": message}]}}, (method, path)
-    assert seen == 25 * len(ALL_METHODS) - 34
+    assert seen == 26 * len(ALL_METHODS) - 35
 
 
 def test_the_reported_methods_are_405():

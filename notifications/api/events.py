@@ -3,7 +3,6 @@ platform decides channels, content and timing from the event's type (docs/TYPES.
 
 from __future__ import annotations
 
-from django.db.models import Count, Q
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
@@ -12,16 +11,20 @@ from rest_framework.views import APIView
 from core.api import audit_notes
 from core.api.errors import BODY, error_responses, field_error, response_headers
 from core.api.fields import AwareDateTimeField, RejectUnknownFields
+from core.api.pagination import list_page, page_parameters, page_serializer
 from core.api.refusals import AcceptanceLimited
 from core.api.scopes import Scope
 from core.identifiers import MAX_USER_ID_LENGTH, no_control_pattern
-from notifications.api.serializers import (
-    EventSerializer as TimelineSerializer,
+from notifications.api.event_reads import (
+    BY_USER,
+    ISO,
+    EventDetailSerializer,
+    EventRecipientSerializer,
+    event_body,
+    recipients_body,
+    recipients_query,
 )
-from notifications.api.serializers import (
-    channel_available_errors,
-    check_schedule_window,
-)
+from notifications.api.serializers import channel_available_errors, check_schedule_window
 from notifications.api.typed import data_errors, type_for
 from notifications.api.views import (
     ACCEPTANCE_ERRORS,
@@ -32,9 +35,8 @@ from notifications.api.views import (
 )
 from notifications.content_limits import MAX_TTL_SECONDS
 from notifications.events import services
-from notifications.events.digests import digests_of
-from notifications.events.models import DigestItem, Event
-from notifications.models import REACHED_STATUSES, Notification, Status
+from notifications.events.models import Event
+from notifications.models import Notification
 from notifications.services import request_fingerprint
 from preferences.models import Recipient
 
@@ -124,12 +126,8 @@ def accepted_body(event: Event, rows: list[Notification], digests=()) -> dict:
     return {"id": str(event.pk), "type": event.type_id, "notifications": [
         {"id": str(n.pk), "user_id": n.recipient_id, "channel": n.channel, "status": n.accepted_status,
          "reason": "fallback_waiting" if n.fallback_after else ""} for n in rows],
-        "digests": [{"id": str(d.pk), "user_id": d.recipient_id, "key": d.key, "closes_at": _ISO(d.closes_at)}
+        "digests": [{"id": str(d.pk), "user_id": d.recipient_id, "key": d.key, "closes_at": ISO(d.closes_at)}
                     for d in digests]}
-
-
-#: How every answer writes an instant (DRF's: UTC with "Z"; None stays None).
-_ISO = serializers.DateTimeField().to_representation
 
 
 class EventListView(APIView):
@@ -188,92 +186,6 @@ class EventListView(APIView):
                         f"/v1/events/{result.event.pk}", result.replayed)
 
 
-class EventNotificationDetailSerializer(serializers.Serializer):
-    id = serializers.UUIDField()
-    channel = serializers.CharField()
-    status = serializers.CharField()
-    reason = serializers.CharField()
-    reason_detail = serializers.CharField()
-    sent_at = serializers.DateTimeField(allow_null=True)
-    delivered_at = serializers.DateTimeField(allow_null=True)
-    timeline = TimelineSerializer(many=True)
-
-
-class EventDigestDetailSerializer(serializers.Serializer):
-    id = serializers.UUIDField()
-    key = serializers.CharField()
-    state = serializers.ChoiceField(choices=["open", "closed"])
-    opened_at = serializers.DateTimeField()
-    closes_at = serializers.DateTimeField()
-    closed_at = serializers.DateTimeField(allow_null=True)
-    items = serializers.IntegerField(help_text="How many events it holds (so far, while open).")
-
-
-class EventRecipientSerializer(serializers.Serializer):
-    user_id = serializers.CharField()
-    digest = EventDigestDetailSerializer(allow_null=True, help_text="A digest type's event: the digest it went "
-                                                                    "into; `notifications` are the digest's (made "
-                                                                    "when it closes; none while it is open).")
-    outcome = serializers.ChoiceField(choices=["reached", "pending", "not_reached"],
-                                      help_text="`reached`: a channel sent it; `pending`: not decided yet; "
-                                                "`not_reached`: every channel ended without sending (see reasons).")
-    notifications = EventNotificationDetailSerializer(many=True)
-
-
-class EventDetailSerializer(serializers.Serializer):
-    id = serializers.UUIDField()
-    type = serializers.CharField()
-    created_at = serializers.DateTimeField()
-    scheduled_at = serializers.DateTimeField(allow_null=True)
-    ttl_seconds = serializers.IntegerField(allow_null=True)
-    collapse_key = serializers.CharField()
-    cancelled_at = serializers.DateTimeField(allow_null=True)
-    data = serializers.DictField(allow_null=True, help_text="The event's data; null for a sensitive type.")
-    recipients = EventRecipientSerializer(many=True)
-
-
-#: A user's outcome over their notifications (EventRecipientSerializer.outcome).
-PENDING = (Status.SCHEDULED, Status.QUEUED, Status.SENDING)
-
-
-def outcome_of(rows: list[Notification]) -> str:
-    if any(n.status in REACHED_STATUSES for n in rows):
-        return "reached"
-    if any(n.status in PENDING for n in rows):
-        return "pending"
-    return "not_reached"
-
-
-def event_body(event: Event) -> dict:
-    into = digests_of(event)
-    ids = [pk for d in into.values() for pk in d.notification_ids()]
-    rows = (Notification.objects.filter(Q(event=event) | Q(pk__in=ids) if ids else Q(event=event))
-            .defer("title", "body", "html", "data").prefetch_related("timeline"))
-    by_user: dict[str, list] = {u: [] for u in event.user_ids}
-    order = {c: i for i, c in enumerate(event.channels)}
-    for n in rows:
-        by_user.setdefault(n.recipient_id, []).append(n)
-    iso = _ISO
-    counts = dict(DigestItem.objects.filter(digest__in=list(into.values())).values("digest")
-                  .annotate(n=Count("id")).values_list("digest", "n")) if into else {}
-    recipients = []
-    for user, notes in by_user.items():
-        notes.sort(key=lambda n: order.get(n.channel, 9))
-        digest = into.get(user)
-        recipients.append({"user_id": user, "outcome": "pending" if digest and not digest.closed_at else
-                           outcome_of(notes), "digest": None if digest is None else {
-            "id": str(digest.pk), "key": digest.key, "state": digest.state, "opened_at": iso(digest.opened_at),
-            "closes_at": iso(digest.closes_at), "closed_at": iso(digest.closed_at),
-            "items": counts.get(digest.pk, 0)}, "notifications": [
-            {"id": str(n.pk), "channel": n.channel, "status": n.status, "reason": n.reason,
-             "reason_detail": n.reason_detail, "sent_at": iso(n.sent_at), "delivered_at": iso(n.delivered_at),
-             "timeline": TimelineSerializer(n.timeline.all(), many=True).data} for n in notes]})
-    return {"id": str(event.pk), "type": event.type_id, "created_at": iso(event.created_at),
-            "scheduled_at": iso(event.scheduled_at), "ttl_seconds": event.ttl_seconds,
-            "collapse_key": event.collapse_key, "cancelled_at": iso(event.cancelled_at),
-            "data": None if event.sensitive or event.type.sensitive else event.data, "recipients": recipients}
-
-
 def _own_event(request, event_id) -> Event | None:
     return Event.objects.select_related("type").filter(pk=event_id, client=request.auth).first()
 
@@ -284,7 +196,10 @@ _EVENT_404 = "No event with this id sent by this API client."
 class EventDetailView(APIView):
     required_scopes = {"get": Scope.READ}
 
-    @extend_schema(summary="An event, its data and each notification with its status, reason and timeline",
+    @extend_schema(summary="An event, its data, counts per outcome and channel, and its first recipients",
+                   description="Bounded whatever the number of users: `summary` counts them all; `recipients` "
+                               "are the first few by `user_id`, each with their notifications and timelines; "
+                               "`GET /v1/events/{event_id}/recipients` lists them all, a page at a time.",
                    parameters=response_headers(),
                    responses={200: EventDetailSerializer, **error_responses(404, _404=_EVENT_404)})
     def get(self, request, event_id):
@@ -293,6 +208,25 @@ class EventDetailView(APIView):
             return field_error("event_id", "not_found", "no event with this id for this API client", 404,
                                error_code="not_found")
         return Response(event_body(event))
+
+
+class EventRecipientsView(APIView):
+    required_scopes = {"get": Scope.READ}
+
+    @extend_schema(operation_id="v1_events_recipients_list",
+                   summary="An event's users by user_id, each with outcome, notifications and timelines (keyset "
+                           "pagination)",
+                   parameters=[*page_parameters(), *response_headers()],
+                   responses={200: page_serializer("EventRecipientPage", EventRecipientSerializer()),
+                              **error_responses(404, 422, _404=_EVENT_404,
+                                                _422="A bad query parameter; `field` names it.")})
+    def get(self, request, event_id):
+        event = _own_event(request, event_id)
+        if event is None:
+            return field_error("event_id", "not_found", "no event with this id for this API client", 404,
+                               error_code="not_found")
+        return Response(list_page(request.query_params, recipients_query(event), BY_USER,
+                                  lambda rows: recipients_body(event, [r.pk for r in rows])))
 
 
 class EventCancelView(APIView):

@@ -193,10 +193,13 @@ def erase_digests(recipient_id: str) -> int:
     return closed
 
 
-def digests_of(event: Event) -> dict[str, Digest]:
-    """``{user_id: Digest}`` for the digests ``event`` went into (one query)."""
-    return {i.digest.recipient_id: i.digest
-            for i in DigestItem.objects.filter(event=event).select_related("digest")}
+def digests_of(event: Event, users: list[str] | None = None) -> dict[str, Digest]:
+    """``{user_id: Digest}`` for the digests ``event`` went into (one query); only ``users``' when given
+    (a page of the event's recipients)."""
+    items = DigestItem.objects.filter(event=event).select_related("digest")
+    if users is not None:
+        items = items.filter(digest__recipient_id__in=users)
+    return {i.digest.recipient_id: i.digest for i in items}
 
 
 #: How many of a digest's items its templates see in ``items`` (``count`` is always the total and
