@@ -139,6 +139,11 @@ def _body(status_code: int, code: str, message: str, fields: list[dict] | None =
     return {"error": body}
 
 
+#: The error shape's body for a status, code and message, for writers outside Django's responses
+#: (gunicorn's own errors: config/gunicorn_conf.py).
+error_body = _body
+
+
 def json_error_view(status_code: int, code: str, message: str):
     """A plain Django view answering the API's error shape (for URL-level 400/404/500)."""
     from django.http import JsonResponse
