@@ -330,7 +330,7 @@ def test_create_api_client_refuses_unknown_scopes():
 
 def test_admin_api_client_page_sets_scopes_with_checkboxes(admin_client, fast_password_hashing):
     client, _ = APIClient.objects.create_key(name="user-service", scopes=["recipients:write", "read"])
-    url = f"/admin/notifications/apiclient/{client.pk}/change/"
+    url = f"/admin/notifications/apiclient/{client.prefix}/change/"
     page = admin_client.get(url).content.decode()
     for scope in Scope.values:
         checked = " checked" if scope in ("recipients:write", "read") else ""
