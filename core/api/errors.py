@@ -91,12 +91,14 @@ ERROR_DESCRIPTIONS = {
     415: "The body is not `application/json`.",
     422: "Validation failed; `fields` names each field and the rule it broke.",
     429: "Over this API client's rate limit; retry after `Retry-After` seconds.",
-    503: "A dependency the request needs cannot be reached; nothing was written: retry shortly.",
+    503: "A dependency the request needs cannot be reached; nothing was written: retry shortly "
+         "(`database_unavailable`: Postgres restarting or failing over; after `Retry-After` seconds).",
 }
 
-# Every endpoint needs an API key and is rate limited. (403, the scope, is added to every operation by
-# notifications.api.schema.ScopedAutoSchema, which names the scope the view declares.)
-ALWAYS = (401, 429)
+# Every endpoint needs an API key, is rate limited and needs the database (503 database_unavailable).
+# (403, the scope, is added to every operation by notifications.api.schema.ScopedAutoSchema, which
+# names the scope the view declares.)
+ALWAYS = (401, 429, 503)
 # Endpoints that parse a JSON body can also answer 400 (malformed JSON), 413 (too large) and 415 (not JSON).
 BODY = (400, 413, 415)
 
@@ -116,8 +118,9 @@ def response_headers(*, created: tuple[int, ...] = ()) -> list[OpenApiParameter]
     headers = [
         OpenApiParameter("WWW-Authenticate", str, OpenApiParameter.HEADER, required=True, response=[401],
                          description="`Api-Key`: the scheme to authenticate with."),
-        OpenApiParameter("Retry-After", OpenApiTypes.INT, OpenApiParameter.HEADER, response=[429],
-                         description="Seconds until the rate limit lets this client through again."),
+        OpenApiParameter("Retry-After", OpenApiTypes.INT, OpenApiParameter.HEADER, response=[429, 503],
+                         description="Seconds until the rate limit lets this client through again (429), or "
+                                     "to wait before retrying (503)."),
     ]
     if created:
         headers.append(OpenApiParameter("Location", str, OpenApiParameter.HEADER, required=True,
