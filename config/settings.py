@@ -474,7 +474,7 @@ LOGGING = {
         "django": {"handlers": [], "level": "INFO", "propagate": True},
         # A 4xx is the client's problem: django.request logs it at INFO, not WARNING (5xx stay ERROR).
         # Who did what and with what outcome is the API audit log's (APIAuditEntry), 4xx included.
-        "django.request": {"level": "INFO", "filters": ["client_errors_at_info"]},
+        "django.request": {"filters": ["client_errors_at_info"]},
         "django.db.backends": {"level": "WARNING"},
         # Not its version banner at every process start; its login failures and lockouts stay.
         "axes.apps": {"level": "WARNING"},

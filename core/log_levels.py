@@ -15,12 +15,14 @@ import logging
 
 class ClientErrorsAtInfo(logging.Filter):
     """A logger filter: a record of a 4xx response (``status_code`` in its extra, as
-    ``django.utils.log.log_response`` sets it) becomes INFO, and is dropped when its logger is not
-    enabled for INFO; every other record passes unchanged."""
+    ``django.utils.log.log_response`` sets it) becomes INFO, and is dropped unless INFO is enabled
+    both for its logger and for the root (``LOG_LEVEL``: ``WARNING`` drops them); every other record
+    passes unchanged."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         status = getattr(record, "status_code", None)
         if not isinstance(status, int) or not 400 <= status < 500 or record.levelno <= logging.INFO:
             return True
         record.levelno, record.levelname = logging.INFO, logging.getLevelName(logging.INFO)
-        return logging.getLogger(record.name).isEnabledFor(logging.INFO)
+        return all(logger.isEnabledFor(logging.INFO) for logger in (logging.getLogger(record.name),
+                                                                     logging.getLogger()))

@@ -77,7 +77,8 @@ def test_4xx_are_logged_at_info_and_5xx_at_error(http, caplog):
     assert levels == [("INFO", 404), ("INFO", 400), ("ERROR", 503)]
 
 
-def test_4xx_are_not_logged_when_the_level_is_warning(http, caplog):
-    caplog.set_level(logging.WARNING, logger="django.request")
+@pytest.mark.parametrize("logger", ["django.request", None], ids=["django.request", "LOG_LEVEL"])
+def test_4xx_are_not_logged_when_the_level_is_warning(http, caplog, logger):
+    caplog.set_level(logging.WARNING, logger=logger)
     assert http.get("/v1/users/nobody-here").status_code == 404
     assert [r for r in caplog.records if r.name == "django.request"] == []
