@@ -39,6 +39,38 @@ if admin.site.is_registered(APIKey):
     admin.site.unregister(APIKey)
 
 
+def client_label(client: APIClient | None) -> str:
+    """How every admin page names an API client: ``name (prefix)``; ``—`` for none."""
+    return f"{client.name} ({client.prefix})" if client is not None else "—"
+
+
+class ClientChoiceField(forms.ModelChoiceField):
+    """An API client chosen by its prefix (the options' values), never by its id."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs["to_field_name"] = "prefix"
+        super().__init__(*args, **kwargs)
+
+    def prepare_value(self, value):
+        if isinstance(value, str) and "." in value:  # an id (a form's initial value): its prefix
+            return value.split(".", 1)[0]
+        return super().prepare_value(value)
+
+    def label_from_instance(self, obj) -> str:
+        return client_label(obj)
+
+
+class ClientByPrefix:
+    """ModelAdmin mixin (before ``admin.ModelAdmin``) for a model with a foreign key to
+    :class:`APIClient`: its select offers clients by prefix (:class:`ClientChoiceField`), so neither
+    the page nor its view/change links carry a client's id."""
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.related_model is APIClient:
+            kwargs["form_class"] = ClientChoiceField
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)  # type: ignore[misc]
+
+
 class APIClientForm(forms.ModelForm):
     """``scopes`` as one checkbox per :class:`~core.api.scopes.Scope` (stored in their canonical order)."""
 
@@ -113,7 +145,7 @@ class APIClientAdmin(ContentLookupGuard, APIKeyModelAdmin):
 @admin.display(description="Client", ordering="client__name")
 def linked_client(entry):
     """``name (prefix)``, linked to the client's page by its prefix."""
-    return format_html('<a href="{}">{} ({})</a>', change_url(entry.client), entry.client.name, entry.client.prefix)
+    return format_html('<a href="{}">{}</a>', change_url(entry.client), client_label(entry.client))
 
 
 class ClientFilter(admin.SimpleListFilter):
@@ -162,7 +194,7 @@ class APIAuditEntryAdmin(ContentLookupGuard, admin.ModelAdmin):
 
     @admin.display(description="Client", ordering="client__name")
     def client_shown(self, obj):
-        return f"{obj.client.name} ({obj.client.prefix})"
+        return client_label(obj.client)
 
     @admin.display(description="Fields changed")
     def fields_shown(self, obj) -> str:

@@ -258,6 +258,36 @@ def test_the_admin_addresses_api_clients_by_prefix(admin_client, http):
     assert admin_client.get(f"/admin/notifications/apiclient/{user_service.pk}/change/").status_code == 302
 
 
+def test_pages_naming_a_client_never_carry_its_id(client, supporter, http, fast_password_hashing):
+    """A notification's page (support) named its client with Django's link to the client's page,
+    whose URL held the id; a segment's or template's select (marketing) had ids as option values."""
+    import uuid
+
+    from campaigns.models import Segment
+    from campaigns.roles import MARKETING
+    from notifications.models import Notification
+
+    user_service = APIClient.objects.get(name="user-service")
+    alice = Recipient.objects.create(user_id="alice")
+    sent = Notification.objects.create(id=uuid.uuid4(), client=user_service, recipient=alice, channel="sms",
+                                       body="x", status="sent")
+    segment = Segment.objects.create(segment_id="seg", name="Seg", client=user_service)
+    client.force_login(supporter)
+    page = client.get(f"/admin/notifications/notification/{sent.pk}/change/").content.decode()
+    assert f"user-service ({user_service.prefix})" in page and "sha512$$" not in page
+    marketer = User.objects.create_user("mia", is_staff=True)
+    marketer.groups.add(Group.objects.get(name=MARKETING))
+    client.force_login(marketer)
+    url = f"/admin/campaigns/segment/{segment.pk}/change/"
+    page = client.get(url).content.decode()
+    assert "sha512$$" not in page
+    assert f'<option value="{user_service.prefix}" selected>user-service ({user_service.prefix})</option>' in page
+    r = client.post(url, {"segment_id": "seg", "name": "Renamed", "description": "", "client": user_service.prefix})
+    assert r.status_code == 302
+    segment.refresh_from_db()
+    assert (segment.name, segment.client_id) == ("Renamed", user_service.pk)
+
+
 def test_existing_admin_log_entries_of_clients_are_moved_to_their_prefix(admin_user, user_service):
     import importlib
     from types import SimpleNamespace
