@@ -49,6 +49,7 @@ from campaigns.models import (
     TemplateVariant,
 )
 from core import clock
+from notifications.admin_clients import ClientByPrefix
 from notifications.models import Priority
 from notifications.rendering.checking import check_budget
 from preferences.admin_guard import ContentLookupGuard
@@ -78,7 +79,7 @@ class SegmentChangeList(ChangeList):
 
 
 @admin.register(Segment)
-class SegmentAdmin(ContentLookupGuard, OwnerColumn, admin_views.SegmentUploadViews, admin.ModelAdmin):
+class SegmentAdmin(ContentLookupGuard, ClientByPrefix, OwnerColumn, admin_views.SegmentUploadViews, admin.ModelAdmin):
     """Segments with member counts; the change page adds members from a CSV upload and links to the
     paginated member list (members are never all rendered: segments can be huge)."""
 
@@ -176,7 +177,7 @@ class TemplateVariantInline(admin.StackedInline):
 
 
 @admin.register(Template)
-class TemplateAdmin(ContentLookupGuard, OwnerColumn, admin.ModelAdmin):
+class TemplateAdmin(ContentLookupGuard, ClientByPrefix, OwnerColumn, admin.ModelAdmin):
     """Templates with their variants; ``?preview_user=<user id>`` on the change page renders the saved
     template for that recipient (html shown as escaped source and in a sandboxed iframe)."""
 

@@ -75,6 +75,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # A view that hit a broken database connection (Postgres restarting) answers 503 with
+    # Retry-After, not 500 (DRF views: the API's exception handler, same rule).
+    "core.api.errors.DatabaseUnavailableMiddleware",
     # Static files (admin CSS/JS, Swagger UI) served by the app itself under gunicorn: WhiteNoise,
     # from STATIC_ROOT (filled by `manage.py collectstatic`, which `make run` and `make test` run).
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -467,12 +470,16 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "filters": {"redact": {"()": "core.redaction.RedactingFilter"}},
+    "filters": {"redact": {"()": "core.redaction.RedactingFilter"},
+                "client_errors_at_info": {"()": "core.log_levels.ClientErrorsAtInfo"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact"]}},
     "root": {"handlers": ["console"], "level": env("LOG_LEVEL", default="INFO")},
     "loggers": {
         # Django's own handlers (mail_admins, the DEBUG-only console) replaced by the root's.
         "django": {"handlers": [], "level": "INFO", "propagate": True},
+        # A 4xx is the client's problem: django.request logs it at INFO, not WARNING (5xx stay ERROR).
+        # Who did what and with what outcome is the API audit log's (APIAuditEntry), 4xx included.
+        "django.request": {"filters": ["client_errors_at_info"]},
         "django.db.backends": {"level": "WARNING"},
         # Not its version banner at every process start; its login failures and lockouts stay.
         "axes.apps": {"level": "WARNING"},

@@ -14,6 +14,9 @@ content of sensitive notifications is removed, in every log record of every proc
   - URL-encoded text (an access log's path and query string) is decoded for matching, each
     component on its own, and masked in its encoded form: ``q=%2B1+%28415%29+555-0100`` reads
     ``q=%2B14*****00``, ``carol.smith%40b%C3%BCcher.de`` reads ``c***%40b%C3%BCcher.de``.
+* :func:`mask_capabilities` masks the token of a one-click unsubscribe URL (``/u/<token>``: a signed
+  bearer capability, valid 60 days, that unsubscribes whoever holds it): ``/u/[token]``, in gunicorn's
+  access log line and in Django's ``Not Found: /u/…`` alike.
 * :func:`sensitive_content` is the pipeline's way to keep content out of logs: while it is active
   (per thread / context), every text of the given notifications (their ``title``, ``body``, ``html``
   as they are when a record is made, each line of at least 4 characters too) reads ``[sensitive]``
@@ -66,6 +69,11 @@ _EMAIL = re.compile(r"([\w.!#$'*+^`{|}~\-]{1,64})@((?:[^\W_](?:[\w\-]{0,61}[^\W_
 _TOKEN = re.compile(r"[^\s\"'<>\[\]]+")
 _ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
 _URL_DELIMITERS = re.compile(r"([?&=/;,])")
+# The one-click unsubscribe path (config/urls.py, ``u/<str:token>``) and its token: one path segment.
+# At the start of a path: after a space, a quote, "=" or "(" (a log line, a Referer), or a URL's host.
+_CAPABILITY_PATH = re.compile(r"((?:^|[\s\"'=(])(?:[A-Za-z][A-Za-z0-9+.\-]{0,20}://[^\s/?#\"'<>]{1,255})?/u/)"
+                              r"[^\s/?#\"'<>]+")
+CAPABILITY_MASK = "[token]"
 _sources: contextvars.ContextVar[tuple] = contextvars.ContextVar("notify_sensitive_sources", default=())
 
 
@@ -173,6 +181,11 @@ def mask_contacts(text: str) -> str:
     return _rebuild(text, replacements, lambda i, j: text[i:j]) if replacements else text
 
 
+def mask_capabilities(text: str) -> str:
+    """``text`` with the token of every one-click unsubscribe path masked: ``/u/[token]``."""
+    return _CAPABILITY_PATH.sub(r"\1" + CAPABILITY_MASK, text) if "/u/" in text else text
+
+
 @contextlib.contextmanager
 def sensitive_content(sources) -> Iterator[None]:
     """While active, the content of every object in ``sources`` (anything with ``title``, ``body``,
@@ -223,8 +236,9 @@ def _carried(exc: BaseException | None) -> tuple:
 
 def redact(text: str, extra: tuple = ()) -> str:
     """``text`` without the content of the active :func:`sensitive_content` sources (and the
-    strings in ``extra``), with contacts masked. Never raises."""
-    return mask_contacts(_remove(text if isinstance(text, str) else str(text), _sensitive_texts(extra)))
+    strings in ``extra``), with contacts and unsubscribe tokens masked. Never raises."""
+    text = _remove(text if isinstance(text, str) else str(text), _sensitive_texts(extra))
+    return mask_contacts(mask_capabilities(text))
 
 
 def _remove(text: str, secrets: list[str]) -> str:

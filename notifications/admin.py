@@ -114,14 +114,14 @@ class NotificationAdmin(ReadOnly, ContentLookupGuard, admin.ModelAdmin):
     show_full_result_count = False
     paginator = EstimatedCountPaginator
     inlines = [EventInline, AttemptInline]
-    readonly_fields = ["id", "client", "idempotency_key", "recipient_link", "channel", "priority", "category",
+    readonly_fields = ["id", "client_shown", "idempotency_key", "recipient_link", "channel", "priority", "category",
                        "status", "reason", "reason_detail", "shown_title", "shown_body", "shown_html",
                        "shown_data", "sensitive", "attempts_shown", "provider", "provider_message_id",
                        "campaign_id", *(f"{f}_instant" for f in TIMES)]
     fieldsets = [
         ("Status", {"fields": ["id", "status", "reason", "reason_detail", "attempts_shown", "provider",
                                "provider_message_id"]}),
-        ("Recipient and request", {"fields": ["recipient_link", "channel", "priority", "category", "client",
+        ("Recipient and request", {"fields": ["recipient_link", "channel", "priority", "category", "client_shown",
                                               "idempotency_key", "campaign_id"]}),
         ("Content", {"fields": ["sensitive", "shown_title", "shown_body", "shown_html", "shown_data"]}),
         ("Times (UTC, and your browser's zone)", {"fields": [f"{f}_instant" for f in TIMES]}),
@@ -172,6 +172,12 @@ class NotificationAdmin(ReadOnly, ContentLookupGuard, admin.ModelAdmin):
             why = obj.get_reason_display() if obj.reason else obj.get_status_display()
             return f"No provider call ({obj.get_status_display().lower()} before sending: {why})"
         return "No provider call"
+
+    @admin.display(description="Client")
+    def client_shown(self, obj):
+        """``name (prefix)``: never Django's link to the client, whose URL would carry its id (the
+        key's hash; notifications/admin_clients.py)."""
+        return f"{obj.client.name} ({obj.client.prefix})" if obj.client_id else "—"
 
     @admin.display(description="Recipient")
     def recipient_link(self, obj):

@@ -20,6 +20,7 @@ from notifications.admin_events import ChannelOutcome, outcome_list
 from notifications.admin_time import INSTANTS_JS, instant_display
 from notifications.events.models import Digest, DigestItem
 from notifications.models import Notification
+from preferences.admin_guard import ContentLookupGuard
 
 #: Items listed on a digest's page (its count is always the whole).
 ITEMS_SHOWN = 100
@@ -46,10 +47,10 @@ class EventAccess:
 
 
 @admin.register(Digest)
-class DigestAdmin(EventAccess, ReadOnly, admin.ModelAdmin):
+class DigestAdmin(ContentLookupGuard, EventAccess, ReadOnly, admin.ModelAdmin):
     """Read-only: digests are opened by events and closed by the scheduler."""
 
-    list_display = ["id", "recipient", "type", "key", "window_seconds", "items_count", "state_shown", "opened",
+    list_display = ["id", "recipient", "type", "key_shown", "window_seconds", "items_count", "state_shown", "opened",
                     "notifications_shown"]
     list_filter = ["type", ("closed_at", admin.EmptyFieldListFilter)]
     search_fields = ["=recipient__user_id"]
@@ -57,7 +58,7 @@ class DigestAdmin(EventAccess, ReadOnly, admin.ModelAdmin):
     ordering = ["-opened_at"]
     show_full_result_count = False
     paginator = EstimatedCountPaginator
-    fields = ["id", "recipient", "type", "key", "window_seconds", "channels", "routing", "opened", "closes",
+    fields = ["id", "recipient", "type", "key_shown", "window_seconds", "channels", "routing", "opened", "closes",
               "closed", "items_count", "items_shown", "notifications_shown"]
     readonly_fields = fields
     opened = instant_display("opened_at", "Opened")
@@ -68,7 +69,11 @@ class DigestAdmin(EventAccess, ReadOnly, admin.ModelAdmin):
         js = [INSTANTS_JS]
 
     def get_queryset(self, request):
-        return super().get_queryset(request).annotate(items_n=Count("items"))
+        return super().get_queryset(request).select_related("type").annotate(items_n=Count("items"))
+
+    @admin.display(description="Key", ordering="key")
+    def key_shown(self, obj):
+        return obj.shown_key
 
     @admin.display(description="Items")
     def items_count(self, obj):
@@ -94,10 +99,10 @@ def event_digests(event, link: bool):
     """The digests an event went into (on its admin page): each linked, with its state, item count and
     its notifications' outcomes."""
     found = list(Digest.objects.filter(pk__in=DigestItem.objects.filter(event=event).values("digest"))
-                 .annotate(items_n=Count("items"))
+                 .select_related("type").annotate(items_n=Count("items"))
                  .order_by("recipient_id")[:ITEMS_SHOWN])
     if not found:
         return "—"
     return format_html_join("", "<div>{}: <a href=\"{}\">digest {}</a> [{}] {}, {} item(s): {}</div>", (
-        (d.recipient_id, reverse("admin:notifications_digest_change", args=[d.pk]), d.pk, d.key, d.state,
+        (d.recipient_id, reverse("admin:notifications_digest_change", args=[d.pk]), d.pk, d.shown_key, d.state,
          d.items_n, digest_outcomes(d, link)) for d in found))

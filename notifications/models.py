@@ -32,7 +32,13 @@ class APIClient(AbstractAPIKey):
 
     There is no separate "may send high" flag: :attr:`allow_high` reads and writes the scope
     ``notifications:send_high``, so the one list is the single source of truth.
+
+    Its primary key is ``prefix.<hash of the key>``: no admin lookup or search reaches it or the hash
+    (``content_fields``, preferences/admin_guard.py), and the admin addresses a client by its
+    ``prefix`` (notifications/admin_clients.py).
     """
+
+    content_fields = frozenset({"id", "hashed_key"})
 
     scopes = models.JSONField(default=default_scopes, blank=True, validators=[validate_scopes],
                               help_text="What this key may do; see the README's scopes table.")

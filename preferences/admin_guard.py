@@ -5,8 +5,12 @@
   content-bearing fields in a class attribute ``content_fields`` (a frozenset of field names:
   ``Notification.content_fields`` holds title, body, html, data, …). Otherwise
   ``?id=<id>&body__startswith=Your+code+is+1`` answers "1 result" or "0 results" and reads a hidden
-  OTP code one digit at a time. A refused lookup is Django's ``DisallowedModelAdminLookup`` (a
-  SuspiciousOperation): the answer is 400 and no count is rendered. A filter value Django cannot
+  OTP code one digit at a time. A secret is guarded the same way: ``APIClient.content_fields`` names
+  its primary key (``prefix.<hash of the key>``), so ``?client__id__startswith=`` on the API audit log
+  is refused as ``?body__startswith=`` is; a lookup on a foreign key itself (``client__startswith``)
+  compares the key it points to, and is refused when that is such a field. A refused lookup is
+  Django's ``DisallowedModelAdminLookup`` (a SuspiciousOperation): the answer is 400 and no count is
+  rendered. A filter value Django cannot
   apply (``?id=not-a-uuid``) also answers 400, instead of a redirect to the unfiltered list.
   ``check()`` (run by ``manage.py check``) fails, id ``admin_guard.E001``, for a ``search_fields``
   entry that reaches content.
@@ -35,9 +39,11 @@ def content_field_of(model, lookup: str) -> str | None:
     reaches from ``model``, as ``"app_label.Model.field"``; ``None`` when it reaches none.
 
     Follows relations (forward and reverse) part by part; stops at the first part that is not a
-    field (a transform or lookup name such as ``startswith``). ``pk`` is the primary key.
+    field (a transform or lookup name such as ``startswith``). ``pk`` is the primary key. A lookup
+    that ends on a foreign key (``client``, ``client__startswith``) compares the field it points to.
     """
-    for part in lookup.split(LOOKUP_SEP):
+    parts = lookup.split(LOOKUP_SEP)
+    for index, part in enumerate(parts):
         opts = model._meta
         name = opts.pk.name if part == "pk" else part
         try:
@@ -50,7 +56,21 @@ def content_field_of(model, lookup: str) -> str | None:
         if not field.is_relation or related is None:
             return None
         model = related
+        target = getattr(field, "target_field", None)
+        following = parts[index + 1] if index + 1 < len(parts) else None
+        if target is not None and field.many_to_one and not _is_field(model, following):
+            return content_field_of(model, target.name)
     return None
+
+
+def _is_field(model, name: str | None) -> bool:
+    if name is None:
+        return False
+    try:
+        model._meta.get_field(model._meta.pk.name if name == "pk" else name)
+    except FieldDoesNotExist:
+        return False
+    return True
 
 
 class ContentLookupGuard:
@@ -58,8 +78,9 @@ class ContentLookupGuard:
     and a filter value that cannot be applied answers 400. See the module docstring."""
 
     def lookup_allowed(self, lookup, value, request=None) -> bool:
-        if content_field_of(self.model, lookup) is not None:
-            return False
+        own = {getattr(f, "parameter_name", None) for f in self.list_filter if isinstance(f, type)}
+        if lookup not in own and content_field_of(self.model, lookup) is not None:
+            return False  # (a SimpleListFilter's parameter is its own queryset's, never a lookup)
         return super().lookup_allowed(lookup, value, request)
 
     def get_changelist_instance(self, request):

@@ -5,12 +5,15 @@ client, rolled-back transactions), the platform clock frozen; no worker processe
 
 from __future__ import annotations
 
+import importlib
 import json
 import uuid
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 
 import pytest
-from django.db import transaction
+from django.apps import apps
+from django.db import connection, transaction
 from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -18,6 +21,7 @@ from hypothesis import strategies as st
 from campaigns import admin_views as admin_campaigns
 from campaigns import services as campaign_services
 from campaigns.selectors import campaign_counts
+from core.api.scopes import Scope
 from notifications import app_receipts, receipts
 from notifications.models import APIAuditEntry, APIClient, DeliveryAttempt, DeliveryEvent, Notification, Reason
 from preferences.models import Device, Recipient
@@ -191,6 +195,50 @@ def test_an_admin_made_campaigns_push_is_reported_by_any_client_and_counted(http
     progress = admin_campaigns.progress(campaign)  # the campaign page and its refresh
     assert {k: progress[k] for k in ("sent", "delivered", "displayed", "opened", "done")} == {
         "sent": 4, "delivered": 3, "displayed": 3, "opened": 1, "done": 4}
+
+
+def test_a_send_only_key_cannot_report_receipts_of_an_admin_campaign_it_finds(frozen):
+    """Issue 23 #12: a key with only notifications:send (and read, to find the send) posted `opened` for an
+    admin campaign's push it found under GET /v1/users/{id}/notifications, moving the campaign's counts.
+    Receipts have their own scope: without it 403 missing_scope and nothing moves; with it, 201."""
+    segment, _ = campaign_services.upsert_segment("sale", name="Sale")
+    campaign = campaign_services.create_campaign(client=None, idempotency_key=None, segment=segment, channel="push",
+                                                 body="Sale", name="Sale").campaign
+    row = push(None, campaign_id=campaign.pk)
+    sender = Client(headers={"Authorization": "Api-Key " + APIClient.objects.create_key(
+        name="orders", scopes=[Scope.SEND, Scope.READ])[1]})
+    found = sender.get(f"/v1/users/{row.recipient_id}/notifications").json()["items"]
+    assert [n["id"] for n in found] == [str(row.pk)]
+    before = campaign_counts(campaign)["outcome"]
+
+    code, body = post(sender, row.pk, {"event": "opened"})
+    assert (code, body["error"]["code"], body["error"]["fields"][0]["field"]) == (403, "missing_scope", "Authorization")
+    assert "notifications:receipts" in body["error"]["message"]
+    assert campaign_counts(campaign)["outcome"] == before and before["opened"] == 0
+    assert status_of(row) == "sent" and not DeliveryEvent.objects.filter(notification=row, kind="app_opened").exists()
+
+    backend = Client(headers={"Authorization": "Api-Key " + APIClient.objects.create_key(
+        name="app-backend", scopes=[Scope.RECEIPTS])[1]})
+    assert post(backend, row.pk, {"event": "opened"})[0] == 201
+    assert campaign_counts(campaign)["outcome"]["opened"] == 1 and status_of(row) == "opened"
+
+
+def test_receipts_are_not_a_default_scope_and_reporters_keep_it_across_the_migration():
+    """New keys do not get notifications:receipts; the migration gives it to keys that posted receipts."""
+    assert Scope.RECEIPTS not in APIClient.objects.create_key(name="plain")[0].scopes
+    reporter = APIClient.objects.create_key(name="app-backend", scopes=[Scope.SEND, Scope.SEND_HIGH, Scope.READ])[0]
+    refused = APIClient.objects.create_key(name="refused", scopes=[Scope.SEND, Scope.READ])[0]
+    sender = APIClient.objects.create_key(name="sender", scopes=[Scope.SEND, Scope.READ])[0]
+    for client, path, code in ((reporter, "/v1/notifications/{notification_id}/receipts", 201),
+                               (refused, "/v1/notifications/{notification_id}/receipts", 404),
+                               (sender, "/v1/notifications", 202)):
+        APIAuditEntry.objects.create(at=NOW, client=client, method="POST", path=path, status=code)
+    migration = importlib.import_module("notifications.migrations.0025_receipts_scope")
+    migration.grant_to_receipt_reporters(apps, SimpleNamespace(connection=connection))
+    scopes = {c.name: c.scopes for c in APIClient.objects.filter(pk__in=[reporter.pk, refused.pk, sender.pk])}
+    assert scopes == {"app-backend": ["notifications:send", "notifications:send_high", "notifications:receipts",
+                                      "read"],
+                      "refused": ["notifications:send", "read"], "sender": ["notifications:send", "read"]}
 
 
 def test_sms_and_email_get_no_app_receipts(http, owner, frozen):

@@ -180,10 +180,10 @@ def test_support_reads_the_audit_log_filtered_by_client_and_date(client, support
     url = "/admin/notifications/apiauditentry/"
     page = client.get(url).content.decode()
     assert "2030-03-01 09:00:00.123 UTC" in page and "missing_scope" in page
-    assert 'href="?client__id__exact=' in page  # the client filter
-    assert "at__gte=" in page  # the date filter
     user_service = APIClient.objects.get(name="user-service")
-    only = client.get(url, {"client__id__exact": user_service.pk}).content.decode()
+    assert f'href="?client={user_service.prefix}"' in page  # the client filter, by prefix
+    assert "at__gte=" in page  # the date filter
+    only = client.get(url, {"client": user_service.prefix}).content.decode()
     assert "2030-03-01 09:00:00.123 UTC" in only and "missing_scope" not in only
     day = client.get(url, {"at__gte": "2030-03-04 00:00:00+00:00",
                            "at__lt": "2030-03-05 00:00:00+00:00"}).content.decode()
@@ -191,6 +191,118 @@ def test_support_reads_the_audit_log_filtered_by_client_and_date(client, support
     entry = APIAuditEntry.objects.filter(client=user_service).get()
     detail = client.get(f"{url}{entry.pk}/change/")
     assert detail.status_code == 200 and "locale" in detail.content.decode()
+
+
+HASH_LOOKUPS = ["client__id__startswith", "client__id__exact", "client__id", "client__pk__startswith",
+                "client__startswith", "client__exact", "client", "client__hashed_key__startswith",
+                "client__id__regex", "client__in"]
+
+
+@pytest.mark.parametrize("lookup", HASH_LOOKUPS)
+def test_support_cannot_look_up_an_api_keys_hash_on_the_audit_log(client, supporter, http, lookup):
+    """Issue 23 #9: ``?client__id__startswith=`` reads the key's hash (the client's id is
+    ``prefix.<hash>``) one character at a time from "1 result"/"0 results". Every lookup that reaches
+    the id or the hash is 400; nothing is listed."""
+    call(http, "put", "/v1/users/alice", {"locale": "en"})
+    user_service = APIClient.objects.get(name="user-service")
+    client.force_login(supporter)
+    value = user_service.pk if lookup != "client__in" else f"{user_service.pk},x"
+    if lookup == "client":  # the filter's own parameter: a prefix, never an id
+        r = client.get("/admin/notifications/apiauditentry/", {lookup: user_service.pk})
+        assert (r.status_code, r.context["cl"].result_count) == (200, 0)
+        return
+    r = client.get("/admin/notifications/apiauditentry/", {lookup: value[:12]})
+    assert r.status_code == 400, (lookup, r.status_code)
+    assert user_service.hashed_key not in r.content.decode()
+
+
+def test_no_page_support_reads_shows_an_api_keys_hash(client, supporter, http):
+    call(http, "put", "/v1/users/alice", {"locale": "en"})
+    user_service = APIClient.objects.get(name="user-service")
+    entry = APIAuditEntry.objects.get()
+    client.force_login(supporter)
+    url = "/admin/notifications/apiauditentry/"
+    for page in (client.get(url), client.get(url, {"client": user_service.prefix}),
+                 client.get(f"{url}{entry.pk}/change/")):
+        text = page.content.decode()
+        assert page.status_code == 200
+        assert user_service.hashed_key not in text and user_service.hashed_key[:16] not in text
+        assert "sha512$$" not in text
+    listed = client.get(url).content.decode()
+    assert f"user-service ({user_service.prefix})" in listed
+    assert "/admin/notifications/apiclient/" not in listed  # support may not open API clients: no link
+
+
+def test_the_admin_addresses_api_clients_by_prefix(admin_client, http):
+    call(http, "put", "/v1/users/alice", {"locale": "en"})
+    user_service = APIClient.objects.get(name="user-service")
+    by_prefix = f"/admin/notifications/apiclient/{user_service.prefix}/change/"
+    pages = {"list": admin_client.get("/admin/notifications/apiclient/"),
+             "audit log": admin_client.get("/admin/notifications/apiauditentry/"),
+             "client": admin_client.get(by_prefix),
+             "history": admin_client.get(f"/admin/notifications/apiclient/{user_service.prefix}/history/")}
+    for name, page in pages.items():
+        text = page.content.decode()
+        assert page.status_code == 200, name
+        assert user_service.hashed_key not in text and "sha512$$" not in text, name
+    assert f'href="{by_prefix}"' in pages["list"].content.decode()
+    assert f'href="{by_prefix}"' in pages["audit log"].content.decode()
+    r = admin_client.post(by_prefix, {"name": "user-service", "scopes": ["read"], "rate_limit": ""})
+    assert r.status_code == 302
+    from django.contrib.admin.models import LogEntry
+
+    assert list(LogEntry.objects.values_list("object_id", flat=True)) == [user_service.prefix]
+    history = admin_client.get(f"/admin/notifications/apiclient/{user_service.prefix}/history/").content.decode()
+    assert "Changed Scopes" in history and "sha512$$" not in history
+    # the id (with the hash) addresses nothing
+    assert admin_client.get(f"/admin/notifications/apiclient/{user_service.pk}/change/").status_code == 302
+
+
+def test_pages_naming_a_client_never_carry_its_id(client, supporter, http, fast_password_hashing):
+    """A notification's page (support) named its client with Django's link to the client's page,
+    whose URL held the id; a segment's or template's select (marketing) had ids as option values."""
+    import uuid
+
+    from campaigns.models import Segment
+    from campaigns.roles import MARKETING
+    from notifications.models import Notification
+
+    user_service = APIClient.objects.get(name="user-service")
+    alice = Recipient.objects.create(user_id="alice")
+    sent = Notification.objects.create(id=uuid.uuid4(), client=user_service, recipient=alice, channel="sms",
+                                       body="x", status="sent")
+    segment = Segment.objects.create(segment_id="seg", name="Seg", client=user_service)
+    client.force_login(supporter)
+    page = client.get(f"/admin/notifications/notification/{sent.pk}/change/").content.decode()
+    assert f"user-service ({user_service.prefix})" in page and "sha512$$" not in page
+    marketer = User.objects.create_user("mia", is_staff=True)
+    marketer.groups.add(Group.objects.get(name=MARKETING))
+    client.force_login(marketer)
+    url = f"/admin/campaigns/segment/{segment.pk}/change/"
+    page = client.get(url).content.decode()
+    assert "sha512$$" not in page
+    assert f'<option value="{user_service.prefix}" selected>user-service ({user_service.prefix})</option>' in page
+    r = client.post(url, {"segment_id": "seg", "name": "Renamed", "description": "", "client": user_service.prefix})
+    assert r.status_code == 302
+    segment.refresh_from_db()
+    assert (segment.name, segment.client_id) == ("Renamed", user_service.pk)
+
+
+def test_existing_admin_log_entries_of_clients_are_moved_to_their_prefix(admin_user, user_service):
+    import importlib
+    from types import SimpleNamespace
+
+    from django.apps import apps
+    from django.contrib.admin.models import CHANGE, LogEntry
+    from django.contrib.contenttypes.models import ContentType
+    from django.db import connection
+
+    client_row = user_service[0]
+    LogEntry.objects.create(user=admin_user, content_type=ContentType.objects.get_for_model(APIClient),
+                            object_id=client_row.pk, object_repr="user-service", action_flag=CHANGE)
+    migration = importlib.import_module("notifications.migrations.0026_admin_log_client_prefix")
+    migration.to_prefix(apps, SimpleNamespace(connection=connection))
+    assert list(LogEntry.objects.values_list("object_id", flat=True)) == [client_row.prefix]
 
 
 def test_the_audit_log_is_read_only_even_for_superusers(admin_client, http):

@@ -242,3 +242,13 @@ def _answers(url: str) -> bool:
         return requests.get(url, timeout=2).status_code == 200
     except requests.RequestException:
         return False
+
+
+@pytest.mark.parametrize(("text", "masked"), [
+    ('"GET /u/eyJ1IjoiYSJ9:1t2:Ab_c-d HTTP/1.1" 200', '"GET /u/[token] HTTP/1.1" 200'),
+    ("Not Found: /u/abc.def", "Not Found: /u/[token]"),
+    ('"https://notify.example.com/u/abc?x=1"', '"https://notify.example.com/u/[token]?x=1"'),
+    ("/v1/users/u/notifications", "/v1/users/u/notifications"),  # a user id "u", not the unsubscribe path
+])
+def test_unsubscribe_tokens_are_masked(text, masked):
+    assert redaction.redact(text) == masked

@@ -39,7 +39,7 @@ def test_schema_documents_the_api(schema):
         assert set(schema["components"]["schemas"][ref]["properties"]) == {"items", "next_cursor"}
         assert "422" in get["responses"]
     erase = schema["paths"]["/v1/users/{user_id}"]["delete"]
-    assert set(erase["responses"]) == {"200", "401", "403", "404", "422", "429"}
+    assert set(erase["responses"]) == {"200", "401", "403", "404", "422", "429", "503"}
     send = schema["paths"]["/v1/notifications"]["post"]
     assert {p["name"] for p in send["parameters"]} == {"Idempotency-Key"}
     assert set(send["responses"]) == {"202", "400", "401", "403", "413", "415", "422", "429", "503"}

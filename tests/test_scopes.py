@@ -146,7 +146,8 @@ ENDPOINTS = [
              extra_field="priority"),
     Endpoint("get", "/v1/notifications/{notification_id}", "/v1/notifications/{nid}", 200, (R,)),
     Endpoint("post", "/v1/notifications/{notification_id}/cancel", "/v1/notifications/{nid}/cancel", 200, (S,)),
-    Endpoint("post", "/v1/notifications/{notification_id}/receipts", "/v1/notifications/{pid}/receipts", 201, (S,),
+    Endpoint("post", "/v1/notifications/{notification_id}/receipts", "/v1/notifications/{pid}/receipts", 201,
+             (Scope.RECEIPTS,),
              {"event": "opened"}),
     Endpoint("get", "/v1/segments", "/v1/segments", 200, (R,)),
     Endpoint("get", "/v1/segments/{segment_id}", "/v1/segments/seg", 200, (R,)),
@@ -330,7 +331,7 @@ def test_create_api_client_refuses_unknown_scopes():
 
 def test_admin_api_client_page_sets_scopes_with_checkboxes(admin_client, fast_password_hashing):
     client, _ = APIClient.objects.create_key(name="user-service", scopes=["recipients:write", "read"])
-    url = f"/admin/notifications/apiclient/{client.pk}/change/"
+    url = f"/admin/notifications/apiclient/{client.prefix}/change/"
     page = admin_client.get(url).content.decode()
     for scope in Scope.values:
         checked = " checked" if scope in ("recipients:write", "read") else ""

@@ -13,6 +13,7 @@ or ours, e.g. ``naive_datetime``, ``missing_contact``).
 from __future__ import annotations
 
 from django.core.exceptions import RequestDataTooBig
+from django.db import InterfaceError, OperationalError
 from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
@@ -96,12 +97,14 @@ ERROR_DESCRIPTIONS = {
     415: "The body is not `application/json`.",
     422: "Validation failed; `fields` names each field and the rule it broke.",
     429: "Over this API client's rate limit; retry after `Retry-After` seconds.",
-    503: "A dependency the request needs cannot be reached; nothing was written: retry shortly.",
+    503: "A dependency the request needs cannot be reached; nothing was written: retry shortly "
+         "(`database_unavailable`: Postgres restarting or failing over; after `Retry-After` seconds).",
 }
 
-# Every endpoint needs an API key and is rate limited. (403, the scope, is added to every operation by
-# notifications.api.schema.ScopedAutoSchema, which names the scope the view declares.)
-ALWAYS = (401, 429)
+# Every endpoint needs an API key, is rate limited and needs the database (503 database_unavailable).
+# (403, the scope, is added to every operation by notifications.api.schema.ScopedAutoSchema, which
+# names the scope the view declares.)
+ALWAYS = (401, 429, 503)
 # Endpoints that parse a JSON body can also answer 400 (malformed JSON), 413 (too large) and 415 (not JSON).
 BODY = (400, 413, 415)
 
@@ -121,8 +124,9 @@ def response_headers(*, created: tuple[int, ...] = ()) -> list[OpenApiParameter]
     headers = [
         OpenApiParameter("WWW-Authenticate", str, OpenApiParameter.HEADER, required=True, response=[401],
                          description="`Api-Key`: the scheme to authenticate with."),
-        OpenApiParameter("Retry-After", OpenApiTypes.INT, OpenApiParameter.HEADER, response=[429],
-                         description="Seconds until the rate limit lets this client through again."),
+        OpenApiParameter("Retry-After", OpenApiTypes.INT, OpenApiParameter.HEADER, response=[429, 503],
+                         description="Seconds until the rate limit lets this client through again (429), or "
+                                     "to wait before retrying (503)."),
     ]
     if created:
         headers.append(OpenApiParameter("Location", str, OpenApiParameter.HEADER, required=True,
@@ -142,6 +146,11 @@ def _body(status_code: int, code: str, message: str, fields: list[dict] | None =
     if fields:
         body["fields"] = fields
     return {"error": body}
+
+
+#: The error shape's body for a status, code and message, for writers outside Django's responses
+#: (gunicorn's own errors: config/gunicorn_conf.py).
+error_body = _body
 
 
 def json_error_view(status_code: int, code: str, message: str):
@@ -173,7 +182,57 @@ def _flatten(detail, prefix: str = "") -> list[dict]:
     return out
 
 
+#: Seconds a client is told to wait (``Retry-After``) when the database cannot be reached: a
+#: Postgres restart or failover takes a few seconds.
+DATABASE_RETRY_AFTER = 5
+_UNAVAILABLE = "the database cannot be reached; nothing was written: retry shortly"
+
+
+def database_unavailable(exc: BaseException) -> dict | None:
+    """The error body for a request that failed because the database could not be reached or the
+    connection broke (``OperationalError``, ``InterfaceError``: a Postgres restart, a failover, a full
+    connection table): ``503 database_unavailable``, sent with ``Retry-After:``
+    :data:`DATABASE_RETRY_AFTER`. The request's transaction rolled back, so nothing was written.
+    ``None`` for any other exception. The one rule for DRF views (:func:`exception_handler`) and every
+    other view (:class:`DatabaseUnavailableMiddleware`)."""
+    if not isinstance(exc, OperationalError | InterfaceError):
+        return None
+    return _body(503, "database_unavailable", _UNAVAILABLE)
+
+
+class DatabaseUnavailableMiddleware:
+    """503 with ``Retry-After`` (:func:`database_unavailable`), not Django's 500, for a view outside
+    DRF that hit a broken database connection (webhooks, the unsubscribe page, the admin): the error
+    shape, or a line of text for a browser (``Accept: text/html``)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        return self.get_response(request)
+
+    def process_exception(self, request, exception):
+        from django.http import HttpResponse, JsonResponse
+
+        body = database_unavailable(exception)
+        if body is None:
+            return None
+        if "text/html" in request.headers.get("Accept", ""):
+            response = HttpResponse(f"503 Service Unavailable: {_UNAVAILABLE}.", status=503,
+                                    content_type="text/plain; charset=utf-8")
+        else:
+            response = JsonResponse(body, status=503)
+        response["Retry-After"] = str(DATABASE_RETRY_AFTER)
+        return response
+
+
 def exception_handler(exc, context):
+    unavailable = database_unavailable(exc)
+    if unavailable is not None:
+        from rest_framework.views import set_rollback
+
+        set_rollback()
+        return Response(unavailable, status=503, headers={"Retry-After": str(DATABASE_RETRY_AFTER)})
     if isinstance(exc, RequestDataTooBig):
         exc = PayloadTooLarge(too_large_message())
     elif isinstance(exc, Http404):

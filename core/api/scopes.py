@@ -5,7 +5,9 @@ view declares); ``priority: high`` also needs :attr:`Scope.SEND_HIGH`, and so do
 template or a segment's members that an active high-priority campaign uses and cancelling a
 high-priority campaign (:mod:`campaigns.ownership`). :attr:`Scope.INBOX` is the one scope that
 reads across API clients (a user's inbox holds every service's in-app items): the deliberate,
-audited exception of docs/SECURITY.md ("No cross-client read"). The scopes are stored on
+audited exception of docs/SECURITY.md ("No cross-client read"). :attr:`Scope.RECEIPTS` is not the
+sender's: receipts move the counts of every send the key can read (admin campaigns' too), so only
+the backend the app reports to holds it. The scopes are stored on
 :class:`notifications.models.APIClient` as a JSON list of these values.
 """
 
@@ -22,6 +24,8 @@ class Scope(models.TextChoices):
     SEND_HIGH = "notifications:send_high", ("notifications:send_high — priority high (OTPs, alerts); change "
                                             "templates and segment members that active high-priority campaigns "
                                             "use; cancel high-priority campaigns")
+    RECEIPTS = "notifications:receipts", ("notifications:receipts — report what the app saw (displayed, opened, "
+                                          "dismissed): the product backend its app reports to")
     RECIPIENTS_WRITE = "recipients:write", ("recipients:write — contacts (email, phone, zone, locale, attributes) "
                                             "and erasure: the user service only")
     PREFERENCES_WRITE = "preferences:write", "preferences:write — opt-outs and quiet hours"

@@ -61,7 +61,7 @@ _404 = ("No notification with this id that this API client may read (its own sin
 
 
 class NotificationReceiptView(APIView):
-    required_scopes = {"post": Scope.SEND}
+    required_scopes = {"post": Scope.RECEIPTS}
     audit_object = "notification"
 
     @extend_schema(
@@ -71,8 +71,10 @@ class NotificationReceiptView(APIView):
                     "`opened`): a late `displayed` never regresses `opened`; every receipt that is not a "
                     "duplicate is one timeline entry (`app_displayed`, `app_opened`, `app_dismissed`), even when "
                     "the status stays. A notification whose provider call was never recorded (`sending`, or "
-                    "waiting for a re-send after an unknown outcome) is settled as sent first. Reporting what the "
-                    "app saw of a client's notifications is part of sending them: the scope is the sender's.",
+                    "waiting for a re-send after an unknown outcome) is settled as sent first. Its own scope, "
+                    "`notifications:receipts` (not `notifications:send`): a receipt moves the status and the "
+                    "campaign counts of every notification the key can read, admin campaigns' included, so only "
+                    "the backend the app reports to holds it.",
         request=AppReceiptSerializer, parameters=response_headers(),
         examples=[OpenApiExample("Opened", request_only=True, value={"event": "opened", "at": "2026-12-02T09:15:00Z"}),
                   OpenApiExample("Displayed now", request_only=True, value={"event": "displayed"})],

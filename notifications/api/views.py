@@ -52,7 +52,8 @@ ACCEPTANCE_ERRORS = {
             "give the seconds until a slot frees). Nothing was written; a replay of an accepted request is "
             "never refused.",
     "_503": "`acceptance_limits_unavailable`: an abuse limit applies to this request and its windows (Redis) "
-            "cannot be reached. Nothing was written; retry shortly.",
+            "cannot be reached; or `database_unavailable` (Postgres restarting; with `Retry-After`). Nothing "
+            "was written; retry shortly.",
 }
 _NOTIFICATION_404 = ("No notification with this id that this API client may read (its own single sends, and "
                      "the sends of its own campaigns and of those made in the admin).")

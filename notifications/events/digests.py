@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import connection, transaction
+from django.utils.crypto import salted_hmac
 
 from core import clock
 from core.postgres import array_literal
@@ -57,19 +58,36 @@ ON CONFLICT (type_id, recipient_id, key, client_id) WHERE closed_at IS NULL DO N
 """
 
 
+#: The salt of :func:`keyed_hash` (``salted_hmac``: HMAC-SHA256 with a key derived from SECRET_KEY).
+KEY_HMAC_SALT = "notifications.digests.key"
+
+
+def _plain_hash(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()[:40]
+
+
+def keyed_hash(plain_hash: str) -> str:
+    """A sensitive type's stored key: ``"dk-"`` + HMAC-SHA256 (key derived from ``SECRET_KEY``) of
+    the plain SHA-256 prefix. A plain hash of a 6-digit code is reversed by trying the million codes
+    (a second); this one cannot be computed without the server's secret. Taken over the plain hash
+    so migration ``0027_digest_keyed_hash`` turns a stored plain one into it (open digests keep
+    collecting across the deploy)."""
+    return "dk-" + salted_hmac(KEY_HMAC_SALT, plain_hash, algorithm="sha256").hexdigest()[:40]
+
+
 def rendered_key(kind: NotificationType, data: dict) -> str:
     """The digest key of an event of ``kind`` with ``data``: the type's ``digest.key`` template
-    rendered with ``{{ data.* }}`` (no recipient: one key per event); ``""`` when it has none; over
-    :data:`MAX_KEY_LENGTH` characters, or of a ``sensitive`` type, ``"dk-"`` + a SHA-256 prefix of
-    it. Raises RenderError."""
+    rendered with ``{{ data.* }}`` (no recipient: one key per event); ``""`` when it has none; of a
+    ``sensitive`` type, :func:`keyed_hash` of it (it may be made of a code); over
+    :data:`MAX_KEY_LENGTH` characters, ``"dk-"`` + a SHA-256 prefix of it. Raises RenderError."""
     source = (kind.digest or {}).get("key") or ""
     if not source:
         return ""
     key = render_parts({"key": source}, {"data": data})["key"]
-    if len(key) > MAX_KEY_LENGTH or (kind.sensitive and key):
-        # A sensitive type's key may be made of what must not be shown (a code): only its hash is
-        # stored, answered and shown to support.
-        key = "dk-" + hashlib.sha256(key.encode()).hexdigest()[:40]
+    if kind.sensitive and key:
+        return keyed_hash(_plain_hash(key))
+    if len(key) > MAX_KEY_LENGTH:
+        return "dk-" + _plain_hash(key)
     return key
 
 
@@ -139,7 +157,8 @@ def close(digest: Digest, now: datetime) -> list[Notification]:
     if Notification.objects.filter(pk__in=[n.pk for n in rows]).exists():
         return []  # a re-run: its rows were inserted by the run that closed it
     Notification.objects.bulk_create(rows)
-    detail = f"digest of {len(items)} event(s) of type {kind.key}" + (f", key {digest.key}" if digest.key else "")
+    shown = Digest.HIDDEN_KEY if kind.sensitive else digest.key
+    detail = f"digest of {len(items)} event(s) of type {kind.key}" + (f", key {shown}" if digest.key else "")
     DeliveryEvent.objects.bulk_create([
         DeliveryEvent(notification_id=n.pk, kind="accepted", status=n.status, reason=n.reason, created_at=now,
                       detail=detail + ("; waits for the channel before it" if n.fallback_after else

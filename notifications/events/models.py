@@ -198,7 +198,16 @@ class Digest(models.Model):
                    models.Index(fields=["recipient", "-opened_at"], name="digest_recipient_idx")]
 
     def __str__(self) -> str:
-        return f"{self.type_id} {self.recipient_id} [{self.key}] {self.state}"
+        return f"{self.type_id} {self.recipient_id} [{self.shown_key}] {self.state}"
+
+    #: What staff read instead of a sensitive type's digest key.
+    HIDDEN_KEY = "(hidden: sensitive type)"
+
+    @property
+    def shown_key(self) -> str:
+        """The key as the admin and the timeline show it: a sensitive type's (a keyed hash of what
+        may be a code; docs/TYPES.md, "Digests") is :attr:`HIDDEN_KEY`, never the hash."""
+        return self.HIDDEN_KEY if self.key and self.type.sensitive else self.key
 
     @property
     def state(self) -> str:
