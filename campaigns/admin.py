@@ -35,6 +35,7 @@ from campaigns.forms import (
     SNAPSHOT_NOTE,
     CampaignForm,
     MemberUploadForm,
+    NamedForm,
     TemplateVariantForm,
     TemplateVariantFormSet,
     can_send_high,
@@ -81,6 +82,7 @@ class SegmentAdmin(ContentLookupGuard, OwnerColumn, admin_views.SegmentUploadVie
     """Segments with member counts; the change page adds members from a CSV upload and links to the
     paginated member list (members are never all rendered: segments can be huge)."""
 
+    form = NamedForm
     list_display = ["segment_id", "name", "member_count", "owner", "updated_at"]
     list_select_related = ["client"]
     search_fields = ["segment_id", "name"]
@@ -179,6 +181,7 @@ class TemplateAdmin(ContentLookupGuard, OwnerColumn, admin.ModelAdmin):
     """Templates with their variants; ``?preview_user=<user id>`` on the change page renders the saved
     template for that recipient (html shown as escaped source and in a sandboxed iframe)."""
 
+    form = NamedForm
     list_display = ["template_id", "name", "default_locale", "locales", "owner", "updated_at"]
     list_select_related = ["client"]
     search_fields = ["template_id", "name"]
