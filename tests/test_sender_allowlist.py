@@ -156,3 +156,24 @@ def test_an_entry_is_listed_once_per_owner(admin_client, shop):
     resp = admin_client.post(reverse(ADD), {"channel": "email", "value": "shop.example", "client": shop[0].pk,
                                             "note": ""})
     assert resp.status_code == 302 and AllowedSender.objects.count() == 2
+
+
+def test_the_type_admin_checks_the_owners_list(admin_client, shop):
+    """Staff fixing an API client's type may keep that client's own sender; a type made in the
+    admin may use only global entries."""
+    from notifications.events import services
+    from tests.test_admin_types import ADD as TYPE_ADD
+    from tests.test_admin_types import change_url, definition, form_post, saved_rows
+
+    allow("email", "shop.example", client=shop[0])
+    assert put(shop[1], email_type(email_from=SHOP)).status_code == 201
+    rows, ids = saved_rows("receipt")
+    kind = NotificationType.objects.get()
+    fields = {name: getattr(kind, name) for name in services.TYPE_FIELDS}
+    resp = admin_client.post(change_url("receipt"), form_post(None, {**fields, "name": "Receipt!", "templates": rows},
+                                                              ids))
+    assert resp.status_code == 302, resp.context["adminform"].form.errors
+    resp = admin_client.post(TYPE_ADD, form_post("staff_made", definition(email_from=SHOP)))
+    assert resp.status_code == 200
+    assert "allow-list" in str(resp.context["adminform"].form.errors["email_from"])
+    assert list(NotificationType.objects.values_list("key", "name", "client")) == [("receipt", "Receipt!", shop[0].pk)]
