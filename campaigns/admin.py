@@ -35,6 +35,7 @@ from campaigns.forms import (
     SNAPSHOT_NOTE,
     CampaignForm,
     MemberUploadForm,
+    NamedForm,
     TemplateVariantForm,
     TemplateVariantFormSet,
     can_send_high,
@@ -83,6 +84,7 @@ class SegmentAdmin(ContentLookupGuard, ClientByPrefix, OwnerColumn, admin_views.
     """Segments with member counts; the change page adds members from a CSV upload and links to the
     paginated member list (members are never all rendered: segments can be huge)."""
 
+    form = NamedForm
     list_display = ["segment_id", "name", "member_count", "owner", "updated_at"]
     list_select_related = ["client"]
     search_fields = ["segment_id", "name"]
@@ -181,6 +183,7 @@ class TemplateAdmin(ContentLookupGuard, ClientByPrefix, OwnerColumn, admin.Model
     """Templates with their variants; ``?preview_user=<user id>`` on the change page renders the saved
     template for that recipient (html shown as escaped source and in a sandboxed iframe)."""
 
+    form = NamedForm
     list_display = ["template_id", "name", "default_locale", "locales", "owner", "updated_at"]
     list_select_related = ["client"]
     search_fields = ["template_id", "name"]

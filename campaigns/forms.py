@@ -23,7 +23,7 @@ from campaigns.selectors import content_check, template_problem
 from campaigns.services import local_time_problem
 from core import clock
 from core.forms import BlankNullJSONField
-from core.identifiers import user_id_problem
+from core.identifiers import problem_code, text_problem, user_id_problem
 from core.vocabulary import CATEGORY_PATTERN, TEMPLATE_LOCALE_PATTERN
 from notifications.api.serializers import (
     MAX_SCHEDULE_AHEAD,
@@ -102,6 +102,20 @@ def parse_user_ids(text: str) -> list[str]:
     if not ids:
         raise ValidationError("The file has a header but no user ids.")
     return ids
+
+
+class NamedForm(forms.ModelForm):
+    """A segment's, template's or campaign's admin form: its ``name`` keeps to the API's rule for
+    names (:class:`core.api.fields.LabelField`, :func:`core.identifiers.text_problem`): any script, no
+    invisible character (a bidirectional override would show ``admin\u202egpj.exe`` as
+    ``adminexe.jpg``)."""
+
+    def clean_name(self) -> str:
+        name = self.cleaned_data.get("name") or ""
+        problem = text_problem(name)
+        if problem:
+            raise ValidationError(f"The name {problem}.", code=problem_code(problem))
+        return name
 
 
 class MemberUploadForm(forms.Form):
@@ -194,7 +208,7 @@ DEFINITION_FIELDS = ["segment", "channel", "priority", "category", "template", *
                      "scheduled_at", "local_date", "local_time", "missed_policy", "spread_seconds", "ttl_seconds"]
 
 
-class CampaignForm(forms.ModelForm):
+class CampaignForm(NamedForm):
     """A campaign definition (new or draft). Exactly one of template / inline content; at most one of
     ``scheduled_at`` / ``local_date`` + ``local_time`` (neither: send when launched)."""
 

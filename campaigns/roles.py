@@ -28,6 +28,11 @@ put a link into a message users cannot refuse; campaign templates stay marketing
 sees recipients (a preview renders a recipient's attributes) and no notifications or events; support
 reads events and types (to explain what a user got), read-only, and a user's in-app inbox (items
 with their seen/read/archived state, and the badge counts), read-only.
+
+Who manages the sender allow-list (:mod:`notifications.senders`: the From / Reply-To addresses,
+domains and SMS numbers types may name): superusers only. ``product`` reads it (it defines types
+and must know which senders exist) but cannot widen it: whoever writes a type's sender must not
+also approve it; marketing and support do not see it.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ PRODUCT = "product"
 SUPPORT = "support"
 
 #: The data migration that last set the groups' permissions (its ``sync`` puts them back after a flush).
-MIGRATION = "campaigns.migrations.0010_inbox_roles"
+MIGRATION = "campaigns.migrations.0011_sender_allowlist_roles"
 
 CUSTOM_PERMISSIONS = [
     # (app_label, model, codename, name)
@@ -67,6 +72,7 @@ GROUP_PERMISSIONS: dict[str, list[str]] = {
         *_manage("notifications", "notificationtype", "typetemplate", "frequencycap"),
         "preferences.view_recipient",
         "notifications.view_acceptancelimit",
+        "notifications.view_allowedsender",  # the senders its types may name; superusers change the list
     ],
     # Look up people and what happened to their notifications; edit preferences on a user's behalf;
     # replay dead letters; read the API audit log (who changed a user through the API); read events

@@ -312,6 +312,7 @@ from notifications.admin_inbox import (  # noqa: E402,F401 - registers it
     RecipientInboxCountsInline,
     RecipientInboxInline,
 )
+from notifications.admin_senders import AllowedSenderAdmin  # noqa: E402,F401 - registers it
 from notifications.admin_types import NotificationTypeAdmin  # noqa: E402,F401 - registers it
 
 

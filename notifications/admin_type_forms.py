@@ -130,7 +130,8 @@ class TemplateFormSet(BaseInlineFormSet):
                               for name in TEMPLATE_FIELDS})
         type_form = getattr(self.instance, "_type_form", None)
         fields = {name: getattr(self.instance, name) for name in TYPE_FIELDS}
-        serializer = NotificationTypeSerializer(data={**fields, "templates": templates})
+        serializer = NotificationTypeSerializer(data={**fields, "templates": templates},
+                                                context={"client": self.instance.client})
         if serializer.is_valid():
             validated = dict(serializer.validated_data)
             self.validated = (validated, validated.pop("templates"))

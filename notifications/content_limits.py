@@ -9,7 +9,8 @@ docs/PROVIDERS.md."""
 from __future__ import annotations
 
 import json
-import re
+
+from core.identifiers import control_character_problem, text_problem
 
 SMS_MAX_CHARS = 1600
 PUSH_MAX_BYTES = 4096
@@ -27,19 +28,28 @@ INBOX_DATA_MAX_BYTES = 4096
 MAX_TTL_SECONDS = 28 * 24 * 3600
 
 
-#: What an inbox item's text may not hold: C0 and C1 control characters and DEL (line breaks and tabs
-#: allowed in the body) and the bidirectional embedding, override and isolate controls, which make
-#: text display in another order than it is stored (a spoofing trick in the app and the admin;
-#: Unicode TR #9). The marks U+200E/U+200F that right-to-left text needs stay allowed.
-_INBOX_TITLE_FORBIDDEN = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-_INBOX_BODY_FORBIDDEN = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
 def inbox_text_problem(part: str, text: str) -> str:
-    """Why ``text`` cannot be an inbox item's ``part`` (``"title"`` or ``"body"``), or ``""``:
-    ``"contains U+001B (a control or bidirectional override character)"``."""
-    found = (_INBOX_TITLE_FORBIDDEN if part == "title" else _INBOX_BODY_FORBIDDEN).search(text or "")
-    return f"contains U+{ord(found.group()):04X} (a control or bidirectional override character)" if found else ""
+    """Why ``text`` cannot be an inbox item's ``part`` (``"title"``, ``"body"``, or a ``data`` value
+    or key: ``"data"``, ``"data key"``), or ``""``: the platform's one rule of invisible characters
+    (:func:`core.identifiers.text_problem`; a line break or a tab only in the body and data values,
+    none at all in a data key), code ``control_character``: ``"contains a control character (U+202E
+    RIGHT-TO-LEFT OVERRIDE)"``."""
+    if part == "data key":
+        return control_character_problem(text or "")
+    return text_problem(text or "", multiline=part in ("body", "data"))
+
+
+def inbox_data_problems(data: dict | None) -> dict[str, str]:
+    """``{"data.<key>": problem}`` for each key or string value of an inbox item's ``data`` that
+    breaks :func:`inbox_text_problem` (the app shows them; ``admin\u202egpj.exe`` would read as
+    ``adminexe.jpg``). Values that are not strings are the app's and are left alone."""
+    problems = {}
+    for key, value in (data or {}).items():
+        problem = inbox_text_problem("data key", str(key)) or (
+            inbox_text_problem("data", value) if isinstance(value, str) else "")
+        if problem:
+            problems[f"data.{key}"] = problem
+    return problems
 
 
 def json_bytes(value) -> int:
@@ -69,6 +79,8 @@ def rendered_problem(channel: str, title: str, body: str, html: str, data: dict 
         for part, text in (("title", title), ("body", body)):
             if inbox_text_problem(part, text):
                 return f"the rendered inbox {part} {inbox_text_problem(part, text)}"
+        for path, problem in inbox_data_problems(data).items():
+            return f"the rendered inbox {path} {problem}"
         if len(body) > INBOX_BODY_MAX_CHARS:
             return f"the rendered inbox body is {len(body)} characters; at most {INBOX_BODY_MAX_CHARS}"
         if data and json_bytes(data) > INBOX_DATA_MAX_BYTES:

@@ -421,8 +421,10 @@ from notifications.events.models import (  # noqa: E402
     TypeTemplate,
 )
 from notifications.inbox.models import InboxCounts, InboxItem  # noqa: E402
+from notifications.senders import AllowedSender  # noqa: E402
 
-__all__ = ["APIAuditEntry", "APIClient", "AcceptanceLimit", "DeadLetter", "DeliveryAttempt", "DeliveryEvent", "Digest",
+__all__ = ["APIAuditEntry", "APIClient", "AcceptanceLimit", "AllowedSender",
+           "DeadLetter", "DeliveryAttempt", "DeliveryEvent", "Digest",
            "DigestItem", "Event", "InboxCounts", "InboxItem", "Notification", "NotificationType", "Priority",
            "QuietHoursPolicy", "Reason",
            "Routing", "Status", "TimelineEntry", "TypeTemplate"]

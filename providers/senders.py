@@ -5,9 +5,15 @@ forms the backends accept, and why a value is not one of them.
   written in E.164) or a Twilio Messaging Service SID (``MG`` + 32 hex digits, the pattern of
   Twilio's API definition), which Twilio then sends from one of the service's numbers
   (docs/PROVIDERS.md "Silent pushes and sender overrides").
-* Email (From and Reply-To): one address, ``addr@example.com`` or ``Name <addr@example.com>``
-  (RFC 5322 ``name-addr``), the address checked with Django's ``validate_email``; never a line
-  break (header injection) and never a list.
+* Email (From and Reply-To): exactly one mailbox, ``addr@example.com`` or ``Name
+  <addr@example.com>`` (RFC 5322 ``name-addr``), parsed as a header with the standard library's
+  ``email.headerregistry`` and the address checked with Django's ``validate_email``; never a line
+  break (header injection), a list (``a@x, b@y``), a group (``team: a@x, b@y;``) or anything the
+  parser finds a defect in.
+
+:func:`sender_address` gives the part an allow-list compares (the lower-cased address of an email
+sender, the SMS sender itself) and :func:`configured_senders` the senders the settings configure
+(every provider's ``FROM_EMAIL`` / ``FROM_NUMBER``), which are always allowed.
 
 The ``*_problem`` functions return a sentence naming the rule (for a 4xx or a form error), or
 ``None`` when the value is fine. Importing this module touches no provider SDK.
@@ -16,13 +22,16 @@ The ``*_problem`` functions return a sentence naming the rule (for a 4xx or a fo
 from __future__ import annotations
 
 import re
-from email.utils import getaddresses, parseaddr
+from email.headerregistry import Address, HeaderRegistry
 
 import phonenumbers
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 
-__all__ = ["MESSAGING_SERVICE_SID", "email_address_problem", "is_messaging_service", "sms_sender_problem"]
+from core.identifiers import control_character_problem
+
+__all__ = ["MESSAGING_SERVICE_SID", "configured_senders", "email_address_problem", "is_messaging_service",
+           "sender_address", "sms_sender_problem"]
 
 #: A Twilio Messaging Service SID.
 MESSAGING_SERVICE_SID = re.compile(r"^MG[0-9a-fA-F]{32}$")
@@ -49,27 +58,70 @@ def sms_sender_problem(value: str) -> str | None:
         parsed = phonenumbers.parse(value, None)
     except phonenumbers.NumberParseException:
         parsed = None
-    if parsed is None or not phonenumbers.is_possible_number(parsed) or \
+    if parsed is None or not phonenumbers.is_valid_number(parsed) or \
             phonenumbers.format_number(parsed, phonenumbers.PhoneNumberFormat.E164) != value:
         return (f"{value!r} is not an E.164 number (+, country code and number, no spaces, e.g. "
                 "+15005550006) nor a Messaging Service SID (MG…)")
     return None
 
 
+def _mailbox(value: str) -> tuple[Address | None, str]:
+    """The one mailbox ``value`` names and ``""``, or ``None`` and why not: ``"list"`` (more than
+    one address), ``"group"`` or ``"invalid"`` (the parser found a defect)."""
+    try:
+        header = HeaderRegistry()("from", value)
+    except (ValueError, IndexError, TypeError):  # the parser's own errors on malformed input
+        return None, "invalid"
+    groups = header.groups  # type: ignore[attr-defined]
+    if any(group.display_name is not None for group in groups):
+        return None, "group"
+    if sum(len(group.addresses) for group in groups) > 1:
+        return None, "list"
+    if header.defects or len(groups) != 1 or len(groups[0].addresses) != 1:
+        return None, "invalid"
+    return groups[0].addresses[0], ""
+
+
 def email_address_problem(value: str) -> str | None:
-    """Why ``value`` cannot be an email From or Reply-To, or ``None``: one address, bare or as
-    ``Name <addr>``, at most 254 characters, no line break."""
+    """Why ``value`` cannot be an email From or Reply-To, or ``None``: exactly one mailbox, bare or
+    as ``Name <addr>``, at most 254 characters, no line break, no list, no group."""
     if not isinstance(value, str) or not value.strip():
         return 'an email sender must be an address, "addr@example.com" or "Name <addr@example.com>"'
     if "\r" in value or "\n" in value:
         return "an email sender may not contain a line break"
     if len(value) > MAX_EMAIL_SENDER_CHARS:
         return f"an email sender has at most {MAX_EMAIL_SENDER_CHARS} characters"
-    if len(getaddresses([value])) != 1:
+    if control_character_problem(value):  # a bidi override in the display name reorders what people read
+        return f"an email sender {control_character_problem(value)}"
+    mailbox, why = _mailbox(value)
+    if why == "list":
         return f"{value!r} is more than one address: give exactly one"
-    address = parseaddr(value)[1]
+    if why == "group":
+        return f"{value!r} is a group of addresses: give exactly one address"
     try:
-        validate_email(address)
+        validate_email(mailbox.addr_spec if mailbox is not None else "")
     except ValidationError:
         return f'{value!r} is not an email address ("addr@example.com" or "Name <addr@example.com>")'
     return None
+
+
+def sender_address(channel: str, value: str) -> str:
+    """What an allow-list compares of a well-formed sender: an email sender's address, lower-cased
+    (``Shop <Shop@Example.com>`` → ``shop@example.com``); an SMS sender as it is."""
+    if channel != "email":
+        return value
+    mailbox, _why = _mailbox(value)
+    return mailbox.addr_spec.lower() if mailbox is not None else value.lower()
+
+
+def configured_senders(channel: str) -> set[str]:
+    """The senders the settings configure for ``channel`` (``"email"``: every provider's
+    ``FROM_EMAIL`` address, lower-cased; ``"sms"``: every ``FROM_NUMBER``): the defaults, which a
+    type may always name."""
+    from django.conf import settings
+
+    option = {"email": "FROM_EMAIL", "sms": "FROM_NUMBER"}.get(channel)
+    providers = getattr(settings, "PROVIDERS", None) or {}
+    entries = providers.get(channel) or [] if isinstance(providers, dict) else []
+    found = {str((entry.get("OPTIONS") or {}).get(option) or "") for entry in entries} if option else set()
+    return {sender_address(channel, value) for value in found if value}

@@ -103,7 +103,7 @@ def test_csv_upload_calls_change_members_in_chunks(admin_client, segment, monkey
 @pytest.mark.parametrize(("text", "expected"), [
     ('user_id\nok\n""\n' + "x" * 256 + "\n",
      ["Row 3: empty user id.", "Row 4: user id is 256 characters; at most 255."]),
-    ("ok\n\n\nbad\x00id\n", ["Row 4: user id contains a control character."]),
+    ("ok\n\n\nbad\x00id\n", ["Row 4: user id contains a control character (U+0000)."]),
     ("a,b\nc,d\n", ["Row 1 has 2 columns and no user_id header"]),
     ("a\nb,c\n", ["Row 2: 2 values where row 1 has 1"]),
     ("", ["The submitted file is empty."]),  # Django's FileField

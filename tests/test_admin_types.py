@@ -152,6 +152,10 @@ def test_a_bad_template_is_refused_on_its_row_with_the_apis_message_and_nothing_
     ({"required_data": ["9lives"]}, "required_data.0", ("form", "required_data", "'9lives' (item 1): ")),
     ({"collapse_key": "{{ data.order_id "}, "collapse_key", ("form", "collapse_key", "")),
     ({"sms_from": "12345"}, "sms_from", ("form", "sms_from", "")),
+    # Issue 23 #10: one mailbox per field, and only senders on the allow-list.
+    ({"email_reply_to": "a@evil.example, b@evil.example"}, "email_reply_to", ("form", "email_reply_to", "")),
+    ({"email_from": "PayPal Security <service@paypal.com>"}, "email_from", ("form", "email_from", "")),
+    ({"sms_from": "+4915123456789"}, "sms_from", ("form", "sms_from", "")),
     ({"channels": ["push", "email", "sms"]}, "templates", ("above", None, "")),
     ({"templates": [PUSH_EN, {**PUSH_DE, "html": "<p>x</p>"}, EMAIL_EN]}, "templates.1.html", ("row", 1, "html")),
     ({"templates": [PUSH_EN, {**PUSH_DE, "data": {"google.x": "1"}}, EMAIL_EN]}, "templates.1.data.google.x",

@@ -376,11 +376,12 @@ def test_unknown_fields_are_422_and_change_nothing(http, user, path, body, field
     assert_nothing_written()
 
 
-@pytest.mark.parametrize("user_id", ["y" * 256, "a%00b", "tab%09here"])
-def test_bad_user_id_in_path_is_422(http, user_id):
+@pytest.mark.parametrize(("user_id", "code"), [("y" * 256, "invalid"), ("a%00b", "control_character"),
+                                               ("tab%09here", "control_character")])
+def test_bad_user_id_in_path_is_422(http, user_id, code):
     r = http.put(f"/v1/users/{user_id}", data=json.dumps({}), content_type="application/json")
     assert r.status_code == 422
-    assert fields(r) == {("user_id", "invalid")}
+    assert fields(r) == {("user_id", code)}
     assert not Recipient.objects.exists()
 
 

@@ -165,5 +165,6 @@ def test_the_reported_urls_are_422_naming_the_parameter(http, world, path, field
     r = getattr(http, method)(path)
     assert r.status_code == 422, r.content
     assert r.json()["error"]["code"] == "validation_error"
-    assert r.json()["error"]["fields"][0] == {"field": field, "code": "invalid",
+    # Issue 23 #11: an invisible character is code control_character wherever it is refused.
+    assert r.json()["error"]["fields"][0] == {"field": field, "code": "control_character",
                                               "message": r.json()["error"]["fields"][0]["message"]}

@@ -27,8 +27,10 @@ pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fast_password_hash
 
 HOSTILE = ["a\x01b", "tab\tinside", "line\nbreak", "bell\x07", "del\x7f", "esc\x1b[31m", "cr\rx", "unit\x1fsep",
            # C1 (issue 12 #5): U+0085 NEXT LINE is a line break to many readers; U+0080 and U+009F its bounds.
-           "nel\x85", "c1\x80", "c1\x9f"]
-FINE = ["alice", "user 42", "ü-ß-東京", "a/b", "x" * 255, "with\u2028separator"]
+           "nel\x85", "c1\x80", "c1\x9f",
+           # Issue 23 #11: format characters (bidi override, zero-width space, BOM) and line separators.
+           "admin\u202egpj.exe", "b\u200bob", "\ufeffbom", "with\u2028separator"]
+FINE = ["alice", "user 42", "ü-ß-東京", "a/b", "x" * 255, "Müller", "ユーザー42", "δοκιμή"]
 
 
 @pytest.fixture
@@ -68,7 +70,7 @@ def test_api_refuses_a_member_id_with_a_control_character_and_writes_nothing(htt
     r = post_members(http, {"add": ["alice", bad]})
     assert r.status_code == 422, r.content
     [error] = r.json()["error"]["fields"]
-    assert error["field"].startswith("add") and error["code"] == "invalid"
+    assert error["field"].startswith("add") and error["code"] == "control_character"
     assert "control character" in error["message"]
     assert not Recipient.objects.exists() and not SegmentMember.objects.exists()
 
@@ -114,9 +116,10 @@ def test_every_member_added_is_reachable_at_the_users_path(http, segment):
 
 # --- issue 12 #5: ids are taken as given; one token rule; names and slugs -----------------------------
 
-@pytest.mark.parametrize("value", ["\u2028sep", " spaced ", "nbsp\u00a0", "\u3000ideographic"])
+@pytest.mark.parametrize("value", ["\u2003sep", " spaced ", "nbsp\u00a0", "\u3000ideographic"])
 def test_member_ids_are_stored_as_given_so_the_path_reaches_them(http, segment, value):
-    """DRF trimmed member ids (``"\\u2028sep"`` was stored as ``sep``) while the path is taken as given."""
+    """DRF trimmed member ids (``"\\u2028sep"`` was stored as ``sep``; U+2028 is now refused, issue 23
+    #11) while the path is taken as given."""
     assert post_members(http, {"add": [value]}).status_code == 200
     assert list(SegmentMember.objects.values_list("recipient_id", flat=True)) == [value]
     from urllib.parse import quote

@@ -149,7 +149,7 @@ def test_admin_index_shows_each_role_its_pages(client, marketer, supporter, desi
                                                         "APIAuditEntry", "Event", "Digest", "NotificationType",
                                                         "Unsubscribe", "FrequencyCap", "AcceptanceLimit", "InboxItem"}
     assert admin_models(as_user(client, designer)) == {"NotificationType", "Recipient", "FrequencyCap",
-                                                       "AcceptanceLimit"}
+                                                       "AcceptanceLimit", "AllowedSender"}
 
 
 def test_the_policy_pages_are_managed_by_product_and_read_by_support_and_marketing(client, marketer, supporter,
@@ -170,6 +170,26 @@ def test_the_policy_pages_are_managed_by_product_and_read_by_support_and_marketi
             assert "otp_per_user" in page.content.decode()
             assert page.context["has_add_permission"] is False  # a security control: superusers only
     assert seen == {"marketing": (200, 403, 200), "support": (200, 200, 200), "product": (200, 200, 403)}
+
+
+def test_the_sender_allow_list_is_read_by_product_and_changed_by_superusers_only(client, marketer, supporter,
+                                                                                   designer, admin_user):
+    """Issue 23 #10: whoever writes a type's sender (product, an API key) cannot also approve it."""
+    changelist, add = (reverse("admin:notifications_allowedsender_changelist"),
+                       reverse("admin:notifications_allowedsender_add"))
+    post = {"channel": "email", "value": "shop@example.com", "note": ""}
+    seen = {}
+    for name, user in (("marketing", marketer), ("support", supporter), ("product", designer)):
+        as_user(client, user)
+        seen[name] = (client.get(changelist).status_code, client.get(add).status_code,
+                      client.post(add, post).status_code)
+    assert seen == {"marketing": (403, 403, 403), "support": (403, 403, 403), "product": (200, 403, 403)}
+    as_user(client, admin_user)
+    assert client.post(add, post).status_code == 302
+    from notifications.models import AllowedSender
+
+    assert list(AllowedSender.objects.values_list("channel", "value", "client")) == [("email", "shop@example.com",
+                                                                                      None)]
 
 
 @pytest.mark.parametrize(("fields", "words"), [

@@ -5,6 +5,7 @@ import pytest
 import yaml
 from django.core.management import call_command
 
+from core.identifiers import CONTROL_CHARACTERS, NAME_CONTROL_CHARACTERS
 from core.vocabulary import CHANNELS
 
 
@@ -116,12 +117,14 @@ def test_request_bodies_are_as_strict_as_the_code(schema):
         for operation in operations.values():
             for parameter in operation.get("parameters", []):
                 if parameter["in"] == "path" and parameter["name"] == "user_id":
-                    assert parameter["schema"]["pattern"] == "^[^\\u0000-\\u001f\\u007f-\\u009f]{1,255}$", path
+                    assert parameter["schema"]["pattern"] == f"^[^{CONTROL_CHARACTERS}]{{1,255}}$", path
 
 
 def test_every_no_control_character_pattern_is_the_one_rule(schema):
     """Issue 12 #5: the patterns of user ids, member ids, push tokens and names are built from one
-    character class (preferences.validation.CONTROL_CHARACTERS: C0, DEL and C1), so they keep in step."""
+    character class (core.identifiers.CONTROL_CHARACTERS: C0, DEL, C1 and, issue 23 #11, the format
+    and separator characters; names allow the joiners and direction marks text needs), so they keep
+    in step."""
     found = []
 
     def walk(node, where):
@@ -137,7 +140,7 @@ def test_every_no_control_character_pattern_is_the_one_rule(schema):
     walk(schema, "")
     assert len(found) >= 5, found
     for where, pattern in found:
-        assert pattern.startswith("^[^\\u0000-\\u001f\\u007f-\\u009f]{"), (where, pattern)
+        assert pattern.startswith((f"^[^{CONTROL_CHARACTERS}]{{", f"^[^{NAME_CONTROL_CHARACTERS}]{{")), (where, pattern)
     where_all = " ".join(w for w, _ in found)
     for place in ("user_id", "push_token", "MembersRequest", "DeviceRequest", "SegmentRequest", "TemplateRequest"):
         assert place in where_all, place

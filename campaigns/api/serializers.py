@@ -14,7 +14,7 @@ from campaigns.selectors import content_check, template_problem
 from campaigns.services import local_time_problem
 from core import clock
 from core.api.fields import AwareDateTimeField, LabelField, RejectUnknownFields, WallTimeSecondsField
-from core.identifiers import MAX_USER_ID_LENGTH, no_control_pattern, user_id_problem
+from core.identifiers import MAX_USER_ID_LENGTH, no_control_pattern, problem_code, user_id_problem
 from core.vocabulary import CATEGORY_PATTERN, TEMPLATE_LOCALE_PATTERN
 from notifications.acceptance.rules import bulk_send_problem
 from notifications.api.serializers import (
@@ -46,10 +46,12 @@ class SegmentSerializer(RejectUnknownFields, serializers.Serializer):
 
 
 def _valid_user_id(value: str) -> None:
-    """The ``/v1/users/{user_id}`` rule (:func:`preferences.validation.user_id_problem`); code ``invalid``."""
+    """The ``/v1/users/{user_id}`` rule (:func:`core.identifiers.user_id_problem`); its code
+    (``control_character``, ``confusable``, else ``invalid``)."""
     problem = user_id_problem(value)
     if problem:
-        raise serializers.ValidationError(f"a user id {problem}, as in /v1/users/{{user_id}}", code="invalid")
+        raise serializers.ValidationError(f"a user id {problem}, as in /v1/users/{{user_id}}",
+                                          code=problem_code(problem))
 
 
 @extend_schema_field({"type": "string", "minLength": 1, "maxLength": MAX_USER_ID_LENGTH,

@@ -18,7 +18,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.settings import api_settings
 
-from core.identifiers import control_character_problem, no_control_pattern
+from core.identifiers import no_control_pattern, problem_code, text_problem
 from core.vocabulary import CATEGORY_PATTERN
 
 
@@ -195,21 +195,22 @@ MAX_LABEL_LENGTH = 200
 
 
 @extend_schema_field({"type": "string", "minLength": 1, "maxLength": MAX_LABEL_LENGTH,
-                      "pattern": no_control_pattern(MAX_LABEL_LENGTH)})
+                      "pattern": no_control_pattern(MAX_LABEL_LENGTH, name=True)})
 class LabelField(serializers.CharField):
     """A one-line name shown in lists and logs (a segment's, a template's, a campaign's): at most
-    MAX_LABEL_LENGTH characters, no control character (C0, DEL, C1: a line break or a terminal
-    escape in an admin list or a log line); code ``invalid``. (Or empty, where ``allow_blank``:
-    drf-spectacular adds that alternative.)"""
+    MAX_LABEL_LENGTH characters, no invisible character (:func:`core.identifiers.text_problem`: a line
+    break, a terminal escape or a bidirectional override in an admin list or a log line); code
+    ``control_character``. Any script is fine. (Or empty, where ``allow_blank``: drf-spectacular adds
+    that alternative.)"""
 
     def __init__(self, **kwargs) -> None:
         super().__init__(max_length=MAX_LABEL_LENGTH, **kwargs)
 
     def to_internal_value(self, data):
         # Checked before DRF trims the surrounding whitespace, of which U+0085 is a part for Python.
-        problem = control_character_problem(data) if isinstance(data, str) else ""
+        problem = text_problem(data) if isinstance(data, str) else ""
         if problem:
-            raise serializers.ValidationError(f"a name {problem}", code="invalid")
+            raise serializers.ValidationError(f"a name {problem}", code=problem_code(problem))
         return super().to_internal_value(data)
 
 

@@ -5,9 +5,9 @@ API's one error shape naming the parameter (:class:`~core.api.errors.InvalidPara
 ========================  =============================================================================
 kind                      rule
 ========================  =============================================================================
-user id                   1–255 characters, no control character (C0, DEL, C1):
-                          :func:`preferences.validation.user_id_problem`, also for members and the admin
-push token                1–1,024 characters, no control character: :func:`~preferences.validation.
+user id                   1–255 characters, no invisible character (Unicode Cc, Cf, Zl, Zp), one
+                          script: :func:`core.identifiers.user_id_problem`, also for members and the admin
+push token                1–1,024 characters, no invisible character: :func:`~core.identifiers.
                           push_token_problem`, also the body of ``PUT /v1/users/{id}/devices``
 segment / template id     1–64 ASCII letters, digits, ``-``, ``_`` (:data:`SLUG`); case-sensitive:
                           ``VIP`` and ``vip`` are two segments
@@ -35,6 +35,7 @@ from core.identifiers import (
     MAX_USER_ID_LENGTH,
     control_character_problem,
     no_control_pattern,
+    problem_code,
     push_token_problem,
     user_id_problem,
 )
@@ -52,11 +53,12 @@ class IdRule:
     examples: dict = field(default_factory=dict)
 
     def check(self, name: str, value: str) -> str:
-        """``value`` if it follows the rule. Raises InvalidParameter (422, code ``invalid``, naming
-        ``name``: ``"segment_id: contains a control character (U+0000); 1–64 letters, …"``)."""
+        """``value`` if it follows the rule. Raises InvalidParameter (422 naming ``name``, code
+        ``control_character`` for an invisible character, ``confusable`` for an id mixing scripts,
+        else ``invalid``: ``"segment_id: contains a control character (U+0000); 1–64 letters, …"``)."""
         why = self.problem(value)
         if why:
-            raise InvalidParameter(name, "invalid", f"{why}; {self.description}")
+            raise InvalidParameter(name, problem_code(why), f"{why}; {self.description}")
         return value
 
     def parameter(self, name: str, location: str = OpenApiParameter.PATH, **kwargs) -> OpenApiParameter:
@@ -80,10 +82,10 @@ def _pattern_problem(pattern: re.Pattern, max_length: int) -> Callable[[str], st
 _SLUG_PATTERN = re.compile(r"^[-a-zA-Z0-9_]{1,64}$")
 
 USER_ID = IdRule(user_id_problem, {"type": "string", "pattern": no_control_pattern(MAX_USER_ID_LENGTH)},
-                 f"the upstream service's user id: 1–{MAX_USER_ID_LENGTH} characters without control characters "
-                 "(case-sensitive, taken as given)", {"user": "alice"})
+                 f"the upstream service's user id: 1–{MAX_USER_ID_LENGTH} characters without invisible characters, "
+                 "in one script (case-sensitive, taken as given)", {"user": "alice"})
 PUSH_TOKEN = IdRule(push_token_problem, {"type": "string", "pattern": no_control_pattern(MAX_PUSH_TOKEN_LENGTH)},
-                    f"a registered push token: 1–{MAX_PUSH_TOKEN_LENGTH} characters without control characters",
+                    f"a registered push token: 1–{MAX_PUSH_TOKEN_LENGTH} characters without invisible characters",
                     {"token": "fcm-token-1"})
 SLUG = IdRule(_pattern_problem(_SLUG_PATTERN, 64), {"type": "string", "pattern": _SLUG_PATTERN.pattern},
               "1–64 letters, digits, '-' and '_' (case-sensitive)")

@@ -32,6 +32,7 @@ from notifications.content_limits import (
     MAX_TTL_SECONDS,
     PUSH_MAX_BYTES,
     SMS_MAX_CHARS,
+    inbox_data_problems,
     inbox_text_problem,
     json_bytes,
 )
@@ -229,6 +230,8 @@ def channel_content_errors(channel: str, content: dict, prefix: str = "content")
             problem = inbox_text_problem(part, content.get(part) or "")
             if problem:
                 errors[f"{prefix}.{part}"] = serializers.ErrorDetail(problem, code="control_character")
+        for path, problem in inbox_data_problems(content.get("data")).items():
+            errors[f"{prefix}.{path}"] = serializers.ErrorDetail(problem, code="control_character")
         size = json_bytes(content.get("data")) if content.get("data") else 0
         if size > INBOX_DATA_MAX_BYTES:
             errors[f"{prefix}.data"] = serializers.ErrorDetail(

@@ -22,6 +22,7 @@ from notifications.events.digests import MAX_WINDOW_SECONDS, MIN_WINDOW_SECONDS
 from notifications.events.models import NotificationType, QuietHoursPolicy, Routing
 from notifications.events.validation import DATA_NAME, type_problems
 from notifications.models import Priority
+from notifications.senders import allowlist_problems
 from preferences.models import Channel
 
 #: How every answer writes an instant (DRF's: UTC with "Z").
@@ -79,9 +80,14 @@ class NotificationTypeSerializer(RejectUnknownFields, serializers.Serializer):
                                            max_value=MAX_TTL_SECONDS)
     collapse_key = serializers.CharField(required=False, allow_blank=True, default="", max_length=255,
                                          help_text="Push collapse key template; empty: the notification id.")
-    sms_from = serializers.CharField(required=False, allow_blank=True, default="", max_length=64)
-    email_from = serializers.CharField(required=False, allow_blank=True, default="", max_length=254)
-    email_reply_to = serializers.CharField(required=False, allow_blank=True, default="", max_length=254)
+    sms_from = serializers.CharField(required=False, allow_blank=True, default="", max_length=64,
+                                     help_text="One E.164 number or Messaging Service SID on the sender allow-list "
+                                               "(422 `sender_not_allowed`); empty: the provider's.")
+    email_from = serializers.CharField(required=False, allow_blank=True, default="", max_length=254,
+                                       help_text='Exactly one mailbox ("Shop <shop@example.com>") on the sender '
+                                                 "allow-list; empty: the provider's.")
+    email_reply_to = serializers.CharField(required=False, allow_blank=True, default="", max_length=254,
+                                           help_text="Exactly one mailbox on the sender allow-list.")
     required_data = serializers.ListField(child=serializers.RegexField(
         DATA_NAME.pattern, max_length=64, error_messages={"invalid": "a data key name: letters, digits, _; not "
                                                                      "starting with a digit"}),
@@ -100,12 +106,16 @@ class NotificationTypeSerializer(RejectUnknownFields, serializers.Serializer):
     updated_at = serializers.DateTimeField(read_only=True)
 
     def validate(self, attrs):
+        """:func:`type_problems`, then each well-formed sender against the allow-list of the type's
+        owner (context ``client``: the API's caller, the admin's type's owner; ``None``: an admin
+        type), :func:`notifications.senders.allowlist_problems`."""
         if attrs.get("digest") is not None:
             attrs["digest"] = dict(attrs["digest"])  # stored as JSON
-        problems = type_problems(attrs, attrs.get("templates") or [])
+        problems = {path: (p.code, p.message) for path, p in type_problems(attrs, attrs.get("templates") or []).items()}
+        problems.update(allowlist_problems(attrs, self.context.get("client"), set(problems)))
         if problems:
-            raise serializers.ValidationError({path: serializers.ErrorDetail(p.message, code=p.code)
-                                               for path, p in problems.items()})
+            raise serializers.ValidationError({path: serializers.ErrorDetail(message, code=code)
+                                               for path, (code, message) in problems.items()})
         return attrs
 
 
@@ -151,7 +161,7 @@ class TypeView(APIView):
         if existing is not None and existing.client_id != request.auth.pk:
             raise NotOwner("key", "this notification type was defined by another API client" if existing.client_id
                            else "this notification type was defined in the admin; staff change it there")
-        ser = NotificationTypeSerializer(data=request.data)
+        ser = NotificationTypeSerializer(data=request.data, context={"client": request.auth})
         ser.is_valid(raise_exception=True)
         fields = dict(ser.validated_data)
         templates = fields.pop("templates")

@@ -20,23 +20,19 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from email.utils import parseaddr
 
-import phonenumbers
-from django.core.exceptions import ValidationError
-from django.core.validators import validate_email
-
-from core.identifiers import control_character_problem
+from core.identifiers import text_problem
+from notifications.content_limits import inbox_data_problems
 from notifications.events.models import QuietHoursPolicy, Routing
 from notifications.models import Priority
 from notifications.quiet_hours_policy import MARKETING
 from notifications.rendering import check_parts, template_variables
 from notifications.rendering.checking import MAX_TYPE_TEMPLATES, MAX_VARIANTS, CheckBudgetSpent, check_budget
 from providers.fcm.data_keys import data_key_problem
+from providers.senders import email_address_problem, sms_sender_problem
 
 #: A data key an event must carry (``required_data``): an identifier.
 DATA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
-MESSAGING_SERVICE_SID = re.compile(r"^MG[0-9a-f]{32}$")
 #: Which template parts each channel uses.
 PARTS = {"push": ("title", "body", "data"), "email": ("title", "body", "html"), "sms": ("body",),
          "in_app": ("title", "body", "data")}
@@ -93,13 +89,13 @@ def _type_problems(fields: dict, templates: list[dict]) -> dict[str, Problem]:
 
 
 def _text_problems(fields: dict) -> dict[str, Problem]:
-    """A name with a control character, or a description with one other than a line break or a tab
-    (both end up in admin pages and logs); a ``required_data`` key listed twice."""
+    """A name with an invisible character, or a description with one other than a line break or a
+    tab (:func:`core.identifiers.text_problem`: both end up in admin pages and logs); a
+    ``required_data`` key listed twice."""
     problems = {}
-    texts = {"name": fields.get("name") or "",
-             "description": (fields.get("description") or "").translate({9: None, 10: None, 13: None})}
-    for part, text in texts.items():
-        problem = control_character_problem(text)
+    texts = {"name": text_problem(fields.get("name") or ""),
+             "description": text_problem(fields.get("description") or "", multiline=True)}
+    for part, problem in texts.items():
         if problem:
             problems[part] = Problem("control_character", f"{part} {problem}")
     seen: set = set()
@@ -144,29 +140,16 @@ def _channel_problems(channels: list, routing: str) -> dict[str, Problem]:
 
 
 def _sender_problems(fields: dict) -> dict[str, Problem]:
+    """Each sender well formed, by the backends' rule (:mod:`providers.senders`): ``sms_from`` one
+    E.164 number or Messaging Service SID, ``email_from`` and ``email_reply_to`` exactly one mailbox
+    (no list, no group, no line break). Whether it is *allowed* is :mod:`notifications.senders`'."""
     problems = {}
-    sms_from = fields.get("sms_from") or ""
-    if sms_from and not MESSAGING_SERVICE_SID.match(sms_from):
-        try:
-            number = phonenumbers.parse(sms_from, None)
-            valid = phonenumbers.is_valid_number(number) and sms_from == phonenumbers.format_number(
-                number, phonenumbers.PhoneNumberFormat.E164)
-        except phonenumbers.NumberParseException:
-            valid = False
-        if not valid:
-            problems["sms_from"] = Problem("invalid", "an E.164 number (+4915123456789) or a Twilio Messaging Service "
-                                                      "SID (MG + 32 hex digits)")
-    for name in ("email_from", "email_reply_to"):
+    for name, rule in (("sms_from", sms_sender_problem), ("email_from", email_address_problem),
+                       ("email_reply_to", email_address_problem)):
         value = fields.get(name) or ""
-        if not value:
-            continue
-        address = parseaddr(value)[1]
-        try:
-            if "\r" in value or "\n" in value:
-                raise ValidationError("line break")
-            validate_email(address)
-        except ValidationError:
-            problems[name] = Problem("invalid", 'an email address, optionally with a name: "Shop <shop@example.com>"')
+        problem = rule(value) if value else None
+        if problem:
+            problems[name] = Problem("invalid", f"{name}: {problem}")
     return problems
 
 
@@ -220,6 +203,8 @@ def _variant_problems(path: str, template: dict, channel: str, locale: str) -> d
             problem = data_key_problem(key)
             if problem:
                 problems[f"{path}.data.{key}"] = Problem("reserved_key", f"{name}: {problem}")
+        for part, problem in inbox_data_problems(data).items() if channel == "in_app" else ():
+            problems[f"{path}.{part}"] = Problem("control_character", f"{name} {part} {problem}")
     if problems:
         return problems
     parts = {p: template.get(p) or "" for p in ("title", "body", "html") if p in PARTS[channel]}
