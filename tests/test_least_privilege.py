@@ -222,7 +222,7 @@ def test_staff_give_a_segment_an_owner_in_the_admin(admin_client, fast_password_
     page = admin_client.get("/admin/campaigns/segment/newsletter/change/").content.decode()
     assert 'name="client"' in page
     r = admin_client.post("/admin/campaigns/segment/newsletter/change/",
-                          {"name": "Newsletter", "description": "", "client": client.pk})
+                          {"name": "Newsletter", "description": "", "client": client.prefix})
     assert r.status_code == 302, r.content.decode()[:2000]
     assert Segment.objects.get().client == client
     assert call(http_for(key), "put", "/v1/segments/newsletter", {"name": "Weekly"}).status_code == 200
