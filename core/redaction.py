@@ -71,8 +71,12 @@ _ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
 _URL_DELIMITERS = re.compile(r"([?&=/;,])")
 # The one-click unsubscribe path (config/urls.py, ``u/<str:token>``) and its token: one path segment.
 # At the start of a path: after a space, a quote, "=" or "(" (a log line, a Referer), or a URL's host.
-_CAPABILITY_PATH = re.compile(r"((?:^|[\s\"'=(])(?:[A-Za-z][A-Za-z0-9+.\-]{0,20}://[^\s/?#\"'<>]{1,255})?/u/)"
-                              r"[^\s/?#\"'<>]+")
+# Any spelling that routes there or names it: slashes repeated or escaped (%2F), ``u`` escaped (%75), any case.
+_SLASH = r"(?:/|%2[Ff])"
+_CAPABILITY_PATH = re.compile(r"((?:^|[\s\"'=(])(?:[A-Za-z][A-Za-z0-9+.\-]{0,20}://[^\s/?#\"'<>]{1,255})?"
+                              rf"{_SLASH}+(?:[uU]|%75){_SLASH}+)"
+                              r"[^\s/?#\"'<>%]+(?:%[0-9A-Fa-f]{2}[^\s/?#\"'<>%]*)*")
+_CAPABILITY_HINT = re.compile(r"/[uU]/|%75|%2[Ff]")
 CAPABILITY_MASK = "[token]"
 _sources: contextvars.ContextVar[tuple] = contextvars.ContextVar("notify_sensitive_sources", default=())
 
@@ -183,7 +187,7 @@ def mask_contacts(text: str) -> str:
 
 def mask_capabilities(text: str) -> str:
     """``text`` with the token of every one-click unsubscribe path masked: ``/u/[token]``."""
-    return _CAPABILITY_PATH.sub(r"\1" + CAPABILITY_MASK, text) if "/u/" in text else text
+    return _CAPABILITY_PATH.sub(r"\1" + CAPABILITY_MASK, text) if _CAPABILITY_HINT.search(text) else text
 
 
 @contextlib.contextmanager

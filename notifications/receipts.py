@@ -411,10 +411,19 @@ def _detail(receipt: Receipt) -> str:
     return " ".join(parts)[:500]
 
 
+def _is_current(receipt: Receipt, contact: str) -> bool:
+    """Whether the receipt is about the recipient's current ``contact`` (or does not say which):
+    a receipt of an address or number the user has changed since must not mark the new one."""
+    said = receipt.contact.strip().casefold()
+    return not said or said == (contact or "").strip().casefold()
+
+
 def _contact_hygiene(n: Notification, receipt: Receipt, now) -> None:
     recipient: Recipient = n.recipient
     if n.channel == "email":
         if receipt.invalid_address:
+            if not _is_current(receipt, recipient.email):
+                return
             Recipient.objects.filter(pk=recipient.pk, email=recipient.email).update(
                 email_invalid_reason=f"{receipt.provider} {receipt.raw}"[:64], email_invalid_at=now)
         elif receipt.kind == COMPLAINT:
@@ -422,6 +431,8 @@ def _contact_hygiene(n: Notification, receipt: Receipt, now) -> None:
         elif receipt.kind == UNSUBSCRIBE:
             _opt_out(recipient, channel="email", category=n.category or None)
     elif n.channel == "sms":
+        if not _is_current(receipt, recipient.phone):
+            return
         if receipt.error_code in TWILIO_DEAD_NUMBER:
             Recipient.objects.filter(pk=recipient.pk, phone=recipient.phone).update(
                 phone_invalid_reason=TWILIO_DEAD_NUMBER[receipt.error_code], phone_invalid_at=now)

@@ -249,6 +249,12 @@ def _answers(url: str) -> bool:
     ("Not Found: /u/abc.def", "Not Found: /u/[token]"),
     ('"https://notify.example.com/u/abc?x=1"', '"https://notify.example.com/u/[token]?x=1"'),
     ("/v1/users/u/notifications", "/v1/users/u/notifications"),  # a user id "u", not the unsubscribe path
+    # Spellings that still route to the view (Django decodes the path) or name it (adversary: logged raw).
+    ('"POST /%75/eyJ1IjoiYSJ9:1t2:Ab HTTP/1.1" 200', '"POST /%75/[token] HTTP/1.1" 200'),
+    ('"GET //u/eyJ1IjoiYSJ9:1t2:Ab HTTP/1.1" 404', '"GET //u/[token] HTTP/1.1" 404'),
+    ('"GET /u%2Feyj:1t2:Ab HTTP/1.1"', '"GET /u%2F[token] HTTP/1.1"'),
+    ('"GET /U/eyj:1t2:Ab HTTP/1.1"', '"GET /U/[token] HTTP/1.1"'),
+    ('"GET /u/eyJ1%3A1t2:Ab HTTP/1.1"', '"GET /u/[token] HTTP/1.1"'),
 ])
 def test_unsubscribe_tokens_are_masked(text, masked):
     assert redaction.redact(text) == masked

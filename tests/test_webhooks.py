@@ -522,3 +522,38 @@ def test_twilio_unstorable_characters_are_stored_replaced_and_answered_204(field
     stored = list(DeliveryEvent.objects.exclude(dedup_key=None).values_list("dedup_key", "detail", "kind"))
     assert stored and "\x00" not in repr(stored)
     assert "\x00" not in "".join(SmsStop.objects.values_list("sender", flat=True))
+
+
+# --- a late receipt of a contact the user has changed since ------------------------------------------
+
+def test_a_late_bounce_of_an_old_address_fails_the_message_but_never_marks_the_new_address(sg_key):
+    n = make_notification("email")
+    old = sg_event(n, "bounce", type="bounce", status="5.1.1", reason="550 5.1.1 unknown user")
+    Recipient.objects.filter(pk=n.recipient_id).update(email="new-address@example.com")
+
+    assert sg_post(sg_key, [old]).status_code == 204
+
+    n.refresh_from_db()
+    assert (n.status, n.reason) == ("failed", "provider_bounced")
+    assert Recipient.objects.filter(pk=n.recipient_id).values_list(
+        "email", "email_invalid_reason").get() == ("new-address@example.com", "")
+
+
+def test_the_same_address_in_another_case_is_still_marked(sg_key):
+    n = make_notification("email")
+    event = sg_event(n, "bounce", type="bounce", status="5.1.1") | {"email": n.recipient.email.upper()}
+    sg_post(sg_key, [event])
+    assert Recipient.objects.get(pk=n.recipient_id).email_invalid_reason == "sendgrid bounce"
+
+
+@pytest.mark.parametrize("code", ["30005", "30006", "30004"])
+def test_a_late_dead_number_or_stop_of_an_old_phone_never_marks_the_new_one(code):
+    n = make_notification("sms")  # sent to +4915112345678
+    Recipient.objects.filter(pk=n.recipient_id).update(phone="+4915112345679")
+
+    assert twilio_post(n, "undelivered", code=code).status_code == 204
+
+    n.refresh_from_db()
+    assert n.status == "failed"
+    assert Recipient.objects.get(pk=n.recipient_id).phone_invalid_reason == ""
+    assert SmsStop.objects.count() == 0

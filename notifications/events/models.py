@@ -21,8 +21,7 @@ EVENT_NOTIFICATION_NAMESPACE = uuid.UUID("9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d")
 
 class Routing(models.TextChoices):
     ALL = "all", "All: every eligible channel"
-    FALLBACK = "fallback", ("Fallback: the channels in order; the next only when the one before could not reach "
-                            "the user (ineligible or failed permanently)")
+    FALLBACK = "fallback", "Fallback: in order, the next only if the one before could not reach the user"
 
 
 class QuietHoursPolicy(models.TextChoices):

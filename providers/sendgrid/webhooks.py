@@ -139,7 +139,8 @@ def to_receipt(event: dict) -> receipts.Receipt:
         provider="sendgrid", dedup_key=dedup_key(event), kind=kind, raw=kind_raw or "unknown",
         notification_id=event.get("notification_id"), provider_message_id=message_id,
         error_code=str(event.get("status", "") or ""), detail=reason[:200], invalid_address=invalid,
-        occurred_at=event_time(event), address=str(event.get("email") or ""))
+        occurred_at=event_time(event), address=str(event.get("email") or ""),
+        contact=str(event.get("email") or ""))
 
 
 @csrf_exempt

@@ -65,6 +65,7 @@ def status_callback(request):
     receipt = receipts.Receipt(
         provider="twilio", dedup_key=f"twilio:{sid}:{status}:{code}", kind=STATUS_KINDS.get(status, "unknown"),
         raw=status or "unknown", notification_id=storable(request.GET.get("nid")), provider_message_id=sid,
-        error_code=code, sender=params.get("From", "") or params.get("MessagingServiceSid", ""))
+        error_code=code, sender=params.get("From", "") or params.get("MessagingServiceSid", ""),
+        contact=params.get("To", ""))
     receipts.publish([receipt])
     return HttpResponse(status=204)
