@@ -471,7 +471,8 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "filters": {"redact": {"()": "core.redaction.RedactingFilter"},
-                "client_errors_at_info": {"()": "core.log_levels.ClientErrorsAtInfo"}},
+                "client_errors_at_info": {"()": "core.log_levels.ClientErrorsAtInfo"},
+                "suspicious_at_warning": {"()": "core.log_levels.SuspiciousRequestsAtWarning"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact"]}},
     "root": {"handlers": ["console"], "level": env("LOG_LEVEL", default="INFO")},
     "loggers": {
@@ -480,6 +481,9 @@ LOGGING = {
         # A 4xx is the client's problem: django.request logs it at INFO, not WARNING (5xx stay ERROR).
         # Who did what and with what outcome is the API audit log's (APIAuditEntry), 4xx included.
         "django.request": {"filters": ["client_errors_at_info"]},
+        # A refused admin lookup (a probe: 400): one WARNING line, not ERROR with a traceback.
+        **{f"django.security.{name}": {"filters": ["suspicious_at_warning"]}
+           for name in ("DisallowedModelAdminLookup", "DisallowedModelAdminToField")},
         "django.db.backends": {"level": "WARNING"},
         # Not its version banner at every process start; its login failures and lockouts stay.
         "axes.apps": {"level": "WARNING"},

@@ -6,6 +6,7 @@ In-process (Django test client, rolled-back transactions); no worker processes.
 
 from __future__ import annotations
 
+import logging
 import uuid
 
 import pytest
@@ -239,3 +240,21 @@ def test_custom_admin_views_refuse_nul(root, alice):
     # A NUL in a form field of a save: 400 before the view (Postgres could not even compare it).
     response = root.post(reverse("admin:preferences_recipient_change", args=["alice"]), {"user_id": "alice\x00"})
     assert response.status_code == 400
+
+
+@pytest.mark.parametrize(("query", "logged"), [
+    ("body__startswith=Your", ("django.security.DisallowedModelAdminLookup", "WARNING",
+                               "Filtering by body__startswith not allowed")),
+    ("id=not-a-uuid", ("django.request", "INFO", "This filter cannot be applied: ")),
+    ("q=%00", ("django.request", "INFO", "A NUL character in the query.: ")),
+])
+def test_a_refused_admin_request_is_one_log_line_without_a_traceback(root, otp, caplog, query, logged):
+    """Refusals the README documents as 400 were logged with ~50-line tracebacks (the lookup at ERROR)."""
+    caplog.set_level(logging.DEBUG)
+    response = root.get(reverse("admin:notifications_notification_changelist") + "?" + query)
+    assert response.status_code == 400
+    (record,) = [r for r in caplog.records if r.name.startswith(("django.request", "django.security"))]
+    name, level, message = logged
+    assert (record.name, record.levelname, record.exc_info, record.exc_text) == (name, level, None, None)
+    assert record.getMessage().startswith(message), record.getMessage()
+    assert "Traceback" not in caplog.text

@@ -143,6 +143,18 @@ def test_bad_list_query_is_422_naming_the_parameter(http, alice, query, field, c
     assert fields(r) == {(field, code)}
 
 
+def test_an_unknown_query_parameter_suggests_the_near_one(http, alice):
+    """``stauts`` listed the valid parameters without saying which was meant."""
+    r = http.get("/v1/users/alice/notifications", {"stauts": "sent"})
+    assert (r.status_code, r.json()["error"]["fields"]) == (422, [{
+        "field": "stauts", "code": "unknown_parameter",
+        "message": "unknown query parameter; did you mean status? this list takes category, channel, cursor, "
+                   "limit, status"}])
+    r = http.get("/v1/users/alice/notifications", {"colour": "red"})
+    assert r.json()["error"]["fields"][0]["message"] == ("unknown query parameter; this list takes category, "
+                                                         "channel, cursor, limit, status")
+
+
 def test_forged_cursor_with_bad_values_is_422_not_500(http, alice):
     import base64
 

@@ -270,3 +270,28 @@ def test_an_event_accepted_for_a_sensitive_type_stays_hidden_when_the_type_chang
     NotificationType.objects.filter(pk="order_shipped").update(sensitive=False)
     assert http.get(f"/v1/events/{eid}").json()["data"] is None
     assert set(Notification.objects.filter(event_id=eid).values_list("sensitive", flat=True)) == {True}
+
+
+def type_refusal(http, path: str, kind: str) -> tuple[int, str, str]:
+    body = {"type": kind, "data": {}, **({"user_ids": ["u0"]} if path == "/v1/events" else
+                                        {"user_id": "u0", "channel": "email"})}
+    resp = post(http, body, key=f"misspelled-{kind}", path=path)
+    (error,) = resp.json()["error"]["fields"]
+    return resp.status_code, error["code"], error["message"]
+
+
+@pytest.mark.parametrize("path", ["/v1/events", "/v1/notifications"])
+def test_a_misspelled_type_suggests_the_near_key_the_client_may_use(owner, users, path):
+    """``order_shiped`` was answered "define it with PUT …/order_shiped", inviting a duplicate type."""
+    client, http = owner
+    make_type("order_shipped")                                    # the admin's: every client may use it
+    make_type("refund_issued", client=client)                     # the client's own
+    make_type("invoice_paid", client=http_for("billing")[0])      # another client's: never suggested
+    assert type_refusal(http, path, "order_shiped") == (
+        422, "unknown_type", "no notification type 'order_shiped'; did you mean order_shipped?")
+    assert type_refusal(http, path, "refund_isued") == (
+        422, "unknown_type", "no notification type 'refund_isued'; did you mean refund_issued?")
+    assert type_refusal(http, path, "invoice_payd") == (
+        422, "unknown_type",
+        "no notification type 'invoice_payd'; define it with PUT /v1/notification-types/invoice_payd")
+    assert_nothing_written()

@@ -1,9 +1,11 @@
 """First use, literally: the shell blocks of README.md's "Send a first notification", run with bash
 against the started stack (real processes, bench/stack.py), and the answers the README documents.
 
-The commands and curl bodies are read from README.md at test time; only the documented addresses
-(``http://127.0.0.1:8000`` the API, ``http://127.0.0.1:8900`` the emulator) are replaced by the
-stack's, and ``<id>`` by an id the README's own requests returned. ``curl`` is wrapped by a shell
+The commands and curl bodies are read from README.md at test time and run with ``PORT`` and
+``EMULATOR_PORT`` set to the stack's (the README's addresses are ``http://127.0.0.1:${PORT:-8000}``
+and ``…:${EMULATOR_PORT:-8900}``); only ``<id>`` is replaced, by an id the README's own requests
+returned, and each API client's name made unique (a name is taken once, and this test may run
+again on the same database). ``curl`` is wrapped by a shell
 function that records each call's arguments and HTTP status and prints the body as curl would, so
 the commands run unchanged. If the README and the product disagree, this test fails.
 """
@@ -31,7 +33,7 @@ pytestmark = pytest.mark.e2e
 
 README = ROOT / "README.md"
 SECTION = "### Send a first notification"
-API, EMULATOR = "http://127.0.0.1:8000", "http://127.0.0.1:8900"
+API, EMULATOR = "http://127.0.0.1:${PORT:-8000}", "http://127.0.0.1:${EMULATOR_PORT:-8900}"
 
 # Records every curl call: arguments (NUL-separated) in N.args, HTTP status in N.status, body in
 # N.body (then printed, as `curl -s` prints it).
@@ -63,12 +65,14 @@ def documented_answer(prose: str) -> tuple[int, dict]:
 
 
 def run(stack, script: str, trace: Path, **env: str) -> str:
-    """Run ``script`` with bash in the repository root, the README's addresses replaced by the stack's;
-    returns its standard output."""
-    script = script.replace(API, stack.api).replace(EMULATOR, stack.emulator)
+    """Run ``script`` with bash in the repository root, ``PORT`` and ``EMULATOR_PORT`` the stack's and
+    every ``create_api_client NAME`` given a unique name; returns its standard output."""
+    assert "127.0.0.1:8000" not in script and "127.0.0.1:8900" not in script, "a hard-coded port"
+    script = re.sub(r"create_api_client (\S+)", rf"create_api_client \1-{uuid.uuid4().hex[:6]}", script)
+    ports = {"PORT": stack.api.rsplit(":", 1)[1], "EMULATOR_PORT": stack.emulator.rsplit(":", 1)[1]}
     done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", CURL_TRACE + script], cwd=ROOT,
-                          env={**stack.env(), "TRACE": str(trace), **env}, capture_output=True, text=True,
-                          timeout=120)
+                          env={**stack.env(), **ports, "TRACE": str(trace), **env}, capture_output=True,
+                          text=True, timeout=120)
     assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr}"
     return done.stdout
 
@@ -132,12 +136,11 @@ def test_the_readme_quick_start_works_as_written(emulator, live_db, tmp_path):
     item = wait_until(lambda: InboxItem.objects.filter(pk=inbox["answer"]["id"]).first(), 60,
                       message="the quick start's in_app item")
     assert (item.recipient_id, item.title, item.body) == ("alice", "Hello", "Welcome aboard")
-    assert "`GET /v1/users/alice/inbox` with scope `inbox`" in " ".join(prose.split())
     ids = {c["answer"]["id"]: c for c in sends if c is not inbox}
     wait_until(lambda: {m["notification_id"] for m in stack.messages()} >= set(ids), 60,
                message="the emulator to receive the three quick-start messages")
     (trace := tmp_path / "look").mkdir()
-    emulator_line, status_line = [line for line in look.splitlines() if line.startswith("curl")]
+    emulator_line, status_line, inbox_line = [line for line in look.splitlines() if line.startswith("curl")]
     received = [m for m in json.loads(run(stack, emulator_line, trace)) if m["notification_id"] in ids]
     to = {"sms": user["sent"]["phone"], "email": user["sent"]["email"], "push": device["sent"]["push_token"]}
     assert sorted((m["notification_id"], m["channel"], m["to"], m["body"]) for m in received) == sorted(
@@ -150,6 +153,14 @@ def test_the_readme_quick_start_works_as_written(emulator, live_db, tmp_path):
     detail = calls(trace)[-1]
     assert (detail["status"], detail["answer"]["id"], detail["answer"]["attempts"]) == (200, sms_id, 1)
     assert "sent" in [event["status"] for event in detail["answer"]["timeline"]]
+
+    # alice's inbox, read as the README shows it: a key of scope inbox, then the inbox holds the item.
+    (key_line,) = [line for line in look.splitlines() if "create_api_client" in line]
+    assert "--scopes inbox" in key_line
+    listed = json.loads(run(stack, f"{key_line}\n{inbox_line}", trace))
+    assert calls(trace)[-1]["status"] == 200
+    assert [(i["id"], i["title"], i["body"]) for i in listed["items"] if i["id"] == inbox["answer"]["id"]] == [
+        (inbox["answer"]["id"], "Hello", "Welcome aboard")]
 
 
 FAULTS_SECTION = "### Provider faults on demand (the emulator)"
@@ -197,8 +208,9 @@ EVENTS_SECTION = "## Events and notification types"
 def test_the_readme_events_example_works_as_written(emulator, live_db, tmp_path):
     """The events section's two blocks, as written: a key, a user without a device, a fallback type
     (push, then email), an event; then the event's story: the push suppressed for want of a device,
-    the email sent instead. Besides the addresses, only the type's key is made unique (a type
-    belongs to the key that defined it, and this test may run again on the same database)."""
+    the email sent instead. Besides the client's name (:func:`run`), only the type's key is made
+    unique (a type belongs to the key that defined it, and this test may run again on the same
+    database)."""
     stack = emulator
     text = README.read_text()
     section = re.split(r"\n#{2,3} ", text.split(EVENTS_SECTION, 1)[1], maxsplit=1)[0]

@@ -76,11 +76,19 @@ def strict_type_errors(field, value, path: str) -> dict[str, serializers.ErrorDe
     return errors
 
 
+def nearest(given: str, known) -> str | None:
+    """The one name of ``known`` near enough to ``given`` to be what was meant (difflib, cutoff 0.75),
+    or None: ``opt_out`` → ``opt_outs``. Every "did you mean" of the API (fields, query parameters,
+    type keys) asks here."""
+    near = difflib.get_close_matches(given, list(known), n=1, cutoff=0.75) if len(given) <= 100 else []
+    return near[0] if near else None
+
+
 def unknown_field_message(key: str, known) -> str:
-    """``"unknown field"``, and the nearest known name if one is near (difflib): ``opt_out`` →
+    """``"unknown field"``, and the nearest known name if one is near (:func:`nearest`): ``opt_out`` →
     ``"unknown field; did you mean opt_outs?"``."""
-    near = difflib.get_close_matches(key, list(known), n=1, cutoff=0.75) if len(key) <= 100 else []
-    return f"unknown field; did you mean {near[0]}?" if near else "unknown field"
+    near = nearest(key, known)
+    return f"unknown field; did you mean {near}?" if near else "unknown field"
 
 
 def list_choices(field) -> None:

@@ -25,6 +25,7 @@ from drf_spectacular.utils import OpenApiParameter
 from rest_framework import serializers
 
 from core.api.errors import InvalidParameter
+from core.api.fields import nearest
 from core.api.parameters import IdRule
 from core.api.parsers import unstorable
 
@@ -91,8 +92,10 @@ def read_query(params, filters: dict[str, Sequence[str] | IdRule], *, default_li
     allowed = {"limit", "cursor", *filters}
     for name in params:
         if name not in allowed:
-            raise QueryError(name, "unknown_parameter", f"unknown query parameter; this list takes "
-                                                       f"{', '.join(sorted(allowed))}")
+            near = nearest(name, allowed)
+            raise QueryError(name, "unknown_parameter", "unknown query parameter; "
+                                                       + (f"did you mean {near}? " if near else "")
+                                                       + f"this list takes {', '.join(sorted(allowed))}")
         if len(params.getlist(name)) > 1:
             raise QueryError(name, "invalid", "give this parameter at most once")
     out: dict = {"cursor": params.get("cursor") or None}

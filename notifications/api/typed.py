@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 
+from django.db.models import Q
 from rest_framework import serializers
 
 from core.api.errors import MissingScope
+from core.api.fields import nearest
 from core.api.refusals import NotOwner
 from core.api.scopes import Scope
 from notifications.events.models import NotificationType
@@ -19,12 +21,16 @@ DATA_MAX_BYTES = 16 * 1024
 
 def type_for(request, key: str, field: str = "type") -> NotificationType:
     """The type an event (or typed send) of this client may use: its own or one defined in the admin;
-    a ``high`` type needs ``notifications:send_high``. Raises ValidationError (422 ``unknown_type``),
-    NotOwner or MissingScope (403) naming ``field``."""
+    a ``high`` type needs ``notifications:send_high``. Raises ValidationError (422 ``unknown_type``:
+    "did you mean" a near key it may use, else how to define one), NotOwner or MissingScope (403)
+    naming ``field``."""
     kind = NotificationType.objects.filter(pk=key).first()
     if kind is None:
+        usable = NotificationType.objects.filter(Q(client__isnull=True) | Q(client=request.auth))
+        near = nearest(key, usable.values_list("key", flat=True))
+        hint = f"did you mean {near}?" if near else f"define it with PUT /v1/notification-types/{key}"
         raise serializers.ValidationError({field: serializers.ErrorDetail(
-            f"no notification type {key!r}; define it with PUT /v1/notification-types/{key}", code="unknown_type")})
+            f"no notification type {key!r}; {hint}", code="unknown_type")})
     if kind.client_id is not None and kind.client_id != request.auth.pk:
         raise NotOwner(field, "this notification type belongs to another API client")
     if kind.priority == Priority.HIGH and not request.auth.has_scope(Scope.SEND_HIGH):
