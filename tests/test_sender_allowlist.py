@@ -153,7 +153,7 @@ def test_an_entry_is_listed_once_per_owner(admin_client, shop):
     allow("email", "shop.example")
     resp = admin_client.post(reverse(ADD), {"channel": "email", "value": "shop.example", "note": ""})
     assert resp.status_code == 200 and AllowedSender.objects.count() == 1
-    resp = admin_client.post(reverse(ADD), {"channel": "email", "value": "shop.example", "client": shop[0].pk,
+    resp = admin_client.post(reverse(ADD), {"channel": "email", "value": "shop.example", "client": shop[0].prefix,
                                             "note": ""})
     assert resp.status_code == 302 and AllowedSender.objects.count() == 2
 
@@ -177,3 +177,15 @@ def test_the_type_admin_checks_the_owners_list(admin_client, shop):
     assert resp.status_code == 200
     assert "allow-list" in str(resp.context["adminform"].form.errors["email_from"])
     assert list(NotificationType.objects.values_list("key", "name", "client")) == [("receipt", "Receipt!", shop[0].pk)]
+
+
+def test_the_allow_list_admin_never_carries_or_looks_up_a_clients_id(admin_client, shop):
+    """Adversary (review): the page had no lookup guard (``?client__id__startswith=`` answered) and its
+    client select offered ids (which carry the key's hash)."""
+    allow("email", "shop.example", client=shop[0])
+    changelist = reverse(ADD).replace("add/", "")
+    assert admin_client.get(changelist, {"client__id__startswith": shop[0].pk[:12]}).status_code == 400
+    assert admin_client.get(changelist, {"for": "client"}).status_code == 200
+    page = admin_client.get(reverse(ADD)).content.decode()
+    assert shop[0].pk not in page and shop[0].hashed_key not in page
+    assert f'value="{shop[0].prefix}"' in page
