@@ -106,6 +106,24 @@ def test_a_list_cursor_still_reads_the_next_page_after_the_clock_moved(http, ali
     assert r.json()["next_cursor"] is None
 
 
+def test_a_list_cursor_reads_on_only_in_its_own_listing(http, alice):
+    # A fresh attack on main: list cursors were unsigned, so one user's (or one filter's) cursor read
+    # on in another listing. A cursor is bound to its list, path ids and filters (core/cursors.py).
+    Recipient.objects.create(user_id="bob")
+    for i in range(3):
+        send(http, i)
+    first = http.get("/v1/users/alice/notifications", {"limit": 1, "channel": "sms"}).json()
+    assert first["next_cursor"]
+    for path, query in (("/v1/users/bob/notifications", {"channel": "sms"}),
+                        ("/v1/users/alice/notifications", {}),
+                        ("/v1/users/alice/notifications", {"channel": "sms", "status": "queued"}),
+                        ("/v1/campaigns", {"channel": "sms"})):
+        r = http.get(path, {"limit": 1, "cursor": first["next_cursor"], **query})
+        assert (r.status_code, fields(r)) == (422, {("cursor", "invalid_cursor")}), (path, query, r.content)
+    r = http.get("/v1/users/alice/notifications", {"limit": 5, "channel": "sms", "cursor": first["next_cursor"]})
+    assert r.status_code == 200 and len(r.json()["items"]) == 2
+
+
 def test_user_notifications_filters(http, alice):
     send(http, 1)
     send(http, 2, channel="email", content={"title": "t", "body": "b"}, category="security")

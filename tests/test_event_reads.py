@@ -110,3 +110,16 @@ def test_reads_run_a_fixed_number_of_queries_whatever_the_page(event):
     one = queries(http, f"/v1/events/{eid}/recipients?limit=1")
     assert queries(http, f"/v1/events/{eid}/recipients?limit=200") == one
     assert queries(http, f"/v1/events/{eid}") <= one + 2  # the summary's two
+
+
+def test_an_events_cursor_reads_on_only_in_that_events_listing(event):
+    # A fresh attack on main: list cursors were unsigned, so one event's cursor read on in another's.
+    http, eid = event
+    other = post(http, {"type": "order_shipped", "user_ids": ["u03", "u04"], "data": {"order_id": "2"}},
+                 key="other-event")
+    assert other.status_code == 202, other.content
+    cursor = http.get(f"/v1/events/{eid}").json()["recipients_next_cursor"]
+    resp = http.get(f"/v1/events/{other.json()['id']}/recipients", {"cursor": cursor})
+    assert resp.status_code == 422
+    assert [(f["field"], f["code"]) for f in resp.json()["error"]["fields"]] == [("cursor", "invalid_cursor")]
+    assert http.get(f"/v1/events/{eid}/recipients", {"cursor": cursor}).status_code == 200

@@ -168,3 +168,35 @@ def test_the_reported_urls_are_422_naming_the_parameter(http, world, path, field
     # Issue 23 #11: an invisible character is code control_character wherever it is refused.
     assert r.json()["error"]["fields"][0] == {"field": field, "code": "control_character",
                                               "message": r.json()["error"]["fields"][0]["message"]}
+
+
+def _b64(values) -> str:
+    return base64.urlsafe_b64encode(json.dumps(values).encode()).decode().rstrip("=")
+
+
+def test_every_list_answers_only_its_own_cursor(http, world):
+    # A fresh attack on main: list cursors were unsigned base64 JSON, so the segments' cursor
+    # ["seg1"] was read on by every list ordered by one text key (200), a made-up ["x"] too, and a
+    # campaign-style cursor with a naive instant read on /v1/campaigns. Every list's cursor is now
+    # signed and bound to its listing (core/cursors.py): anything else is invalid_cursor.
+    client = APIClient.objects.get(name="hostile")
+    campaign_services.upsert_segment("seg1", name="One", client=client)
+    segments = http.get("/v1/segments", {"limit": 1}).json()
+    assert [s["segment_id"] for s in segments["items"]] == ["seg1"] and segments["next_cursor"]
+    cursors = {"segments' cursor": segments["next_cursor"], "made up": _b64(["x"]), "made up, seg1": _b64(["seg1"]),
+               "naive instant": _b64(["2026-01-01T00:00:00", "00000000-0000-0000-0000-000000000000"]),
+               "signed by another key": segments["next_cursor"][:-1] + ("A" if segments["next_cursor"][-1] != "A"
+                                                                        else "B")}
+    lists = sorted({p for p, _, name in documented_queries(http) if name == "cursor"})
+    assert len(lists) == 8, lists
+    for path in lists:
+        url = re.sub(r"\{(\w+)\}", lambda m: VALID[m.group(1)], path)
+        for what, cursor in cursors.items():
+            if path == "/v1/segments" and what == "segments' cursor":
+                continue
+            r = http.get(url, {"cursor": cursor})
+            expected = 400 if path == "/v1/users/{user_id}/inbox" else 422  # the inbox's documented status
+            assert (r.status_code, r.json()["error"]["fields"][0]["code"]) == (expected, "invalid_cursor"), (
+                path, what, r.content[:300])
+            assert_error_shape(r, "cursor")
+    assert http.get("/v1/segments", {"cursor": segments["next_cursor"]}).json()["items"][0]["segment_id"] == "vip"

@@ -5,7 +5,8 @@
 * #14: what gunicorn refuses itself (a request line over 4094 bytes: 414; a header over 8190 bytes:
   431; a malformed request line: 400) is answered in the API's JSON error shape, not gunicorn's HTML;
   an idle keep-alive connection is still open after longer than gunicorn's old 2 s (clients behind a
-  load balancer reuse connections).
+  load balancer reuse connections);
+* a request whose headers never end is dropped after the read timeout, freeing its thread.
 """
 
 from __future__ import annotations
@@ -80,22 +81,46 @@ def test_the_unsubscribe_token_never_reaches_the_access_log(web):
     assert f'"{base}/u/[token]"' in text  # the Referer
 
 
-@pytest.mark.parametrize(("request_bytes", "status", "code"), [
-    (b"GET /v1/users/" + b"a" * 5000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 414, "request_line_too_long"),
+@pytest.mark.parametrize(("request_bytes", "status", "code", "field"), [
+    (b"GET /v1/users/" + b"a" * 5000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 414, "request_line_too_long",
+     "request_line"),
     (b"GET /v1/users/alice HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 9000 + b"\r\n\r\n", 431,
-     "header_too_large"),
+     "header_too_large", "headers"),
     (b"GET /v1/users/alice HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-     + b"".join(b"X-H%d: v\r\n" % i for i in range(120)) + b"\r\n", 431, "header_too_large"),
-    (b"G\x01T / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 400, "bad_request"),
+     + b"".join(b"X-H%d: v\r\n" % i for i in range(120)) + b"\r\n", 431, "header_too_large", "headers"),
+    (b"G\x01T / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 400, "bad_request", None),
 ], ids=["long-url", "long-header", "many-headers", "bad-method"])
-def test_what_gunicorn_refuses_is_answered_in_the_api_error_shape(web, request_bytes, status, code):
+def test_what_gunicorn_refuses_is_answered_in_the_api_error_shape(web, request_bytes, status, code, field):
+    # The API's one error shape (core/api/errors.py), fields included (a fresh attack on main: they
+    # had no `fields` and a layout of their own).
     _, port, _ = web
     got, headers, body = raw(port, request_bytes)
     assert got == status
     assert headers["Content-Type"] == "application/json"
     error = json.loads(body)["error"]
+    assert set(error) == {"status", "code", "message", "fields"}
     assert (error["status"], error["code"]) == (status, code)
-    assert set(error) == {"status", "code", "message"} and error["message"]
+    [entry] = error["fields"]
+    assert (entry["field"], entry["code"]) == (field, code) and entry["message"]
+    assert error["message"] == (f"{field}: {entry['message']}" if field else entry["message"])
+
+
+def test_half_sent_requests_are_dropped_and_free_their_threads(web):
+    # A fresh attack on main: 8 connections that start a request and never finish the headers held
+    # all 8 threads (2 workers x 4) for as long as they liked; gthread read them with no timeout.
+    # Now each read waits at most GUNICORN_READ_TIMEOUT (5 s): the server closes them.
+    base, port, _ = web
+    stalled = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(8)]
+    try:
+        for sock in stalled:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # never the blank line
+        time.sleep(1)  # every thread is reading one of them
+        assert requests.get(f"{base}/healthz", timeout=60).status_code == 200
+        for sock in stalled:
+            assert sock.recv(1024) == b""  # closed by the server, nothing answered (within 30 s)
+    finally:
+        for sock in stalled:
+            sock.close()
 
 
 def test_an_idle_keep_alive_connection_is_reused_after_more_than_two_seconds(web):

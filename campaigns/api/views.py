@@ -158,7 +158,8 @@ class SegmentListView(APIView):
             return [{"segment_id": r.segment_id, "name": r.name, "description": r.description,
                      "member_count": counts.get(r.segment_id, 0)} for r in rows]
 
-        return Response(list_page(request.query_params, ownership.readable_segments(request.auth), _BY_ID, items))
+        return Response(list_page(request.query_params, ownership.readable_segments(request.auth), _BY_ID, items,
+                                  listing=("segments",)))
 
 
 class SegmentMembersView(APIView):
@@ -175,7 +176,8 @@ class SegmentMembersView(APIView):
         _owned(request, segment, ownership.check_use, "read")
         return Response(list_page(request.query_params, SegmentMember.objects.filter(segment=segment),
                                   Ordering(("recipient_id",)),
-                                  lambda rows: SegmentMemberSerializer(rows, many=True).data))
+                                  lambda rows: SegmentMemberSerializer(rows, many=True).data,
+                                  listing=("segment_members", segment.segment_id)))
 
     @extend_schema(request=MembersSerializer, parameters=[_SEGMENT_ID, *response_headers()],
                    examples=[OpenApiExample("Members", request_only=True,
@@ -251,7 +253,7 @@ class TemplateListView(APIView):
                    summary="Templates by template_id, with their variants (keyset pagination)")
     def get(self, request):
         return Response(list_page(request.query_params, Template.objects.prefetch_related("variants"), _BY_ID,
-                                  lambda rows: [TemplateView._payload(t) for t in rows]))
+                                  lambda rows: [TemplateView._payload(t) for t in rows], listing=("templates",)))
 
 
 _CAMPAIGN_FILTERS = {"status": CampaignStatus.values, "channel": Channel.values, "segment_id": parameters.SLUG}
@@ -275,7 +277,8 @@ class CampaignListView(APIView):
     def get(self, request):
         return Response(list_page(request.query_params, _readable_campaigns(request),
                                   Ordering(("created_at", "id"), descending=True),
-                                  lambda rows: CampaignSummarySerializer(rows, many=True).data, _CAMPAIGN_FILTERS))
+                                  lambda rows: CampaignSummarySerializer(rows, many=True).data, _CAMPAIGN_FILTERS,
+                                  listing=("campaigns",)))
 
     @extend_schema(
         summary="Send one message to every member of a segment, now, at an instant, or at a local time",

@@ -137,8 +137,16 @@ def response_headers(*, created: tuple[int, ...] = ()) -> list[OpenApiParameter]
 def field_error(field: str, code: str, message: str, status_code: int = 422,
                 error_code: str = "validation_error") -> Response:
     """A ready response for one field error; the top-level message starts with the field's name."""
-    return Response(_body(status_code, error_code, f"{field}: {message}",
-                          [{"field": field, "code": code, "message": message}]), status=status_code)
+    return Response(field_error_body(field, code, message, status_code, error_code), status=status_code)
+
+
+def field_error_body(field: str | None, code: str, message: str, status_code: int,
+                     error_code: str) -> dict:
+    """The error shape's body for one field error (``field`` None: the request as a whole): the
+    top-level message starts with the field's name. Also for writers outside Django's responses
+    (gunicorn's own errors: config/gunicorn_conf.py), so every error has the one layout."""
+    return _body(status_code, error_code, f"{field}: {message}" if field else message,
+                 [{"field": field, "code": code, "message": message}])
 
 
 def _body(status_code: int, code: str, message: str, fields: list[dict] | None = None) -> dict:
@@ -146,11 +154,6 @@ def _body(status_code: int, code: str, message: str, fields: list[dict] | None =
     if fields:
         body["fields"] = fields
     return {"error": body}
-
-
-#: The error shape's body for a status, code and message, for writers outside Django's responses
-#: (gunicorn's own errors: config/gunicorn_conf.py).
-error_body = _body
 
 
 def json_error_view(status_code: int, code: str, message: str):

@@ -1,7 +1,8 @@
 """Keyset (cursor) pagination for the API's list endpoints.
 
-A page is ``{"items": [...], "next_cursor": "…" | null}``. The cursor is opaque to clients
-(URL-safe base64 of the last item's sort key as JSON); the next page is the rows strictly after it
+A page is ``{"items": [...], "next_cursor": "…" | null}``. The cursor is opaque to clients: the
+last item's sort key signed and bound to its listing (:mod:`core.cursors`: another list's or a
+made-up cursor is ``422 invalid_cursor``; it never expires); the next page is the rows strictly after it
 in the list's fixed order, found with an index range scan: no OFFSET, so page 1,000 costs what
 page 1 does and rows inserted meanwhile never shift or repeat what a client already saw.
 
@@ -13,9 +14,6 @@ such as NUL) is a 422 naming the parameter, before any query runs.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -24,6 +22,7 @@ from django.db.models import Q, QuerySet
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework import serializers
 
+from core import cursors
 from core.api.errors import InvalidParameter
 from core.api.fields import nearest
 from core.api.parameters import IdRule
@@ -61,16 +60,17 @@ class Ordering:
         return q
 
 
-def encode_cursor(values: Sequence) -> str:
-    raw = json.dumps([v.isoformat() if hasattr(v, "isoformat") else str(v) for v in values], separators=(",", ":"))
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+def encode_cursor(values: Sequence, listing: Sequence[str | None]) -> str:
+    """The signed cursor (:mod:`core.cursors`) of the sort key ``values`` in ``listing``."""
+    return cursors.sign([v.isoformat() if hasattr(v, "isoformat") else str(v) for v in values], listing)
 
 
-def decode_cursor(cursor: str, size: int) -> list[str]:
-    """The sort key in ``cursor``. Raises QueryError(``invalid_cursor``)."""
+def decode_cursor(cursor: str, size: int, listing: Sequence[str | None]) -> list[str]:
+    """The sort key in ``cursor``. Raises QueryError(``invalid_cursor``) unless :func:`encode_cursor`
+    made it for this ``listing``."""
     try:
-        values = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-    except (binascii.Error, ValueError, UnicodeDecodeError):
+        values = cursors.unsign(cursor, listing)
+    except cursors.BadCursor:
         values = None
     if (not isinstance(values, list) or len(values) != size
             or not all(isinstance(v, str) and not unstorable(v) for v in values)):
@@ -120,13 +120,14 @@ def read_query(params, filters: dict[str, Sequence[str] | IdRule], *, default_li
     return out
 
 
-def page(qs: QuerySet, ordering: Ordering, *, limit: int, cursor: str | None,
+def page(qs: QuerySet, ordering: Ordering, *, limit: int, cursor: str | None, listing: Sequence[str | None],
          key: Callable[[object], Sequence] | None = None) -> tuple[list, str | None]:
     """One page of ``qs`` in ``ordering`` after ``cursor``: ``(rows, next_cursor)``; ``next_cursor``
-    is None on the last page. ``key(row)`` gives a row's sort values (default: the ordering's
-    attributes). Raises QueryError for a cursor that is not ours."""
+    is None on the last page. ``listing``: what the cursor is bound to (the list's name, the ids and
+    filters that define it; :mod:`core.cursors`). ``key(row)`` gives a row's sort values (default:
+    the ordering's attributes). Raises QueryError for a cursor that is not this listing's."""
     if cursor:
-        values = decode_cursor(cursor, len(ordering.fields))
+        values = decode_cursor(cursor, len(ordering.fields), listing)
         try:
             qs = qs.filter(ordering.after(values))
             rows = list(qs.order_by(*ordering.order_by())[:limit + 1])
@@ -140,18 +141,21 @@ def page(qs: QuerySet, ordering: Ordering, *, limit: int, cursor: str | None,
         return rows, None
     last = rows[-1]
     values = key(last) if key else [getattr(last, f) for f in ordering.fields]  # type: ignore[assignment]
-    return rows, encode_cursor(values)
+    return rows, encode_cursor(values, listing)
 
 
 def list_page(params, qs: QuerySet, ordering: Ordering, items: Callable[[list], list],
-              filters: dict[str, Sequence[str] | IdRule] | None = None) -> dict:
+              filters: dict[str, Sequence[str] | IdRule] | None = None, *, listing: Sequence[str]) -> dict:
     """A list endpoint's answer, ``{"items": items(rows), "next_cursor": str | None}``: ``params``
     (the request's QueryDict) read by :func:`read_query`, each given filter applied to ``qs`` as
-    an equality on the field of the same name, then one :func:`page`. Raises QueryError."""
+    an equality on the field of the same name, then one :func:`page`. ``listing``: the list's name
+    and the path ids that define it (``("segment_members", segment_id)``); the filters' values are
+    added, so a cursor only reads on in the listing that gave it. Raises QueryError."""
     filters = filters or {}
     query = read_query(params, filters)
     qs = qs.filter(**{name: query[name] for name in filters if name in query})
-    rows, next_cursor = page(qs, ordering, limit=query["limit"], cursor=query["cursor"])
+    bound = (*listing, *(query.get(name) for name in filters))
+    rows, next_cursor = page(qs, ordering, limit=query["limit"], cursor=query["cursor"], listing=bound)
     return {"items": items(rows), "next_cursor": next_cursor}
 
 

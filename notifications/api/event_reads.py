@@ -141,6 +141,12 @@ def recipients_query(event: Event):
     return Recipient.objects.filter(pk__in=event.user_ids).only("pk")
 
 
+def recipients_listing(event: Event) -> tuple[str, str]:
+    """What a cursor of the event's users is bound to (:mod:`core.cursors`): the detail's
+    ``recipients_next_cursor`` reads on in ``GET /v1/events/{id}/recipients`` of this event only."""
+    return ("event_recipients", str(event.pk))
+
+
 def recipients_body(event: Event, users: list[str]) -> list[dict]:
     """Each of ``users`` (a page of the event's) with their outcome, digest and notifications in the
     event's channel order, each with its timeline: a fixed number of queries whatever the page."""
@@ -177,7 +183,8 @@ def recipients_body(event: Event, users: list[str]) -> list[dict]:
 
 def event_body(event: Event) -> dict:
     """The event's detail (:class:`EventDetailSerializer`): bounded whatever its number of users."""
-    first, next_cursor = page(recipients_query(event), BY_USER, limit=FIRST_PAGE, cursor=None)
+    first, next_cursor = page(recipients_query(event), BY_USER, limit=FIRST_PAGE, cursor=None,
+                              listing=recipients_listing(event))
     iso = ISO
     return {"id": str(event.pk), "type": event.type_id, "created_at": iso(event.created_at),
             "scheduled_at": iso(event.scheduled_at), "ttl_seconds": event.ttl_seconds,

@@ -22,6 +22,7 @@ from notifications.api.event_reads import (
     EventRecipientSerializer,
     event_body,
     recipients_body,
+    recipients_listing,
     recipients_query,
 )
 from notifications.api.serializers import channel_available_errors, check_schedule_window
@@ -226,7 +227,8 @@ class EventRecipientsView(APIView):
             return field_error("event_id", "not_found", "no event with this id for this API client", 404,
                                error_code="not_found")
         return Response(list_page(request.query_params, recipients_query(event), BY_USER,
-                                  lambda rows: recipients_body(event, [r.pk for r in rows])))
+                                  lambda rows: recipients_body(event, [r.pk for r in rows]),
+                                  listing=recipients_listing(event)))
 
 
 class EventCancelView(APIView):

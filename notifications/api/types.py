@@ -201,4 +201,4 @@ class TypeListView(APIView):
     def get(self, request):
         qs = NotificationType.objects.select_related("client").prefetch_related("templates")
         return Response(list_page(request.query_params, qs, Ordering(("key",)),
-                                  lambda rows: [payload(k) for k in rows]))
+                                  lambda rows: [payload(k) for k in rows], listing=("notification_types",)))

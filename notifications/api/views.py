@@ -251,4 +251,4 @@ class UserNotificationsView(APIView):
         return Response(list_page(request.query_params,
                                   readable_notifications(request.auth).filter(recipient=recipient),
                                   _NEWEST_FIRST, lambda rows: NotificationSummarySerializer(rows, many=True).data,
-                                  _USER_NOTIFICATION_FILTERS))
+                                  _USER_NOTIFICATION_FILTERS, listing=("user_notifications", recipient.pk)))

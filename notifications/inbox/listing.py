@@ -6,27 +6,23 @@ planner can use it): ``(recipient_id, created_at DESC, notification_id DESC)`` f
 position on, ``LIMIT limit + 1``. No OFFSET: page 500 of a million items costs what page 1 does
 (``tests/test_inbox_plans.py`` asserts the plans).
 
-The cursor is the last item's ``(created_at, notification_id)`` signed with Django's signing
-(``SECRET_KEY``, salted with :data:`CURSOR_SALT` and the listing: user, status, category), URL-safe:
-opaque to the app, and a tampered one or another listing's is :class:`BadCursor`, never a query on
-what it holds. (Signed, not encrypted: it reveals the instant and id of the user's own item.)
-A cursor carries no time and never expires: "load more" an hour later reads the next page (the salt
-and the signature are plain ``Signer`` values, not ``signing.dumps``, which stamps the second).
+The cursor is the last item's ``(created_at, notification_id)`` signed by :mod:`core.cursors` (the
+one rule of every list's cursor), bound to :data:`CURSOR_SALT` and the listing (user, status,
+category): opaque to the app, never expiring, and a tampered one or another listing's is
+:class:`BadCursor`, never a query on what it holds.
 """
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.core import signing
 from django.db.models import BooleanField, Q, QuerySet
 from django.db.models.expressions import RawSQL
 from django.utils.dateparse import parse_datetime
 
-from core import clock
+from core import clock, cursors
 from notifications.inbox.models import InboxCounts, InboxItem
 
 #: The status filters and the partial index each reads (the model's Meta.indexes).
@@ -49,8 +45,8 @@ _STATUS_FILTERS: dict[str, Q] = {
 }
 
 
-class BadCursor(ValueError):
-    """A cursor that is not one of our ``next_cursor`` values (tampered, truncated, made up)."""
+#: A cursor that is not one of this inbox's ``next_cursor`` values (the one rule: core/cursors.py).
+BadCursor = cursors.BadCursor
 
 
 @dataclass(frozen=True)
@@ -61,28 +57,23 @@ class Position:
     notification_id: uuid.UUID
 
 
-def _salt(recipient_id: str, status: str, category: str | None) -> str:
-    """The signature's salt names the listing a cursor belongs to: another user's, another status's
-    or another category's cursor does not verify (a cursor is this listing's, or :class:`BadCursor`).
-    The same listing always gives the same salt (JSON of its parts: unambiguous, and no timestamp)."""
-    return json.dumps([CURSOR_SALT, recipient_id, status, category], separators=(",", ":"))
+def _listing(recipient_id: str, status: str, category: str | None) -> tuple[str | None, ...]:
+    """What a cursor is bound to (the signature's salt): another user's, another status's or another
+    category's cursor does not verify."""
+    return (CURSOR_SALT, recipient_id, status, category)
 
 
 def encode_cursor(item: InboxItem, recipient_id: str, status: str, category: str | None) -> str:
     """The cursor of the page after ``item`` in this listing: signed ``[created_at ISO 8601, id]``,
     URL-safe, the listing (user, status, category) in the salt."""
-    return signing.Signer(salt=_salt(recipient_id, status, category)).sign_object(
-        [item.created_at.isoformat(), str(item.pk)])
+    return cursors.sign([item.created_at.isoformat(), str(item.pk)], _listing(recipient_id, status, category))
 
 
 def decode_cursor(cursor: str, recipient_id: str, status: str, category: str | None) -> Position:
     """The position ``cursor`` holds. Raises :class:`BadCursor` when it was not made by
     :func:`encode_cursor` with this ``SECRET_KEY`` for this listing (bad signature, another user's,
     status's or category's, wrong shape)."""
-    try:
-        value = signing.Signer(salt=_salt(recipient_id, status, category)).unsign_object(cursor)
-    except (signing.BadSignature, ValueError, UnicodeError) as exc:
-        raise BadCursor("not a next_cursor of this inbox") from exc
+    value = cursors.unsign(cursor, _listing(recipient_id, status, category))
     try:
         at, nid = value
         created_at = parse_datetime(at)

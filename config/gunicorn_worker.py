@@ -1,0 +1,58 @@
+"""The web process's gunicorn worker: gthread, with a bound on how long a request's read waits.
+
+gunicorn's threaded worker parks a connection that has sent nothing in its poller, but once the
+first bytes arrive a thread reads the request line, headers and body with a *blocking* socket and
+no timeout: a client that sends ``GET /healthz HTTP/1.1\\r\\nHost: x\\r\\n`` and stops (slowloris), or a
+body slower than it claims, holds that thread for as long as it likes; 8 such connections (2
+workers × 4 threads) froze the API. :class:`ReadBoundThreadWorker` gives every read of a request
+:data:`READ_TIMEOUT` seconds (``GUNICORN_READ_TIMEOUT``, default 5) to see data; one that waits
+longer ends the connection (gunicorn's "client went away" path: closed, its thread freed). Writes
+are unchanged.
+
+This bounds each *wait*, not the whole request: a client trickling a byte every few seconds is
+still served slowly. Production runs the web process behind a buffering reverse proxy (nginx, a
+cloud load balancer) that reads whole requests before passing them on (docs/OPERATIONS.md).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+
+from gunicorn.http.errors import NoMoreData
+from gunicorn.workers.gthread import ThreadWorker
+
+#: Seconds one read of a request may wait for the client's next bytes.
+READ_TIMEOUT = float(os.environ.get("GUNICORN_READ_TIMEOUT", "5"))
+
+
+class ReadTimedOut(NoMoreData):
+    """The client sent nothing for :data:`READ_TIMEOUT` seconds mid-request (gunicorn closes the
+    connection as it does for a client that went away: a debug line, no traceback)."""
+
+    def __str__(self):
+        return f"no request data for {READ_TIMEOUT:g} s"
+
+
+class ReadBoundSocket(socket.socket):
+    """A client socket whose blocking ``recv`` waits at most :data:`READ_TIMEOUT` for data."""
+
+    def recv(self, bufsize, flags=0):
+        if self.gettimeout() is None:  # blocking (a worker thread's read), not the poller's non-blocking
+            poller = select.poll()
+            poller.register(self, select.POLLIN | select.POLLPRI)
+            if not poller.poll(READ_TIMEOUT * 1000):
+                raise ReadTimedOut()
+        return super().recv(bufsize, flags)
+
+
+class ReadBoundThreadWorker(ThreadWorker):
+    """gunicorn's gthread worker reading through :class:`ReadBoundSocket`."""
+
+    def handle(self, conn):
+        if not isinstance(conn.sock, ReadBoundSocket) and type(conn.sock) is socket.socket:
+            blocking = conn.sock.getblocking()
+            conn.sock = ReadBoundSocket(fileno=conn.sock.detach())
+            conn.sock.setblocking(blocking)
+        return super().handle(conn)
