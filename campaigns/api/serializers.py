@@ -23,6 +23,7 @@ from notifications.api.serializers import (
     channel_available_errors,
     channel_content_errors,
     check_schedule_window,
+    checks_busy,
     html_field,
     priority_category_errors,
 )
@@ -31,7 +32,7 @@ from notifications.content_limits import MAX_TTL_SECONDS
 from notifications.models import NotificationType, Priority
 from notifications.quiet_hours_policy import campaign_category_problem
 from notifications.rendering import RenderError
-from notifications.rendering.checking import MAX_VARIANTS, CheckBudgetSpent, check_budget
+from notifications.rendering.checking import MAX_VARIANTS, CheckBudgetSpent, ChecksBusy, check_budget
 from preferences.models import Channel
 
 MAX_MEMBER_IDS = 10_000
@@ -81,7 +82,7 @@ class MembersSerializer(RejectUnknownFields, serializers.Serializer):
                                           "characters without control characters, as in /v1/users/{user_id}.")
     remove = serializers.ListField(child=serializers.CharField(max_length=MAX_USER_ID_LENGTH, trim_whitespace=False),
                                    required=False, default=list, max_length=MAX_MEMBER_IDS,
-                                   help_text="User ids to remove; an id may not be in add too (422 add_and_remove).")
+                                      help_text="User ids to remove; an id may not be in add too (422 add_and_remove).")
 
     def validate(self, attrs):
         if len(attrs["add"]) + len(attrs["remove"]) > MAX_MEMBER_IDS:
@@ -135,7 +136,11 @@ def content_errors(parts: dict[str, str], prefix: str = "") -> dict[str, seriali
     return {f"{prefix}{part}": render_error_detail(exc) for part, exc in content_check(parts).items()}
 
 
-def budget_error(field: str, exc: CheckBudgetSpent) -> serializers.ValidationError:
+def budget_error(field: str, exc: CheckBudgetSpent) -> Exception:
+    """The API's answer to a save whose checks could not finish: 503 when no check slot freed
+    (:func:`notifications.api.serializers.checks_busy`), else 422 ``render_budget`` on ``field``."""
+    if isinstance(exc, ChecksBusy):
+        return checks_busy(str(exc))
     return serializers.ValidationError({field: serializers.ErrorDetail(str(exc), code=exc.code)})
 
 
@@ -291,6 +296,8 @@ class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
             parts = {name: attrs["content"].get(name, "") or "" for name in ("title", "body", "html")}
             try:
                 errors.update(content_errors(parts, prefix="content."))
+            except ChecksBusy as exc:
+                raise checks_busy(str(exc)) from None
             except CheckBudgetSpent as exc:
                 errors["content"] = serializers.ErrorDetail(str(exc), code=exc.code)
         segment = Segment.objects.filter(pk=attrs["segment_id"]).first()
