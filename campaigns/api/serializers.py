@@ -36,6 +36,8 @@ from notifications.rendering.checking import MAX_VARIANTS, CheckBudgetSpent, Che
 from preferences.models import Channel
 
 MAX_MEMBER_IDS = 10_000
+#: The one wording of the bound, whether one list or the two together pass it.
+MEMBER_IDS_LIMIT = f"at most {MAX_MEMBER_IDS} ids per call (add + remove)"
 MAX_SPREAD_SECONDS = 24 * 3600
 
 
@@ -78,16 +80,17 @@ class MembersSerializer(RejectUnknownFields, serializers.Serializer):
 
     add = serializers.ListField(child=MemberIdField(max_length=MAX_USER_ID_LENGTH, validators=[_valid_user_id]),
                                 required=False, default=list, max_length=MAX_MEMBER_IDS,
+                                error_messages={"max_length": MEMBER_IDS_LIMIT},
                                 help_text="User ids to add (unknown ones are created as bare recipients); 1–255 "
                                           "characters without control characters, as in /v1/users/{user_id}.")
     remove = serializers.ListField(child=serializers.CharField(max_length=MAX_USER_ID_LENGTH, trim_whitespace=False),
                                    required=False, default=list, max_length=MAX_MEMBER_IDS,
-                                      help_text="User ids to remove; an id may not be in add too (422 add_and_remove).")
+                                   error_messages={"max_length": MEMBER_IDS_LIMIT},
+                                   help_text="User ids to remove; an id may not be in add too (422 add_and_remove).")
 
     def validate(self, attrs):
         if len(attrs["add"]) + len(attrs["remove"]) > MAX_MEMBER_IDS:
-            raise serializers.ValidationError({"add": serializers.ErrorDetail(
-                f"at most {MAX_MEMBER_IDS} ids per call (add + remove)", code="max_length")})
+            raise serializers.ValidationError({"add": serializers.ErrorDetail(MEMBER_IDS_LIMIT, code="max_length")})
         if not attrs["add"] and not attrs["remove"]:
             raise serializers.ValidationError({"add": serializers.ErrorDetail(
                 "give at least one id to add or remove", code="required")})
