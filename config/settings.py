@@ -424,6 +424,11 @@ CAMPAIGNS = {
     # recipients) share this many ms of CPU; past it the save is 422 render_budget
     # (notifications/rendering/checking.py).
     "CHECK_CPU_MS": env.int("TEMPLATE_CHECK_CPU_MS", default=1000),
+    # At most this many requests check templates at once per process (the GIL: one CPU-bound check
+    # already takes a worker's core); another waits this many ms for a slot, then is 503
+    # template_checks_busy with Retry-After (checking.py).
+    "CHECK_CONCURRENCY": env.int("TEMPLATE_CHECK_CONCURRENCY", default=1),
+    "CHECK_WAIT_MS": env.int("TEMPLATE_CHECK_WAIT_MS", default=1000),
 }
 
 # --- Providers ----------------------------------------------------------------------------------

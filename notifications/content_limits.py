@@ -57,13 +57,20 @@ def json_bytes(value) -> int:
     return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
 
 
+def empty_body_problem(body: str) -> str:
+    """``"the rendered body is empty"`` when ``body`` is nothing but whitespace (no channel sends
+    that), else ``""``: the send path's rule (:func:`rendered_problem`) and the save-time dry
+    render's (:func:`notifications.rendering.check_parts`)."""
+    return "" if (body or "").strip() else "the rendered body is empty"
+
+
 def rendered_problem(channel: str, title: str, body: str, html: str, data: dict | None) -> str:
     """Why rendered content cannot go out on ``channel`` (a sentence naming the rule), or ``""``.
     The send path makes such a notification a dead letter ``template_error`` with it: the same
     template would render the same text on a retry."""
     title, body = title or "", body or ""
-    if not body.strip():
-        return "the rendered body is empty"
+    if empty := empty_body_problem(body):
+        return empty
     if len(title) > EMAIL_SUBJECT_MAX:
         return f"the rendered title is {len(title)} characters; at most {EMAIL_SUBJECT_MAX}"
     if channel == "sms" and len(body) > SMS_MAX_CHARS:

@@ -23,6 +23,7 @@ from notifications.api.serializers import (
     channel_available_errors,
     channel_content_errors,
     check_schedule_window,
+    checks_busy,
     html_field,
     priority_category_errors,
 )
@@ -31,10 +32,12 @@ from notifications.content_limits import MAX_TTL_SECONDS
 from notifications.models import NotificationType, Priority
 from notifications.quiet_hours_policy import campaign_category_problem
 from notifications.rendering import RenderError
-from notifications.rendering.checking import MAX_VARIANTS, CheckBudgetSpent, check_budget
+from notifications.rendering.checking import MAX_VARIANTS, CheckBudgetSpent, ChecksBusy, check_budget
 from preferences.models import Channel
 
 MAX_MEMBER_IDS = 10_000
+#: The one wording of the bound, whether one list or the two together pass it.
+MEMBER_IDS_LIMIT = f"at most {MAX_MEMBER_IDS} ids per call (add + remove)"
 MAX_SPREAD_SECONDS = 24 * 3600
 
 
@@ -77,16 +80,17 @@ class MembersSerializer(RejectUnknownFields, serializers.Serializer):
 
     add = serializers.ListField(child=MemberIdField(max_length=MAX_USER_ID_LENGTH, validators=[_valid_user_id]),
                                 required=False, default=list, max_length=MAX_MEMBER_IDS,
+                                error_messages={"max_length": MEMBER_IDS_LIMIT},
                                 help_text="User ids to add (unknown ones are created as bare recipients); 1–255 "
                                           "characters without control characters, as in /v1/users/{user_id}.")
     remove = serializers.ListField(child=serializers.CharField(max_length=MAX_USER_ID_LENGTH, trim_whitespace=False),
                                    required=False, default=list, max_length=MAX_MEMBER_IDS,
+                                   error_messages={"max_length": MEMBER_IDS_LIMIT},
                                    help_text="User ids to remove; an id may not be in add too (422 add_and_remove).")
 
     def validate(self, attrs):
         if len(attrs["add"]) + len(attrs["remove"]) > MAX_MEMBER_IDS:
-            raise serializers.ValidationError({"add": serializers.ErrorDetail(
-                f"at most {MAX_MEMBER_IDS} ids per call (add + remove)", code="max_length")})
+            raise serializers.ValidationError({"add": serializers.ErrorDetail(MEMBER_IDS_LIMIT, code="max_length")})
         if not attrs["add"] and not attrs["remove"]:
             raise serializers.ValidationError({"add": serializers.ErrorDetail(
                 "give at least one id to add or remove", code="required")})
@@ -135,7 +139,11 @@ def content_errors(parts: dict[str, str], prefix: str = "") -> dict[str, seriali
     return {f"{prefix}{part}": render_error_detail(exc) for part, exc in content_check(parts).items()}
 
 
-def budget_error(field: str, exc: CheckBudgetSpent) -> serializers.ValidationError:
+def budget_error(field: str, exc: CheckBudgetSpent) -> Exception:
+    """The API's answer to a save whose checks could not finish: 503 when no check slot freed
+    (:func:`notifications.api.serializers.checks_busy`), else 422 ``render_budget`` on ``field``."""
+    if isinstance(exc, ChecksBusy):
+        return checks_busy(str(exc))
     return serializers.ValidationError({field: serializers.ErrorDetail(str(exc), code=exc.code)})
 
 
@@ -291,6 +299,8 @@ class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
             parts = {name: attrs["content"].get(name, "") or "" for name in ("title", "body", "html")}
             try:
                 errors.update(content_errors(parts, prefix="content."))
+            except ChecksBusy as exc:
+                raise checks_busy(str(exc)) from None
             except CheckBudgetSpent as exc:
                 errors["content"] = serializers.ErrorDetail(str(exc), code=exc.code)
         segment = Segment.objects.filter(pk=attrs["segment_id"]).first()

@@ -61,3 +61,17 @@ class AcceptanceLimitsUnavailable(exceptions.APIException):
     default_code = "acceptance_limits_unavailable"
     default_detail = ("the abuse limits of this request cannot be checked (Redis unreachable); nothing was "
                       "written: retry shortly")
+
+
+class Busy(exceptions.APIException):
+    """503 ``code``: a bounded resource of this process stayed taken (``template_checks_busy``: the
+    slots of template checking); nothing was written. ``wait`` seconds go out as ``Retry-After``
+    (DRF's handler sets it from ``wait``). Answered as ``{"error": {"status": 503, "code": code,
+    "message": message}}``."""
+
+    status_code = 503
+    default_code = "busy"
+
+    def __init__(self, code: str, message: str, wait: int) -> None:
+        super().__init__(message, code=code)
+        self.wait = wait

@@ -21,6 +21,7 @@ from rest_framework import serializers
 
 from core import clock
 from core.api.fields import AwareDateTimeField, CategoryField, RejectUnknownFields
+from core.api.refusals import Busy
 from core.vocabulary import CATEGORY_PATTERN
 from notifications.content_limits import (
     BODY_MAX_CHARS,
@@ -38,6 +39,7 @@ from notifications.content_limits import (
 )
 from notifications.models import DeliveryAttempt, Notification, Priority, TimelineEntry
 from notifications.quiet_hours_policy import priority_category_problem
+from notifications.rendering.checking import ChecksBusy, busy_retry_after
 from preferences.models import Channel, Recipient
 from providers.base import platform_key_problem
 from providers.fcm.data_keys import data_key_problem
@@ -173,6 +175,12 @@ class SendRequestSerializer(RejectUnknownFields, serializers.Serializer):
                 f"unknown user; create it with PUT /v1/users/{attrs['user_id']}", code="unknown_user")})
         attrs["recipient"] = recipient
         return attrs
+
+
+def checks_busy(message: str) -> Busy:
+    """503 ``template_checks_busy`` with ``Retry-After``: no template-check slot of this process
+    freed in time (:class:`notifications.rendering.checking.ChecksBusy`); nothing is saved."""
+    return Busy(ChecksBusy.code, message, busy_retry_after())
 
 
 def channel_available_errors(channel: str) -> dict:

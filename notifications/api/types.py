@@ -15,13 +15,14 @@ from core.api.pagination import Ordering, list_page, page_parameters, page_seria
 from core.api.refusals import NotOwner
 from core.api.scopes import Scope
 from core.vocabulary import CATEGORY_PATTERN, TEMPLATE_LOCALE_PATTERN
-from notifications.api.serializers import body_field, html_field
+from notifications.api.serializers import body_field, checks_busy, html_field
 from notifications.content_limits import MAX_TTL_SECONDS
 from notifications.events import services
 from notifications.events.digests import MAX_WINDOW_SECONDS, MIN_WINDOW_SECONDS
 from notifications.events.models import NotificationType, QuietHoursPolicy, Routing
 from notifications.events.validation import DATA_NAME, type_problems
 from notifications.models import Priority
+from notifications.rendering.checking import ChecksBusy
 from notifications.senders import allowlist_problems
 from preferences.models import Channel
 
@@ -112,6 +113,8 @@ class NotificationTypeSerializer(RejectUnknownFields, serializers.Serializer):
         if attrs.get("digest") is not None:
             attrs["digest"] = dict(attrs["digest"])  # stored as JSON
         problems = {path: (p.code, p.message) for path, p in type_problems(attrs, attrs.get("templates") or []).items()}
+        if problems.get("templates", ("",))[0] == ChecksBusy.code:
+            raise checks_busy(problems["templates"][1])
         problems.update(allowlist_problems(attrs, self.context.get("client"), set(problems)))
         if problems:
             raise serializers.ValidationError({path: serializers.ErrorDetail(message, code=code)

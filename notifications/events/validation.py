@@ -81,7 +81,7 @@ def _type_problems(fields: dict, templates: list[dict]) -> dict[str, Problem]:
                                                                "sms, email or push")
     problems.update(_sender_problems(fields))
     collapse = fields.get("collapse_key") or ""
-    for error in check_parts({"body": collapse}).values() if collapse else ():
+    for error in check_parts({"body": collapse}, content=False).values() if collapse else ():
         problems["collapse_key"] = Problem("render_bound" if error.bound else "template_syntax", str(error))
     problems.update(_digest_problems(fields.get("digest"), priority))
     problems.update(template_problems(templates, channels))
@@ -116,7 +116,7 @@ def _digest_problems(digest: dict | None, priority: str) -> dict[str, Problem]:
         return {"digest": Problem("high_not_digest", "a high priority type is sent at once, one at a time; it "
                                                      "cannot be a digest")}
     key = digest.get("key") or ""
-    for error in check_parts({"body": key}).values() if key else ():
+    for error in check_parts({"body": key}, content=False).values() if key else ():
         return {"digest.key": Problem("render_bound" if error.bound else "template_syntax", f"digest key: {error}")}
     others = sorted(template_variables(key) - {"data"}) if key else []
     if others:
@@ -210,6 +210,5 @@ def _variant_problems(path: str, template: dict, channel: str, locale: str) -> d
     parts = {p: template.get(p) or "" for p in ("title", "body", "html") if p in PARTS[channel]}
     parts.update({f"data.{k}": v for k, v in data.items()} if channel in ("push", "in_app") else {})
     for part, error in check_parts(parts).items():
-        problems[f"{path}.{part}"] = Problem("render_bound" if error.bound else "template_syntax",
-                                             f"{name} {part}: {error}")
+        problems[f"{path}.{part}"] = Problem(error.code, f"{name} {part}: {error}")
     return problems

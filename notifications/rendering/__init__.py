@@ -31,9 +31,10 @@ import string
 from dataclasses import dataclass
 from functools import lru_cache
 
-from jinja2 import TemplateError, TemplateSyntaxError, UndefinedError, meta, nodes
+from jinja2 import StrictUndefined, TemplateError, TemplateSyntaxError, UndefinedError, meta, nodes
 from jinja2.sandbox import SecurityError
 
+from notifications.content_limits import empty_body_problem
 from notifications.rendering import budget as render_budget
 from notifications.rendering.bounds import BoundedSandbox
 from notifications.rendering.budget import RenderBoundExceeded
@@ -129,7 +130,7 @@ def template_variables(source: str) -> set[str]:
     return {n.name for n in names if n.ctx == "load"} - own
 
 
-def check_parts(parts: dict[str, str], *, event_data: bool = True) -> dict[str, RenderError]:
+def check_parts(parts: dict[str, str], *, event_data: bool = True, content: bool = True) -> dict[str, RenderError]:
     """Save-time check of a message's parts (``{"title": src, "body": src, "html": src}``, any
     subset): ``{part: RenderError}`` for each part that does not compile, then, if all compile, dry
     renders of them together as one send would (one budget per recipient of
@@ -147,17 +148,32 @@ def check_parts(parts: dict[str, str], *, event_data: bool = True) -> dict[str, 
     the variable and the line (:func:`undefined_problem`). A variable that is merely missing renders
     empty.
 
+    ``data`` is reserved: in a campaign's template it is undefined even where a recipient has an
+    attribute of that name (:func:`context_for`), so ``{{ data }}`` is refused like ``{{ data.code }}``.
+
+    ``content``: the parts are a message's (not a collapse or digest key), so the send path's rule
+    that a body is not empty (:func:`notifications.content_limits.empty_body_problem`) applies to
+    the dry renders: a body empty for every sample recipient (``{{ "" }}``, ``{% if false %}x{%
+    endif %}``) is refused, code ``empty_body``; unless a type's body reads ``data``, which only the
+    event fills.
+
     The whole check spends at most what is left of the request's check budget
-    (:mod:`notifications.rendering.checking`); past it, raises ``CheckBudgetSpent``.
+    (:mod:`notifications.rendering.checking`), and holds one of the process's check slots; past
+    the budget, or with no slot free, raises ``CheckBudgetSpent`` (``ChecksBusy``). Parts without
+    template syntax need neither.
 
     Not a guarantee (see :func:`sample_contexts`): what holds at send time are the render bounds."""
+    if not any(source and "{" in source for source in parts.values()):
+        return {}  # nothing to compile or render
     with check_budget() as request:
-        return _check_parts(parts, event_data, request)
+        return _check_parts(parts, event_data, content, request)
 
 
-def _check_parts(parts: dict[str, str], event_data: bool, request: CheckBudget) -> dict[str, RenderError]:
+def _check_parts(parts: dict[str, str], event_data: bool, content: bool,
+                 request: CheckBudget) -> dict[str, RenderError]:
     errors: dict[str, RenderError] = {}
     names: set[str] = set()
+    body_reads_data = False
     for part, source in parts.items():
         if not source or "{" not in source:
             continue
@@ -170,7 +186,9 @@ def _check_parts(parts: dict[str, str], event_data: bool, request: CheckBudget) 
                 errors[part] = RenderError("template syntax error: a template cannot include, import or extend "
                                            "another (there are none to load)")
                 continue
-            names |= meta.find_undeclared_variables(tree)
+            undeclared = meta.find_undeclared_variables(tree)
+            names |= undeclared
+            body_reads_data |= part == "body" and "data" in undeclared
         except TemplateSyntaxError as exc:
             errors[part] = RenderError(f"template syntax error on line {exc.lineno}: {exc.message}")
         except TemplateError as exc:
@@ -183,13 +201,19 @@ def _check_parts(parts: dict[str, str], event_data: bool, request: CheckBudget) 
         return errors
     names -= set(_text_env.globals)
     contexts = sample_contexts(names if event_data else names - {"data"})
+    if not event_data and "data" in names:  # reserved: any use fails as {{ data.code }} does
+        contexts[0]["data"] = StrictUndefined(name="data")
+    check_body = content and "{" in parts.get("body", "") and not (event_data and body_reads_data)
     configured = render_budget.limits()
+    empty_for = 0  # sample recipients whose body rendered empty
     for number, context in enumerate(contexts, 1):
         left = request.left()
         with render_budget.budget(configured._replace(cpu_seconds=min(configured.cpu_seconds, left))):
             for part, source in parts.items():
                 try:
-                    _render(source, part == "html", context)
+                    text = _render(source, part == "html", context)
+                    if part == "body" and empty_body_problem(text):
+                        empty_for += 1
                 except Exception as exc:
                     error = _render_error(exc)
                     where = f"recipient {number} of {len(contexts)}"
@@ -207,6 +231,10 @@ def _check_parts(parts: dict[str, str], event_data: bool, request: CheckBudget) 
                         return {part: RenderError(f"a dry render on sample data ({where}) failed, as every "
                                                   f"send would: {undefined_problem(exc)}", code="undefined_variable")}
                     break  # another error: this recipient's render stops here, as a send's would
+    if check_body and empty_for == len(contexts):
+        return {"body": RenderError(f"a dry render on sample data (all {len(contexts)} recipients, the first with "
+                                    f"every attribute the template names) failed, as every send would: "
+                                    f"{empty_body_problem('')}", code="empty_body")}
     return {}
 
 
@@ -235,8 +263,9 @@ def _compiled(source: str, html: bool):
 
 def context_for(recipient, data: dict | None = None) -> dict:
     """The render context of ``recipient``: its attributes (as strings) and ``user_id``, ``email``,
-    ``locale``, ``timezone``; with ``data`` (an event's JSON object) under ``data``."""
-    ctx: dict = {str(k): str(v) for k, v in (recipient.attributes or {}).items()}
+    ``locale``, ``timezone``; with ``data`` (an event's JSON object) under ``data``. ``data`` is
+    reserved: an attribute of that name is never seen (a campaign's template has no ``data``)."""
+    ctx: dict = {str(k): str(v) for k, v in (recipient.attributes or {}).items() if str(k) != "data"}
     ctx.update(user_id=recipient.user_id, email=recipient.email, locale=recipient.locale,
                timezone=recipient.timezone)
     if data is not None:

@@ -12,10 +12,20 @@ request answers within about the budget plus one compile and one render.
 
 ``with check_budget():`` around everything one save checks (a template's variants, a type's
 templates and keys) makes them share it; :func:`check_parts` opens its own when none is open.
+
+The budget bounds one request, not the process: gthread workers share the GIL, and eight requests
+checking at once each took 4 s (and ``/healthz`` with them). So a budget holds one of
+``TEMPLATE_CHECK_CONCURRENCY`` (1) slots per process while its checks run: taken at its first
+:meth:`CheckBudget.left` (a page that opens a budget and checks nothing takes none), given back when
+the outermost ``check_budget()`` ends. A request that gets none within ``TEMPLATE_CHECK_WAIT_MS``
+(1,000 ms) raises :class:`ChecksBusy` (a :class:`CheckBudgetSpent`: nothing is saved; the API answers
+``503 template_checks_busy`` with ``Retry-After``, the admin a form error).
 """
 
 from __future__ import annotations
 
+import math
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -49,15 +59,54 @@ class CheckBudgetSpent(Exception):
                          "together); save fewer or simpler templates at once")
 
 
+class ChecksBusy(CheckBudgetSpent):
+    """Every template-check slot of this process stayed taken for TEMPLATE_CHECK_WAIT_MS; nothing
+    was checked. Retry after :func:`busy_retry_after` seconds."""
+
+    code = "template_checks_busy"
+
+    def __init__(self, total_ms: int) -> None:
+        conf = settings.CAMPAIGNS
+        Exception.__init__(self, f"other requests are checking templates: at most "
+                                 f"{conf.get('CHECK_CONCURRENCY', 1)} at once per process "
+                                 f"(TEMPLATE_CHECK_CONCURRENCY), none free within {conf.get('CHECK_WAIT_MS', 1000)} ms "
+                                 "(TEMPLATE_CHECK_WAIT_MS); nothing was saved: retry shortly")
+        self.total_ms = total_ms
+
+
+def busy_retry_after() -> int:
+    """Seconds a request refused with :class:`ChecksBusy` is told to wait: one request's check budget."""
+    return max(1, math.ceil(budget_ms() / 1000))
+
+
+_SLOTS: dict[int, threading.BoundedSemaphore] = {}
+_SLOTS_LOCK = threading.Lock()
+
+
+def slots() -> threading.BoundedSemaphore:
+    """This process's template-check slots (``TEMPLATE_CHECK_CONCURRENCY`` of them)."""
+    size = max(1, settings.CAMPAIGNS.get("CHECK_CONCURRENCY", 1))
+    with _SLOTS_LOCK:
+        return _SLOTS.setdefault(size, threading.BoundedSemaphore(size))
+
+
 class CheckBudget:
-    """What is left of one request's check budget (:func:`cpu_clock` from its creation)."""
+    """What is left of one request's check budget (:func:`cpu_clock` from its creation), and the
+    process's check slot it holds (taken at the first :meth:`left`)."""
 
     def __init__(self, total_ms: int) -> None:
         self.total_ms = total_ms
         self.started = cpu_clock()
+        self.slot: threading.BoundedSemaphore | None = None
 
     def left(self) -> float:
-        """Seconds of CPU left; raises :class:`CheckBudgetSpent` when none is."""
+        """Seconds of CPU left; raises :class:`CheckBudgetSpent` when none is, :class:`ChecksBusy`
+        when no check slot frees in time."""
+        if self.slot is None:
+            slot = slots()
+            if not slot.acquire(timeout=settings.CAMPAIGNS.get("CHECK_WAIT_MS", 1000) / 1000):
+                raise ChecksBusy(self.total_ms)
+            self.slot = slot
         left = self.total_ms / 1000 - (cpu_clock() - self.started)
         if left <= 0:
             raise CheckBudgetSpent(self.total_ms)
@@ -80,3 +129,6 @@ def check_budget() -> Iterator[CheckBudget]:
         yield current
     finally:
         _CURRENT.reset(token)
+        if current.slot is not None:
+            current.slot.release()
+            current.slot = None
