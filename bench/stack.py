@@ -6,7 +6,8 @@ It lives in the ``bench`` tool package, not under ``tests/``, because both use i
 
 :class:`Stack` starts, on free ports on 127.0.0.1: the provider emulator, the API (gunicorn), the
 high-tier, standard-tier and maintenance Celery workers, and beat, all against the pytest test
-database and Redis database 1. Nothing is mocked: the SDKs talk HTTP/SMTP to the emulator.
+database and the tests' Redis database (config/test_settings.py). Nothing is mocked: the SDKs talk
+HTTP/SMTP to the emulator.
 
 Timings are shortened through the environment (lease 10 s, provider timeout 3 s, stale-queued
 5 s, reconciler every 1 s, 3 s wait before a re-send after an unknown outcome) so failure recovery
