@@ -50,6 +50,7 @@ run: migrate static
 ## TEST_WORKERS: pytest-xdist processes for `make test` and `make test-fast` (each its own test
 ## database and Redis database; the end-to-end stack's tests share one, tests/conftest.py). Tests
 ## marked `serial` need the machine to themselves: `make test` runs them alone, after the others.
+## TEST_WORKERS=0 runs everything in one process.
 TEST_WORKERS ?= 2
 XDIST := -n $(TEST_WORKERS) --dist loadgroup
 
