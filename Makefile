@@ -47,13 +47,21 @@ run: migrate static
 	@rm -f .run/prometheus/*.db  # multiprocess metric files of the previous run
 	@NOTIFY_ROOT_NOTED=1 $(VENV)/bin/honcho start -f Procfile -p $(PORT) || test $$? -eq 130  # Ctrl-C is a normal stop
 
+## TEST_WORKERS: pytest-xdist processes for `make test` and `make test-fast` (each its own test
+## database and Redis database; the end-to-end stack's tests share one, tests/conftest.py). Tests
+## marked `serial` need the machine to themselves: `make test` runs them alone, after the others.
+## TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= 2
+XDIST := -n $(TEST_WORKERS) --dist loadgroup
+
 ## test: set up, then lint (ruff; lint-imports: the floors of docs/ARCHITECTURE.md; mypy on core and
 ## providers), then run the whole test suite (unit + end-to-end with real processes)
 test: migrate static browser-deps
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
-	$(PY) -m pytest
+	@status=0; $(PY) -m pytest $(XDIST) -m "not serial" || status=$$?; \
+	  $(PY) -m pytest -m serial || status=$$?; exit $$status
 
 ## browser-deps: Debian's Chromium for the real-browser admin tests (tests/browser), installed when
 ## /usr/bin/chromium is missing; needs root (otherwise those tests are skipped, with the reason)
@@ -72,7 +80,7 @@ browser-deps:
 
 ## test-fast: only the tests that need no worker processes
 test-fast: migrate static
-	$(PY) -m pytest -m "not e2e"
+	$(PY) -m pytest $(XDIST) -m "not e2e"
 
 ## test-chaos: every fault scenario at full size (20,000 recipients) against the whole stack, on a
 ## second, dedicated Postgres and Redis (it flushes and restarts them); writes docs/RELIABILITY.md

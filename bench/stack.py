@@ -6,7 +6,8 @@ It lives in the ``bench`` tool package, not under ``tests/``, because both use i
 
 :class:`Stack` starts, on free ports on 127.0.0.1: the provider emulator, the API (gunicorn), the
 high-tier, standard-tier and maintenance Celery workers, and beat, all against the pytest test
-database and Redis database 1. Nothing is mocked: the SDKs talk HTTP/SMTP to the emulator.
+database and the tests' Redis database (config/test_settings.py). Nothing is mocked: the SDKs talk
+HTTP/SMTP to the emulator.
 
 Timings are shortened through the environment (lease 10 s, provider timeout 3 s, stale-queued
 5 s, reconciler every 1 s, 3 s wait before a re-send after an unknown outcome) so failure recovery
@@ -30,7 +31,8 @@ from pathlib import Path
 import requests
 
 ROOT = Path(__file__).resolve().parent.parent
-LOG_DIR = ROOT / "test-artifacts" / "logs"
+#: Process logs; an xdist worker's under its own name (``logs/gw0/``), so two sessions' never mix.
+LOG_DIR = ROOT / "test-artifacts" / "logs" / os.environ.get("PYTEST_XDIST_WORKER", "")
 CELERY = [sys.executable, "-m", "celery", "-A", "config"]
 WORKER_FLAGS = ["--without-gossip", "--without-mingle", "-l", "info"]
 #: Pool processes of the standard worker, as in the Procfile (the benchmark's A/B overrides it).
@@ -209,6 +211,12 @@ class Stack:
         self.procs = {}
         self.start_all()
 
+    def use_env(self, extra_env: dict[str, str] | None = None) -> None:
+        """Make every process run with ``extra_env`` on top of the test env: a restart, unless they
+        already do (restarts are an end-to-end session's longest waits); a start after :meth:`stop_all`."""
+        if dict(extra_env or {}) != self.extra_env or not self.procs:
+            self.restart_all(extra_env)
+
     def wait_for_workers(self, names=("high@", "standard@", "fanout@", "maintenance@", "receipts@"),
                          timeout: float = 60) -> None:
         from config.celery import app
@@ -241,6 +249,7 @@ class Stack:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)  # leftovers (pool children) of any process
             proc.wait()
+        self.procs = {}
 
     @staticmethod
     def _get(url: str):

@@ -19,9 +19,12 @@ from notifications.models import DeliveryEvent, Notification
 from tests.e2e import make_segment
 from tests.test_e2e_campaigns import content_for, create_campaign, sent, wait_campaign
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+# Serial: the busy neighbour takes one core and the stack needs the other; beside a second pytest-xdist
+# worker the heartbeats starved and leases ran out (`make test` runs these alone, after the rest).
+pytestmark = [pytest.mark.e2e, pytest.mark.serial, pytest.mark.timeout(600)]
 
-STARVED_ENV = {
+#: The stack runs with this for this module's tests (tests/conftest.py: stack_env).
+STACK_ENV = STARVED_ENV = {
     "LEASE_SECONDS": "3",
     "PROVIDER_TIMEOUT_SECONDS": "10",  # calls of 5 s succeed, slowly
     "BATCH_SIZE_PUSH": "25",
@@ -31,14 +34,13 @@ STARVED_ENV = {
 
 @pytest.fixture(scope="module")
 def starved(stack):
-    """The stack restarted once for this module's tests with its workers starved (restarts cost
-    ~10 s each)."""
+    """The stack with its workers starved: restarted with :data:`STARVED_ENV` (once for this module's
+    tests: ``stack_env``, tests/conftest.py), a busy neighbour, slow providers."""
     from tests.conftest import reset_isolation
 
-    stack.clear_faults()
+    stack.use_env(STARVED_ENV)  # a fresh emulator: no faults
     stack.set_clock_offset(0)
     reset_isolation()
-    stack.restart_all(STARVED_ENV)
     neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # a busy neighbour on one core
     try:
         for provider in ("fcm", "twilio"):
@@ -49,7 +51,6 @@ def starved(stack):
         neighbour.wait()
         stack.clear_faults()
         reset_isolation()
-        stack.restart_all({})
 
 
 def test_starved_workers_send_every_member_exactly_once(api, starved):

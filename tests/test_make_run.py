@@ -47,8 +47,8 @@ def fresh_database(django_db_setup):
 
 
 def test_make_run_starts_without_warnings_and_serves_docs_and_admin(fresh_database, tmp_path):
-    # A Redis database no test session uses (tests use TEST_REDIS_DB, make run uses 0).
-    redis_url = settings.REDIS_URL.rsplit("/", 1)[0] + f"/{(int(os.environ.get('TEST_REDIS_DB', '1')) + 8) % 16}"
+    # A Redis database no process of this session uses (tests use TEST_REDIS_DB and up, make run uses 0).
+    redis_url = settings.REDIS_URL.rsplit("/", 1)[0] + f"/{settings.SPARE_REDIS_DB}"
     port = free_port()
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("TWILIO_", "SENDGRID_", "FCM_", "SMTP_", "CELERY_", "PUBLIC_BASE_URL"))}

@@ -3,6 +3,7 @@ serves them from STATIC_ROOT under gunicorn; without them the admin and /api/doc
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 
@@ -23,3 +24,18 @@ def test_targets_that_start_the_web_process_collect_static_files_first(target):
     start = [i for i, line in enumerate(lines) if STARTS_WEB[target] in line]
     assert collect and start, dry_run.stdout
     assert collect[0] < start[0], dry_run.stdout
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+@pytest.mark.parametrize("target", ["test", "test-fast"])
+def test_the_suite_runs_in_two_workers_with_the_stack_tests_kept_together(target):
+    """``--dist loadgroup`` keeps each xdist group on one worker and hands the biggest out first
+    (tests/conftest.py): without it the end-to-end tests would start one stack per worker. (The
+    defaults: not the TEST_WORKERS of a `make test TEST_WORKERS=4` this may run under.)"""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "TEST_WORKERS")}
+    dry_run = subprocess.run(["make", "-n", target], cwd=ROOT, capture_output=True, text=True, check=True, env=env)
+    runs = [line for line in dry_run.stdout.splitlines() if "-m pytest" in line]
+    assert "-m pytest -n 2 --dist loadgroup" in runs[0], runs
+    if target == "test":  # every test: the parallel run, then the `serial` ones alone
+        assert [run.split("-m pytest", 1)[1].split("||")[0].strip() for run in runs] == [
+            '-n 2 --dist loadgroup -m "not serial"', "-m serial"], runs

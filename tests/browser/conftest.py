@@ -123,7 +123,7 @@ def browser():
 def web_server(django_db_setup, django_db_blocker, static_root):
     """The ``Procfile``'s ``web`` process (gunicorn) on a free port: the production settings
     (``config.settings``) against the test database; returns its base URL. Log:
-    ``test-artifacts/logs/browser-web.log``."""
+    ``browser-web.log`` in ``bench.stack.LOG_DIR`` (``test-artifacts/logs/<xdist worker>/``)."""
     from django.contrib.contenttypes.models import ContentType
 
     with django_db_blocker.unblock():

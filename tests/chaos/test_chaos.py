@@ -48,8 +48,9 @@ RESULTS = ROOT / "test-artifacts" / "chaos"
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos, pytest.mark.timeout(1800 if FULL else 300)]
 
 # Production-like retry policy for these runs (the e2e stack's is shortened for speed): an outage
-# shorter than the retry window must never dead-letter anything.
-CHAOS_ENV = {
+# shorter than the retry window must never dead-letter anything. The stack runs with it for this
+# module's tests (tests/conftest.py: stack_env).
+STACK_ENV = CHAOS_ENV = {
     "BACKOFF_BASE_HIGH": "0.5", "BACKOFF_CAP_HIGH": "5", "MIN_RETRY_WINDOW_HIGH": "120",
     "BACKOFF_BASE_STANDARD": "1", "BACKOFF_CAP_STANDARD": "10", "MIN_RETRY_WINDOW_STANDARD": "600",
     # Production's wait before re-sending a call whose outcome is unknown (the e2e stack shortens it
@@ -66,11 +67,11 @@ CHAOS_ENV = {
 full_only = pytest.mark.skipif(not FULL, reason="full chaos run only (make test-chaos)")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def chaos_stack(stack):
-    stack.restart_all(CHAOS_ENV)
-    yield stack
-    stack.restart_all({})
+    """The stack, with :data:`CHAOS_ENV` (tests/conftest.py: stack_env restarted it for this module)."""
+    assert stack.extra_env == CHAOS_ENV
+    return stack
 
 
 @dataclass
