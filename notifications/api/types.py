@@ -10,7 +10,7 @@ from rest_framework.views import APIView
 
 from core.api import audit_notes, parameters
 from core.api.errors import BODY, MissingScope, NotFoundError, error_responses, response_headers
-from core.api.fields import RejectUnknownFields
+from core.api.fields import LabelField, RejectUnknownFields
 from core.api.pagination import Ordering, list_page, page_parameters, page_serializer
 from core.api.refusals import NotOwner
 from core.api.scopes import Scope
@@ -58,7 +58,7 @@ class NotificationTypeSerializer(RejectUnknownFields, serializers.Serializer):
     """A notification type as ``PUT`` takes it and ``GET`` answers it (with ``key`` and the stamps)."""
 
     key = serializers.CharField(read_only=True)
-    name = serializers.CharField(max_length=200)
+    name = LabelField()
     description = serializers.CharField(required=False, allow_blank=True, default="", max_length=10_000)
     category = serializers.RegexField(CATEGORY_PATTERN.pattern, max_length=64,
                                       error_messages={"invalid": "lower-case letters, digits, '_', '.', '-'; at "
