@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 import pytest
 from django.test import Client
+from django.urls import reverse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -118,6 +119,17 @@ def test_segment_descriptions_and_attribute_values_follow_the_text_rule(http, ch
     assert refusal(resp) == [("description", "control_character")]
     resp = call(http, "put", "/v1/users/alice", {"attributes": {"first_name": f"a{char}b"}})
     assert refusal(resp) == [("attributes.first_name", "control_character")]
+    assert not Segment.objects.exists() and not Recipient.objects.exists()
+
+
+@pytest.mark.parametrize("char", ["\u202e", "\x07", "\u3164"])
+def test_the_admin_applies_the_same_text_rule(admin_client, char):
+    resp = admin_client.post(reverse("admin:campaigns_segment_add"), {"segment_id": "descseg", "name": "n",
+                                                                      "description": f"a{char}b"})
+    assert resp.status_code == 200
+    assert "control character" in str(resp.context["adminform"].form.errors["description"])
+    form = RecipientForm(data={"user_id": "alice", "attributes": json.dumps({"first_name": f"a{char}b"})})
+    assert not form.is_valid() and "control character" in str(form.errors["attributes"])
     assert not Segment.objects.exists() and not Recipient.objects.exists()
 
 
