@@ -117,6 +117,14 @@ class NamedForm(forms.ModelForm):
             raise ValidationError(f"The name {problem}.", code=problem_code(problem))
         return name
 
+    def clean_description(self) -> str:
+        """A segment's description: the API's rule (:class:`core.api.fields.TextField`)."""
+        text = self.cleaned_data.get("description") or ""
+        problem = text_problem(text, multiline=True)
+        if problem:
+            raise ValidationError(f"The description {problem}.", code=problem_code(problem))
+        return text
+
 
 class MemberUploadForm(forms.Form):
     """A CSV file of user ids to add to a segment; ``cleaned_data["user_ids"]`` holds them."""

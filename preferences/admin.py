@@ -14,7 +14,7 @@ from django.db.models import Q
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from core.identifiers import user_id_problem
+from core.identifiers import text_problem, user_id_problem
 from preferences.admin_guard import ContentLookupGuard
 from preferences.admin_widgets import CategoryOptOutsField, TypeOptOutsField, channel_checkboxes
 from preferences.api.serializers import PreferencesSerializer
@@ -167,6 +167,16 @@ class RecipientForm(forms.ModelForm):
         problem = user_id_problem(value)
         if problem:
             raise forms.ValidationError(f"A user id {problem}.")
+        return value
+
+    def clean_attributes(self):
+        """The API's rule for attribute values (:class:`core.api.fields.TextField`): no invisible
+        character but the ones text needs; line breaks and tabs allowed."""
+        value = self.cleaned_data.get("attributes")
+        for name, text in (value or {}).items() if isinstance(value, dict) else ():
+            problem = text_problem(text, multiline=True) if isinstance(text, str) else ""
+            if problem:
+                raise forms.ValidationError(f"The attribute {name!r} {problem}.", code=getattr(problem, "code", None))
         return value
 
     def clean_timezone(self) -> str:

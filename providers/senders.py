@@ -9,7 +9,14 @@ forms the backends accept, and why a value is not one of them.
   <addr@example.com>`` (RFC 5322 ``name-addr``), parsed as a header with the standard library's
   ``email.headerregistry`` and the address checked with Django's ``validate_email``; never a line
   break (header injection), a list (``a@x, b@y``), a group (``team: a@x, b@y;``) or anything the
-  parser finds a defect in.
+  parser finds a defect in; never an RFC 2047 encoded word (``=?utf-8?q?…?=``: the parser decodes it,
+  so ``=?utf-8?q?<security@paypal.com>?= <ok@example.com>`` would read as one mailbox at
+  ``ok@example.com`` while a backend parsing differently sent ``security@paypal.com``), and no
+  display name holding ``@``, ``<`` or ``>`` (a name that looks like an address impersonates one).
+
+:func:`parse_sender` is the one parse of an email sender into (display name, address): the check
+reads it and every email backend sends it (SendGrid's ``from``/``reply_to``, SMTP's headers via
+:func:`sender_header`), so what goes out is what was checked.
 
 :func:`sender_address` gives the part an allow-list compares (the lower-cased address of an email
 sender, the SMS sender itself) and :func:`configured_senders` the senders the settings configure
@@ -31,12 +38,16 @@ from django.core.validators import validate_email
 from core.identifiers import control_character_problem
 
 __all__ = ["MESSAGING_SERVICE_SID", "configured_senders", "email_address_problem", "is_messaging_service",
-           "sender_address", "sms_sender_problem"]
+           "parse_sender", "sender_address", "sender_header", "sms_sender_problem"]
 
 #: A Twilio Messaging Service SID.
 MESSAGING_SERVICE_SID = re.compile(r"^MG[0-9a-fA-F]{32}$")
 #: Longest email sender we accept (RFC 5321 path limit for the address; a display name adds to it).
 MAX_EMAIL_SENDER_CHARS = 254
+#: Where an RFC 2047 encoded word starts; no sender may hold it (module docstring).
+ENCODED_WORD_START = "=?"
+#: Characters a display name may not hold: it would look like an address.
+NAME_ADDRESS_CHARACTERS = "@<>"
 
 
 def is_messaging_service(sender: str | None) -> bool:
@@ -82,6 +93,26 @@ def _mailbox(value: str) -> tuple[Address | None, str]:
     return groups[0].addresses[0], ""
 
 
+def parse_sender(value: str) -> tuple[str, str]:
+    """The one parse of an email sender: ``"Shop <shop@example.com>"`` → ``("Shop",
+    "shop@example.com")``, ``"shop@example.com"`` → ``("", "shop@example.com")``. A value that is
+    not one mailbox (never one that passed :func:`email_address_problem`) gives ``("", value)``."""
+    mailbox, _why = _mailbox(value)
+    if mailbox is None:
+        return "", value.strip()
+    return mailbox.display_name or "", mailbox.addr_spec
+
+
+def sender_header(value: str) -> str:
+    """A sender as a header value rebuilt from :func:`parse_sender` (``Shop <shop@example.com>``,
+    the name quoted where it needs it), so a header says exactly what was checked."""
+    name, address = parse_sender(value)
+    username, at, domain = address.rpartition("@")
+    if not at:
+        return address
+    return str(Address(display_name=name, username=username, domain=domain))
+
+
 def email_address_problem(value: str) -> str | None:
     """Why ``value`` cannot be an email From or Reply-To, or ``None``: exactly one mailbox, bare or
     as ``Name <addr>``, at most 254 characters, no line break, no list, no group."""
@@ -93,6 +124,8 @@ def email_address_problem(value: str) -> str | None:
         return f"an email sender has at most {MAX_EMAIL_SENDER_CHARS} characters"
     if control_character_problem(value):  # a bidi override in the display name reorders what people read
         return f"an email sender {control_character_problem(value)}"
+    if ENCODED_WORD_START in value:
+        return 'an email sender may not contain an encoded word ("=?…?="): write the name as plain text'
     mailbox, why = _mailbox(value)
     if why == "list":
         return f"{value!r} is more than one address: give exactly one"
@@ -102,6 +135,9 @@ def email_address_problem(value: str) -> str | None:
         validate_email(mailbox.addr_spec if mailbox is not None else "")
     except ValidationError:
         return f'{value!r} is not an email address ("addr@example.com" or "Name <addr@example.com>")'
+    name, _address = parse_sender(value)
+    if any(char in name for char in NAME_ADDRESS_CHARACTERS):
+        return f"the display name {name!r} may not contain @, < or >: a name that looks like an address impersonates it"
     return None
 
 
@@ -110,8 +146,7 @@ def sender_address(channel: str, value: str) -> str:
     (``Shop <Shop@Example.com>`` → ``shop@example.com``); an SMS sender as it is."""
     if channel != "email":
         return value
-    mailbox, _why = _mailbox(value)
-    return mailbox.addr_spec.lower() if mailbox is not None else value.lower()
+    return parse_sender(value)[1].lower()
 
 
 def configured_senders(channel: str) -> set[str]:

@@ -322,6 +322,20 @@ def test_high_priority_needs_its_permission_to_define_or_change(client, alice):
     assert client.get(change_url("otp")).context["has_change_permission"] is True
 
 
+def test_overriding_users_choices_is_products_in_the_admin(client):
+    """Issue hfix2 #2, the admin's road: ``required`` and quiet hours ``bypass`` are the product
+    role's (it defines the transactional types, docs/OPERATIONS.md "Staff roles"); marketing
+    cannot reach the type pages at all. (The API's road needs ``types:override``: tests/test_scopes.py.)"""
+    client.force_login(staff("max", roles.MARKETING))
+    assert client.post(ADD, form_post("alert", definition(required=True, quiet_hours="bypass"))).status_code == 403
+    assert not NotificationType.objects.exists()
+
+    client.force_login(staff("pia", roles.PRODUCT))
+    resp = client.post(ADD, form_post("alert", definition(required=True, quiet_hours="bypass", category="security")))
+    assert resp.status_code == 302, errors_of(resp)
+    assert list(NotificationType.objects.values_list("key", "required", "quiet_hours")) == [("alert", True, "bypass")]
+
+
 def test_a_type_events_use_cannot_be_deleted_and_one_unused_can(product, alice):
     used, _ = services.save_type("used", definition(), [PUSH_EN, EMAIL_EN], client=None)
     services.save_type("unused", definition(), [PUSH_EN, EMAIL_EN], client=None)

@@ -116,6 +116,9 @@ REFUSALS_THE_SCHEMA_CANNOT_STATE = {
     ("required_data.*", "duplicate"): "each data key once",
     ("name", "control_character"): "no control character (C0, DEL, C1): the error names the character",
     ("*", "confusable"): "an id in one script (Unicode TS #39 highly restrictive: Unicode's script data)",
+    ("*", "not_normalized"): "a user id is in NFKC (Unicode normalization: no pattern states it)",
+    ("attributes.*", "control_character"): "attribute values follow a description's rule (multi-line text: line "
+                                           "breaks allowed, so no one character class)",
     ("templates.*.data.*", "control_character"): "in_app data keys and values: propertyNames is OpenAPI 3.1, "
                                                  "depends on channel",
     ("content.data.*", "control_character"): "as above",

@@ -119,7 +119,7 @@ def test_an_id_mixing_scripts_is_refused_everywhere_ids_are_made(http, tool, adm
     assert not Recipient.objects.exists() and not SegmentMember.objects.exists()
 
 
-@pytest.mark.parametrize("user_id", ["bob", "Müller", "ü-ß-東京", "ユーザー42", "δοκιμή", "вова", "user 42"])
+@pytest.mark.parametrize("user_id", ["bob", "Müller", "ü-ß-東京", "ユーザー42", "δοκιμή", "вова", "user.42"])
 def test_ids_in_one_script_are_fine(http, user_id):
     assert call(http, "put", f"/v1/users/{quote(user_id, safe='')}", {}).status_code in (200, 201)
     assert list(Recipient.objects.values_list("user_id", flat=True)) == [user_id]

@@ -5,7 +5,7 @@ import pytest
 import yaml
 from django.core.management import call_command
 
-from core.identifiers import CONTROL_CHARACTERS, NAME_CONTROL_CHARACTERS
+from core.identifiers import CONTROL_CHARACTERS, NAME_CONTROL_CHARACTERS, USER_ID_CHARACTERS, USER_ID_PATTERN
 from core.vocabulary import CHANNELS
 
 
@@ -117,7 +117,8 @@ def test_request_bodies_are_as_strict_as_the_code(schema):
         for operation in operations.values():
             for parameter in operation.get("parameters", []):
                 if parameter["in"] == "path" and parameter["name"] == "user_id":
-                    assert parameter["schema"]["pattern"] == f"^[^{CONTROL_CHARACTERS}]{{1,255}}$", path
+                    assert parameter["schema"]["pattern"] == USER_ID_PATTERN, path
+    assert f"^[^{USER_ID_CHARACTERS}]{{1,255}}$" == USER_ID_PATTERN
 
 
 def test_every_no_control_character_pattern_is_the_one_rule(schema):
@@ -140,7 +141,8 @@ def test_every_no_control_character_pattern_is_the_one_rule(schema):
     walk(schema, "")
     assert len(found) >= 5, found
     for where, pattern in found:
-        assert pattern.startswith((f"^[^{CONTROL_CHARACTERS}]{{", f"^[^{NAME_CONTROL_CHARACTERS}]{{")), (where, pattern)
+        assert pattern.startswith((f"^[^{CONTROL_CHARACTERS}]{{", f"^[^{NAME_CONTROL_CHARACTERS}]{{",
+                                   f"^[^{USER_ID_CHARACTERS}]{{")), (where, pattern)
     where_all = " ".join(w for w, _ in found)
     for place in ("user_id", "push_token", "MembersRequest", "DeviceRequest", "SegmentRequest", "TemplateRequest"):
         assert place in where_all, place

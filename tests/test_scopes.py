@@ -100,6 +100,7 @@ class Endpoint:
     scopes: tuple[str, ...]  # checked in this order: the declared one first
     body: dict | None = None
     extra_field: str = ""  # the request field that needs the second scope
+    later_fields: tuple[tuple[str, str], ...] = ()  # (scope, field) for a third scope, named on its own field
 
     def __str__(self) -> str:
         return f"{self.method.upper()} {self.path}{' +' + self.extra_field if self.extra_field else ''}"
@@ -111,6 +112,9 @@ TEMPLATE = {"name": "T", "default_locale": "en", "variants": [{"locale": "en", "
 TYPE = {"name": "Order", "category": "shipping", "channels": ["sms"],
         "templates": [{"channel": "sms", "locale": "en", "body": "Order {{ data.id }}"}]}
 OTP_TYPE = TYPE | {"category": "security", "priority": "high", "quiet_hours": "bypass"}
+#: Issue hfix2 #2: a type that overrides users' choices needs types:override (named on the field).
+REQUIRED_TYPE = TYPE | {"category": "promo", "required": True}
+BYPASS_TYPE = TYPE | {"category": "promo", "quiet_hours": "bypass"}
 R, S = Scope.READ, Scope.SEND
 ENDPOINTS = [
     Endpoint("post", "/v1/events", "/v1/events", 202, (S,), {"type": "order", "user_id": "alice"}),
@@ -123,7 +127,12 @@ ENDPOINTS = [
     Endpoint("get", "/v1/notification-types/{key}", "/v1/notification-types/order", 200, (R,)),
     Endpoint("put", "/v1/notification-types/{key}", "/v1/notification-types/order", 200, (Scope.TYPES_WRITE,), TYPE),
     Endpoint("put", "/v1/notification-types/{key}", "/v1/notification-types/otp", 200,
-             (Scope.TYPES_WRITE, Scope.SEND_HIGH), OTP_TYPE, extra_field="priority"),
+             (Scope.TYPES_WRITE, Scope.SEND_HIGH, Scope.TYPES_OVERRIDE), OTP_TYPE, extra_field="priority",
+             later_fields=((Scope.TYPES_OVERRIDE, "quiet_hours"),)),
+    Endpoint("put", "/v1/notification-types/{key}", "/v1/notification-types/promo", 201,
+             (Scope.TYPES_WRITE, Scope.TYPES_OVERRIDE), REQUIRED_TYPE, extra_field="required"),
+    Endpoint("put", "/v1/notification-types/{key}", "/v1/notification-types/promo", 201,
+             (Scope.TYPES_WRITE, Scope.TYPES_OVERRIDE), BYPASS_TYPE, extra_field="quiet_hours"),
     Endpoint("get", "/v1/users/{user_id}", "/v1/users/alice", 200, (R,)),
     Endpoint("put", "/v1/users/{user_id}", "/v1/users/alice", 200, (Scope.RECIPIENTS_WRITE,),
              {"email": "new@example.com", "phone": "+4915199999999"}),
@@ -254,7 +263,8 @@ def check(endpoint: Endpoint, held: set[str]) -> None:
         assert r.json() == missing_scope_body(missing[0], "Authorization")
     else:
         assert r.json()["error"]["code"] == "missing_scope"
-        assert r.json()["error"]["fields"] == [{"field": endpoint.extra_field, "code": "missing_scope",
+        field = dict(endpoint.later_fields).get(missing[0], endpoint.extra_field)
+        assert r.json()["error"]["fields"] == [{"field": field, "code": "missing_scope",
                                                 "message": r.json()["error"]["fields"][0]["message"]}]
         assert f"lacks the scope {missing[0]}" in r.json()["error"]["message"]
     assert snapshot() == before, f"{endpoint} refused but wrote"

@@ -70,6 +70,24 @@ def test_a_sender_field_names_exactly_one_sender(shop, field, value, words):
     assert not NotificationType.objects.exists()
 
 
+@pytest.mark.parametrize(("field", "value", "words"), [
+    # The attacker's payloads: the check decoded the encoded word and saw one mailbox at the allowed
+    # address; SendGrid's parseaddr sent from security@paypal.com / a reply_to of "=?utf-8?q?x@evil.com".
+    ("email_from", "=?utf-8?q?<security@paypal.com>?= <notifications@example.com>", "encoded word"),
+    ("email_reply_to", "=?utf-8?q?x@evil.com,_?= <notifications@example.com>", "encoded word"),
+    ("email_from", "=?utf-8?q?Shop=E2=80=AE?= <notifications@example.com>", "encoded word"),  # U+202E
+    ("email_from", '"security@paypal.com" <notifications@example.com>', "may not contain @, < or >"),
+    ("email_from", '"<security@paypal.com>" <notifications@example.com>', "may not contain @, < or >"),
+])
+def test_a_sender_says_what_it_is_in_plain_text(shop, field, value, words):
+    """Issue hfix2 #1: no encoded word, no display name that looks like an address."""
+    allow("email", "notifications@example.com")
+    resp = put(shop[1], email_type(**{field: value}))
+    assert refused(resp) == {field: "invalid"}
+    assert words in resp.json()["error"]["fields"][0]["message"]
+    assert not NotificationType.objects.exists()
+
+
 @pytest.mark.parametrize(("field", "value"), [
     ("email_from", "PayPal Security <service@paypal.com>"),
     ("email_reply_to", "service@paypal.com"),

@@ -13,8 +13,8 @@ from campaigns.models import Campaign, CampaignStatus, MissedPolicy, Segment, Te
 from campaigns.selectors import content_check, template_problem
 from campaigns.services import local_time_problem
 from core import clock
-from core.api.fields import AwareDateTimeField, LabelField, RejectUnknownFields, WallTimeSecondsField
-from core.identifiers import MAX_USER_ID_LENGTH, no_control_pattern, problem_code, user_id_problem
+from core.api.fields import AwareDateTimeField, LabelField, RejectUnknownFields, TextField, WallTimeSecondsField
+from core.identifiers import MAX_USER_ID_LENGTH, USER_ID_PATTERN, problem_code, user_id_problem
 from core.vocabulary import CATEGORY_PATTERN, TEMPLATE_LOCALE_PATTERN
 from notifications.acceptance.rules import bulk_send_problem
 from notifications.api.serializers import (
@@ -44,7 +44,7 @@ MAX_SPREAD_SECONDS = 24 * 3600
 class SegmentSerializer(RejectUnknownFields, serializers.Serializer):
     segment_id = serializers.CharField(read_only=True)
     name = LabelField()
-    description = serializers.CharField(required=False, allow_blank=True, default="", max_length=10_000)
+    description = TextField(required=False, allow_blank=True, default="", max_length=10_000)
     member_count = serializers.IntegerField(read_only=True)
 
 
@@ -58,7 +58,7 @@ def _valid_user_id(value: str) -> None:
 
 
 @extend_schema_field({"type": "string", "minLength": 1, "maxLength": MAX_USER_ID_LENGTH,
-                       "pattern": no_control_pattern(MAX_USER_ID_LENGTH)})
+                       "pattern": USER_ID_PATTERN})
 class MemberIdField(serializers.CharField):
     """A user id to add to a segment: the ``/v1/users/{user_id}`` rule, documented as its pattern.
     Taken as given, never trimmed (DRF's default would store ``"\u2028sep"`` as ``sep``, which the

@@ -222,6 +222,18 @@ class LabelField(serializers.CharField):
         return super().to_internal_value(data)
 
 
+class TextField(serializers.CharField):
+    """A multi-line text shown to people (a segment's description, a recipient's attribute values):
+    the rule of a type's description (:func:`core.identifiers.text_problem`, line breaks and tabs
+    allowed), checked before DRF trims; code ``control_character``."""
+
+    def to_internal_value(self, data):
+        problem = text_problem(data, multiline=True) if isinstance(data, str) else ""
+        if problem:
+            raise serializers.ValidationError(f"a text {problem}", code=problem_code(problem))
+        return super().to_internal_value(data)
+
+
 @extend_schema_field({"type": "string", "pattern": r"^([01]?[0-9]|2[0-3]):[0-5]?[0-9]$", "example": "22:00"})
 class WallTimeField(serializers.TimeField):
     """A wall-clock time written ``HH:MM`` (in and out). Documented with a pattern: the OpenAPI ``time``

@@ -33,6 +33,7 @@ from core.api.errors import InvalidParameter
 from core.identifiers import (
     MAX_PUSH_TOKEN_LENGTH,
     MAX_USER_ID_LENGTH,
+    USER_ID_PATTERN,
     control_character_problem,
     no_control_pattern,
     problem_code,
@@ -81,9 +82,9 @@ def _pattern_problem(pattern: re.Pattern, max_length: int) -> Callable[[str], st
 
 _SLUG_PATTERN = re.compile(r"^[-a-zA-Z0-9_]{1,64}$")
 
-USER_ID = IdRule(user_id_problem, {"type": "string", "pattern": no_control_pattern(MAX_USER_ID_LENGTH)},
-                 f"the upstream service's user id: 1–{MAX_USER_ID_LENGTH} characters without invisible characters, "
-                 "in one script (case-sensitive, taken as given)", {"user": "alice"})
+USER_ID = IdRule(user_id_problem, {"type": "string", "pattern": USER_ID_PATTERN},
+                 f"the upstream service's user id: 1–{MAX_USER_ID_LENGTH} characters in NFKC without invisible "
+                 "characters, whitespace or '/', in one script (case-sensitive, taken as given)", {"user": "alice"})
 PUSH_TOKEN = IdRule(push_token_problem, {"type": "string", "pattern": no_control_pattern(MAX_PUSH_TOKEN_LENGTH)},
                     f"a registered push token: 1–{MAX_PUSH_TOKEN_LENGTH} characters without invisible characters",
                     {"token": "fcm-token-1"})

@@ -3,12 +3,13 @@
 Every API operation needs one scope (``notifications.api.auth.HasRequiredScope`` checks the one the
 view declares); ``priority: high`` also needs :attr:`Scope.SEND_HIGH`, and so do changing a
 template or a segment's members that an active high-priority campaign uses and cancelling a
-high-priority campaign (:mod:`campaigns.ownership`). :attr:`Scope.INBOX` is the one scope that
-reads across API clients (a user's inbox holds every service's in-app items): the deliberate,
-audited exception of docs/SECURITY.md ("No cross-client read"). :attr:`Scope.RECEIPTS` is not the
-sender's: receipts move the counts of every send the key can read (admin campaigns' too), so only
-the backend the app reports to holds it. The scopes are stored on
-:class:`notifications.models.APIClient` as a JSON list of these values.
+high-priority campaign (:mod:`campaigns.ownership`); a type that overrides users' choices
+(``required: true``, ``quiet_hours: bypass``) also needs :attr:`Scope.TYPES_OVERRIDE`.
+:attr:`Scope.INBOX` is the one scope that reads across API clients (a user's inbox holds every
+service's in-app items): the deliberate, audited exception of docs/SECURITY.md ("No cross-client
+read"). :attr:`Scope.RECEIPTS` is not the sender's: receipts move the counts of every send the key
+can read (admin campaigns' too), so only the backend the app reports to holds it. The scopes are
+stored on :class:`notifications.models.APIClient` as a JSON list of these values.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ class Scope(models.TextChoices):
     TEMPLATES_WRITE = "templates:write", "templates:write — create and change its templates"
     CAMPAIGNS_WRITE = "campaigns:write", "campaigns:write — create and cancel its campaigns"
     TYPES_WRITE = "types:write", "types:write — create and change its notification types and their templates"
+    TYPES_OVERRIDE = "types:override", ("types:override — types that override users' choices: required (opt-outs "
+                                        "do not apply) or quiet_hours bypass")
     INBOX = "inbox", ("inbox — read a user's inbox across services and mark its items: the product backend that "
                       "shows the inbox to the user")
     READ = "read", "read — every GET but the inbox's"

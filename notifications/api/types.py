@@ -10,7 +10,7 @@ from rest_framework.views import APIView
 
 from core.api import audit_notes, parameters
 from core.api.errors import BODY, MissingScope, NotFoundError, error_responses, response_headers
-from core.api.fields import RejectUnknownFields
+from core.api.fields import LabelField, RejectUnknownFields
 from core.api.pagination import Ordering, list_page, page_parameters, page_serializer
 from core.api.refusals import NotOwner
 from core.api.scopes import Scope
@@ -59,7 +59,7 @@ class NotificationTypeSerializer(RejectUnknownFields, serializers.Serializer):
     """A notification type as ``PUT`` takes it and ``GET`` answers it (with ``key`` and the stamps)."""
 
     key = serializers.CharField(read_only=True)
-    name = serializers.CharField(max_length=200)
+    name = LabelField()
     description = serializers.CharField(required=False, allow_blank=True, default="", max_length=10_000)
     category = serializers.RegexField(CATEGORY_PATTERN.pattern, max_length=64,
                                       error_messages={"invalid": "lower-case letters, digits, '_', '.', '-'; at "
@@ -146,9 +146,25 @@ _EXAMPLE = {
         {"channel": "sms", "locale": "en", "body": "Order {{ data.order_id }} shipped: {{ data.tracking_url }}"}]}
 
 
+def check_override_scope(request, fields: dict) -> None:
+    """A type that overrides users' choices, ``required: true`` (opt-outs do not apply) or
+    ``quiet_hours: bypass``, needs the scope ``types:override`` besides ``types:write``. Raises
+    MissingScope (403 ``missing_scope`` on the field) when the key lacks it. Types that already
+    hold these flags keep them; a replacement that sets them again needs the scope."""
+    if request.auth.has_scope(Scope.TYPES_OVERRIDE):
+        return
+    if fields.get("required"):
+        raise MissingScope(Scope.TYPES_OVERRIDE, field="required", why="needed for a type users cannot opt out of")
+    if fields.get("quiet_hours") == QuietHoursPolicy.BYPASS:
+        raise MissingScope(Scope.TYPES_OVERRIDE, field="quiet_hours",
+                           why="needed for a type that bypasses users' quiet hours")
+
+
 class TypeView(APIView):
     required_scopes = {"get": Scope.READ, "put": Scope.TYPES_WRITE}
-    scope_notes = {"put": "A `high` type also needs `notifications:send_high` (403 `missing_scope` on `priority`)."}
+    scope_notes = {"put": "A `high` type also needs `notifications:send_high` (403 `missing_scope` on `priority`); "
+                          "`required: true` or `quiet_hours: bypass` needs `types:override` (403 `missing_scope` on "
+                          "that field)."}
     audit_object = "notification_type"
 
     @extend_schema(request=NotificationTypeSerializer, parameters=[_KEY, *response_headers()],
@@ -171,6 +187,7 @@ class TypeView(APIView):
         if Priority.HIGH in (fields["priority"], getattr(existing, "priority", None)) and not request.auth.has_scope(
                 Scope.SEND_HIGH):
             raise MissingScope(Scope.SEND_HIGH, field="priority", why="needed to define or change a high type")
+        check_override_scope(request, fields)
         try:
             kind, created = services.save_type(key, fields, templates, client=request.auth,
                                                may_high=request.auth.has_scope(Scope.SEND_HIGH))

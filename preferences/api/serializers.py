@@ -9,7 +9,7 @@ from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from core.api.fields import RejectUnknownFields, WallTimeField
+from core.api.fields import RejectUnknownFields, TextField, WallTimeField
 from core.identifiers import MAX_PUSH_TOKEN_LENGTH, no_control_pattern, push_token_problem
 from core.vocabulary import CATEGORY_PATTERN, LOCALE_PATTERN, TYPE_KEY_PATTERN
 from preferences import suppression
@@ -51,7 +51,7 @@ class RecipientSerializer(RejectUnknownFields, serializers.Serializer):
                                      help_text="IANA zone name, e.g. Europe/Berlin.")
     locale = LocaleField(required=False, allow_blank=True, max_length=35, default="",
                          help_text="BCP 47 language tag, e.g. de-DE.")
-    attributes = serializers.DictField(child=serializers.CharField(max_length=1000, allow_blank=True),
+    attributes = serializers.DictField(child=TextField(max_length=1000, allow_blank=True),
                                        required=False, default=dict,
                                        help_text=f"String attributes usable in templates ({{{{ first_name }}}}): "
                                                  f"at most {MAX_ATTRIBUTES}; each name a letter or `_`, then "

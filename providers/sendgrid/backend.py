@@ -14,7 +14,6 @@ import logging
 import time
 import urllib.error
 from dataclasses import dataclass, field
-from email.utils import parseaddr
 from typing import Any, ClassVar
 
 from python_http_client.exceptions import HTTPError
@@ -34,6 +33,7 @@ from providers.base import (
     transport_code,
     unsubscribe_headers,
 )
+from providers.senders import parse_sender
 
 logger = logging.getLogger(__name__)
 
@@ -41,9 +41,10 @@ DEFAULT_TIMEOUT_SECONDS = 10.0
 
 
 def sender(from_email: str) -> dict[str, str]:
-    """``"Name <addr@example.com>"`` or ``"addr@example.com"`` -> SendGrid's ``{"email", "name"?}``."""
-    name, address = parseaddr(from_email)
-    result = {"email": address or from_email}
+    """``"Name <addr@example.com>"`` or ``"addr@example.com"`` -> SendGrid's ``{"email", "name"?}``,
+    by the one parse the sender check used (:func:`providers.senders.parse_sender`)."""
+    name, address = parse_sender(from_email)
+    result = {"email": address}
     if name:
         result["name"] = name
     return result

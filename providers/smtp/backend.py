@@ -11,7 +11,6 @@ import contextlib
 import smtplib
 import ssl
 from dataclasses import dataclass, field
-from email.utils import parseaddr
 from typing import ClassVar
 
 from django.core.mail import EmailMultiAlternatives, make_msgid
@@ -28,6 +27,7 @@ from providers.base import (
     TransientProviderError,
     unsubscribe_headers,
 )
+from providers.senders import parse_sender, sender_header
 
 DEFAULT_TIMEOUT_SECONDS = 10.0
 NOTIFICATION_ID_HEADER = "X-Notification-Id"
@@ -111,13 +111,13 @@ class SmtpEmailBackend(EmailBackend):
         headers = {"Message-ID": message_id, NOTIFICATION_ID_HEADER: message.notification_id,
                    **unsubscribe_headers(message)}
         if header_from != envelope_from:
-            headers["From"] = header_from  # Django: the From header; from_email stays the envelope's
+            headers["From"] = sender_header(header_from)  # Django: the From header; from_email stays the envelope's
         email = EmailMultiAlternatives(
             subject=message.title or "",
             body=message.body,
             from_email=envelope_from,
             to=[message.to],
-            reply_to=[message.reply_to] if message.reply_to else None,
+            reply_to=[sender_header(message.reply_to)] if message.reply_to else None,
             headers=headers,
             connection=self._connection,
         )
@@ -218,7 +218,7 @@ def _timed_out(exc: BaseException) -> bool:
 
 def _domain(from_email: str) -> str:
     """Domain for the Message-ID: the sender's, else Django's cached FQDN (never a fresh DNS lookup)."""
-    address = parseaddr(from_email)[1]
+    address = parse_sender(from_email)[1]
     return address.rpartition("@")[2] or str(DNS_NAME)
 
 

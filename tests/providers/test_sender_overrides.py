@@ -13,7 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from providers.base import OutboundMessage, ProviderConfigurationError, SendResult
-from providers.senders import email_address_problem, is_messaging_service, sms_sender_problem
+from providers.senders import (
+    email_address_problem,
+    is_messaging_service,
+    parse_sender,
+    sender_address,
+    sms_sender_problem,
+)
 from providers.sendgrid.backend import SendGridEmailBackend, batch_key, sender
 from providers.twilio.backend import TwilioSmsBackend
 
@@ -103,6 +109,20 @@ def test_one_email_goes_from_its_sender_with_its_reply_to(sendgrid, emu, notific
         {"from": {"email": "shop@example.com", "name": "Shop"}, "reply_to": {"email": HELP}},
         {"from": DEFAULT_FROM, "reply_to": None},
     ]
+
+
+@pytest.mark.parametrize("value", ["Shop <Shop@Example.com>", '"Shop, Inc." <shop@example.com>',
+                                   "Bücher Café <info@example.com>", "shop@example.com", '"O\'Brien" <ob@example.com>'])
+def test_sendgrid_sends_the_sender_that_was_checked(sendgrid, emu, notification_id, value):
+    """Issue hfix2 #1: the check and the backend read a sender with one parse (parse_sender)."""
+    assert email_address_problem(value) is None
+    name, address = parse_sender(value)
+    sendgrid.send(mail(notification_id, sender=value, reply_to=value))
+
+    [recorded] = emu.messages()
+    expected = {"email": address, **({"name": name} if name else {})}
+    assert recorded["details"] == {"from": expected, "reply_to": expected}
+    assert recorded["details"]["from"]["email"].lower() == sender_address("email", value)
 
 
 def test_a_batch_mixing_senders_gives_each_message_its_own_from_and_reply_to(sendgrid, emu):
@@ -201,6 +221,20 @@ def test_an_smtp_email_has_its_from_and_reply_to_headers(smtp, emu, notification
     assert result.provider_message_id.endswith("@example.com>")
 
 
+@pytest.mark.parametrize(("value", "header"), [
+    ('"Shop, Inc." <shop@example.com>', '"Shop, Inc." <shop@example.com>'),
+    ("Shop   <shop@example.com>", "Shop <shop@example.com>"),
+])
+def test_an_smtp_email_sends_the_sender_that_was_checked(smtp, emu, notification_id, value, header):
+    """Issue hfix2 #1: the headers are rebuilt from parse_sender, the parse the check used."""
+    assert email_address_problem(value) is None
+    smtp.send(mail(notification_id, sender=value, reply_to=value))
+
+    [recorded] = emu.messages()
+    headers = dict(recorded["details"]["headers"])
+    assert (headers["From"], headers["Reply-To"]) == (header, header)
+
+
 def test_an_smtp_email_without_overrides_is_from_from_email_with_no_reply_to(smtp, emu, notification_id):
     smtp.send(mail(notification_id))
 
@@ -255,6 +289,11 @@ def test_good_email_senders(value):
     ("a@example.com, b@example.com", "more than one address"),
     ("Shop <shop@example.com>\nBcc: x@example.com", "line break"),
     ("x" * 250 + "@example.com", "at most 254"),
+    ("=?utf-8?q?<security@paypal.com>?= <notifications@example.com>", "encoded word"),
+    ("=?utf-8?q?x@evil.com,_?= <notifications@example.com>", "encoded word"),
+    ("=?utf-8?b?U2hvcOKArg==?= <shop@example.com>", "encoded word"),
+    ('"a@b.example" <shop@example.com>', "may not contain @, < or >"),
+    ('"Shop >" <shop@example.com>', "may not contain @, < or >"),
 ])
 def test_bad_email_senders_name_the_rule(value, words):
     assert words in email_address_problem(value)
