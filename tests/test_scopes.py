@@ -426,3 +426,29 @@ def test_an_implemented_method_without_a_declared_scope_still_fails_closed():
     assert (response.status_code, response.data["error"]["code"]) == (403, "no_scope_declared")
     request = RequestFactory().delete("/v1/half", headers={"Authorization": f"Api-Key {key}"})
     assert HalfDeclared.as_view()(request).status_code == 405
+
+
+@pytest.mark.django_db
+def test_owners_of_overriding_types_keep_replacing_them_across_the_migration():
+    """types:override is not a default; the migration gives it to keys that own a required or
+    bypass type (they could replace it as it is before), and to no one else."""
+    import importlib
+    from types import SimpleNamespace
+
+    from django.apps import apps
+    from django.db import connection
+
+    from notifications.models import NotificationType
+
+    assert Scope.TYPES_OVERRIDE not in APIClient.objects.create_key(name="plain")[0].scopes
+    owners = {name: APIClient.objects.create_key(name=name, scopes=[Scope.SEND, Scope.TYPES_WRITE, Scope.READ])[0]
+              for name in ("required", "bypass", "plain-type", "none")}
+    for key, over in (("required", {"required": True}), ("bypass", {"quiet_hours": "bypass"}), ("plain-type", {})):
+        NotificationType.objects.create(key=f"t_{key.replace('-', '_')}", name="T", category="account",
+                                        channels=["email"], client=owners[key], **over)
+    migration = importlib.import_module("notifications.migrations.0030_types_override_scope")
+    migration.grant_to_owners_of_overriding_types(apps, SimpleNamespace(connection=connection))
+    scopes = {c.name: c.scopes for c in APIClient.objects.filter(pk__in=[c.pk for c in owners.values()])}
+    granted = ["notifications:send", "types:write", "types:override", "read"]
+    plain = ["notifications:send", "types:write", "read"]
+    assert scopes == {"required": granted, "bypass": granted, "plain-type": plain, "none": plain}
