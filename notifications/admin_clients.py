@@ -124,6 +124,14 @@ class APIClientAdmin(ContentLookupGuard, APIKeyModelAdmin):
     def has_delete_permission(self, request, obj=None) -> bool:
         return False  # revoke instead
 
+    def get_search_fields(self, request):
+        """The list's search (name, prefix); none for the admin's autocomplete, whose answers are the
+        clients' ids (404 there: the selects offer clients by prefix, :class:`ClientChoiceField`)."""
+        match = getattr(request, "resolver_match", None)
+        if match is not None and match.url_name == "autocomplete":
+            return ()
+        return super().get_search_fields(request)
+
     def response_add(self, request, obj, post_url_continue=None):
         return super().response_add(request, by_prefix(obj), post_url_continue)
 

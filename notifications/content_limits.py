@@ -9,8 +9,9 @@ docs/PROVIDERS.md."""
 from __future__ import annotations
 
 import json
+import unicodedata
 
-from core.identifiers import control_character_problem, text_problem
+from core.identifiers import control_character_problem, is_default_ignorable, text_problem
 
 SMS_MAX_CHARS = 1600
 PUSH_MAX_BYTES = 4096
@@ -58,10 +59,21 @@ def json_bytes(value) -> int:
 
 
 def empty_body_problem(body: str) -> str:
-    """``"the rendered body is empty"`` when ``body`` is nothing but whitespace (no channel sends
-    that), else ``""``: the send path's rule (:func:`rendered_problem`) and the save-time dry
-    render's (:func:`notifications.rendering.check_parts`)."""
-    return "" if (body or "").strip() else "the rendered body is empty"
+    """``"the rendered body is empty"`` when ``body`` shows nothing: no letter, digit, punctuation
+    or symbol that is not default-ignorable (whitespace, zero-width and bidi characters, a Hangul
+    filler or a braille blank alone read as empty; no channel sends that), else ``""``: the send
+    path's rule (:func:`rendered_problem`) and the save-time dry render's
+    (:func:`notifications.rendering.check_parts`)."""
+    return "" if any(_shows(char) for char in body or "") else "the rendered body is empty"
+
+
+def _shows(char: str) -> bool:
+    return (unicodedata.category(char)[0] in "LNPS" and char != BRAILLE_BLANK
+            and not is_default_ignorable(char))
+
+
+#: U+2800, a symbol that draws nothing.
+BRAILLE_BLANK = "\u2800"
 
 
 def rendered_problem(channel: str, title: str, body: str, html: str, data: dict | None) -> str:

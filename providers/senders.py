@@ -29,6 +29,7 @@ The ``*_problem`` functions return a sentence naming the rule (for a 4xx or a fo
 from __future__ import annotations
 
 import re
+import unicodedata
 from email.headerregistry import Address, HeaderRegistry
 
 import phonenumbers
@@ -135,9 +136,13 @@ def email_address_problem(value: str) -> str | None:
         validate_email(mailbox.addr_spec if mailbox is not None else "")
     except ValidationError:
         return f'{value!r} is not an email address ("addr@example.com" or "Name <addr@example.com>")'
-    name, _address = parse_sender(value)
-    if any(char in name for char in NAME_ADDRESS_CHARACTERS):
+    name, address = parse_sender(value)
+    if any(char in unicodedata.normalize("NFKC", name) for char in NAME_ADDRESS_CHARACTERS):  # ＠ ﹫ ＜ too
         return f"the display name {name!r} may not contain @, < or >: a name that looks like an address impersonates it"
+    username, _at, domain = address.rpartition("@")
+    if not address.isascii() or any(char in username for char in '"@\\ '):
+        return (f"{address!r}: an email sender's address is plain ASCII with an unquoted local part (no quotes, "
+                "@ or spaces before the domain; an internationalised domain in its xn-- form)")
     return None
 
 

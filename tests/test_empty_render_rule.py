@@ -41,7 +41,11 @@ def template(body: str) -> dict:
     return {"name": "T", "default_locale": "en", "variants": [{"locale": "en", "title": "Hi", "body": body}]}
 
 
-@pytest.mark.parametrize("body", ['{{ "" }}', "{% if false %}x{% endif %}", "  {{ '  ' }}\n"])
+@pytest.mark.parametrize("body", ['{{ "" }}', "{% if false %}x{% endif %}", "  {{ '  ' }}\n",
+                                  # Second round: what shows nothing is empty too (a body of U+200B was
+                                  # delivered, one of U+202E reversed nothing but read as blank).
+                                  '{{ "\u200b" }}', '{{ "\u202e" }}', '{{ "\u3164" }}', '{{ "\u2800" }}',
+                                  '{{ "\u0301\u0301" }}'])
 def test_a_campaign_template_whose_body_renders_empty_is_refused(http, body):
     r = put(http, "/v1/templates/t", template(body))
     assert r.status_code == 422
@@ -99,3 +103,13 @@ def test_an_attribute_named_data_is_never_rendered():
     assert context_for(recipient) == {"first_name": "Ada", "user_id": "u", "email": recipient.email,
                                       "locale": recipient.locale, "timezone": recipient.timezone}
     assert context_for(recipient, {"code": "1"})["data"] == {"code": "1"}
+
+
+@pytest.mark.parametrize(("body", "empty"), [("\u200b", True), ("\u202e \u3164", True), ("\u2800", True),
+                                             ("\u0301", True), ("a", False), ("\u2764\ufe0f", False),
+                                             ("\u6771", False), ("!", False)])
+def test_the_send_paths_rule_reads_a_body_that_shows_nothing_as_empty(body, empty):
+    from notifications.content_limits import rendered_problem
+
+    assert (rendered_problem("email", "Hi", body, "", None) == "the rendered body is empty") is empty
+

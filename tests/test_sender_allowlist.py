@@ -78,10 +78,18 @@ def test_a_sender_field_names_exactly_one_sender(shop, field, value, words):
     ("email_from", "=?utf-8?q?Shop=E2=80=AE?= <notifications@example.com>", "encoded word"),  # U+202E
     ("email_from", '"security@paypal.com" <notifications@example.com>', "may not contain @, < or >"),
     ("email_from", '"<security@paypal.com>" <notifications@example.com>', "may not contain @, < or >"),
+    # Second round: a fullwidth @ in the name; an @ in a quoted local part (SendGrid refused the send,
+    # SMTP rebuilt another address); a Kelvin sign that .lower() turned into the allowed "k".
+    ("email_from", '"service\uff20paypal.com" <notifications@example.com>', "may not contain @, < or >"),
+    ("email_from", '"service\ufe6bpaypal.com" <notifications@example.com>', "may not contain @, < or >"),
+    ("email_from", '"security@paypal.com"@example.com', "unquoted local part"),
+    ("email_reply_to", "notifications@\u212aey.example.com", "plain ASCII"),
 ])
 def test_a_sender_says_what_it_is_in_plain_text(shop, field, value, words):
     """Issue hfix2 #1: no encoded word, no display name that looks like an address."""
     allow("email", "notifications@example.com")
+    allow("email", "example.com")
+    allow("email", "key.example.com")
     resp = put(shop[1], email_type(**{field: value}))
     assert refused(resp) == {field: "invalid"}
     assert words in resp.json()["error"]["fields"][0]["message"]
@@ -207,3 +215,14 @@ def test_the_allow_list_admin_never_carries_or_looks_up_a_clients_id(admin_clien
     page = admin_client.get(reverse(ADD)).content.decode()
     assert shop[0].pk not in page and shop[0].hashed_key not in page
     assert f'value="{shop[0].prefix}"' in page
+
+
+@pytest.mark.parametrize("model", ["allowedsender", "apiauditentry", "campaign", "notificationtype"])
+def test_the_admins_autocomplete_never_answers_a_clients_id(admin_client, shop, model):
+    """Second round: as a superuser, /admin/autocomplete/ for any field pointing at API clients listed
+    their ids (the key's hash)."""
+    app = "campaigns" if model == "campaign" else "notifications"
+    resp = admin_client.get("/admin/autocomplete/", {"app_label": app, "model_name": model,
+                                                    "field_name": "client", "term": ""})
+    assert resp.status_code in (403, 404)
+    assert shop[0].hashed_key not in resp.content.decode()

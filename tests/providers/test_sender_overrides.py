@@ -277,7 +277,7 @@ def test_a_messaging_service_is_told_apart_from_a_number():
 
 
 @pytest.mark.parametrize("value", ["shop@example.com", "Shop <shop@example.com>", '"Shop, Inc." <shop@example.com>',
-                                   "Bücher <info@bücher.de>"])
+                                   "Bücher <info@xn--bcher-kva.de>"])
 def test_good_email_senders(value):
     assert email_address_problem(value) is None
 
