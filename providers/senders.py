@@ -139,7 +139,7 @@ def email_address_problem(value: str) -> str | None:
     name, address = parse_sender(value)
     if any(char in unicodedata.normalize("NFKC", name) for char in NAME_ADDRESS_CHARACTERS):  # ＠ ﹫ ＜ too
         return f"the display name {name!r} may not contain @, < or >: a name that looks like an address impersonates it"
-    username, _at, domain = address.rpartition("@")
+    username = address.rpartition("@")[0]
     if not address.isascii() or any(char in username for char in '"@\\ '):
         return (f"{address!r}: an email sender's address is plain ASCII with an unquoted local part (no quotes, "
                 "@ or spaces before the domain; an internationalised domain in its xn-- form)")
