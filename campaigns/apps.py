@@ -37,7 +37,7 @@ def check_default_timezone(app_configs=None, **kwargs):
         validate_iana_zone(settings.CAMPAIGNS["DEFAULT_TIMEZONE"])
     except ValidationError as exc:
         return [checks.Error(f"CAMPAIGN_DEFAULT_TIMEZONE: {exc.messages[0]}",
-                             hint="See the Configuration section of README.md.", id="campaigns.E001")]
+                             hint="See docs/OPERATIONS.md, section Configuration.", id="campaigns.E001")]
     return []
 
 

@@ -76,7 +76,8 @@ class APIClientForm(forms.ModelForm):
 
     scopes = forms.MultipleChoiceField(
         choices=Scope.choices, widget=forms.CheckboxSelectMultiple, required=False, label="Scopes",
-        help_text="What this key may do. Least privilege: only what the service needs (README, API › Scopes). "
+        help_text="What this key may do. Least privilege: only what the service needs (docs/API.md, "
+                  "Authentication and scopes). "
                   "notifications:send_high is the permission to send priority high.")
 
     class Meta:

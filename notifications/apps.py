@@ -30,7 +30,7 @@ def check_quiet_hours_bypass(app_configs=None, **kwargs):
     """System check: ``QUIET_HOURS_BYPASS_CATEGORIES`` never lets marketing skip quiet hours."""
     from notifications.quiet_hours_policy import check_bypass_setting
 
-    return [checks.Error(problem, hint="See the Configuration section of README.md.", id="notifications.E001")
+    return [checks.Error(problem, hint="See docs/OPERATIONS.md, section Configuration.", id="notifications.E001")
             for problem in check_bypass_setting()]
 
 
@@ -65,7 +65,7 @@ def check_metrics_token(app_configs=None, **kwargs):
 def check_pipeline(app_configs=None, **kwargs):
     """System check: batch sizes, send concurrency and the lease are in range (a batch of 0 would
     stall delivery silently); ``notifications.E002``."""
-    return [checks.Error(problem, hint="See the Configuration section of README.md.", id="notifications.E002")
+    return [checks.Error(problem, hint="See docs/OPERATIONS.md, section Configuration.", id="notifications.E002")
             for problem in check_pipeline_settings()]
 
 

@@ -16,7 +16,7 @@ def check_providers(app_configs=None, **kwargs):
     """System check: ``settings.PROVIDERS`` is complete (run by `manage.py check`, runserver, tests)."""
     from providers.registry import check_providers_configured
 
-    hint = ("See the Configuration section of README.md. A channel this deployment does not use: set its list "
+    hint = ("See docs/OPERATIONS.md, section Configuration. A channel this deployment does not use: set its list "
             "empty (PUSH_PROVIDERS= (empty): no push provider, and sends on push are refused).")
     return [checks.Error(problem, hint=hint, id="providers.E001") for problem in check_providers_configured()]
 
@@ -26,7 +26,7 @@ def check_isolation(app_configs=None, **kwargs):
     or a bulkhead of 0 would stall delivery silently)."""
     from providers.isolation import check_isolation_settings
 
-    return [checks.Error(problem, hint="See the Configuration section of README.md.", id="providers.E002")
+    return [checks.Error(problem, hint="See docs/OPERATIONS.md, section Configuration.", id="providers.E002")
             for problem in check_isolation_settings()]
 
 

@@ -249,7 +249,8 @@ def test_custom_admin_views_refuse_nul(root, alice):
     ("q=%00", ("django.request", "INFO", "A NUL character in the query.: ")),
 ])
 def test_a_refused_admin_request_is_one_log_line_without_a_traceback(root, otp, caplog, query, logged):
-    """Refusals the README documents as 400 were logged with ~50-line tracebacks (the lookup at ERROR)."""
+    """Refusals docs/OPERATIONS.md ("The admin, page by page") documents as 400 were logged with
+    ~50-line tracebacks (the lookup at ERROR)."""
     caplog.set_level(logging.DEBUG)
     response = root.get(reverse("admin:notifications_notification_changelist") + "?" + query)
     assert response.status_code == 400

@@ -136,7 +136,8 @@ def test_invalid_send_is_422_naming_field_and_rule(http, user, body, expected):
 
 @pytest.mark.parametrize("channel", ["sms", "email", "push"])
 def test_recipient_without_contact_for_channel_is_accepted_and_suppressed_at_send_time(http, channel):
-    """One rule at accept and send time (README "Errors"): a missing contact is not a request error; the
+    """One rule at accept and send time (docs/API.md, "A recipient without the contact a channel
+    needs"): a missing contact is not a request error; the
     send is accepted and suppressed with the reason when it is due, as when the contact is removed later."""
     Recipient.objects.create(user_id="bare")
     content = {"body": "x", "title": "t"} if channel != "sms" else {"body": "x"}

@@ -2,7 +2,7 @@
 the admin preview and launching (admin and API) all ask :func:`campaigns.selectors.content_check`.
 
 A campaign's template sees the recipient's attributes and user_id, email, locale, timezone; only a
-notification type's templates have the event's ``data`` (README, docs/TYPES.md). So
+notification type's templates have the event's ``data`` (docs/CAMPAIGNS.md, docs/TYPES.md). So
 ``{{ data.code }}`` fails every render ('data' is undefined) and is refused wherever it is met,
 naming the variable and the line; a variable that is merely missing renders empty, and what the
 preview shows is what the provider receives."""

@@ -244,7 +244,8 @@ def test_push_to_only_dead_device_fails_and_next_push_is_suppressed(api, emulato
     n = wait_status(nid)
     assert (n.status, n.reason) == ("failed", "contact_invalid")
     assert Device.objects.get(push_token=user["tokens"][0]).active is False
-    # A missing contact is not a request error (README "Errors"): accepted, then suppressed with the reason.
+    # A missing contact is not a request error (docs/API.md, "A recipient without the contact a
+    # channel needs"): accepted, then suppressed with the reason.
     nid2 = send(api, uid, "push")
     n2 = wait_status(nid2)
     assert (n2.status, n2.reason) == ("suppressed", "no_active_device")

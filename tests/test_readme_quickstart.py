@@ -1,5 +1,6 @@
-"""First use, literally: the shell blocks of README.md's "Send a first notification", run with bash
-against the started stack (real processes, bench/stack.py), and the answers the README documents.
+"""First use, literally: the shell blocks of README.md's "Send a first notification" and "Events and
+notification types", and docs/PROVIDERS.md's emulator fault examples (linked from the README), run
+with bash against the started stack (real processes, bench/stack.py), and the answers they document.
 
 The commands and curl bodies are read from README.md at test time and run with ``PORT`` and
 ``EMULATOR_PORT`` set to the stack's (the README's addresses are ``http://127.0.0.1:${PORT:-8000}``
@@ -163,12 +164,22 @@ def test_the_readme_quick_start_works_as_written(emulator, live_db, tmp_path):
         (inbox["answer"]["id"], "Hello", "Welcome aboard")]
 
 
-FAULTS_SECTION = "### Provider faults on demand (the emulator)"
+PROVIDERS_DOC = ROOT / "docs" / "PROVIDERS.md"
+FAULTS_SECTION = "## The emulator: provider faults on demand"
 
 
-def test_the_readme_fault_examples_work_as_written(api, emulator, tmp_path):
+def test_the_readme_points_to_the_fault_examples():
+    """The README's faults paragraph links the section the examples moved to (by its anchor)."""
+    readme = README.read_text()
+    assert "### Provider faults on demand (the emulator)" in readme
+    assert "(docs/PROVIDERS.md#the-emulator-provider-faults-on-demand)" in readme
+    assert FAULTS_SECTION in PROVIDERS_DOC.read_text()
+
+
+def test_the_fault_examples_work_as_written(api, emulator, tmp_path):
+    """docs/PROVIDERS.md's fault examples (linked from the README's quick start), run as written."""
     stack = emulator
-    text = README.read_text()
+    text = PROVIDERS_DOC.read_text()
     assert FAULTS_SECTION in text
     block = re.findall(r"```sh\n(.*?)```", text.split(FAULTS_SECTION, 1)[1], flags=re.S)[0]
     assert EMULATOR in block
