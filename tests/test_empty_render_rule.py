@@ -113,3 +113,24 @@ def test_the_send_paths_rule_reads_a_body_that_shows_nothing_as_empty(body, empt
 
     assert (rendered_problem("email", "Hi", body, "", None) == "the rendered body is empty") is empty
 
+
+
+@pytest.mark.parametrize(("part", "value"), [("title", r'invoice{{ "\u202e" }}fdp.exe'), ("body", r'a{{ "\x00" }}b')])
+def test_a_type_template_that_renders_what_its_channel_refuses_for_everyone_is_refused(http, part, value):
+    """Second round: an in_app title rendering a bidi override (or a body a NUL) saved, and every event
+    then failed template_error. The send path's channel rule applies to the dry render."""
+    template = {"channel": "in_app", "locale": "en", "title": "Invoice", "body": "Your invoice"} | {part: value}
+    r = put(http, "/v1/notification-types/inv", {"name": "Invoice", "category": "billing", "channels": ["in_app"],
+                                                "templates": [template]})
+    assert r.status_code == 422, r.content
+    (field,) = r.json()["error"]["fields"]
+    assert (field["field"], field["code"]) == (f"templates.0.{part}", "template_error")
+    assert "control character" in field["message"]
+    assert not NotificationType.objects.exists()
+
+
+def test_a_type_template_whose_channel_rule_depends_on_the_data_is_left_to_the_send(http):
+    template = {"channel": "in_app", "locale": "en", "title": "{{ data.t }}", "body": "Your invoice"}
+    r = put(http, "/v1/notification-types/inv", {"name": "Invoice", "category": "billing", "channels": ["in_app"],
+                                                "templates": [template]})
+    assert r.status_code == 201, r.content

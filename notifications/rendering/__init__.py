@@ -34,7 +34,7 @@ from functools import lru_cache
 from jinja2 import StrictUndefined, TemplateError, TemplateSyntaxError, UndefinedError, meta, nodes
 from jinja2.sandbox import SecurityError
 
-from notifications.content_limits import empty_body_problem
+from notifications.content_limits import empty_body_problem, rendered_problem
 from notifications.rendering import budget as render_budget
 from notifications.rendering.bounds import BoundedSandbox
 from notifications.rendering.budget import RenderBoundExceeded
@@ -130,7 +130,8 @@ def template_variables(source: str) -> set[str]:
     return {n.name for n in names if n.ctx == "load"} - own
 
 
-def check_parts(parts: dict[str, str], *, event_data: bool = True, content: bool = True) -> dict[str, RenderError]:
+def check_parts(parts: dict[str, str], *, event_data: bool = True, content: bool = True,
+                channel: str = "") -> dict[str, RenderError]:
     """Save-time check of a message's parts (``{"title": src, "body": src, "html": src}``, any
     subset): ``{part: RenderError}`` for each part that does not compile, then, if all compile, dry
     renders of them together as one send would (one budget per recipient of
@@ -157,6 +158,11 @@ def check_parts(parts: dict[str, str], *, event_data: bool = True, content: bool
     endif %}``) is refused, code ``empty_body``; unless a type's body reads ``data``, which only the
     event fills.
 
+    ``channel`` (a type's template, inline content): the send path's rules for rendered content on
+    that channel (:func:`notifications.content_limits.rendered_problem`: an inbox title with a bidi
+    override, an SMS over its length…) apply to the dry renders the same way: refused when every
+    sample recipient's render breaks one (unless a part reads the event's ``data``).
+
     The whole check spends at most what is left of the request's check budget
     (:mod:`notifications.rendering.checking`), and holds one of the process's check slots; past
     the budget, or with no slot free, raises ``CheckBudgetSpent`` (``ChecksBusy``). Parts without
@@ -166,11 +172,11 @@ def check_parts(parts: dict[str, str], *, event_data: bool = True, content: bool
     if not any(source and "{" in source for source in parts.values()):
         return {}  # nothing to compile or render
     with check_budget() as request:
-        return _check_parts(parts, event_data, content, request)
+        return _check_parts(parts, event_data, content, request, channel)
 
 
 def _check_parts(parts: dict[str, str], event_data: bool, content: bool,
-                 request: CheckBudget) -> dict[str, RenderError]:
+                 request: CheckBudget, channel: str = "") -> dict[str, RenderError]:
     errors: dict[str, RenderError] = {}
     names: set[str] = set()
     body_reads_data = False
@@ -205,13 +211,16 @@ def _check_parts(parts: dict[str, str], event_data: bool, content: bool,
         contexts[0]["data"] = StrictUndefined(name="data")
     check_body = content and "{" in parts.get("body", "") and not (event_data and body_reads_data)
     configured = render_budget.limits()
+    check_channel = content and channel and not (event_data and "data" in names)
     empty_for = 0  # sample recipients whose body rendered empty
+    broken: list[str] = []  # for each sample recipient whose render breaks a rule of the channel: which
     for number, context in enumerate(contexts, 1):
         left = request.left()
+        rendered: dict[str, str] = {}
         with render_budget.budget(configured._replace(cpu_seconds=min(configured.cpu_seconds, left))):
             for part, source in parts.items():
                 try:
-                    text = _render(source, part == "html", context)
+                    text = rendered[part] = _render(source, part == "html", context)
                     if part == "body" and empty_body_problem(text):
                         empty_for += 1
                 except Exception as exc:
@@ -231,6 +240,15 @@ def _check_parts(parts: dict[str, str], event_data: bool, content: bool,
                         return {part: RenderError(f"a dry render on sample data ({where}) failed, as every "
                                                   f"send would: {undefined_problem(exc)}", code="undefined_variable")}
                     break  # another error: this recipient's render stops here, as a send's would
+            else:
+                problem = check_channel and rendered_problem(channel, rendered.get("title", ""),
+                                                             rendered.get("body", ""), rendered.get("html", ""), None)
+                if problem and not empty_body_problem(rendered.get("body", "x")):
+                    broken.append(problem)
+    if broken and len(broken) == len(contexts):
+        part = "title" if " title " in f" {broken[0]} " else "body"
+        return {part: RenderError(f"a dry render on sample data (all {len(contexts)} recipients) failed, as every "
+                                  f"send would: {broken[0]}", code="template_error")}
     if check_body and empty_for == len(contexts):
         return {"body": RenderError(f"a dry render on sample data (all {len(contexts)} recipients, the first with "
                                     f"every attribute the template names) failed, as every send would: "
