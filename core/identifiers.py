@@ -185,3 +185,18 @@ def push_token_problem(value: str) -> str:
     if len(value) > MAX_PUSH_TOKEN_LENGTH:
         return f"is {len(value)} characters; at most {MAX_PUSH_TOKEN_LENGTH}"
     return control_character_problem(value)
+
+
+def shows_nothing(text: str | None) -> bool:
+    """Whether ``text`` has no letter, digit, punctuation or symbol a reader would see (the rule of an
+    empty body and subject, on every road: single sends, templates at save and at send)."""
+    return not any(_shows(char) for char in text or "")
+
+
+def _shows(char: str) -> bool:
+    return (unicodedata.category(char)[0] in "LNPS" and char != BRAILLE_BLANK
+            and not is_default_ignorable(char))
+
+
+#: U+2800, a symbol that draws nothing.
+BRAILLE_BLANK = "\u2800"

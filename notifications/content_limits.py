@@ -9,9 +9,8 @@ docs/PROVIDERS.md."""
 from __future__ import annotations
 
 import json
-import unicodedata
 
-from core.identifiers import control_character_problem, is_default_ignorable, text_problem
+from core.identifiers import control_character_problem, shows_nothing, text_problem
 
 SMS_MAX_CHARS = 1600
 PUSH_MAX_BYTES = 4096
@@ -64,16 +63,7 @@ def empty_body_problem(body: str) -> str:
     filler or a braille blank alone read as empty; no channel sends that), else ``""``: the send
     path's rule (:func:`rendered_problem`) and the save-time dry render's
     (:func:`notifications.rendering.check_parts`)."""
-    return "" if any(_shows(char) for char in body or "") else "the rendered body is empty"
-
-
-def _shows(char: str) -> bool:
-    return (unicodedata.category(char)[0] in "LNPS" and char != BRAILLE_BLANK
-            and not is_default_ignorable(char))
-
-
-#: U+2800, a symbol that draws nothing.
-BRAILLE_BLANK = "\u2800"
+    return "the rendered body is empty" if shows_nothing(body) else ""
 
 
 def rendered_problem(channel: str, title: str, body: str, html: str, data: dict | None) -> str:
@@ -88,7 +78,7 @@ def rendered_problem(channel: str, title: str, body: str, html: str, data: dict 
     if channel == "sms" and len(body) > SMS_MAX_CHARS:
         return f"the rendered SMS body is {len(body)} characters; at most {SMS_MAX_CHARS} (Twilio)"
     if channel == "email":
-        if not title.strip():
+        if shows_nothing(title):
             return "the rendered email subject is empty"
         if "\r" in title or "\n" in title:
             return "the rendered email subject has a line break; a subject is one line"

@@ -177,7 +177,7 @@ class RecipientForm(forms.ModelForm):
             problem = text_problem(text, multiline=True) if isinstance(text, str) else ""
             if problem:
                 raise forms.ValidationError(f"The attribute {name!r} {problem}.", code=getattr(problem, "code", None))
-        return value
+        return value if value is not None else {}  # an empty box is no attributes, not NULL
 
     def clean_timezone(self) -> str:
         value = (self.cleaned_data.get("timezone") or "").strip()

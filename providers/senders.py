@@ -36,7 +36,7 @@ import phonenumbers
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 
-from core.identifiers import control_character_problem
+from core.identifiers import control_character_problem, shows_nothing
 
 __all__ = ["MESSAGING_SERVICE_SID", "configured_senders", "email_address_problem", "is_messaging_service",
            "parse_sender", "sender_address", "sender_header", "sms_sender_problem"]
@@ -47,8 +47,11 @@ MESSAGING_SERVICE_SID = re.compile(r"^MG[0-9a-fA-F]{32}$")
 MAX_EMAIL_SENDER_CHARS = 254
 #: Where an RFC 2047 encoded word starts; no sender may hold it (module docstring).
 ENCODED_WORD_START = "=?"
-#: Characters a display name may not hold: it would look like an address.
-NAME_ADDRESS_CHARACTERS = "@<>"
+#: Characters a display name may not hold (after NFKC, which folds ＠ ﹫ ＜ ＞): it would look like an
+#: address. The angle brackets' look-alikes NFKC keeps apart are listed too.
+NAME_ADDRESS_CHARACTERS = "@<>˂˃‹›❮❯〈〉⟨⟩⦑⦒ⓐ"
+#: A domain in a display name (after NFKC: ``security﹒paypal﹒com`` reads ``security.paypal.com``).
+_NAME_DOMAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
 
 
 def is_messaging_service(sender: str | None) -> bool:
@@ -137,8 +140,15 @@ def email_address_problem(value: str) -> str | None:
     except ValidationError:
         return f'{value!r} is not an email address ("addr@example.com" or "Name <addr@example.com>")'
     name, address = parse_sender(value)
-    if any(char in unicodedata.normalize("NFKC", name) for char in NAME_ADDRESS_CHARACTERS):  # ＠ ﹫ ＜ too
+    folded = unicodedata.normalize("NFKC", name)
+    if any(char in folded for char in NAME_ADDRESS_CHARACTERS):  # ＠ ﹫ ＜ too
         return f"the display name {name!r} may not contain @, < or >: a name that looks like an address impersonates it"
+    domain = address.rpartition("@")[2].lower()
+    if any(found.lower() != domain for found in _NAME_DOMAIN.findall(folded)):
+        return (f"the display name {name!r} names a domain other than the address's ({domain}): a name that "
+                "looks like another address impersonates it")
+    if folded.strip() and shows_nothing(folded):
+        return f"the display name {name!r} shows nothing: leave it out or write a name"
     username = address.rpartition("@")[0]
     if not address.isascii() or any(char in username for char in '"@\\ '):
         return (f"{address!r}: an email sender's address is plain ASCII with an unquoted local part (no quotes, "

@@ -84,6 +84,11 @@ def test_a_sender_field_names_exactly_one_sender(shop, field, value, words):
     ("email_from", '"service\ufe6bpaypal.com" <notifications@example.com>', "may not contain @, < or >"),
     ("email_from", '"security@paypal.com"@example.com', "unquoted local part"),
     ("email_reply_to", "notifications@\u212aey.example.com", "plain ASCII"),
+    # Third round: angle brackets' look-alikes, a domain written with look-alike dots, a blank name.
+    ("email_from", '"\u02c2security\ufe52paypal\ufe52com\u02c3" <notifications@example.com>', "may not contain @"),
+    ("email_from", '"security\u2024paypal\u2024com" <notifications@example.com>', "names a domain"),
+    ("email_from", '"paypal.com \u2039security\u203a" <notifications@example.com>', "may not contain @"),
+    ("email_from", '"\u2800" <notifications@example.com>', "shows nothing"),
 ])
 def test_a_sender_says_what_it_is_in_plain_text(shop, field, value, words):
     """Issue hfix2 #1: no encoded word, no display name that looks like an address."""
@@ -226,3 +231,9 @@ def test_the_admins_autocomplete_never_answers_a_clients_id(admin_client, shop, 
                                                     "field_name": "client", "term": ""})
     assert resp.status_code in (403, 404)
     assert shop[0].hashed_key not in resp.content.decode()
+
+
+def test_a_display_name_may_name_the_addresss_own_domain(shop):
+    allow("email", "booking.com")
+    assert put(shop[1], email_type(email_from='"Booking.com" <noreply@booking.com>')).status_code == 201
+

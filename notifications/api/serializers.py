@@ -36,6 +36,7 @@ from notifications.content_limits import (
     inbox_data_problems,
     inbox_text_problem,
     json_bytes,
+    shows_nothing,
 )
 from notifications.models import DeliveryAttempt, Notification, Priority, TimelineEntry
 from notifications.quiet_hours_policy import priority_category_problem
@@ -202,8 +203,8 @@ def channel_content_errors(channel: str, content: dict, prefix: str = "content")
     """Per-channel content rules (module docstring). Returns ``{field path: ErrorDetail}``."""
     errors: dict[str, serializers.ErrorDetail] = {}
     body = content.get("body", "")
-    if not body.strip():
-        errors[f"{prefix}.body"] = serializers.ErrorDetail("must not be blank", code="blank")
+    if shows_nothing(body):  # blank, or only invisible characters (zero-width, fillers, braille blank)
+        errors[f"{prefix}.body"] = serializers.ErrorDetail("must not be blank (nothing in it shows)", code="blank")
     if channel == Channel.SMS:
         if len(body) > SMS_MAX_CHARS:
             errors[f"{prefix}.body"] = serializers.ErrorDetail(
@@ -214,8 +215,8 @@ def channel_content_errors(channel: str, content: dict, prefix: str = "content")
                     f"not used by SMS; leave {name} out", code="not_allowed_for_channel")
     elif channel == Channel.EMAIL:
         title = content.get("title") or ""
-        if not title.strip():
-            errors[f"{prefix}.title"] = serializers.ErrorDetail("email needs a subject in title",
+        if shows_nothing(title):
+            errors[f"{prefix}.title"] = serializers.ErrorDetail("email needs a subject in title (one that shows)",
                                                                 code="required")
         elif "\r" in title or "\n" in title:
             errors[f"{prefix}.title"] = serializers.ErrorDetail(

@@ -170,9 +170,24 @@ def check_parts(parts: dict[str, str], *, event_data: bool = True, content: bool
 
     Not a guarantee (see :func:`sample_contexts`): what holds at send time are the render bounds."""
     if not any(source and "{" in source for source in parts.values()):
-        return {}  # nothing to compile or render
+        return _check_literal(parts, content, channel)  # nothing to compile or render
     with check_budget() as request:
         return _check_parts(parts, event_data, content, request, channel)
+
+
+def _check_literal(parts: dict[str, str], content: bool, channel: str) -> dict[str, RenderError]:
+    """The rules of :func:`check_parts` for parts without template syntax: what they say is what every
+    send renders (a body of braille blanks, a 1,700-character SMS fail every send the same way)."""
+    if not content:
+        return {}
+    if "body" in parts and empty_body_problem(parts["body"]):
+        return {"body": RenderError(f"every send would fail: {empty_body_problem('')}", code="empty_body")}
+    problem = channel and rendered_problem(channel, parts.get("title", ""), parts.get("body", ""),
+                                           parts.get("html", ""), None)
+    if problem:
+        return {"title" if " title " in f" {problem} " else "body": RenderError(
+            f"every send would fail: {problem}", code="template_error")}
+    return {}
 
 
 def _check_parts(parts: dict[str, str], event_data: bool, content: bool,
