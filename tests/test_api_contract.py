@@ -156,8 +156,6 @@ REFUSALS_THE_SCHEMA_CANNOT_STATE = {
     ("*", "out_of_range"): "an instant whose UTC form is outside years 1–9999 (date-time format allows it)",
     # Text that shows nothing (core.identifiers.shows_nothing): unassigned, private-use, zero-width.
     ("content.body", "empty_body"): "a body must show something (Unicode categories: no pattern states it)",
-    ("content.body", "blank"): "as above, for a single send's body",
-    ("content.title", "required"): "an email subject must show something (as above)",
     ("*.body", "empty_body"): "as above, for a template's parts",
 }
 
