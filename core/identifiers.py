@@ -7,6 +7,8 @@ ids" gives the rules and why."""
 
 from __future__ import annotations
 
+import functools
+import re
 import unicodedata
 
 from confusable_homoglyphs import categories
@@ -115,12 +117,22 @@ def control_character_problem(value: str, allow: str = "") -> str:
     (:func:`is_invisible`: :data:`INVISIBLE_CATEGORIES` or default-ignorable) and not in
     ``allow`` (:data:`TEXT_MARKS` for names and text, with :data:`LINE_BREAKS` for multi-line
     text), or ``''``. Code ``control_character``."""
+    if not _candidates(allow).search(value):  # the common case, in C: nothing to name
+        return ""
     for char in value:
         if is_invisible(char) and char not in allow:
             name = unicodedata.name(char, "")
             return Problem(f"contains a control character (U+{ord(char):04X}{' ' + name if name else ''})",
                            "control_character")
     return ""
+
+
+@functools.cache
+def _candidates(allow: str) -> re.Pattern:
+    """What may be invisible, as one compiled class: the Basic Multilingual Plane's invisible
+    characters but ``allow`` (:func:`_ranges`), surrogates, and every character beyond U+FFFF (checked
+    one by one). Sends run the text rule on every rendered inbox title and body: this keeps it ~1 µs."""
+    return re.compile(f"[{_ranges(allow)}\\ud800-\\udfff\\U00010000-\\U0010ffff]")
 
 
 def text_problem(value: str, multiline: bool = False) -> str:
@@ -134,6 +146,8 @@ def mixed_script_problem(value: str) -> str:
     ``bob``), or ``''``: Unicode TS #39 "Highly Restrictive" (:data:`_SCRIPT_SETS`), scripts as
     ``confusable_homoglyphs`` reads them from Unicode's data. Code ``confusable``. (An id wholly in
     one other script, ``вов``, passes: see docs/SECURITY.md.)"""
+    if value.isascii():  # Latin and common characters only
+        return ""
     scripts = categories.unique_aliases(value) - {"COMMON", "INHERITED"}
     if len(scripts) <= 1 or any(scripts <= allowed for allowed in _SCRIPT_SETS):
         return ""

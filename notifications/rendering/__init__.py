@@ -184,10 +184,13 @@ def _check_literal(parts: dict[str, str], content: bool, channel: str) -> dict[s
         return {"body": RenderError(f"every send would fail: {empty_body_problem('')}", code="empty_body")}
     problem = channel and rendered_problem(channel, parts.get("title", ""), parts.get("body", ""),
                                            parts.get("html", ""), None)
-    if problem:
-        return {"title" if " title " in f" {problem} " else "body": RenderError(
-            f"every send would fail: {problem}", code="template_error")}
-    return {}
+    return _channel_refusal(problem, "every send would fail") if problem else {}
+
+
+def _channel_refusal(problem: str, where: str) -> dict[str, RenderError]:
+    """A rendered-content ``problem`` of the send path as the save's refusal, on the part it names."""
+    part = "title" if " title " in f" {problem} " else "body"
+    return {part: RenderError(f"{where}: {problem}", code="template_error")}
 
 
 def _check_parts(parts: dict[str, str], event_data: bool, content: bool,
@@ -261,9 +264,8 @@ def _check_parts(parts: dict[str, str], event_data: bool, content: bool,
                 if problem and not empty_body_problem(rendered.get("body", "x")):
                     broken.append(problem)
     if broken and len(broken) == len(contexts):
-        part = "title" if " title " in f" {broken[0]} " else "body"
-        return {part: RenderError(f"a dry render on sample data (all {len(contexts)} recipients) failed, as every "
-                                  f"send would: {broken[0]}", code="template_error")}
+        return _channel_refusal(broken[0], f"a dry render on sample data (all {len(contexts)} recipients) failed, "
+                                           "as every send would")
     if check_body and empty_for == len(contexts):
         return {"body": RenderError(f"a dry render on sample data (all {len(contexts)} recipients, the first with "
                                     f"every attribute the template names) failed, as every send would: "
