@@ -9,7 +9,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api import audit_notes
-from core.api.errors import BODY, error_responses, field_error, response_headers
+from core.api.errors import BODY, NotFoundError, error_responses, field_error, response_headers
 from core.api.fields import AwareDateTimeField, RejectUnknownFields
 from core.api.pagination import list_page, page_parameters, page_serializer
 from core.api.refusals import AcceptanceLimited
@@ -187,8 +187,12 @@ class EventListView(APIView):
                         f"/v1/events/{result.event.pk}", result.replayed)
 
 
-def _own_event(request, event_id) -> Event | None:
-    return Event.objects.select_related("type").filter(pk=event_id, client=request.auth).first()
+def _own_event(request, event_id) -> Event:
+    """This client's event ``event_id``; raises NotFoundError (404 on ``event_id``) for any other."""
+    event = Event.objects.select_related("type").filter(pk=event_id, client=request.auth).first()
+    if event is None:
+        raise NotFoundError("event_id", "no event with this id for this API client")
+    return event
 
 
 _EVENT_404 = "No event with this id sent by this API client."
@@ -205,9 +209,6 @@ class EventDetailView(APIView):
                    responses={200: EventDetailSerializer, **error_responses(404, _404=_EVENT_404)})
     def get(self, request, event_id):
         event = _own_event(request, event_id)
-        if event is None:
-            return field_error("event_id", "not_found", "no event with this id for this API client", 404,
-                               error_code="not_found")
         return Response(event_body(event))
 
 
@@ -223,9 +224,6 @@ class EventRecipientsView(APIView):
                                                 _422="A bad query parameter; `field` names it.")})
     def get(self, request, event_id):
         event = _own_event(request, event_id)
-        if event is None:
-            return field_error("event_id", "not_found", "no event with this id for this API client", 404,
-                               error_code="not_found")
         return Response(list_page(request.query_params, recipients_query(event), BY_USER,
                                   lambda rows: recipients_body(event, [r.pk for r in rows]),
                                   listing=recipients_listing(event)))
@@ -242,9 +240,6 @@ class EventCancelView(APIView):
                                                 _409="Every notification was claimed already or has finished.")})
     def post(self, request, event_id):
         event = _own_event(request, event_id)
-        if event is None:
-            return field_error("event_id", "not_found", "no event with this id for this API client", 404,
-                               error_code="not_found")
         try:
             services.cancel_event(event)
         except services.NotCancellable as exc:
