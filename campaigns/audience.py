@@ -23,17 +23,18 @@ from preferences.suppression import RecipientFacts, channels, suppression_reason
 _FACT_COLUMNS = """r.phone <> '' AS has_phone, r.phone_invalid_reason <> '' AS phone_invalid,
        r.email <> '' AS has_email, r.email_invalid_reason <> '' AS email_invalid,
        p.opt_outs::text AS opt_outs, (p.category_opt_outs -> %(category)s::text)::text AS category_channels,
+       (p.type_opt_outs -> %(type_key)s::text)::text AS type_channels,
        {device} AS has_active_device, {stopped} AS sms_stopped"""
 _HAS_ACTIVE_DEVICE = ("EXISTS (SELECT 1 FROM preferences_device d "
                       "WHERE d.recipient_id = m.recipient_id AND d.active)")
 _SMS_STOPPED = ("EXISTS (SELECT 1 FROM preferences_smsstop s "
                 "WHERE s.phone = r.phone AND r.phone <> '' AND s.sender = %(sms_sender)s)")
 FACT_NAMES = ("has_phone", "phone_invalid", "has_email", "email_invalid", "opt_outs", "category_channels",
-              "has_active_device", "sms_stopped")
+              "type_channels", "has_active_device", "sms_stopped")
 
 
 def fact_columns(channel: str) -> str:
-    """The SELECT list (8 columns, :data:`FACT_NAMES`) over ``campaigns_segmentmember m``,
+    """The SELECT list (9 columns, :data:`FACT_NAMES`) over ``campaigns_segmentmember m``,
     ``preferences_recipient r`` and ``LEFT JOIN preferences_preferences p``. Devices are looked up
     for push only, STOPs for SMS only (``NULL`` otherwise: the rule skips them). Parameters:
     :func:`fact_params`."""
@@ -42,23 +43,26 @@ def fact_columns(channel: str) -> str:
 
 
 def fact_params(campaign) -> dict:
-    """The query parameters :func:`fact_columns` needs: the campaign's category and SMS sender."""
+    """The query parameters :func:`fact_columns` needs: the campaign's category, its type's key (a
+    typed campaign: users' opt-outs of the type apply as on every road of a type) and SMS sender."""
     sender = ""
     if campaign.channel == "sms":
         from notifications.delivery.routing import sms_sender
 
         sender = sms_sender()
-    return {"category": campaign.category or "", "sms_sender": sender}
+    return {"category": campaign.category or "", "type_key": campaign.notification_type_id or "",
+            "sms_sender": sender}
 
 
-def facts_from_row(row: dict, category: str) -> RecipientFacts:
+def facts_from_row(row: dict, category: str, type_key: str = "") -> RecipientFacts:
     """:class:`RecipientFacts` from one row of :func:`fact_columns` (keys :data:`FACT_NAMES`)."""
     return RecipientFacts(
         has_phone=bool(row["has_phone"]), phone_invalid=bool(row["phone_invalid"]),
         has_email=bool(row["has_email"]), email_invalid=bool(row["email_invalid"]),
         has_active_device=row["has_active_device"], sms_stopped=row["sms_stopped"],
         opt_outs=channels(_parsed(row["opt_outs"])),
-        category_opt_outs={category: channels(_parsed(row["category_channels"]))} if category else {})
+        category_opt_outs={category: channels(_parsed(row["category_channels"]))} if category else {},
+        type_opt_outs={type_key: channels(_parsed(row["type_channels"]))} if type_key else {})
 
 
 def _parsed(text):
@@ -67,7 +71,9 @@ def _parsed(text):
 
 def reason_for(row: dict, campaign) -> str:
     """The suppression reason for one member row of ``campaign`` (``""``: send)."""
-    return suppression_reason(facts_from_row(row, campaign.category), campaign.channel, campaign.category)
+    type_key = campaign.notification_type_id or ""
+    return suppression_reason(facts_from_row(row, campaign.category, type_key), campaign.channel, campaign.category,
+                              type_key=type_key)
 
 
 _REACH_SQL = """
@@ -76,7 +82,7 @@ SELECT {facts}, count(*) AS members
   JOIN preferences_recipient r ON r.user_id = m.recipient_id
   LEFT JOIN preferences_preferences p ON p.recipient_id = m.recipient_id
  WHERE m.segment_id = %(segment)s AND m.added_at <= %(snapshot)s
- GROUP BY 1, 2, 3, 4, 5, 6, 7, 8
+ GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9
 """
 
 

@@ -296,8 +296,11 @@ def _insert_page(campaign: Campaign, members: list[dict], now: datetime) -> list
         if was_missed:
             missed.add(nid)
         rows.append(CampaignRow(nid, user_id, status, reason, base, base + ttl if ttl else None))
+    kind = campaign.notification_type
     inserted = insert_campaign_page(campaign_id=campaign.pk, channel=campaign.channel, priority=campaign.priority,
-                                    category=campaign.category, now=now, rows=rows)
+                                    category=campaign.category, now=now, rows=rows,
+                                    notification_type=campaign.notification_type_id,
+                                    sensitive=bool(kind is not None and kind.sensitive))
     reasons = {r.id: r.reason for r in rows if r.reason}
     metrics.fanout_page_inserted(channel=campaign.channel, tier=campaign.priority, inserted=inserted,
                                  reasons=reasons)

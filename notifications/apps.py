@@ -102,7 +102,8 @@ def check_pipeline_settings() -> list[str]:
 
 #: What :func:`erase_notifications` does to each model of this app holding a user's data.
 ERASED_HERE = {
-    "notifications.Notification": "content cleared (title, body, html, data); unclaimed ones cancelled; "
+    "notifications.Notification": "content cleared (title, body, html, data); unclaimed ones cancelled; dead letters "
+                                  "withdrawn (not replayable); "
                                   "contacts scrubbed from reasons; status history kept for counts",
     "notifications.DeliveryAttempt": "contacts scrubbed from error messages",
     "notifications.DeliveryEvent": "contacts scrubbed from details",

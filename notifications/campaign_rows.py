@@ -34,14 +34,14 @@ _TABLE = "notifications_notification"
 _COLUMNS = ("id", "campaign_id", "recipient_id", "channel", "priority", "category", "status", "reason",
             "accepted_status", "scheduled_at", "due_at", "queued_at", "expires_at", "title", "body", "html",
             "sensitive", "request_fingerprint", "reason_detail", "attempts", "provider", "provider_message_id",
-            "created_at", "updated_at")
+            "created_at", "updated_at", "notification_type_id")
 
 _INSERT_SQL = f"""
 INSERT INTO {_TABLE} ({", ".join(_COLUMNS)})
 SELECT u.id, %(campaign)s, u.recipient_id, %(channel)s, %(priority)s, %(category)s, u.status, u.reason, u.status,
        u.due_at, CASE WHEN u.status = 'scheduled' THEN u.due_at END,
        CASE WHEN u.status = 'queued' THEN %(now)s::timestamptz END, u.expires_at,
-       '', '', '', false, '', '', 0, '', '', %(now)s, %(now)s
+       '', '', '', %(sensitive)s, '', '', 0, '', '', %(now)s, %(now)s, %(type)s
   FROM unnest(%(ids)s::uuid[], %(recipients)s::text[], %(statuses)s::text[], %(reasons)s::text[],
               %(dues)s::timestamptz[], %(expires)s::timestamptz[])
        AS u(id, recipient_id, status, reason, due_at, expires_at)
@@ -65,10 +65,13 @@ class CampaignRow(NamedTuple):
 
 
 def insert_campaign_page(*, campaign_id, channel: str, priority: str, category: str, now: datetime,
-                         rows: list[CampaignRow]) -> list[tuple[str, str]]:
+                         rows: list[CampaignRow], notification_type: str | None = None,
+                         sensitive: bool = False) -> list[tuple[str, str]]:
     """Insert one fan-out page of campaign ``campaign_id``'s notifications, in the caller's
     transaction (the shard cursor's). A ``scheduled`` row gets ``due_at = due``; a ``queued`` one
     ``queued_at = now``; a ``suppressed`` one neither (it is final). Content is rendered at send time.
+    A typed campaign's rows carry their ``notification_type`` (the send path then applies the type's
+    opt-outs and quiet-hours policy, as for any row of the type) and the type's ``sensitive``.
 
     Returns ``[(id as text, status)]`` of the rows created; a row whose id already exists is left as
     it is and not returned (so re-running a page creates nothing twice). Raises what the database
@@ -76,27 +79,30 @@ def insert_campaign_page(*, campaign_id, channel: str, priority: str, category: 
     """
     if not rows:
         return []
+    shared = {"campaign": campaign_id, "channel": channel, "priority": priority, "category": category, "now": now,
+              "type": notification_type, "sensitive": sensitive}
     try:
         with transaction.atomic():
-            _copy(campaign_id, channel, priority, category, now, rows)
+            _copy(shared, rows)
     except (IntegrityError, psycopg.errors.UniqueViolation):
-        return _insert_skipping_existing(campaign_id, channel, priority, category, now, rows)
+        return _insert_skipping_existing(shared, rows)
     return [(str(r.id), r.status) for r in rows]
 
 
-def _copy(campaign_id, channel, priority, category, now, rows: list[CampaignRow]) -> None:
-    campaign = str(campaign_id)
+def _copy(shared: dict, rows: list[CampaignRow]) -> None:
+    campaign, now = str(shared["campaign"]), shared["now"]
+    channel, priority, category = shared["channel"], shared["priority"], shared["category"]
     scheduled, queued = Status.SCHEDULED, Status.QUEUED
     copy_rows(_TABLE, _COLUMNS, [
         (r.id, campaign, r.recipient_id, channel, priority, category, r.status, r.reason, r.status,
          r.due, r.due if r.status == scheduled else None, now if r.status == queued else None, r.expires,
-         "", "", "", False, "", "", 0, "", "", now, now) for r in rows])
+         "", "", "", shared["sensitive"], "", "", 0, "", "", now, now, shared["type"]) for r in rows])
 
 
-def _insert_skipping_existing(campaign_id, channel, priority, category, now, rows: list[CampaignRow]):
+def _insert_skipping_existing(shared: dict, rows: list[CampaignRow]):
     with connection.cursor() as cur:
         cur.execute(_INSERT_SQL, {
-            "campaign": campaign_id, "channel": channel, "priority": priority, "category": category, "now": now,
+            **shared,
             "ids": [str(r.id) for r in rows], "recipients": [r.recipient_id for r in rows],
             "statuses": [r.status for r in rows], "reasons": [r.reason for r in rows],
             "dues": [r.due for r in rows], "expires": [r.expires for r in rows],

@@ -254,7 +254,8 @@ def cancel_campaign_notifications(campaign_id, *, limit: int = 5000) -> int:
 def erase_notification_content(recipient_id: str, contacts: list[str], *, by: str) -> dict[str, int]:
     """Personal-data erasure, this layer's part (inside the erasure's transaction): cancel the
     recipient's notifications no worker has claimed (``cancelled_by_client``, with a timeline event
-    saying why), remove every notification's content (title, body, html, data) and the data of the
+    saying why), take its dead letters off the replayable list (timeline event ``dead_letter_withdrawn``),
+    remove every notification's content (title, body, html, data) and the data of the
     events sent to this recipient alone, and replace the
     recipient's ``contacts`` wherever a provider echoed them into a reason, attempt error or event
     detail. Rows, statuses and timelines stay, so counts by status, channel and reason survive.
@@ -273,6 +274,15 @@ def erase_notification_content(recipient_id: str, contacts: list[str], *, by: st
             updated_at=now)
         record_cancelled(pending, reason=Reason.CANCELLED_BY_CLIENT,
                          detail=f"recipient's personal data erased by {by}"[:500], at=now)
+    # Its dead letters leave the list: their content is gone, so a replay would send an empty message
+    # to whoever holds the user id and contacts next (they stay failed, with their reason).
+    withdrawn = list(mine.filter(status=Status.FAILED, dead_lettered_at__isnull=False).values_list("pk", flat=True))
+    if withdrawn:
+        Notification.objects.filter(pk__in=withdrawn).update(dead_lettered_at=None, updated_at=now)
+        DeliveryEvent.objects.bulk_create([
+            DeliveryEvent(notification_id=pk, kind="dead_letter_withdrawn", status=Status.FAILED, created_at=now,
+                          detail=f"not replayable: the recipient's personal data was erased by {by}"[:500])
+            for pk in withdrawn])
     erased = mine.filter(~Q(title="") | ~Q(body="") | ~Q(html="") | Q(data__isnull=False)).update(
         title="", body="", html="", data=None, updated_at=now)
     # The data of the events sent to this recipient alone (template input: an address, an order);

@@ -287,3 +287,23 @@ def test_a_campaign_of_a_type_under_an_abuse_limit_is_refused_naming_the_rule(se
     assert fields(resp) == {("type", "acceptance_limited")}
     assert "otp_per_user" in resp.json()["error"]["fields"][0]["message"]
     assert Campaign.objects.count() == 0
+
+
+def test_a_campaign_may_not_send_a_digest_type_or_one_that_overrides_users(http, segment):
+    """Every road (hroads): a digest type's campaign went out undigested; a required or quiet-hours
+    bypass type would override users' choices in bulk. A type's ttl is the campaign's default."""
+    from notifications.models import NotificationType
+
+    NotificationType.objects.create(key="dig", name="D", category="news", channels=["email"],
+                                    digest={"window_seconds": 60, "key": ""})
+    NotificationType.objects.create(key="req", name="R", category="news", channels=["email"], required=True)
+    NotificationType.objects.create(key="byp", name="B", category="news", channels=["email"], quiet_hours="bypass")
+    NotificationType.objects.create(key="ttl", name="T", category="news", channels=["email"], ttl_seconds=120)
+    for key in ("dig", "req", "byp"):
+        resp = call(http, "post", "/v1/campaigns", {"segment_id": "vip", "channel": "email", "type": key},
+                    **{"Idempotency-Key": f"k-{key}"})
+        assert resp.status_code == 422 and fields(resp) == {("type", "not_for_campaigns")}, resp.content
+    ok = call(http, "post", "/v1/campaigns", {"segment_id": "vip", "channel": "email", "type": "ttl"},
+              **{"Idempotency-Key": "k-ttl"})
+    assert ok.status_code == 202, ok.content
+    assert Campaign.objects.values_list("ttl_seconds", flat=True).get() == 120

@@ -187,3 +187,24 @@ def test_erasure_deletes_the_unsubscribe_records_and_a_token_knows_when_it_was_s
 
     assert Unsubscribe.objects.filter(recipient=eve).count() == 0
     assert Preferences.objects.filter(recipient=eve).count() == 0
+
+
+@pytest.mark.django_db
+def test_an_erased_users_dead_letters_leave_the_list_and_cannot_be_replayed():
+    """Every road (hroads, finding 2): a dead letter replayed after the erasure sent an empty push to
+    the device of the user re-created under the same id."""
+    from notifications.models import DeliveryEvent
+    from notifications.services import replay_dead_letters
+
+    eve = Recipient.objects.create(user_id="eve", email="eve@example.org")
+    n = Notification.objects.create(id=uuid.uuid4(), recipient=eve, channel="push", title="EP secret",
+                                    body="EP secret push", status="failed", reason="configuration_error",
+                                    dead_lettered_at=clock.now())
+
+    erase_user(eve, requested_by="test")
+
+    n.refresh_from_db()
+    assert (n.status, n.reason, n.dead_lettered_at, n.body) == ("failed", "configuration_error", None, "")
+    assert replay_dead_letters([n.pk], by="admin") == 0
+    assert list(DeliveryEvent.objects.filter(notification=n).values_list("kind", flat=True)) == [
+        "dead_letter_withdrawn"]

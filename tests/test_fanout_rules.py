@@ -98,3 +98,24 @@ def test_users_sharing_an_address_each_get_the_campaign_by_their_own_rules():
     assert [(n.recipient_id, n.channel, n.status, n.reason) for n in rows] == [
         ("home-a", "email", "queued", ""), ("home-b", "email", "queued", ""),
         ("home-c", "email", "suppressed", "opted_out_category")]
+
+
+def test_a_typed_campaign_honours_type_opt_outs_in_reach_and_fan_out_and_its_rows_carry_the_type():
+    """Every road (hroads, finding 1): a user opted out of a type got its campaign on every channel;
+    the reach counted them eligible and the rows carried no type (nor its sensitivity)."""
+    from campaigns.audience import reach
+    from notifications.models import NotificationType
+
+    kind = NotificationType.objects.create(key="lo_promo", name="Promo", category="promo", channels=["sms"],
+                                           sensitive=True)
+    make_recipient("out", prefs={"type_opt_outs": {"lo_promo": ["sms"]}})
+    make_recipient("in")
+    campaign = make_campaign(["in", "out"], channel="sms", category="promo")
+    Campaign.objects.filter(pk=campaign.pk).update(notification_type=kind)
+    campaign.refresh_from_db()
+
+    assert reach(campaign, clock.now()).as_dict() == {
+        "members": 2, "eligible": 1, "suppressed_by_reason": {"opted_out_type": 1}}
+    rows = run_fan_out(campaign)
+    assert [(n.recipient_id, n.status, n.reason, n.notification_type_id, n.sensitive) for n in rows] == [
+        ("in", "queued", "", "lo_promo", True), ("out", "suppressed", "opted_out_type", "lo_promo", True)]

@@ -324,6 +324,8 @@ class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
                 errors["channel"] = serializers.ErrorDetail(
                     f"type {kind.key} does not use {attrs['channel']} (its channels: {', '.join(kind.channels)})",
                     code="not_in_type")
+            elif problem := campaign_type_problem(kind):
+                errors["type"] = serializers.ErrorDetail(problem, code="not_for_campaigns")
             else:
                 errors.update(data_errors(kind, attrs.get("data") or {}))
         if errors:
@@ -344,7 +346,21 @@ class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
                     f"comes from the type (type {kind.key} has {name} {getattr(kind, name)}); leave {name} out",
                     code="not_allowed_with_type")
             attrs[name] = getattr(kind, name)
+        if attrs.get("ttl_seconds") is None:
+            attrs["ttl_seconds"] = kind.ttl_seconds  # as every other road of the type
         return errors
+
+
+def campaign_type_problem(kind: NotificationType) -> str:
+    """Why a campaign may not send ``kind``, or ``""``: a digest type batches one user's events (a
+    campaign is one message per member); a ``required`` or quiet-hours ``bypass`` type overrides
+    users' choices, which a bulk send never may (docs/POLICIES.md)."""
+    if kind.digest:
+        return f"type {kind.key} is a digest type (it batches one user's events); a campaign sends one message each"
+    if kind.required or kind.quiet_hours == "bypass":
+        return (f"type {kind.key} overrides users' choices (required or quiet_hours bypass); a campaign never "
+                "may: send it per user (POST /v1/events)")
+    return ""
 
 
 class ByStatusSerializer(serializers.Serializer):
