@@ -21,6 +21,7 @@ from notifications.acceptance.rules import limit_acceptance
 from notifications.enqueue import enqueue_on_commit
 from notifications.models import (
     NOTIFICATION_ID_NAMESPACE,
+    REACHED_STATUSES,
     APIClient,
     DeliveryAttempt,
     DeliveryEvent,
@@ -199,7 +200,8 @@ def record_cancelled(notification_ids, *, reason: str, detail: str = "", at: dat
 def replay_dead_letters(notification_ids, *, by: str) -> int:
     """Send dead-lettered notifications again: same id (so the sent marker and the claim still
     guard against a double send), attempt budget reset, ``queued`` and enqueued after commit. Records
-    who replayed and when in the timeline. Only rows still ``failed`` and dead-lettered move.
+    who replayed and when in the timeline. Only rows still ``failed`` and dead-lettered move, and not
+    a fallback channel whose next channel has reached the user since (the replay would send twice).
 
     Returns how many were replayed.
     """
@@ -207,6 +209,8 @@ def replay_dead_letters(notification_ids, *, by: str) -> int:
     with transaction.atomic():
         rows = list(Notification.objects.select_for_update(skip_locked=True)
                     .filter(pk__in=list(notification_ids), status=Status.FAILED, dead_lettered_at__isnull=False)
+                    .exclude(Exists(Notification.objects.filter(fallback_after=OuterRef("pk"),
+                                                                status__in=REACHED_STATUSES)))
                     .values_list("pk", "priority", "channel"))
         if not rows:
             return 0

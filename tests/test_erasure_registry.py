@@ -208,3 +208,20 @@ def test_an_erased_users_dead_letters_leave_the_list_and_cannot_be_replayed():
     assert replay_dead_letters([n.pk], by="admin") == 0
     assert list(DeliveryEvent.objects.filter(notification=n).values_list("kind", flat=True)) == [
         "dead_letter_withdrawn"]
+
+
+@pytest.mark.django_db
+def test_a_fallback_channel_is_not_replayed_once_the_next_channel_reached_the_user():
+    """Every road (hroads, finding 4): replaying a fallback type's push after its email went out
+    delivered both."""
+    from notifications.services import replay_dead_letters
+
+    r = Recipient.objects.create(user_id="fb", email="fb@example.org")
+    push = Notification.objects.create(id=uuid.uuid4(), recipient=r, channel="push", body="b", status="failed",
+                                       reason="configuration_error", dead_lettered_at=clock.now())
+    email = Notification.objects.create(id=uuid.uuid4(), recipient=r, channel="email", body="b", status="queued",
+                                        fallback_after=push.pk)
+    Notification.objects.filter(pk=email.pk).update(status="delivered")
+    assert replay_dead_letters([push.pk], by="admin") == 0
+    Notification.objects.filter(pk=email.pk).update(status="failed")
+    assert replay_dead_letters([push.pk], by="admin") == 1
