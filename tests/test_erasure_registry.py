@@ -225,3 +225,34 @@ def test_a_fallback_channel_is_not_replayed_once_the_next_channel_reached_the_us
     assert replay_dead_letters([push.pk], by="admin") == 0
     Notification.objects.filter(pk=email.pk).update(status="failed")
     assert replay_dead_letters([push.pk], by="admin") == 1
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", ["/v1/users/eve/inbox", "/v1/users/eve/notifications"])
+def test_a_cursor_issued_before_the_erasure_reads_nothing_of_the_user_re_created_since(path):
+    """A per-user cursor binds the user's latest erasure: after ``DELETE /v1/users/eve`` and a re-created
+    ``eve``, the old cursor is refused (the list's bad-cursor answer, nothing read) and a fresh listing works."""
+    from core.api.scopes import Scope
+    from notifications.inbox import store
+
+    client, key = APIClient.objects.create_key(name="app", scopes=[Scope.INBOX, Scope.READ])
+    http = Client(headers={"Authorization": f"Api-Key {key}"})
+    eve = Recipient.objects.create(user_id="eve", email="eve@example.org")
+    ids = [uuid.uuid4() for _ in range(3)]
+    Notification.objects.bulk_create([Notification(id=i, recipient=eve, channel="in_app", status="sent", body="b",
+                                                   client=client) for i in ids])
+    start = clock.now() - timedelta(hours=1)
+    store.write([store.NewItem(i, "eve", "order", "", f"t{k}", f"b{k}", {}, start + timedelta(minutes=k), None)
+                 for k, i in enumerate(ids)])
+    first = http.get(path, {"limit": 1})
+    assert first.status_code == 200, first.content
+    cursor = first.json()["next_cursor"]
+    assert cursor and http.get(path, {"limit": 1, "cursor": cursor}).status_code == 200  # live before
+
+    erase_user(eve, requested_by="test")
+    Recipient.objects.filter(pk="eve").update(email="eve-new@example.org")  # re-created
+
+    stale = http.get(path, {"limit": 1, "cursor": cursor})
+    assert stale.status_code in (400, 422), stale.content
+    assert stale.json()["error"]["fields"][0]["field"] == "cursor"
+    assert http.get(path, {"limit": 1}).status_code == 200

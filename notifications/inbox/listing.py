@@ -24,6 +24,7 @@ from django.utils.dateparse import parse_datetime
 
 from core import clock, cursors
 from notifications.inbox.models import InboxCounts, InboxItem
+from preferences.services import erasure_mark
 
 #: The status filters and the partial index each reads (the model's Meta.indexes).
 STATUSES: dict[str, str] = {
@@ -59,8 +60,8 @@ class Position:
 
 def _listing(recipient_id: str, status: str, category: str | None) -> tuple[str | None, ...]:
     """What a cursor is bound to (the signature's salt): another user's, another status's or another
-    category's cursor does not verify."""
-    return (CURSOR_SALT, recipient_id, status, category)
+    category's cursor does not verify, nor one issued before the user's latest erasure."""
+    return (CURSOR_SALT, recipient_id, erasure_mark(recipient_id), status, category)
 
 
 def encode_cursor(item: InboxItem, recipient_id: str, status: str, category: str | None) -> str:
