@@ -1,21 +1,12 @@
 """Provider contract: the message shape handed to a provider backend, its result, and the errors.
 
-Every backend (``providers/<name>/backend.py``) subclasses one of the channel base classes below and
-implements :meth:`ProviderBackend.send` (and :meth:`ProviderBackend.send_batch` where the provider has a
-batch or async path). The delivery pipeline (``notifications/delivery/``) only ever talks to this module's
-types, so a new provider is a new package and a line in settings.
-
-Error hierarchy (after django-anymail's and healthchecks' error classes)::
-
-    ProviderError                  anything the provider said no to, or could not be reached
-    ├── TransientProviderError     retry with backoff: timeouts, connection errors, 5xx, 429
-    └── PermanentProviderError     never retry this message: bad payload, rejected content
-        └── ContactInvalidError    the address/number/token itself is dead: deactivate it
-    ProviderConfigurationError     (outside the tree) our credentials/settings are wrong
-
-``ProviderConfigurationError`` deliberately does not subclass ``ProviderError`` so that no
-``except ProviderError`` can swallow a misconfiguration; the pipeline treats it as a permanent
-failure of the message *and* logs it loudly.
+Every backend (``providers/<name>/backend.py``) subclasses a channel base class below and implements
+:meth:`ProviderBackend.send` (and :meth:`ProviderBackend.send_batch` where the provider has a batch
+or async path). The delivery pipeline only ever talks to these types, so a new provider is a new
+package and a line in settings. Errors: :class:`TransientProviderError` (retry),
+:class:`PermanentProviderError` (never retry; :class:`ContactInvalidError`: the contact is dead),
+and :class:`ProviderConfigurationError` outside that tree, so no ``except ProviderError`` swallows a
+misconfiguration (docs/PROVIDERS.md, "Errors").
 """
 
 from __future__ import annotations

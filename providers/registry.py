@@ -1,17 +1,10 @@
 """Provider registry: build backends from ``settings.PROVIDERS`` and cache them per thread.
 
-``settings.PROVIDERS`` maps a channel to an ordered list of providers, the first being the primary::
-
-    PROVIDERS = {
-        "sms": [{"NAME": "twilio", "BACKEND": "providers.twilio.backend.TwilioSmsBackend",
-                 "OPTIONS": {...}}],
-        "email": [{"NAME": "sendgrid", ...}, {"NAME": "smtp", ...}],
-        "push": [{"NAME": "fcm", ...}],
-    }
-
-Backends are imported lazily (``import_string``) and one opened instance is kept per
-(process, thread, channel, name): a backend is used by one thread at a time (providers/base.py), and
-connections must not be shared across a fork.
+``settings.PROVIDERS`` maps a channel to an ordered list of provider entries, the primary first
+(``{"NAME", "BACKEND", "OPTIONS", …}``, built by config/provider_settings.py). Backends are imported
+lazily (``import_string``) and one opened instance is kept per (process, thread, channel, name): a
+backend is used by one thread at a time (providers/base.py), and connections must not be shared
+across a fork.
 """
 
 from __future__ import annotations

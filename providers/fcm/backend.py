@@ -1,26 +1,12 @@
 """FCM HTTP v1 push backend on ``firebase-admin`` (pinned 7.7.0).
 
-Sends go through ``messaging.send_each_async`` (docs/PROVIDERS.md, "Async SDK paths"), one message a
-call in a sliding window of calls, on this process's provider event loop
-(providers/event_loop.py), through one pooled aiohttp client per backend instance reused across
-batches (providers/fcm/async_client.py): no SDK retries, explicit connect/read/total timeouts, at
-most ``concurrency`` requests in flight. :meth:`FcmPushBackend.send` is a batch of one on the same path.
-
-Each backend instance owns a named Firebase app (deleted in ``close()``). firebase-admin has no
-public endpoint override nor async-client override: the private hooks are wrapped in
-providers/fcm/sdk_hooks.py (``redirect_fcm``, ``install_async_client``), which raise
-ProviderConfigurationError if an SDK upgrade removes them.
-
-The SDK's own retries: its ``HttpxAsyncClient`` mounts ``HttpxRetryTransport`` (500/503 re-sent four
-times with backoff inside the call); we replace that client, so one message is one push request and
-the FCM error (with its ``Retry-After`` as ``retry_after``) reaches us at once. google-auth's
-refresh-on-401 stays: it re-sends only a request FCM refused as unauthenticated (not accepted,
-so no duplicate), done by :class:`providers.fcm.async_client.PooledFcmClient` the way
-firebase-admin's flow does it. The OAuth token is fetched before a batch when the cached one
-is missing or expiring, on an executor thread (google-auth is synchronous), so
-a failing token endpoint fails the batch's messages as before and never blocks the loop; google-auth's
-token request itself retries a 5xx/429 of the token endpoint up to 3 attempts (``google.oauth2._client``),
-which re-sends no push but adds time. Errors are classified per docs/PROVIDERS.md §3(c).
+Sends go through ``messaging.send_each_async``, one message a call in a sliding window, on this
+process's provider event loop (providers/event_loop.py), through one pooled aiohttp client per
+backend instance (providers/fcm/async_client.py): no SDK retries, explicit timeouts, at most
+``concurrency`` requests in flight; :meth:`FcmPushBackend.send` is a batch of one. Each instance owns
+a named Firebase app (deleted in ``close()``); the private SDK hooks are in providers/fcm/sdk_hooks.py.
+The OAuth token is fetched on an executor thread before a batch. Retries, tokens and error
+classification: docs/PROVIDERS.md §3 and "Async SDK paths".
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
 """Twilio SMS backend on the official ``twilio`` SDK (pinned 9.13.0).
 
-Sends go through the SDK's async API (docs/PROVIDERS.md, "Async SDK paths"): ``Client(...,
-http_client=AsyncRedirectingHttpClient)`` and ``await client.messages.create_async(...)``, on this
-process's provider event loop (providers/event_loop.py), one pooled aiohttp session per backend
-instance reused across batches. :meth:`TwilioSmsBackend.send_batch` has up to ``concurrency``
-creates in flight; :meth:`TwilioSmsBackend.send` is a batch of one on the same path.
-
-Redirect to a local server (the provider emulator) uses option B of
-``docs/PROVIDERS.md`` §1(a): an ``HttpClient`` subclass that swaps scheme and host of every
-request after the SDK has built the URL (so ``TWILIO_EDGE``/``TWILIO_REGION`` rewriting cannot corrupt a
-localhost URL); the async client and the sync one (:meth:`TwilioSmsBackend.find_accepted`, a rare
-lookup) do it the same way. Errors are classified per docs/PROVIDERS.md §1(c).
-
-No retries: ``AsyncTwilioHttpClient`` wraps its session in aiohttp-retry's ``RetryClient`` only when
-given ``max_retries``, which we never pass (:class:`AsyncRedirectingHttpClient` builds a plain
-``aiohttp.ClientSession``); neither ``TwilioHttpClient`` nor the requests session under it retries
-(requests' default adapter is ``Retry(0, read=False)``). So one ``send`` is one POST. Twilio has no
-idempotency key, so after a call that got no answer :meth:`TwilioSmsBackend.find_accepted` looks for
-the message it may have created before the pipeline sends again.
+Sends go through the SDK's async API (``create_async`` with :class:`AsyncRedirectingHttpClient`) on
+this process's provider event loop (providers/event_loop.py), one pooled aiohttp session per backend
+instance; :meth:`TwilioSmsBackend.send_batch` has up to ``concurrency`` creates in flight and
+:meth:`TwilioSmsBackend.send` is a batch of one. The emulator redirect swaps scheme and host after
+the SDK built the URL (``docs/PROVIDERS.md`` §1(a), option B). No retries: one ``send`` is one POST;
+Twilio has no idempotency key, so after an unanswered call :meth:`TwilioSmsBackend.find_accepted`
+looks for the message first. Errors per docs/PROVIDERS.md §1(c); retries: "No SDK retries".
 """
 
 from __future__ import annotations
