@@ -1,21 +1,12 @@
 """``settings.PROVIDERS`` built from the environment, in one of two explicit provider modes.
 
-* ``emulator`` — the local provider emulator (``providers/emulator``) with its built-in, public
-  credentials (``providers/emulator_credentials.py``) for every provider whose own credentials are not
-  set. The default when ``NOTIFY_ENV=local``, which ``scripts/devservices.py`` writes into
-  ``.run/env``: ``make run``, ``make test`` and every ``manage.py`` of a checkout are local.
-* ``real`` — the default everywhere else (a deployment has no ``.run/env``). No built-in credential
-  is ever used: every listed provider takes its credentials from its variables, and a provider
-  listed without them fails ``manage.py check`` naming each missing variable (``ENV`` below).
-
-Why explicit: a platform configured for real Twilio whose backup account's variables were missing
-used to fill the gap with the emulator's public token, so anyone could sign a status callback for
-that account. Deciding "emulator" per variable can always be fooled by a variable left out; a mode
-that only a local checkout sets cannot.
-
-Every entry is ``{"NAME", "BACKEND", "OPTIONS", "MODE": "emulator" | "real", "ENV": {option: variable}}``;
-``ENV`` names the variable each credential option comes from (for the check's message and
-``manage.py doctor``).
+``emulator`` (the default when ``NOTIFY_ENV=local``: a checkout): the local provider emulator with
+its public built-in credentials for every provider without its own. ``real`` (the default
+elsewhere): no built-in credential is ever used, and a listed provider without its variables fails
+``manage.py check`` naming each. Explicit because a per-variable guess once filled a missing backup
+account with the emulator's public token (docs/SECURITY.md). Every entry is ``{"NAME", "BACKEND",
+"OPTIONS", "MODE", "ENV": {option: variable}}``; ``ENV`` names each credential's variable (for the
+check and ``manage.py doctor``). The variables: docs/OPERATIONS.md, "Configuration".
 """
 
 from __future__ import annotations
