@@ -1,27 +1,13 @@
 """Template rendering at send time: sandboxed Jinja2, HTML-escaped in ``html``, bounded. One layer
-for every sender: single sends, notification types (events) and campaigns render through it
-(docs/ARCHITECTURE.md, "Templates").
+for every sender: single sends, notification types (events) and campaigns render through it.
 
-The context a template sees is the recipient's ``attributes`` (strings) plus ``user_id``,
-``email``, ``locale`` and ``timezone``, and for an event its ``data`` (a JSON object, as
-``{{ data.tracking_url }}``): nothing else, and the Jinja2 ``SandboxedEnvironment``
-refuses attribute access to anything unsafe (``{{ x.__class__ }}`` raises). Missing variables render
-as empty strings. ``html`` variants are rendered with autoescaping on, so a recipient's
-``first_name`` of ``<script>`` arrives as ``&lt;script&gt;``.
-
-Every render (the three parts of one message together) is bounded in CPU time, loop iterations and
-output size (:mod:`notifications.rendering.bounds`, settings ``TEMPLATE_RENDER_*``). Whatever goes wrong
-inside a render (a bound exceeded, a syntax error, a sandbox violation, ``OverflowError``, any other
-exception) raises :class:`RenderError`, which the send path records as ``template_error`` (a dead
-letter, never retried). Saving a template or inline campaign content runs :func:`check_parts`: dry
-renders on a few sample recipients (:func:`sample_contexts`); one that passes a bound is refused
-there, naming the field and the bound. That check is a convenience, not a guarantee: a template
-can behave differently for real recipients (``{% if user_id != … %}``); the bounds at send time are
-what hold. All the checks of one save share one CPU budget (:mod:`notifications.rendering.checking`),
-and a campaign's template is checked as one (no event ``data``: ``check_parts(…, event_data=False)``).
-
-Locale fallback: the exact variant (``de-AT``), then the language (``de``), then the template's
-``default_locale``, then any variant.
+A template sees the recipient's ``attributes`` plus ``user_id``, ``email``, ``locale``,
+``timezone``, and for an event its ``data``; missing variables render empty. Every render is
+bounded (:mod:`notifications.rendering.bounds`); anything that goes wrong raises
+:class:`RenderError`, recorded as ``template_error`` (never retried). Saving runs
+:func:`check_parts` (dry renders on :func:`sample_contexts`), a convenience, not a guarantee: the
+send-time bounds are what hold. Locale fallback: ``de-AT``, ``de``, the default, any. The rules:
+docs/CAMPAIGNS.md "Render bounds", docs/TYPES.md "Limits", docs/SECURITY.md.
 """
 
 from __future__ import annotations
