@@ -132,17 +132,13 @@ def close_all_backends() -> None:
 def check_providers_configured() -> list[str]:
     """Validate ``settings.PROVIDERS`` without opening any connection.
 
-    Besides the shape (NAME, BACKEND, OPTIONS, the backend's required options), a real entry (not
-    ``MODE: "emulator"``) that says which variables its credentials come from (``ENV``, see
-    ``config/provider_settings.py``) is reported by those variables' names when one is empty; and
-    outside emulator mode (``settings.PROVIDER_MODE``) no option may hold one of the emulator's
-    public built-in secrets.
-
-    An empty list is a channel without a provider (``PUSH_PROVIDERS=``), not a problem.
+    Besides the shape (NAME, BACKEND, OPTIONS, the backend's required options), a real entry with
+    ``ENV`` (config/provider_settings.py) is reported by the empty variables' names, and outside
+    emulator mode no option may hold an emulator built-in secret. An empty list is a channel without
+    a provider (``PUSH_PROVIDERS=``), not a problem.
 
     Returns:
-        Human-readable problems (empty when everything is fine), e.g.
-        ``'settings.PROVIDERS["sms"][0]: OPTIONS misses ACCOUNT_SID'`` or
+        Human-readable problems (empty when fine), e.g.
         ``'settings.PROVIDERS["sms"][1] "twilio_backup": TWILIO_BACKUP_AUTH_TOKEN is not set (…)'``.
     """
     providers = getattr(settings, "PROVIDERS", None)

@@ -118,43 +118,19 @@ def template_variables(source: str) -> set[str]:
 
 def check_parts(parts: dict[str, str], *, event_data: bool = True, content: bool = True,
                 channel: str = "") -> dict[str, RenderError]:
-    """Save-time check of a message's parts (``{"title": src, "body": src, "html": src}``, any
-    subset): ``{part: RenderError}`` for each part that does not compile, then, if all compile, dry
-    renders of them together as one send would (one budget per recipient of
-    :func:`sample_contexts`, in turn) that name the part where a bound was first passed. Other
-    errors of a dry render (``{{ 1 / 0 }}``, a variable used as a number) are not reported: real
-    recipient data may differ, and a send that fails records ``template_error``; but the sandbox's
-    refusal (``SecurityError``: ``"".__class__``) and endless recursion (a macro calling itself) are,
-    since no data changes them. ``{}`` = accepted.
+    """Save-time check of a message's parts (``{"title": src, "body": src, "html": src}``, any subset):
+    ``{part: RenderError}`` for each part that does not compile, then, if all compile, dry renders of
+    them together for each of :func:`sample_contexts`, naming the part where a bound was first passed;
+    ``{}`` = accepted. Other render errors are not reported (real data may differ), except the
+    sandbox's refusal and endless recursion, which no data changes.
 
-    ``event_data``: whether the template's context has the event's ``data`` (a notification type's
-    templates, digest and collapse keys). A campaign's template (``False``) sees only the
-    recipient's attributes, which are strings, and the four fixed variables: the first sample
-    recipient has every attribute the template names and no ``data``, so an ``UndefinedError`` there
-    (``{{ data.code }}``: ``'data' is undefined``) fails for every recipient and is refused, naming
-    the variable and the line (:func:`undefined_problem`). A variable that is merely missing renders
-    empty.
-
-    ``data`` is reserved: in a campaign's template it is undefined even where a recipient has an
-    attribute of that name (:func:`context_for`), so ``{{ data }}`` is refused like ``{{ data.code }}``.
-
-    ``content``: the parts are a message's (not a collapse or digest key), so the send path's rule
-    that a body is not empty (:func:`notifications.content_limits.empty_body_problem`) applies to
-    the dry renders: a body empty for every sample recipient (``{{ "" }}``, ``{% if false %}x{%
-    endif %}``) is refused, code ``empty_body``; unless a type's body reads ``data``, which only the
-    event fills.
-
-    ``channel`` (a type's template, inline content): the send path's rules for rendered content on
-    that channel (:func:`notifications.content_limits.rendered_problem`: an inbox title with a bidi
-    override, an SMS over its length…) apply to the dry renders the same way: refused when every
-    sample recipient's render breaks one (unless a part reads the event's ``data``).
-
-    The whole check spends at most what is left of the request's check budget
-    (:mod:`notifications.rendering.checking`), and holds one of the process's check slots; past
-    the budget, or with no slot free, raises ``CheckBudgetSpent`` (``ChecksBusy``). Parts without
-    template syntax need neither.
-
-    Not a guarantee (see :func:`sample_contexts`): what holds at send time are the render bounds."""
+    ``event_data``: the context has the event's ``data`` (a type's templates and keys); without it
+    (a campaign's) an undefined variable on the first sample, ``data`` included, is refused
+    (:func:`undefined_problem`). ``content`` applies the empty-body rule and ``channel`` the send
+    path's rendered-content rules to the dry renders (docs/TYPES.md, "Limits"). The check spends the
+    request's check budget (:mod:`notifications.rendering.checking`; ``CheckBudgetSpent``,
+    ``ChecksBusy``). Not a guarantee: what holds at send time are the render bounds.
+    """
     if not any(source and "{" in source for source in parts.values()):
         return _check_literal(parts, content, channel)  # nothing to compile or render
     with check_budget() as request:

@@ -71,20 +71,14 @@ def event_time(event: dict) -> datetime | None:
 def dedup_key(event: dict) -> str:
     """The receipt's de-duplication key: ``"sendgrid:<sg_message_id>:<event>:<timestamp>"``.
 
-    Built from what identifies the event itself, not from ``sg_event_id``: SendGrid re-posts an event
-    it believes we missed under a **fresh** ``sg_event_id`` (same message, type and timestamp), and an
-    event-id key would store that copy again. ``sg_message_id`` is taken whole, suffix included: the
-    prefix before the first dot is the request's ``X-Message-Id``, shared by every recipient of a
-    batched request (up to 1,000 notifications), while the whole id is one recipient's message. When
-    the event has no ``sg_message_id``, our ``notification_id`` custom arg stands in for it.
-
-    The price: two distinct events of one type for one message within the same second (two clicks)
-    are stored once. Only engagement events can repeat like that, and no state depends on them.
-    Without a message or a numeric timestamp the key falls back to ``sg_event_id``.
+    Not ``sg_event_id``: SendGrid re-posts an event it believes we missed under a fresh one. The whole
+    ``sg_message_id`` (one recipient's message; its prefix is the batch's ``X-Message-Id``), else our
+    ``notification_id`` custom arg. The price: two events of one type for one message in the same
+    second (two clicks) are stored once; only engagement events repeat so, and no state depends on
+    them. Without a message or a numeric timestamp: ``sg_event_id``.
 
     Args:
-        event: one event of the Event Webhook's JSON array (``timestamp`` in unix seconds, int or
-            numeric string).
+        event: one event of the Event Webhook's JSON array (``timestamp``: unix seconds).
 
     Returns:
         At most 200 characters (longer keys are cut to the column's length where stored).
