@@ -87,9 +87,7 @@ def build_providers(environ: Mapping[str, str], mode: str, *, emulator_url: str,
             "AUTH_TOKEN": value(provider, "AUTH_TOKEN", emu_defaults.TWILIO_AUTH_TOKEN),
             "FROM_NUMBER": value(provider, "FROM_NUMBER", number),
             "BASE_URL": None if real(provider) else emulator_url,
-            # Twilio status callbacks (delivery receipts); the notification id is appended as ?nid=.
-            # With the emulator it only carries that id; against real Twilio set it once the
-            # receiving webhook is deployed.
+            # Status callbacks (SMS receipts), ?nid= appended (docs/OPERATIONS.md, TWILIO_STATUS_CALLBACK_URL).
             "STATUS_CALLBACK_URL": callback,
             "TIMEOUT": timeout,
         })
@@ -97,8 +95,7 @@ def build_providers(environ: Mapping[str, str], mode: str, *, emulator_url: str,
     smtp_real = real("smtp")
     by_name = {
         "twilio": twilio("twilio", emu_defaults.TWILIO_ACCOUNT_SID, emu_defaults.TWILIO_FROM_NUMBER),
-        # A second Twilio account (own sub-account and sender) as the SMS backup: with the emulator
-        # it is a distinct account on the same server, so a brownout of the primary can be injected alone.
+        # The SMS backup: a second account (own sender), distinct on the emulator too (faults per account).
         "twilio_backup": twilio("twilio_backup", emu_defaults.TWILIO_BACKUP_ACCOUNT_SID,
                                 emu_defaults.TWILIO_BACKUP_FROM_NUMBER),
         "sendgrid": entry("sendgrid", SENDGRID, {
@@ -128,8 +125,7 @@ def build_providers(environ: Mapping[str, str], mode: str, *, emulator_url: str,
     for channel, variable in LIST_VARIABLES.items():
         if variable not in environ:
             continue
-        # Set, even empty: the list itself. Empty (PUSH_PROVIDERS=): no provider for the channel, whose
-        # sends are refused (providers.registry.unavailable_channel_problem).
+        # Set, even empty, it is the list: empty means no provider (providers.registry.unavailable_channel_problem).
         names = [n.strip() for n in get(variable).split(",") if n.strip()]
         unknown = [n for n in names if n not in by_name]
         if unknown:
