@@ -13,7 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-#: Modules that read the environment for the platform's configuration.
+#: Modules that read the environment for the platform's configuration (config/test_settings.py's
+#: variables are the test session's: docs/TESTING.md).
 SETTINGS_MODULES = ("config/settings.py", "config/provider_settings.py", "config/gunicorn_conf.py",
                     "config/gunicorn_worker.py")
 #: Call forms that read one variable by name: ``env("X")``, ``env.int("X")``, ``os.environ.get("X")``,
