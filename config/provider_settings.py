@@ -125,7 +125,7 @@ def build_providers(environ: Mapping[str, str], mode: str, *, emulator_url: str,
     for channel, variable in LIST_VARIABLES.items():
         if variable not in environ:
             continue
-        # Set, even empty, it is the list: empty means no provider (providers.registry.unavailable_channel_problem).
+        # Set, even empty, it is the list; empty: no provider (providers.registry.unavailable_channel_problem).
         names = [n.strip() for n in get(variable).split(",") if n.strip()]
         unknown = [n for n in names if n not in by_name]
         if unknown:

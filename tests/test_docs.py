@@ -66,7 +66,7 @@ def test_every_setting_variable_has_a_row_in_operations():
     read = set().union(*(env_variables((ROOT / path).read_text()) for path in SETTINGS_MODULES))
     assert len(read) > 80  # the parser still finds the settings' variables
     missing = sorted(read - configuration_table())
-    assert missing == [], f"variables read by config/ without a row in docs/OPERATIONS.md Configuration: {missing}"
+    assert missing == [], f"read by config/, no row in docs/OPERATIONS.md Configuration: {missing}"
 
 
 def _slug(heading: str) -> str:

@@ -3,7 +3,8 @@
 NUL and lone UTF-16 surrogates anywhere (Postgres and UTF-8 cannot hold them), nesting past the
 recursion limit, a key given twice in one object (last-wins could send to the wrong user), and
 ``NaN``/``Infinity`` (not JSON, RFC 8259 §6): each is ``400 parse_error`` naming the field's path
-(the body for the last), in the API's one error shape. The client's view: docs/API.md, "Errors"; docs/SECURITY.md.
+(the body for the last), in the API's one error shape. The client's view: docs/API.md, "Errors";
+docs/SECURITY.md.
 """
 
 from __future__ import annotations
