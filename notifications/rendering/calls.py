@@ -2,12 +2,12 @@
 (docs/ARCHITECTURE.md §10; used by :mod:`notifications.rendering.bounds`).
 
 Work done in C cannot be interrupted by the CPU bound, so every check happens **before** the call:
-inputs of filters that turn them into text (:data:`STRINGIFYING`) may be what is left of the output
-bound, those that compare or sort (:data:`COMPARING`) the whole bounds; Python loops
-(:data:`ITERATING`) take at most the iteration bound, per-character ones (:data:`PER_CHARACTER`)
-:data:`CHARS_PER_CPU_MS`; arguments that size a result are estimated first
-(:data:`FILTER_PRECHECKS`, :func:`check_method`); methods of built-in values are an allowlist
-(:data:`SAFE_ATTRIBUTES`). Results are charged as made values. docs/SECURITY.md, "Limits on input".
+text-making filters (:data:`STRINGIFYING`) get what is left of the output bound, comparing ones
+(:data:`COMPARING`) the whole bounds, Python loops (:data:`ITERATING`) the iteration bound,
+per-character ones (:data:`PER_CHARACTER`) :data:`CHARS_PER_CPU_MS`; result-sizing arguments are
+estimated first (:data:`FILTER_PRECHECKS`, :func:`check_method`); built-in methods are an
+allowlist (:data:`SAFE_ATTRIBUTES`); results are charged as made values. The rules in words:
+docs/SECURITY.md, "Limits on input and rendering".
 """
 
 from __future__ import annotations
