@@ -156,8 +156,8 @@ class SendGridEmailBackend(EmailBackend):
 
     Options (``settings.PROVIDERS["email"][i]["OPTIONS"]``): API_KEY, FROM_EMAIL (required; may be
     ``"Name <addr>"``); HOST (``None`` for real SendGrid, else the emulator's URL); TIMEOUT (seconds
-    per call, default 10: the SDK's own default is none). A message's ``sender`` and ``reply_to``
-    replace FROM_EMAIL and set ``reply_to`` (:meth:`effective_sender`, :func:`batch_key`); an
+    per call, default 10: the SDK's own default is none). A message's ``sender`` replaces FROM_EMAIL
+    and its ``reply_to`` is the request's (:meth:`effective_sender`, :func:`batch_key`); an
     unverified From is 403 (ProviderConfigurationError).
 
     ``send`` returns ``SendResult(provider="sendgrid", provider_message_id=<X-Message-Id>,
