@@ -1,19 +1,11 @@
 """The reference points the platform is compared with, measured in the same run on the same emulator.
 
-* ``mode="sdk"``, the **SDK ceiling** (for email: the **raw ceiling**): the platform's own provider
-  call, ``providers.registry.get_backend(channel).send_batch(messages, concurrency)``, with the
-  platform's batch size and send concurrency, in a tight loop: no database, no queue. Whatever the
-  backend does inside (threads, an async SDK client) is what this measures.
-* ``mode="durable"``, the **durable ceiling**: the least any at-least-once design must do per
-  notification: per batch, insert the rows (COPY, committed before the call), the same
-  ``send_batch``, then mark them ``sent`` (one UPDATE); no Celery, no API, no checks.
-* ``mode="http"``: the SMS/push requests over one pooled aiohttp session, no SDK (what a hand-made
-  HTTP client would reach; informative only).
-
-:func:`run_ceiling` starts as many processes as the standard worker has (:data:`STANDARD_PROCESSES`),
-each running ``python -m bench.ceilings`` (Django set up, for the registry and the database): it builds
-its messages up front, waits for a common start instant, then loops until the end instant and prints
-one JSON line. The parent samples the emulator's, Postgres's and Redis's CPU over the same window.
+``mode="sdk"`` (for email the raw ceiling): the platform's own ``send_batch`` in a tight loop, no
+database, no queue; ``mode="durable"``: the least an at-least-once design must do (COPY the rows,
+``send_batch``, one UPDATE to ``sent``); ``mode="http"``: pooled aiohttp, no SDK (informative).
+:func:`run_ceiling` starts :data:`STANDARD_PROCESSES` processes of ``python -m bench.ceilings`` that
+start together and each print one JSON line; the parent samples the emulator's, Postgres's and
+Redis's CPU meanwhile. What each ceiling means: docs/PERFORMANCE.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """The event blast's client: a two-channel notification type, and ``POST /v1/events`` for a list of
 users as fast as a bounded number of connections allows (docs/PERFORMANCE.md, "Event blast").
 
-:class:`EventSender` is a closed loop: ``concurrency`` coroutines on one asyncio loop in a thread, over
-one aiohttp session whose connector holds at most ``concurrency`` keep-alive connections; each
-coroutine sends its next event as soon as the answer to its last one is in. So the offered load is
-whatever the API accepts, never a queue the client builds. aiohttp and not ``requests`` in threads:
-the client shares the machine's cores with the platform it measures, and a pooled aiohttp POST costs
-~0.2 ms of client CPU against ~1 ms for ``requests`` (docs/PERFORMANCE.md, "Calibration").
-
-Each event names one user and carries a unique ``Idempotency-Key``; a request that fails without an
-answer (connection error, timeout) or answers 5xx or 429 is sent again with the same key, so a retry
-can never create a second event (the platform's contract: the same key and body replay the answer).
+:class:`EventSender` is a closed loop: ``concurrency`` coroutines over one aiohttp session, each
+sending its next event when its last is answered, so the load is what the API accepts (aiohttp, not
+``requests``: cheaper client CPU on shared cores, docs/PERFORMANCE.md "Calibration"). Each event
+carries a unique ``Idempotency-Key``; no answer, 5xx or 429 is retried with the same key, so a
+retry never creates a second event.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """The naive baseline: the textbook one-Celery-task-per-notification design, at its best.
 
-What a team would write first: a fan-out task inserts one notification row per segment member
-(rendered, ``bulk_create`` per page of :data:`PAGE`) and enqueues one ``send_one`` task per row;
-``send_one`` loads its row and recipient, calls the channel's primary provider with ``send`` (no
-batching), and marks the row ``sent``. Delivery is at least once (``acks_late``; a row that is no
-longer ``queued`` is not sent again). No tiers, no batches, no leases, no breakers, no budgets.
-
-It is the bench's own design, never the production pipeline: its own Celery app (this module,
-``celery -A bench.naive worker``) on its own queue :data:`QUEUE`, started by
-:class:`bench.production_stack.BenchStack` with no API, beat or platform worker beside it. "At its
-best": the work is I/O-bound per task (several database round trips and one provider call), so the
-worker runs many prefork processes (default 8 on 2 cores) or, with ``--naive-pool threads``, one
-threaded worker per core, so the cores stay busy while tasks wait (docs/PERFORMANCE.md).
-
-The tables are the platform's (``notifications_notification``, ``preferences_*``), so the bench reads
-statuses and the emulator's analysis exactly as for the platform's run.
+A fan-out task inserts one rendered row per member (``bulk_create`` per :data:`PAGE`) and enqueues
+one ``send_one`` task per row, which loads the row and recipient, calls the primary provider's
+``send`` and marks it ``sent``; at least once (``acks_late``), no tiers, batches, leases, breakers or
+budgets. Its own Celery app (``celery -A bench.naive worker``, queue :data:`QUEUE`), never the
+production pipeline, on the platform's tables so statuses are read the same way. "At its best":
+many prefork processes, or a threaded worker per core (docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations

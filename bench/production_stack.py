@@ -1,15 +1,10 @@
 """The bench's own platform: ``bench.stack.Stack`` with production timings.
 
-Differences from the test stack: no clock-offset file and none of the shortened test timings (lease,
-backoff, stale-queued and reconciler intervals are the settings' defaults), no delivery receipts
-(``EMULATOR_RECEIPTS=0``: the bench measures sends, not webhook traffic), an unlimited emulator
-message list, WARNING logs, a high API rate limit, the standard worker under ``nice 10`` as in the
-Procfile, its own Prometheus directory, and logs under ``test-artifacts/bench/``.
-
-``pipeline="naive"``: the emulator and the naive baseline's own workers only (:mod:`bench.naive`,
-``celery -A bench.naive``): no API, beat or platform worker, so nothing of the production pipeline
-runs. ``naive_pool="prefork"``: one worker with ``naive_concurrency`` processes; ``"threads"``: one
-worker per core, each with ``naive_concurrency`` threads.
+Unlike the test stack: no clock-offset file, the settings' default timings, no delivery receipts
+(``EMULATOR_RECEIPTS=0``), an unlimited emulator message list, WARNING logs, a high API rate limit,
+the standard worker under ``nice 10``, its own Prometheus directory, logs in
+``test-artifacts/bench/``. ``pipeline="naive"`` runs the emulator and the naive baseline's workers
+only (:mod:`bench.naive`), with ``naive_pool`` ``"prefork"`` or ``"threads"``.
 """
 
 from __future__ import annotations

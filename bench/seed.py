@@ -1,14 +1,10 @@
-"""Bench recipients and segments, written with psycopg ``COPY`` (≈ 50k rows/s; the ORM's
-``bulk_create`` manages ≈ 12k).
+"""Bench recipients and segments, written with psycopg ``COPY`` (≈ 50k rows/s; ``bulk_create`` ≈ 12k).
 
-Every recipient has an email address, an E.164 phone number and one active Android push device, so
-one segment serves every channel. A segment ``bench-<N>`` of the right size is reused across runs (at
-1M members seeding takes minutes); its recipients are ``b<N>-<i>``. OTP recipients are separate
-users (``bench-otp-<i>``), in no segment.
-
-``campaigns/management/commands/bench_fanout.py`` seeds its own ``bench-<N>`` segments with
-``bulk_create`` and no devices; the segment ids differ (``bench-seg-<N>`` here) so the two never
-disagree about a segment's members.
+Every recipient has an email, an E.164 phone and one active Android device, so one segment serves
+every channel. A segment ``bench-seg-<N>`` of the right size is reused across runs (at 1M, seeding
+takes minutes); its recipients are ``b<N>-<i>``; OTP recipients (``bench-otp-<i>``) are in no
+segment. ``bench_fanout`` seeds its own ``bench-<N>`` segments without devices; the ids differ so
+the two never disagree about a segment's members.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """The whole platform as real processes, for the end-to-end tests and the benchmark.
 
-It lives in the ``bench`` tool package, not under ``tests/``, because both use it (the bench's
-:class:`bench.production_stack.BenchStack` subclasses it) and nothing outside the tests imports
-``tests``.
-
-:class:`Stack` starts, on free ports on 127.0.0.1: the provider emulator, the API (gunicorn), the
-high-tier, standard-tier and maintenance Celery workers, and beat, all against the pytest test
-database and the tests' Redis database (config/test_settings.py). Nothing is mocked: the SDKs talk
-HTTP/SMTP to the emulator.
-
-Timings are shortened through the environment (lease 10 s, provider timeout 3 s, stale-queued
-5 s, reconciler every 1 s, 3 s wait before a re-send after an unknown outcome) so failure recovery
-is observable within a test. A shared clock-offset file lets a test move every
-process's clock (``notifications/clock.py``).
+:class:`Stack` starts, on free ports on 127.0.0.1, the provider emulator, the API (gunicorn), the
+high-tier, standard-tier and maintenance workers and beat, against the test database and the tests'
+Redis database. Nothing is mocked. Timings are shortened through the environment so recovery is
+seen within a test, and a shared clock-offset file moves every process's clock (docs/TESTING.md).
+Here, not under ``tests/``, because the bench subclasses it (:class:`bench.production_stack.BenchStack`).
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """Marketing admin for segments, templates and campaigns (the ``marketing`` group's pages; see
-:mod:`campaigns.roles`). A recipient's notifications, campaign ones included, are on the Recipient
-page (:class:`notifications.admin.RecipientNotificationInline`).
+:mod:`campaigns.roles`). A recipient's notifications are on the Recipient page.
 
-* Segments: member counts, CSV upload of user ids, a link to the (paginated) members.
-* Templates: per-locale variants validated as templates; a preview rendered for one recipient.
-* Campaigns: created as drafts; a draft shows its reach and SMS encoding, and is launched with a
-  button; a launched campaign's definition is read-only (only its name can change), it can be
-  cancelled, and its progress refreshes on the page. Launches and cancels go to the admin log.
-
-Priority ``high`` needs the permission ``campaigns.send_high_priority`` (see
-:func:`campaigns.forms.can_send_high`): superusers, and staff it is granted to one by one; the
-``marketing`` group does not have it. So does everything that changes what the high tier delivers
-(the API's rule with ``notifications:send_high``, :mod:`campaigns.ownership`): a high-priority
-campaign is launched, cancelled, edited or deleted only with it, and a template or a segment's
-members that an active high-priority campaign uses are read-only without it (the page says why).
+Segments (member counts, CSV upload, paginated members); templates (per-locale variants, a preview
+for one recipient); campaigns (drafts with reach and SMS encoding, launched by a button, read-only
+once launched but for the name, cancellable, live progress; launches and cancels in the admin log).
+Priority ``high``, and everything that changes what the high tier delivers, needs
+``campaigns.send_high_priority`` (:func:`campaigns.forms.can_send_high`, :mod:`campaigns.ownership`).
+The pages and who may do what: docs/OPERATIONS.md, "The admin, page by page" and "Staff roles".
 """
 
 from __future__ import annotations

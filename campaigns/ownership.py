@@ -1,30 +1,12 @@
-"""Who may change, read and use segments, templates and campaigns (docs/ARCHITECTURE.md §10, issue 11 #2).
+"""Who may change, read and use segments, templates and campaigns (docs/ARCHITECTURE.md §10).
 
-The API client that creates a segment, template or campaign owns it (``client``); one made in the
-admin has no owner.
-
-* **Change** through the API: the owner only. Admin-made objects: nobody through the API; staff
-  change them (and any other) in the admin, where they may also set the owner.
-* **Read**: templates, every client with ``read`` (content, no audience); segments, the owner and
-  admin-made ones only, as for campaigns: a segment's members are its owner's targeting data (who is
-  "at risk of churn"), not something every service needs.
-* **Read notifications** (``GET /v1/notifications/{id}`` and ``GET /v1/users/{id}/notifications``
-  alike, ``notifications.readers.readable_notifications`` with :func:`readable_campaign_sends`): a
-  client's own single sends and the sends of the
-  campaigns it may read. Another client's messages to a shared user are that client's business
-  (their content, status and provider's reasons); support reads every one in the admin.
-* **Use** in a campaign: the client's own and admin-made segments and templates, so one client's
-  edit never changes another client's campaign.
-* **High tier**: a template or segment that an active high-priority campaign uses (draft,
-  scheduled, fanning out, sending) is changed (a template's text, a segment's members) only by a key
-  holding ``notifications:send_high`` as well, and so is such a campaign cancelled: otherwise a key
-  that may not send ``high`` could choose the text the high tier delivers, whom it delivers it to
-  (the quiet-hours-bypassing lane), or stop it. The admin applies the same rule with the permission
-  ``campaigns.send_high_priority`` (:func:`locked_for_staff`).
-
-Segment and template ids are one namespace for every client (a ``PUT`` of a taken id cannot make a
-second one), so refusing names the rule (403 ``not_owner``) instead of pretending the id is free.
-Campaign ids are ``uuid5(client, key)``: another client's campaign stays a 404, as before.
+The API client that creates one owns it (``client``); admin-made ones have no owner. Change: the
+owner only (staff in the admin). Read: templates every client; segments and campaigns the owner and
+admin-made ones; notifications a client's own sends and its readable campaigns' (with
+:func:`readable_campaign_sends`). Use in a campaign: own and admin-made. What an active
+high-priority campaign uses changes only with ``notifications:send_high`` too (the admin:
+:func:`locked_for_staff`). Segment and template ids are one namespace (403 ``not_owner``);
+campaign ids are ``uuid5(client, key)``. The rules and why: docs/API.md, "Ownership".
 """
 
 from __future__ import annotations

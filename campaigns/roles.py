@@ -1,38 +1,13 @@
 """Staff roles: the permissions of the ``marketing``, ``product`` and ``support`` groups
-(docs/OPERATIONS.md, "Staff roles").
+(docs/OPERATIONS.md, "Staff roles", which also says why each role has what it has).
 
-These lists are the current definition. The newest staff-groups data migration
-(:data:`MIGRATION`; first ``campaigns/0002_staff_groups``) holds a frozen copy (migrations must not
-import code that changes later): to change a role, edit the lists here *and* add a migration that
-applies the change, and point :data:`MIGRATION` at it; ``tests/test_roles.py`` fails while the two
-disagree.
-
-Permissions are ``"app_label.codename"``. Two are not declared on any model (their ``Meta`` has
-no ``permissions``); the migration creates their rows:
-
-* ``campaigns.send_high_priority`` (content type campaigns.campaign): may give a campaign priority
-  ``high`` (see :func:`campaigns.forms.can_send_high`), launch, cancel, edit or delete a
-  high-priority campaign, and change a template or a segment's members that an active one uses
-  (:func:`campaigns.admin_views.high_priority_lock`). No group has it; grant it to a person.
-* ``notifications.replay_deadletter`` (content type notifications.deadletter, the proxy): may use
-  the dead-letter admin's "Replay" action.
-* ``notifications.define_high_priority_type`` (content type notifications.notificationtype): may give
-  a notification type priority ``high``, and change or delete a high one (the admin's side of the
-  API's ``notifications:send_high`` rule for types, :mod:`notifications.admin_types`). No group has
-  it; grant it to a person.
-
-Who defines notification types: ``product``, not ``marketing``. Types carry the transactional
-messages (password resets, one-time codes, security alerts, order updates): categories users cannot
-opt out of (``required``), quiet hours bypassed, sensitive content. A marketer who edits them could
-put a link into a message users cannot refuse; campaign templates stay marketing's. ``product``
-sees recipients (a preview renders a recipient's attributes) and no notifications or events; support
-reads events and types (to explain what a user got), read-only, and a user's in-app inbox (items
-with their seen/read/archived state, and the badge counts), read-only.
-
-Who manages the sender allow-list (:mod:`notifications.senders`: the From / Reply-To addresses,
-domains and SMS numbers types may name): superusers only. ``product`` reads it (it defines types
-and must know which senders exist) but cannot widen it: whoever writes a type's sender must not
-also approve it; marketing and support do not see it.
+These lists are the current definition; the newest staff-groups data migration (:data:`MIGRATION`)
+holds a frozen copy (migrations must not import code that changes later): to change a role, edit
+the lists *and* add a migration that applies it, and point :data:`MIGRATION` at it;
+tests/test_roles.py fails while the two disagree. Permissions are ``"app_label.codename"``; three
+are declared on no model and created by the migration: ``campaigns.send_high_priority``,
+``notifications.replay_deadletter``, ``notifications.define_high_priority_type`` (no group has the
+first and last: granted to a person).
 """
 
 from __future__ import annotations

@@ -1,28 +1,12 @@
 """gunicorn settings of the web process (``Procfile``: ``gunicorn -c config/gunicorn_conf.py``).
 
-* **Logging**: gunicorn's error and access logs are its own handlers, not Django's, so they get the
-  redaction (core/redaction.py) here. An access-log line holds the request's path and query string
-  (a support agent's ``/admin/…/?q=%2B4915112345678``, a one-click ``/u/<token>``): numbers and
-  emails are masked in it, URL-encoded or not, and an unsubscribe token reads ``/u/[token]``.
-* **Keep-alive**: :data:`keepalive` seconds (default 75, ``GUNICORN_KEEPALIVE``), longer than a load
-  balancer's idle timeout (AWS ALB: 60 s; nginx's upstream keepalive_timeout: 60 s), so the balancer
-  always closes an idle connection first: with gunicorn's default of 2 s, a client or balancer
-  reusing a connection gunicorn had just closed got a reset. The threaded worker (``--threads``,
-  gthread) parks idle connections (nothing sent yet, or between requests) in its poller, so they
-  hold no thread; a connection that has *started* a request holds a thread while it is read.
-* **Reads are bounded** (:data:`worker_class`, config/gunicorn_worker.py): a read of a request waits
-  at most ``GUNICORN_READ_TIMEOUT`` seconds (5) for the client's next bytes, so a client that stops
-  mid-headers or mid-body (slowloris) is dropped and its thread freed. This bounds each wait, not a
-  trickle: production runs behind a buffering reverse proxy (docs/OPERATIONS.md, docs/SECURITY.md).
-* **Errors gunicorn answers itself** (a request line over ``limit_request_line``, 4094 bytes: 414; a
-  header over ``limit_request_field_size``, 8190 bytes, or more than 100 headers: 431; a malformed
-  request: 400) are in the API's JSON error shape (``core.api.errors.field_error_body``, the one
-  builder), not gunicorn's HTML page: :func:`write_json_error`
-  replaces gunicorn's writer of those pages. The limits stay gunicorn's defaults (no API request
-  needs more; the admin's longest query strings are well under 4 KB).
-
-Everything else stays on the command line (bind, workers, threads). Docs: docs/OPERATIONS.md ("The
-web process").
+Logging: gunicorn's error and access logs get the redaction here (core/redaction.py; contacts and
+the ``/u/<token>`` capability masked). Keep-alive :data:`keepalive` (``GUNICORN_KEEPALIVE``, 75 s),
+longer than a load balancer's idle timeout. Reads are bounded by :data:`worker_class`
+(config/gunicorn_worker.py). Errors gunicorn answers itself (414, 431, 400) are in the API's JSON
+error shape: :func:`write_json_error` replaces its HTML pages; the limits stay gunicorn's defaults.
+Everything else stays on the command line. Why each: docs/OPERATIONS.md, "The web process
+(gunicorn) and its logs".
 """
 
 import json

@@ -1,17 +1,10 @@
 """The web process's gunicorn worker: gthread, with a bound on how long a request's read waits.
 
-gunicorn's threaded worker parks a connection that has sent nothing in its poller, but once the
-first bytes arrive a thread reads the request line, headers and body with a *blocking* socket and
-no timeout: a client that sends ``GET /healthz HTTP/1.1\\r\\nHost: x\\r\\n`` and stops (slowloris), or a
-body slower than it claims, holds that thread for as long as it likes; 8 such connections (2
-workers × 4 threads) froze the API. :class:`ReadBoundThreadWorker` gives every read of a request
-:data:`READ_TIMEOUT` seconds (``GUNICORN_READ_TIMEOUT``, default 5) to see data; one that waits
-longer ends the connection (gunicorn's "client went away" path: closed, its thread freed). Writes
-are unchanged.
-
-This bounds each *wait*, not the whole request: a client trickling a byte every few seconds is
-still served slowly. Production runs the web process behind a buffering reverse proxy (nginx, a
-cloud load balancer) that reads whole requests before passing them on (docs/OPERATIONS.md).
+gunicorn's threaded worker reads a started request with a blocking socket and no timeout, so a
+client that stops mid-headers (slowloris) held a thread for ever; 8 of them froze the API.
+:class:`ReadBoundThreadWorker` gives every read :data:`READ_TIMEOUT` seconds
+(``GUNICORN_READ_TIMEOUT``, 5) to see data, then ends the connection and frees its thread. It bounds
+each wait, not a trickle: production runs behind a buffering reverse proxy (docs/OPERATIONS.md).
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """``settings.PROVIDERS`` built from the environment, in one of two explicit provider modes.
 
-* ``emulator`` — the local provider emulator (``providers/emulator``) with its built-in, public
-  credentials (``providers/emulator_credentials.py``) for every provider whose own credentials are not
-  set. The default when ``NOTIFY_ENV=local``, which ``scripts/devservices.py`` writes into
-  ``.run/env``: ``make run``, ``make test`` and every ``manage.py`` of a checkout are local.
-* ``real`` — the default everywhere else (a deployment has no ``.run/env``). No built-in credential
-  is ever used: every listed provider takes its credentials from its variables, and a provider
-  listed without them fails ``manage.py check`` naming each missing variable (``ENV`` below).
-
-Why explicit: a platform configured for real Twilio whose backup account's variables were missing
-used to fill the gap with the emulator's public token, so anyone could sign a status callback for
-that account. Deciding "emulator" per variable can always be fooled by a variable left out; a mode
-that only a local checkout sets cannot.
-
-Every entry is ``{"NAME", "BACKEND", "OPTIONS", "MODE": "emulator" | "real", "ENV": {option: variable}}``;
-``ENV`` names the variable each credential option comes from (for the check's message and
-``manage.py doctor``).
+``emulator`` (the default when ``NOTIFY_ENV=local``: a checkout): the local provider emulator with
+its public built-in credentials for every provider without its own. ``real`` (the default
+elsewhere): no built-in credential is ever used, and a listed provider without its variables fails
+``manage.py check`` naming each. Explicit because a per-variable guess once filled a missing backup
+account with the emulator's public token (docs/SECURITY.md). Every entry is ``{"NAME", "BACKEND",
+"OPTIONS", "MODE", "ENV": {option: variable}}``; ``ENV`` names each credential's variable (for the
+check and ``manage.py doctor``). The variables: docs/OPERATIONS.md, "Configuration".
 """
 
 from __future__ import annotations
@@ -96,9 +87,7 @@ def build_providers(environ: Mapping[str, str], mode: str, *, emulator_url: str,
             "AUTH_TOKEN": value(provider, "AUTH_TOKEN", emu_defaults.TWILIO_AUTH_TOKEN),
             "FROM_NUMBER": value(provider, "FROM_NUMBER", number),
             "BASE_URL": None if real(provider) else emulator_url,
-            # Twilio status callbacks (delivery receipts); the notification id is appended as ?nid=.
-            # With the emulator it only carries that id; against real Twilio set it once the
-            # receiving webhook is deployed.
+            # Status callbacks (SMS receipts), ?nid= appended (docs/OPERATIONS.md, TWILIO_STATUS_CALLBACK_URL).
             "STATUS_CALLBACK_URL": callback,
             "TIMEOUT": timeout,
         })
@@ -106,8 +95,7 @@ def build_providers(environ: Mapping[str, str], mode: str, *, emulator_url: str,
     smtp_real = real("smtp")
     by_name = {
         "twilio": twilio("twilio", emu_defaults.TWILIO_ACCOUNT_SID, emu_defaults.TWILIO_FROM_NUMBER),
-        # A second Twilio account (own sub-account and sender) as the SMS backup: with the emulator
-        # it is a distinct account on the same server, so a brownout of the primary can be injected alone.
+        # The SMS backup: a second account (own sender), distinct on the emulator too (faults per account).
         "twilio_backup": twilio("twilio_backup", emu_defaults.TWILIO_BACKUP_ACCOUNT_SID,
                                 emu_defaults.TWILIO_BACKUP_FROM_NUMBER),
         "sendgrid": entry("sendgrid", SENDGRID, {
@@ -137,8 +125,7 @@ def build_providers(environ: Mapping[str, str], mode: str, *, emulator_url: str,
     for channel, variable in LIST_VARIABLES.items():
         if variable not in environ:
             continue
-        # Set, even empty: the list itself. Empty (PUSH_PROVIDERS=): no provider for the channel, whose
-        # sends are refused (providers.registry.unavailable_channel_problem).
+        # Set, even empty, it is the list; empty: no provider (providers.registry.unavailable_channel_problem).
         names = [n.strip() for n in get(variable).split(",") if n.strip()]
         unknown = [n for n in names if n not in by_name]
         if unknown:

@@ -24,9 +24,7 @@ if (RUN_DIR / "env").exists():
     # read_env never overrides a variable already set in the process environment.
     environ.Env.read_env(str(RUN_DIR / "env"))
 
-# "local" (a checkout: `scripts/devservices.py` writes NOTIFY_ENV=local into .run/env, so `make run`,
-# `make test` and every manage.py there are local) or "production" (the default: a deployment has no
-# .run/env). Local means: providers default to the emulator, plain HTTP, /metrics open to loopback.
+# "local" (a checkout's .run/env) or "production" (the default); what it changes: docs/OPERATIONS.md.
 NOTIFY_ENV = env("NOTIFY_ENV", default="production").strip().lower()
 if NOTIFY_ENV not in ("local", "production"):
     raise ImproperlyConfigured(f"NOTIFY_ENV={NOTIFY_ENV!r}: expected local or production")
@@ -38,11 +36,7 @@ SECRET_KEY = env("SECRET_KEY")
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "testserver"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
-# --- HTTPS and cookies: on outside local development (`manage.py check --deploy` is clean), each
-# from the environment. Behind a TLS-terminating proxy also set TRUST_X_FORWARDED_PROTO=1 (below),
-# or every request looks like plain HTTP and is redirected for ever. The probes (/healthz, /readyz)
-# and /metrics (bearer token) are answered on plain HTTP too: orchestrators and Prometheus call them
-# inside the network, by address.
+# --- HTTPS and cookies: on outside local development; behind a TLS proxy see TRUST_X_FORWARDED_PROTO.
 SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=not LOCAL_DEVELOPMENT)
 SECURE_REDIRECT_EXEMPT = [r"^(healthz|readyz|metrics)$"]
 SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=0 if LOCAL_DEVELOPMENT else 365 * 24 * 3600)
@@ -68,18 +62,15 @@ INSTALLED_APPS = [
     "notifications",
     "campaigns",
     "providers",
-    # A tool, not a part of the platform: listed for its management commands (manage.py bench,
-    # bench_fanout, latency_probe) only; no models, nothing imports it (bench/apps.py).
+    # A tool, not part of the platform: listed for its management commands only (bench/apps.py).
     "bench",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    # A view that hit a broken database connection (Postgres restarting) answers 503 with
-    # Retry-After, not 500 (DRF views: the API's exception handler, same rule).
+    # A broken database connection (Postgres restarting) answers 503 with Retry-After, not 500.
     "core.api.errors.DatabaseUnavailableMiddleware",
-    # Static files (admin CSS/JS, Swagger UI) served by the app itself under gunicorn: WhiteNoise,
-    # from STATIC_ROOT (filled by `manage.py collectstatic`, which `make run` and `make test` run).
+    # Static files (admin CSS/JS, Swagger UI) served by the app itself from STATIC_ROOT.
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -93,13 +84,7 @@ MIDDLEWARE = [
     "axes.middleware.AxesMiddleware",
 ]
 
-# --- Admin login throttling (django-axes) --------------------------------------------------------
-# After ADMIN_LOGIN_FAILURE_LIMIT failed logins for one username from one client address, further
-# attempts for that pair (even with the right password) are refused with 429 for
-# ADMIN_LOGIN_LOCKOUT_MINUTES; a successful login resets the count. Attempts and lockouts are stored
-# in Postgres (Admin › Axes; `manage.py axes_reset` unlocks). The address is the TCP peer
-# (REMOTE_ADDR): behind a reverse proxy every client shares the proxy's, so the lockout is then per
-# username.
+# --- Admin login throttling (django-axes; per username and TCP peer: docs/SECURITY.md) -----------
 AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
 AXES_FAILURE_LIMIT = env.int("ADMIN_LOGIN_FAILURE_LIMIT", default=5)
 AXES_COOLOFF_TIME = timedelta(minutes=env.int("ADMIN_LOGIN_LOCKOUT_MINUTES", default=15))
@@ -156,8 +141,7 @@ USE_TZ = True
 FORMAT_MODULE_PATH = ["config.formats"]
 
 STATIC_URL = "static/"
-# `manage.py collectstatic --noinput` writes here (the Makefile's `static` target); WhiteNoise serves
-# it with far-future cache headers (hashed names from the manifest) and pre-compressed .gz copies.
+# `manage.py collectstatic` writes here; WhiteNoise serves it (hashed names, pre-compressed copies).
 STATIC_ROOT = Path(env("STATIC_ROOT", default=str(BASE_DIR / ".run" / "static")))
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -215,15 +199,13 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-# Long delays live in Postgres (scheduled rows, released by the scheduler), never in ETAs, so the
-# Redis visibility timeout only matters for the few-second countdowns; keep it short and safe.
+# Long delays live in Postgres, never in ETAs: the visibility timeout only covers short countdowns.
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=3600),
     "socket_timeout": 5,
     "socket_connect_timeout": 5,
 }
-# Publishing must not hang a request when Redis is down: the row is already committed and the
-# reconciler re-drives it (docs/ARCHITECTURE.md §6), so give up fast.
+# Give up publishing fast when Redis is down: the reconciler re-drives it (docs/ARCHITECTURE.md §6).
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2,
                                     "interval_max": 0.5}
 CELERY_TASK_TIME_LIMIT = 300
@@ -256,34 +238,23 @@ DJANGO_CELERY_BEAT_TZ_AWARE = True
 
 # --- Delivery pipeline --------------------------------------------------------------------------
 NOTIFY = {
-    # A claimed row is re-driven by the reconciler once its lease (seconds) has run out. A heartbeat
-    # thread in every worker renews the leases of the rows it holds every LEASE_SECONDS / 4 for as
-    # long as they are in flight, and every provider call first extends its rows' lease past the
-    # call's deadline (notifications/delivery/leases.py): a lease only runs out when the worker died or hung.
+    # Claim lease (seconds), renewed while in flight (notifications/delivery/leases.py); then re-driven.
     "LEASE_SECONDS": env.int("LEASE_SECONDS", default=30),
     "LEASE_HEARTBEAT": env.bool("LEASE_HEARTBEAT", default=True),
-    # Provider receipts a webhook verified are queued for the receipts worker (False) or applied in
-    # the request (True: only the in-process tests, which run no worker).
+    # Verified provider receipts applied in the request (True: in-process tests) or queued (False).
     "RECEIPTS_INLINE": env.bool("RECEIPTS_INLINE", default=False),
-    # A task holding rows for longer than this (seconds) is taken to be stuck: its rows' leases are
-    # no longer renewed, and the reconciler takes them over.
+    # A task holding rows longer (seconds) is stuck: its leases are no longer renewed.
     "LEASE_MAX_HOLD_SECONDS": env.int("LEASE_MAX_HOLD_SECONDS", default=900),
-    # After a call whose outcome is unknown (the provider did not answer within the timeout; the
-    # message may have been accepted) or a lost lease (the worker died mid-call), how long (seconds)
-    # the row waits before it is looked up at the provider (Twilio) and only then sent again. The
-    # provider's receipt, or the first worker's late record, settles it meanwhile. The high tier
-    # does not wait (an OTP that is late is worse than a rare duplicate); standard waits generously.
+    # Seconds an unknown outcome (timeout, lost lease) waits before lookup and resend, per tier.
     "OUTCOME_UNKNOWN_WAIT_SECONDS": {"high": env.float("OUTCOME_UNKNOWN_WAIT_HIGH", default=0),
                                      "standard": env.float("OUTCOME_UNKNOWN_WAIT_STANDARD", default=120)},
-    # A `queued` row whose broker message has not been consumed after this long (seconds) is
-    # enqueued again (the broker may have lost it: Redis flushed or restarted).
+    # A `queued` row not consumed after this long (seconds) is enqueued again (message lost).
     "QUEUED_STALE_SECONDS": {"high": env.int("QUEUED_STALE_SECONDS_HIGH", default=10),
                              "standard": env.int("QUEUED_STALE_SECONDS", default=60)},
     # Attempts per notification before it is dead-lettered, by priority tier.
     "MAX_ATTEMPTS": {"high": env.int("MAX_ATTEMPTS_HIGH", default=5),
                      "standard": env.int("MAX_ATTEMPTS_STANDARD", default=8)},
-    # ...and not before this many seconds since the first attempt (outages shorter than this never
-    # dead-letter anything).
+    # ...and not before this many seconds since the first attempt.
     "MIN_RETRY_WINDOW_SECONDS": {"high": env.float("MIN_RETRY_WINDOW_HIGH", default=120),
                                  "standard": env.float("MIN_RETRY_WINDOW_STANDARD", default=3600)},
     # Exponential backoff with full jitter: uniform(0, min(cap, base * 2**(attempt-1))) seconds.
@@ -291,65 +262,40 @@ NOTIFY = {
                              "standard": env.float("BACKOFF_BASE_STANDARD", default=10.0)},
     "BACKOFF_CAP_SECONDS": {"high": env.float("BACKOFF_CAP_HIGH", default=30.0),
                             "standard": env.float("BACKOFF_CAP_STANDARD", default=1800.0)},
-    # Retries due within this many seconds are sent with a short Celery countdown; longer ones go
-    # back to Postgres as `scheduled` and the scheduler releases them.
+    # Retries due within this many seconds use a Celery countdown; longer ones go back to `scheduled`.
     "MAX_COUNTDOWN_SECONDS": 5,
     # How long the sent marker `sent:{id}` lives in Redis (seconds): 48 h per docs/ARCHITECTURE.md §6.
     "SENT_MARKER_TTL_SECONDS": 48 * 3600,
     # Rows released per scheduler run.
     "RELEASE_BATCH_SIZE": env.int("RELEASE_BATCH_SIZE", default=1000),
-    # Test-only: a file holding a clock offset in seconds (see notifications/clock.py). Unset in
-    # production.
+    # Test-only: a file holding a clock offset in seconds (notifications/clock.py); unset in production.
     "CLOCK_OFFSET_FILE": env("CLOCK_OFFSET_FILE", default=None),
-    # Standard tier: notifications per send task (one claim, one recipient query, one marker MGET,
-    # one bucket call, bulk records). Email goes out as one SendGrid request per batch (≤ 1,000
-    # personalizations, SendGrid's limit); SMS and push as one SDK call per message.
+    # Standard tier: notifications per send task (email: one SendGrid request, ≤ 1,000 recipients).
     "BATCH_SIZE": {"email": env.int("BATCH_SIZE_EMAIL", default=500),
                    "sms": env.int("BATCH_SIZE_SMS", default=200),
                    "push": env.int("BATCH_SIZE_PUSH", default=200),
                    # in_app: one INSERT of the batch's items and one counts upsert (docs/APP.md).
                    "in_app": env.int("BATCH_SIZE_IN_APP", default=500)},
-    # Standard tier: SDK calls in flight per worker process for providers without a batch API (a
-    # sliding window on the SDK's async client); also bounded by the provider's bulkhead.
+    # Standard tier: SDK calls in flight per worker process (a sliding window; the bulkhead bounds it).
     "SEND_CONCURRENCY": {"email": env.int("SEND_CONCURRENCY_EMAIL", default=4),
                          "sms": env.int("SEND_CONCURRENCY_SMS", default=8),
                          "push": env.int("SEND_CONCURRENCY_PUSH", default=8),
                          "in_app": 1},  # no provider call: the inbox write is one statement
-    # Standard tier: the calls of a batch run as a sliding window (SEND_CONCURRENCY in flight) and
-    # the rows whose calls have ended are recorded while the rest are in flight: every
-    # RECORD_EVERY_ROWS rows or RECORD_EVERY_SECONDS, whichever comes first. This bounds what a
-    # killed worker sends twice (docs/RELIABILITY.md, "Duplicate window").
+    # Record ended calls this often mid-batch (docs/RELIABILITY.md, "Duplicate window").
     "RECORD_EVERY_ROWS": env.int("RECORD_EVERY_ROWS", default=50),
     "RECORD_EVERY_SECONDS": env.float("RECORD_EVERY_SECONDS", default=0.25),
-    # A standard batch that cannot get budget tokens or bulkhead slots for this long (seconds) puts
-    # the rest back to `scheduled` (no attempt spent) and frees its worker.
+    # A standard batch waiting longer (seconds) for budget or slots puts the rest back to `scheduled`.
     "BATCH_MAX_WAIT_SECONDS": env.float("BATCH_MAX_WAIT_SECONDS", default=60),
-    # Abuse limits at acceptance (docs/POLICIES.md, "Abuse limits"): at most `limit` requests matching
-    # the type key and/or category per user, phone number or email address in any `window_seconds`;
-    # the next is 429 acceptance_limited, nothing written. Rows of the admin's *Acceptance limits* add
-    # rules or replace these by name. Why these numbers: a person asking for a code again rarely needs
-    # more than 2-3 resends in 10 minutes, so 5 per user never stops one; a phone number shared by a
-    # household's accounts gets 10; an attacker rotating accounts against one victim's phone is held to
-    # 10 SMS per 10 minutes (60/hour) instead of unlimited.
+    # Abuse limits at acceptance, and why these numbers: docs/POLICIES.md, "Abuse limits".
     "ACCEPTANCE_LIMITS": [
         {"name": "otp_per_user", "match": {"type": "otp"}, "per": "user", "limit": 5, "window_seconds": 600},
         {"name": "otp_per_phone", "match": {"type": "otp"}, "per": "phone", "limit": 10, "window_seconds": 600},
     ],
-    # Frequency caps (docs/POLICIES.md): at most `limit` notifications of `category` on `channel`
-    # per recipient in any rolling `window_seconds`, checked at send time for every sender
-    # (campaigns, events, single sends share one budget). The admin's *Frequency caps* rows add
-    # rules and override these by name. Optional keys: `active`, `include_high`,
-    # `include_required` (high-priority rows and required types are exempt unless set).
-    # Push only by default: a push interrupts (lock screen, sound); marketing email is not capped
-    # here (its volume is the sender's choice and its reputation's; an operator adds a rule).
+    # Frequency caps at send time, and why push only: docs/POLICIES.md.
     "FREQUENCY_CAPS": [
         {"name": "marketing-push", "category": "marketing", "channel": "push", "limit": 3, "window_seconds": 86400},
     ],
-    # The in-app inbox (docs/APP.md). REFRESH_PUSH: when an item is written and the user has active
-    # devices, a silent (data-only) push tells an open app to refresh its inbox; at most one per user
-    # per REFRESH_PUSH_SECONDS (a campaign or a burst of events is one refresh). RETENTION_DAYS: items
-    # older than this are deleted; items past their TTL are hidden at once and deleted by the prune
-    # (every PRUNE_EVERY_SECONDS, PRUNE_BATCH rows per statement).
+    # The in-app inbox's refresh push and prune (docs/APP.md; the INBOX_* rows of docs/OPERATIONS.md).
     "INBOX": {
         "REFRESH_PUSH": env.bool("INBOX_REFRESH_PUSH", default=True),
         "REFRESH_PUSH_SECONDS": env.int("INBOX_REFRESH_PUSH_SECONDS", default=5),
@@ -365,9 +311,7 @@ CELERY_BEAT_SCHEDULE["prune-inbox"] = {
     "options": {"queue": "maintenance", "expires": max(10, NOTIFY["INBOX"]["PRUNE_EVERY_SECONDS"])},
 }
 
-# Provider budgets, circuit breakers and bulkheads (docs/ARCHITECTURE.md §8, providers/isolation.py), per provider
-# NAME; "DEFAULT" applies to every provider and each provider's dict overrides keys of it.
-# PROVIDER_RATE_PER_S sets one budget for every provider (the benchmark uses it).
+# Budgets, breakers and bulkheads per provider NAME over "DEFAULT" (docs/ARCHITECTURE.md §8).
 _rate_override = env.float("PROVIDER_RATE_PER_S", default=None)
 PROVIDER_LIMITS = {
     "DEFAULT": {
@@ -385,17 +329,14 @@ PROVIDER_LIMITS = {
     },
     # SendGrid counts recipients, not requests, against our budget; SMTP is a slow backup.
     "sendgrid": {"RATE_PER_S": 10000.0 if _rate_override is None else _rate_override},
-    # FCM HTTP v1's default quota is 600,000 messages per minute per project (Firebase, "Throttling
-    # and quotas"): 10,000/s; over it FCM answers 429 QUOTA_EXCEEDED (docs/PROVIDERS.md).
+    # FCM's default quota, 600,000/min per project (docs/PROVIDERS.md §3).
     "fcm": {"RATE_PER_S": 10000.0 if _rate_override is None else _rate_override},
     "smtp": {"RATE_PER_S": 100.0 if _rate_override is None else _rate_override},
 }
 
-# Categories sent during a recipient's quiet hours whatever their priority; `priority: high` is only
-# accepted with one of them (or with no category). Marketing may never be one (system check).
+# Categories sent during quiet hours and allowed at `priority: high` (never marketing: system check).
 QUIET_HOURS_BYPASS_CATEGORIES = tuple(env.list("QUIET_HOURS_BYPASS_CATEGORIES", default=["security", "transactional"]))
-# Categories offered as rows of the admin's per-category opt-out checkboxes (support agents can
-# type any other category name; a recipient's own categories are always shown).
+# Categories offered as rows of the admin's per-category opt-out checkboxes.
 PREFERENCE_CATEGORIES = env.list("PREFERENCE_CATEGORIES", default=["marketing"])
 
 # --- Campaigns ----------------------------------------------------------------------------------
@@ -407,26 +348,17 @@ CAMPAIGNS = {
     "SHARD_STALE_SECONDS": env.int("CAMPAIGN_SHARD_STALE_SECONDS", default=30),
     # Local-time campaigns: the zone used for recipients whose zone is missing or invalid.
     "DEFAULT_TIMEZONE": env("CAMPAIGN_DEFAULT_TIMEZONE", default="UTC"),
-    # Local-time campaigns: a member whose send instant passed more than this long (seconds) before
-    # their fan-out page ran is "missed" and handled by the campaign's missed_policy; within it they
-    # are sent at once (normal fan-out pace: 1M members take minutes).
+    # Local-time campaigns: later than this (seconds) after their instant, a member is "missed".
     "MISSED_GRACE_SECONDS": env.int("CAMPAIGN_MISSED_GRACE_SECONDS", default=600),
     # manage.py doctor fails for a campaign that made no progress for this many minutes.
     "STALL_MINUTES": env.int("CAMPAIGN_STALL_MINUTES", default=10),
-    # Bounds on one template render (the title, body and html of one message): CPU time (ms of the
-    # rendering thread), loop iterations (also the most items a value holds, nested ones and repeated
-    # references included), characters written (notifications/rendering/budget.py, bounds.py,
-    # sizes.py, calls.py). Past one: template_error, never a retry.
+    # Bounds on one template render (docs/CAMPAIGNS.md, "Render bounds"); past one: template_error.
     "RENDER_CPU_MS": env.int("TEMPLATE_RENDER_CPU_MS", default=100),
     "RENDER_MAX_ITERATIONS": env.int("TEMPLATE_RENDER_MAX_ITERATIONS", default=10_000),
     "RENDER_MAX_OUTPUT": env.int("TEMPLATE_RENDER_MAX_OUTPUT", default=2_000_000),
-    # One save's template checks (every variant or template it carries, dry renders on sample
-    # recipients) share this many ms of CPU; past it the save is 422 render_budget
-    # (notifications/rendering/checking.py).
+    # CPU ms for all the template checks of one save; past it 422 render_budget.
     "CHECK_CPU_MS": env.int("TEMPLATE_CHECK_CPU_MS", default=1000),
-    # At most this many requests check templates at once per process (the GIL: one CPU-bound check
-    # already takes a worker's core); another waits this many ms for a slot, then is 503
-    # template_checks_busy with Retry-After (checking.py).
+    # Saves checking templates at once per process, and the wait for a slot (then 503).
     "CHECK_CONCURRENCY": env.int("TEMPLATE_CHECK_CONCURRENCY", default=1),
     "CHECK_WAIT_MS": env.int("TEMPLATE_CHECK_WAIT_MS", default=1000),
 }
@@ -435,21 +367,17 @@ CAMPAIGNS = {
 EMULATOR_URL = env("EMULATOR_URL", default=f"http://127.0.0.1:{env.int('EMULATOR_PORT', default=8900)}")
 EMULATOR_SMTP_PORT = env.int("EMULATOR_SMTP_PORT", default=8925)
 PROVIDER_TIMEOUT_SECONDS = env.float("PROVIDER_TIMEOUT_SECONDS", default=10.0)
-# High tier (OTPs): a provider slower than this is treated as failing (the breaker counts it and the
-# router fails over), since an OTP that takes longer is of little use.
+# High tier (OTPs): slower than this counts as failing (breaker, failover).
 PROVIDER_TIMEOUT_SECONDS_HIGH = env.float("PROVIDER_TIMEOUT_SECONDS_HIGH",
                                           default=min(3.0, PROVIDER_TIMEOUT_SECONDS))
 # The URL at which providers reach this platform's webhooks (behind a proxy: the public one).
 PUBLIC_BASE_URL = env("PUBLIC_BASE_URL", default=f"http://127.0.0.1:{env('PORT', default='8000')}")
-# SendGrid Event Webhook verification key: base64 DER (SendGrid's console; `make run` generates one
-# for the emulator in .run/). Without it every SendGrid event is refused with 403.
+# SendGrid Event Webhook verification key (base64 DER); unset, every SendGrid event is 403.
 SENDGRID_WEBHOOK_PUBLIC_KEY = env("SENDGRID_WEBHOOK_PUBLIC_KEY", default="")
 # Behind a TLS-terminating proxy: trust its X-Forwarded-Proto (only when this is set).
 if env.bool("TRUST_X_FORWARDED_PROTO", default=False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-# Provider mode (config/provider_settings.py): "emulator" (local development: the emulator and its
-# public built-in credentials for every provider without its own) or "real" (everywhere else: every
-# listed provider needs its variables, `manage.py check` names the missing ones).
+# Provider mode, "emulator" or "real", and the providers per channel (config/provider_settings.py).
 try:
     PROVIDER_MODE = provider_mode(os.environ, LOCAL_DEVELOPMENT)
     # Ordered provider list per channel: the first is the primary (docs/ARCHITECTURE.md §8 provider router).
@@ -468,8 +396,7 @@ os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", PROMETHEUS_MULTIPROC_DIR)
 Path(PROMETHEUS_MULTIPROC_DIR).mkdir(parents=True, exist_ok=True)
 
 # --- Logging ------------------------------------------------------------------------------------
-# Every record is redacted when it is made (config/redaction.py: phone numbers and emails masked,
-# sensitive notifications' content removed, tracebacks included), and every handler filters again.
+# Every record is redacted when made and by every handler (core/redaction.py, docs/ARCHITECTURE.md §10).
 LOGGING_CONFIG = "core.redaction.configure_logging"
 LOGGING = {
     "version": 1,
@@ -483,8 +410,7 @@ LOGGING = {
     "loggers": {
         # Django's own handlers (mail_admins, the DEBUG-only console) replaced by the root's.
         "django": {"handlers": [], "level": "INFO", "propagate": True},
-        # A 4xx is the client's problem: django.request logs it at INFO, not WARNING (5xx stay ERROR).
-        # Who did what and with what outcome is the API audit log's (APIAuditEntry), 4xx included.
+        # A 4xx is the client's problem: INFO, not WARNING (5xx stay ERROR; core/log_levels.py).
         "django.request": {"filters": ["client_errors_at_info"]},
         # A refused admin lookup (a probe: 400): one WARNING line, not ERROR with a traceback.
         **{f"django.security.{name}": {"filters": ["suspicious_at_warning"]}

@@ -18,15 +18,12 @@ from config.settings import REDIS_URL as _BASE_REDIS_URL  # noqa: E402
 XDIST_WORKER_INDEX = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
 TEST_REDIS_DB = int(os.environ.get("TEST_REDIS_DB", "1")) + XDIST_WORKER_INDEX
 REDIS_URL = _BASE_REDIS_URL.rsplit("/", 1)[0] + f"/{TEST_REDIS_DB}"
-#: A Redis database no process of this test session uses (the one after the last worker's), for a
-#: test that starts a stack of its own (tests/test_make_run.py).
+#: A Redis database no process of this session uses, for a test starting its own stack (docs/TESTING.md).
 SPARE_REDIS_DB = int(os.environ.get("TEST_REDIS_DB", "1")) + int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 CELERY_BROKER_URL = REDIS_URL
 CACHES["default"]["LOCATION"] = REDIS_URL  # noqa: F405
 
-# Metric files of test processes (and of the e2e stack, which inherits the environment) never mix
-# with those of a `make run` stack.
-# An xdist worker inherits the directory its controller made: it takes a subdirectory of its own.
+# Metric files apart from a `make run` stack's; an xdist worker takes a subdirectory of its controller's.
 _PROM_DIR = _GIVEN_PROM_DIR or tempfile.mkdtemp(prefix="notify-prom-")
 if _GIVEN_PROM_DIR is None:
     os.environ["NOTIFY_TEST_PROM_DIR"] = _PROM_DIR
@@ -35,17 +32,10 @@ elif os.environ.get("NOTIFY_TEST_PROM_DIR") == _GIVEN_PROM_DIR and "PYTEST_XDIST
     os.makedirs(_PROM_DIR, exist_ok=True)
 PROMETHEUS_MULTIPROC_DIR = os.environ["PROMETHEUS_MULTIPROC_DIR"] = _PROM_DIR
 
-# In-process tests (Django's test client) render pages without a collected STATIC_ROOT: plain
-# storage, and no STATIC_ROOT for WhiteNoise to scan. Pages served as in production (gunicorn,
-# WhiteNoise, the hashed manifest) are tested by the browser tests and the end-to-end stack, which
-# run `collectstatic` first (bench/stack.py: collect_static).
+# In-process tests render pages without collected static files (docs/TESTING.md).
 STATIC_ROOT = None
 STORAGES = {"default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
             "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}}
 
-# In-process tests run the send path inside the test's transaction, which a heartbeat thread (its
-# own connection) cannot see: leases are renewed in the caller's thread only (notifications/delivery/leases.py).
-# The end-to-end stack's workers use config.settings, heartbeat on.
-# They run no receipts worker either: webhooks apply receipts in the request (RECEIPTS_INLINE); the
-# queue path is tested on its own (tests/test_webhooks.py) and end to end.
+# The send path runs inside the test's transaction: no heartbeat thread, receipts inline (docs/TESTING.md).
 NOTIFY = {**NOTIFY, "LEASE_HEARTBEAT": False, "RECEIPTS_INLINE": True}  # noqa: F405

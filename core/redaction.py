@@ -1,34 +1,11 @@
-"""What never reaches a log (docs/ARCHITECTURE.md §10): phone numbers and email addresses are masked, and the
-content of sensitive notifications is removed, in every log record of every process.
+"""What never reaches a log (docs/ARCHITECTURE.md §10): contacts masked, sensitive content removed,
+in every log record of every process.
 
-* :func:`mask_contacts` masks phone numbers and email addresses, keeping a log line useful:
-
-  - numbers with ``+`` (``+4915112345678``, ``+1 (415) 555-0100``, ``+49 (0)151 12345678``: any
-    separators, parentheses and a national ``(0)`` included) keep ``+``, their first two and last
-    two digits: ``+49*****78``; numbers without (national ``015112345678``, ``0151 1234 5678``,
-    ``(415) 555-0100``, ``415-555-0100``, a bare run of 9–15 digits) keep their last two:
-    ``*****78``. Dates, times, IPv4 addresses, decimals and ids (UUIDs, provider ids) are left alone;
-    a bare 9–15 digit run (an epoch second too) is taken for a number: privacy first;
-  - email addresses, internationalised ones too (``carol.smith@bücher.de``, punycode, Unicode
-    local parts), keep their first character and domain: ``a***@example.com``;
-  - URL-encoded text (an access log's path and query string) is decoded for matching, each
-    component on its own, and masked in its encoded form: ``q=%2B1+%28415%29+555-0100`` reads
-    ``q=%2B14*****00``, ``carol.smith%40b%C3%BCcher.de`` reads ``c***%40b%C3%BCcher.de``.
-* :func:`mask_capabilities` masks the token of a one-click unsubscribe URL (``/u/<token>``: a signed
-  bearer capability, valid 60 days, that unsubscribes whoever holds it): ``/u/[token]``, in gunicorn's
-  access log line and in Django's ``Not Found: /u/…`` alike.
-* :func:`sensitive_content` is the pipeline's way to keep content out of logs: while it is active
-  (per thread / context), every text of the given notifications (their ``title``, ``body``, ``html``
-  as they are when a record is made, each line of at least 4 characters too) reads ``[sensitive]``
-  in any record, exceptions and their tracebacks included.
-* Records are redacted when they are made (:func:`install_record_factory`, from
-  :func:`configure_logging`, Django's ``LOGGING_CONFIG``): message and arguments become one masked
-  string, a traceback becomes masked text (``exc_text``; the exception object is dropped from the
-  record, so no handler can format it again). :class:`RedactingFilter` does the same on a handler
-  and sits on every handler: Django's (``settings.LOGGING``), Celery's (``config/celery.py``) and
-  gunicorn's error and access logs (``config/gunicorn_conf.py``), for records made before the
-  factory was installed or by a library's own ``LogRecord``.
-
+:func:`mask_contacts` (phone numbers, email addresses, URL-encoded ones too), :func:`mask_capabilities`
+(the one-click unsubscribe token: ``/u/[token]``), :func:`sensitive_content` (a notification's texts
+read ``[sensitive]`` while active, tracebacks included). Records are redacted when made
+(:func:`install_record_factory`, via :func:`configure_logging`) and again by :class:`RedactingFilter`
+on every handler (Django's, Celery's, gunicorn's). What is masked and how: docs/SECURITY.md.
 Imports nothing of the project: every layer may log, and gunicorn's config loads it before Django.
 """
 

@@ -1,17 +1,12 @@
 """API clients in the admin: keys (hashed), scopes as checkboxes, rate limit; and their audit log
 (every write through the API, read-only).
 
-An API client's primary key is ``prefix.<SHA-512 hash of its key>`` (djangorestframework-api-key):
-no page, link, URL or filter shows it (a URL lands in access logs and browser histories, and the
-hash is what an attacker would brute-force offline). The admin addresses a client by its
-``prefix`` (``/admin/notifications/apiclient/<prefix>/change/``, its history, the audit log's
-links and client filter); a URL with the id finds nothing; no lookup or search reaches the id or
-the hash (``APIClient.content_fields``, preferences/admin_guard.py: 400); the admin log records a
-client under its prefix. Clients are revoked, never deleted here (their notifications and audit
-entries keep pointing at them).
-
-Imported by :mod:`notifications.admin` after its own classes (Django's autodiscovery loads it), so
-registering here is registering there, and that module's paginator is already defined.
+A client's primary key is ``prefix.<SHA-512 hash of its key>``: no page, link, URL or filter shows
+it (URLs land in logs; the hash is what an attacker would brute-force). The admin addresses a client
+by its ``prefix``; no lookup or search reaches the id or hash (``APIClient.content_fields``,
+preferences/admin_guard.py). Clients are revoked, never deleted here (docs/SECURITY.md). Imported by
+:mod:`notifications.admin` after its own classes, so registering here is registering there and its
+paginator is defined.
 """
 
 from __future__ import annotations

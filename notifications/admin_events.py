@@ -1,15 +1,10 @@
 """Events in the admin, for support: what a semantic event (``POST /v1/events``) became, per user
-and channel, and why a channel was not sent (opted out, fallback not needed, deferred for quiet
-hours, sent as a silent push: the ``silent`` timeline event).
+and channel, and why a channel was not sent (opted out, fallback not needed, quiet hours, silent).
 
-* :class:`EventAdmin`: a read-only list (type, client, users, created, cancelled) and a page per
-  event with each user's notifications (status, reason, reason detail; linked to their pages), a
-  page of users at a time. A sensitive type's data is never shown.
-* :class:`RecipientEventInline`: on the recipient page (appended by :mod:`notifications.admin`, as
-  the recipient's notifications are), their newest events with the same per-channel outcome.
-
-Imported by :mod:`notifications.admin` after its own classes (Django's autodiscovery loads it), so
-that module's paginator is defined.
+:class:`EventAdmin`: a read-only list and a page per event with each user's notifications, a page of
+users at a time; a sensitive type's data is never shown. :class:`RecipientEventInline`: the
+recipient page's newest events with the same per-channel outcome. Imported by
+:mod:`notifications.admin` after its own classes, so that module's paginator is defined.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """The in-app inbox in the admin, for support (docs/APP.md): what a user has in their inbox and what
 they did with it (seen, read, archived), next to their notifications.
 
-* :class:`InboxItemAdmin`: a read-only list of items (``?recipient=<user id>`` for one user's,
-  linked from the recipient page), and a page per item with its content, shown as a notification's
-  content is shown to support (a sensitive notification's never: they do not reach an inbox, and the
-  page hides it anyway). Content is never filtered or searched (``InboxItem.content_fields``,
-  :class:`~preferences.admin_guard.ContentLookupGuard`).
-* On the recipient page (appended by :mod:`notifications.admin`): the badge counts and the newest
-  :data:`RECIPIENT_INBOX_LIMIT` items with their state (no content, as the notifications inline).
-
-Both need ``notifications.view_inboxitem`` (the ``support`` role; marketing has it not).
+:class:`InboxItemAdmin`: a read-only list (``?recipient=<user id>``) and a page per item with its
+content as support sees a notification's (never a sensitive one; content never filtered or
+searched: ``InboxItem.content_fields``). On the recipient page (appended by
+:mod:`notifications.admin`): the badge counts and the newest :data:`RECIPIENT_INBOX_LIMIT` items'
+state, no content. Both need ``notifications.view_inboxitem`` (the ``support`` role).
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """The forms of the notification-type admin (:mod:`notifications.admin_types`): the type, its
 templates (an inline formset), and the preview form.
 
-One rule set: saving validates the type's fields and every template row together, as one body,
-with the serializer of ``PUT /v1/notification-types/{key}`` (its field rules, then
-:func:`notifications.events.validation.type_problems` over the whole), so the admin refuses exactly
-what the API refuses, in the API's words, and saves what the API would save. Each problem lands
-where it belongs: a type field's on that field, a template part's on its row and part (``push [de]
-body: template syntax error on line 2: …``), a rule over all templates (a channel without one) above
-the rows. Django's own checks that would say the same thing in other words (a blank body, two rows
-for one channel and locale) are left to those rules.
-
-``channels`` (and ``required_data``) are typed as a comma-separated list, not ticked as checkboxes:
-the order of the channels is the fallback order, which a set of checkboxes cannot express.
+One rule set: saving validates the type and every template row together with the serializer of
+``PUT /v1/notification-types/{key}`` and :func:`notifications.events.validation.type_problems`, so
+the admin refuses and saves exactly what the API would, in its words, each problem on its field,
+row and part, or above the rows. Django's own checks that would say the same in other words are
+left to those rules. ``channels`` (and ``required_data``) are a typed comma list, not checkboxes:
+the channels' order is the fallback order.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """Notification types in the admin, for the staff who define them (the ``product`` group,
 :mod:`campaigns.roles`; docs/OPERATIONS.md "Staff roles").
 
-* The list: key, name, category, priority, channels, routing, quiet hours, required, updated.
-* The change page: the type's fields, grouped; its templates as rows (channel, locale, title, body,
-  html, data), validated together with the type by the API's serializer and rule set
-  (:mod:`notifications.admin_type_forms`) and saved through :func:`services.save_type` (the type's
-  ``updated_at`` moves; queued notifications render the saved templates at send time).
-* Below the form: the channel × locale matrix of the saved templates (:func:`channel_matrix`) and a
-  preview for one recipient and sample data, rendered by the send-time code
-  (:func:`notifications.events.content.preview`).
-
-A type of priority ``high`` is defined, changed or deleted only with the permission
-``notifications.define_high_priority_type`` (the API's ``notifications:send_high`` rule); a type
-that events use is never deleted (its events and notifications refer to it).
+The list; the change page with the type's fields and its templates as rows, validated together by
+the API's rules (:mod:`notifications.admin_type_forms`) and saved through :func:`services.save_type`;
+below it the channel × locale matrix (:func:`channel_matrix`) and a preview rendered by the
+send-time code (:func:`notifications.events.content.preview`). A ``high`` type is defined, changed
+or deleted only with ``notifications.define_high_priority_type``; a type events use is never deleted.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
-"""The audit log of API writes (issue 11 #2): :class:`AuditMiddleware` records every ``POST``,
-``PUT``, ``PATCH`` and ``DELETE`` under ``/v1/`` made with a valid API key, after its answer, as one
-:class:`~notifications.models.APIAuditEntry`: who (the client), what (method, path, object type and
-id, which fields changed), when, and the outcome (status, error code). Refusals (403, 404, 422…) are
-recorded too; answers to requests without a valid key (401) and rate-limited ones (429) are not:
-there is no one to attribute the first to, and the second would let a client over its limit grow
-the log without bound.
-
-Bodies are never stored: contacts and content stay out of the log. A view names what its write
-changed with :func:`note_changes` (before/after representations: only the differing keys are kept,
-one level into dicts) or :func:`note_fields` (both in :mod:`core.api.audit_notes`, so every app's
-views can note without importing this app); nothing noted, or a refused or replayed request,
-records no fields. Push tokens in paths are written ``{push_token}``.
-
-This lives in ``notifications`` (the floor of :class:`~notifications.models.APIClient`); it learns
-the object's type from the view class's ``audit_object`` attribute, so it imports nothing above.
+"""The audit log of API writes: :class:`AuditMiddleware` records every write under ``/v1/`` made with
+a valid API key, after its answer, as one :class:`~notifications.models.APIAuditEntry`: who, what
+(method, path, object, changed fields), when, and the outcome. Refusals are recorded; 401 (no one to
+attribute) and 429 (would grow without bound) are not. Bodies are never stored: a view names its
+changes with :func:`note_changes` or :func:`note_fields` (:mod:`core.api.audit_notes`, so every
+app's views can note without importing this app); push tokens in paths read ``{push_token}``. It
+learns the object's type from the view's ``audit_object``, so it imports nothing above this floor.
+docs/API.md, "Audit log".
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """Health and readiness: ``/healthz``, ``/readyz``, and the probes they share with ``/metrics``, the
-provider-health admin page and ``manage.py doctor`` (docs/OPERATIONS.md).
+provider-health admin page and ``manage.py doctor`` (docs/OPERATIONS.md, "Health checks").
 
-* ``/healthz`` — the process is up and serving: always ``200 {"status": "ok"}``. No dependency is
-  touched, so a Postgres outage never makes an orchestrator restart healthy web processes.
-* ``/readyz`` — the platform can do its job: Postgres answers, Redis answers, the Celery broker
-  answers, and the scheduler ran recently (``release_due`` writes a heartbeat to Redis on every run,
-  i.e. every second under beat; older than :data:`BEAT_MAX_AGE_SECONDS` = beat, the maintenance
-  worker or their path to Postgres/Redis is broken). ``200`` when every check passes, else ``503``
-  with a JSON body naming each failing check. Error details stay in the server log; the body only
-  says which check failed and a short reason (no URLs, no hostnames).
-
-Every probe here is bounded: 1 s socket timeouts on Redis, a 2 s ``statement_timeout`` on the
-Postgres snapshot, and only index-backed, ``LIMIT``-capped queries (see :func:`pipeline_snapshot`).
+``/healthz`` is always ``200`` and touches no dependency (a Postgres outage never restarts healthy
+web processes). ``/readyz``: Postgres, Redis, the broker and the scheduler's heartbeat (older than
+:data:`BEAT_MAX_AGE_SECONDS`: beat or the maintenance worker is broken); ``503`` names each failing
+check, no addresses or errors (those go to the log). Every probe is bounded: 1 s Redis timeouts, a
+2 s ``statement_timeout``, only index-backed ``LIMIT``-capped queries (:func:`pipeline_snapshot`).
 """
 
 from __future__ import annotations

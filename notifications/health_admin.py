@@ -1,17 +1,11 @@
 """Provider health: an admin page for the on-call engineer (staff only), linked from the admin index.
 
-Per channel: the configured providers in order (primary first), emulator or real, and their calls
-in the last N minutes (default 15, at most 60) by outcome from ``DeliveryAttempt``; the Celery queue
-depths; the pipeline's pending rows, scheduler lag and dead letters; each provider's circuit
-breaker state (shared in Redis) and its send budget (rate, reserved high share, bulkhead caps).
-
-Installed on an :class:`~django.contrib.admin.AdminSite` by :func:`install` (``config/urls.py``):
-one URL before the site's own (``admin:provider_health``, ``/admin/provider-health/``) and an
-"Operations" entry in the index and the sidebar for staff users.
-
-The attempts query is bounded twice: it reads at most :data:`ATTEMPT_SCAN_CAP` of the newest
-attempts by primary key (a backward index scan; ``DeliveryAttempt`` has no index on
-``created_at``) and keeps those inside the window; the page says when the window held more.
+Per channel: the providers in order, emulator or real, their calls in the last N minutes by outcome;
+queue depths, pending rows, scheduler lag, dead letters; each provider's breaker state and budget
+(docs/OPERATIONS.md, "Provider health page"). :func:`install` (``config/urls.py``) adds
+``/admin/provider-health/`` before the site's own URLs and an "Operations" entry. The attempts query
+reads at most :data:`ATTEMPT_SCAN_CAP` newest attempts by primary key (no ``created_at`` index) and
+the page says when the window held more.
 """
 
 from __future__ import annotations

@@ -1,31 +1,12 @@
 """Prometheus metrics: the series and the small recording functions the pipeline calls.
 
-Label values: notifications/metrics_labels.py. The scrape (``/metrics``, state gauges):
-notifications/metrics_scrape.py.
-
-Two kinds of series (docs/OPERATIONS.md lists every one):
-
-* **Events** (counters, histograms) are recorded where they happen — in Celery worker processes,
-  gunicorn workers, the scheduler — with prometheus-client's *multiprocess mode*: every process
-  writes its values to memory-mapped files in ``PROMETHEUS_MULTIPROC_DIR`` (settings default
-  ``.run/prometheus``) and ``/metrics`` sums the files of all processes at scrape time, so the
-  answer is the same whichever gunicorn worker serves the scrape.
-* **State** (gauges: queue depths, pending rows, dead letters, scheduler lag, heartbeat age) is
-  computed at scrape time from Redis and Postgres by ``metrics_scrape.OpsCollector``, with bounded queries
-  (``notifications.health``). Nothing is cached; a failing source is reported by
-  ``notify_scrape_source_up{source}`` = 0 and its gauges are left out.
-
-Recording functions never raise: a metrics bug must not fail a delivery. Events inside a database
-transaction are recorded ``on_commit``, so a rolled-back (and later re-driven) transition is counted
-once. Label values are bounded: channels, tiers, statuses and reasons come from fixed sets,
-provider names from ``settings.PROVIDERS`` (else ``other``), provider error codes from an allow-list
-(else the HTTP status class ``4xx``/``5xx``, else ``other``).
-
-Extension point — circuit breakers and token buckets (a later issue): define their series in
-:class:`notifications.metrics_series.Series` (e.g. ``notify_provider_breaker_state{provider}`` as a gauge computed by
-:class:`OpsCollector` from wherever the breaker keeps its state, and
-``notify_provider_throttled_total{provider}`` as a counter) and add a recording function here;
-nothing is exported for them until they exist.
+Label values: notifications/metrics_labels.py; the scrape's state gauges: notifications/metrics_scrape.py;
+the series: :class:`notifications.metrics_series.Series` (docs/OPERATIONS.md lists every one, and
+how multiprocess collection works). Recording functions never raise: a metrics bug must not fail a
+delivery. Events inside a transaction are recorded ``on_commit``, so a rolled-back (and re-driven)
+transition is counted once. Label values are bounded: fixed sets, provider names from
+``settings.PROVIDERS`` (else ``other``), provider codes from an allow-list (else ``4xx``/``5xx``,
+else ``other``).
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """Which notifications may skip a recipient's quiet hours, and which priority/category pairs are allowed.
 
-Quiet hours follow the **category**, not only the priority (issue 10, finding 12):
-
-* ``settings.QUIET_HOURS_BYPASS_CATEGORIES`` (env ``QUIET_HOURS_BYPASS_CATEGORIES``, default
-  ``security,transactional``) lists the categories that are sent during a recipient's quiet hours,
-  whatever their priority.
-* ``priority: high`` is only accepted with one of those categories, or with no category at all.
-  ``marketing`` is never high priority.
-* A ``high`` notification **without a category** is an uncategorised urgent message (the OTP of the
-  quick start): it bypasses quiet hours, as ``high`` always did. Category opt-outs cannot match it
-  (it has no category). A caller that wants a category opt-out to apply must name the category.
-* Anything else (``standard`` without a bypass category; a ``high`` row with a non-bypass category
-  written before this rule, e.g. by an older admin form) waits for the end of the quiet window.
-
-Both the accept-time check (:func:`priority_category_problem`, 422 in the API, a form error in the
-admin) and the send-time rule (:func:`bypasses_quiet_hours`) read the same setting.
+Quiet hours follow the **category**: ``settings.QUIET_HOURS_BYPASS_CATEGORIES`` are sent during
+quiet hours at any priority; ``priority: high`` is accepted only with one of them or with no
+category (an uncategorised urgent message, such as the quick start's OTP, which bypasses them);
+everything else waits for the window's end (docs/API.md). The accept-time check
+(:func:`priority_category_problem`: 422, or a form error in the admin) and the send-time rule
+(:func:`bypasses_quiet_hours`) read the same setting.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """The senders a notification type may name (``email_from``, ``email_reply_to``, ``sms_from``): an
 allow-list that staff keep in the admin (docs/TYPES.md "Senders", docs/SECURITY.md "Senders").
 
-An entry is global (no API client: every client and the admin's own types may use it) or belongs
-to one API client (that client's types may use it too). An email entry is an address
-(``shop@example.com``) or a whole domain (``example.com``: any address at exactly that domain, not
-its subdomains); an SMS entry is an E.164 number or a Twilio Messaging Service SID. The senders the
-settings configure (every provider's ``FROM_EMAIL`` / ``FROM_NUMBER``) are always allowed.
-
-Whether a value is well formed is :mod:`providers.senders`' rule; this module only answers whether
-a well-formed sender is allowed (:func:`allowlist_problems`). Imported at the end of
-:mod:`notifications.models` (Django registers the model there).
+An entry is global or one API client's; an email entry is an address or a whole domain (not its
+subdomains), an SMS entry an E.164 number or a Messaging Service SID; the settings' own senders are
+always allowed. Whether a value is well formed is :mod:`providers.senders`' rule; this module only
+answers whether a well-formed sender is allowed (:func:`allowlist_problems`). Imported at the end
+of :mod:`notifications.models` (Django registers the model there).
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
 """Which emails carry a one-click unsubscribe link, and the link (RFC 8058; docs/TYPES.md,
-"Unsubscribe"). The load stage (:func:`notifications.delivery.load.message_for`) asks here; the
-providers put the link in the ``List-Unsubscribe`` headers (``providers.base.unsubscribe_headers``);
-the token and the opt-out are ``preferences.unsubscribe``'s; the page and the POST are
-``notifications.unsubscribe_views``'.
+"Unsubscribe", which has the rule's table and why).
 
-The rule (:func:`carries_unsubscribe`), email only and only with a category (a link opts out of a
-category; an uncategorised email, such as the quick start's OTP, has none to name):
-
-* never for a category the quiet-hours policy treats as transactional,
-  ``settings.QUIET_HOURS_BYPASS_CATEGORIES`` (default ``security``, ``transactional``), whoever
-  sends it: one click on a security alert would otherwise opt the user out of password resets too
-  (the opt-out is per category); a standard campaign may not use those categories at all;
-* a campaign email: otherwise always (bulk mail is what Gmail's and Yahoo's sender rules are about);
-* a typed email (an event's): unless its type is ``required`` (legal, account: it cannot be opted
-  out of, so a link would promise what the send path does not do);
-* a plain single send: otherwise always.
-
-The page and the POST refuse a link of such a category (:func:`preferences.unsubscribe` never opts
-out of one), so a link made before the rule cannot do it either.
+The load stage asks :func:`carries_unsubscribe`; the providers put the link in the
+``List-Unsubscribe`` headers (``providers.base.unsubscribe_headers``); the token and the opt-out are
+``preferences.unsubscribe``'s, the page ``notifications.unsubscribe_views``'. Email with a category
+only, never one of ``QUIET_HOURS_BYPASS_CATEGORIES`` (a click on a security alert would opt out of
+password resets too), nor a ``required`` type's; campaigns and plain sends otherwise always. The
+page and the POST refuse a link of such a category, so one made before the rule cannot either.
 """
 
 from __future__ import annotations

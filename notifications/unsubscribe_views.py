@@ -1,17 +1,11 @@
 """``GET /u/{token}`` and ``POST /u/{token}``: an email's unsubscribe link (RFC 8058; docs/TYPES.md,
-"Unsubscribe"). Not part of the API: no API key, no login, no CSRF token (the mail provider or the
-recipient's mail client posts it), and not in the OpenAPI schema.
+"Unsubscribe"). Not part of the API: no API key, no login, no CSRF token, not in the schema.
 
-* ``GET`` shows what the link will do and a button that POSTs; it never changes anything (link
-  scanners and prefetchers follow GETs).
-* ``POST`` with the form field ``List-Unsubscribe=One-Click`` (the mail client's one-click, source
-  ``one_click``; form-encoded or multipart, as RFC 8058 allows, the value's trailing CRLF or blanks
-  ignored: mailbox providers end the body with one) or ``confirm=unsubscribe`` (the page's button,
-  source ``page``) opts the recipient out of the link's category on its channel, idempotently, and
-  answers 200 with a page saying so.
-* A forged, tampered or expired token: 400 page, nothing changed. A POST with neither field: 400
-  page naming the field, nothing changed. A recipient deleted or erased since the link was issued:
-  404 page, nothing changed (GET and POST).
+``GET`` shows what the link will do and a button; it never changes anything (scanners follow GETs).
+``POST`` with ``List-Unsubscribe=One-Click`` (source ``one_click``; trailing CRLF ignored) or
+``confirm=unsubscribe`` (source ``page``) opts out of the link's category on its channel,
+idempotently: 200. A bad token or a POST with neither field: 400 page; a recipient deleted or
+erased since: 404 page; nothing changed.
 """
 
 from __future__ import annotations

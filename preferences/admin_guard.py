@@ -1,25 +1,13 @@
 """Admin hardening shared by every app's admin pages (docs/ARCHITECTURE.md §10).
 
-* :class:`ContentLookupGuard`, a ModelAdmin mixin: no changelist lookup and no search may reach a
-  field that holds message content, for any staff user, superusers included. A model names its
-  content-bearing fields in a class attribute ``content_fields`` (a frozenset of field names:
-  ``Notification.content_fields`` holds title, body, html, data, …). Otherwise
-  ``?id=<id>&body__startswith=Your+code+is+1`` answers "1 result" or "0 results" and reads a hidden
-  OTP code one digit at a time. A secret is guarded the same way: ``APIClient.content_fields`` names
-  its primary key (``prefix.<hash of the key>``), so ``?client__id__startswith=`` on the API audit log
-  is refused as ``?body__startswith=`` is; a lookup on a foreign key itself (``client__startswith``)
-  compares the key it points to, and is refused when that is such a field. A refused lookup is
-  Django's ``DisallowedModelAdminLookup`` (a SuspiciousOperation): the answer is 400 and no count is
-  rendered. A filter value Django cannot
-  apply (``?id=not-a-uuid``) also answers 400, instead of a redirect to the unfiltered list.
-  ``check()`` (run by ``manage.py check``) fails, id ``admin_guard.E001``, for a ``search_fields``
-  entry that reaches content.
-* :func:`install` (``config/urls.py``): every view of an admin site (third-party ModelAdmins
-  included) answers 400 to a NUL byte in the path, a query or form key or value: Postgres cannot
-  compare a text with NUL, and such requests were 500s (``/admin/preferences/recipient/%00/change/``).
-
-This module imports Django only, so the admins of every floor (preferences, notifications, campaigns)
-can use it.
+:class:`ContentLookupGuard`, a ModelAdmin mixin: no changelist lookup or search may reach a field
+named in the model's ``content_fields`` (message content, or a secret such as an API client's key
+hash), for any staff user, or ``?body__startswith=`` would read a hidden OTP one digit at a time.
+A refused lookup is 400 (``DisallowedModelAdminLookup``), as is a filter value that cannot apply;
+``check()`` fails (``admin_guard.E001``) for a ``search_fields`` entry that reaches content.
+:func:`install` (``config/urls.py``) answers 400 to a NUL byte anywhere in an admin request (was a
+500). The rules for staff: docs/SECURITY.md, docs/OPERATIONS.md "The admin, page by page".
+Imports Django only, so the admins of every floor can use it.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """Opt-outs edited with checkboxes in the admin, not as raw JSON.
 
-* ``opt_outs`` (``["sms", …]``): one checkbox per channel (:func:`channel_checkboxes`).
-* ``category_opt_outs`` (``{category: [channel…]}``): a grid, one row per category and one checkbox
-  per channel (:class:`CategoryOptOutsField`). The rows are the categories of
-  ``settings.PREFERENCE_CATEGORIES``, then the recipient's other categories, then
-  :data:`BLANK_ROWS` empty rows where a support agent types another category name.
-* ``type_opt_outs`` (``{notification type key: [channel…]}``): the same grid per notification type
-  (:class:`TypeOptOutsField`): the recipient's types, then :data:`BLANK_ROWS` empty rows for another
-  type key (this floor cannot list the types: they live in ``notifications``).
-
-The form still validates the result with the API's own serializer (category names, type keys, channels).
+``opt_outs``: one checkbox per channel (:func:`channel_checkboxes`); ``category_opt_outs``: a grid
+of categories × channels (:class:`CategoryOptOutsField`: ``settings.PREFERENCE_CATEGORIES``, the
+recipient's own, then :data:`BLANK_ROWS` empty rows to type another); ``type_opt_outs``: the same
+per notification type (:class:`TypeOptOutsField`; this floor cannot list the types, so the
+recipient's own and blank rows). The form validates the result with the API's own serializer.
 """
 
 from __future__ import annotations

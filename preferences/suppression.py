@@ -1,21 +1,12 @@
 """The suppression rule: may a message on ``channel`` in ``category`` go to this recipient at all?
 
 One pure function, :func:`suppression_reason`, over what is known about the recipient
-(:class:`RecipientFacts`: contacts, provider marks, push devices, SMS STOP, preferences). Every
-place that decides it uses this function:
-
-* the send path at send time (``notifications.delivery.checks.suppression_reason``, per claimed row),
-* campaign fan-out's pre-filter (``campaigns.fanout``, per member row of the raw member query),
-* a campaign's pre-launch reach (``campaigns.audience.reach``, per distinct combination of facts).
-
-Order of the checks (the first that applies is the reason): channel opt-out, category opt-out on
-that channel, notification-type opt-out on that channel (none of the three for a ``required`` type:
-security, legal; docs/TYPES.md), then the channel's contact: SMS — no phone, phone marked invalid by the provider,
-STOP replied to our sender; email — no address, address marked invalid; push — no active device.
-
-The reason codes are the values of ``notifications.models.Reason`` (this module sits below
-``notifications`` and cannot import it; a test keeps the two in step). Quiet hours never suppress:
-they defer ``standard`` sends (see :mod:`preferences.quiet_hours`).
+(:class:`RecipientFacts`), used by every place that decides it: the send path's checks, campaign
+fan-out's pre-filter and a campaign's pre-launch reach. The first check that applies is the reason:
+channel, category, then type opt-out (none for a ``required`` type), then the channel's contact
+(docs/TYPES.md, "What happens at send time"). The codes are ``notifications.models.Reason``'s
+values (this floor cannot import it; a test keeps them in step). Quiet hours never suppress: they
+defer (:mod:`preferences.quiet_hours`).
 """
 
 from __future__ import annotations

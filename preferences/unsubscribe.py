@@ -1,15 +1,12 @@
 """One-click unsubscribe (RFC 8058): the signed token an email's ``List-Unsubscribe`` link carries,
 and the opt-out it makes (docs/TYPES.md, "Unsubscribe").
 
-The token is Django's ``signing.dumps`` (HMAC-SHA256 over the project's ``SECRET_KEY`` with
-:data:`SALT`, a timestamp, compressed JSON): verifying it needs no database lookup. It names the
-recipient, the category and the channel, and for attribution the campaign or notification the email
-was. :func:`read_token` refuses any token older than :data:`MAX_AGE` (60 days) or not signed by us.
-
-:func:`unsubscribe` adds the channel to the recipient's ``category_opt_outs`` (the one opt-out the
-send path reads) and writes an :class:`~preferences.models.Unsubscribe` row saying how, under a lock
-of the recipient's preferences row: a second click of the same link changes nothing. A link
-issued before the recipient's last erasure is dead (:func:`check_live`): it names data that is gone.
+The token is Django's ``signing.dumps`` with :data:`SALT`: no database lookup to verify, naming the
+recipient, category, channel and (for attribution) the campaign or notification; :func:`read_token`
+refuses one older than :data:`MAX_AGE` or not ours. :func:`unsubscribe` adds the channel to
+``category_opt_outs`` and writes an :class:`~preferences.models.Unsubscribe` row under a lock, so a
+second click changes nothing; a link issued before the recipient's last erasure is dead
+(:func:`check_live`).
 """
 
 from __future__ import annotations

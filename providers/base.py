@@ -1,21 +1,12 @@
 """Provider contract: the message shape handed to a provider backend, its result, and the errors.
 
-Every backend (``providers/<name>/backend.py``) subclasses one of the channel base classes below and
-implements :meth:`ProviderBackend.send` (and :meth:`ProviderBackend.send_batch` where the provider has a
-batch or async path). The delivery pipeline (``notifications/delivery/``) only ever talks to this module's
-types, so a new provider is a new package and a line in settings.
-
-Error hierarchy (after django-anymail's and healthchecks' error classes)::
-
-    ProviderError                  anything the provider said no to, or could not be reached
-    ├── TransientProviderError     retry with backoff: timeouts, connection errors, 5xx, 429
-    └── PermanentProviderError     never retry this message: bad payload, rejected content
-        └── ContactInvalidError    the address/number/token itself is dead: deactivate it
-    ProviderConfigurationError     (outside the tree) our credentials/settings are wrong
-
-``ProviderConfigurationError`` deliberately does not subclass ``ProviderError`` so that no
-``except ProviderError`` can swallow a misconfiguration; the pipeline treats it as a permanent
-failure of the message *and* logs it loudly.
+Every backend (``providers/<name>/backend.py``) subclasses a channel base class below and implements
+:meth:`ProviderBackend.send` (and :meth:`ProviderBackend.send_batch` where the provider has a batch
+or async path). The delivery pipeline only ever talks to these types, so a new provider is a new
+package and a line in settings. Errors: :class:`TransientProviderError` (retry),
+:class:`PermanentProviderError` (never retry; :class:`ContactInvalidError`: the contact is dead),
+and :class:`ProviderConfigurationError` outside that tree, so no ``except ProviderError`` swallows a
+misconfiguration (docs/PROVIDERS.md, "Errors").
 """
 
 from __future__ import annotations
@@ -36,9 +27,8 @@ class OutboundMessage:
     """One message to one address, as handed to a backend.
 
     Attributes:
-        notification_id: our notification UUID as a string; backends pass it to the provider as
-            correlation id (Twilio ``StatusCallback`` query, SendGrid ``custom_args``, FCM
-            ``data`` / collapse key) so receipts and duplicates can be matched.
+        notification_id: our notification UUID as a string, passed to the provider as correlation id
+            (Twilio ``StatusCallback`` query, SendGrid ``custom_args``, FCM ``data`` / collapse key).
         channel: ``"sms"``, ``"email"`` or ``"push"``.
         to: E.164 phone number (sms), email address (email) or push token (push).
         body: plain-text body.
@@ -46,27 +36,17 @@ class OutboundMessage:
         html: optional HTML body (email only).
         data: optional ``str -> str`` mapping (push data payload; email custom args).
         platform: push only: ``"ios"``, ``"android"`` or ``"web"``.
-        ttl_seconds: how long the provider may keep trying (push TTL, SMS ValidityPeriod); ``None``
-            for the provider default.
+        ttl_seconds: how long the provider may keep trying (push TTL, SMS ValidityPeriod); ``None``:
+            the provider's default.
         priority: ``"high"`` or ``"standard"``.
         collapse_key: push collapse key (we use the notification id so a duplicate shows once).
-        silent: push only. ``True``: a data-only (background) push with no alert and no sound,
-            e.g. a type with ``quiet_hours: silent`` during the recipient's quiet hours; the title
-            and body travel in ``data`` (``title``/``body`` keys) for an open app to show itself
-            (FCM: :func:`providers.fcm.backend.build_message`; docs/PROVIDERS.md "Silent pushes
-            and sender overrides").
-            Ignored by SMS and email backends.
-        sender: who the message is from, ``None`` for the provider's configured default. SMS: the
-            From number in E.164 (``"+15005550006"``) or a Twilio Messaging Service SID
-            (``"MG"`` + 32 hex digits) instead of ``FROM_NUMBER``; email: the From address,
-            ``"addr@example.com"`` or ``"Name <addr@example.com>"``, instead of ``FROM_EMAIL``.
-            Ignored by push. :mod:`providers.senders` says whether a value is well formed.
-        reply_to: email only: the Reply-To address (same forms as an email ``sender``); ``None``:
-            no Reply-To header.
-        unsubscribe_url: email only: the one-click unsubscribe link (``https://…/u/{token}``); the
-            message then carries ``List-Unsubscribe: <url>`` and ``List-Unsubscribe-Post:
-            List-Unsubscribe=One-Click`` (RFC 8058, :func:`unsubscribe_headers`). ``None``: neither
-            header (required, transactional and uncategorised mail). Ignored by SMS and push.
+        silent: push only: a data-only push, no alert or sound, title and body in ``data``
+            (docs/PROVIDERS.md, "Silent pushes and sender overrides").
+        sender: SMS From number or Messaging Service SID, or email From; ``None``: the configured
+            default (forms: :mod:`providers.senders`). Ignored by push.
+        reply_to: email only: the Reply-To address; ``None``: no Reply-To header.
+        unsubscribe_url: email only: the one-click link, sent as the RFC 8058 headers
+            (:func:`unsubscribe_headers`); ``None``: neither header.
     """
 
     notification_id: str

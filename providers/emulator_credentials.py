@@ -1,14 +1,10 @@
 """The emulator's built-in account names and credentials, as the platform knows them.
 
-They live here, beside the backends and not under ``providers/emulator/``, because production code
-(``config/provider_settings.py``, ``providers/registry.py``, the Twilio webhook) needs them and must
-never import the emulator itself; the emulator needs none of them (it signs receipts with whatever
-credentials a client sent, docs/SECURITY.md).
-
-They are public (they are in this repository), so they are only ever configured, and a webhook
-signed with one is only ever accepted, in emulator mode (``settings.PROVIDER_MODE == "emulator"``,
-see ``config/provider_settings.py``). Outside it, ``manage.py check`` refuses a provider configured
-with one of :data:`BUILT_IN_SECRETS` and the Twilio webhook refuses signatures made with it.
+Here, not under ``providers/emulator/``, because production code (``config/provider_settings.py``,
+``providers/registry.py``, the Twilio webhook) needs them and must never import the emulator. They
+are public, so they are only configured, and a webhook signed with one only accepted, in emulator
+mode: outside it ``manage.py check`` refuses a provider configured with one of
+:data:`BUILT_IN_SECRETS` and the Twilio webhook refuses its signatures (docs/SECURITY.md).
 """
 
 TWILIO_ACCOUNT_SID = "AC" + "0" * 32

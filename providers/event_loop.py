@@ -1,15 +1,10 @@
 """One asyncio event loop per process, on a daemon thread, for the SDKs' async clients.
 
-The Twilio and FCM backends (``providers/twilio/backend.py``, ``providers/fcm/backend.py``) keep
-their pooled async HTTP clients (aiohttp, httpx) on this loop and submit coroutines to it from the
-calling (worker) thread with :func:`run`, which blocks that thread until the coroutine is done.
-Why a loop thread rather than ``asyncio.run`` per batch: a pooled client is bound to the loop it was
-created on, so reusing its keep-alive connections across batches needs a loop that outlives a batch.
-
-Celery prefork: the loop is created lazily, on first use, in the process that uses it. A forked
-child never touches the parent's loop or the clients on it (their sockets belong to the parent): it
-starts its own loop on first use, and backends rebuild their clients when they see a new loop
-(:func:`loop_id`). See docs/PROVIDERS.md, "Async SDK paths".
+The Twilio and FCM backends keep their pooled async HTTP clients on this loop and submit coroutines
+to it from the worker thread with :func:`run`, which blocks until the coroutine is done: a pooled
+client is bound to its loop, so reusing keep-alive connections across batches needs a loop that
+outlives a batch. Created lazily in the process that uses it; a forked child starts its own and
+backends rebuild their clients on a new loop (:func:`loop_id`). docs/PROVIDERS.md, "Async SDK paths".
 """
 
 from __future__ import annotations

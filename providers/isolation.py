@@ -1,28 +1,11 @@
 """Isolation under load and provider trouble (docs/ARCHITECTURE.md §8), with shared state in Redis.
 
-Three mechanisms, each keyed by provider name (``settings.PROVIDERS[...]["NAME"]``) and shared by
-every worker process through Redis, so the limits hold for the whole platform, not per process:
-
-* **Token bucket** (:func:`take_tokens`): a provider's budget in messages per second, split into a
-  reserved share for the high tier and the rest for standard. One atomic Lua call takes up to N
-  tokens. Standard traffic only ever draws from the standard bucket; high traffic draws from its
-  reserved bucket first and may then borrow from the standard bucket. So standard can never spend
-  the reserve, and an OTP never waits behind a campaign for budget.
-* **Circuit breaker** (:func:`breaker_allows`, :func:`record_calls`): counts failures (timeouts,
-  connection errors, 5xx) and successes in one-second buckets over a sliding window; past the
-  failure-rate threshold (with a minimum number of calls) it opens for ``OPEN_SECONDS``: callers
-  fail fast. Then it is half-open: one probe call at a time is let through; a successful probe
-  closes it, a failed one opens it again.
-* **Bulkhead** (:func:`acquire_slots`, :func:`release_slots`): a cap on concurrent calls per
-  provider and tier, a Redis sorted set of leased slots (each slot expires, so a killed worker
-  cannot leak one for longer than its lease).
-
-Limits come from ``settings.PROVIDER_LIMITS`` (see :func:`limits_for`). Every function fails *open*
-when Redis is unreachable (logged): Redis is also the broker, so without it there is no traffic to
-limit, and refusing to send would turn a Redis outage into lost time for OTPs.
-
-Units: rates in messages per second, times in seconds unless the name says ``_ms``; all instants
-come from Redis ``TIME`` so worker clocks do not matter.
+Per provider name, shared by every worker through Redis so the limits hold for the whole platform:
+a token bucket with a high-tier reserve (:func:`take_tokens`), a circuit breaker
+(:func:`breaker_allows`, :func:`record_calls`) and a bulkhead of leased slots
+(:func:`acquire_slots`, :func:`release_slots`). Limits come from ``settings.PROVIDER_LIMITS``
+(:func:`limits_for`). Every function fails *open* when Redis is unreachable (logged); instants come
+from Redis ``TIME``. Rates in messages per second, times in seconds unless the name says ``_ms``.
 """
 
 from __future__ import annotations

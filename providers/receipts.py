@@ -33,25 +33,22 @@ class Receipt:
 
     Attributes:
         provider: ``"twilio"`` / ``"sendgrid"``.
-        dedup_key: unique per provider event, at most 200 characters (how each webhook builds it:
-            docs/PROVIDERS.md, "Delivery receipts").
+        dedup_key: unique per provider event, at most 200 characters (docs/PROVIDERS.md, "Delivery
+            receipts").
         kind: one of the normalised kinds above (:data:`KINDS`).
         raw: the provider's own word (``"undelivered"``, ``"bounce"``, ``"delivered"``…).
         notification_id: our id if the provider echoed it (Twilio ``?nid=``, SendGrid custom arg).
         provider_message_id: Twilio ``MessageSid`` / SendGrid ``sg_message_id`` prefix.
-        address: the recipient's address when ``provider_message_id`` names a request that may carry
-            several recipients (SendGrid: the ``X-Message-Id`` of up to 1,000); without our
-            ``notification_id`` the receipt then belongs only to that request's row sent to this
-            address (``""``: to none). ``None``: the message id names one message (Twilio).
+        address: the recipient's address when ``provider_message_id`` may name several recipients
+            (SendGrid's batch): the receipt belongs only to the row sent there. ``None``: one message.
         error_code: Twilio ``ErrorCode``, SendGrid bounce ``status`` (e.g. ``5.1.1``) or ``""``.
         detail: human-readable detail (bounce reason…), never message content.
         invalid_address: email contact is dead (mark invalid).
         sender: Twilio ``From`` (for per-sender STOP).
-        occurred_at: when the provider says the event happened (aware UTC; SendGrid ``timestamp``),
-            ``None`` if it did not say (Twilio). Only a candidate for ``sent_at``, checked first.
-        contact: the address or number the event is about (SendGrid ``email``, Twilio ``To``; ``""``:
-            not said). A dead-contact mark or a STOP applies to the recipient's contact only while it
-            is still this one (a late bounce of an old address never marks the new one).
+        occurred_at: when the provider says it happened (aware UTC; ``None`` if unsaid); only a
+            candidate for ``sent_at``.
+        contact: the address or number the event is about (``""``: unsaid); a dead-contact mark or a
+            STOP applies only while it is still the recipient's contact.
     """
 
     provider: str

@@ -1,17 +1,10 @@
 """Provider registry: build backends from ``settings.PROVIDERS`` and cache them per thread.
 
-``settings.PROVIDERS`` maps a channel to an ordered list of providers, the first being the primary::
-
-    PROVIDERS = {
-        "sms": [{"NAME": "twilio", "BACKEND": "providers.twilio.backend.TwilioSmsBackend",
-                 "OPTIONS": {...}}],
-        "email": [{"NAME": "sendgrid", ...}, {"NAME": "smtp", ...}],
-        "push": [{"NAME": "fcm", ...}],
-    }
-
-Backends are imported lazily (``import_string``) and one opened instance is kept per
-(process, thread, channel, name): a backend is used by one thread at a time (providers/base.py), and
-connections must not be shared across a fork.
+``settings.PROVIDERS`` maps a channel to an ordered list of provider entries, the primary first
+(``{"NAME", "BACKEND", "OPTIONS", …}``, built by config/provider_settings.py). Backends are imported
+lazily (``import_string``) and one opened instance is kept per (process, thread, channel, name): a
+backend is used by one thread at a time (providers/base.py), and connections must not be shared
+across a fork.
 """
 
 from __future__ import annotations
@@ -139,17 +132,13 @@ def close_all_backends() -> None:
 def check_providers_configured() -> list[str]:
     """Validate ``settings.PROVIDERS`` without opening any connection.
 
-    Besides the shape (NAME, BACKEND, OPTIONS, the backend's required options), a real entry (not
-    ``MODE: "emulator"``) that says which variables its credentials come from (``ENV``, see
-    ``config/provider_settings.py``) is reported by those variables' names when one is empty; and
-    outside emulator mode (``settings.PROVIDER_MODE``) no option may hold one of the emulator's
-    public built-in secrets.
-
-    An empty list is a channel without a provider (``PUSH_PROVIDERS=``), not a problem.
+    Besides the shape (NAME, BACKEND, OPTIONS, the backend's required options), a real entry with
+    ``ENV`` (config/provider_settings.py) is reported by the empty variables' names, and outside
+    emulator mode no option may hold an emulator built-in secret. An empty list is a channel without
+    a provider (``PUSH_PROVIDERS=``), not a problem.
 
     Returns:
-        Human-readable problems (empty when everything is fine), e.g.
-        ``'settings.PROVIDERS["sms"][0]: OPTIONS misses ACCOUNT_SID'`` or
+        Human-readable problems (empty when fine), e.g.
         ``'settings.PROVIDERS["sms"][1] "twilio_backup": TWILIO_BACKUP_AUTH_TOKEN is not set (…)'``.
     """
     providers = getattr(settings, "PROVIDERS", None)

@@ -1,29 +1,13 @@
 """Per-message senders (:attr:`providers.base.OutboundMessage.sender` and ``reply_to``): which
 forms the backends accept, and why a value is not one of them.
 
-* SMS: a From number in E.164 (``+15005550006``, parsed with ``phonenumbers``; it must already be
-  written in E.164) or a Twilio Messaging Service SID (``MG`` + 32 hex digits, the pattern of
-  Twilio's API definition), which Twilio then sends from one of the service's numbers
-  (docs/PROVIDERS.md "Silent pushes and sender overrides").
-* Email (From and Reply-To): exactly one mailbox, ``addr@example.com`` or ``Name
-  <addr@example.com>`` (RFC 5322 ``name-addr``), parsed as a header with the standard library's
-  ``email.headerregistry`` and the address checked with Django's ``validate_email``; never a line
-  break (header injection), a list (``a@x, b@y``), a group (``team: a@x, b@y;``) or anything the
-  parser finds a defect in; never an RFC 2047 encoded word (``=?utf-8?q?…?=``: the parser decodes it,
-  so ``=?utf-8?q?<security@paypal.com>?= <ok@example.com>`` would read as one mailbox at
-  ``ok@example.com`` while a backend parsing differently sent ``security@paypal.com``), and no
-  display name holding ``@``, ``<`` or ``>`` (a name that looks like an address impersonates one).
-
-:func:`parse_sender` is the one parse of an email sender into (display name, address): the check
-reads it and every email backend sends it (SendGrid's ``from``/``reply_to``, SMTP's headers via
-:func:`sender_header`), so what goes out is what was checked.
-
-:func:`sender_address` gives the part an allow-list compares (the lower-cased address of an email
-sender, the SMS sender itself) and :func:`configured_senders` the senders the settings configure
-(every provider's ``FROM_EMAIL`` / ``FROM_NUMBER``), which are always allowed.
-
-The ``*_problem`` functions return a sentence naming the rule (for a 4xx or a form error), or
-``None`` when the value is fine. Importing this module touches no provider SDK.
+SMS: an E.164 From number or a Twilio Messaging Service SID. Email: exactly one mailbox
+(``addr@example.com`` or ``Name <addr@example.com>``), never a line break, list, group, RFC 2047
+encoded word or an address-like display name (docs/TYPES.md, "Senders"). :func:`parse_sender` is
+the one parse of an email sender, read by the check and by every email backend, so what goes out is
+what was checked; :func:`sender_address` is what an allow-list compares, :func:`configured_senders`
+the always-allowed senders of the settings. ``*_problem`` functions return a sentence naming the
+rule, or ``None``. Importing this module touches no provider SDK.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
-"""Keyset (cursor) pagination for the API's list endpoints.
+"""Keyset (cursor) pagination for the API's list endpoints: ``{"items": [...], "next_cursor": …}``.
 
-A page is ``{"items": [...], "next_cursor": "…" | null}``. The cursor is opaque to clients: the
-last item's sort key signed and bound to its listing (:mod:`core.cursors`: another list's or a
-made-up cursor is ``422 invalid_cursor``; it never expires); the next page is the rows strictly after it
-in the list's fixed order, found with an index range scan: no OFFSET, so page 1,000 costs what
-page 1 does and rows inserted meanwhile never shift or repeat what a client already saw.
-
-Query parameters every list takes: ``limit`` (1–200, default 50) and ``cursor``; each list adds its
-own filters (choices, or the rule of the id they name: :mod:`core.api.parameters`). An
-unknown parameter, a bad value or a cursor that was not ours (or that holds what cannot be stored,
-such as NUL) is a 422 naming the parameter, before any query runs.
+The cursor is the last item's sort key, signed and bound to its listing (:mod:`core.cursors`);
+the next page is the rows strictly after it, found by an index range scan (no OFFSET), so deep
+pages cost what page 1 does and rows written meanwhile never shift a page. ``limit`` and
+``cursor`` plus each list's own filters; anything else, a bad value or a foreign cursor is a 422
+naming the parameter, before any query runs. The client's view: docs/API.md, "Lists (pagination)".
 """
 
 from __future__ import annotations

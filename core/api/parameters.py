@@ -1,24 +1,11 @@
 """The rule of every kind of id a path or a query string names, in one place: what it accepts, its
-OpenAPI schema (generated from the same rule), and the 422 for a value that breaks it, in the
-API's one error shape naming the parameter (:class:`~core.api.errors.InvalidParameter`).
+OpenAPI schema (generated from the same rule), and the 422 naming the parameter for a value that
+breaks it (:class:`~core.api.errors.InvalidParameter`).
 
-========================  =============================================================================
-kind                      rule
-========================  =============================================================================
-user id                   1–255 characters, no invisible character (Unicode Cc, Cf, Zl, Zp), one
-                          script: :func:`core.identifiers.user_id_problem`, also for members and the admin
-push token                1–1,024 characters, no invisible character: :func:`~core.identifiers.
-                          push_token_problem`, also the body of ``PUT /v1/users/{id}/devices``
-segment / template id     1–64 ASCII letters, digits, ``-``, ``_`` (:data:`SLUG`); case-sensitive:
-                          ``VIP`` and ``vip`` are two segments
-category (query filter)   as on sends: lower-case letters, digits, ``_ . -``, at most 64, first a
-                          letter or digit (:data:`CATEGORY`)
-notification, campaign    UUIDs, matched by the URL itself (anything else: ``404`` for the URL)
-========================  =============================================================================
-
-Ids are taken exactly as given: never trimmed, never case-folded, so what is stored is what the
-path reaches. Every text id is checked before any query runs (Postgres text cannot hold NUL: an
-unchecked ``%00`` was a 500).
+User ids (:func:`core.identifiers.user_id_problem`), push tokens, segment / template slugs
+(:data:`SLUG`), categories (:data:`CATEGORY`); notification and campaign UUIDs are matched by the URL.
+Ids are taken exactly as given (never trimmed or case-folded) and checked before any query runs
+(Postgres text cannot hold NUL). The rules in words: docs/API.md, "Ids and sizes".
 """
 
 from __future__ import annotations

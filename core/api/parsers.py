@@ -1,16 +1,10 @@
-"""The API's JSON parser: DRF's, plus three refusals that would otherwise surface as 500s.
+"""The API's JSON parser: DRF's, plus refusals of what would otherwise be a 500 or silently accepted.
 
-* ``\\u0000`` anywhere (keys or values): PostgreSQL text cannot store NUL, so it is refused up
-  front with the path of the offending field.
-* A lone UTF-16 surrogate (``"\\ud800"``) anywhere: valid JSON, but no UTF-8 can encode it, so
-  echoing it in an error (an unknown key) or storing it (a ``data`` key) failed with a 500. Found by
-  the generated-body tests (tests/test_api_generated.py).
-* Nesting deep enough to exhaust Python's recursion limit (``[[[[…]]]]``).
-
-And two that would otherwise be accepted silently or unclearly: a key given twice in one object
-(``{"user_id": "alice", "user_id": "bob"}`` was last-wins: a send could go to bob unnoticed) is
-refused naming the key; ``NaN``/``Infinity`` (not JSON, RFC 8259 §6) and malformed JSON are refused
-with the body as the field, in the API's one error shape.
+NUL and lone UTF-16 surrogates anywhere (Postgres and UTF-8 cannot hold them), nesting past the
+recursion limit, a key given twice in one object (last-wins could send to the wrong user), and
+``NaN``/``Infinity`` (not JSON, RFC 8259 §6): each is ``400 parse_error`` naming the field's path
+(the body for the last), in the API's one error shape. The client's view: docs/API.md, "Errors";
+docs/SECURITY.md.
 """
 
 from __future__ import annotations

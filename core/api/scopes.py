@@ -1,15 +1,11 @@
 """API key scopes: what an API client may do (least privilege, like Stripe's restricted keys).
 
-Every API operation needs one scope (``notifications.api.auth.HasRequiredScope`` checks the one the
-view declares); ``priority: high`` also needs :attr:`Scope.SEND_HIGH`, and so do changing a
-template or a segment's members that an active high-priority campaign uses and cancelling a
-high-priority campaign (:mod:`campaigns.ownership`); a type that overrides users' choices
-(``required: true``, ``quiet_hours: bypass``) also needs :attr:`Scope.TYPES_OVERRIDE`.
-:attr:`Scope.INBOX` is the one scope that reads across API clients (a user's inbox holds every
-service's in-app items): the deliberate, audited exception of docs/SECURITY.md ("No cross-client
-read"). :attr:`Scope.RECEIPTS` is not the sender's: receipts move the counts of every send the key
-can read (admin campaigns' too), so only the backend the app reports to holds it. The scopes are
-stored on :class:`notifications.models.APIClient` as a JSON list of these values.
+Every operation needs one scope (``notifications.api.auth.HasRequiredScope`` checks the one the
+view declares); some need a second (:attr:`Scope.SEND_HIGH`, :attr:`Scope.TYPES_OVERRIDE`; see
+:mod:`campaigns.ownership`). :attr:`Scope.INBOX` is the one cross-client read and
+:attr:`Scope.RECEIPTS` belongs to the app's backend, not the sender (docs/SECURITY.md). Stored on
+:class:`notifications.models.APIClient` as a JSON list; the table: docs/API.md, "Authentication
+and scopes".
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """API-key authentication: ``Authorization: Api-Key <key>`` (djangorestframework-api-key), and the
 scope each operation needs.
 
-Keys are stored hashed (SHA-512); the lookup is by the key's public prefix, then a constant-time
-hash comparison (:func:`key_owner`); a key whose secret matches is then refused as revoked
-(``revoked_api_key``) or expired (``expired_api_key``), any other as unknown (``invalid_api_key``).
-``request.auth`` is the :class:`~notifications.models.APIClient`.
-
-Every API view declares the scope of each method it implements::
-
-    class RecipientView(APIView):
-        required_scopes = {"get": Scope.READ, "put": Scope.RECIPIENTS_WRITE, "delete": Scope.RECIPIENTS_WRITE}
-
-:class:`HasRequiredScope` (a default permission) refuses a key without it (403 ``missing_scope``) before
-the view runs, and refuses a method the view implements but declares no scope for (fail closed); a
-method the view does not implement is 405 with ``Allow``, for every key;
-``tests/test_scopes.py`` walks every URL pattern so an endpoint cannot forget its declaration.
+Keys are stored hashed; the lookup is by the key's prefix, then a constant-time comparison
+(:func:`key_owner`); a matching key may still be ``revoked_api_key`` or ``expired_api_key``, any
+other is ``invalid_api_key``. ``request.auth`` is the :class:`~notifications.models.APIClient`.
+Every view declares ``required_scopes = {"get": Scope.READ, …}``; :class:`HasRequiredScope` refuses
+a key without the scope (403 ``missing_scope``) and a method with no declared scope (fail closed);
+tests/test_scopes.py walks every URL so no endpoint forgets. docs/API.md, "Authentication and scopes".
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """Request/response shapes for ``/v1/notifications``.
 
-Channel rules (sources: Twilio Messages API docs for the 1,600-character body limit; FCM HTTP v1
-docs for the 4,096-byte data payload limit, ``docs/PROVIDERS.md`` §1, §3):
-
-* sms: ``body`` ≤ 1,600 characters; no ``title``/``html``/``data`` (an SMS carries only its body).
-* email: ``title`` (the subject) required, one line, ≤ 998 characters (RFC 5322 line limit); optional
-  ``html``; ``data`` goes out as SendGrid ``custom_args``: ≤ 10,000 bytes as JSON, no
-  ``notification_id`` key (the platform sets it).
-* push: ``title`` + ``body`` + ``data`` together ≤ 4,096 bytes as JSON; ``data`` values are strings;
-  no ``html``; no ``data`` key FCM reserves (``from``, ``message_type``, ``google.*``, ``gcm.*``, any
-  case) nor ``notification_id``, which the platform sets (:func:`providers.fcm.data_keys.data_key_problem`).
+Channel rules (Twilio's 1,600-character body, FCM's 4,096-byte payload, SendGrid's custom args:
+``docs/PROVIDERS.md`` §1, §2, §3): sms only a ``body``; email a one-line ``title`` (≤ 998, RFC 5322),
+optional ``html``, ``data`` ≤ 10,000 bytes; push ``title`` + ``body`` + ``data`` ≤ 4,096 bytes, string
+values, no key FCM reserves (:func:`providers.fcm.data_keys.data_key_problem`) nor
+``notification_id``. The rules in full: docs/API.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """Reading a user's inbox (docs/APP.md): one page of items newest first, and the badge counts.
 
-A page is a keyset range read on one of :class:`~notifications.inbox.models.InboxItem`'s partial
-indexes, chosen by the status filter (the query's WHERE repeats the index's predicate, so the
-planner can use it): ``(recipient_id, created_at DESC, notification_id DESC)`` from the cursor's
-position on, ``LIMIT limit + 1``. No OFFSET: page 500 of a million items costs what page 1 does
-(``tests/test_inbox_plans.py`` asserts the plans).
-
-The cursor is the last item's ``(created_at, notification_id)`` signed by :mod:`core.cursors` (the
-one rule of every list's cursor), bound to :data:`CURSOR_SALT` and the listing (user, status,
-category): opaque to the app, never expiring, and a tampered one or another listing's is
+A page is a keyset range read on the :class:`~notifications.inbox.models.InboxItem` partial index
+the status filter chooses (the WHERE repeats its predicate so the planner uses it), from the
+cursor's position, ``LIMIT limit + 1``: no OFFSET, so page 500 costs what page 1 does
+(tests/test_inbox_plans.py asserts the plans). The cursor is signed by :mod:`core.cursors`, bound
+to :data:`CURSOR_SALT` and the listing (user, status, category); a tampered or foreign one is
 :class:`BadCursor`, never a query on what it holds.
 """
 

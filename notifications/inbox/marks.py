@@ -1,29 +1,11 @@
 """Marking a user's inbox items seen, read, unread or archived (``POST /v1/users/{id}/inbox/mark``).
 
-Semantics (docs/APP.md):
-
-==========  ==================================================================  ==========
-status      what changes (only rows where it changes something)                 monotonic
-==========  ==================================================================  ==========
-seen        ``seen_at`` set to now where null                                    yes
-read        ``read_at`` set to now where null, and ``seen_at`` where null        yes
-unread      ``read_at`` cleared (``seen_at`` stays)                              —
-archived    ``archived_at`` set to now where null: the item leaves the default   yes
-            listing and all three counts
-==========  ==================================================================  ==========
-
-A timestamp once set never moves later: repeating a mark changes nothing (``changed: 0``).
-
-**Locking order** (no lost update, no deadlock): a mark first locks the user's
-:class:`~notifications.inbox.models.InboxCounts` row (``SELECT … FOR UPDATE``), then updates the
-items (``UPDATE … RETURNING`` the old state) and moves the counts by the deltas of the rows it
-actually changed, in one transaction. Every writer of a user's items holds that row's lock while it
-changes them: :func:`notifications.inbox.store.write` locks it before it inserts (and takes its
-items' ``created_at`` after that, so a user's items are created in the order they become visible),
-:mod:`notifications.inbox.prune` locks it before deleting.
-A mark waiting for a write's lock then sees the write's items, committed with their counts; one that
-holds it first never sees (nor touches) the write's uncommitted rows. Locks across users are taken
-in user-id order (store.write and the prune sort; a mark locks one user).
+What each status changes (only rows where it changes something; a timestamp once set never moves
+later, so a repeat is ``changed: 0``): docs/APP.md, "Marking items". A mark locks the user's
+:class:`~notifications.inbox.models.InboxCounts` row first, then updates the items
+(``UPDATE … RETURNING`` the old state) and moves the counts by the deltas of the rows it changed,
+in one transaction; every writer of a user's items holds that lock (the locking order and why:
+docs/ARCHITECTURE.md §6, the ``in_app`` calls stage).
 """
 
 from __future__ import annotations

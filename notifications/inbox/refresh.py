@@ -1,24 +1,13 @@
-"""The silent refresh push (docs/APP.md, "Instant when online"): when an inbox item is written for a
-user with active push devices, a data-only push tells an open app to fetch its inbox now, so an
+"""The silent refresh push (docs/APP.md, "The silent refresh push"): when an inbox item is written for
+a user with active push devices, a data-only push tells an open app to fetch its inbox now, so an
 inbox is instant without a socket server.
 
-The message (FCM, through the push provider's SDK like any push): no notification block, iOS
-``content-available: 1`` with ``apns-push-type: background`` (:func:`providers.fcm.backend.build_message`,
-``silent``), ``data`` = ``{"type": "inbox_refresh", "unseen": "<the user's unseen count>",
-"notification_id": "<the newest item's id>"}``, collapse key ``inbox_refresh`` (a device offline for
-a while gets one), TTL 60 s (an app opened later fetches its inbox anyway).
-
-Best effort, and never at the expense of other traffic:
-
-* at most one per user per ``NOTIFY["INBOX"]["REFRESH_PUSH_SECONDS"]`` (a Redis key per user,
-  ``SET NX EX``): a campaign or a burst of events is one refresh now and, when more items came
-  within the window, one **trailing** refresh at its end (a task on ``standard.in_app`` with that
-  countdown, one per user and window), so the last push carries the final badge number;
-* sent by the in_app worker right after the write, from the push provider's standard budget
-  (tokens taken without waiting: what does not get one is skipped) and only while its circuit
-  breaker is closed; no retry, no notification row, no timeline. Counted in
-  ``notify_inbox_refresh_total{outcome}`` (sent, failed, skipped_budget, skipped_breaker,
-  skipped_recent, no_device).
+The message: no notification block, ``content-available`` (:func:`providers.fcm.backend.build_message`,
+``silent``), ``data`` with the unseen count and the newest id, collapse key ``inbox_refresh``, TTL
+60 s. Best effort, never at other traffic's expense: at most one per user per
+``REFRESH_PUSH_SECONDS`` (Redis ``SET NX EX``) plus one trailing refresh at the window's end; the
+standard push budget without waiting, only while the breaker is closed; no retry, no row.
+Counted in ``notify_inbox_refresh_total{outcome}`` (docs/OPERATIONS.md).
 """
 
 from __future__ import annotations

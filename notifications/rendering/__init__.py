@@ -1,27 +1,13 @@
 """Template rendering at send time: sandboxed Jinja2, HTML-escaped in ``html``, bounded. One layer
-for every sender: single sends, notification types (events) and campaigns render through it
-(docs/ARCHITECTURE.md, "Templates").
+for every sender: single sends, notification types (events) and campaigns render through it.
 
-The context a template sees is the recipient's ``attributes`` (strings) plus ``user_id``,
-``email``, ``locale`` and ``timezone``, and for an event its ``data`` (a JSON object, as
-``{{ data.tracking_url }}``): nothing else, and the Jinja2 ``SandboxedEnvironment``
-refuses attribute access to anything unsafe (``{{ x.__class__ }}`` raises). Missing variables render
-as empty strings. ``html`` variants are rendered with autoescaping on, so a recipient's
-``first_name`` of ``<script>`` arrives as ``&lt;script&gt;``.
-
-Every render (the three parts of one message together) is bounded in CPU time, loop iterations and
-output size (:mod:`notifications.rendering.bounds`, settings ``TEMPLATE_RENDER_*``). Whatever goes wrong
-inside a render (a bound exceeded, a syntax error, a sandbox violation, ``OverflowError``, any other
-exception) raises :class:`RenderError`, which the send path records as ``template_error`` (a dead
-letter, never retried). Saving a template or inline campaign content runs :func:`check_parts`: dry
-renders on a few sample recipients (:func:`sample_contexts`); one that passes a bound is refused
-there, naming the field and the bound. That check is a convenience, not a guarantee: a template
-can behave differently for real recipients (``{% if user_id != … %}``); the bounds at send time are
-what hold. All the checks of one save share one CPU budget (:mod:`notifications.rendering.checking`),
-and a campaign's template is checked as one (no event ``data``: ``check_parts(…, event_data=False)``).
-
-Locale fallback: the exact variant (``de-AT``), then the language (``de``), then the template's
-``default_locale``, then any variant.
+A template sees the recipient's ``attributes`` plus ``user_id``, ``email``, ``locale``,
+``timezone``, and for an event its ``data``; missing variables render empty. Every render is
+bounded (:mod:`notifications.rendering.bounds`); anything that goes wrong raises
+:class:`RenderError`, recorded as ``template_error`` (never retried). Saving runs
+:func:`check_parts` (dry renders on :func:`sample_contexts`), a convenience, not a guarantee: the
+send-time bounds are what hold. Locale fallback: ``de-AT``, ``de``, the default, any. The rules:
+docs/CAMPAIGNS.md "Render bounds", docs/TYPES.md "Limits", docs/SECURITY.md.
 """
 
 from __future__ import annotations
@@ -132,43 +118,19 @@ def template_variables(source: str) -> set[str]:
 
 def check_parts(parts: dict[str, str], *, event_data: bool = True, content: bool = True,
                 channel: str = "") -> dict[str, RenderError]:
-    """Save-time check of a message's parts (``{"title": src, "body": src, "html": src}``, any
-    subset): ``{part: RenderError}`` for each part that does not compile, then, if all compile, dry
-    renders of them together as one send would (one budget per recipient of
-    :func:`sample_contexts`, in turn) that name the part where a bound was first passed. Other
-    errors of a dry render (``{{ 1 / 0 }}``, a variable used as a number) are not reported: real
-    recipient data may differ, and a send that fails records ``template_error``; but the sandbox's
-    refusal (``SecurityError``: ``"".__class__``) and endless recursion (a macro calling itself) are,
-    since no data changes them. ``{}`` = accepted.
+    """Save-time check of a message's parts (``{"title": src, "body": src, "html": src}``, any subset):
+    ``{part: RenderError}`` for each part that does not compile, then, if all compile, dry renders of
+    them together for each of :func:`sample_contexts`, naming the part where a bound was first passed;
+    ``{}`` = accepted. Other render errors are not reported (real data may differ), except the
+    sandbox's refusal and endless recursion, which no data changes.
 
-    ``event_data``: whether the template's context has the event's ``data`` (a notification type's
-    templates, digest and collapse keys). A campaign's template (``False``) sees only the
-    recipient's attributes, which are strings, and the four fixed variables: the first sample
-    recipient has every attribute the template names and no ``data``, so an ``UndefinedError`` there
-    (``{{ data.code }}``: ``'data' is undefined``) fails for every recipient and is refused, naming
-    the variable and the line (:func:`undefined_problem`). A variable that is merely missing renders
-    empty.
-
-    ``data`` is reserved: in a campaign's template it is undefined even where a recipient has an
-    attribute of that name (:func:`context_for`), so ``{{ data }}`` is refused like ``{{ data.code }}``.
-
-    ``content``: the parts are a message's (not a collapse or digest key), so the send path's rule
-    that a body is not empty (:func:`notifications.content_limits.empty_body_problem`) applies to
-    the dry renders: a body empty for every sample recipient (``{{ "" }}``, ``{% if false %}x{%
-    endif %}``) is refused, code ``empty_body``; unless a type's body reads ``data``, which only the
-    event fills.
-
-    ``channel`` (a type's template, inline content): the send path's rules for rendered content on
-    that channel (:func:`notifications.content_limits.rendered_problem`: an inbox title with a bidi
-    override, an SMS over its length…) apply to the dry renders the same way: refused when every
-    sample recipient's render breaks one (unless a part reads the event's ``data``).
-
-    The whole check spends at most what is left of the request's check budget
-    (:mod:`notifications.rendering.checking`), and holds one of the process's check slots; past
-    the budget, or with no slot free, raises ``CheckBudgetSpent`` (``ChecksBusy``). Parts without
-    template syntax need neither.
-
-    Not a guarantee (see :func:`sample_contexts`): what holds at send time are the render bounds."""
+    ``event_data``: the context has the event's ``data`` (a type's templates and keys); without it
+    (a campaign's) an undefined variable on the first sample, ``data`` included, is refused
+    (:func:`undefined_problem`). ``content`` applies the empty-body rule and ``channel`` the send
+    path's rendered-content rules to the dry renders (docs/TYPES.md, "Limits"). The check spends the
+    request's check budget (:mod:`notifications.rendering.checking`; ``CheckBudgetSpent``,
+    ``ChecksBusy``). Not a guarantee: what holds at send time are the render bounds.
+    """
     if not any(source and "{" in source for source in parts.values()):
         return _check_literal(parts, content, channel)  # nothing to compile or render
     with check_budget() as request:

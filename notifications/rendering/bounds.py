@@ -2,35 +2,12 @@
 value an operation makes or reads (docs/ARCHITECTURE.md §10).
 
 :class:`BoundedSandbox` is Jinja2's ``SandboxedEnvironment`` with every way a template can spend
-time or memory routed through a per-render :class:`Budget` (held in a context variable while
-:func:`budget` is active), using the library's own hooks. The principle: **an operation whose work
-happens in C (or in a Python loop that never returns to the template) is sized before it runs**,
-because the CPU bound is only checked between operations and cannot interrupt one.
-
-* loops: a code generator (``code_generator_class``) wraps the iterable of every ``{% for %}``
-  (and of every recursive ``loop(…)`` call, through :meth:`BoundedSandbox.call`) so that each
-  iteration is charged; ``range()`` (the sandbox's global) refuses a range longer than the
-  iterations left;
-* sizes count nested items and **every repeated reference** (:mod:`notifications.rendering.sizes`):
-  ``[[1] * 10000] * 10000`` holds 100,010,000 items, not 10,000 + 10,000;
-* making values: ``+ * ** %`` are ``intercepted_binops``; :meth:`BoundedSandbox.call_binop` sizes the
-  result from its operands first (``'x' * 10**10``, ``[[1] * 10000] * 10000``, ``9 ** 9 ** 9``,
-  ``'%999999999d' % 1``, ``'%s%s' % (big, big)``); list, tuple and dict literals are measured as they
-  are made (:meth:`BoundedSandbox.made_literal`); every new value is charged to the render's allowance
-  of made values (:func:`notifications.rendering.budget.make`);
-* reading values: what is written (``{{ … }}``, through ``finalize``), joined by ``~``, compared
-  (``==``, ``<``, ``in``…: the code generator routes each operand through
-  :meth:`BoundedSandbox.compared`), used as a dictionary key, or given to a filter, test or method
-  that walks it (turns it into text, compares, sorts or adds up its items) is measured before the
-  operation; text may be at most what is left of the output bound. What only passes a value on
-  (a macro argument, ``|length``, ``|first``, ``dict(a=v)``, ``list.append``) costs its length;
-* filters, tests, methods and globals: :mod:`notifications.rendering.calls` (what each may cost, and the
-  allowlist of built-in methods; ``str.format`` fields are measured one by one);
-* output: every ``{{ … }}`` and every piece of template text (charged by the code generator) counts
-  against the output bound, also when written into a macro, a ``{% set %}`` block or a filter block.
-
-The budget, its limits (settings ``TEMPLATE_RENDER_*``) and the size checks are in
-:mod:`notifications.rendering.budget`; a bound exceeded raises its :class:`RenderBoundExceeded`.
+time or memory routed through the current :class:`Budget`, using the library's own hooks: a code
+generator charges loops, comparisons and template text; :meth:`BoundedSandbox.call_binop` sizes
+``+ * ** %`` from their operands; literals are measured as made; ``finalize`` measures output.
+**An operation whose work happens in C is sized before it runs**, because the CPU bound is only
+checked between operations. Sizes: :mod:`.sizes`; what calls may cost: :mod:`.calls`; the budget:
+:mod:`.budget`. The rules in words: docs/SECURITY.md, "Limits on input and rendering".
 """
 
 from __future__ import annotations

@@ -1,21 +1,13 @@
 """The budget of one template render and the size checks (docs/ARCHITECTURE.md §10; used by
 :mod:`notifications.rendering.bounds`, which routes a template's work through them).
 
-A :class:`Budget` holds what one render may still spend: the thread's CPU time
-(``time.thread_time``, read every :data:`TICKS_PER_CLOCK_READ` charged operations, and before any
-operation once :data:`WORK_PER_CLOCK_READ` units of input have been charged since the last read: a
-render is not failed because the machine is busy), loop iterations, characters written, and the
-characters and items of the new values it makes (at most :data:`MADE_PER_OUTPUT` times the output
-bound: a render cannot fill the worker's memory with strings and lists it keeps). ``with budget():``
-makes one current for this thread (a context variable, :data:`CURRENT`). The size checks
-(:func:`check_size`, :func:`check_chars`, :func:`check_items`, the format checks) also work with no
-budget current, against the configured limits; with one, a string may be at most as long as the
-output the render may still write (:func:`output_left`).
-
-Limits come from ``settings.CAMPAIGNS`` (``RENDER_CPU_MS``, ``RENDER_MAX_ITERATIONS``,
-``RENDER_MAX_OUTPUT``; environment ``TEMPLATE_RENDER_*``), plus the constants :data:`MAX_INT_BITS`
-and :data:`MAX_TEMPLATE_TOKENS`. A bound exceeded raises :class:`RenderBoundExceeded`, whose message
-names the bound and its setting.
+A :class:`Budget` holds what one render may still spend: the thread's CPU time (read every
+:data:`TICKS_PER_CLOCK_READ` operations and before large ones), loop iterations, characters written,
+and the new values it makes (at most :data:`MADE_PER_OUTPUT` × the output bound). ``with budget():``
+makes one current (:data:`CURRENT`). The size checks (:func:`check_size`, :func:`check_chars`,
+:func:`check_items`, the format checks) also work with none current; with one, a string may be at
+most the output left (:func:`output_left`). Limits: ``settings.CAMPAIGNS`` ``RENDER_*``,
+:data:`MAX_INT_BITS`, :data:`MAX_TEMPLATE_TOKENS`; past one, :class:`RenderBoundExceeded`.
 """
 
 from __future__ import annotations

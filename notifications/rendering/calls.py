@@ -1,37 +1,13 @@
 """What each filter, test, method and global a template can call may cost, checked before it runs
-(docs/ARCHITECTURE.md §10; used by :mod:`notifications.rendering.bounds`, which routes every call through here).
+(docs/ARCHITECTURE.md §10; used by :mod:`notifications.rendering.bounds`).
 
-Every check happens **before** the call: the work a filter or method does in C (or in a Python
-loop that never returns to the template) cannot be interrupted by the CPU bound, so what it would
-make must be known to fit first. The rules, by kind:
-
-* **Inputs** of the filters and tests that walk them are measured
-  (:func:`notifications.rendering.sizes.measure`: nested items and repeated references counted each time):
-  at most the iteration bound of items and the output bound of characters. Those that turn their
-  input into text (:data:`STRINGIFYING`: ``string``, ``tojson``, ``pprint``, ``format``, ``join``,
-  ``escape``, ``upper``, …; the tests ``lower``, ``upper``) may take only what is **left** of the
-  output bound; those that compare, sort, hash or add up items (:data:`COMPARING`, the comparison
-  tests) the whole bounds. The others (``length``, ``first``, ``list``, ``batch``, ``map``, …) do
-  work in proportion to their input's length, which is what they are charged; so are calls, except
-  ``loop.changed()`` (which compares its arguments) and the list methods that compare every item
-  (``count``, ``index``, ``remove``, ``sort``: the list is measured).
-* Filters that loop over their input in Python (:data:`ITERATING`: ``list``, ``map``, ``select``,
-  ``sort``, ``unique``, ``batch``, ``sum``, …) take at most the iteration bound of items; a
-  string's items are its characters. Those that loop per word or character in Python
-  (:data:`PER_CHARACTER`: ``urlize``, ``wordwrap``, ``title``, ``wordcount``, ``urlencode``) take
-  at most :data:`CHARS_PER_CPU_MS` characters per millisecond of the CPU bound.
-* Filters and methods whose arguments size their result (:data:`FILTER_PRECHECKS`,
-  :func:`check_method`: widths of ``center``/``ljust``/``zfill``/``indent``, ``replace`` counts,
-  ``wordwrap``, ``format`` conversions, ``join`` separators, ``batch``/``slice`` counts,
-  ``tojson(indent)``, ``extend``/``update``/``fromkeys`` lengths) are estimated from them first.
-* Methods of built-in values are an allowlist (:data:`SAFE_ATTRIBUTES`): ``str.encode`` (codecs
-  such as punycode are quadratic Python), ``str.translate``/``maketrans`` (one character can map
-  to a string of any length) and ``int.to_bytes``/``from_bytes`` (a length argument sizes the
-  result) are refused like any name not listed.
-* Results are measured again (static caps) and what is new is charged to the render's allowance
-  of made values (:func:`notifications.rendering.budget.make`).
-
-A check that fails raises :class:`notifications.rendering.budget.RenderBoundExceeded`.
+Work done in C cannot be interrupted by the CPU bound, so every check happens **before** the call:
+text-making filters (:data:`STRINGIFYING`) get what is left of the output bound, comparing ones
+(:data:`COMPARING`) the whole bounds, Python loops (:data:`ITERATING`) the iteration bound,
+per-character ones (:data:`PER_CHARACTER`) :data:`CHARS_PER_CPU_MS`; result-sizing arguments are
+estimated first (:data:`FILTER_PRECHECKS`, :func:`check_method`); built-in methods are an
+allowlist (:data:`SAFE_ATTRIBUTES`); results are charged as made values. The rules in words:
+docs/SECURITY.md, "Limits on input and rendering".
 """
 
 from __future__ import annotations

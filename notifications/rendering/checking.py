@@ -1,25 +1,13 @@
 """What one save may ask of the template check (docs/TYPES.md, "Limits"): how many templates it
 carries, and ONE budget of CPU time for checking all of them.
 
-Saving checks every template part (:func:`notifications.rendering.check_parts`: compile, then dry
-renders on four sample recipients, each within the render bounds). The render bounds hold per
-render, not per request: forty variants of a loop body took 25 s and eight such requests starved
-every API thread. So a request's checks share one :class:`CheckBudget` of
-``TEMPLATE_CHECK_CPU_MS`` (``settings.CAMPAIGNS["CHECK_CPU_MS"]``, 1,000 ms) of the thread's CPU:
-read before each compile and each dry render, and each dry render may spend at most what is left.
-Past it, :class:`CheckBudgetSpent` (the save answers ``422 render_budget`` and writes nothing); a
-request answers within about the budget plus one compile and one render.
-
-``with check_budget():`` around everything one save checks (a template's variants, a type's
-templates and keys) makes them share it; :func:`check_parts` opens its own when none is open.
-
-The budget bounds one request, not the process: gthread workers share the GIL, and eight requests
-checking at once each took 4 s (and ``/healthz`` with them). So a budget holds one of
-``TEMPLATE_CHECK_CONCURRENCY`` (1) slots per process while its checks run: taken at its first
-:meth:`CheckBudget.left` (a page that opens a budget and checks nothing takes none), given back when
-the outermost ``check_budget()`` ends. A request that gets none within ``TEMPLATE_CHECK_WAIT_MS``
-(1,000 ms) raises :class:`ChecksBusy` (a :class:`CheckBudgetSpent`: nothing is saved; the API answers
-``503 template_checks_busy`` with ``Retry-After``, the admin a form error).
+Render bounds hold per render, not per request (forty variants once took 25 s), so a save's checks
+share one :class:`CheckBudget` of ``TEMPLATE_CHECK_CPU_MS``: read before each compile and dry
+render, each render spending at most what is left; past it :class:`CheckBudgetSpent` (``422
+render_budget``, nothing written). ``with check_budget():`` makes one save's checks share it. A
+budget also holds one of ``TEMPLATE_CHECK_CONCURRENCY`` slots per process (the GIL), taken at its
+first :meth:`CheckBudget.left`; none within ``TEMPLATE_CHECK_WAIT_MS``: :class:`ChecksBusy` (``503
+template_checks_busy``). Why these numbers: docs/TYPES.md, "Limits".
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """How big a value a template holds is, counted the way C code would walk it (docs/ARCHITECTURE.md §10; used
 by :mod:`notifications.rendering.bounds` and :mod:`notifications.rendering.calls` before an operation runs).
 
-A template can make a small value that stands for a huge one: ``[[1] * 10000] * 10000`` is two
-lists of 10,000 items, but ``str()``, ``|tojson``, ``==`` or ``|join`` walk 100,000,000 items in C,
-where the CPU bound cannot interrupt them. So sizes here count **every reference each time**:
-
-* :func:`measure` walks a value (lists, tuples, dicts and their views, ranges, namespaces, cyclers)
-  and returns its :class:`Size`: ``items`` (every element of every container reached, nested ones
-  and repeated references included) and ``chars`` (an estimate of ``len(str(value))``: the
-  characters of its strings, digits of its numbers, separators). It raises
-  :class:`~notifications.rendering.budget.RenderBoundExceeded` as soon as either passes its cap (items: the
-  iteration bound; characters: the output bound, or what is left of it), so a walk costs at most
-  about ``cap`` steps, however large the value would be.
-* :func:`percent_estimate` is the length ``fmt % args`` would have, from its conversions and the
-  sizes of the arguments each one formats.
-* :func:`nesting` is how deeply containers nest (``|tojson(indent=…)`` writes the indent per level).
+``[[1] * 10000] * 10000`` is two lists of 10,000 items, but ``str()`` or ``|tojson`` walk
+100,000,000 in C, so sizes count **every reference each time**. :func:`measure` returns a
+:class:`Size` (``items``, and ``chars``: an estimate of ``len(str(value))``) and raises
+:class:`~notifications.rendering.budget.RenderBoundExceeded` as soon as either passes its cap, so a
+walk costs at most about ``cap`` steps. :func:`percent_estimate` is the length of ``fmt % args``;
+:func:`nesting` is how deeply containers nest (``|tojson(indent=…)`` writes the indent per level).
 """
 
 from __future__ import annotations

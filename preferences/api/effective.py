@@ -1,17 +1,12 @@
 """The effective preference matrix of ``GET /v1/users/{user_id}/preferences``: for every notification
 type and each of its channels, may it reach this recipient, and why not (docs/TYPES.md).
 
-Notification types live a floor above (``notifications.events``), so this floor cannot list them:
-the notifications app registers the one function that builds the matrix with :func:`register_matrix`
-when Django starts (``notifications.events.matrix.effective_matrix``, from
-``NotificationsConfig.ready``). With none registered the matrix is empty (``[]``).
-
-An entry (:class:`~preferences.api.serializers.EffectiveEntrySerializer`) is
-``{"type": key, "category": str, "channel": "sms"|"email"|"push", "allowed": bool, "reason": str,
-"required": bool}``: ``allowed`` false with the reason code of
-:func:`preferences.suppression.suppression_reason` (an opt-out, a missing or dead contact, SMS STOP,
-no active device); true with reason ``""``, or with :data:`REQUIRED` when the recipient opted out
-but the type is ``required`` (the opt-out does not apply to it).
+Types live a floor above, so the notifications app registers the function that builds the matrix
+with :func:`register_matrix` at startup (``notifications.events.matrix.effective_matrix``); with
+none registered the matrix is ``[]``. An entry (:class:`~preferences.api.serializers.
+EffectiveEntrySerializer`) says ``allowed`` with the reason code of
+:func:`preferences.suppression.suppression_reason`, or :data:`REQUIRED` when an opt-out does not
+apply to a ``required`` type. The entry's fields: docs/API.md, "Preferences".
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """``DELETE /v1/users/{user_id}``: erase a recipient's personal data (GDPR art. 17), recorded.
 
-One transaction over every layer's part, with the recipient row locked (a concurrent PUT or a second
-DELETE waits): :func:`preferences.services.erase_personal_data` (contacts, zone, locale, attributes,
-devices, preferences), then each eraser the floors above registered with :func:`register_eraser`
-when Django started: the notifications app's ``erase_notification_content`` (pending sends
-cancelled, content removed, contacts scrubbed from delivery logs) and the campaigns app's
-``remove_from_every_segment``. This floor imports neither. An :class:`~preferences.models.Erasure` records who asked,
-when, and the counts.
-
-Every model that holds a user's data says what erasure does to it (:func:`personal_data`): this
-floor declares its own, an app above declares its models with its eraser (``covers``);
-``tests/test_erasure_registry.py`` fails when a model that points at a recipient, or holds user
-data, is declared nowhere.
-
-Idempotent: a repeat that finds nothing left to erase records nothing new and answers the last
-erasure (``replayed: true``). A user re-created afterwards (new contacts via PUT) can be erased again.
+One transaction with the recipient row locked: :func:`preferences.services.erase_personal_data`,
+then each eraser the floors above registered with :func:`register_eraser` at startup (this floor
+imports neither); an :class:`~preferences.models.Erasure` records who asked, when, and the counts.
+Every model holding a user's data says what erasure does to it (:func:`personal_data`;
+tests/test_erasure_registry.py fails for one declared nowhere). Idempotent: a repeat with nothing
+left answers the last erasure (``replayed: true``). What is erased and kept: docs/API.md "Erasure",
+docs/SECURITY.md.
 """
 
 from __future__ import annotations

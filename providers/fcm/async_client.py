@@ -1,22 +1,11 @@
 """The pooled client ``send_each_async`` posts through (installed by providers/fcm/sdk_hooks.py).
 
-firebase-admin's ``send_each_async`` encodes each message, gathers one request per message and maps
-each answer to a ``SendResponse`` or a ``FirebaseError``; its HTTP client (``HttpxAsyncClient``) is
-what this module replaces (docs/PROVIDERS.md, "Async SDK paths"):
-
-* no retries: firebase-admin's ``HttpxRetryTransport`` re-sends a 500/503 four times inside the call;
-  here one message is one request (plus google-auth's refresh-and-resend on a 401, as the SDK does);
-* one pooled ``aiohttp.ClientSession`` per backend instance (HTTP/1.1 keep-alive, the stack the
-  Twilio backend uses too), reused across batches: httpx with httpcore cost about 2 ms of client CPU
-  per push on this machine, httpx over aiohttp about 570 µs (the URL and header models), this less;
-* explicit timeouts: ``aiohttp.ClientTimeout(total=, sock_connect=, sock_read=)``;
-* concurrency is bounded by the caller: the backend makes one ``send_each_async([message])`` per
-  message inside its own sliding window (providers/fcm/backend.py).
-
-The SDK's error mapping expects httpx: answers of 400 and up are raised as ``httpx.HTTPStatusError``
-with an ``httpx.Response`` (status, headers, body), and transport failures as the httpx error of the
-same meaning (``ReadTimeout``, ``ConnectTimeout``, ``RemoteProtocolError``, ``ReadError``,
-``ConnectError``), so ``providers.base.transport_code`` reads them as before.
+It replaces firebase-admin's ``HttpxAsyncClient``: no retries (the SDK's transport re-sends a
+500/503 four times; here one message is one request, plus google-auth's resend on a 401), one pooled
+``aiohttp.ClientSession`` per backend instance reused across batches (cheaper per push than httpx),
+explicit timeouts; the caller bounds concurrency. Answers of 400 and up and transport failures are
+raised as the httpx errors the SDK's mapping expects, so ``providers.base.transport_code`` reads
+them as before. Why and the measurements: docs/PROVIDERS.md, "Async SDK paths".
 """
 
 from __future__ import annotations

@@ -1,26 +1,12 @@
 """FCM HTTP v1 push backend on ``firebase-admin`` (pinned 7.7.0).
 
-Sends go through ``messaging.send_each_async`` (docs/PROVIDERS.md, "Async SDK paths"), one message a
-call in a sliding window of calls, on this process's provider event loop
-(providers/event_loop.py), through one pooled aiohttp client per backend instance reused across
-batches (providers/fcm/async_client.py): no SDK retries, explicit connect/read/total timeouts, at
-most ``concurrency`` requests in flight. :meth:`FcmPushBackend.send` is a batch of one on the same path.
-
-Each backend instance owns a named Firebase app (deleted in ``close()``). firebase-admin has no
-public endpoint override nor async-client override: the private hooks are wrapped in
-providers/fcm/sdk_hooks.py (``redirect_fcm``, ``install_async_client``), which raise
-ProviderConfigurationError if an SDK upgrade removes them.
-
-The SDK's own retries: its ``HttpxAsyncClient`` mounts ``HttpxRetryTransport`` (500/503 re-sent four
-times with backoff inside the call); we replace that client, so one message is one push request and
-the FCM error (with its ``Retry-After`` as ``retry_after``) reaches us at once. google-auth's
-refresh-on-401 stays: it re-sends only a request FCM refused as unauthenticated (not accepted,
-so no duplicate), done by :class:`providers.fcm.async_client.PooledFcmClient` the way
-firebase-admin's flow does it. The OAuth token is fetched before a batch when the cached one
-is missing or expiring, on an executor thread (google-auth is synchronous), so
-a failing token endpoint fails the batch's messages as before and never blocks the loop; google-auth's
-token request itself retries a 5xx/429 of the token endpoint up to 3 attempts (``google.oauth2._client``),
-which re-sends no push but adds time. Errors are classified per docs/PROVIDERS.md §3(c).
+Sends go through ``messaging.send_each_async``, one message a call in a sliding window, on this
+process's provider event loop (providers/event_loop.py), through one pooled aiohttp client per
+backend instance (providers/fcm/async_client.py): no SDK retries, explicit timeouts, at most
+``concurrency`` requests in flight; :meth:`FcmPushBackend.send` is a batch of one. Each instance owns
+a named Firebase app (deleted in ``close()``); the private SDK hooks are in providers/fcm/sdk_hooks.py.
+The OAuth token is fetched on an executor thread before a batch. Retries, tokens and error
+classification: docs/PROVIDERS.md §3 and "Async SDK paths".
 """
 
 from __future__ import annotations
@@ -116,29 +102,11 @@ def build_message(message: OutboundMessage) -> messaging.Message:
     overrides").
 
     Every push: ``data`` = ``message.data`` plus ``notification_id``; Android ``collapse_key`` and
-    ``ttl``; APNs headers ``apns-collapse-id`` and, when a TTL is set, ``apns-expiration``
-    (absolute UTC epoch seconds).
-
-    A normal push (``silent=False``) has a ``notification`` block (title, body); Android priority
-    ``"high"`` or ``"normal"`` and ``apns-priority`` 10 or 5 by ``message.priority``; and
-    ``apns-push-type: alert``, which Apple asks for on every push whose payload shows an alert
-    (required on watchOS 6+, recommended on iOS: "Sending notification requests to APNs",
-    developer.apple.com/documentation/usernotifications/sending-notification-requests-to-apns).
-
-    A silent push (``silent=True``) is a data-only message: no ``notification`` block, so
-    neither Android nor iOS shows anything or plays a sound; ``data`` also carries the title and
-    body as ``title``/``body`` (a key the caller's data already has is left as given), so an app in
-    the foreground can show them in its own UI. iOS: ``apns-push-type: background``,
-    ``apns-priority: 5`` and payload ``{"aps": {"content-available": 1}}`` with no alert, badge
-    or sound (Apple, "Pushing background updates to your app": a background notification is
-    ``content-available: 1`` without alert/sound/badge, sent with ``apns-push-type: background``
-    and priority 5, priority 10 being an error; FCM, "Set the priority of a message": a data
-    message to Apple devices must have priority 5, FCM refuses 10 with INVALID_ARGUMENT). Android:
-    priority ``"normal"`` whatever ``message.priority`` says (FCM, "Set and manage Android message
-    priority": normal is the priority for data messages, and high-priority messages that show no
-    notification get deprioritized). Apple may throttle background pushes (it advises no more
-    than two or three an hour) and delivers them only to an app that has the remote-notification
-    background mode: a silent push is best effort.
+    ``ttl``; APNs ``apns-collapse-id`` and, with a TTL, ``apns-expiration``. A normal push has a
+    ``notification`` block, priority by ``message.priority`` and ``apns-push-type: alert``. A silent
+    push is data-only (title and body in ``data``, a key already given left as given), iOS
+    ``apns-push-type: background``, ``apns-priority: 5``, ``content-available: 1``, Android priority
+    ``normal``: best effort (the table and Apple's and FCM's rules: docs/PROVIDERS.md).
 
     Raises:
         ValueError: the SDK refuses the message (e.g. a malformed TTL); no request was made.
@@ -182,19 +150,12 @@ def build_message(message: OutboundMessage) -> messaging.Message:
 class FcmPushBackend(PushBackend):
     """Send push notifications through FCM HTTP v1 (Android, iOS via APNs, web).
 
-    Options (``settings.PROVIDERS["push"][i]["OPTIONS"]``):
-        PROJECT_ID: required.
-        CREDENTIALS: path to a service-account JSON file, or ``None`` for an offline account signed
-            with a fresh local RSA key whose token endpoint is TOKEN_URI (emulator use).
-        FCM_URL: ``None`` for real FCM, else a URL template with ``{0}`` for the project id, e.g.
-            ``"http://127.0.0.1:8900/v1/projects/{0}/messages:send"``.
-        TOKEN_URI: OAuth token endpoint, used (and required) only when CREDENTIALS is ``None``.
-        TIMEOUT: seconds, the read timeout of each HTTP request (also the SDK's ``httpTimeout``),
-            default 10. CONNECT_TIMEOUT: default ``min(TIMEOUT, 3)``; TOTAL_TIMEOUT: a whole push
-            request, default ``2 × TIMEOUT`` (providers.base.CallTimeouts). There are no SDK
-            retries, so a push request never takes longer; see the module docstring for the token
-            and 401 requests a send may add.
-        POOL_SIZE: connections of the pooled aiohttp client, default 100; also caps ``concurrency``.
+    Options (``settings.PROVIDERS["push"][i]["OPTIONS"]``): PROJECT_ID (required); CREDENTIALS (a
+    service-account JSON path, or ``None`` for an offline account whose token endpoint is TOKEN_URI:
+    the emulator); FCM_URL (``None`` for real FCM, else a URL template with ``{0}`` for the project);
+    TOKEN_URI; TIMEOUT (read timeout, default 10), CONNECT_TIMEOUT, TOTAL_TIMEOUT
+    (providers.base.CallTimeouts; docs/PROVIDERS.md "Timeouts"); POOL_SIZE (pooled connections,
+    default 100; also caps ``concurrency``).
 
     ``send`` returns ``SendResult(provider="fcm", provider_message_id="projects/<p>/messages/<id>",
     raw_status=None)``.
@@ -271,25 +232,16 @@ class FcmPushBackend(PushBackend):
         return CallTimeouts.from_options(self.options, DEFAULT_TIMEOUT_SECONDS)
 
     def send(self, message: OutboundMessage) -> SendResult:
-        """Send one message to the device token ``message.to``: a batch of one on the async path.
-
-        Why not the SDK's synchronous ``messaging.send`` for one message (the high tier): the async
-        path keeps a warm pooled connection and one error mapping, and the hop to the loop thread
-        costs tens of microseconds against a provider round trip; the high tier gets its own backend
-        instance (providers/registry.py, ``tier="high"``), so its own pool, never queued behind a
-        standard batch.
+        """Send one message to the device token ``message.to``: a batch of one on the async path (why:
+        docs/PROVIDERS.md, "Async SDK paths").
 
         Raises:
-            ContactInvalidError: UNREGISTERED / SENDER_ID_MISMATCH (``reason="unregistered_token"``),
-                INVALID_ARGUMENT naming the token field (``reason="invalid_token"``).
-            PermanentProviderError: other INVALID_ARGUMENT and 4xx answers, or a message the SDK
-                refuses to encode (``code="invalid_message"``).
-            TransientProviderError: QUOTA_EXCEEDED and UNAVAILABLE/INTERNAL/5xx (``retry_after``
-                in seconds from ``Retry-After``, else ``None``; never slept), ``code="timeout"`` (no
-                answer within the timeouts: the push may have been accepted), ``code="connection_lost"``
-                (the connection broke after the request was sent: also unknown),
-                ``code="connection_error"``, ``code="token_endpoint_unreachable"``. Each after
-                exactly one push request (the SDK does not retry).
+            ContactInvalidError: UNREGISTERED / SENDER_ID_MISMATCH (``unregistered_token``), INVALID_ARGUMENT
+                naming the token field (``invalid_token``).
+            PermanentProviderError: other INVALID_ARGUMENT and 4xx, or a message the SDK will not encode.
+            TransientProviderError: QUOTA_EXCEEDED, UNAVAILABLE/INTERNAL/5xx (``retry_after`` from
+                ``Retry-After``, never slept), ``timeout`` / ``connection_lost`` (outcome unknown),
+                ``connection_error``, ``token_endpoint_unreachable``; each after one push request.
             ProviderConfigurationError: UNAUTHENTICATED/THIRD_PARTY_AUTH_ERROR, PERMISSION_DENIED,
                 OAuth token refused.
         """
@@ -300,19 +252,15 @@ class FcmPushBackend(PushBackend):
 
     def send_batch(self, messages: list[OutboundMessage], concurrency: int = 1, *, gate: BatchGate | None = None,
                    on_result: BatchListener | None = None) -> list[SendResult | Exception]:
-        """Send each message with its own ``messaging.send_each_async([message])``, as a sliding
-        window: at most ``concurrency`` (and ``POOL_SIZE``) push requests in flight, the next one
-        starting as soon as any ends. ``gate`` and ``on_result``: :meth:`ProviderBackend.send_batch`,
-        called on the provider event loop.
-
-        One message per SDK call costs the same client CPU per message as 500 per call (measured:
-        215 vs 211 µs against the emulator) and lets each message's outcome be known, and recorded,
-        when it ends rather than when the slowest of 500 does.
+        """Send each message with its own ``messaging.send_each_async([message])``, as a sliding window:
+        at most ``concurrency`` (and ``POOL_SIZE``) requests in flight, the next starting as soon as any
+        ends; ``gate`` and ``on_result``: :meth:`ProviderBackend.send_batch`, on the provider event loop.
+        One message per call costs the same client CPU as 500 per call and makes each outcome known when
+        it ends (docs/PROVIDERS.md, "Async SDK paths").
 
         Returns one ``SendResult`` or exception (as :meth:`send` raises them) per message, in input
-        order; never raises. FCM has no idempotency key: every message in flight when an answer is
-        lost may have been delivered (the duplicate window is the messages in flight,
-        docs/PROVIDERS.md); the collapse key (the notification id) makes a duplicate show once.
+        order; never raises. FCM has no idempotency key: the collapse key makes a duplicate show once
+        (docs/PROVIDERS.md, "Duplicate window").
         """
         if not messages:
             return []

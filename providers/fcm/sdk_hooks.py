@@ -1,20 +1,11 @@
 """The private firebase-admin (pinned 7.7.0) hooks the FCM backend relies on, all in this one place.
 
-firebase-admin has no public way to point the messaging service at another endpoint, nor to give
-``send_each_async`` another HTTP client (docs/PROVIDERS.md §3(a) and "The SDKs' own retries and async
-paths"). Each function here checks that the private attribute it needs still exists and raises
+firebase-admin has no public way to point messaging at another endpoint nor to give
+``send_each_async`` another HTTP client (docs/PROVIDERS.md §3(a), "The private hooks"). Each
+function checks that the private attribute it needs still exists and raises
 ProviderConfigurationError(code="sdk_hook_missing") when an SDK upgrade removed it, so a broken hook
 fails loudly at ``open()`` instead of sending to Google or retrying behind our back;
 tests/providers/test_async_paths.py fails if any of them disappears.
-
-Hooks used:
-
-* ``messaging._get_messaging_service(app)``: the app's ``_MessagingService``;
-* ``_MessagingService._fcm_url``: the ``…/messages:send`` URL both send paths post to;
-* ``_MessagingService._async_client``: the client ``send_each_async`` calls as
-  ``await client.request("post", url=…, headers=…, json=…)`` (an ``HttpxAsyncClient``, which retries
-  500/503 four times inside the call); ``_MessagingService.close()`` (run by ``delete_app``) calls
-  ``asyncio.run(client.aclose())``.
 """
 
 from __future__ import annotations

@@ -99,19 +99,15 @@ def substitution_bytes(message: OutboundMessage) -> int:
 
 def build_batch_body(messages: list[OutboundMessage], from_email: str, with_html: bool,
                      reply_to: str | None = None) -> dict[str, Any]:
-    """One ``/mail/send`` body for several recipients (docs/PROVIDERS.md §2(b); SendGrid docs, "Mail
-    Send: personalizations" and "substitutions").
+    """One ``/mail/send`` body for several recipients (docs/PROVIDERS.md §2(b); SendGrid's "Mail Send:
+    personalizations" and "substitutions").
 
-    Each message becomes one personalization: its own ``to``, ``subject``, ``custom_args`` (data +
-    ``notification_id``), ``headers`` (the RFC 8058 unsubscribe pair, when it has an
-    ``unsubscribe_url``) and ``substitutions`` carrying its rendered text (and HTML) body, which
-    SendGrid puts in place of :data:`BODY_TAG` / :data:`HTML_TAG` in the shared content. Plain dicts:
-    the SDK's helper classes cost twice as much (docs/PERFORMANCE.md, "Calibration"). All messages must have an HTML
-    body or none (``with_html``); at most :data:`MAX_PERSONALIZATIONS`.
-
-    ``from_email`` and ``reply_to`` are the request's, shared by every message: the caller puts
-    only messages with that From and Reply-To in one body (:func:`batch_key`, docs/PROVIDERS.md
-    "Sender overrides"); the messages' own ``sender``/``reply_to`` are not read here.
+    Each message is one personalization: its ``to``, ``subject``, ``custom_args`` (data +
+    ``notification_id``), ``headers`` (the RFC 8058 pair with an ``unsubscribe_url``) and
+    ``substitutions`` carrying its rendered bodies in place of :data:`BODY_TAG` / :data:`HTML_TAG`.
+    Plain dicts: the SDK's helpers cost twice as much (docs/PERFORMANCE.md, "Calibration"). All
+    messages have an HTML body or none (``with_html``), at most :data:`MAX_PERSONALIZATIONS`;
+    ``from_email`` and ``reply_to`` are shared, so the caller groups messages by :func:`batch_key`.
     """
     personalizations = []
     for m in messages:
@@ -158,19 +154,15 @@ def batch_key(message: OutboundMessage) -> BatchKey:
 class SendGridEmailBackend(EmailBackend):
     """Send email through SendGrid's v3 Mail Send API.
 
-    Options (``settings.PROVIDERS["email"][i]["OPTIONS"]``):
-        API_KEY, FROM_EMAIL: required (FROM_EMAIL may be ``"Name <addr>"``).
-        HOST: ``None`` for real SendGrid, else e.g. ``"http://127.0.0.1:8900"`` (the emulator).
-        TIMEOUT: seconds per HTTP call, default 10 (the SDK's own default is none: it can hang).
-
-    A message's ``sender`` replaces FROM_EMAIL as its ``from`` and its ``reply_to`` becomes the
-    request's ``reply_to`` (:meth:`effective_sender`; a batch splits by both, :func:`batch_key`).
-    SendGrid sends only from a verified Sender Identity or authenticated domain: another From is
-    refused with 403 (ProviderConfigurationError).
+    Options (``settings.PROVIDERS["email"][i]["OPTIONS"]``): API_KEY, FROM_EMAIL (required; may be
+    ``"Name <addr>"``); HOST (``None`` for real SendGrid, else the emulator's URL); TIMEOUT (seconds
+    per call, default 10: the SDK's own default is none). A message's ``sender`` replaces FROM_EMAIL
+    and its ``reply_to`` is the request's (:meth:`effective_sender`, :func:`batch_key`); an
+    unverified From is 403 (ProviderConfigurationError).
 
     ``send`` returns ``SendResult(provider="sendgrid", provider_message_id=<X-Message-Id>,
-    raw_status="accepted")``. The transport (urllib) opens one TCP connection per request and never
-    retries; a timeout may hide an accepted message (duplicates possible).
+    raw_status="accepted")``; one TCP connection per request, no retries, so a timeout may hide an
+    accepted message.
     """
 
     name: ClassVar[str] = "sendgrid"
@@ -224,17 +216,14 @@ class SendGridEmailBackend(EmailBackend):
                    on_result: BatchListener | None = None) -> list[SendResult | Exception]:
         """Send up to 1,000 recipients per request with per-recipient substitutions.
 
-        Messages go in one request per (HTML or not, From, Reply-To) (:func:`batch_key`: a
-        message never gets another's From or Reply-To, and one type's refused sender fails only
-        its own messages); one whose substitutions exceed
-        SendGrid's 10,000 bytes goes alone through :meth:`send`. Every message of an accepted
-        request gets that request's ``X-Message-Id``. A permanent (4xx) refusal of a request is
-        retried in halves (:meth:`_send_halving`), so one bad address fails only itself; a transient or
-        configuration error applies to every message of the request. ``concurrency`` is unused
-        (one request carries the whole batch). ``gate`` is asked once per message before the
-        requests (a refused one is :class:`CallSkipped`, left out of them); ``on_result`` hears
-        each message's outcome when its request ends. Returns one result or exception per message,
-        in order.
+        One request per (HTML or not, From, Reply-To) (:func:`batch_key`: no message gets another's
+        sender, and a refused sender fails only its own messages); a message over SendGrid's 10,000
+        substitution bytes goes alone through :meth:`send`. Every message of an accepted request gets its
+        ``X-Message-Id``. A 4xx refusal is retried in halves (:meth:`_send_halving`), so one bad address
+        fails only itself; a transient or configuration error applies to the whole request.
+        ``concurrency`` is unused; ``gate`` is asked per message before the requests (refused:
+        :class:`CallSkipped`), ``on_result`` hears each outcome when its request ends. Returns one result
+        or exception per message, in order.
         """
         results: list[SendResult | Exception | None] = [None] * len(messages)
         groups: dict[BatchKey, list[int]] = {}

@@ -1,23 +1,12 @@
 """``POST /webhooks/sendgrid/events``: SendGrid Event Webhook (delivery receipts).
 
-Verified with the SDK's ``EventWebhook`` helper: ECDSA P-256/SHA-256 over the timestamp header plus
-the **raw** body, with the public key from ``SENDGRID_WEBHOOK_PUBLIC_KEY`` (base64 DER, as SendGrid's
-console shows it); timestamps more than 5 minutes from now are refused as replays
-(``docs/PROVIDERS.md`` §2(d)). Events map to receipts (§2(c)): ``processed`` → accepted;
-``delivered`` → delivered; ``deferred`` → deferred; ``bounce`` (``type`` bounce = hard, blocked =
-soft) → failed, hard bounces marking the address invalid; ``dropped`` by its documented reason
-(:data:`DROP_REASONS`, the table in §2(c)); ``spamreport`` → complaint;
-``unsubscribe``/``group_unsubscribe`` → unsubscribe; ``open``/``click`` → engagement. An event's
-``timestamp`` becomes the receipt's ``occurred_at`` (a candidate ``sent_at`` when the receipt settles a
-row whose call was never recorded) and part of its de-duplication key (:func:`dedup_key`). The
-``sg_message_id`` prefix is the request's ``X-Message-Id``, shared by every recipient of a batch: the
-receipt carries the event's ``email`` too, and without our ``notification_id`` custom arg it applies
-only to the request's row sent to that address (``notifications.receipts``), never to the batch id alone.
-
-What cannot be stored is never stored, and never answered with a 5xx (which SendGrid retries for
-days): NUL or a lone surrogate in an event's key or string is stored as U+FFFD
-(``providers.webhooks.storable``: the event is kept, a damaged id matches no message); a signed body
-that is not UTF-8 JSON, or nests deeper than can be read, is 400 and stores nothing.
+Verified with the SDK's ``EventWebhook``: ECDSA over the timestamp plus the **raw** body with
+``SENDGRID_WEBHOOK_PUBLIC_KEY``; timestamps over 5 minutes off are replays (``docs/PROVIDERS.md``
+§2(d)). Events map to receipts per §2(c) (:data:`DROP_REASONS`); the event's ``timestamp`` is the
+receipt's ``occurred_at`` and part of its key (:func:`dedup_key`). A batch shares one message id,
+so a receipt without our ``notification_id`` applies only to the row sent to its ``email``. What
+cannot be stored is stored as U+FFFD or refused with 400, never a 5xx SendGrid retries for days
+(docs/SECURITY.md).
 """
 
 from __future__ import annotations
@@ -82,20 +71,14 @@ def event_time(event: dict) -> datetime | None:
 def dedup_key(event: dict) -> str:
     """The receipt's de-duplication key: ``"sendgrid:<sg_message_id>:<event>:<timestamp>"``.
 
-    Built from what identifies the event itself, not from ``sg_event_id``: SendGrid re-posts an event
-    it believes we missed under a **fresh** ``sg_event_id`` (same message, type and timestamp), and an
-    event-id key would store that copy again. ``sg_message_id`` is taken whole, suffix included: the
-    prefix before the first dot is the request's ``X-Message-Id``, shared by every recipient of a
-    batched request (up to 1,000 notifications), while the whole id is one recipient's message. When
-    the event has no ``sg_message_id``, our ``notification_id`` custom arg stands in for it.
-
-    The price: two distinct events of one type for one message within the same second (two clicks)
-    are stored once. Only engagement events can repeat like that, and no state depends on them.
-    Without a message or a numeric timestamp the key falls back to ``sg_event_id``.
+    Not ``sg_event_id``: SendGrid re-posts an event it believes we missed under a fresh one. The whole
+    ``sg_message_id`` (one recipient's message; its prefix is the batch's ``X-Message-Id``), else our
+    ``notification_id`` custom arg. The price: two events of one type for one message in the same
+    second (two clicks) are stored once; only engagement events repeat so, and no state depends on
+    them. Without a message or a numeric timestamp: ``sg_event_id``.
 
     Args:
-        event: one event of the Event Webhook's JSON array (``timestamp`` in unix seconds, int or
-            numeric string).
+        event: one event of the Event Webhook's JSON array (``timestamp``: unix seconds).
 
     Returns:
         At most 200 characters (longer keys are cut to the column's length where stored).

@@ -37,18 +37,15 @@ NOTIFICATION_ID_HEADER = "X-Notification-Id"
 class SmtpEmailBackend(EmailBackend):
     """Send email to any SMTP relay.
 
-    Options (``settings.PROVIDERS["email"][i]["OPTIONS"]``):
-        HOST, PORT, FROM_EMAIL: required. USE_TLS (STARTTLS, default False), USERNAME and PASSWORD
-        (AUTH only when both are set), TIMEOUT (seconds per socket operation, default 10).
+    Options (``settings.PROVIDERS["email"][i]["OPTIONS"]``): HOST, PORT, FROM_EMAIL (required);
+    USE_TLS (STARTTLS, default False), USERNAME and PASSWORD (AUTH when both are set), TIMEOUT
+    (seconds per socket operation, default 10).
 
-    Each message gets a ``Message-ID`` made here (``make_msgid``, on the From's domain) and an
-    ``X-Notification-Id`` header, and with an ``unsubscribe_url`` the RFC 8058 ``List-Unsubscribe``
-    and ``List-Unsubscribe-Post`` headers. A message's ``sender`` is its ``From`` header (else FROM_EMAIL,
-    :meth:`effective_sender`) and its ``reply_to`` its ``Reply-To`` header; the envelope sender
-    (``MAIL FROM``, where bounces go) stays FROM_EMAIL whatever the header says, so bounces come
-    back to the one address the relay knows and authorises (docs/PROVIDERS.md "Silent
-    pushes and sender overrides"). ``send`` returns ``SendResult(provider="smtp", provider_message_id=<that Message-ID,
-    angle brackets included>, raw_status="250")``.
+    Each message gets a ``Message-ID`` (``make_msgid``, the From's domain), ``X-Notification-Id`` and,
+    with an ``unsubscribe_url``, the RFC 8058 headers. ``sender`` is the ``From`` header and
+    ``reply_to`` the ``Reply-To``; the envelope sender stays FROM_EMAIL, so bounces reach the address
+    the relay authorises (docs/PROVIDERS.md, "Silent pushes and sender overrides"). ``send`` returns
+    ``SendResult(provider="smtp", provider_message_id=<that Message-ID>, raw_status="250")``.
     """
 
     name: ClassVar[str] = "smtp"

@@ -1,23 +1,12 @@
 """Twilio SMS backend on the official ``twilio`` SDK (pinned 9.13.0).
 
-Sends go through the SDK's async API (docs/PROVIDERS.md, "Async SDK paths"): ``Client(...,
-http_client=AsyncRedirectingHttpClient)`` and ``await client.messages.create_async(...)``, on this
-process's provider event loop (providers/event_loop.py), one pooled aiohttp session per backend
-instance reused across batches. :meth:`TwilioSmsBackend.send_batch` has up to ``concurrency``
-creates in flight; :meth:`TwilioSmsBackend.send` is a batch of one on the same path.
-
-Redirect to a local server (the provider emulator) uses option B of
-``docs/PROVIDERS.md`` §1(a): an ``HttpClient`` subclass that swaps scheme and host of every
-request after the SDK has built the URL (so ``TWILIO_EDGE``/``TWILIO_REGION`` rewriting cannot corrupt a
-localhost URL); the async client and the sync one (:meth:`TwilioSmsBackend.find_accepted`, a rare
-lookup) do it the same way. Errors are classified per docs/PROVIDERS.md §1(c).
-
-No retries: ``AsyncTwilioHttpClient`` wraps its session in aiohttp-retry's ``RetryClient`` only when
-given ``max_retries``, which we never pass (:class:`AsyncRedirectingHttpClient` builds a plain
-``aiohttp.ClientSession``); neither ``TwilioHttpClient`` nor the requests session under it retries
-(requests' default adapter is ``Retry(0, read=False)``). So one ``send`` is one POST. Twilio has no
-idempotency key, so after a call that got no answer :meth:`TwilioSmsBackend.find_accepted` looks for
-the message it may have created before the pipeline sends again.
+Sends go through the SDK's async API (``create_async`` with :class:`AsyncRedirectingHttpClient`) on
+this process's provider event loop (providers/event_loop.py), one pooled aiohttp session per backend
+instance; :meth:`TwilioSmsBackend.send_batch` has up to ``concurrency`` creates in flight and
+:meth:`TwilioSmsBackend.send` is a batch of one. The emulator redirect swaps scheme and host after
+the SDK built the URL (``docs/PROVIDERS.md`` §1(a), option B). No retries: one ``send`` is one POST;
+Twilio has no idempotency key, so after an unanswered call :meth:`TwilioSmsBackend.find_accepted`
+looks for the message first. Errors per docs/PROVIDERS.md §1(c); retries: "No SDK retries".
 """
 
 from __future__ import annotations
@@ -102,24 +91,15 @@ def status_callback_url(base: str | None, notification_id: str) -> str | None:
 class TwilioSmsBackend(SmsBackend):
     """Send SMS through Twilio's Messages API (``POST /2010-04-01/Accounts/{sid}/Messages.json``).
 
-    Options (``settings.PROVIDERS["sms"][i]["OPTIONS"]``):
-        ACCOUNT_SID, AUTH_TOKEN, FROM_NUMBER (E.164): required.
-        BASE_URL: ``None`` for real Twilio, else e.g. ``"http://127.0.0.1:8900"`` (the emulator).
-        STATUS_CALLBACK_URL: optional; ``?nid=<notification_id>`` is appended and sent as
-            ``StatusCallback``.
-        TIMEOUT: seconds, the read timeout of each HTTP request, default 10 (the lookup's connect
-            and read timeout too).
-        CONNECT_TIMEOUT: seconds, default ``min(TIMEOUT, 3)``; TOTAL_TIMEOUT: seconds for a whole
-            request, default ``2 × TIMEOUT`` (providers.base.CallTimeouts).
-        POOL_SIZE: connections of the pooled async session, default 100; also caps ``concurrency``.
+    Options (``settings.PROVIDERS["sms"][i]["OPTIONS"]``): ACCOUNT_SID, AUTH_TOKEN, FROM_NUMBER
+    (E.164; required); BASE_URL (``None`` for real Twilio, else the emulator's URL);
+    STATUS_CALLBACK_URL (optional, ``?nid=<notification_id>`` appended); TIMEOUT (read timeout, default
+    10), CONNECT_TIMEOUT, TOTAL_TIMEOUT (providers.base.CallTimeouts); POOL_SIZE (default 100; also caps
+    ``concurrency``).
 
-    ``send`` returns ``SendResult(provider="twilio", provider_message_id=<"SM…" sid>,
-    raw_status=<"queued"/"accepted">)``. The message's ``ttl_seconds`` becomes ``ValidityPeriod``
-    clamped to 1..36000 s; its ``sender``, when given, replaces FROM_NUMBER (an E.164 number as
-    ``From``, a Messaging Service SID as ``MessagingServiceSid``: :meth:`effective_sender`). The
-    sender must belong to this backend's account, else Twilio refuses it (21606/21659 From not
-    ours: ProviderConfigurationError). Twilio has no idempotency key: a timeout may hide an accepted message,
-    so a retry can duplicate it (docs/PROVIDERS.md §1(c)) unless :meth:`find_accepted` finds it first.
+    ``send`` returns ``SendResult(provider="twilio", provider_message_id=<"SM…" sid>, raw_status=…)``.
+    ``ttl_seconds`` becomes ``ValidityPeriod`` (1..36000 s); ``sender`` replaces FROM_NUMBER
+    (:meth:`effective_sender`) and must be this account's. No idempotency key: :meth:`find_accepted`.
     """
 
     name: ClassVar[str] = "twilio"
@@ -171,22 +151,14 @@ class TwilioSmsBackend(SmsBackend):
         return CallTimeouts.from_options(self.options, DEFAULT_TIMEOUT_SECONDS)
 
     def send(self, message: OutboundMessage) -> SendResult:
-        """Create one Twilio Message for ``message.to`` (E.164): a batch of one on the async path.
-
-        Why not a synchronous call for one message (the high tier's OTPs): the async path keeps a
-        warm pooled connection, classifies errors in one place, and the hop to the loop thread costs
-        tens of microseconds against a provider round trip of tens of milliseconds; the high tier
-        gets its own backend instance (providers/registry.py, ``tier="high"``), so its own session
-        and concurrency, never queued behind a standard batch.
+        """Create one Twilio Message for ``message.to`` (E.164): a batch of one on the async path (why:
+        docs/PROVIDERS.md, "Async SDK paths").
 
         Raises:
-            ContactInvalidError: 21211 (``invalid_number``), 21610 (``opted_out``),
-                21614 (``not_mobile``).
+            ContactInvalidError: 21211 (``invalid_number``), 21610 (``opted_out``), 21614 (``not_mobile``).
             ProviderConfigurationError: 401/403, 20003, 21606, 21659, 21408, a missing option.
-            TransientProviderError: 429 (``retry_after`` from ``Retry-After`` when present, never
-                slept), 5xx, ``code="timeout"`` (no answer within the timeouts: the message may
-                have been created), ``code="connection_lost"`` (the connection broke after the
-                request was sent: also unknown), ``code="connection_error"`` (the request never left).
+            TransientProviderError: 429 (``retry_after`` from ``Retry-After``, never slept), 5xx,
+                ``timeout`` / ``connection_lost`` (outcome unknown), ``connection_error`` (never left).
             PermanentProviderError: any other 4xx.
         """
         [outcome] = self.send_batch([message])
@@ -280,40 +252,19 @@ class TwilioSmsBackend(SmsBackend):
 
     def find_accepted(self, message: OutboundMessage, since: datetime,
                       is_taken: Callable[[str], bool] | None = None) -> SendResult | None:
-        """The Twilio Message an earlier :meth:`send` of ``message`` may have created without its
-        answer reaching us (timeout, worker killed mid-call), or ``None``.
-
-        One ``GET /2010-04-01/Accounts/{ACCOUNT_SID}/Messages.json?To=<message.to>&From=<sender>
-        &PageSize=20`` (SDK ``messages.list(to=, from_=, limit=20)``; Twilio lists newest first),
-        where the sender is :meth:`effective_sender` (the message's own, else FROM_NUMBER). A
-        Messaging Service sender cannot be a ``From`` filter (Twilio fills ``from`` only once it
-        has picked a number of the service's pool): the list is filtered by ``To`` alone and then,
-        client-side, by ``messaging_service_sid``. Then, client-side, the messages whose ``body``
-        equals ``message.body`` exactly and whose ``date_created`` is at or after ``since``. Why not
-        Twilio's ``DateSent`` filter: ``date_sent``
-        is null until the message has actually left Twilio, so a message still ``queued`` or
-        ``accepted`` (the likely state seconds after the lost answer) would be missed; To/From
-        narrow the list at the API instead. ``date_created`` is RFC 2822, whole seconds, so ``since``
-        is compared truncated to its second; the clocks of Twilio and this host are assumed to
-        agree within that. A message ``is_taken`` says belongs to another notification (the same text
-        sent to the same number for another reason, e.g. an earlier OTP or campaign) never counts.
-        If several match (an earlier duplicate), the oldest is returned.
+        """The Twilio Message an earlier :meth:`send` of ``message`` may have created without its answer
+        reaching us (timeout, worker killed mid-call), or ``None``: one list request filtered by To and
+        the sender, matched client-side by body and creation time (how and why: docs/PROVIDERS.md,
+        "Duplicate window").
 
         Args:
             message: the message as given to ``send``.
-            since: aware datetime (UTC; a naive one is taken as UTC), the instant before the
-                earlier call started.
-            is_taken: ``sid -> bool``, True for a message already recorded for another
-                notification; ``None``: none is.
+            since: aware datetime (naive is taken as UTC), the instant before the earlier call started.
+            is_taken: ``sid -> bool``, True for a sid already recorded for another notification.
 
         Returns:
-            ``SendResult(provider="twilio", provider_message_id=<"SM…" sid>, raw_status=<its status
-            now, e.g. "queued", "sent">)`` or ``None``: not found among the 20 newest messages to
-            that number from that sender, or the lookup failed (any SDK or HTTP error, or no answer
-            within TIMEOUT; logged as a warning). ``None`` means "send again" (at-least-once).
-
-        Raises:
-            ProviderConfigurationError: a required option is missing (never for Twilio's answers).
+            ``SendResult`` with the message's status now, or ``None`` (not among the 20 newest, or the
+            lookup failed, logged): "send again". Raises ProviderConfigurationError for a missing option.
         """
         self.open()
         if since.tzinfo is None:

@@ -1,14 +1,10 @@
 """``POST /webhooks/twilio/status``: Twilio message status callbacks (delivery receipts).
 
-Verified with the SDK's ``RequestValidator`` against the public URL (query included) and the form
-parameters, with the account's AuthToken (``docs/PROVIDERS.md`` §1(d)). Unsigned or
-forged requests get 403 and change nothing; so are requests signed with the emulator's public
-built-in token (``providers/emulator_credentials.py``) unless the platform is in emulator mode.
-Statuses map to receipts as follows: ``queued``/``accepted``/``sending``/``sent``/``scheduled`` →
-accepted (no state change); ``delivered`` → delivered; ``read`` → engagement;
-``undelivered``/``failed``/``canceled`` → failed, with ``ErrorCode`` (30003 unreachable, 30005
-unknown handset, 30006 landline, 30007 filtered…). NUL or a lone surrogate in a parameter is stored as
-U+FFFD (``providers.webhooks.storable``): the callback is answered 204, never a 500 Twilio retries.
+Verified with the SDK's ``RequestValidator`` against the public URL and the form parameters, with
+the account's AuthToken (``docs/PROVIDERS.md`` §1(d)). Unsigned or forged requests, and outside
+emulator mode those signed with the emulator's public token, get 403 and change nothing. Statuses
+map to receipts as docs/PROVIDERS.md "Delivery receipts" says. NUL or a lone surrogate in a
+parameter is stored as U+FFFD: answered 204, never a 500 Twilio retries.
 """
 
 from __future__ import annotations

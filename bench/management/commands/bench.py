@@ -1,22 +1,13 @@
 """``manage.py bench``: the whole platform under a campaign blast and an OTP stream (docs/PERFORMANCE.md).
 
-Starts its own stack (emulator, gunicorn, workers, beat) on free ports against the database
-``notify_bench`` on the project Postgres (created and migrated here) and Redis database 3 (flushed),
-so it never touches ``make run`` data (``BENCH_DATABASE`` and ``BENCH_REDIS_DB`` in the environment
-choose others, e.g. for two checkouts sharing one Postgres and Redis). One ``blast`` run: the reference
-ceilings (bench/ceilings.py: raw or SDK, durable) → tiered blast → the naive baseline (bench/naive.py)
-on a smaller campaign, time-boxed.
-``--channel`` picks the campaign's channel (each channel is its own run, at any ``--recipients``, 1 M by
-default). ``--scenario brownout``: the tiered blast with OTPs round-robin over SMS, email
-and push, and the primary SMS provider answering after 30 s from a third of the way on.
-``--scenario events``: the event blast (bench/event_blast.py): ``--events`` events of a push + email
-type, one user each, through ``POST /v1/events`` over ``--event-concurrency`` connections, beside the
-OTP stream (on ``--channel``); no ceilings, no naive baseline.
-
-Writes ``bench/results/<UTC timestamp>.json`` and ``.png``, prints a summary, and exits 1 when
-something was lost or an OTP of the tiered run never reached the provider.
-``--write-docs RESULTS.json`` only rewrites the results block of docs/PERFORMANCE.md (and its plot),
-or for an events run its "Event blast" block.
+Starts its own stack on free ports against the database ``notify_bench`` and Redis database 3
+(``BENCH_DATABASE``, ``BENCH_REDIS_DB``), never ``make run``'s data. A ``blast`` run: the ceilings
+(bench/ceilings.py) → the tiered blast → the naive baseline (bench/naive.py), time-boxed;
+``--channel``, ``--recipients``; ``--scenario brownout`` (a slow primary SMS provider) and
+``--scenario events`` (bench/event_blast.py). Writes ``bench/results/<UTC timestamp>.json`` and
+``.png`` (not in git), exits 1 when something was lost or an OTP never reached the provider;
+``--write-docs RESULTS.json`` rewrites the results block of docs/PERFORMANCE.md. The options in
+full: ``manage.py bench --help`` and docs/PERFORMANCE.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """``manage.py latency_probe``: measure a running stack (``make run``) while it is otherwise idle.
 
 Sends ``--count`` high-priority notifications one after another over HTTP, each to a fresh
-recipient, and reports two latencies per notification:
-
-* **accept**: wall time of ``POST /v1/notifications`` as the client sees it (ms);
-* **accept → provider**: from the moment the API answered 202 to the emulator's ``received_at_ms``
-  for that notification (ms), i.e. the time to hand an OTP to the provider.
-
-Writes ``bench/results/latency-<UTC timestamp>.json`` and prints a summary. Only for a stack whose
-providers are the local emulator.
+recipient, and reports per notification **accept** (the wall time of ``POST /v1/notifications``,
+ms) and **accept → provider** (from the 202 to the emulator's ``received_at_ms``: the time to hand
+an OTP to the provider). Writes ``bench/results/latency-<UTC timestamp>.json`` and prints a
+summary. Only for a stack whose providers are the local emulator.
 """
 
 from __future__ import annotations

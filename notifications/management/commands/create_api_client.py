@@ -1,14 +1,11 @@
 """``manage.py create_api_client NAME [--scopes a,b,…] [--allow-high] [--rate-limit 600/min] [--rotate]``:
 prints the new key as the last line of output. The key is shown only once; only its hash is stored.
 
-Without ``--scopes`` the client gets :data:`core.api.scopes.DEFAULT_SCOPES` (``notifications:send``,
-``read``: a service that sends and reads the outcome). ``--allow-high`` adds
-``notifications:send_high`` to whichever scopes were given.
-
-Names are unique: a second client under a taken name would own nothing of the first's (types,
-segments, idempotency keys are per client) and look the same everywhere. ``--rotate`` replaces the
-key of the existing client NAME instead (a lost or leaked key): same client row and prefix, a new
-secret; the old key stops working at once. Scopes and rate limit are kept unless given.
+Without ``--scopes``: :data:`core.api.scopes.DEFAULT_SCOPES`; ``--allow-high`` adds
+``notifications:send_high``. Names are unique (a second client of one name would own nothing of the
+first's and look the same everywhere). ``--rotate`` gives the existing client NAME a new secret
+(same row and prefix; the old key stops at once), keeping scopes and rate limit unless given.
+docs/API.md, "Authentication and scopes".
 """
 
 from django.core.management.base import BaseCommand, CommandError

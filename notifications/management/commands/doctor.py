@@ -1,24 +1,11 @@
 """``manage.py doctor``: check the configuration and the stack around it, in plain words.
 
-Checks (``--skip NAME`` leaves one out; names in brackets):
-
-* [providers] every channel's providers in order, emulator or real; for a real provider, the
-  environment variables it still needs; ``settings.PROVIDERS`` itself (the system check's rules).
-* [public-url] ``PUBLIC_BASE_URL`` is an absolute http(s) origin, and not a loopback address when a
-  real provider must reach it.
-* [sendgrid-key] ``SENDGRID_WEBHOOK_PUBLIC_KEY`` is set and decodes as SendGrid's ECDSA public key
-  (only when SendGrid is one of the email providers).
-* [timezone] zoneinfo finds time zone data (Europe/Berlin).
-* [workers] every queue of ``core/queues.py`` ``ALL_QUEUES`` is consumed by a running worker
-  (Celery remote control, ``--timeout`` seconds).
-* [migrations] every migration is applied.
-* [redis] Redis and the broker answer PING.
-* [metrics] the metrics directory is writable; whether ``METRICS_TOKEN`` protects /metrics.
-* [progress] the checks other apps register in ``notifications.health.PROGRESS_CHECKS``: campaigns
-  that made no progress for ``CAMPAIGN_STALL_MINUTES`` (not started, or no fan-out page committed),
-  with their last fan-out error.
-
-Prints ``OK``/``WARN``/``FAIL`` lines and exits 1 when any check failed (warnings do not fail).
+Checks (``--skip NAME`` leaves one out): ``providers``, ``public-url``, ``sendgrid-key``,
+``timezone``, ``workers`` (every queue of ``core/queues.py`` consumed; ``--timeout``),
+``migrations``, ``redis``, ``metrics``, and ``progress`` (the checks other apps register in
+``notifications.health.PROGRESS_CHECKS``: stalled campaigns). What each says:
+docs/OPERATIONS.md, "``manage.py doctor``". Prints ``OK``/``WARN``/``FAIL`` lines and exits 1 when
+any check failed (warnings do not fail).
 """
 
 from __future__ import annotations
