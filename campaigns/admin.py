@@ -43,6 +43,7 @@ from campaigns.models import (
     TemplateVariant,
 )
 from core import clock
+from notifications.admin import HIDDEN
 from notifications.admin_clients import ClientByPrefix
 from notifications.models import Priority
 from notifications.rendering.checking import check_budget
@@ -257,6 +258,11 @@ class CampaignChangeList(ChangeList):
             shards_created=Coalesce(Subquery(created, output_field=IntegerField()), Value(0)))
 
 
+def _sensitive(campaign: Campaign | None) -> bool:
+    """A campaign of a sensitive type: its ``data`` is never shown (nor edited) in the admin."""
+    return campaign is not None and campaign.notification_type is not None and campaign.notification_type.sensitive
+
+
 @admin.register(Campaign)
 class CampaignAdmin(ContentLookupGuard, admin_views.CampaignLifecycleViews, admin.ModelAdmin):
     """Campaigns: created as drafts (editable, deletable), launched with a button, then read-only
@@ -294,13 +300,20 @@ class CampaignAdmin(ContentLookupGuard, admin_views.CampaignLifecycleViews, admi
         ]
         if obj is not None:
             fieldsets.append(("Status", {"fields": STATUS_FIELDS + (RUN_FIELDS if launched else [])}))
+        if _sensitive(obj):
+            content = fieldsets[1][1]["fields"]
+            content[content.index("data")] = "data_hidden"
         return fieldsets
+
+    @admin.display(description="Data")
+    def data_hidden(self, obj):
+        return HIDDEN  # a sensitive type's data: shown nowhere, as on the event and notification pages
 
     def get_readonly_fields(self, request, obj=None):
         if obj is None:
             return []
         if obj.status == CampaignStatus.DRAFT:
-            return STATUS_FIELDS
+            return STATUS_FIELDS + (["data_hidden"] if _sensitive(obj) else [])
         return [f for f in flatten_fieldsets(self.get_fieldsets(request, obj)) if f != "name"]
 
     def get_form(self, request, obj=None, change=False, **kwargs):

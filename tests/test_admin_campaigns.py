@@ -428,3 +428,21 @@ def test_recipient_page_lists_newest_campaign_notifications_with_reasons(admin_c
     assert r.status_code == 302, r.context and r.context["errors"]
     assert Recipient.objects.get(pk="alice").email == "new@example.com"
     assert Notification.objects.filter(recipient=alice, status=Status.SUPPRESSED).count() == 52
+
+
+@pytest.mark.parametrize("status", [CampaignStatus.DRAFT, CampaignStatus.SCHEDULED])
+def test_a_sensitive_types_campaign_data_is_hidden_from_marketing(client, segment, status):
+    """hadvroads 5: the campaign page showed a sensitive type's data (``{"code": …}``) to marketing
+    staff; it is hidden as on the event and notification pages, drafts included."""
+    from notifications.models import NotificationType
+
+    kind = NotificationType.objects.create(key="sens", name="Sensitive", category="account", channels=["sms"],
+                                           sensitive=True)
+    campaign = make_campaign(segment, status=status, notification_type=kind, body="", data={"code": "SECRETCAMP1"})
+    user = User.objects.create_user("marketer", password="pw", is_staff=True)
+    user.user_permissions.set(Permission.objects.filter(
+        content_type__app_label="campaigns", codename__in=["change_campaign", "view_campaign"]))
+    client.force_login(user)
+    page = client.get(reverse("admin:campaigns_campaign_change", args=[campaign.pk]))
+    assert page.status_code == 200
+    assert "SECRETCAMP1" not in page.content.decode() and "sensitive: hidden" in page.content.decode()
