@@ -78,7 +78,7 @@ from notifications.delivery import caps, record
 from notifications.delivery.outcomes import shown
 from notifications.events import fallback
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
-from preferences.models import Recipient, SmsStop
+from preferences.models import Erasure, Recipient, SmsStop
 from preferences.services import opt_out
 from providers.receipts import (
     ACCEPTED,
@@ -418,25 +418,37 @@ def _is_current(receipt: Receipt, contact: str) -> bool:
     return not said or said == (contact or "").strip().casefold()
 
 
+def _erased_since(n: Notification) -> bool:
+    """Whether ``n``'s recipient was erased after ``n`` was created."""
+    return Erasure.objects.filter(recipient_id=n.recipient_id, erased_at__gte=n.created_at).exists()
+
+
 def _contact_hygiene(n: Notification, receipt: Receipt, now) -> None:
+    """What a receipt tells about the recipient's contact (invalid, complained, unsubscribed, blocked):
+    only about the contact it names if that is still the user's, and never about a user erased since
+    the message (a user re-created under the id is someone it never reached; the links' rule too)."""
     recipient: Recipient = n.recipient
     if n.channel == "email":
+        if not (receipt.invalid_address or receipt.kind in (COMPLAINT, UNSUBSCRIBE)):
+            return
+        if not _is_current(receipt, recipient.email) or _erased_since(n):
+            return
         if receipt.invalid_address:
-            if not _is_current(receipt, recipient.email):
-                return
             Recipient.objects.filter(pk=recipient.pk, email=recipient.email).update(
                 email_invalid_reason=f"{receipt.provider} {receipt.raw}"[:64], email_invalid_at=now)
         elif receipt.kind == COMPLAINT:
             _opt_out(recipient, channel="email", category=None)
-        elif receipt.kind == UNSUBSCRIBE:
+        else:
             _opt_out(recipient, channel="email", category=n.category or None)
     elif n.channel == "sms":
+        if not (receipt.error_code in TWILIO_DEAD_NUMBER or receipt.error_code == TWILIO_BLOCKED):
+            return
         if not _is_current(receipt, recipient.phone):
             return
-        if receipt.error_code in TWILIO_DEAD_NUMBER:
+        if receipt.error_code in TWILIO_DEAD_NUMBER and not _erased_since(n):
             Recipient.objects.filter(pk=recipient.pk, phone=recipient.phone).update(
                 phone_invalid_reason=TWILIO_DEAD_NUMBER[receipt.error_code], phone_invalid_at=now)
-        elif receipt.error_code == TWILIO_BLOCKED and receipt.sender and recipient.phone:
+        elif receipt.error_code == TWILIO_BLOCKED and receipt.sender and recipient.phone:  # the number's, kept
             SmsStop.objects.get_or_create(phone=recipient.phone, sender=receipt.sender,
                                           defaults={"source": f"{receipt.provider} {receipt.error_code}"})
 

@@ -237,6 +237,25 @@ def test_sendgrid_complaints_and_unsubscribes_record_opt_outs(sg_key, event, ext
     assert (set(prefs.opt_outs), prefs.category_opt_outs) == expected
 
 
+@pytest.mark.parametrize("event", ["spamreport", "unsubscribe"])
+@pytest.mark.parametrize("since", ["address_changed", "erased_and_re_created"])
+def test_a_complaint_or_unsubscribe_opts_out_no_one_the_message_never_reached(sg_key, event, since):
+    """hadvroads 3: a spam report or unsubscribe of a message to an address the user has changed since,
+    or to a user erased since (and re-created under the id), opted out the current user's email; like a
+    bounce, it now tells nothing about a contact that is not the one the message went to."""
+    from preferences.api.erasure import erase_user
+
+    n = make_notification("email", category="marketing")
+    event_body = sg_event(n, event)
+    if since == "erased_and_re_created":
+        erase_user(n.recipient, requested_by="test")
+        Recipient.objects.filter(pk=n.recipient_id).update(email=n.recipient.email)  # the same address again
+    else:
+        Recipient.objects.filter(pk=n.recipient_id).update(email="new@example.com")
+    assert sg_post(sg_key, [event_body]).status_code == 204
+    assert not Preferences.objects.filter(recipient_id=n.recipient_id).exists()
+
+
 def test_sendgrid_dropped_invalid_marks_address_invalid(sg_key):
     n = make_notification("email")
     sg_post(sg_key, [sg_event(n, "dropped", reason="Bounced Address")])
