@@ -69,6 +69,34 @@ def test_the_checks_verdict_combines_expiry_suppression_and_quiet_hours_in_order
         assert time(0) <= window[1] and found.kind == "deferred"
 
 
+@pytest.mark.parametrize("campaign", [False, True])
+def test_a_campaign_row_never_takes_its_types_user_overrides_even_gained_after_launch(campaign):
+    """hadvroads 2: a type made ``required`` and quiet-hours ``bypass`` after a campaign of it was
+    launched reached an opted-out user and one in quiet hours. A bulk send never overrides users'
+    choices (campaigns of such a type are refused at creation; the send holds the rule too)."""
+    from notifications.models import NotificationType
+
+    now = datetime(2030, 3, 1, 12, 0, tzinfo=UTC)
+    kind = NotificationType(key="newsx", category="news", channels=["sms"], required=True, quiet_hours="bypass")
+    opted = Recipient(user_id="u6", phone="+15550000001", timezone="UTC")
+    opted.preferences = Preferences(recipient=opted, opt_outs=["sms"])
+    quiet = Recipient(user_id="u4", phone="+15550000002", timezone="UTC")
+    quiet.preferences = Preferences(recipient=quiet, quiet_start=time(0, 0), quiet_end=time(23, 59),
+                                    quiet_timezone="UTC")
+    campaign_id = uuid.uuid4() if campaign else None
+
+    def found(recipient):
+        n = Notification(id=uuid.uuid4(), recipient=recipient, channel="sms", category="news", status="sending",
+                         attempts=1, notification_type=kind, campaign_id=campaign_id)
+        v = verdict(n, Facts(stopped_phones=set(), kind=kind), now)
+        return None if v is None else (v.status, v.reason)
+
+    if campaign:
+        assert (found(opted), found(quiet)) == (("suppressed", "opted_out_channel"), ("scheduled", "quiet_hours"))
+    else:  # one user's message of a required, bypassing type: the type's override stands
+        assert (found(opted), found(quiet)) == (None, None)
+
+
 # --- outcomes: one rule set for a batch of 1 or N ------------------------------------------------
 
 def _row(priority="standard", attempts=1):

@@ -74,6 +74,8 @@ def verdict(n: Notification, facts: Facts, now: datetime) -> Verdict | None:
     if n.channel == "in_app" and not (facts.kind is not None and facts.kind.in_app_quiet_hours):
         return None  # an inbox item makes no sound: quiet hours keep it only when its type says so
     policy = facts.kind.quiet_hours if facts.kind is not None else None
+    if policy == QuietHoursPolicy.BYPASS and n.campaign_id is not None:
+        policy = None  # a bulk send never overrides users' choices, even of a type changed after launch
     if policy == QuietHoursPolicy.BYPASS or (policy is None and bypasses_quiet_hours(n.priority, n.category)):
         return None
     until = quiet_hours_end(n, now)
@@ -111,7 +113,7 @@ def suppression_reason(n: Notification, stopped_phones: set[str] | None = None,
             stopped = SmsStop.objects.filter(phone=recipient.phone, sender=own or sms_sender()).exists()
     return suppression.suppression_reason(suppression.facts_of(recipient, sms_stopped=stopped), n.channel,
                                           n.category, type_key=kind.key if kind is not None else "",
-                                          required=bool(kind is not None and kind.required))
+                                          required=bool(kind is not None and kind.required and n.campaign_id is None))
 
 
 def suppression_detail(n: Notification, reason: str, kind: NotificationType | None = None) -> str:
