@@ -3,15 +3,18 @@ applies the rules of acceptance in one order (docs/ARCHITECTURE.md §6, "Roads i
 
 1. the **high gate**: content of a high-priority type, or ``priority: high``, needs the sending
    client's ``notifications:send_high`` (staff and the workers' own roads: checked where they began);
-2. **content limits** (:func:`notifications.content_limits.rendered_problem`) on inline content
+2. **overrides**: a bulk send never carries a type that overrides users' choices (``required``,
+   quiet hours ``bypass``) or batches one user's events (a digest type);
+3. **content limits** (:func:`notifications.content_limits.rendered_problem`) on inline content
    (content made from templates is checked when it is rendered, at send time);
-3. **idempotency**: a request whose first row exists replays it; nothing after this counts it again;
-4. **acceptance (abuse) limits** (:mod:`notifications.acceptance.rules`): slots in their windows.
+4. **idempotency**: a request whose first row exists replays it; nothing after this counts it again;
+5. **acceptance (abuse) limits** (:mod:`notifications.acceptance.rules`): slots in their windows.
 
 Each rule keeps its owner; this module only calls them, in that order, with the rules each road
 passes (:data:`RULES`). Opt-outs (``required`` types skip them) and quiet hours (``bypass``) are
 send-time rules on every road (``delivery/checks.verdict``): preferences change between acceptance
-and send, and the send-time answer is the one that counts.
+and send, and the send-time answer is the one that counts. Refusals that cost nothing come first;
+the limits come last, as they take slots.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ class Road(StrEnum):
 
 class Rule(StrEnum):
     HIGH_GATE = "high_gate"
+    OVERRIDES = "overrides"
     CONTENT = "content_limits"
     IDEMPOTENCY = "idempotency"
     LIMITS = "acceptance_limits"
@@ -56,7 +60,7 @@ RULES: dict[Road, tuple[Rule, ...]] = {
     Road.SINGLE: (Rule.HIGH_GATE, Rule.CONTENT, Rule.IDEMPOTENCY, Rule.LIMITS),
     Road.TYPED: (Rule.HIGH_GATE, Rule.IDEMPOTENCY, Rule.LIMITS),
     Road.EVENT: (Rule.HIGH_GATE, Rule.IDEMPOTENCY, Rule.LIMITS),
-    Road.CAMPAIGN: (Rule.HIGH_GATE, Rule.IDEMPOTENCY, Rule.LIMITS),
+    Road.CAMPAIGN: (Rule.HIGH_GATE, Rule.OVERRIDES, Rule.LIMITS),
     Road.DIGEST: (Rule.IDEMPOTENCY,),
     Road.FALLBACK: (),
     Road.REPLAY: (Rule.CONTENT,),
@@ -140,6 +144,8 @@ def admit(a: Admission) -> Decision:
     for rule in RULES[a.road]:
         if rule is Rule.HIGH_GATE:
             _high_gate(a, decision)
+        elif rule is Rule.OVERRIDES:
+            _overrides(a, decision)
         elif rule is Rule.CONTENT:
             _content(a)
         elif rule is Rule.IDEMPOTENCY:
@@ -161,6 +167,27 @@ def _high_gate(a: Admission, decision: Decision) -> None:
         return
     high_type = a.kind is not None and a.kind.priority == Priority.HIGH
     raise MissingScope(Scope.SEND_HIGH, field="type" if high_type else "priority", why=why)
+
+
+def bulk_type_problem(kind) -> str:
+    """Why a campaign may not send type ``kind``, or ``""``: a digest type batches one user's events (a
+    campaign is one message per member); a ``required`` or quiet-hours ``bypass`` type overrides
+    users' choices, which a bulk send never may (docs/POLICIES.md, "Abuse limits")."""
+    if kind is None:
+        return ""
+    if kind.digest:
+        return f"type {kind.key} is a digest type (it batches one user's events); a campaign sends one message each"
+    if kind.required or kind.quiet_hours == "bypass":
+        return (f"type {kind.key} overrides users' choices (required or quiet_hours bypass); a campaign never "
+                "may: send it per user (POST /v1/events)")
+    return ""
+
+
+def _overrides(a: Admission, decision: Decision) -> None:
+    why = bulk_type_problem(a.kind)
+    if why:
+        decision.refused.update({_user_id(r): (Reason.NOT_FOR_CAMPAIGNS, why) for r in a.recipients
+                                 if _user_id(r) not in decision.refused})
 
 
 def _content(a: Admission) -> None:

@@ -125,6 +125,8 @@ class Reason(models.TextChoices):
                                                 "limit when its campaign fanned out (docs/POLICIES.md)")
     HIGH_NOT_ALLOWED = "high_not_allowed", ("Not sent: a high-priority type's content, and the campaign's API key "
                                             "lacks notifications:send_high")
+    NOT_FOR_CAMPAIGNS = "not_for_campaigns", ("Not sent: its campaign's type overrides users' choices (required, "
+                                              "quiet hours bypass) or is a digest type, which no campaign may send")
 
 
 class Notification(models.Model):

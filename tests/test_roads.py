@@ -199,6 +199,26 @@ def test_a_campaign_of_a_high_type_by_a_key_with_send_high_is_queued():
     assert [(n.status, n.reason) for n in rows] == [("queued", "")] * 3
 
 
+# --- overrides (required, quiet hours bypass) --------------------------------------------------
+
+@pytest.mark.parametrize("change", [{"required": True}, {"quiet_hours": "bypass"},
+                                    {"digest": {"window_seconds": 60, "key": ""}}],
+                         ids=["required", "bypass", "digest"])
+def test_a_campaign_of_a_type_changed_to_override_choices_after_it_was_accepted_sends_nothing(change):
+    """The API refuses such a campaign (422 not_for_campaigns); a type changed after the campaign was
+    accepted is refused at fan-out, member by member, with the same rule."""
+    users = [make_recipient(f"ov-{i}", prefs={"opt_outs": ["sms"]} if i == 0 else None).user_id for i in range(3)]
+    kind = a_type("notice", priority="standard", category="account")
+    c = Campaign.objects.create(client=high(), segment=make_segment_of(users), channel="sms", priority="standard",
+                                category="account", notification_type=kind, data={},
+                                status=CampaignStatus.SCHEDULED, fanout_at=clock.now())
+    NotificationType.objects.filter(pk="notice").update(**change)
+    rows = run_fan_out(c)
+    assert [(n.recipient_id, n.status, n.reason) for n in rows] == [
+        ("ov-0", "suppressed", "opted_out_channel"),  # suppressed before the gate: its reason stands
+        ("ov-1", "suppressed", "not_for_campaigns"), ("ov-2", "suppressed", "not_for_campaigns")]
+
+
 # --- the abuse limits ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("road", [Road.SINGLE, Road.TYPED, Road.EVENT])
