@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rest_framework import serializers
 
@@ -31,7 +31,10 @@ from core.api.refusals import AcceptanceLimited, MissingScope
 from core.api.scopes import Scope
 from notifications.acceptance.rules import Reservation, reserve, rules_for
 from notifications.content_limits import rendered_problem
-from notifications.models import Priority, Reason
+from notifications.models import APIClient, Priority, Reason
+
+if TYPE_CHECKING:
+    from notifications.events.models import NotificationType
 
 
 class Road(StrEnum):
@@ -91,12 +94,12 @@ class Admission:
 
     road: Road
     now: datetime
-    client: Any = None
+    client: APIClient | None = None
     priority: str = Priority.STANDARD
     category: str = ""
     channels: Sequence[str] = ()
     recipients: Sequence[Any] = ()
-    kind: Any = None
+    kind: NotificationType | None = None
     content: dict | None = None
     request: tuple[Any, Any] | None = None
     per_member: bool = False
@@ -121,7 +124,7 @@ class Decision:
         self.reservation.__exit__(exc_type, exc, tb)
 
 
-def high_gate_problem(client, priority: str, kind=None) -> str:
+def high_gate_problem(client: APIClient | None, priority: str, kind: NotificationType | None = None) -> str:
     """Why ``client`` may not send this (``""``: it may): a high-priority type's content or
     ``priority: high`` needs ``notifications:send_high``. ``client`` ``None`` (staff, a worker) is
     not asked here: staff hold the admin's own permission, a worker's road was admitted where it
@@ -169,7 +172,7 @@ def _high_gate(a: Admission, decision: Decision) -> None:
     raise MissingScope(Scope.SEND_HIGH, field="type" if high_type else "priority", why=why)
 
 
-def bulk_type_problem(kind) -> str:
+def bulk_type_problem(kind: NotificationType | None) -> str:
     """Why a campaign may not send type ``kind``, or ``""``: a digest type batches one user's events (a
     campaign is one message per member); a ``required`` or quiet-hours ``bypass`` type overrides
     users' choices, which a bulk send never may (docs/POLICIES.md, "Abuse limits")."""

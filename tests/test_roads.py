@@ -21,7 +21,7 @@ from notifications import admission
 from notifications.admission import ROADS, RULES, Road, Rule
 from notifications.events import digests, fallback
 from notifications.events import services as event_services
-from notifications.models import APIClient, DeliveryEvent, Notification, NotificationType, Status
+from notifications.models import APIClient, DeliveryEvent, Notification, NotificationType, Status, TypeTemplate
 from notifications.services import accept_notification, replay_dead_letters
 from tests.conftest import make_client
 from tests.fanout_helpers import make_recipient, make_segment_of, run_fan_out
@@ -51,7 +51,11 @@ def sharing():
 def a_type(key: str, *, priority: str = "high", client: APIClient | None = None, **over) -> NotificationType:
     fields = {"name": key, "category": "security", "channels": ["sms"], "priority": priority, "client": client,
               **over}
-    return NotificationType.objects.create(key=key, **fields)
+    kind = NotificationType.objects.create(key=key, **fields)
+    for channel in fields["channels"]:
+        TypeTemplate.objects.create(type=kind, channel=channel, locale="en", title="Code",
+                                    body="Your code is {{ data.code }}")
+    return kind
 
 
 def no_high() -> APIClient:
@@ -219,6 +223,25 @@ def test_a_campaign_of_a_type_changed_to_override_choices_after_it_was_accepted_
         ("ov-1", "suppressed", "not_for_campaigns"), ("ov-2", "suppressed", "not_for_campaigns")]
 
 
+@pytest.mark.parametrize(("road", "required"), [
+    (Road.SINGLE, False), (Road.TYPED, False), (Road.TYPED, True), (Road.EVENT, False), (Road.EVENT, True),
+    (Road.CAMPAIGN, False)])  # no type on a single send; no required type in a campaign (the overrides rule)
+def test_an_opt_out_holds_on_every_road_unless_the_type_is_required(road, required):
+    """Opt-outs are a send-time rule on every road (and a fan-out pre-filter); a required type skips
+    them on the roads that may carry one (a campaign never may: the overrides rule)."""
+    from tests.fanout_helpers import send_time_outcome
+
+    r = make_recipient("opt-1", prefs={"opt_outs": ["sms"]})
+    kind = a_type("otp", required=required)
+    (n,) = {Road.SINGLE: lambda: single(high(), r), Road.TYPED: lambda: typed(high(), r, kind),
+            Road.EVENT: lambda: event(high(), [r], kind),
+            Road.CAMPAIGN: lambda: campaign(high(), [r.user_id], a_type("promo", priority="standard"))}[road]()
+    if road == Road.CAMPAIGN:
+        assert (n.status, n.reason) == ("suppressed", "opted_out_channel")
+    else:
+        assert send_time_outcome(n.pk) == (("ready", "") if required else ("suppressed", "opted_out_channel"))
+
+
 # --- the abuse limits ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("road", [Road.SINGLE, Road.TYPED, Road.EVENT])
@@ -244,12 +267,11 @@ def test_a_campaign_of_a_limited_type_counts_each_member_and_then_events_find_th
     kind = a_type("otp")
     rows = campaign(None, [r.user_id for r in sharing], kind)
     assert [(n.status, n.reason) for n in rows] == [("queued", "")] * 10 + [("suppressed", "acceptance_limited")] * 5
-    client, refused = high(), 0
-    for r in sharing[:10]:
-        with pytest.raises(AcceptanceLimited):
+    client = high()
+    for r in sharing:  # every member on that phone, the ten who got one included
+        with pytest.raises(AcceptanceLimited) as refused:
             event(client, [r], kind)
-        refused += 1
-    assert refused == 10
+        assert refused.value.limit == "otp_per_phone"
     assert Notification.objects.filter(status="queued").count() == 10
 
 
@@ -282,6 +304,10 @@ def test_a_request_made_twice_is_one_notification_and_counted_once(road, sharing
     for _ in range(12):  # past the limit of 10 if a replay counted
         assert [n.pk for n in drive(sharing[0], "same-key")] == [n.pk for n in first]
     assert Notification.objects.count() == 1
+    for r in sharing[1:10]:  # the phone's other nine slots are still free
+        drive(r, None)
+    with pytest.raises(AcceptanceLimited):
+        drive(sharing[10], None)
 
 
 def test_a_digest_closed_twice_makes_its_notification_once():
