@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import uuid
 from datetime import datetime, timedelta
 from typing import NamedTuple
 from zoneinfo import ZoneInfo
@@ -35,8 +34,10 @@ from campaigns.models import Campaign, CampaignShard, CampaignStatus, MissedPoli
 from core import clock
 from core.queues import FAN_OUT_PAGE_TASK, fanout_queue
 from notifications import metrics
+from notifications.admission import Admission, Road, admit
 from notifications.campaign_rows import CampaignRow, campaign_has_open_notifications, insert_campaign_page
 from notifications.enqueue import enqueue_on_commit
+from notifications.ids import campaign_notification_ids
 from notifications.models import Reason, Status
 from notifications.services import cancel_campaign_notifications
 from preferences.validation import stored_zone
@@ -62,28 +63,6 @@ SELECT m.recipient_id, r.timezone, {facts}
 
 def conf(name: str):
     return settings.CAMPAIGNS[name]
-
-
-def notification_id_for(campaign_id, user_id: str, channel: str) -> uuid.UUID:
-    """Deterministic id of a campaign notification: uuid5 over (campaign, user, channel)."""
-    return uuid.uuid5(uuid.UUID(str(campaign_id)), f"{user_id}:{channel}")
-
-
-def notification_ids_for(campaign_id, channel: str):
-    """:func:`notification_id_for` of one campaign and channel as a function of the user id,
-    returning the id's canonical text (RFC 4122 §4.3: SHA-1 of namespace + name, version 5, RFC
-    variant): the same value without building two ``UUID`` objects per member (fan-out computes a
-    million of them)."""
-    namespace = uuid.UUID(str(campaign_id)).bytes
-    suffix = f":{channel}".encode()
-    sha1 = hashlib.sha1
-
-    def for_user(user_id: str) -> str:
-        d = sha1(namespace + user_id.encode() + suffix).digest()
-        h = (d[:6] + bytes(((d[6] & 0x0F) | 0x50,)) + d[7:8] + bytes(((d[8] & 0x3F) | 0x80,)) + d[9:16]).hex()
-        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
-
-    return for_user
 
 
 def spread_offset(campaign_id, user_id: str, spread_seconds: int) -> timedelta:
@@ -284,7 +263,7 @@ def _insert_page(campaign: Campaign, members: list[dict], now: datetime) -> list
     Returns ``[(notification id as text, status)]`` of the rows created."""
     planner = _Planner(campaign, now)
     ttl = timedelta(seconds=campaign.ttl_seconds) if campaign.ttl_seconds else None
-    id_for = notification_ids_for(campaign.pk, campaign.channel)
+    id_for = campaign_notification_ids(campaign.pk, campaign.channel)
     rows: list[CampaignRow] = []
     missed = set()
     for m in members:
@@ -297,6 +276,7 @@ def _insert_page(campaign: Campaign, members: list[dict], now: datetime) -> list
             missed.add(nid)
         rows.append(CampaignRow(nid, user_id, status, reason, base, base + ttl if ttl else None))
     kind = campaign.notification_type
+    rows = _admitted(campaign, kind, rows, now)
     inserted = insert_campaign_page(campaign_id=campaign.pk, channel=campaign.channel, priority=campaign.priority,
                                     category=campaign.category, now=now, rows=rows,
                                     notification_type=campaign.notification_type_id,
@@ -315,6 +295,26 @@ def _insert_page(campaign: Campaign, members: list[dict], now: datetime) -> list
         log.warning("campaign %s: %d member(s) whose local time had passed, missed_policy %s", campaign.pk,
                     missed_inserted, campaign.missed_policy)
     return inserted
+
+
+def _admitted(campaign: Campaign, kind, rows: list[CampaignRow], now: datetime) -> list[CampaignRow]:
+    """The road ``campaign`` of the gate (:func:`notifications.admission.admit`), member by member:
+    the campaign's client must still hold ``notifications:send_high`` for a high-priority type or
+    campaign (a type made high after the campaign was accepted), and each member not already
+    suppressed takes a slot in every abuse limit that counts the campaign (one added since, or a
+    campaign made in the admin; docs/POLICIES.md, "Abuse limits"). A refused member's row is
+    ``suppressed`` with the gate's reason. Slots are taken per member ``{campaign}:{user}``, so a
+    page run twice counts each member once."""
+    decision = admit(Admission(road=Road.CAMPAIGN, now=now, client=campaign.client, priority=campaign.priority,
+                               category=campaign.category, channels=[campaign.channel], kind=kind,
+                               recipients=[r.recipient_id for r in rows if r.status != Status.SUPPRESSED],
+                               per_member=True, window_id=str(campaign.pk)))
+    if not decision.refused:
+        return rows
+    log.warning("campaign %s: %d member(s) refused at fan-out: %s", campaign.pk, len(decision.refused),
+                sorted({detail for _reason, detail in decision.refused.values()}))
+    return [r._replace(status=Status.SUPPRESSED, reason=decision.refused[r.recipient_id][0])
+            if r.recipient_id in decision.refused else r for r in rows]
 
 
 def _finish_fan_out_if_complete(campaign: Campaign, now: datetime) -> None:

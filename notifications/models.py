@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
-
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from rest_framework_api_key.models import AbstractAPIKey
@@ -12,9 +10,6 @@ from core import clock
 from core.api.scopes import Scope, canonical, default_scopes, validate_scopes
 from core.vocabulary import CATEGORY_PATTERN
 from preferences.models import Channel, Device, Recipient
-
-# Namespace for deterministic notification ids: uuid5(NS, f"{client_id}:{idempotency_key}").
-NOTIFICATION_ID_NAMESPACE = uuid.UUID("6f0c1f36-52a1-4b7e-9a43-4f6b8c2d9e10")
 
 
 class Priority(models.TextChoices):
@@ -126,6 +121,12 @@ class Reason(models.TextChoices):
                                   "after the attempt budget")
     FREQUENCY_CAPPED = "frequency_capped", ("Not sent: the recipient already got as many of this category on this "
                                             "channel as a frequency cap allows in its window")
+    ACCEPTANCE_LIMITED = "acceptance_limited", ("Not sent: the recipient (or its phone or address) was over an abuse "
+                                                "limit when its campaign fanned out (docs/POLICIES.md)")
+    HIGH_NOT_ALLOWED = "high_not_allowed", ("Not sent: a high-priority type's content, and the campaign's API key "
+                                            "lacks notifications:send_high")
+    NOT_FOR_CAMPAIGNS = "not_for_campaigns", ("Not sent: its campaign's type overrides users' choices (required, "
+                                              "quiet hours bypass) or is a digest type, which no campaign may send")
 
 
 class Notification(models.Model):

@@ -17,10 +17,10 @@ from django.db.models import Exists, OuterRef
 
 from core import clock
 from core.redaction import sensitive_content
-from notifications.acceptance.rules import limit_acceptance
+from notifications.admission import Admission, Road, admit, replay_refusals
 from notifications.enqueue import enqueue_on_commit
+from notifications.ids import single_send_id
 from notifications.models import (
-    NOTIFICATION_ID_NAMESPACE,
     REACHED_STATUSES,
     APIClient,
     DeliveryAttempt,
@@ -34,18 +34,26 @@ from preferences.models import Recipient
 
 
 class IdempotencyKeyReused(Exception):
-    """The idempotency key was already used by this client with a different request body."""
+    """The idempotency key was already used by this client with a different request body (any road
+    that takes a key: a single send, typed or not, an event). ``notification``: the row it made,
+    when it made one."""
 
-    def __init__(self, notification: Notification) -> None:
+    def __init__(self, notification: Notification | None = None) -> None:
         super().__init__("idempotency key already used with a different request body")
         self.notification = notification
 
 
 class NotCancellable(Exception):
-    """The notification was already claimed by a worker or has finished."""
+    """Nothing could be cancelled: the notification (``notification``) was already claimed by a
+    worker or has finished, or nothing of an event is left (the message says which)."""
 
-    def __init__(self, notification: Notification) -> None:
-        if notification.status in (Status.SCHEDULED, Status.QUEUED):  # the in_app row whose item is written
+    def __init__(self, notification: Notification | None = None, message: str = "") -> None:
+        if message:
+            text = message
+        elif notification is None:
+            text = ("nothing of this event is left to cancel: every notification was claimed by a worker or has "
+                    "finished")
+        elif notification.status in (Status.SCHEDULED, Status.QUEUED):  # the in_app row whose item is written
             text = (f"notification is {notification.status}, but its item is already in the user's inbox: it was "
                     "sent (its delivery is being recorded)")
         else:
@@ -71,11 +79,6 @@ def request_fingerprint(body: object) -> str:
     """SHA-256 hex of the request body as canonical JSON (sorted keys, no whitespace)."""
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-def notification_id_for(client_id: str, idempotency_key: str) -> uuid.UUID:
-    """Deterministic id of an API send: uuid5 over the client and its idempotency key."""
-    return uuid.uuid5(NOTIFICATION_ID_NAMESPACE, f"{client_id}:{idempotency_key}")
 
 
 def accept_notification(
@@ -105,15 +108,16 @@ def accept_notification(
         ttl_seconds: the message expires this many seconds after it was due (``scheduled_at``, or
             acceptance for immediate sends); ``None`` = no expiry.
 
-    Abuse limits (:func:`notifications.acceptance.rules.limit_acceptance`) are checked after the
-    replay lookup (a replay is never counted) and before anything is written.
+    The road ``single`` of the gate (:func:`notifications.admission.admit`): high gate, content
+    limits, replay lookup (a replay is never counted), abuse limits, before anything is written.
 
     Raises:
         IdempotencyKeyReused: same key, different fingerprint.
-        AcceptanceLimited, AcceptanceLimitsUnavailable: (``core.api.refusals``) 429 / 503, nothing written.
+        MissingScope, ValidationError, AcceptanceLimited, AcceptanceLimitsUnavailable: the gate's
+        403 / 422 / 429 / 503, nothing written.
     """
     now = clock.now()
-    nid = notification_id_for(str(client.pk), idempotency_key)
+    nid = single_send_id(str(client.pk), idempotency_key)
     due = scheduled_at if scheduled_at and scheduled_at > now else None
     status = Status.SCHEDULED if due else Status.QUEUED
     start = scheduled_at or now
@@ -138,11 +142,12 @@ def accept_notification(
         queued_at=None if due else now,
         expires_at=start + timedelta(seconds=ttl_seconds) if ttl_seconds else None,
     )
-    reservation = limit_acceptance(Notification, nid, client=client, recipients=[recipient], type_key="",
-                                   category=category or "", channels=[channel], now=now)
+    decision = admit(Admission(road=Road.SINGLE, now=now, client=client, priority=priority, category=category or "",
+                               channels=[channel], recipients=[recipient], content=content,
+                               request=(Notification, nid)))
     try:
         # An error on the way is logged (Django's 500) without a sensitive notification's content.
-        with reservation, sensitive_content([notification] if sensitive else ()), transaction.atomic():
+        with decision, sensitive_content([notification] if sensitive else ()), transaction.atomic():
             notification.save(force_insert=True)
             DeliveryEvent.objects.create(notification=notification, kind="accepted", status=status,
                                          detail=f"due {due.isoformat()}" if due else "")
@@ -201,7 +206,9 @@ def replay_dead_letters(notification_ids, *, by: str) -> int:
     """Send dead-lettered notifications again: same id (so the sent marker and the claim still
     guard against a double send), attempt budget reset, ``queued`` and enqueued after commit. Records
     who replayed and when in the timeline. Only rows still ``failed`` and dead-lettered move, and not
-    a fallback channel whose next channel has reached the user since (the replay would send twice).
+    a fallback channel whose next channel has reached the user since (the replay would send twice),
+    and only what the gate admits (:func:`notifications.admission.replay_refusals`: the rest stays
+    dead-lettered with a ``replay_refused`` timeline event saying why).
 
     Returns how many were replayed.
     """
@@ -212,6 +219,12 @@ def replay_dead_letters(notification_ids, *, by: str) -> int:
                     .exclude(Exists(Notification.objects.filter(fallback_after=OuterRef("pk"),
                                                                 status__in=REACHED_STATUSES)))
                     .values_list("pk", "priority", "channel"))
+        refused = replay_refusals([r[0] for r in rows], now)
+        if refused:
+            DeliveryEvent.objects.bulk_create([
+                DeliveryEvent(notification_id=i, kind="replay_refused", status=Status.FAILED,
+                              detail=f"replay by {by} refused: {why}"[:500]) for i, why in refused.items()])
+            rows = [r for r in rows if r[0] not in refused]
         if not rows:
             return 0
         ids = [r[0] for r in rows]

@@ -22,7 +22,8 @@ from core import clock
 from notifications import scheduler
 from notifications.delivery.pipeline import send_notifications
 from notifications.events import digests, services
-from notifications.events.models import Digest, DigestItem, digest_notification_id
+from notifications.events.models import Digest, DigestItem
+from notifications.ids import digest_notification_id
 from notifications.models import APIClient, DeliveryEvent, Notification, NotificationType, TypeTemplate
 from preferences.models import Device, Recipient
 from tests.conftest import EVERY_SCOPE

@@ -15,7 +15,7 @@ from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from notifications.events.models import EVENT_ID_NAMESPACE, EVENT_NOTIFICATION_NAMESPACE
+from notifications.ids import EVENT_ID_NAMESPACE, EVENT_NOTIFICATION_NAMESPACE
 from notifications.models import APIClient, DeliveryEvent, Event, Notification, NotificationType, TypeTemplate
 from preferences.models import Recipient
 from tests.conftest import EVERY_SCOPE

@@ -17,6 +17,7 @@ from core.api.fields import AwareDateTimeField, LabelField, RejectUnknownFields,
 from core.identifiers import MAX_USER_ID_LENGTH, USER_ID_PATTERN, problem_code, user_id_problem
 from core.vocabulary import CATEGORY_PATTERN, TEMPLATE_LOCALE_PATTERN
 from notifications.acceptance.rules import bulk_send_problem
+from notifications.admission import bulk_type_problem
 from notifications.api.serializers import (
     ContentSerializer,
     body_field,
@@ -324,7 +325,7 @@ class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
                 errors["channel"] = serializers.ErrorDetail(
                     f"type {kind.key} does not use {attrs['channel']} (its channels: {', '.join(kind.channels)})",
                     code="not_in_type")
-            elif problem := campaign_type_problem(kind):
+            elif problem := bulk_type_problem(kind):
                 errors["type"] = serializers.ErrorDetail(problem, code="not_for_campaigns")
             else:
                 errors.update(data_errors(kind, attrs.get("data") or {}))
@@ -349,18 +350,6 @@ class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
         if attrs.get("ttl_seconds") is None:
             attrs["ttl_seconds"] = kind.ttl_seconds  # as every other road of the type
         return errors
-
-
-def campaign_type_problem(kind: NotificationType) -> str:
-    """Why a campaign may not send ``kind``, or ``""``: a digest type batches one user's events (a
-    campaign is one message per member); a ``required`` or quiet-hours ``bypass`` type overrides
-    users' choices, which a bulk send never may (docs/POLICIES.md)."""
-    if kind.digest:
-        return f"type {kind.key} is a digest type (it batches one user's events); a campaign sends one message each"
-    if kind.required or kind.quiet_hours == "bypass":
-        return (f"type {kind.key} overrides users' choices (required or quiet_hours bypass); a campaign never "
-                "may: send it per user (POST /v1/events)")
-    return ""
 
 
 class ByStatusSerializer(serializers.Serializer):

@@ -184,8 +184,8 @@ class Reservation:
 
 def reserve(rules: Sequence[Rule], *, request_id: str, recipients: Sequence, client, now: datetime) -> Reservation:
     """Take one slot in every window of ``rules`` for each of ``recipients`` (member
-    ``{request_id}:{user_id}``), all or none. Call after the request is validated and known not to
-    replay an accepted one, before writing it.
+    ``{request_id}:{user_id}``), all or none. The gate (:func:`notifications.admission.admit`) calls
+    it after the request is validated and known not to replay an accepted one, before writing it.
 
     Raises:
         AcceptanceLimited: a window is full; names the rule and the first limited recipient (in
@@ -220,21 +220,6 @@ def reserve(rules: Sequence[Rule], *, request_id: str, recipients: Sequence, cli
                                 f"user {user_id!r} is over the limit {rule.name} ({rule.describe()}); "
                                 f"a slot frees in {wait} s")
     return Reservation(slots)
-
-
-def limit_acceptance(model, pk, *, client, recipients: Sequence, type_key: str, category: str,
-                     channels: Sequence[str], now: datetime) -> Reservation:
-    """The one check of the abuse limits at acceptance, for every create path (single, typed and
-    event sends): when a rule counts this request and no ``model`` row ``pk`` exists yet (a replay of
-    an accepted request is answered as before and never counted), :func:`reserve` its slots with
-    member ``{pk}:{user_id}``. Use the result as a context manager around the transaction that
-    writes the rows: a failure other than the duplicate's IntegrityError gives the slots back.
-
-    Raises AcceptanceLimited (429) or AcceptanceLimitsUnavailable (503), before anything is written."""
-    rules = rules_for(type_key=type_key, category=category, channels=channels)
-    if not rules or model.objects.filter(pk=pk).exists():
-        return Reservation([])
-    return reserve(rules, request_id=str(pk), recipients=recipients, client=client, now=now)
 
 
 def bulk_send_problem(*, type_key: str, category: str, channels: Sequence[str]) -> str:

@@ -12,8 +12,8 @@ from core.api.errors import MissingScope
 from core.api.fields import nearest
 from core.api.refusals import NotOwner
 from core.api.scopes import Scope
+from notifications.admission import high_gate_problem
 from notifications.events.models import NotificationType
-from notifications.models import Priority
 
 #: An event's ``data`` as JSON, at most (bytes).
 DATA_MAX_BYTES = 16 * 1024
@@ -33,8 +33,9 @@ def type_for(request, key: str, field: str = "type") -> NotificationType:
             f"no notification type {key!r}; {hint}", code="unknown_type")})
     if kind.client_id is not None and kind.client_id != request.auth.pk:
         raise NotOwner(field, "this notification type belongs to another API client")
-    if kind.priority == Priority.HIGH and not request.auth.has_scope(Scope.SEND_HIGH):
-        raise MissingScope(Scope.SEND_HIGH, field=field, why=f"type {key} is high priority")
+    why = high_gate_problem(request.auth, "", kind)
+    if why:  # the gate's rule (notifications.admission), asked before the data is validated
+        raise MissingScope(Scope.SEND_HIGH, field=field, why=why)
     return kind
 
 

@@ -13,6 +13,7 @@ from core.api.errors import BODY, MissingScope, error_responses, field_error, re
 from core.api.pagination import Ordering, list_page, page_parameters, page_serializer
 from core.api.scopes import Scope
 from notifications import services
+from notifications.admission import high_gate_problem
 from notifications.api.serializers import (
     AcceptedSerializer,
     CancelledSerializer,
@@ -22,7 +23,7 @@ from notifications.api.serializers import (
 )
 from notifications.api.typed import data_errors, type_for
 from notifications.events import services as event_services
-from notifications.models import Notification, Priority, Status
+from notifications.models import Notification, Status
 from notifications.readers import readable_notifications
 from preferences.api.views import _USER_ID, recipient_or_404
 from preferences.models import Channel
@@ -76,8 +77,9 @@ def idempotency_key_problem(request) -> tuple[str, Response | None]:
 def check_priority_scope(request, priority: str) -> None:
     """``priority: high`` needs the scope ``notifications:send_high`` as well. Raises MissingScope
     (403 ``missing_scope`` on the field ``priority``) when the API key lacks it."""
-    if priority == Priority.HIGH and not request.auth.has_scope(Scope.SEND_HIGH):
-        raise MissingScope(Scope.SEND_HIGH, field="priority", why="needed for priority=high")
+    why = high_gate_problem(request.auth, priority)
+    if why:  # the gate's rule, asked before the request is validated further
+        raise MissingScope(Scope.SEND_HIGH, field="priority", why=why)
 
 
 def note_given_fields(request, serializer_class) -> None:
@@ -169,7 +171,7 @@ def _typed_send(request, key: str, data: dict) -> Response:
             client=request.auth, idempotency_key=key, fingerprint=fingerprint, kind=kind,
             recipients=[data["recipient"]], data=data.get("data") or {}, scheduled_at=data["scheduled_at"],
             ttl_seconds=data["ttl_seconds"], channel=data["channel"])
-    except (event_services.IdempotencyKeyReused, services.IdempotencyKeyReused):
+    except services.IdempotencyKeyReused:
         return key_reused()
     note_given_fields(request, SendRequestSerializer)
     (n,) = result.notifications

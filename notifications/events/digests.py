@@ -30,14 +30,15 @@ from django.utils.crypto import salted_hmac
 from core import clock
 from core.postgres import array_literal
 from notifications import metrics
+from notifications.admission import Admission, Road, admit
 from notifications.events.models import (
     Digest,
     DigestItem,
     Event,
     NotificationType,
     Routing,
-    digest_notification_id,
 )
+from notifications.ids import digest_notification_id
 from notifications.models import DeliveryEvent, Notification, Reason, Status
 from notifications.rendering import render_parts
 
@@ -154,8 +155,10 @@ def close(digest: Digest, now: datetime) -> list[Notification]:
             due_at=None if waiting else now, expires_at=now + timedelta(seconds=ttl) if ttl else None,
             created_at=now, updated_at=now))
         before = nid
-    if Notification.objects.filter(pk__in=[n.pk for n in rows]).exists():
-        return []  # a re-run: its rows were inserted by the run that closed it
+    # The road "digest" of the gate: each event was admitted when it was accepted (high gate, limits);
+    # what is left is idempotency (a re-run: its rows were inserted by the run that closed it).
+    if admit(Admission(road=Road.DIGEST, now=now, request=(Notification, rows[0].pk))).replayed:
+        return []
     Notification.objects.bulk_create(rows)
     shown = Digest.HIDDEN_KEY if kind.sensitive else digest.key
     detail = f"digest of {len(items)} event(s) of type {kind.key}" + (f", key {shown}" if digest.key else "")

@@ -27,6 +27,7 @@ from django.db import connection
 from core import clock
 from core.postgres import array_literal
 from notifications import metrics
+from notifications.admission import Admission, Road, admit
 from notifications.enqueue import enqueue_on_commit
 from notifications.models import REACHED_STATUSES, DeliveryEvent, Reason, Status
 
@@ -78,6 +79,7 @@ def settle(ended: list[tuple], origin: str = "") -> int:
             metrics.fallback_settled("cancelled", len(changed))
             moved += len(changed) + _onwards(changed, Status.CANCELLED, Reason.CANCELLED_BY_CLIENT)
         else:
+            admit(Admission(road=Road.FALLBACK, now=now))  # the gate: no rule is re-applied at release
             changed = _move(rows, Status.QUEUED, "", now,
                             "released: the channel before it in the fallback order ({}) could not reach the "
                             "recipient")

@@ -10,13 +10,9 @@ import uuid
 from django.db import models
 
 from core import clock
+from notifications.ids import digest_notification_id
 from notifications.models import APIClient, Priority
 from preferences.models import Channel
-
-#: Namespace of event ids: ``uuid5(EVENT_ID_NAMESPACE, f"{client_id}:{idempotency_key}")``.
-EVENT_ID_NAMESPACE = uuid.UUID("3c4f0d5e-6a1b-4e7f-8b2c-9d0e1f2a3b4c")
-#: Namespace of an event's notification ids: ``uuid5(NS, f"{event_id}:{user_id}:{channel}")``.
-EVENT_NOTIFICATION_NAMESPACE = uuid.UUID("9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d")
 
 
 class Routing(models.TextChoices):
@@ -156,10 +152,6 @@ class Event(models.Model):
         return f"{self.type_id} {self.pk}"
 
 
-#: Namespace of a digest's notification ids: ``uuid5(NS, f"{digest_id}:{channel}")``.
-DIGEST_NOTIFICATION_NAMESPACE = uuid.UUID("5d1e2f3a-4b5c-4d6e-8f70-8192a3b4c5d6")
-
-
 class Digest(models.Model):
     """The events of one digest type for one user and rendered ``key`` inside one window
     (docs/TYPES.md, "Digests"), sent as ONE notification per channel when the window closes.
@@ -215,10 +207,6 @@ class Digest(models.Model):
     def notification_ids(self) -> list[uuid.UUID]:
         """The ids of its notifications (made when it closes), in channel order."""
         return [digest_notification_id(self.pk, c) for c in self.channels]
-
-
-def digest_notification_id(digest_id, channel: str) -> uuid.UUID:
-    return uuid.uuid5(DIGEST_NOTIFICATION_NAMESPACE, f"{digest_id}:{channel}")
 
 
 class DigestItem(models.Model):

@@ -1,14 +1,13 @@
 """Writes for notification types and events: save a type with its templates, accept an event
 (idempotent, expanded into its notifications in the same transaction), cancel one (docs/TYPES.md).
 
-Ids are derived, never random: an event is ``uuid5(EVENT_ID_NAMESPACE, f"{client}:{key}")`` and each
-of its notifications ``uuid5(EVENT_NOTIFICATION_NAMESPACE, f"{event}:{user_id}:{channel}")``, so a
-retried request or a crashed expansion creates nothing twice (the primary keys refuse a copy).
+Ids are derived, never random (:mod:`notifications.ids`: :func:`~notifications.ids.event_id`,
+:func:`~notifications.ids.event_notification_id`), so a retried request or a crashed expansion
+creates nothing twice (the primary keys refuse a copy).
 """
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -17,21 +16,24 @@ from django.db.models import Q
 
 from core import clock
 from notifications import metrics
-from notifications.acceptance.rules import limit_acceptance
+from notifications.admission import Admission, Road, admit
 from notifications.enqueue import enqueue_on_commit
 from notifications.events import digests
 from notifications.events.models import (
-    EVENT_ID_NAMESPACE,
-    EVENT_NOTIFICATION_NAMESPACE,
     Event,
     NotificationType,
     Routing,
     TypeTemplate,
 )
+from notifications.ids import event_id, event_notification_id, single_send_id, typed_send_event_id
 from notifications.models import APIClient, DeliveryEvent, Notification, Priority, Reason, Status
 from notifications.rendering import RenderError
-from notifications.services import WRITTEN_TO_INBOX, record_cancelled
-from notifications.services import notification_id_for as single_send_id
+from notifications.services import (
+    WRITTEN_TO_INBOX,
+    IdempotencyKeyReused,
+    NotCancellable,
+    record_cancelled,
+)
 
 TYPE_FIELDS = ("name", "description", "category", "priority", "channels", "routing", "quiet_hours",
                "in_app_quiet_hours", "required",
@@ -40,21 +42,8 @@ TYPE_FIELDS = ("name", "description", "category", "priority", "channels", "routi
 TEMPLATE_FIELDS = ("channel", "locale", "title", "body", "html", "data")
 
 
-class IdempotencyKeyReused(Exception):
-    """The idempotency key was already used by this client for an event with a different body."""
-
-
 class DigestKeyFailed(Exception):
     """The type's digest key template failed to render with the event's data (the message says why)."""
-
-
-class NotCancellable(Exception):
-    """Nothing of the event is left to cancel: every notification was claimed or has finished, or
-    (a digest type's event) the digests it went into have closed. The message says which."""
-
-    def __init__(self, message: str = "nothing of this event is left to cancel: every notification was claimed "
-                                      "by a worker or has finished") -> None:
-        super().__init__(message)
 
 
 @dataclass(frozen=True)
@@ -68,14 +57,6 @@ class AcceptedEvent:
     #: A digest type's event: the digests it went into (one per user, in the users' order); its
     #: ``notifications`` are then empty (they are the digests', made when each closes).
     digests: list = field(default_factory=list)
-
-
-def event_id_for(client_id: str, idempotency_key: str) -> uuid.UUID:
-    return uuid.uuid5(EVENT_ID_NAMESPACE, f"{client_id}:{idempotency_key}")
-
-
-def notification_id_for(event_id, user_id: str, channel: str) -> uuid.UUID:
-    return uuid.uuid5(EVENT_NOTIFICATION_NAMESPACE, f"{event_id}:{user_id}:{channel}")
 
 
 def save_type(key: str, fields: dict, templates: list[dict], *, client: APIClient | None,
@@ -161,25 +142,27 @@ def accept_event(*, client: APIClient, idempotency_key: str | None, fingerprint:
 
     ``channel``: a typed single send (``POST /v1/notifications`` with ``type``): one recipient, that
     one channel; the notification carries the key and fingerprint and has the single send's id
-    (:func:`notifications.services.notification_id_for`), so a key is one request whichever form
-    used it; its event has no key of its own.
+    (:func:`notifications.ids.single_send_id`), so a key is one request whichever form used it; its
+    event has no key of its own.
 
-    Abuse limits (:func:`notifications.acceptance.rules.limit_acceptance`) are checked after the
-    replay lookup (a replay is never counted) and before anything is written; an event to many users
-    is refused whole when one of them is over a limit (docs/POLICIES.md).
+    The roads ``typed`` and ``event`` of the gate (:func:`notifications.admission.admit`): the high
+    gate (a high type needs ``notifications:send_high``), the replay lookup (a replay is never
+    counted), the abuse limits, before anything is written; an event to many users is refused whole
+    when one of them is over a limit (docs/POLICIES.md).
 
     Raises:
         IdempotencyKeyReused: same key, different fingerprint.
-        AcceptanceLimited, AcceptanceLimitsUnavailable: (``core.api.refusals``) 429 / 503, nothing written.
+        MissingScope, AcceptanceLimited, AcceptanceLimitsUnavailable: the gate's 403 / 429 / 503,
+        nothing written.
         DigestKeyFailed: the type's digest key template failed with ``data``.
     """
     now = clock.now()
     single = None
     if channel is not None:
         single = single_send_id(str(client.pk), idempotency_key)
-        eid = uuid.uuid5(EVENT_ID_NAMESPACE, f"notification:{single}")
+        eid = typed_send_event_id(single)
     else:
-        eid = event_id_for(str(client.pk), idempotency_key)
+        eid = event_id(str(client.pk), idempotency_key)
     channels = [channel] if channel is not None else list(kind.channels)
     ttl = ttl_seconds or kind.ttl_seconds
     due = scheduled_at if scheduled_at and scheduled_at > now else None
@@ -206,7 +189,7 @@ def accept_event(*, client: APIClient, idempotency_key: str | None, fingerprint:
         for index, on in enumerate(channels):
             waiting = event.routing == Routing.FALLBACK and index > 0
             status = Status.SCHEDULED if (waiting or due or coalesce) else Status.QUEUED
-            nid = single or notification_id_for(eid, recipient.user_id, on)
+            nid = single or event_notification_id(eid, recipient.user_id, on)
             rows.append(Notification(
                 id=nid, client=client, idempotency_key=idempotency_key if single else None,
                 request_fingerprint=fingerprint if single else "", recipient=recipient, channel=on,
@@ -217,11 +200,12 @@ def accept_event(*, client: APIClient, idempotency_key: str | None, fingerprint:
                 due_at=None if waiting else (due or now), queued_at=now if status == Status.QUEUED else None,
                 expires_at=start + timedelta(seconds=ttl) if ttl else None, created_at=now, updated_at=now))
             before = nid
-    reservation = limit_acceptance(Notification if single else Event, single or eid, client=client,
-                                   recipients=recipients, type_key=kind.key, category=kind.category,
-                                   channels=channels, now=now)
+    decision = admit(Admission(road=Road.EVENT if single is None else Road.TYPED, now=now, client=client,
+                               priority=kind.priority, category=kind.category, channels=channels,
+                               recipients=recipients, kind=kind,
+                               request=(Event, eid) if single is None else (Notification, single)))
     try:
-        with reservation, transaction.atomic():
+        with decision, transaction.atomic():
             event.save(force_insert=True)
             into = digests.append(event, kind, recipients, digest_key, now) if digest_key is not None else []
             Notification.objects.bulk_create(rows, batch_size=2000)
@@ -294,10 +278,10 @@ def cancel_event(event: Event) -> int:
         if not moved and not withdrawn:
             closed = digests.digests_of(event)
             if closed:
-                raise NotCancellable(
+                raise NotCancellable(message=(
                     f"nothing of this event is left to cancel: the digest it went into closed (digest "
                     f"{next(iter(closed.values())).pk}) and its notifications are shared with the digest's other "
-                    "events; cancel those notifications with POST /v1/notifications/{id}/cancel")
+                    "events; cancel those notifications with POST /v1/notifications/{id}/cancel"))
             raise NotCancellable()
         if moved:
             record_cancelled(pending, reason=Reason.CANCELLED_BY_CLIENT, detail="its event was cancelled", at=now)

@@ -1,0 +1,265 @@
+"""The one way in: every road by which a notification comes to exist passes :func:`admit`, which
+applies the rules of acceptance in one order (docs/ARCHITECTURE.md §6, "Roads in"):
+
+1. the **high gate**: content of a high-priority type, or ``priority: high``, needs the sending
+   client's ``notifications:send_high`` (staff and the workers' own roads: checked where they began);
+2. **overrides**: a bulk send never carries a type that overrides users' choices (``required``,
+   quiet hours ``bypass``) or batches one user's events (a digest type);
+3. **content limits** (:func:`notifications.content_limits.rendered_problem`) on inline content
+   (content made from templates is checked when it is rendered, at send time);
+4. **idempotency**: a request whose first row exists replays it; nothing after this counts it again;
+5. **acceptance (abuse) limits** (:mod:`notifications.acceptance.rules`): slots in their windows.
+
+Each rule keeps its owner; this module only calls them, in that order, with the rules each road
+passes (:data:`RULES`). Opt-outs (``required`` types skip them) and quiet hours (``bypass``) are
+send-time rules on every road (``delivery/checks.verdict``): preferences change between acceptance
+and send, and the send-time answer is the one that counts. Refusals that cost nothing come first;
+the limits come last, as they take slots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from rest_framework import serializers
+
+from core.api.refusals import AcceptanceLimited, MissingScope
+from core.api.scopes import Scope
+from notifications.acceptance.rules import Reservation, reserve, rules_for
+from notifications.content_limits import rendered_problem
+from notifications.models import APIClient, Priority, Reason
+
+if TYPE_CHECKING:
+    from notifications.events.models import NotificationType
+
+
+class Road(StrEnum):
+    """A road by which notifications come to exist (or, for a fallback, become due)."""
+
+    SINGLE = "single"  # POST /v1/notifications
+    TYPED = "typed"  # POST /v1/notifications with type
+    EVENT = "event"  # POST /v1/events
+    CAMPAIGN = "campaign"  # a campaign's fan-out page (inline content, template or type)
+    DIGEST = "digest"  # a digest's window closes
+    FALLBACK = "fallback"  # the next channel of a fallback type is released
+    REPLAY = "replay"  # staff replay a dead letter
+
+
+class Rule(StrEnum):
+    HIGH_GATE = "high_gate"
+    OVERRIDES = "overrides"
+    CONTENT = "content_limits"
+    IDEMPOTENCY = "idempotency"
+    LIMITS = "acceptance_limits"
+
+
+#: The rules each road passes, always in this order (docs/ARCHITECTURE.md §6, "Roads in", says why
+#: a road skips one).
+RULES: dict[Road, tuple[Rule, ...]] = {
+    Road.SINGLE: (Rule.HIGH_GATE, Rule.CONTENT, Rule.IDEMPOTENCY, Rule.LIMITS),
+    Road.TYPED: (Rule.HIGH_GATE, Rule.IDEMPOTENCY, Rule.LIMITS),
+    Road.EVENT: (Rule.HIGH_GATE, Rule.IDEMPOTENCY, Rule.LIMITS),
+    Road.CAMPAIGN: (Rule.HIGH_GATE, Rule.OVERRIDES, Rule.LIMITS),
+    Road.DIGEST: (Rule.IDEMPOTENCY,),
+    Road.FALLBACK: (),
+    Road.REPLAY: (Rule.CONTENT,),
+}
+
+#: The road registry: road → the function that creates (or releases) its notifications and calls
+#: :func:`admit`. Dotted paths: the campaigns app is a floor above this one. ``tests/test_roads.py``
+#: drives each and fails for a road that skips the gate, or a row made outside these.
+ROADS: dict[Road, str] = {
+    Road.SINGLE: "notifications.services.accept_notification",
+    Road.TYPED: "notifications.events.services.accept_event",
+    Road.EVENT: "notifications.events.services.accept_event",
+    Road.CAMPAIGN: "campaigns.fanout.fan_out_page",
+    Road.DIGEST: "notifications.events.digests.close",
+    Road.FALLBACK: "notifications.events.fallback.settle",
+    Road.REPLAY: "notifications.services.replay_dead_letters",
+}
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What asks to come in. ``client``: the API client sending (``None``: staff in the admin, or a
+    worker's road). ``content``: inline ``{title?, body, html?, data?}``, ``None`` when it is made
+    from templates at send time. ``request``: ``(model, pk)`` of the row the request writes first
+    (its idempotency key's): when it exists the request replays. ``per_member``: a fan-out page,
+    admitted member by member (refusals in :attr:`Decision.refused`) instead of refused whole;
+    its ``recipients`` may be user ids, and ``window_id`` names the request in the limit windows."""
+
+    road: Road
+    now: datetime
+    client: APIClient | None = None
+    priority: str = Priority.STANDARD
+    category: str = ""
+    channels: Sequence[str] = ()
+    recipients: Sequence[Any] = ()
+    kind: NotificationType | None = None
+    content: dict | None = None
+    request: tuple[Any, Any] | None = None
+    per_member: bool = False
+    window_id: str = ""
+
+
+@dataclass
+class Decision:
+    """The gate's answer: ``replayed`` (the request's rows exist: answer as before), the limit
+    slots taken (use the decision as a context manager around the transaction that writes the rows:
+    a failure gives them back), and for a fan-out page the members refused, ``{user_id: (reason,
+    detail)}``: their rows are ``suppressed`` with that reason."""
+
+    replayed: bool = False
+    reservation: Reservation = field(default_factory=lambda: Reservation([]))
+    refused: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    def __enter__(self) -> Decision:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.reservation.__exit__(exc_type, exc, tb)
+
+
+def high_gate_problem(client: APIClient | None, priority: str, kind: NotificationType | None = None) -> str:
+    """Why ``client`` may not send this (``""``: it may): a high-priority type's content or
+    ``priority: high`` needs ``notifications:send_high``. ``client`` ``None`` (staff, a worker) is
+    not asked here: staff hold the admin's own permission, a worker's road was admitted where it
+    began."""
+    if client is None or client.has_scope(Scope.SEND_HIGH):
+        return ""
+    if kind is not None and kind.priority == Priority.HIGH:
+        return f"type {kind.key} is high priority"
+    if priority == Priority.HIGH:
+        return "needed for priority=high"
+    return ""
+
+
+def admit(a: Admission) -> Decision:
+    """Apply the road's rules (:data:`RULES`) to ``a`` in order. Raises, nothing written:
+    MissingScope (403, on ``type`` or ``priority``), ValidationError (422 ``content_limit`` on
+    ``content``), AcceptanceLimited (429) or AcceptanceLimitsUnavailable (503). A ``per_member``
+    road raises only the 503; its refusals are per member in the decision."""
+    decision = Decision()
+    for rule in RULES[a.road]:
+        if rule is Rule.HIGH_GATE:
+            _high_gate(a, decision)
+        elif rule is Rule.OVERRIDES:
+            _overrides(a, decision)
+        elif rule is Rule.CONTENT:
+            _content(a)
+        elif rule is Rule.IDEMPOTENCY:
+            if a.request is not None and a.request[0].objects.filter(pk=a.request[1]).exists():
+                decision.replayed = True
+                return decision
+        elif rule is Rule.LIMITS:
+            _limits(a, decision)
+    return decision
+
+
+def _high_gate(a: Admission, decision: Decision) -> None:
+    why = high_gate_problem(a.client, a.priority, a.kind)
+    if not why:
+        return
+    if a.per_member:
+        detail = f"the campaign's API key lacks notifications:send_high ({why})"
+        decision.refused.update({_user_id(r): (Reason.HIGH_NOT_ALLOWED, detail) for r in a.recipients})
+        return
+    high_type = a.kind is not None and a.kind.priority == Priority.HIGH
+    raise MissingScope(Scope.SEND_HIGH, field="type" if high_type else "priority", why=why)
+
+
+def bulk_type_problem(kind: NotificationType | None) -> str:
+    """Why a campaign may not send type ``kind``, or ``""``: a digest type batches one user's events (a
+    campaign is one message per member); a ``required`` or quiet-hours ``bypass`` type overrides
+    users' choices, which a bulk send never may (docs/POLICIES.md, "Abuse limits")."""
+    if kind is None:
+        return ""
+    if kind.digest:
+        return f"type {kind.key} is a digest type (it batches one user's events); a campaign sends one message each"
+    if kind.required or kind.quiet_hours == "bypass":
+        return (f"type {kind.key} overrides users' choices (required or quiet_hours bypass); a campaign never "
+                "may: send it per user (POST /v1/events)")
+    return ""
+
+
+def _overrides(a: Admission, decision: Decision) -> None:
+    why = bulk_type_problem(a.kind)
+    if why:
+        decision.refused.update({_user_id(r): (Reason.NOT_FOR_CAMPAIGNS, why) for r in a.recipients
+                                 if _user_id(r) not in decision.refused})
+
+
+def _content(a: Admission) -> None:
+    if a.content is None:
+        return
+    c = a.content
+    for channel in a.channels:
+        problem = rendered_problem(channel, c.get("title") or "", c.get("body") or "", c.get("html") or "",
+                                   c.get("data"))
+        if problem:
+            raise serializers.ValidationError({"content": [serializers.ErrorDetail(problem, code="content_limit")]})
+
+
+def _limits(a: Admission, decision: Decision) -> None:
+    rules = rules_for(type_key=a.kind.key if a.kind is not None else "", category=a.category, channels=a.channels)
+    if not rules:
+        return
+    if not a.per_member:
+        request_id = a.window_id or str(a.request[1] if a.request else "")
+        decision.reservation = reserve(rules, request_id=request_id, recipients=a.recipients, client=a.client,
+                                       now=a.now)
+        return
+    slots = decision.reservation.slots
+    try:
+        for recipient in _recipients(a.recipients):
+            if recipient.user_id in decision.refused:
+                continue
+            try:
+                slots += reserve(rules, request_id=a.window_id, recipients=[recipient], client=a.client,
+                                 now=a.now).slots
+            except AcceptanceLimited as exc:
+                decision.refused[recipient.user_id] = (Reason.ACCEPTANCE_LIMITED, str(exc.detail))
+    except Exception:
+        decision.reservation.release()
+        raise
+
+
+def _user_id(recipient) -> str:
+    return recipient if isinstance(recipient, str) else recipient.user_id
+
+
+def _recipients(recipients: Sequence[Any]) -> list:
+    """Recipients as rows (their phone and address are what the windows count), in the given order;
+    user ids are loaded in one query."""
+    ids = [r for r in recipients if isinstance(r, str)]
+    if not ids:
+        return list(recipients)
+    from preferences.models import Recipient
+
+    loaded = {r.user_id: r for r in Recipient.objects.filter(pk__in=ids).only("user_id", "phone", "email")}
+    return [loaded[r] if isinstance(r, str) else r for r in recipients if not isinstance(r, str) or r in loaded]
+
+
+def replay_refusals(notification_ids: Sequence[Any], now: datetime) -> dict[Any, str]:
+    """The road ``replay`` for dead letters about to be sent again: ``{id: why}`` of those the gate
+    refuses. A replay is staff's decision about a message already accepted (its high gate and limits
+    were passed then, and counting it again would charge the user for our failure); its stored
+    inline content is checked against today's content limits, as a message that breaks them would
+    only fail again. Content made from templates is checked when rendered, at send time."""
+    from notifications.models import Notification
+
+    refused = {}
+    rows = Notification.objects.filter(pk__in=list(notification_ids)).only(
+        "pk", "channel", "title", "body", "html", "data", "notification_type", "campaign_id", "digest")
+    for n in rows:
+        inline = not (n.notification_type_id or n.campaign_id or n.digest_id)
+        content = {"title": n.title, "body": n.body, "html": n.html, "data": n.data} if inline else None
+        try:
+            admit(Admission(road=Road.REPLAY, now=now, channels=[n.channel], content=content))
+        except serializers.ValidationError as exc:
+            refused[n.pk] = str(exc.detail["content"][0])
+    return refused
