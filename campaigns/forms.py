@@ -25,6 +25,7 @@ from core import clock
 from core.forms import BlankNullJSONField
 from core.identifiers import problem_code, text_problem, user_id_problem
 from core.vocabulary import CATEGORY_PATTERN, TEMPLATE_LOCALE_PATTERN
+from notifications.acceptance.rules import bulk_send_problem
 from notifications.api.serializers import (
     MAX_SCHEDULE_AHEAD,
     MAX_SCHEDULE_BEHIND,
@@ -303,6 +304,10 @@ class CampaignForm(NamedForm):
         bulk = campaign_category_problem(cleaned.get("priority") or "", cleaned.get("category") or "")
         if bulk and "category" not in self.errors:
             self.add_error("category", bulk[1][:1].upper() + bulk[1][1:] + ".")
+        limited = bulk_send_problem(type_key="", category=cleaned.get("category") or "",
+                                    channels=[cleaned["channel"]] if cleaned.get("channel") else [])
+        if limited and "category" not in self.errors:  # the API's rule (campaigns.api.serializers)
+            self.add_error("category", limited[:1].upper() + limited[1:] + ".")
 
     def _clean_content(self, cleaned: dict) -> None:
         channel, template = cleaned.get("channel"), cleaned.get("template")

@@ -446,3 +446,16 @@ def test_a_sensitive_types_campaign_data_is_hidden_from_marketing(client, segmen
     page = client.get(reverse("admin:campaigns_campaign_change", args=[campaign.pk]))
     assert page.status_code == 200
     assert "SECRETCAMP1" not in page.content.decode() and "sensitive: hidden" in page.content.decode()
+
+
+def test_the_add_form_refuses_a_category_under_an_abuse_limit_as_the_api_does(admin_client, segment):
+    """hadvroads 4: a campaign made in the admin skipped the limit check the API makes (a limited
+    category's campaign would send to every member of a shared phone at once)."""
+    from notifications.acceptance.models import AcceptanceLimit
+
+    AcceptanceLimit.objects.create(name="acct_per_phone", category="account", per="phone", limit=2,
+                                   window_seconds=600)
+    r = admin_client.post(reverse("admin:campaigns_campaign_add"), campaign_post(segment, category="account"))
+    assert r.status_code == 200
+    assert "acct_per_phone" in " ".join(r.context["adminform"].form.errors["category"])
+    assert not Campaign.objects.exists()
