@@ -50,7 +50,7 @@ from campaigns.models import (
     TemplateVariant,
 )
 from core import clock
-from notifications.admin_clients import ClientByPrefix
+from notifications.admin.clients import ClientByPrefix
 from notifications.models import Priority
 from notifications.rendering.checking import check_budget
 from preferences.admin_guard import ContentLookupGuard

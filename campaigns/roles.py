@@ -18,7 +18,7 @@ no ``permissions``); the migration creates their rows:
   the dead-letter admin's "Replay" action.
 * ``notifications.define_high_priority_type`` (content type notifications.notificationtype): may give
   a notification type priority ``high``, and change or delete a high one (the admin's side of the
-  API's ``notifications:send_high`` rule for types, :mod:`notifications.admin_types`). No group has
+  API's ``notifications:send_high`` rule for types, :mod:`notifications.admin.types`). No group has
   it; grant it to a person.
 
 Who defines notification types: ``product``, not ``marketing``. Types carry the transactional

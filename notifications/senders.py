@@ -8,8 +8,8 @@ its subdomains); an SMS entry is an E.164 number or a Twilio Messaging Service S
 settings configure (every provider's ``FROM_EMAIL`` / ``FROM_NUMBER``) are always allowed.
 
 Whether a value is well formed is :mod:`providers.senders`' rule; this module only answers whether
-a well-formed sender is allowed (:func:`allowlist_problems`). Imported at the end of
-:mod:`notifications.models` (Django registers the model there).
+a well-formed sender is allowed (:func:`allowlist_problems`). Django registers the
+model through :meth:`notifications.apps.NotificationsConfig.import_models`.
 """
 
 from __future__ import annotations

@@ -19,13 +19,13 @@ from core import clock
 from core.redaction import sensitive_content
 from notifications.acceptance.rules import limit_acceptance
 from notifications.enqueue import enqueue_on_commit
+from notifications.inbox.models import InboxItem
 from notifications.models import (
     NOTIFICATION_ID_NAMESPACE,
     REACHED_STATUSES,
     APIClient,
     DeliveryAttempt,
     DeliveryEvent,
-    InboxItem,
     Notification,
     Reason,
     Status,

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from core.redis_client import get_redis
 from notifications.delivery import caps
 from notifications.delivery.pipeline import send_notifications
-from notifications.models import DeliveryEvent, FrequencyCap, Notification, NotificationType
+from notifications.events.models import NotificationType
+from notifications.models import DeliveryEvent, FrequencyCap, Notification
 from preferences.models import Device, Recipient
 from providers.registry import reset_backends
 from tests.providers.conftest import fcm_options

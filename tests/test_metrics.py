@@ -431,7 +431,8 @@ def test_breaker_state_gauge_and_isolation_counters(client, settings):
 
 def test_events_accepted_and_fallback_steps_are_counted(client, django_capture_on_commit_callbacks):
     from notifications.events import fallback, services
-    from notifications.models import APIClient, NotificationType
+    from notifications.events.models import NotificationType
+    from notifications.models import APIClient
 
     kind = NotificationType.objects.create(key="m_type", name="m", category="shipping", channels=["push", "email"],
                                            routing="fallback")
@@ -456,7 +457,8 @@ def test_digests_opened_closed_and_their_items_are_counted(client, django_captur
 
     from core import clock
     from notifications.events import digests, services
-    from notifications.models import APIClient, NotificationType
+    from notifications.events.models import NotificationType
+    from notifications.models import APIClient
 
     kind = NotificationType.objects.create(key="m_digest", name="m", category="social", channels=["push"],
                                            digest={"window_seconds": 60, "key": "{{ data.post }}"})

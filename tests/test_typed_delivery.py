@@ -18,7 +18,8 @@ from core.redis_client import get_redis
 from notifications import scheduler
 from notifications.delivery.pipeline import send_notifications
 from notifications.events import services
-from notifications.models import APIClient, Notification, NotificationType, TypeTemplate
+from notifications.events.models import NotificationType, TypeTemplate
+from notifications.models import APIClient, Notification
 from preferences.models import Device, Preferences, Recipient, SmsStop
 from providers.registry import reset_backends
 from tests.providers.conftest import fcm_options, sendgrid_options, twilio_options

@@ -22,9 +22,8 @@ from django.contrib.admin.utils import quote
 from django.urls import reverse
 from django.utils.html import format_html
 
-from notifications.admin import HIDDEN, EstimatedCountPaginator, ReadOnly
-from notifications.admin_events import ReadOnlyFormSet
-from notifications.admin_time import INSTANTS_JS, instant_display
+from notifications.admin.base import HIDDEN, EstimatedCountPaginator, ReadOnly, ReadOnlyFormSet
+from notifications.admin.time import INSTANTS_JS, instant_display
 from notifications.inbox.models import InboxCounts, InboxItem
 from preferences.admin_guard import ContentLookupGuard
 

@@ -1,4 +1,4 @@
-"""The forms of the notification-type admin (:mod:`notifications.admin_types`): the type, its
+"""The forms of the notification-type admin (:mod:`notifications.admin.types`): the type, its
 templates (an inline formset), and the preview form.
 
 One rule set: saving validates the type's fields and every template row together, as one body,

@@ -10,8 +10,7 @@ the hash (``APIClient.content_fields``, preferences/admin_guard.py: 400); the ad
 client under its prefix. Clients are revoked, never deleted here (their notifications and audit
 entries keep pointing at them).
 
-Imported by :mod:`notifications.admin` after its own classes (Django's autodiscovery loads it), so
-registering here is registering there, and that module's paginator is already defined.
+Imported by :mod:`notifications.admin` (Django's autodiscovery loads the package).
 """
 
 from __future__ import annotations
@@ -28,8 +27,8 @@ from rest_framework_api_key.admin import APIKeyModelAdmin
 from rest_framework_api_key.models import APIKey
 
 from core.api.scopes import Scope, canonical
-from notifications.admin import EstimatedCountPaginator
-from notifications.admin_time import INSTANTS_JS, instant_display
+from notifications.admin.base import EstimatedCountPaginator
+from notifications.admin.time import INSTANTS_JS, instant_display
 from notifications.models import APIAuditEntry, APIClient
 from preferences.admin_guard import ContentLookupGuard
 

@@ -4,7 +4,7 @@
 * The list: key, name, category, priority, channels, routing, quiet hours, required, updated.
 * The change page: the type's fields, grouped; its templates as rows (channel, locale, title, body,
   html, data), validated together with the type by the API's serializer and rule set
-  (:mod:`notifications.admin_type_forms`) and saved through :func:`services.save_type` (the type's
+  (:mod:`notifications.admin.type_forms`) and saved through :func:`services.save_type` (the type's
   ``updated_at`` moves; queued notifications render the saved templates at send time).
 * Below the form: the channel × locale matrix of the saved templates (:func:`channel_matrix`) and a
   preview for one recipient and sample data, rendered by the send-time code
@@ -25,7 +25,7 @@ from django.contrib.admin.utils import unquote
 from django.urls import reverse
 from django.utils.html import format_html
 
-from notifications.admin_type_forms import PreviewForm, TemplateForm, TemplateFormSet, TypeForm
+from notifications.admin.type_forms import PreviewForm, TemplateForm, TemplateFormSet, TypeForm
 from notifications.events import services
 from notifications.events.content import ChannelPreview, preview
 from notifications.events.models import NotificationType, TypeTemplate
