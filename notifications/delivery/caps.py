@@ -39,6 +39,7 @@ from core.redis_client import get_redis, script
 from notifications import metrics
 from notifications.delivery import record
 from notifications.delivery.outcomes import backoff_seconds
+from notifications.delivery.types import Row
 from notifications.events.models import NotificationType
 from notifications.models import FrequencyCap, Notification, Reason, Status
 
@@ -268,16 +269,16 @@ def rebuilt(keys: list[tuple], longest: dict, counted: dict, now: datetime, excl
     return found
 
 
-def admit(ready: list[tuple], kind_of: Callable[[Notification], NotificationType | None],
-          now: datetime) -> list[tuple]:
-    """The caps stage for ``(row, found)`` pairs that passed their checks: records the capped rows
+def admit(ready: list[Row], kind_of: Callable[[Notification], NotificationType | None],
+          now: datetime) -> list[Row]:
+    """The caps stage for the rows that passed their checks: records the capped rows
     (``suppressed``, ``frequency_capped``, in bulk) and the unchecked ones (``retry_scheduled``) and
-    returns the pairs admitted."""
+    returns the rows admitted."""
     if not ready:
         return ready
-    taken = take([n for n, _found in ready], kind_of, now)
+    taken = take([row.n for row in ready], kind_of, now)
     if taken.capped:
-        capped = [(n, taken.capped[n.pk]) for n, _found in ready if n.pk in taken.capped]
+        capped = [(row.n, taken.capped[row.n.pk]) for row in ready if row.n.pk in taken.capped]
         for n in record.suppress(capped, Reason.FREQUENCY_CAPPED):
             metrics.frequency_capped(n.category, n.channel, taken.categories)
     if taken.unchecked:
@@ -287,7 +288,7 @@ def admit(ready: list[tuple], kind_of: Callable[[Notification], NotificationType
                           f"frequency cap not checked (Redis error); retry in {delay:.1f}s",
                           kind="retry", give_back_attempt=True)
     held = set(taken.capped) | {n.pk for n in taken.unchecked}
-    return [(n, found) for n, found in ready if n.pk not in held]
+    return [row for row in ready if row.n.pk not in held]
 
 
 def give_back(rows: list[Notification]) -> None:

@@ -32,6 +32,8 @@ from core.redaction import SENSITIVE
 from notifications.models import DeliveryAttempt, Notification, Reason, Status
 from providers.base import ContactInvalidError, ProviderConfigurationError, ProviderError, TransientProviderError
 
+#: What a failed call ends with, inside the provider contract.
+CallError = ProviderError | ProviderConfigurationError
 Outcome = DeliveryAttempt.Outcome
 
 #: Reasons a row carries when its previous call may have been accepted although no answer was
@@ -168,7 +170,7 @@ class Decision:
     kind: str
     reason: str = ""
     detail: str = ""
-    error: Exception | None = None
+    error: CallError | None = None
     until: datetime | None = None
     accepted: tuple = ()  # SendResults (sent)
 
