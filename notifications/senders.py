@@ -54,7 +54,7 @@ class AllowedSender(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.channel} {self.value} ({self.client.name if self.client_id else 'every client'})"
+        return f"{self.channel} {self.value} ({self.client.name if self.client is not None else 'every client'})"
 
     def clean(self) -> None:
         """An email entry is a bare address or a domain (stored lower-cased); an SMS entry a sender

@@ -23,7 +23,7 @@ class EstimatedCountPaginator(Paginator):
         if query is not None and not query.where:
             with connection.cursor() as cur:
                 cur.execute("SELECT reltuples::bigint FROM pg_class WHERE relname = %s",
-                            [self.object_list.model._meta.db_table])
+                            [query.model._meta.db_table])
                 row = cur.fetchone()
             if row and row[0] and row[0] > 100_000:
                 return int(row[0])

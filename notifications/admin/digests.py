@@ -58,9 +58,8 @@ class DigestAdmin(ContentLookupGuard, EventAccess, ReadOnly, admin.ModelAdmin):
     ordering = ["-opened_at"]
     show_full_result_count = False
     paginator = EstimatedCountPaginator
-    fields = ["id", "recipient", "type", "key_shown", "window_seconds", "channels", "routing", "opened", "closes",
-              "closed", "items_count", "items_shown", "notifications_shown"]
-    readonly_fields = fields
+    fields = readonly_fields = ("id", "recipient", "type", "key_shown", "window_seconds", "channels", "routing",
+                                "opened", "closes", "closed", "items_count", "items_shown", "notifications_shown")
     opened = instant_display("opened_at", "Opened")
     closes = instant_display("closes_at", "Window ends")
     closed = instant_display("closed_at", "Closed")

@@ -51,9 +51,9 @@ class EventAdmin(ReadOnly, ContentLookupGuard, admin.ModelAdmin):
     show_full_result_count = False
     paginator = EstimatedCountPaginator
     change_form_template = "admin/notifications/event/change_form.html"
-    fields = ["id", "type_link", "client_name", "idempotency_key", "created", "scheduled", "cancelled",
-              "channels_shown", "routing", "ttl_seconds", "collapse_key", "data_shown", "users", "digests_shown"]
-    readonly_fields = fields
+    fields = readonly_fields = ("id", "type_link", "client_name", "idempotency_key", "created", "scheduled",
+                                "cancelled", "channels_shown", "routing", "ttl_seconds", "collapse_key", "data_shown",
+                                "users", "digests_shown")
     created = instant_display("created_at", "Created")
     scheduled = instant_display("scheduled_at", "Scheduled")
     cancelled = instant_display("cancelled_at", "Cancelled")
@@ -156,8 +156,7 @@ class RecipientEventInline(ReadOnly, admin.TabularInline):
 
     model = Notification
     formset = NewestEvents
-    fields = ["event_link", "type_shown", "created", "channel_outcomes"]
-    readonly_fields = fields
+    fields = readonly_fields = ("event_link", "type_shown", "created", "channel_outcomes")
     extra = 0
     can_delete = False
     show_change_link = False

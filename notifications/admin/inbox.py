@@ -132,8 +132,7 @@ class RecipientInboxCountsInline(ReadOnly, admin.TabularInline):
 
     model = InboxCounts
     formset = InboxCountsFormSet
-    fields = ["unseen", "unread", "total", "all_items"]
-    readonly_fields = fields
+    fields = readonly_fields = ("unseen", "unread", "total", "all_items")
     extra = 0
     can_delete = False
     verbose_name = "inbox counts"
@@ -154,8 +153,7 @@ class RecipientInboxInline(ReadOnly, admin.TabularInline):
 
     model = InboxItem
     formset = NewestInboxItems
-    fields = ["created", "type_key", "category", "state", "seen", "read", "archived", "expires"]
-    readonly_fields = fields
+    fields = readonly_fields = ("created", "type_key", "category", "state", "seen", "read", "archived", "expires")
     extra = 0
     can_delete = False
     show_change_link = True

@@ -41,8 +41,7 @@ class EventInline(ReadOnlyInline):
 
     model = TimelineEntry
     formset = _TimelineFormSet
-    fields = ["at", "kind", "status", "reason", "detail"]
-    readonly_fields = fields
+    fields = readonly_fields = ("at", "kind", "status", "reason", "detail")
     verbose_name_plural = "Timeline (state changes, receipts)"
     at = instant_display("created_at", "At")
 
@@ -53,9 +52,8 @@ class EventInline(ReadOnlyInline):
 
 class AttemptInline(ReadOnlyInline):
     model = DeliveryAttempt
-    fields = ["at", "number", "provider", "device", "outcome", "error_code", "error_message",
-              "http_status", "latency_ms", "provider_message_id"]
-    readonly_fields = fields
+    fields = readonly_fields = ("at", "number", "provider", "device", "outcome", "error_code", "error_message",
+                                "http_status", "latency_ms", "provider_message_id")
     verbose_name_plural = "Provider calls"
     at = instant_display("created_at", "At")
 

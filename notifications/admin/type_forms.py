@@ -103,7 +103,9 @@ class TemplateForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         self.fields["body"].required = False
         for name in ("body", "html"):  # kept as typed, as the API keeps them (a trailing newline is content)
-            self.fields[name].strip = False
+            field = self.fields[name]
+            assert isinstance(field, forms.CharField), field  # the model's TextFields
+            field.strip = False
 
     def validate_unique(self):
         """Two rows for one channel and locale: :func:`type_problems` says so (case-insensitively,

@@ -148,9 +148,9 @@ def rules() -> list[Rule]:
         missing = [f for f in _FIELDS if f not in entry]
         if missing:
             raise ImproperlyConfigured(f"NOTIFY['FREQUENCY_CAPS']: rule {entry!r} lacks {', '.join(missing)}")
-        found[entry["name"]] = Rule(**{k: entry[k] for k in _FIELDS},
-                                    **{k: bool(entry[k]) for k in ("active", "include_high", "include_required")
-                                       if k in entry})
+        fields = {k: entry[k] for k in _FIELDS}
+        fields.update({k: bool(entry[k]) for k in ("active", "include_high", "include_required") if k in entry})
+        found[entry["name"]] = Rule(**fields)
     for row in FrequencyCap.objects.all():
         found[row.name] = Rule(row.name, row.category, row.channel, row.limit, row.window_seconds, row.active,
                                row.include_high, row.include_required, source="admin")
@@ -200,7 +200,7 @@ def take(rows: list[Notification], kind_of: Callable[[Notification], Notificatio
     for key in subject:
         of_key = [r for r in active if (r.category, r.channel) == key[:2]]
         longest[key] = max(r.window_seconds for r in of_key)
-        counted[key] = Rule("", *key[:2], 0, 0, include_high=any(r.include_high for r in of_key),
+        counted[key] = Rule("", key[0], key[1], 0, 0, include_high=any(r.include_high for r in of_key),
                             include_required=any(r.include_required for r in of_key))
     keys = list(subject)
     try:

@@ -49,9 +49,9 @@ def stopped_phones(batch: list[Notification]) -> set[str]:
     return set(SmsStop.objects.filter(sender=sms_sender(), phone__in=phones).values_list("phone", flat=True))
 
 
-def devices(batch: list[Notification]) -> dict[int, list[Device]]:
+def devices(batch: list[Notification]) -> dict[str, list[Device]]:
     """``{recipient_id: [active devices by id]}`` for the recipients of ``batch`` (one query)."""
-    found: dict[int, list[Device]] = defaultdict(list)
+    found: dict[str, list[Device]] = defaultdict(list)
     recipients = {n.recipient_id for n in batch}
     for device in Device.objects.filter(recipient_id__in=recipients, active=True).order_by("recipient_id", "id"):
         found[device.recipient_id].append(device)

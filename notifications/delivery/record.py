@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import defaultdict
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -42,7 +43,7 @@ from notifications.events import fallback
 from notifications.events.content import SendOptions
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
 from preferences.models import Device, SmsStop
-from providers.base import ContactInvalidError
+from providers.base import ContactInvalidError, TransientProviderError
 
 log = logging.getLogger(__name__)
 Outcome = DeliveryAttempt.Outcome
@@ -93,7 +94,7 @@ RETURNING n.id
 # --- one row ----------------------------------------------------------------------------------
 
 def transition(n: Notification, status: str, reason: str = "", *, kind: str, detail: str = "",
-               attempts: list[AttemptRow] = (), extra: dict | None = None) -> bool:
+               attempts: Sequence[AttemptRow] = (), extra: dict | None = None) -> bool:
     """Move a claimed (``sending``) row to ``status``, with its attempt rows and timeline event.
     Returns False if the row was no longer ours (another worker re-claimed it, or it was settled)."""
     detail = shown(n, detail)
@@ -273,7 +274,8 @@ def record_retry(rows: list[Decided]) -> None:
     ``MAX_COUNTDOWN_SECONDS`` goes back to its queue with a countdown; otherwise the rows wait in
     ``scheduled`` together, so the scheduler releases standard rows as batches again instead of one
     retry task per row."""
-    exc = _provider_error(rows[0].decision)
+    exc = rows[0].decision.error
+    assert isinstance(exc, TransientProviderError), exc  # outcomes.decide retries only transient errors
     now = clock.now()
     ns = [d.row.n for d in rows]
     slowest = max(ns, key=lambda n: n.attempts)
@@ -319,7 +321,7 @@ def suppress(rows: list[tuple[Notification, str]], reason: str) -> list[Notifica
 
 
 def reschedule(rows: list[Notification], until: datetime, detail: str, *, kind: str, give_back_attempt: bool,
-               attempts: list[AttemptRow] = (), reason: str = Reason.RETRY_SCHEDULED) -> None:
+               attempts: Sequence[AttemptRow] = (), reason: str = Reason.RETRY_SCHEDULED) -> None:
     """Back to ``scheduled`` until ``until`` (UTC) in one UPDATE (the attempt given back for a wait
     that made no call), attempt rows and events by COPY."""
     now = clock.now()
@@ -337,7 +339,7 @@ def reschedule(rows: list[Notification], until: datetime, detail: str, *, kind: 
             metrics.notification_transitioned(n)
 
 
-def deactivate_dead_contacts(n: Notification, errors: list[tuple[Exception, Device | None]],
+def deactivate_dead_contacts(n: Notification, errors: list[tuple[CallError, Device | None]],
                              options: SendOptions | None = None) -> None:
     """Contact hygiene for the ``(error, device)`` pairs of ``n``'s calls: a dead push token is
     deactivated; Twilio 21610 (the recipient replied STOP to this sender) records an SmsStop scoped

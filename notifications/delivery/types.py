@@ -8,10 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from notifications.delivery.outcomes import AttemptRow, Decision
+from notifications.delivery.outcomes import AttemptRow, CallError, Decision
 from notifications.events.content import SendOptions
 from notifications.models import Notification
 from preferences.models import Device
+from providers.base import SendResult
 
 
 @dataclass(slots=True)
@@ -31,7 +32,7 @@ class Call:
     """One provider call of a row: its SendResult or error, the push device it went to (``None``
     for the other channels), its latency and when it ended (UTC)."""
 
-    outcome: object
+    outcome: SendResult | CallError
     device: Device | None
     latency_ms: int
     ended: datetime
@@ -45,4 +46,4 @@ class Decided:
     row: Row
     decision: Decision
     attempts: list[AttemptRow]
-    errors: list[tuple[Exception, Device | None]]
+    errors: list[tuple[CallError, Device | None]]
