@@ -237,6 +237,8 @@ def test_a_campaign_can_use_a_types_templates_with_its_own_data(providers, modul
     (message,) = module_emulator.messages()
     # The type's title reads {{ data.order_id }}, which this campaign's data lacks: it renders empty.
     assert (message["title"], message["body"]) == ("Order ", "Week 49 for <Ada>")
+    # Its send options come back from the campaigns' content source: the type's collapse key.
+    assert message["details"]["message"]["android"]["collapse_key"] == "picks-49"
 
 
 def test_a_sent_typed_notification_keeps_what_it_said(providers, module_emulator, client):
