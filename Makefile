@@ -54,8 +54,8 @@ run: migrate static
 TEST_WORKERS ?= 2
 XDIST := -n $(TEST_WORKERS) --dist loadgroup
 
-## test: set up, then lint (ruff; lint-imports: the floors of docs/ARCHITECTURE.md; mypy on core and
-## providers), then run the whole test suite (unit + end-to-end with real processes)
+## test: set up, then lint (ruff; lint-imports: the floors of docs/ARCHITECTURE.md; mypy on core,
+## providers and notifications), then run the whole test suite (unit + end-to-end with real processes)
 test: migrate static browser-deps
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports

@@ -43,8 +43,8 @@ from campaigns.models import (
     TemplateVariant,
 )
 from core import clock
-from notifications.admin import HIDDEN
-from notifications.admin_clients import ClientByPrefix
+from notifications.admin.base import HIDDEN
+from notifications.admin.clients import ClientByPrefix
 from notifications.models import Priority
 from notifications.rendering.checking import check_budget
 from preferences.admin_guard import ContentLookupGuard

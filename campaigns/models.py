@@ -7,7 +7,8 @@ import uuid
 from django.conf import settings
 from django.db import models
 
-from notifications.models import APIClient, NotificationType, Priority
+from notifications.events.models import NotificationType
+from notifications.models import APIClient, Priority
 from preferences.models import Channel, Recipient
 
 CAMPAIGN_ID_NAMESPACE = uuid.UUID("0b6e1f9a-8d4c-4b1e-9c3f-2a7d5e8f1c40")

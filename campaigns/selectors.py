@@ -11,7 +11,7 @@ from django.db.models import Count, Max, Sum
 from campaigns.models import Campaign, CampaignStatus, Template
 from core import clock
 from notifications.delivery.content import ContentError
-from notifications.events.content import render_typed
+from notifications.events.content import SendOptions, render_typed
 from notifications.models import Notification
 from notifications.rendering import Rendered, RenderError, check_parts, context_for, render_strings, render_variant
 from notifications.rendering.checking import CheckBudgetSpent, check_budget
@@ -147,18 +147,17 @@ class ContentCache:
             entry = self._campaigns[campaign_id] = (campaign, variants)
         return entry
 
-    def render(self, notification: Notification) -> Rendered:
-        """Title/body/html for a campaign notification and its recipient (a typed campaign's push data
-        and send options go into the notification). Raises RenderError."""
+    def render(self, notification: Notification) -> tuple[Rendered, SendOptions | None]:
+        """Title/body/html for a campaign notification and its recipient, and a typed campaign's send
+        options (its push data goes into the notification). Raises RenderError."""
         campaign, variants = self._campaign(notification.campaign_id)
         if campaign.notification_type_id:
-            notification.send_options = render_typed(notification, campaign.notification_type, variants,
-                                                     campaign.data or {})
-            return Rendered(title=notification.title, body=notification.body, html=notification.html)
+            options = render_typed(notification, campaign.notification_type, variants, campaign.data or {})
+            return Rendered(title=notification.title, body=notification.body, html=notification.html), options
         if campaign.template_id:
             template: Template = campaign.template
-            return render_template(template, variants, notification.recipient)
-        return render_strings(campaign.title, campaign.body, campaign.html, context_for(notification.recipient))
+            return render_template(template, variants, notification.recipient), None
+        return render_strings(campaign.title, campaign.body, campaign.html, context_for(notification.recipient)), None
 
     def data(self, notification: Notification) -> dict | None:
         """The push data payload / email custom args (a typed campaign's: rendered from its type)."""
@@ -178,13 +177,13 @@ class SendTimeContent:
         self._cache = ContentCache()
 
     def render(self, notification: Notification) -> tuple:
-        """``(title, body, html, data)`` of a campaign notification. Raises ContentError (the
-        RenderError's message) when its template cannot be rendered."""
+        """``(title, body, html, data, send options)`` of a campaign notification. Raises ContentError
+        (the RenderError's message) when its template cannot be rendered."""
         try:
-            rendered = self._cache.render(notification)
+            rendered, options = self._cache.render(notification)
         except RenderError as exc:
             raise ContentError(str(exc)) from exc
-        return rendered.title, rendered.body, rendered.html, self._cache.data(notification)
+        return rendered.title, rendered.body, rendered.html, self._cache.data(notification), options
 
     def cancelled(self, notification: Notification) -> bool:
         return self._cache.cancelled(notification)

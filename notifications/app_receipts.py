@@ -65,7 +65,8 @@ EVENTS = ("displayed", "opened", "dismissed")
 #: Channels an app receives (``in_app``: the inbox channel, issue 16).
 APP_CHANNELS = frozenset({"push", "in_app"})
 #: The statuses a receipt may start from or move to, by rank: a receipt moves the status up only.
-LADDER = {Status.SENT: 0, Status.DELIVERED: 1, Status.DISPLAYED: 2, Status.DISMISSED: 3, Status.OPENED: 4}
+LADDER: dict[str, int] = {Status.SENT: 0, Status.DELIVERED: 1, Status.DISPLAYED: 2, Status.DISMISSED: 3,
+                          Status.OPENED: 4}
 #: The status each event moves a row to (when that is up the ladder).
 EVENT_STATUS = {"displayed": Status.DISPLAYED, "opened": Status.OPENED, "dismissed": Status.DISMISSED}
 #: How far ahead of the platform clock ``at`` may be (the app's and our clocks differ a little).
@@ -249,7 +250,9 @@ def from_inbox_mark(notification_ids: list, status: str) -> int:
     stored. Never raises: the mark stands whatever happens here (logged)."""
     event = INBOX_MARK_EVENTS.get(status)
     stored = 0
-    for nid in notification_ids if event else ():
+    if event is None:
+        return stored
+    for nid in notification_ids:
         try:
             # The item is marked already: that is what is being mirrored.
             stored += not apply_app_receipt(Notification.objects.filter(pk=nid), event, mark_item=False).duplicate

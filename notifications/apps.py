@@ -6,6 +6,16 @@ class NotificationsConfig(AppConfig):
     name = "notifications"
     verbose_name = "Notifications"
 
+    def import_models(self) -> None:
+        """Register the models that live beside ``notifications.models`` (types and events, the
+        inbox, allowed senders, abuse limits): Django imports only ``<app>.models``, and these modules
+        import it (never the reverse), so ``notifications.models`` re-exports nothing and has no cycle."""
+        super().import_models()
+        from notifications import senders as _senders  # noqa: F401
+        from notifications.acceptance import models as _acceptance  # noqa: F401
+        from notifications.events import models as _events  # noqa: F401
+        from notifications.inbox import models as _inbox  # noqa: F401
+
     def ready(self) -> None:
         checks.register(check_quiet_hours_bypass, checks.Tags.compatibility)
         checks.register(check_metrics_token, checks.Tags.security, deploy=True)

@@ -15,6 +15,7 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Mapping
 from datetime import datetime
 
 import redis
@@ -248,7 +249,7 @@ def provider_mode(entry: dict) -> str:
     return "custom"
 
 
-def providers_overview(environ: dict | None = None) -> dict[str, list[dict]]:
+def providers_overview(environ: Mapping[str, str] | None = None) -> dict[str, list[dict]]:
     """Per channel, the configured providers in order (primary first)::
 
         {"sms": [{"name": "twilio", "primary": True, "mode": "emulator",
@@ -260,7 +261,7 @@ def providers_overview(environ: dict | None = None) -> dict[str, list[dict]]:
     """
     import os
 
-    environ = os.environ if environ is None else environ
+    env: Mapping[str, str] = os.environ if environ is None else environ
     overview: dict[str, list[dict]] = {}
     for channel, entries in (getattr(settings, "PROVIDERS", None) or {}).items():
         rows = []
@@ -268,7 +269,7 @@ def providers_overview(environ: dict | None = None) -> dict[str, list[dict]]:
             name = entry.get("NAME", "?")
             needed = list((entry.get("ENV") or {}).values()) or PROVIDER_ENV.get(name, ())
             rows.append({"name": name, "primary": index == 0, "mode": provider_mode(entry),
-                         "missing_env": [v for v in needed if not environ.get(v)]})
+                         "missing_env": [v for v in needed if not env.get(v)]})
         overview[channel] = rows
     return overview
 
@@ -333,7 +334,7 @@ READINESS_CHECKS = {"postgres": check_postgres, "redis": check_redis, "broker": 
 
 def readiness() -> tuple[bool, dict]:
     """Run every readiness check. Returns ``(ok, body)``; body names each failing check."""
-    checks = {}
+    checks: dict[str, dict[str, object]] = {}
     for name, check in READINESS_CHECKS.items():
         started = time.monotonic()
         problem = check()
@@ -341,7 +342,7 @@ def readiness() -> tuple[bool, dict]:
         if problem:
             checks[name]["error"] = problem
     failing = [name for name, result in checks.items() if not result["ok"]]
-    body = {"status": "ok" if not failing else "unavailable", "checks": checks}
+    body: dict[str, object] = {"status": "ok" if not failing else "unavailable", "checks": checks}
     if failing:
         body["failing"] = failing
     return not failing, body

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
+import weakref
 from datetime import timedelta
 
 from django.contrib import admin
@@ -207,12 +208,16 @@ def make_view(site: admin.AdminSite):
     return provider_health
 
 
+#: The sites :func:`install` has patched (it is idempotent).
+_installed: weakref.WeakSet[admin.AdminSite] = weakref.WeakSet()
+
+
 def install(site: admin.AdminSite = admin.site) -> None:
     """Add the page's URL to ``site`` and an "Operations › Provider health" entry to its index.
 
     Call before ``site.urls`` is read (``config/urls.py`` does). Idempotent.
     """
-    if getattr(site, "_provider_health_installed", False):
+    if site in _installed:
         return
     site_get_urls = site.get_urls
     site_get_app_list = site.get_app_list
@@ -233,6 +238,7 @@ def install(site: admin.AdminSite = admin.site) -> None:
             }]
         return apps
 
-    site.get_urls = get_urls
-    site.get_app_list = get_app_list
-    site._provider_health_installed = True
+    # Patching this one instance (the default site, whose class settings do not choose here).
+    site.get_urls = get_urls  # type: ignore[method-assign]
+    site.get_app_list = get_app_list  # type: ignore[method-assign]
+    _installed.add(site)

@@ -163,25 +163,28 @@ def accept_started_at(n):
 
 
 @_safe
-def provider_call(n, attempt) -> None:
-    """The delivery pipeline (notifications/delivery/): one DeliveryAttempt was made (the call happened).
+def provider_calls(n, attempts) -> None:
+    """The delivery pipeline (notifications/delivery/): these DeliveryAttempts of ``n`` were made
+    (the calls happened), all it records for ``n`` at once.
 
-    The first accepted call of a notification also observes accept → provider-accept latency: from
+    The first accepted call among them also observes accept → provider-accept latency: from
     ``max(created_at, scheduled_at)`` (acceptance, or the requested send time if later) to now,
     the instant the provider accepted it and the worker records ``sent``.
     """
-    record_provider_call(
-        provider=attempt.provider, channel=n.channel, outcome=attempt.outcome, code=attempt.error_code,
-        http_status=attempt.http_status,
-        seconds=attempt.latency_ms / 1000 if attempt.latency_ms is not None else None)
-    if attempt.outcome == "accepted" and not getattr(n, "_metrics_accept_observed", False):
-        from core import clock
+    observed = False
+    for attempt in attempts:
+        record_provider_call(
+            provider=attempt.provider, channel=n.channel, outcome=attempt.outcome, code=attempt.error_code,
+            http_status=attempt.http_status,
+            seconds=attempt.latency_ms / 1000 if attempt.latency_ms is not None else None)
+        if attempt.outcome == "accepted" and not observed:
+            from core import clock
 
-        n._metrics_accept_observed = True
-        start = accept_started_at(n)
-        if start is not None:
-            record_accept_to_provider(tier=n.priority, channel=n.channel,
-                                      seconds=(clock.now() - start).total_seconds())
+            observed = True
+            start = accept_started_at(n)
+            if start is not None:
+                record_accept_to_provider(tier=n.priority, channel=n.channel,
+                                          seconds=(clock.now() - start).total_seconds())
 
 
 @_safe

@@ -54,14 +54,16 @@ def code_label(code: str | None, http_status: int | None = None) -> str:
 
 def one_of(value: str | None, allowed, default: str = "other") -> str:
     """``value`` if it is one of ``allowed``, else ``default``."""
-    return value if value in allowed else default
+    return value if value is not None and value in allowed else default
 
 
 def reason_label(reason: str | None) -> str:
     """A :class:`~notifications.models.Reason` value (or ``""``), else ``other``."""
     from notifications.models import Reason
 
-    return reason if (reason or "") in Reason.values or not reason else "other"
+    if not reason:
+        return ""  # None too: a label is a string
+    return reason if reason in Reason.values else "other"
 
 
 _TASK_NAME = re.compile(r"^(notifications|campaigns)\.[a-z_]{1,40}$")  # our own tasks (notification_task)

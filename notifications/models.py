@@ -30,7 +30,7 @@ class APIClient(AbstractAPIKey):
 
     Its primary key is ``prefix.<hash of the key>``: no admin lookup or search reaches it or the hash
     (``content_fields``, preferences/admin_guard.py), and the admin addresses a client by its
-    ``prefix`` (notifications/admin_clients.py).
+    ``prefix`` (notifications/admin/clients.py).
     """
 
     content_fields = frozenset({"id", "hashed_key"})
@@ -409,23 +409,5 @@ class APIAuditEntry(models.Model):
         return f"{self.method} {self.path} → {self.status}"
 
 
-# Notification types and events (docs/TYPES.md), and the abuse limits edited in the admin
-# (docs/POLICIES.md), live in their own modules; imported here so Django registers them with this app.
-from notifications.acceptance.models import AcceptanceLimit  # noqa: E402
-from notifications.events.models import (  # noqa: E402
-    Digest,
-    DigestItem,
-    Event,
-    NotificationType,
-    QuietHoursPolicy,
-    Routing,
-    TypeTemplate,
-)
-from notifications.inbox.models import InboxCounts, InboxItem  # noqa: E402
-from notifications.senders import AllowedSender  # noqa: E402
-
-__all__ = ["APIAuditEntry", "APIClient", "AcceptanceLimit", "AllowedSender",
-           "DeadLetter", "DeliveryAttempt", "DeliveryEvent", "Digest",
-           "DigestItem", "Event", "InboxCounts", "InboxItem", "Notification", "NotificationType", "Priority",
-           "QuietHoursPolicy", "Reason",
-           "Routing", "Status", "TimelineEntry", "TypeTemplate"]
+__all__ = ["APIAuditEntry", "APIClient", "DeadLetter", "DeliveryAttempt", "DeliveryEvent", "FrequencyCap",
+           "Notification", "Priority", "Reason", "Status", "TimelineEntry"]

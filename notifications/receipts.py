@@ -211,14 +211,14 @@ def _find_all(receipts: list[Receipt]) -> dict[int, Notification]:
             by_message.setdefault((n.provider_message_id, None), n)
             if n.recipient.email:
                 by_message[(n.provider_message_id, _address_key(n.recipient.email))] = n
-    found = {}
+    found: dict[int, Notification] = {}
     for index, r in enumerate(receipts):
-        n = by_id.get(str(r.notification_id)) if r.notification_id else None
-        if n is None and r.provider_message_id and r.address != "":
+        hit: Notification | None = by_id.get(str(r.notification_id)) if r.notification_id else None
+        if hit is None and r.provider_message_id and r.address != "":
             address = None if r.address is None else _address_key(r.address)
-            n = by_message.get((r.provider_message_id, address))
-        if n is not None:
-            found[index] = n
+            hit = by_message.get((r.provider_message_id, address))
+        if hit is not None:
+            found[index] = hit
     return found
 
 

@@ -4,8 +4,8 @@ allow-list that staff keep in the admin (docs/TYPES.md "Senders", docs/SECURITY.
 An entry is global or one API client's; an email entry is an address or a whole domain (not its
 subdomains), an SMS entry an E.164 number or a Messaging Service SID; the settings' own senders are
 always allowed. Whether a value is well formed is :mod:`providers.senders`' rule; this module only
-answers whether a well-formed sender is allowed (:func:`allowlist_problems`). Imported at the end
-of :mod:`notifications.models` (Django registers the model there).
+answers whether a well-formed sender is allowed (:func:`allowlist_problems`). Django registers the
+model through ``NotificationsConfig.import_models``.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class AllowedSender(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.channel} {self.value} ({self.client.name if self.client_id else 'every client'})"
+        return f"{self.channel} {self.value} ({self.client.name if self.client is not None else 'every client'})"
 
     def clean(self) -> None:
         """An email entry is a bare address or a domain (stored lower-cased); an SMS entry a sender

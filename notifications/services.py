@@ -20,12 +20,12 @@ from core.redaction import sensitive_content
 from notifications.admission import Admission, Road, admit, replay_refusals
 from notifications.enqueue import enqueue_on_commit
 from notifications.ids import single_send_id
+from notifications.inbox.models import InboxItem
 from notifications.models import (
     REACHED_STATUSES,
     APIClient,
     DeliveryAttempt,
     DeliveryEvent,
-    InboxItem,
     Notification,
     Reason,
     Status,

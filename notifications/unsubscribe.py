@@ -31,14 +31,12 @@ def carries_unsubscribe(channel: str, category: str, *, campaign: bool, typed: b
     return not (typed and required)
 
 
-def unsubscribe_url(n: Notification) -> str | None:
+def unsubscribe_url(n: Notification, *, required: bool) -> str | None:
     """``{PUBLIC_BASE_URL}/u/{token}`` for row ``n`` if its email carries a link, else ``None``.
-    A typed row's ``required`` comes from its rendered ``send_options`` (the load stage renders it
-    first)."""
-    options = getattr(n, "send_options", None)
+    ``required``: a typed row's type is required (from its send options: the load stage renders
+    them first)."""
     if not carries_unsubscribe(n.channel, n.category, campaign=n.campaign_id is not None,
-                               typed=bool(n.notification_type_id),
-                               required=bool(options is not None and options.required)):
+                               typed=bool(n.notification_type_id), required=required):
         return None
     token = make_token(UnsubscribeToken(user_id=n.recipient_id, category=n.category, channel=n.channel,
                                         campaign_id=n.campaign_id, notification_id=n.pk))

@@ -192,8 +192,8 @@ class RecipientAdmin(ContentLookupGuard, admin.ModelAdmin):
     search_fields = ["=user_id", "=phone", "email"]
     search_help_text = "Exact user id, or phone in international format (+49 151 1234 5678); email (contains)."
     readonly_fields = ["created_at", "updated_at", "email_invalid_at", "phone_invalid_at", "erasure_history"]
-    #: notifications/admin.py appends the recipient's notifications and events (RecipientNotificationInline,
-    #: RecipientEventInline).
+    #: notifications/admin/__init__.py appends the recipient's notifications, events and inbox
+    #: (RecipientNotificationInline, RecipientEventInline, the inbox inlines).
     inlines = [PreferencesInline, DeviceInline]
     show_full_result_count = False
 

@@ -20,16 +20,9 @@ from django.test import Client
 from core.redis_client import get_redis
 from notifications import metrics
 from notifications.acceptance import rules
-from notifications.models import (
-    AcceptanceLimit,
-    APIAuditEntry,
-    APIClient,
-    DeliveryEvent,
-    Event,
-    Notification,
-    NotificationType,
-    TypeTemplate,
-)
+from notifications.acceptance.models import AcceptanceLimit
+from notifications.events.models import Event, NotificationType, TypeTemplate
+from notifications.models import APIAuditEntry, APIClient, DeliveryEvent, Notification
 from preferences.models import Recipient
 from tests.conftest import EVERY_SCOPE
 from tests.test_metrics import key, samples

@@ -434,7 +434,7 @@ def test_recipient_page_lists_newest_campaign_notifications_with_reasons(admin_c
 def test_a_sensitive_types_campaign_data_is_hidden_from_marketing(client, segment, status):
     """hadvroads 5: the campaign page showed a sensitive type's data (``{"code": …}``) to marketing
     staff; it is hidden as on the event and notification pages, drafts included."""
-    from notifications.models import NotificationType
+    from notifications.events.models import NotificationType
 
     kind = NotificationType.objects.create(key="sens", name="Sensitive", category="account", channels=["sms"],
                                            sensitive=True)

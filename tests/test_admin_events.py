@@ -1,4 +1,4 @@
-"""The events admin (notifications/admin_events.py): support reads an event per user and channel
+"""The events admin (notifications/admin/events.py): support reads an event per user and channel
 with each notification's status, reason and reason detail (the silent push from its timeline event),
 a sensitive type's data hidden, nothing changeable; and the recipient page's list of their events.
 
@@ -16,8 +16,8 @@ from django.contrib.auth.models import Group, User
 from django.urls import reverse
 
 from campaigns import roles
-from notifications import admin_events
 from notifications.admin import HIDDEN
+from notifications.admin import events as admin_events
 from notifications.events import services
 from notifications.models import APIClient, DeliveryEvent, Notification, Reason, Status
 from preferences.models import Recipient

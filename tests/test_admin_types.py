@@ -1,4 +1,4 @@
-"""The notification-type admin (notifications/admin_types.py): the form and its template rows
+"""The notification-type admin (notifications/admin/types.py): the form and its template rows
 validated by the API's rule set with the API's words (and nothing saved on any problem), a valid save
 through the service, the channel × locale matrix, the preview rendered by the send-time code, and who
 may do what (the ``product`` group; high-priority types; types in use).
@@ -23,12 +23,13 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from campaigns import roles
-from notifications.admin_types import HIDDEN, Cell, channel_matrix
+from notifications.admin.types import HIDDEN, Cell, channel_matrix
 from notifications.api.types import payload
 from notifications.content_limits import rendered_problem
 from notifications.events import services
 from notifications.events.content import ChannelPreview, SendOptions, TypeContent, preview
-from notifications.models import APIClient, Notification, NotificationType, TypeTemplate
+from notifications.events.models import NotificationType, TypeTemplate
+from notifications.models import APIClient, Notification
 from preferences.models import Recipient
 from tests.conftest import EVERY_SCOPE
 

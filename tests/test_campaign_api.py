@@ -219,7 +219,7 @@ def test_generated_member_changes(http, segment, add, remove):
 
 
 def test_a_campaign_may_use_a_notification_type_and_its_data_and_bad_uses_are_refused(http, segment):
-    from notifications.models import NotificationType
+    from notifications.events.models import NotificationType
 
     NotificationType.objects.create(key="weekly", name="Weekly", category="news", channels=["email", "push"],
                                     required_data=["week"])
@@ -248,7 +248,7 @@ def test_a_typed_campaign_takes_the_types_priority_and_category_and_conflicts_ar
     """One way in (docs/POLICIES.md, "Abuse limits"): a campaign of a type sends with the type's
     priority and category (giving either is refused, as on a typed send); a high type needs
     notifications:send_high."""
-    from notifications.models import NotificationType
+    from notifications.events.models import NotificationType
 
     NotificationType.objects.create(key="news_t", name="N", category="news", channels=["email"])
     NotificationType.objects.create(key="adm_high", name="H", category="security", channels=["sms"],
@@ -274,7 +274,7 @@ def test_a_typed_campaign_takes_the_types_priority_and_category_and_conflicts_ar
 
 def test_a_campaign_of_a_type_under_an_abuse_limit_is_refused_naming_the_rule(segment):
     """The finding: a campaign with type otp sent 15 codes to one shared phone, past otp_per_phone."""
-    from notifications.models import NotificationType
+    from notifications.events.models import NotificationType
     from tests.conftest import EVERY_SCOPE
 
     _, key = APIClient.objects.create_key(name="admin-tool", scopes=EVERY_SCOPE)
@@ -292,7 +292,7 @@ def test_a_campaign_of_a_type_under_an_abuse_limit_is_refused_naming_the_rule(se
 def test_a_campaign_may_not_send_a_digest_type_or_one_that_overrides_users(http, segment):
     """Every road (hroads): a digest type's campaign went out undigested; a required or quiet-hours
     bypass type would override users' choices in bulk. A type's ttl is the campaign's default."""
-    from notifications.models import NotificationType
+    from notifications.events.models import NotificationType
 
     NotificationType.objects.create(key="dig", name="D", category="news", channels=["email"],
                                     digest={"window_seconds": 60, "key": ""})

@@ -19,7 +19,9 @@ from hypothesis import strategies as st
 from core.redis_client import get_redis
 from notifications.delivery import caps
 from notifications.delivery.pipeline import send_notifications
-from notifications.models import DeliveryEvent, FrequencyCap, Notification, NotificationType
+from notifications.delivery.types import Row
+from notifications.events.models import NotificationType
+from notifications.models import DeliveryEvent, FrequencyCap, Notification
 from preferences.models import Device, Recipient
 from providers.registry import reset_backends
 from tests.providers.conftest import fcm_options
@@ -243,8 +245,8 @@ def test_a_redis_error_sends_nothing_uncapped_the_rows_wait_as_a_transient_error
     monkeypatch.setattr(caps, "script", down)
     capped_rows = [row(user, status="sending") for _ in range(2)]
     other = row(user, category="orders", status="sending")
-    left = caps.admit([(n, []) for n in [*capped_rows, other]], no_type, T0)
-    assert [n.pk for n, _found in left] == [other.pk]
+    left = caps.admit([Row(n) for n in [*capped_rows, other]], no_type, T0)
+    assert [r.n.pk for r in left] == [other.pk]
     for n in capped_rows:
         n.refresh_from_db()
         assert (n.status, n.reason, n.attempts) == ("scheduled", "retry_scheduled", 0)
@@ -317,7 +319,7 @@ def test_a_capped_channel_of_a_fallback_type_releases_the_next(user):
     assert admitted([row(user) for _ in range(3)], T0) == [True] * 3
     Notification.objects.filter(pk=push.pk).update(status="sending", attempts=1)
     push.refresh_from_db()
-    assert caps.admit([(push, [])], no_type, T0) == []
+    assert caps.admit([Row(push)], no_type, T0) == []
     assert Notification.objects.get(pk=push.pk).reason == "frequency_capped"
     assert Notification.objects.get(pk=email.pk).status == "queued"  # released, with its own checks
 

@@ -74,7 +74,7 @@ def test_a_campaign_row_never_takes_its_types_user_overrides_even_gained_after_l
     """hadvroads 2: a type made ``required`` and quiet-hours ``bypass`` after a campaign of it was
     launched reached an opted-out user and one in quiet hours. A bulk send never overrides users'
     choices (campaigns of such a type are refused at creation; the send holds the rule too)."""
-    from notifications.models import NotificationType
+    from notifications.events.models import NotificationType
 
     now = datetime(2030, 3, 1, 12, 0, tzinfo=UTC)
     kind = NotificationType(key="newsx", category="news", channels=["sms"], required=True, quiet_hours="bypass")

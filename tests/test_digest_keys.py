@@ -21,8 +21,8 @@ from django.db import connection
 
 from campaigns.roles import SUPPORT
 from notifications.events import digests, services
-from notifications.events.models import Digest, DigestItem
-from notifications.models import APIClient, DeliveryEvent, NotificationType, TypeTemplate
+from notifications.events.models import Digest, DigestItem, NotificationType, TypeTemplate
+from notifications.models import APIClient, DeliveryEvent
 from preferences.models import Device, Recipient
 from tests.conftest import EVERY_SCOPE
 

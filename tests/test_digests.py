@@ -22,9 +22,9 @@ from core import clock
 from notifications import scheduler
 from notifications.delivery.pipeline import send_notifications
 from notifications.events import digests, services
-from notifications.events.models import Digest, DigestItem
+from notifications.events.models import Digest, DigestItem, NotificationType, TypeTemplate
 from notifications.ids import digest_notification_id
-from notifications.models import APIClient, DeliveryEvent, Notification, NotificationType, TypeTemplate
+from notifications.models import APIClient, DeliveryEvent, Notification
 from preferences.models import Device, Recipient
 from tests.conftest import EVERY_SCOPE
 from tests.test_typed_delivery import providers  # noqa: F401 - the fixture

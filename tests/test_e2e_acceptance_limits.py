@@ -10,7 +10,8 @@ import uuid
 
 import pytest
 
-from notifications.models import Notification, NotificationType, TypeTemplate
+from notifications.events.models import NotificationType, TypeTemplate
+from notifications.models import Notification
 from tests.e2e import SENT, make_user, wait_status
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]

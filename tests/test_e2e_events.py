@@ -17,7 +17,8 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from bench.stack import wait_until
-from notifications.models import Notification, TypeTemplate
+from notifications.events.models import TypeTemplate
+from notifications.models import Notification
 from preferences.models import Recipient
 from tests.e2e import SENT, TERMINAL, make_user, wait_status
 

@@ -11,7 +11,8 @@ from collections import Counter
 import pytest
 
 from bench.stack import wait_until
-from notifications.models import InboxCounts, InboxItem, Notification
+from notifications.inbox.models import InboxCounts, InboxItem
+from notifications.models import Notification
 from tests.e2e import make_segment, make_user, wait_status
 from tests.test_e2e_campaigns import create_campaign, wait_campaign
 

@@ -13,7 +13,8 @@ import pytest
 from django.test import Client
 
 from campaigns.models import Campaign, Template
-from notifications.models import APIClient, NotificationType
+from notifications.events.models import NotificationType
+from notifications.models import APIClient
 from notifications.rendering import context_for
 from preferences.models import Recipient
 from tests.conftest import EVERY_SCOPE

@@ -16,8 +16,8 @@ from django.test import Client
 
 from core import clock
 from notifications.events import digests, services
-from notifications.events.models import Digest, DigestItem, Event
-from notifications.models import APIClient, Notification, NotificationType, TypeTemplate
+from notifications.events.models import Digest, DigestItem, Event, NotificationType, TypeTemplate
+from notifications.models import APIClient, Notification
 from preferences.api.erasure import erase_user, personal_data
 from preferences.models import Device, Preferences, Recipient, Unsubscribe
 from preferences.unsubscribe import UnsubscribeToken, make_token, read_token

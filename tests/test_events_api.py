@@ -15,8 +15,9 @@ from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from notifications.events.models import Event, NotificationType, TypeTemplate
 from notifications.ids import EVENT_ID_NAMESPACE, EVENT_NOTIFICATION_NAMESPACE
-from notifications.models import APIClient, DeliveryEvent, Event, Notification, NotificationType, TypeTemplate
+from notifications.models import APIClient, DeliveryEvent, Notification
 from preferences.models import Recipient
 from tests.conftest import EVERY_SCOPE
 

@@ -104,7 +104,7 @@ def test_a_typed_campaign_honours_type_opt_outs_in_reach_and_fan_out_and_its_row
     """Every road (hroads, finding 1): a user opted out of a type got its campaign on every channel;
     the reach counted them eligible and the rows carried no type (nor its sensitivity)."""
     from campaigns.audience import reach
-    from notifications.models import NotificationType
+    from notifications.events.models import NotificationType
 
     kind = NotificationType.objects.create(key="lo_promo", name="Promo", category="promo", channels=["sms"],
                                            sensitive=True)

@@ -20,7 +20,8 @@ from django.urls import get_resolver
 from rest_framework.views import APIView
 
 from campaigns import services as campaign_services
-from notifications.models import APIClient, Event, NotificationType
+from notifications.events.models import Event, NotificationType
+from notifications.models import APIClient
 from preferences.models import Device, Recipient
 from tests.conftest import EVERY_SCOPE
 

@@ -15,7 +15,7 @@ from django.urls import reverse
 
 from campaigns import roles
 from notifications.admin import HIDDEN
-from notifications.admin_inbox import RECIPIENT_INBOX_LIMIT
+from notifications.admin.inbox import RECIPIENT_INBOX_LIMIT
 from notifications.inbox import marks, store
 from notifications.models import Notification
 from preferences.models import Recipient

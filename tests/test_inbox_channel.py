@@ -22,17 +22,10 @@ from notifications import scheduler, sent_markers
 from notifications.delivery import checks
 from notifications.delivery.pipeline import send_notifications
 from notifications.events import services
+from notifications.events.models import NotificationType, QuietHoursPolicy, TypeTemplate
 from notifications.inbox import store
-from notifications.models import (
-    APIClient,
-    DeliveryAttempt,
-    InboxCounts,
-    InboxItem,
-    Notification,
-    NotificationType,
-    QuietHoursPolicy,
-    TypeTemplate,
-)
+from notifications.inbox.models import InboxCounts, InboxItem
+from notifications.models import APIClient, DeliveryAttempt, Notification
 from preferences.models import Device, Preferences, Recipient
 from providers.registry import reset_backends
 from tests.providers.conftest import fcm_options

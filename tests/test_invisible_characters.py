@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 from campaigns import services as campaign_services
 from campaigns.models import Campaign, Segment, SegmentMember, Template
 from core.identifiers import LINE_BREAKS, TEXT_MARKS, text_problem, user_id_problem
-from notifications.models import APIClient, Notification, NotificationType
+from notifications.events.models import NotificationType
+from notifications.models import APIClient, Notification
 from preferences.admin import RecipientForm
 from preferences.models import Recipient
 from tests.conftest import EVERY_SCOPE

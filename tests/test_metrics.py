@@ -431,7 +431,8 @@ def test_breaker_state_gauge_and_isolation_counters(client, settings):
 
 def test_events_accepted_and_fallback_steps_are_counted(client, django_capture_on_commit_callbacks):
     from notifications.events import fallback, services
-    from notifications.models import APIClient, NotificationType
+    from notifications.events.models import NotificationType
+    from notifications.models import APIClient
 
     kind = NotificationType.objects.create(key="m_type", name="m", category="shipping", channels=["push", "email"],
                                            routing="fallback")
@@ -456,7 +457,8 @@ def test_digests_opened_closed_and_their_items_are_counted(client, django_captur
 
     from core import clock
     from notifications.events import digests, services
-    from notifications.models import APIClient, NotificationType
+    from notifications.events.models import NotificationType
+    from notifications.models import APIClient
 
     kind = NotificationType.objects.create(key="m_digest", name="m", category="social", channels=["push"],
                                            digest={"window_seconds": 60, "key": "{{ data.post }}"})
@@ -482,12 +484,13 @@ def test_frequency_capped_rows_are_counted_by_category_and_channel(client, djang
     outcomes ``suppressed``/``frequency_capped``."""
     from core import clock
     from notifications.delivery import caps
+    from notifications.delivery.types import Row
 
     r = Recipient.objects.create(user_id=f"m-cap-{uuid.uuid4().hex[:8]}")
     rows = [_notification(r, "push", "standard", category="marketing", status="sending", attempts=1)
             for _ in range(5)]
     with django_capture_on_commit_callbacks(execute=True):
-        caps.admit([(n, []) for n in rows], lambda _n: None, clock.now())
+        caps.admit([Row(n) for n in rows], lambda _n: None, clock.now())
     found = scrape(client)
     assert found[key("notify_frequency_capped_total", category="marketing", channel="push")] == 2
     assert only(found, "notify_frequency_capped_total") == {

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from notifications.delivery.routing import sms_sender
 from notifications.events.matrix import effective_matrix
-from notifications.models import APIClient, NotificationType
+from notifications.events.models import NotificationType
+from notifications.models import APIClient
 from preferences import suppression
 from preferences.api import effective
 from preferences.api.serializers import EFFECTIVE_REASONS

@@ -130,7 +130,7 @@ def test_send_time_quiet_hours_follow_the_category(alice, priority, category, he
         assert (n.status, n.reason, n.attempts) == ("scheduled", "quiet_hours", 0)
         assert DeliveryEvent.objects.filter(notification=n, kind="deferred").count() == 1
     else:
-        assert result == []
+        assert result is not None and (result.n.pk, result.devices, result.silent) == (n.pk, [], False)
         assert (n.status, n.reason) == ("sending", "")
         assert not DeliveryEvent.objects.filter(notification=n).exists()
 

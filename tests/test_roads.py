@@ -21,7 +21,8 @@ from notifications import admission
 from notifications.admission import ROADS, RULES, Road, Rule
 from notifications.events import digests, fallback
 from notifications.events import services as event_services
-from notifications.models import APIClient, DeliveryEvent, Notification, NotificationType, Status, TypeTemplate
+from notifications.events.models import NotificationType, TypeTemplate
+from notifications.models import APIClient, DeliveryEvent, Notification, Status
 from notifications.services import accept_notification, replay_dead_letters
 from tests.conftest import make_client
 from tests.fanout_helpers import make_recipient, make_segment_of, run_fan_out

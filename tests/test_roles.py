@@ -22,7 +22,8 @@ from django.urls import reverse
 from campaigns import roles, services
 from campaigns.models import Campaign, CampaignStatus, Segment, SegmentMember, Template, TemplateVariant
 from notifications.admin import HIDDEN
-from notifications.models import DeadLetter, DeliveryEvent, FrequencyCap, Notification, NotificationType, Reason, Status
+from notifications.events.models import NotificationType
+from notifications.models import DeadLetter, DeliveryEvent, FrequencyCap, Notification, Reason, Status
 from preferences.models import Preferences, Recipient
 from preferences.validation import phone_search_term
 
@@ -186,7 +187,7 @@ def test_the_sender_allow_list_is_read_by_product_and_changed_by_superusers_only
     assert seen == {"marketing": (403, 403, 403), "support": (403, 403, 403), "product": (200, 403, 403)}
     as_user(client, admin_user)
     assert client.post(add, post).status_code == 302
-    from notifications.models import AllowedSender
+    from notifications.senders import AllowedSender
 
     assert list(AllowedSender.objects.values_list("channel", "value", "client")) == [("email", "shop@example.com",
                                                                                       None)]

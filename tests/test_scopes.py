@@ -32,9 +32,10 @@ from core import clock
 from core.api.scopes import DEFAULT_SCOPES, Scope
 from notifications.api.auth import HasRequiredScope, required_scope
 from notifications.events import services as event_services
+from notifications.events.models import Event, NotificationType, TypeTemplate
 from notifications.inbox import store as inbox_store
 from notifications.inbox.models import InboxCounts, InboxItem
-from notifications.models import APIClient, DeliveryEvent, Event, Notification, NotificationType, TypeTemplate
+from notifications.models import APIClient, DeliveryEvent, Notification
 from preferences.models import Device, Preferences, Recipient
 from tests.conftest import reset_acceptance_windows
 
@@ -438,7 +439,7 @@ def test_owners_of_overriding_types_keep_replacing_them_across_the_migration():
     from django.apps import apps
     from django.db import connection
 
-    from notifications.models import NotificationType
+    from notifications.events.models import NotificationType
 
     assert Scope.TYPES_OVERRIDE not in APIClient.objects.create_key(name="plain")[0].scopes
     owners = {name: APIClient.objects.create_key(name=name, scopes=[Scope.SEND, Scope.TYPES_WRITE, Scope.READ])[0]

@@ -12,7 +12,9 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from notifications.models import AllowedSender, APIClient, NotificationType
+from notifications.events.models import NotificationType
+from notifications.models import APIClient
+from notifications.senders import AllowedSender
 from providers import emulator_credentials
 from tests.conftest import EVERY_SCOPE
 

@@ -11,7 +11,8 @@ import pytest
 from django.test import Client
 
 from campaigns.models import Template
-from notifications.models import APIClient, Notification, NotificationType
+from notifications.events.models import NotificationType
+from notifications.models import APIClient, Notification
 from preferences.models import Recipient
 from tests.conftest import EVERY_SCOPE
 

@@ -18,7 +18,8 @@ from django.test import Client
 from django.urls import reverse
 
 from campaigns.models import Campaign, Template
-from notifications.models import APIClient, NotificationType
+from notifications.events.models import NotificationType
+from notifications.models import APIClient
 from notifications.rendering import checking
 from tests.conftest import EVERY_SCOPE
 

@@ -17,7 +17,8 @@ from django.test import Client
 from django.urls import reverse
 
 from campaigns.models import Template
-from notifications.models import APIClient, NotificationType
+from notifications.events.models import NotificationType
+from notifications.models import APIClient
 from notifications.rendering import check_parts, checking
 from tests.conftest import EVERY_SCOPE
 

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from notifications.delivery import checks
 from notifications.delivery.checks import Facts
 from notifications.events.fallback import outcome
-from notifications.models import Notification, NotificationType, Reason, Status
+from notifications.events.models import NotificationType
+from notifications.models import Notification, Reason, Status
 from preferences.models import Preferences, Recipient
 
 NOW = datetime(2026, 12, 2, 1, 30, tzinfo=UTC)

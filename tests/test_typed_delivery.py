@@ -16,9 +16,13 @@ import pytest
 from core import clock
 from core.redis_client import get_redis
 from notifications import scheduler
-from notifications.delivery.pipeline import send_notifications
+from notifications.delivery import load
+from notifications.delivery.claim import claim
+from notifications.delivery.content import Content
+from notifications.delivery.pipeline import prepare, send_notifications
 from notifications.events import services
-from notifications.models import APIClient, Notification, NotificationType, TypeTemplate
+from notifications.events.models import NotificationType, TypeTemplate
+from notifications.models import APIClient, Notification
 from preferences.models import Device, Preferences, Recipient, SmsStop
 from providers.registry import reset_backends
 from tests.providers.conftest import fcm_options, sendgrid_options, twilio_options
@@ -233,6 +237,8 @@ def test_a_campaign_can_use_a_types_templates_with_its_own_data(providers, modul
     (message,) = module_emulator.messages()
     # The type's title reads {{ data.order_id }}, which this campaign's data lacks: it renders empty.
     assert (message["title"], message["body"]) == ("Order ", "Week 49 for <Ada>")
+    # Its send options come back from the campaigns' content source: the type's collapse key.
+    assert message["details"]["message"]["android"]["collapse_key"] == "picks-49"
 
 
 def test_a_sent_typed_notification_keeps_what_it_said(providers, module_emulator, client):
@@ -416,3 +422,24 @@ def test_cancelling_a_sent_fallback_event_stops_a_later_bounce_from_reopening_it
     receipts.apply_receipts([bounce(row(email))])
     assert (row(email).status, row(sms).status, row(sms).reason) == ("failed", "cancelled", "cancelled_by_client")
     assert module_emulator.count(channel="sms") == 0
+
+
+def test_the_stages_hand_on_what_they_learn_in_a_row_and_leave_the_orm_row_its_columns(client):
+    """The checks verdict (silent push) and the type's send options (collapse key) travel in the
+    :class:`~notifications.delivery.types.Row` that ``prepare`` returns, and reach the message from
+    there; no stage writes an attribute of its own on the Notification."""
+    r = user(devices=2)
+    quiet_now(r)
+    kind = a_type("order_update", channels=("push",), quiet_hours="silent", collapse_key="order-{{ data.order_id }}")
+    pk = event(client, kind, [r])[(r.pk, "push")]
+    assert claim([str(pk)], clock.now()) == [pk]
+    n = load.rows([pk])[0]
+
+    ready = prepare(n, set(), Content())
+
+    assert set(vars(n)) - {f.attname for f in Notification._meta.concrete_fields} == {"_state"}
+    assert ready is not None
+    assert (ready.n, ready.silent, ready.options.collapse_key, [d.push_token for d in ready.devices]) == (
+        n, True, "order-8812", [d.push_token for d in r.devices.order_by("id")])
+    message = load.message_for(ready, ready.devices[0].push_token, "android")
+    assert (message.silent, message.collapse_key, message.title) == (True, "order-8812", "Order 8812")

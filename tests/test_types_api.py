@@ -10,7 +10,8 @@ import json
 import pytest
 from django.test import Client
 
-from notifications.models import APIClient, NotificationType, TypeTemplate
+from notifications.events.models import NotificationType, TypeTemplate
+from notifications.models import APIClient
 from tests.conftest import EVERY_SCOPE
 
 pytestmark = pytest.mark.django_db

@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from notifications import metrics
 from notifications.delivery.load import message_for
+from notifications.delivery.types import Row
 from notifications.events.content import SendOptions
 from notifications.models import Notification
 from notifications.unsubscribe import carries_unsubscribe
@@ -287,13 +288,11 @@ def test_other_methods_are_refused(recipient, mail_client):
 # --- which emails carry the headers ----------------------------------------------------------------
 
 
-def row(channel="email", category="marketing", campaign=False, typed=False, required=False) -> Notification:
+def row(channel="email", category="marketing", campaign=False, typed=False, required=False) -> Row:
     n = Notification(id=NOTIFICATION, channel=channel, category=category, body="b", title="t",
                      campaign_id=CAMPAIGN if campaign else None, notification_type_id="sale" if typed else None,
                      recipient=Recipient(user_id="u-1", email="ada@example.org"))
-    if typed:
-        n.send_options = SendOptions(required=required)
-    return n
+    return Row(n, options=SendOptions(required=required) if typed else None)
 
 
 @pytest.mark.parametrize(("kwargs", "carries"), [

@@ -30,7 +30,8 @@ from notifications.api.serializers import (
 )
 from notifications.api.typed import data_errors
 from notifications.content_limits import MAX_TTL_SECONDS
-from notifications.models import NotificationType, Priority
+from notifications.events.models import NotificationType
+from notifications.models import Priority
 from notifications.quiet_hours_policy import campaign_category_problem
 from notifications.rendering import RenderError
 from notifications.rendering.checking import MAX_VARIANTS, CheckBudgetSpent, ChecksBusy, check_budget

@@ -1,7 +1,7 @@
 """Acceptance limits edited in the admin (docs/POLICIES.md, "Abuse limits").
 
-Imported at the end of :mod:`notifications.models` so Django registers it with the app; import it
-from there. The rules in force are the settings' (``NOTIFY["ACCEPTANCE_LIMITS"]``) with these rows
+Registered by :meth:`notifications.apps.NotificationsConfig.import_models`; import it from this
+module. The rules in force are the settings' (``NOTIFY["ACCEPTANCE_LIMITS"]``) with these rows
 added, or replacing a settings rule of the same ``name`` (:func:`notifications.acceptance.rules.effective_rules`).
 """
 

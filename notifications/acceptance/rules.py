@@ -193,7 +193,9 @@ def reserve(rules: Sequence[Rule], *, request_id: str, recipients: Sequence, cli
             ``notify_acceptance_limited_total{limit}`` and logged (user id, limit, client; no content).
         AcceptanceLimitsUnavailable: Redis cannot be reached (nothing is accepted unlimited).
     """
-    slots, args, owners = [], [], []
+    slots: list[tuple[str, str]] = []
+    args: list[str | int] = []  # per slot: member, limit, window (ms)
+    owners = []
     for recipient in recipients:
         for rule in rules:
             subject = _subject(rule, recipient)

@@ -125,7 +125,7 @@ class NotificationTypeSerializer(RejectUnknownFields, serializers.Serializer):
 def payload(kind: NotificationType) -> dict:
     """The API's view of a type (``NotificationTypeSerializer``'s fields)."""
     body = {name: getattr(kind, name) for name in services.TYPE_FIELDS}
-    body.update(key=kind.key, owner=kind.client.name if kind.client_id else None,
+    body.update(key=kind.key, owner=kind.client.name if kind.client is not None else None,
                 created_at=_INSTANT.to_representation(kind.created_at),
                 updated_at=_INSTANT.to_representation(kind.updated_at),
                 templates=[{f: getattr(t, f) for f in services.TEMPLATE_FIELDS} for t in kind.templates.all()])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import ErrorDetail, ValidationError
@@ -225,7 +227,8 @@ class NotificationCancelView(APIView):
 
 
 _NEWEST_FIRST = Ordering(("created_at", "id"), descending=True)
-_USER_NOTIFICATION_FILTERS = {"status": Status.values, "channel": Channel.values, "category": parameters.CATEGORY}
+_USER_NOTIFICATION_FILTERS: dict[str, Sequence[str] | parameters.IdRule] = {
+    "status": Status.values, "channel": Channel.values, "category": parameters.CATEGORY}
 
 
 class UserNotificationsView(APIView):

@@ -47,6 +47,7 @@ from notifications import sent_markers as markers
 from notifications.delivery.claim import call_deadline_seconds, covers_call, still_ours
 from notifications.delivery.routing import route_for
 from notifications.models import Notification
+from preferences.models import Device
 from providers import isolation
 from providers.base import (
     CallSkipped,
@@ -76,7 +77,7 @@ class Item:
     """One provider call to make: the row, its push device (or None) and the message."""
 
     row: Notification
-    device: object
+    device: Device | None
     message: OutboundMessage
 
 

@@ -39,6 +39,7 @@ from core.redis_client import get_redis, script
 from notifications import metrics
 from notifications.delivery import record
 from notifications.delivery.outcomes import backoff_seconds
+from notifications.delivery.types import Row
 from notifications.events.models import NotificationType
 from notifications.models import FrequencyCap, Notification, Reason, Status
 
@@ -147,9 +148,9 @@ def rules() -> list[Rule]:
         missing = [f for f in _FIELDS if f not in entry]
         if missing:
             raise ImproperlyConfigured(f"NOTIFY['FREQUENCY_CAPS']: rule {entry!r} lacks {', '.join(missing)}")
-        found[entry["name"]] = Rule(**{k: entry[k] for k in _FIELDS},
-                                    **{k: bool(entry[k]) for k in ("active", "include_high", "include_required")
-                                       if k in entry})
+        fields = {k: entry[k] for k in _FIELDS}
+        fields.update({k: bool(entry[k]) for k in ("active", "include_high", "include_required") if k in entry})
+        found[entry["name"]] = Rule(**fields)
     for row in FrequencyCap.objects.all():
         found[row.name] = Rule(row.name, row.category, row.channel, row.limit, row.window_seconds, row.active,
                                row.include_high, row.include_required, source="admin")
@@ -199,7 +200,7 @@ def take(rows: list[Notification], kind_of: Callable[[Notification], Notificatio
     for key in subject:
         of_key = [r for r in active if (r.category, r.channel) == key[:2]]
         longest[key] = max(r.window_seconds for r in of_key)
-        counted[key] = Rule("", *key[:2], 0, 0, include_high=any(r.include_high for r in of_key),
+        counted[key] = Rule("", key[0], key[1], 0, 0, include_high=any(r.include_high for r in of_key),
                             include_required=any(r.include_required for r in of_key))
     keys = list(subject)
     try:
@@ -268,16 +269,16 @@ def rebuilt(keys: list[tuple], longest: dict, counted: dict, now: datetime, excl
     return found
 
 
-def admit(ready: list[tuple], kind_of: Callable[[Notification], NotificationType | None],
-          now: datetime) -> list[tuple]:
-    """The caps stage for ``(row, found)`` pairs that passed their checks: records the capped rows
+def admit(ready: list[Row], kind_of: Callable[[Notification], NotificationType | None],
+          now: datetime) -> list[Row]:
+    """The caps stage for the rows that passed their checks: records the capped rows
     (``suppressed``, ``frequency_capped``, in bulk) and the unchecked ones (``retry_scheduled``) and
-    returns the pairs admitted."""
+    returns the rows admitted."""
     if not ready:
         return ready
-    taken = take([n for n, _found in ready], kind_of, now)
+    taken = take([row.n for row in ready], kind_of, now)
     if taken.capped:
-        capped = [(n, taken.capped[n.pk]) for n, _found in ready if n.pk in taken.capped]
+        capped = [(row.n, taken.capped[row.n.pk]) for row in ready if row.n.pk in taken.capped]
         for n in record.suppress(capped, Reason.FREQUENCY_CAPPED):
             metrics.frequency_capped(n.category, n.channel, taken.categories)
     if taken.unchecked:
@@ -287,7 +288,7 @@ def admit(ready: list[tuple], kind_of: Callable[[Notification], NotificationType
                           f"frequency cap not checked (Redis error); retry in {delay:.1f}s",
                           kind="retry", give_back_attempt=True)
     held = set(taken.capped) | {n.pk for n in taken.unchecked}
-    return [(n, found) for n, found in ready if n.pk not in held]
+    return [row for row in ready if row.n.pk not in held]
 
 
 def give_back(rows: list[Notification]) -> None:

@@ -11,8 +11,10 @@ campaigns app registers its source in ``CampaignsConfig.ready()``::
 
 A source is a class instantiated once per batch (so it can load each campaign once) with:
 
-* ``render(n) -> (title, body, html, data)``, raising :class:`ContentError` when the content cannot
-  be rendered (the row becomes a dead letter ``template_error`` with the error's text);
+* ``render(n) -> (title, body, html, data, options)``, ``options`` the row's
+  :class:`~notifications.events.content.SendOptions` (``None``: none), raising
+  :class:`ContentError` when the content cannot be rendered (the row becomes a dead letter
+  ``template_error`` with the error's text);
 * ``cancelled(n) -> bool``: whether the row's campaign was cancelled (its unclaimed rows may not all
   be cancelled yet: checked at send time).
 """
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from notifications.events.content import TypeContent
+from notifications.events.content import SendOptions, TypeContent
 from notifications.models import Notification
 from notifications.rendering import RenderError
 
@@ -59,16 +61,16 @@ class Content:
             self._source = _sources[0]()
         return self._source
 
-    def apply(self, n: Notification) -> None:
-        """Render ``n``'s content into it (in memory); a typed row also gets ``send_options``
-        (:class:`notifications.events.content.SendOptions`). Raises :class:`ContentError`."""
+    def apply(self, n: Notification) -> SendOptions | None:
+        """Render ``n``'s content into it (in memory) and return its send options (a typed row's,
+        a typed campaign's; ``None``: none). Raises :class:`ContentError`."""
         if n.notification_type_id and not n.campaign_id:
             try:
-                n.send_options = self.types.render(n)
+                return self.types.render(n)
             except RenderError as exc:
                 raise ContentError(str(exc)) from exc
-            return
-        n.title, n.body, n.html, n.data = self._get().render(n)
+        n.title, n.body, n.html, n.data, options = self._get().render(n)
+        return options
 
     def cancelled(self, n: Notification) -> bool:
         """Whether ``n``'s campaign was cancelled (as loaded for this batch)."""

@@ -19,6 +19,7 @@ from notifications.delivery.content import Content, ContentError
 from notifications.delivery.outcomes import AttemptRow
 from notifications.delivery.record import finish
 from notifications.delivery.routing import sms_sender
+from notifications.delivery.types import Row
 from notifications.models import DeliveryAttempt, Notification, Status
 from notifications.unsubscribe import unsubscribe_url
 from preferences.models import Device, SmsStop
@@ -48,32 +49,33 @@ def stopped_phones(batch: list[Notification]) -> set[str]:
     return set(SmsStop.objects.filter(sender=sms_sender(), phone__in=phones).values_list("phone", flat=True))
 
 
-def devices(batch: list[Notification]) -> dict[int, list[Device]]:
+def devices(batch: list[Notification]) -> dict[str, list[Device]]:
     """``{recipient_id: [active devices by id]}`` for the recipients of ``batch`` (one query)."""
-    found: dict[int, list[Device]] = defaultdict(list)
+    found: dict[str, list[Device]] = defaultdict(list)
     recipients = {n.recipient_id for n in batch}
     for device in Device.objects.filter(recipient_id__in=recipients, active=True).order_by("recipient_id", "id"):
         found[device.recipient_id].append(device)
     return found
 
 
-def message_for(n: Notification, to: str, platform: str | None = None) -> OutboundMessage:
-    """The OutboundMessage of ``n`` for one destination (phone, address or push token); its TTL is
+def message_for(row: Row, to: str, platform: str | None = None) -> OutboundMessage:
+    """The OutboundMessage of ``row`` for one destination (phone, address or push token); its TTL is
     the seconds left until ``expires_at`` (at least 1); an email that carries one gets its one-click
     unsubscribe link (:mod:`notifications.unsubscribe`)."""
+    n, options = row.n, row.options  # options: typed rows' (notifications.events.content.SendOptions)
     data = {str(k): str(v) for k, v in (n.data or {}).items()} or None
     ttl = None
     if n.expires_at:
         ttl = max(1, int((n.expires_at - clock.now()).total_seconds()))
-    options = getattr(n, "send_options", None)  # typed rows (notifications.events.content.SendOptions)
     collapse = (options.collapse_key if options is not None else None) or str(n.pk)
     return OutboundMessage(
         notification_id=str(n.pk), channel=n.channel, to=to, body=n.body, title=n.title or None,
         html=n.html or None, data=data, platform=platform, ttl_seconds=ttl, priority=n.priority,
-        collapse_key=collapse if n.channel == "push" else None, silent=getattr(n, "silent", False),
+        collapse_key=collapse if n.channel == "push" else None, silent=row.silent,
         sender=options.sender if options is not None else None,
         reply_to=options.reply_to if options is not None else None,
-        unsubscribe_url=unsubscribe_url(n) if n.channel == "email" else None,
+        unsubscribe_url=(unsubscribe_url(n, required=options is not None and options.required)
+                         if n.channel == "email" else None),
     )
 
 
@@ -93,6 +95,7 @@ def found_at_provider(n: Notification, content: Content) -> bool:
     if n.channel != "sms" or not n.recipient.phone:
         return False
     since = call_in_doubt_since(n)
+    options = None
 
     def is_taken(message_id: str) -> bool:
         return Notification.objects.filter(provider_message_id=message_id).exclude(pk=n.pk).exists()
@@ -103,10 +106,11 @@ def found_at_provider(n: Notification, content: Content) -> bool:
             continue
         if content.needs_render(n) and not n.body:
             try:
-                content.apply(n)
+                options = content.apply(n)
             except ContentError:
                 return False
-        found = backend.find_accepted(message_for(n, n.recipient.phone), since, is_taken=is_taken)
+        found = backend.find_accepted(message_for(Row(n, options=options), n.recipient.phone), since,
+                                      is_taken=is_taken)
         if found is None:
             continue
         now = clock.now()

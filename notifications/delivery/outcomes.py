@@ -30,8 +30,17 @@ from django.conf import settings
 from core import clock
 from core.redaction import SENSITIVE
 from notifications.models import DeliveryAttempt, Notification, Reason, Status
-from providers.base import ContactInvalidError, ProviderConfigurationError, ProviderError, TransientProviderError
+from preferences.models import Device
+from providers.base import (
+    ContactInvalidError,
+    ProviderConfigurationError,
+    ProviderError,
+    SendResult,
+    TransientProviderError,
+)
 
+#: What a failed call ends with, inside the provider contract.
+CallError = ProviderError | ProviderConfigurationError
 Outcome = DeliveryAttempt.Outcome
 
 #: Reasons a row carries when its previous call may have been accepted although no answer was
@@ -142,8 +151,8 @@ class AttemptRow(NamedTuple):
 ATTEMPT_COLUMNS = AttemptRow._fields
 
 
-def attempt_row(n: Notification, outcome, device=None, latency_ms: int | None = None,
-                now: datetime | None = None) -> AttemptRow:
+def attempt_row(n: Notification, outcome: SendResult | CallError, device: Device | None = None,
+                latency_ms: int | None = None, now: datetime | None = None) -> AttemptRow:
     """The attempt row of one provider call of ``n``: ``outcome`` is the SendResult or the
     ProviderError / ProviderConfigurationError it ended with (its message scrubbed by :func:`shown`)."""
     device_id = device.pk if device is not None else None
@@ -168,7 +177,7 @@ class Decision:
     kind: str
     reason: str = ""
     detail: str = ""
-    error: Exception | None = None
+    error: CallError | None = None
     until: datetime | None = None
     accepted: tuple = ()  # SendResults (sent)
 

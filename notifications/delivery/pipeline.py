@@ -20,6 +20,7 @@ such a marker would turn at-least-once into at-most-once.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections import defaultdict
 from collections.abc import Iterable
 
@@ -33,7 +34,9 @@ from notifications.delivery.content import Content, ContentError
 from notifications.delivery.inbox import call_inbox, refresh_after
 from notifications.delivery.outcomes import RESEND_AFTER_UNKNOWN, AttemptRow, Unexpected, attempt_row, decide
 from notifications.delivery.routing import primary
+from notifications.delivery.types import Call, Decided, Row
 from notifications.models import DeliveryAttempt, Notification, Reason, Status
+from preferences.models import Device
 from providers.base import ProviderConfigurationError
 from providers.registry import unavailable_channel_problem
 
@@ -74,25 +77,26 @@ def deliver(channel: str, batch: list[Notification], already_sent: set[str], con
     stopped = load.stopped_phones(batch) if channel == "sms" else None
     devices = load.devices(batch) if channel == "push" else None
     content.types.prime(batch)
-    ready: list[tuple[Notification, list]] = []
+    ready: list[Row] = []
     for n in batch:
         try:
-            found = prepare(n, already_sent, content, stopped,
-                            devices.get(n.recipient_id, []) if devices is not None else None)
+            row = prepare(n, already_sent, content, stopped,
+                          devices.get(n.recipient_id, []) if devices is not None else None)
         except Exception as exc:
             record.worker_error(n, exc)
             continue
-        if found is not None:
-            ready.append((n, found))
+        if row is not None:
+            ready.append(row)
     ready = caps.admit(ready, content.types.type_of, clock.now())
     if not ready:
         return
-    items = [Item(n, d, load.message_for(n, to, d.platform if d is not None else None))
-             for n, found in ready for to, d in _targets(n, found)]
+    items = [Item(row.n, d, load.message_for(row, to, d.platform if d is not None else None))
+             for row in ready for to, d in _targets(row)]
+    tier = ready[0].n.priority
     if channel == "in_app":
         # No provider: the call is the write to the users' inboxes (inbox.py), accepted at once.
         done, written = call_inbox(items)
-        _record(_decisions(ready, items, done), channel, ready[0][0].priority, done.marked)
+        _record(_decisions(ready, items, done), channel, tier, done.marked)
         refresh_after(written)
         return
     name = primary(channel)
@@ -100,80 +104,83 @@ def deliver(channel: str, batch: list[Notification], already_sent: set[str], con
         # The channel has no provider (an empty *_PROVIDERS list): each row that passed its checks
         # is a dead letter saying why, rather than a crash retried forever.
         error = ProviderConfigurationError(channel, unavailable_channel_problem(channel), code="not_configured")
-        done = Calls(no_call={n.pk: error for n, _found in ready})
-    elif ready[0][0].priority == "high":
-        done = call_high(ready[0][0], items)
+        done = Calls(no_call={row.n.pk: error for row in ready})
+    elif tier == "high":
+        done = call_high(ready[0].n, items)
     else:
-        by_pk = {n.pk: (n, found) for n, found in ready}
+        by_pk = {row.n.pk: row for row in ready}
 
         def settle(pks: list, calls: Calls) -> None:  # rows whose calls ended while the rest are in flight
-            _record(_decisions([by_pk[pk] for pk in pks], items, calls), channel, ready[0][0].priority, calls.marked)
+            _record(_decisions([by_pk[pk] for pk in pks], items, calls), channel, tier, calls.marked)
 
         done = call_standard(channel, name, items, settle)
-    rest = [(n, found) for n, found in ready if n.pk not in done.settled]
-    _record(_decisions(rest, items, done), channel, ready[0][0].priority, done.marked)
+    rest = [row for row in ready if row.n.pk not in done.settled]
+    _record(_decisions(rest, items, done), channel, tier, done.marked)
 
 
-def _record(decided: list[tuple], channel: str, tier: str, marked) -> None:
+def _record(decided: list[Decided], channel: str, tier: str, marked: set) -> None:
     """The record stage, then the frequency-cap slots of the rows that failed for good given back
     (docs/POLICIES.md: a row that did not reach the recipient does not count)."""
     record.record(decided, channel, tier, marked)
-    caps.give_back([n for n, decision, _a, _e in decided if decision.status == Status.FAILED])
+    caps.give_back([d.row.n for d in decided if d.decision.status == Status.FAILED])
 
 
-def _targets(n: Notification, devices: list) -> list[tuple]:
+def _targets(row: Row) -> list[tuple[str, Device | None]]:
+    n = row.n
     if n.channel == "sms":
         return [(n.recipient.phone, None)]
     if n.channel == "email":
         return [(n.recipient.email, None)]
     if n.channel == "in_app":
         return [(n.recipient_id, None)]
-    return [(d.push_token, d) for d in devices]
+    return [(d.push_token, d) for d in row.devices]
 
 
-def _decisions(ready: list[tuple], items: list[Item], done: Calls) -> list[tuple]:
-    """The outcomes stage over the rows of a batch: ``(row, Decision, attempt rows, (error, device)
-    pairs)`` for every row with something to record."""
+def _decisions(ready: list[Row], items: list[Item], done: Calls) -> list[Decided]:
+    """The outcomes stage over the rows of a batch: a :class:`Decided` for every row with
+    something to record."""
     now = clock.now()
-    by_row: dict = defaultdict(list)
-    planned: dict = defaultdict(int)
+    by_row: dict[uuid.UUID, list[Call]] = defaultdict(list)
+    planned: dict[uuid.UUID, int] = defaultdict(int)
     for index, item in enumerate(items):
         planned[item.row.pk] += 1
         for outcome, latency_ms, ended in done.outcomes.get(index, []):
-            by_row[item.row.pk].append((outcome, item.device, latency_ms, ended))
+            by_row[item.row.pk].append(Call(outcome, item.device, latency_ms, ended))
     decided = []
-    for n, found in ready:
+    for row in ready:
+        n = row.n
         calls = by_row.get(n.pk, [])
         if n.pk in done.no_call:
-            calls = [(done.no_call[n.pk], None, 0, now)]
+            calls = [Call(done.no_call[n.pk], None, 0, now)]
         elif not calls and n.pk in done.lost:
             continue  # lost before any call: not ours to record
         # A row lost after a call was made is recorded (attempts, sent marker, and `sent` if nobody
         # has claimed it again).
         try:
-            decision = decide(n, [c[0] for c in calls], planned=1 if n.pk in done.no_call else planned[n.pk],
-                              devices=len(found), waiting=done.waiting, now=now)
+            decision = decide(n, [c.outcome for c in calls], planned=1 if n.pk in done.no_call else planned[n.pk],
+                              devices=len(row.devices), waiting=done.waiting, now=now)
         except Unexpected as exc:
             log.error("send of %s raised an unexpected error; the lease will expire and it will be retried", n.pk,
                       exc_info=exc.args[0])
             continue
         if decision is None:
             continue
-        attempts = [attempt_row(n, outcome, device, latency_ms, ended) for outcome, device, latency_ms, ended in calls]
-        errors = [(outcome, device) for outcome, device, _ms, _end in calls if isinstance(outcome, Exception)]
-        decided.append((n, decision, attempts, errors))
+        attempts = [attempt_row(n, c.outcome, c.device, c.latency_ms, c.ended) for c in calls]
+        errors = [(c.outcome, c.device) for c in calls if isinstance(c.outcome, Exception)]
+        decided.append(Decided(row, decision, attempts, errors))
     return decided
 
 
 def prepare(n: Notification, already_sent: set[str], content: Content, stopped_phones: set[str] | None = None,
-            devices: list | None = None) -> list | None:
+            devices: list[Device] | None = None) -> Row | None:
     """The stages before the provider call for the claimed row ``n``: sent marker, provider lookup
     of a call in doubt, checks verdict, content, push devices.
 
     Returns ``None`` when the row was settled here (sent marker found or found at the provider,
     cancelled, expired, suppressed, deferred for quiet hours, template error, no active device);
-    otherwise the active push devices to send to (``[]`` for SMS and email). ``stopped_phones`` /
-    ``devices`` are preloaded per batch; ``None`` = look them up.
+    otherwise the :class:`Row` to call for: its active push devices (``[]`` for the other
+    channels), whether it goes silently, its send options. ``stopped_phones`` / ``devices`` are
+    preloaded per batch; ``None`` = look them up.
     """
     now = clock.now()
     if str(n.pk) in already_sent:
@@ -186,15 +193,17 @@ def prepare(n: Notification, already_sent: set[str], content: Content, stopped_p
     facts = Facts(campaign_cancelled=bool(n.campaign_id) and content.cancelled(n), stopped_phones=stopped_phones,
                   devices=devices or [], kind=content.types.type_of(n))
     verdict = checks.verdict(n, facts, now)
+    silent = False
     if verdict is not None and verdict.kind == checks.SILENT:
-        n.silent = True  # load.message_for makes it a data-only push
+        silent = True  # load.message_for makes it a data-only push
         record.note(n, verdict.kind, verdict.detail)
     elif verdict is not None:
         _apply(n, verdict, now)
         return None
+    options = None
     if content.needs_render(n):
         try:
-            content.apply(n)
+            options = content.apply(n)
             problem = rendered_problem(n.channel, n.title, n.body, n.html, n.data)
             if problem:
                 raise ContentError(problem)
@@ -209,7 +218,7 @@ def prepare(n: Notification, already_sent: set[str], content: Content, stopped_p
     if verdict is not None:
         _apply(n, verdict, now)
         return None
-    return facts.devices if n.channel == "push" else []
+    return Row(n, facts.devices if n.channel == "push" else [], silent, options)
 
 
 def _apply(n: Notification, verdict: checks.Verdict, now) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import defaultdict
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -27,6 +28,7 @@ from notifications import sent_markers as markers
 from notifications.delivery.outcomes import (
     ATTEMPT_COLUMNS,
     AttemptRow,
+    CallError,
     Decision,
     backoff_seconds,
     error_detail,
@@ -35,11 +37,13 @@ from notifications.delivery.outcomes import (
     shown,
 )
 from notifications.delivery.routing import sms_sender
+from notifications.delivery.types import Decided
 from notifications.enqueue import enqueue_on_commit
 from notifications.events import fallback
+from notifications.events.content import SendOptions
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
 from preferences.models import Device, SmsStop
-from providers.base import ContactInvalidError
+from providers.base import ContactInvalidError, TransientProviderError
 
 log = logging.getLogger(__name__)
 Outcome = DeliveryAttempt.Outcome
@@ -90,7 +94,7 @@ RETURNING n.id
 # --- one row ----------------------------------------------------------------------------------
 
 def transition(n: Notification, status: str, reason: str = "", *, kind: str, detail: str = "",
-               attempts: list[AttemptRow] = (), extra: dict | None = None) -> bool:
+               attempts: Sequence[AttemptRow] = (), extra: dict | None = None) -> bool:
     """Move a claimed (``sending``) row to ``status``, with its attempt rows and timeline event.
     Returns False if the row was no longer ours (another worker re-claimed it, or it was settled)."""
     detail = shown(n, detail)
@@ -163,42 +167,41 @@ def worker_error(n: Notification, exc: Exception) -> None:
 
 # --- decisions of a batch -----------------------------------------------------------------------
 
-def record(decided: list[tuple[Notification, Decision, list[AttemptRow], list]], channel: str, tier: str,
-           marked: set | frozenset = frozenset()) -> None:
-    """Apply the decisions of one channel's batch: ``(row, decision, attempt rows, errors with their
-    device)`` each. Sent rows and waits in bulk; retries sharing an error in one backoff; the rest
-    (dead letters, contact invalid) one by one. ``marked``: row ids whose sent marker the calls stage
-    already wrote (not written again). Never raises: a row whose recording crashes keeps its lease
-    and is retried when it runs out."""
-    sent: dict[str, list] = defaultdict(list)
-    waits: dict[tuple, list] = defaultdict(list)
-    retries: dict[tuple, list] = defaultdict(list)
-    single = []
-    for n, decision, attempts, errors in decided:
+def record(decided: list[Decided], channel: str, tier: str, marked: set | frozenset = frozenset()) -> None:
+    """Apply the decisions of one channel's batch. Sent rows and waits in bulk; retries sharing an
+    error in one backoff; the rest (dead letters, contact invalid) one by one. ``marked``: row ids
+    whose sent marker the calls stage already wrote (not written again). Never raises: a row whose
+    recording crashes keeps its lease and is retried when it runs out."""
+    sent: dict[str, list[Decided]] = defaultdict(list)
+    waits: dict[tuple, list[Notification]] = defaultdict(list)
+    retries: dict[tuple, list[Decided]] = defaultdict(list)
+    single: list[Decided] = []
+    for d in decided:
+        decision = d.decision
         try:
-            deactivate_dead_contacts(n, errors)
+            deactivate_dead_contacts(d.row.n, d.errors, d.row.options)
         except Exception:
-            log.exception("contact hygiene of %s failed", n.pk)
+            log.exception("contact hygiene of %s failed", d.row.n.pk)
         if decision.action == "sent":
-            sent[decision.accepted[0].provider[:32]].append((n, decision, attempts))
+            sent[decision.accepted[0].provider[:32]].append(d)
         elif decision.action == "wait":
-            waits[(decision.until, decision.detail)].append(n)
+            waits[(decision.until, decision.detail)].append(d.row.n)
         elif decision.action == "retry":
-            exc = decision.error
-            retries[(exc.provider, exc.code, outcome_unknown(exc))].append((n, decision, attempts))
+            exc = _provider_error(decision)
+            retries[(exc.provider, exc.code, outcome_unknown(exc))].append(d)
         else:
-            single.append((n, decision, attempts))
+            single.append(d)
     for provider, rows in sent.items():
         _guarded(record_sent, rows, provider, channel, tier, marked)
-    for (until, detail), rows in waits.items():
-        _guarded(reschedule, rows, until, detail, kind="deferred", give_back_attempt=True)
-    for rows in retries.values():
-        _guarded(record_retry, rows)
-    for n, decision, attempts in single:
-        for a in attempts:
-            metrics.provider_call(n, a)
+    for (until, detail), waiting in waits.items():
+        _guarded(reschedule, waiting, until, detail, kind="deferred", give_back_attempt=True)
+    for failed in retries.values():
+        _guarded(record_retry, failed)
+    for d in single:
+        n, decision = d.row.n, d.decision
+        metrics.provider_calls(n, d.attempts)
         _guarded(finish, n, decision.status, decision.reason, kind=decision.kind, detail=decision.detail,
-                 attempts=attempts, extra={"provider": decision.error.provider,
+                 attempts=d.attempts, extra={"provider": _provider_error(decision).provider,
                                            **({"dead_lettered_at": clock.now()}
                                               if decision.action == "dead_letter" else {})})
 
@@ -211,23 +214,30 @@ def _guarded(function, *args, **kwargs) -> None:
                       function.__name__)
 
 
-def record_sent(rows: list[tuple], provider: str, channel: str, tier: str,
+def _provider_error(decision: Decision) -> CallError:
+    """The error a retry, dead letter or failure is about (:func:`outcomes.decide` sets one)."""
+    assert decision.error is not None, decision
+    return decision.error
+
+
+def record_sent(rows: list[Decided], provider: str, channel: str, tier: str,
                 marked: set | frozenset = frozenset()) -> None:
     """The calls of these rows were accepted by ``provider``: ``sending → sent`` in one UPDATE, the
     attempt rows by COPY, then the sent markers of the rows not in ``marked`` in one script call."""
     now = clock.now()
-    ids = [str(n.pk) for n, _d, _a in rows]
-    numbers = [n.attempts for n, _d, _a in rows]
-    message_ids = [d.accepted[0].provider_message_id[:255] for _n, d, _a in rows]
-    details = [d.detail for _n, d, _a in rows]
-    attempts = [a for _n, _d, row_attempts in rows for a in row_attempts]
+    ns = [d.row.n for d in rows]
+    ids = [str(n.pk) for n in ns]
+    numbers = [n.attempts for n in ns]
+    message_ids = [d.decision.accepted[0].provider_message_id[:255] for d in rows]
+    details = [d.decision.detail for d in rows]
+    attempts = [a for d in rows for a in d.attempts]
     with transaction.atomic():
         with connection.cursor() as cur:
             cur.execute(_SENT_SQL, [now, now, provider, array_literal(ids), array_literal(numbers),
                                     array_literal(message_ids), array_literal(details)])
             moved = {str(row[0]) for row in cur.fetchall()}
         copy_rows(ATTEMPTS_TABLE, ATTEMPT_COLUMNS, attempts)
-        typed = [n for n, _d, _a in rows if from_event(n) and str(n.pk) in moved]
+        typed = [n for n in ns if from_event(n) and str(n.pk) in moved]
         if typed:
             cur_args = [array_literal(str(n.pk) for n in typed), array_literal(n.title or "" for n in typed),
                         array_literal(n.body or "" for n in typed), array_literal(n.html or "" for n in typed),
@@ -236,8 +246,7 @@ def record_sent(rows: list[tuple], provider: str, channel: str, tier: str,
             with connection.cursor() as cur:
                 cur.execute(_CONTENT_SQL, cur_args)
         # Events' rows of a fallback type: the channels waiting behind them are not needed.
-        fallback.settle([(n.pk, Status.SENT, "", n.channel) for n, _d, _a in rows
-                         if from_event(n) and str(n.pk) in moved])
+        fallback.settle([(n.pk, Status.SENT, "", n.channel) for n in ns if from_event(n) and str(n.pk) in moved])
         for index, i in enumerate(ids):
             if i not in moved:
                 # The receipt settled the row before we recorded the call (or it changed hands):
@@ -248,44 +257,43 @@ def record_sent(rows: list[tuple], provider: str, channel: str, tier: str,
                                                outcome=Outcome.LEARNED_FROM_RECEIPT).delete()
     # After the rows say `sent` (committed above). Also for rows recorded elsewhere meanwhile:
     # the provider accepted them, so no later attempt may send them again.
-    markers.mark_sent([str(n.pk) for n, _d, _a in rows if n.pk not in marked])
+    markers.mark_sent([str(n.pk) for n in ns if n.pk not in marked])
     accepted = [a for a in attempts if a.outcome == Outcome.ACCEPTED]
-    for n, _d, row_attempts in rows:
-        for a in row_attempts:
-            if a.outcome != Outcome.ACCEPTED:
-                metrics.provider_call(n, a)
-    starts = (metrics.accept_started_at(n) for n, _d, _a in rows if str(n.pk) in moved)
+    for d in rows:
+        metrics.provider_calls(d.row.n, [a for a in d.attempts if a.outcome != Outcome.ACCEPTED])
+    starts = (metrics.accept_started_at(n) for n in ns if str(n.pk) in moved)
     latencies = [(now - start).total_seconds() for start in starts if start is not None]
     metrics.batch_recorded(channel=channel, tier=tier, provider=provider, sent=len(moved), calls=len(accepted),
                            call_seconds=sum(a.latency_ms or 0 for a in accepted) / 1000, accept_latencies=latencies)
     log.info("sent %d %s %s notification(s) via %s", len(moved), tier, channel, provider)
 
 
-def record_retry(rows: list[tuple]) -> None:
+def record_retry(rows: list[Decided]) -> None:
     """These rows failed with the same transient error: one backoff for the group (from the row with
     the most attempts, honouring Retry-After). A high-tier row (a batch of one) due within
     ``MAX_COUNTDOWN_SECONDS`` goes back to its queue with a countdown; otherwise the rows wait in
     ``scheduled`` together, so the scheduler releases standard rows as batches again instead of one
     retry task per row."""
-    exc = rows[0][1].error
+    exc = rows[0].decision.error
+    assert isinstance(exc, TransientProviderError), exc  # outcomes.decide retries only transient errors
     now = clock.now()
-    slowest = max((n for n, _d, _a in rows), key=lambda n: n.attempts)
-    for n, _d, row_attempts in rows:
-        for a in row_attempts:
-            metrics.provider_call(n, a)
+    ns = [d.row.n for d in rows]
+    slowest = max(ns, key=lambda n: n.attempts)
+    for d in rows:
+        metrics.provider_calls(d.row.n, d.attempts)
     delay, reason = retry_delay(slowest, exc)
     detail = f"attempt {slowest.attempts} failed ({error_detail(exc)}); retry in {delay:.1f}s"
     if reason == Reason.OUTCOME_UNKNOWN:
         detail += " (it may have been accepted: looked up or waited for first)"
-    attempts = [a for _n, _d, row_attempts in rows for a in row_attempts]
+    attempts = [a for d in rows for a in d.attempts]
     if len(rows) == 1 and slowest.priority == "high" and delay <= settings.NOTIFY["MAX_COUNTDOWN_SECONDS"]:
-        n = rows[0][0]
+        n = ns[0]
         with transaction.atomic():
             if transition(n, Status.QUEUED, reason, kind="retry", detail=detail, attempts=attempts,
                           extra={"queued_at": now + timedelta(seconds=delay)}):
                 enqueue_on_commit([(n.pk, n.priority, n.channel)], countdown=delay)
         return
-    reschedule([n for n, _d, _a in rows], now + timedelta(seconds=delay), shown([n for n, _d, _a in rows], detail),
+    reschedule(ns, now + timedelta(seconds=delay), shown(ns, detail),
                kind="retry", give_back_attempt=False, attempts=attempts, reason=reason)
 
 
@@ -313,7 +321,7 @@ def suppress(rows: list[tuple[Notification, str]], reason: str) -> list[Notifica
 
 
 def reschedule(rows: list[Notification], until: datetime, detail: str, *, kind: str, give_back_attempt: bool,
-               attempts: list[AttemptRow] = (), reason: str = Reason.RETRY_SCHEDULED) -> None:
+               attempts: Sequence[AttemptRow] = (), reason: str = Reason.RETRY_SCHEDULED) -> None:
     """Back to ``scheduled`` until ``until`` (UTC) in one UPDATE (the attempt given back for a wait
     that made no call), attempt rows and events by COPY."""
     now = clock.now()
@@ -331,10 +339,12 @@ def reschedule(rows: list[Notification], until: datetime, detail: str, *, kind: 
             metrics.notification_transitioned(n)
 
 
-def deactivate_dead_contacts(n: Notification, errors: list[tuple]) -> None:
+def deactivate_dead_contacts(n: Notification, errors: list[tuple[CallError, Device | None]],
+                             options: SendOptions | None = None) -> None:
     """Contact hygiene for the ``(error, device)`` pairs of ``n``'s calls: a dead push token is
     deactivated; Twilio 21610 (the recipient replied STOP to this sender) records an SmsStop scoped
-    to the sender (carrier rule); another invalid number or address is marked on the recipient."""
+    to the sender (carrier rule: ``options``' sender, a typed row's, else the provider's); another
+    invalid number or address is marked on the recipient."""
     now = clock.now()
     for exc, device in errors:
         if not isinstance(exc, ContactInvalidError):
@@ -344,7 +354,6 @@ def deactivate_dead_contacts(n: Notification, errors: list[tuple]) -> None:
                 active=False, deactivated_reason=exc.reason[:64], deactivated_at=now, updated_at=now)
         elif n.channel == "sms" and exc.reason == "opted_out":
             # Scoped to the sender the message went from: a type's own, else the provider's.
-            options = getattr(n, "send_options", None)
             sender = (options.sender if options is not None else None) or sms_sender()
             SmsStop.objects.get_or_create(phone=n.recipient.phone, sender=sender,
                                           defaults={"source": f"{exc.provider} {exc.code}"})

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -40,7 +41,7 @@ class Route:
     probe: bool = False
 
 
-def route_for(n: Notification, needed: int, exclude: list[str] = ()) -> Route:
+def route_for(n: Notification, needed: int, exclude: Collection[str] = ()) -> Route:
     """Pick the provider for a high-tier batch of one row needing ``needed`` calls (the failover
     policy, docs/ARCHITECTURE.md).
 

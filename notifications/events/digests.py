@@ -97,6 +97,7 @@ def append(event: Event, kind: NotificationType, recipients: list, key: str, now
     none is open (window from ``now``). Must run inside the event's transaction. Recipients are taken
     in user-id order, so two events for the same users lock their digests in the same order (no
     deadlock). Returns the digests, in ``recipients`` order."""
+    assert kind.digest is not None, kind  # only a digest type's events are appended
     window = int(kind.digest["window_seconds"])
     found = {}
     for recipient in sorted(recipients, key=lambda r: r.user_id):

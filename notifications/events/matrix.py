@@ -16,7 +16,7 @@ import dataclasses
 
 from core.vocabulary import CHANNELS
 from notifications.delivery.routing import sms_sender
-from notifications.models import NotificationType
+from notifications.events.models import NotificationType
 from preferences import suppression
 from preferences.api.effective import REQUIRED
 from preferences.models import Device, Recipient, SmsStop

@@ -1,7 +1,7 @@
 """Notification types, their templates, and the events that use them (docs/TYPES.md).
 
-Imported at the end of :mod:`notifications.models` (Django discovers an app's models through its
-``models`` module, which it imports first); import them from there."""
+Registered by :meth:`notifications.apps.NotificationsConfig.import_models`; import them from this
+module."""
 
 from __future__ import annotations
 

@@ -121,7 +121,7 @@ def _check_owner(kind: NotificationType, client: APIClient | None) -> None:
         raise TypeNotOwned(admin_made=kind.client_id is None)
 
 
-def accept_event(*, client: APIClient, idempotency_key: str | None, fingerprint: str, kind: NotificationType,
+def accept_event(*, client: APIClient, idempotency_key: str, fingerprint: str, kind: NotificationType,
                  recipients: list, data: dict, scheduled_at: datetime | None = None, ttl_seconds: int | None = None,
                  collapse_key: str = "", channel: str | None = None) -> AcceptedEvent:
     """Store an event and its notifications durably in one transaction; enqueue those due now after
@@ -220,17 +220,17 @@ def accept_event(*, client: APIClient, idempotency_key: str | None, fingerprint:
             first = Notification.objects.filter(pk=single).first()
             if first is None:
                 raise
-            if first.request_fingerprint != fingerprint or first.event_id is None:
+            if first.request_fingerprint != fingerprint or (event_of_first := first.event) is None:
                 raise IdempotencyKeyReused() from None
-            return AcceptedEvent(first.event, [first], replayed=True)
+            return AcceptedEvent(event_of_first, [first], replayed=True)
         existing = Event.objects.filter(pk=eid).first()
         if existing is None:
             raise
         if existing.request_fingerprint != fingerprint:
             raise IdempotencyKeyReused() from None
-        into = digests.digests_of(existing)
+        by_user = digests.digests_of(existing)
         return AcceptedEvent(existing, notifications_of(existing), replayed=True,
-                             digests=[into[u] for u in existing.user_ids if u in into])
+                             digests=[by_user[u] for u in existing.user_ids if u in by_user])
     return AcceptedEvent(event, rows, replayed=False, digests=into)
 
 

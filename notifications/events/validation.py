@@ -207,7 +207,7 @@ def _variant_problems(path: str, template: dict, channel: str, locale: str) -> d
             problems[f"{path}.{part}"] = Problem("control_character", f"{name} {part} {problem}")
     if problems:
         return problems
-    parts = {p: template.get(p) or "" for p in ("title", "body", "html") if p in PARTS[channel]}
+    parts: dict[str, str] = {p: template.get(p) or "" for p in ("title", "body", "html") if p in PARTS[channel]}
     parts.update({f"data.{k}": v for k, v in data.items()} if channel in ("push", "in_app") else {})
     for part, error in check_parts(parts, channel=channel).items():
         problems[f"{path}.{part}"] = Problem(error.code, f"{name} {part}: {error}")

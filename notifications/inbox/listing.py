@@ -13,6 +13,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypedDict
 
 from django.db.models import BooleanField, Q, QuerySet
 from django.db.models.expressions import RawSQL
@@ -114,7 +115,15 @@ def page(recipient_id: str, *, status: str = DEFAULT_STATUS, category: str | Non
     return rows, encode_cursor(rows[-1], recipient_id, status, category)
 
 
-def counts(recipient_id: str) -> dict[str, int]:
+class Counts(TypedDict):
+    """A user's badge numbers (items not archived)."""
+
+    unseen: int
+    unread: int
+    total: int
+
+
+def counts(recipient_id: str) -> Counts:
     """The badge: ``{"unseen": n, "unread": n, "total": n}`` (items not archived; see
     :class:`~notifications.inbox.models.InboxCounts`), one primary-key lookup; zeros for a user
     with no inbox yet."""

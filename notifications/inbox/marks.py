@@ -13,6 +13,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from django.db import connection, transaction
 
@@ -89,7 +90,8 @@ def mark(recipient_id: str, status: str, *, ids: Sequence[uuid.UUID] | None = No
                 raise UnknownItems(missing)
             if not wanted:
                 return []
-            selection, params = "i.notification_id = ANY(%(ids)s)", {"ids": wanted}
+            selection = "i.notification_id = ANY(%(ids)s)"
+            params: dict[str, Any] = {"ids": wanted}  # SQL parameters
         else:
             if not has_counts:
                 return []  # no counts row: no items (store.write creates both in one transaction)

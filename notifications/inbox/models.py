@@ -1,8 +1,8 @@
 """The in-app inbox's rows (docs/APP.md): :class:`InboxItem`, one per ``in_app`` notification, and
 :class:`InboxCounts`, a user's badge numbers kept in step with the items in the same transaction.
 
-Imported at the end of :mod:`notifications.models` (Django discovers an app's models through its
-``models`` module); import them from there."""
+Registered by :meth:`notifications.apps.NotificationsConfig.import_models`; import them from this
+module."""
 
 from __future__ import annotations
 

@@ -68,7 +68,7 @@ def _render_error(exc: Exception) -> RenderError:
     return RenderError(f"template error: {type(exc).__name__}: {exc}"[:1000])
 
 
-def sample_contexts(names: set[str]) -> list[dict[str, str]]:
+def sample_contexts(names: set[str]) -> list[dict[str, object]]:
     """The recipients a save-time dry render uses (``{name: str}`` for ``names`` and the four fixed
     variables), in order: SAMPLE_CONTEXT with "Sample" for every other name; then three made afresh
     for each call, so a template cannot single the samples out by their values: a realistic one

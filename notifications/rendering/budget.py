@@ -79,7 +79,7 @@ class Budget:
 
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
-        self.deadline = None
+        self.deadline: float | None = None
         self.iterations_left = limits.iterations
         self.produced = 0
         self.made = 0

@@ -12,7 +12,7 @@ walk costs at most about ``cap`` steps. :func:`percent_estimate` is the length o
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import NamedTuple
 
 from jinja2.runtime import Undefined
@@ -20,8 +20,8 @@ from jinja2.utils import Cycler, Namespace
 
 from notifications.rendering.budget import RenderBoundExceeded, check_percent_format, limits_now
 
-_DICT_VIEWS = (type({}.keys()), type({}.values()), type({}.items()))
-_SEQUENCES = (list, tuple, set, frozenset, *_DICT_VIEWS)
+_DICT_VIEWS: tuple[type[Collection], ...] = (type({}.keys()), type({}.values()), type({}.items()))
+_SEQUENCES: tuple[type[Collection], ...] = (list, tuple, set, frozenset, *_DICT_VIEWS)
 #: ``repr()`` of a float is at most 24 characters; of any other object (a macro, a loop, a
 #: generator) its default form, ``<… object at 0x…>``, about this many.
 FLOAT_CHARS = 24

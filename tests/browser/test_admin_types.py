@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from campaigns import roles
-from notifications.models import NotificationType, TypeTemplate
+from notifications.events.models import NotificationType, TypeTemplate
 from preferences.models import Recipient
 
 pytestmark = pytest.mark.browser

@@ -1,5 +1,5 @@
 /* Adds, above every <time class="instant" datetime="…Z"> (rendered in UTC by the server, see
-   notifications/admin_time.py), the same instant in the viewer's own zone, to the millisecond:
+   notifications/admin/time.py), the same instant in the viewer's own zone, to the millisecond:
    "2030-03-01 10:00:00.123 CET (your zone)", the IANA zone name in its tooltip. Nothing is added when the viewer's zone
    is UTC. */
 (function () {

@@ -5,8 +5,7 @@ A client's primary key is ``prefix.<SHA-512 hash of its key>``: no page, link, U
 it (URLs land in logs; the hash is what an attacker would brute-force). The admin addresses a client
 by its ``prefix``; no lookup or search reaches the id or hash (``APIClient.content_fields``,
 preferences/admin_guard.py). Clients are revoked, never deleted here (docs/SECURITY.md). Imported by
-:mod:`notifications.admin` after its own classes, so registering here is registering there and its
-paginator is defined.
+:mod:`notifications.admin` (Django's autodiscovery loads the package).
 """
 
 from __future__ import annotations
@@ -23,8 +22,8 @@ from rest_framework_api_key.admin import APIKeyModelAdmin
 from rest_framework_api_key.models import APIKey
 
 from core.api.scopes import Scope, canonical
-from notifications.admin import EstimatedCountPaginator
-from notifications.admin_time import INSTANTS_JS, instant_display
+from notifications.admin.base import EstimatedCountPaginator
+from notifications.admin.time import INSTANTS_JS, instant_display
 from notifications.models import APIAuditEntry, APIClient
 from preferences.admin_guard import ContentLookupGuard
 
@@ -63,7 +62,7 @@ class ClientByPrefix:
     def formfield_for_foreignkey(self, db_field, request, **kwargs):
         if db_field.related_model is APIClient:
             kwargs["form_class"] = ClientChoiceField
-        return super().formfield_for_foreignkey(db_field, request, **kwargs)  # type: ignore[misc]
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
 
 class APIClientForm(forms.ModelForm):
@@ -106,7 +105,8 @@ class PrefixChangeList(ChangeList):
 @admin.register(APIClient)
 class APIClientAdmin(ContentLookupGuard, APIKeyModelAdmin):
     form = APIClientForm
-    list_display = [*APIKeyModelAdmin.list_display, "scopes_shown", "sends_high", "rate_limit"]
+    # rest_framework_api_key leaves list_display unannotated: mypy infers its exact 6-tuple.
+    list_display = [*APIKeyModelAdmin.list_display, "scopes_shown", "sends_high", "rate_limit"]  # type: ignore[assignment]
     actions = None
 
     def get_changelist(self, request, **kwargs):
@@ -181,9 +181,8 @@ class APIAuditEntryAdmin(ContentLookupGuard, admin.ModelAdmin):
     ordering = ["-at", "-id"]
     show_full_result_count = False
     paginator = EstimatedCountPaginator
-    fields = ["at_instant", "client_shown", "method", "path", "object_type", "object_id", "status", "error_code",
-              "fields_shown"]
-    readonly_fields = fields
+    fields = readonly_fields = ("at_instant", "client_shown", "method", "path", "object_type", "object_id", "status",
+                                "error_code", "fields_shown")
     at_instant = instant_display("at", "When")
 
     class Media:

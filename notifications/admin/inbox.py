@@ -18,9 +18,8 @@ from django.contrib.admin.utils import quote
 from django.urls import reverse
 from django.utils.html import format_html
 
-from notifications.admin import HIDDEN, EstimatedCountPaginator, ReadOnly
-from notifications.admin_events import ReadOnlyFormSet
-from notifications.admin_time import INSTANTS_JS, instant_display
+from notifications.admin.base import HIDDEN, EstimatedCountPaginator, ReadOnly, ReadOnlyFormSet
+from notifications.admin.time import INSTANTS_JS, instant_display
 from notifications.inbox.models import InboxCounts, InboxItem
 from preferences.admin_guard import ContentLookupGuard
 
@@ -129,8 +128,7 @@ class RecipientInboxCountsInline(ReadOnly, admin.TabularInline):
 
     model = InboxCounts
     formset = InboxCountsFormSet
-    fields = ["unseen", "unread", "total", "all_items"]
-    readonly_fields = fields
+    fields = readonly_fields = ("unseen", "unread", "total", "all_items")
     extra = 0
     can_delete = False
     verbose_name = "inbox counts"
@@ -151,8 +149,7 @@ class RecipientInboxInline(ReadOnly, admin.TabularInline):
 
     model = InboxItem
     formset = NewestInboxItems
-    fields = ["created", "type_key", "category", "state", "seen", "read", "archived", "expires"]
-    readonly_fields = fields
+    fields = readonly_fields = ("created", "type_key", "category", "state", "seen", "read", "archived", "expires")
     extra = 0
     can_delete = False
     show_change_link = True

@@ -10,53 +10,18 @@ import uuid
 
 from django.contrib import admin
 from django.contrib.admin.utils import quote
-from django.core.paginator import Paginator
-from django.db import connection
 from django.forms.models import BaseInlineFormSet
 from django.urls import reverse
-from django.utils.functional import cached_property
 from django.utils.html import format_html
 
 from notifications import services
-from notifications.admin_time import INSTANTS_JS, instant_display
+from notifications.admin.base import HIDDEN, EstimatedCountPaginator, ReadOnly
+from notifications.admin.time import INSTANTS_JS, instant_display
 from notifications.models import DeadLetter, DeliveryAttempt, Notification, Status, TimelineEntry
-from preferences.admin import RecipientAdmin
 from preferences.admin_guard import ContentLookupGuard
 from preferences.validation import phone_search_term
 
-HIDDEN = "•••• (sensitive: hidden)"
-
-
-class EstimatedCountPaginator(Paginator):
-    """Pagination without ``COUNT(*)`` over the whole notifications table: an unfiltered list uses
-    Postgres' own row estimate (``pg_class.reltuples``), which is instant on 10 million rows; a
-    filtered or searched list (a recipient, a status) is counted exactly, through its index."""
-
-    @cached_property
-    def count(self) -> int:
-        query = getattr(self.object_list, "query", None)
-        if query is not None and not query.where:
-            with connection.cursor() as cur:
-                cur.execute("SELECT reltuples::bigint FROM pg_class WHERE relname = %s",
-                            [self.object_list.model._meta.db_table])
-                row = cur.fetchone()
-            if row and row[0] and row[0] > 100_000:
-                return int(row[0])
-        return super().count
 RECIPIENT_HISTORY_LIMIT = 50
-
-
-class ReadOnly:
-    """Admin mixin: the records the pipeline writes are read, never added, changed or deleted."""
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 class ReadOnlyInline(ReadOnly, admin.TabularInline):
@@ -76,8 +41,7 @@ class EventInline(ReadOnlyInline):
 
     model = TimelineEntry
     formset = _TimelineFormSet
-    fields = ["at", "kind", "status", "reason", "detail"]
-    readonly_fields = fields
+    fields = readonly_fields = ("at", "kind", "status", "reason", "detail")
     verbose_name_plural = "Timeline (state changes, receipts)"
     at = instant_display("created_at", "At")
 
@@ -88,9 +52,8 @@ class EventInline(ReadOnlyInline):
 
 class AttemptInline(ReadOnlyInline):
     model = DeliveryAttempt
-    fields = ["at", "number", "provider", "device", "outcome", "error_code", "error_message",
-              "http_status", "latency_ms", "provider_message_id"]
-    readonly_fields = fields
+    fields = readonly_fields = ("at", "number", "provider", "device", "outcome", "error_code", "error_message",
+                                "http_status", "latency_ms", "provider_message_id")
     verbose_name_plural = "Provider calls"
     at = instant_display("created_at", "At")
 
@@ -176,7 +139,7 @@ class NotificationAdmin(ReadOnly, ContentLookupGuard, admin.ModelAdmin):
     @admin.display(description="Client")
     def client_shown(self, obj):
         """``name (prefix)``: never Django's link to the client, whose URL would carry its id (the
-        key's hash; notifications/admin_clients.py)."""
+        key's hash; notifications/admin/clients.py)."""
         return f"{obj.client.name} ({obj.client.prefix})" if obj.client_id else "—"
 
     @admin.display(description="Recipient")
@@ -298,30 +261,6 @@ class RecipientNotificationInline(ReadOnly, admin.TabularInline):
         return format_html("{} ({})", shown, obj.reason_detail) if obj.reason_detail else shown
 
 
-# API clients (keys, scopes) and their audit log: notifications/admin_clients.py; events (support)
-# with their per-channel outcomes: admin_events.py; notification types with their templates, matrix
-# and preview: admin_types.py; abuse limits at acceptance: acceptance/admin.py; frequency caps and
-# the effective rules: admin_caps.py; the in-app inbox (items, the recipient's counts): admin_inbox.py.
-from notifications.acceptance.admin import AcceptanceLimitAdmin  # noqa: E402,F401 - registers it
-from notifications.admin_caps import FrequencyCapAdmin  # noqa: E402,F401 - registers it
-from notifications.admin_clients import APIClientAdmin  # noqa: E402,F401 - registers them
-from notifications.admin_digests import DigestAdmin  # noqa: E402,F401 - registers it
-from notifications.admin_events import EventAdmin, RecipientEventInline  # noqa: E402,F401 - registers it
-from notifications.admin_inbox import (  # noqa: E402,F401 - registers it
-    InboxItemAdmin,
-    RecipientInboxCountsInline,
-    RecipientInboxInline,
-)
-from notifications.admin_senders import AllowedSenderAdmin  # noqa: E402,F401 - registers it
-from notifications.admin_types import NotificationTypeAdmin  # noqa: E402,F401 - registers it
-
-
 def dead_letter_depth() -> int:
     """Count of dead letters (for the admin index banner)."""
     return DeadLetter.objects.filter(status="failed", dead_lettered_at__isnull=False).count()
-
-
-# The recipient's page (preferences/admin.py) lists its notifications and its events: added from this
-# floor, so preferences imports nothing of the pipeline.
-RecipientAdmin.inlines = [*RecipientAdmin.inlines, RecipientNotificationInline, RecipientEventInline,
-                          RecipientInboxCountsInline, RecipientInboxInline]

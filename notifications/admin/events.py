@@ -4,26 +4,26 @@ and channel, and why a channel was not sent (opted out, fallback not needed, qui
 :class:`EventAdmin`: a read-only list and a page per event with each user's notifications, a page of
 users at a time; a sensitive type's data is never shown. :class:`RecipientEventInline`: the
 recipient page's newest events with the same per-channel outcome. Imported by
-:mod:`notifications.admin` after its own classes, so that module's paginator is defined.
+:mod:`notifications.admin` (Django's autodiscovery loads the package).
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass
 
 from django.contrib import admin
 from django.contrib.admin.utils import quote, unquote
 from django.core.paginator import Paginator
-from django.forms.models import BaseInlineFormSet
 from django.urls import reverse
-from django.utils.html import format_html, format_html_join
+from django.utils.html import format_html
 
-from notifications.admin import HIDDEN, EstimatedCountPaginator, ReadOnly
-from notifications.admin_time import INSTANTS_JS, instant, instant_display
+from notifications.admin.base import HIDDEN, EstimatedCountPaginator, ReadOnly, ReadOnlyFormSet
+from notifications.admin.digests import event_digests
+from notifications.admin.outcomes import outcome_list, outcomes
+from notifications.admin.time import INSTANTS_JS, instant, instant_display
 from notifications.events.models import Event
-from notifications.models import DeliveryEvent, Notification
+from notifications.models import Notification
 from preferences.admin_guard import ContentLookupGuard
 
 #: Users per page on an event's page (an event has up to 1,000).
@@ -32,53 +32,6 @@ USERS_PER_PAGE = 100
 RECIPIENT_EVENTS_LIMIT = 20
 _OUTCOME_FIELDS = ["id", "event", "recipient", "channel", "status", "reason", "reason_detail", "created_at",
                    "due_at", "sent_at", "delivered_at"]
-
-
-@dataclass(frozen=True)
-class ChannelOutcome:
-    """One notification of an event as support reads it: its channel, status, reason (code and
-    words) and reason detail, and the ``silent`` timeline event's detail when it went as a silent push."""
-
-    notification: Notification
-    silent: str = ""
-
-    @property
-    def channel(self) -> str:
-        return self.notification.channel
-
-    def html(self, link: bool):
-        """``push: sent (silent push: …)`` / ``email: scheduled — quiet_hours: Deferred…: until …``."""
-        n = self.notification
-        head = (format_html('<a href="{}">{}</a>', reverse("admin:notifications_notification_change", args=[n.pk]),
-                            n.channel) if link else n.channel)
-        reason = ""
-        if n.reason:
-            reason = format_html(" — <code>{}</code>: {}", n.reason, n.get_reason_display())
-            if n.reason_detail:
-                reason = format_html("{} ({})", reason, n.reason_detail)
-        silent = format_html(" — silent push: {}", self.silent) if self.silent else ""
-        return format_html('<span class="outcome outcome-{}">{}: <b>{}</b>{}{}</span>', n.channel, head, n.status,
-                           reason, silent)
-
-
-def outcomes(rows: list[Notification], orders: dict) -> dict[tuple, list[ChannelOutcome]]:
-    """``{(event id, user id): [ChannelOutcome]}`` for ``rows``, each event's channels in its order
-    (``orders``: ``{event id: [channel]}``), with the ``silent`` timeline events of those rows (one query)."""
-    silent = dict(DeliveryEvent.objects.filter(notification_id__in=[n.pk for n in rows], kind="silent")
-                  .values_list("notification_id", "detail"))
-    grouped: dict[tuple, list[ChannelOutcome]] = {}
-    for n in rows:
-        grouped.setdefault((n.event_id, n.recipient_id), []).append(ChannelOutcome(n, silent.get(n.pk, "")))
-    for (event_id, _user), found in grouped.items():
-        rank = {channel: i for i, channel in enumerate(orders.get(event_id, []))}
-        found.sort(key=lambda o: rank.get(o.channel, len(rank)))
-    return grouped
-
-
-def outcome_list(found: list[ChannelOutcome], link: bool):
-    if not found:
-        return "—"
-    return format_html_join("", "<div>{}</div>", ((o.html(link),) for o in found))
 
 
 @admin.register(Event)
@@ -94,9 +47,9 @@ class EventAdmin(ReadOnly, ContentLookupGuard, admin.ModelAdmin):
     show_full_result_count = False
     paginator = EstimatedCountPaginator
     change_form_template = "admin/notifications/event/change_form.html"
-    fields = ["id", "type_link", "client_name", "idempotency_key", "created", "scheduled", "cancelled",
-              "channels_shown", "routing", "ttl_seconds", "collapse_key", "data_shown", "users", "digests_shown"]
-    readonly_fields = fields
+    fields = readonly_fields = ("id", "type_link", "client_name", "idempotency_key", "created", "scheduled",
+                                "cancelled", "channels_shown", "routing", "ttl_seconds", "collapse_key", "data_shown",
+                                "users", "digests_shown")
     created = instant_display("created_at", "Created")
     scheduled = instant_display("scheduled_at", "Scheduled")
     cancelled = instant_display("cancelled_at", "Cancelled")
@@ -137,7 +90,6 @@ class EventAdmin(ReadOnly, ContentLookupGuard, admin.ModelAdmin):
 
     @admin.display(description="Digests (a digest type's event: what it went into, per user)")
     def digests_shown(self, obj):
-        from notifications.admin_digests import event_digests  # it imports this module's helpers
 
         return event_digests(obj, link=True)
 
@@ -162,21 +114,6 @@ class EventAdmin(ReadOnly, ContentLookupGuard, admin.ModelAdmin):
 
 
 # --- support: a recipient's events (an inline of the Recipient page) ---------------------------------
-
-class ReadOnlyFormSet(BaseInlineFormSet):
-    """A list on a page that is saved for other reasons (the recipient's preferences): never bound
-    to the POST, always valid, saves nothing (so a POST without its management form is fine)."""
-
-    def __init__(self, data=None, files=None, *args, **kwargs) -> None:
-        super().__init__(None, None, *args, **kwargs)
-
-    def is_valid(self) -> bool:
-        return True
-
-    def save(self, commit=True):
-        self.new_objects, self.changed_objects, self.deleted_objects = [], [], []
-        return []
-
 
 class NewestEvents(ReadOnlyFormSet):
     """One row per event among the recipient's newest :data:`RECIPIENT_EVENTS_LIMIT` events (its
@@ -215,8 +152,7 @@ class RecipientEventInline(ReadOnly, admin.TabularInline):
 
     model = Notification
     formset = NewestEvents
-    fields = ["event_link", "type_shown", "created", "channel_outcomes"]
-    readonly_fields = fields
+    fields = readonly_fields = ("event_link", "type_shown", "created", "channel_outcomes")
     extra = 0
     can_delete = False
     show_change_link = False

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from notifications.admin_clients import ClientByPrefix
+from notifications.admin.clients import ClientByPrefix
 from notifications.senders import AllowedSender
 from preferences.admin_guard import ContentLookupGuard
 

@@ -2,7 +2,7 @@
 :mod:`campaigns.roles`; docs/OPERATIONS.md "Staff roles").
 
 The list; the change page with the type's fields and its templates as rows, validated together by
-the API's rules (:mod:`notifications.admin_type_forms`) and saved through :func:`services.save_type`;
+the API's rules (:mod:`notifications.admin.type_forms`) and saved through :func:`services.save_type`;
 below it the channel × locale matrix (:func:`channel_matrix`) and a preview rendered by the
 send-time code (:func:`notifications.events.content.preview`). A ``high`` type is defined, changed
 or deleted only with ``notifications.define_high_priority_type``; a type events use is never deleted.
@@ -18,7 +18,7 @@ from django.contrib.admin.utils import unquote
 from django.urls import reverse
 from django.utils.html import format_html
 
-from notifications.admin_type_forms import PreviewForm, TemplateForm, TemplateFormSet, TypeForm
+from notifications.admin.type_forms import PreviewForm, TemplateForm, TemplateFormSet, TypeForm
 from notifications.events import services
 from notifications.events.content import ChannelPreview, preview
 from notifications.events.models import NotificationType, TypeTemplate

@@ -3,8 +3,8 @@ window, items, state, notifications) and a page per digest with its events in or
 notifications' outcomes. Readable by whoever may read events (``notifications.view_event``: the
 ``support`` role), since a digest is part of what its events became.
 
-Imported by :mod:`notifications.admin` after :mod:`notifications.admin_events` (whose outcome
-helpers it uses); Django's autodiscovery loads it.
+Imported by :mod:`notifications.admin` (Django's autodiscovery loads the package); the outcome
+helpers it shares with the events page are :mod:`notifications.admin.outcomes`.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from django.db.models import Count
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from notifications.admin import EstimatedCountPaginator, ReadOnly
-from notifications.admin_events import ChannelOutcome, outcome_list
-from notifications.admin_time import INSTANTS_JS, instant_display
+from notifications.admin.base import EstimatedCountPaginator, ReadOnly
+from notifications.admin.outcomes import ChannelOutcome, outcome_list
+from notifications.admin.time import INSTANTS_JS, instant_display
 from notifications.events.models import Digest, DigestItem
 from notifications.models import Notification
 from preferences.admin_guard import ContentLookupGuard
@@ -58,9 +58,8 @@ class DigestAdmin(ContentLookupGuard, EventAccess, ReadOnly, admin.ModelAdmin):
     ordering = ["-opened_at"]
     show_full_result_count = False
     paginator = EstimatedCountPaginator
-    fields = ["id", "recipient", "type", "key_shown", "window_seconds", "channels", "routing", "opened", "closes",
-              "closed", "items_count", "items_shown", "notifications_shown"]
-    readonly_fields = fields
+    fields = readonly_fields = ("id", "recipient", "type", "key_shown", "window_seconds", "channels", "routing",
+                                "opened", "closes", "closed", "items_count", "items_shown", "notifications_shown")
     opened = instant_display("opened_at", "Opened")
     closes = instant_display("closes_at", "Window ends")
     closed = instant_display("closed_at", "Closed")

@@ -1,4 +1,4 @@
-"""The forms of the notification-type admin (:mod:`notifications.admin_types`): the type, its
+"""The forms of the notification-type admin (:mod:`notifications.admin.types`): the type, its
 templates (an inline formset), and the preview form.
 
 One rule set: saving validates the type and every template row together with the serializer of
@@ -98,7 +98,9 @@ class TemplateForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         self.fields["body"].required = False
         for name in ("body", "html"):  # kept as typed, as the API keeps them (a trailing newline is content)
-            self.fields[name].strip = False
+            field = self.fields[name]
+            assert isinstance(field, forms.CharField), field  # the model's TextFields
+            field.strip = False
 
     def validate_unique(self):
         """Two rows for one channel and locale: :func:`type_problems` says so (case-insensitively,
