@@ -147,6 +147,12 @@ def order_key(receipt: Receipt) -> tuple[datetime, int]:
     return at, lifecycle.KIND_RANK.get(receipt.kind, 0)
 
 
+def _received(receipt: Receipt, now: datetime) -> datetime:
+    """A receipt's timeline instant: when we received it (so two receipt workers applying a
+    message's receipts in either order list them in the order they came), never after ``now``."""
+    return min(receipt.received_at or now, now)
+
+
 def to_wire(receipt: Receipt) -> dict:
     """``receipt`` as JSON-serialisable fields (instants as ISO 8601) for the task message."""
     fields = dataclasses.asdict(receipt)
@@ -281,8 +287,9 @@ _BULK_KINDS = frozenset({ACCEPTED, DEFERRED, ENGAGEMENT, DELIVERED})
 
 _INSERT_EVENTS_SQL = """
 INSERT INTO notifications_deliveryevent (notification_id, kind, status, reason, detail, dedup_key, created_at)
-SELECT v.notification_id, v.kind, '', '', v.detail, v.dedup_key, %s
-  FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[]) AS v(notification_id, kind, detail, dedup_key)
+SELECT v.notification_id, v.kind, '', '', v.detail, v.dedup_key, v.created_at
+  FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[], %s::timestamptz[])
+       AS v(notification_id, kind, detail, dedup_key, created_at)
     ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
 RETURNING id, dedup_key
 """
@@ -293,9 +300,10 @@ def _apply_bulk(pairs: list[tuple[Receipt, Notification]]) -> list[str]:
     keys = [r.dedup_key[:200] for r, _n in pairs]
     with transaction.atomic():
         with connection.cursor() as cur:
-            cur.execute(_INSERT_EVENTS_SQL, [now, array_literal(str(n.pk) for _r, n in pairs),
+            cur.execute(_INSERT_EVENTS_SQL, [array_literal(str(n.pk) for _r, n in pairs),
                                              array_literal(f"receipt:{r.raw}"[:32] for r, _n in pairs),
-                                             array_literal(_detail(r) for r, _n in pairs), array_literal(keys)])
+                                             array_literal(_detail(r) for r, _n in pairs), array_literal(keys),
+                                             array_literal(_received(r, now).isoformat() for r, _n in pairs)])
             events = {key: pk for pk, key in cur.fetchall()}
         outcomes, delivered = [], {}
         for (r, n), key in zip(pairs, keys, strict=True):
@@ -327,7 +335,7 @@ def _apply_one(receipt: Receipt) -> str:
             with transaction.atomic():
                 event = DeliveryEvent.objects.create(
                     notification=n, kind=f"receipt:{receipt.raw}"[:32], dedup_key=receipt.dedup_key[:200],
-                    detail=shown(n, _detail(receipt)))
+                    detail=shown(n, _detail(receipt)), created_at=_received(receipt, clock.now()))
         except IntegrityError:
             return "duplicate"
         now = clock.now()

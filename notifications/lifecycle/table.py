@@ -83,7 +83,7 @@ def sources(cause: Cause, target: str) -> tuple[str, ...]:
         if t.cause == cause and target in t.targets:
             found += [s for s in t.sources if s not in found]
     if not found:
-        raise ValueError(f"no transition to {target!r} by {cause}")
+        raise ValueError(f"no transition to {str(target)!r} by {cause}")
     return tuple(str(s) for s in found)
 
 
