@@ -17,7 +17,7 @@ and :func:`apply_app_receipt` applies it the way provider receipts are applied
   (opened later from the inbox or elsewhere). Every receipt that is not a duplicate is one timeline
   entry, whether it moved the status or not (its ``status`` says what it moved the row to, ``""``
   when nothing). A provider's late ``delivered`` or failure receipt never moves a row off these
-  statuses either (they settle ``sent`` rows only).
+  statuses either (they settle ``sent`` rows, or the other end an older receipt set).
 * **A receipt proves a provider call**: a row whose call was never recorded (``sending``, or
   ``scheduled``/``queued`` with reason ``outcome_unknown``/``lease_expired``) is first settled as
   ``sent`` exactly as an ``accepted`` provider receipt settles it

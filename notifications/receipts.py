@@ -14,10 +14,14 @@ Rules:
   SendGrid: ``"sendgrid:<sg_message_id>:<event>:<timestamp>"``, not its ``sg_event_id``, because
   SendGrid re-posts an event under a fresh event id (``providers/sendgrid/webhooks.py``,
   ``dedup_key``). A duplicate is dropped before it can change anything.
-* **Monotonic.** ``delivered`` moves ``sent`` to ``delivered``; a failure (``undelivered``,
-  ``failed``, ``bounce``, ``dropped``) moves it to ``failed`` with the provider's code. Terminal
-  states never change again, so a late or reordered ``queued``/``sent``/``processed`` never regresses
-  ``delivered``.
+* **Monotonic, in the provider's order.** ``delivered`` moves ``sent`` to ``delivered``; a failure
+  (``undelivered``, ``failed``, ``bounce``, ``dropped``) moves it to ``failed`` with the provider's
+  code. A late or reordered ``queued``/``sent``/``processed`` never regresses ``delivered``. Between
+  the two ends the provider's last word holds: each receipt's :func:`order_key` (the provider's event
+  time, else when we received it; then its kind's rank) is compared with the one last applied to the
+  row, and an older receipt moves nothing (its entry is marked out of order), so receipt workers
+  applying them in any order end the same (docs/ARCHITECTURE.md §5, "Receipt order"). The moves
+  themselves are :mod:`notifications.lifecycle`'s.
 * **A receipt proves a provider call.** A ``delivered`` or failure receipt also settles a row whose
   call was never recorded, the same way (``delivered`` / ``failed``):
 

@@ -10,6 +10,7 @@ it backwards or give it two ends: the second one's conditional UPDATE finds it g
 from __future__ import annotations
 
 from enum import StrEnum
+from functools import cache
 from typing import NamedTuple
 
 from notifications.models import Status
@@ -75,6 +76,7 @@ TRANSITIONS: tuple[Transition, ...] = (
 )
 
 
+@cache
 def sources(cause: Cause, target: str) -> tuple[str, ...]:
     """The statuses ``cause`` may move a row from to ``target`` (in the table's order). Raises
     ValueError when the table has no such move: a writer asking for one is a bug."""
