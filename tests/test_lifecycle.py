@@ -170,3 +170,23 @@ def test_the_architecture_doc_prints_the_codes_table():
     printed = re.search(r"<!-- transitions -->\n(.*?)\n<!-- /transitions -->", doc, re.S)
     assert printed is not None, "docs/ARCHITECTURE.md §5 lost its transitions table markers"
     assert printed.group(1).strip() == lifecycle.table.markdown()
+
+
+def test_a_worker_that_stalled_through_a_replay_cannot_record_on_the_next_claim(settings):
+    """Found by hstate's stateful test: a replay resets ``attempts``, so fencing records on it let a
+    worker of the row's first life (attempt 1) record over the claim after the replay (attempt 1
+    again). Records are fenced on ``claims``, which never goes back."""
+    settings.NOTIFY = {**settings.NOTIFY, "MAX_ATTEMPTS": {"high": 1, "standard": 1}}
+    n = make(Status.QUEUED)
+    claim.claim([str(n.pk)], clock.now())
+    stalled = Notification.objects.get(pk=n.pk)  # worker 1, attempt 1: its call hangs
+    Notification.objects.filter(pk=n.pk).update(lease_until=_past())
+    scheduler.reconcile()  # its lease ran out on the last allowed attempt: dead-lettered
+    assert services.replay_dead_letters([n.pk], by="support") == 1
+    claim.claim([str(n.pk)], clock.now())  # worker 2: attempt 1 again, claim 2
+    claim.release([n.pk])
+    record.reschedule([stalled], clock.now() + timedelta(minutes=1), "attempt 1 failed (503)", kind="retry",
+                      give_back_attempt=False)
+    n.refresh_from_db()
+    assert (n.status, n.attempts, n.claims) == (Status.SENDING, 1, 2)
+    assert not DeliveryEvent.objects.filter(notification=n, kind="retry").exists()
