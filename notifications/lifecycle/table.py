@@ -50,7 +50,8 @@ _NEWER = "the receipt is newer than the last applied (receipt order)"
 TRANSITIONS: tuple[Transition, ...] = (
     Transition(Cause.CLAIM, (S.QUEUED,), (S.SENDING,), "attempts + 1, claims + 1; a lease"),
     Transition(Cause.RECORD, (S.SENDING,),
-               (S.SENT, S.SCHEDULED, S.QUEUED, S.SUPPRESSED, S.FAILED, S.EXPIRED), "our claim number"),
+               (S.SENT, S.SCHEDULED, S.QUEUED, S.SUPPRESSED, S.FAILED, S.EXPIRED, S.CANCELLED),
+               "our claim number (cancelled: its campaign was cancelled after the claim)"),
     Transition(Cause.RECORD, (S.SCHEDULED, S.QUEUED), (S.SENT,),
                "reason lease_expired and our claim number (a late record of an accepted call)"),
     Transition(Cause.LEASE_EXPIRY, (S.SENDING,), (S.QUEUED, S.SCHEDULED, S.FAILED), "lease_until passed"),
