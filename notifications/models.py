@@ -96,6 +96,8 @@ class Reason(models.TextChoices):
     TTL_EXPIRED = "ttl_expired", "Time to live ran out before it could be sent"
     CANCELLED_BY_CLIENT = "cancelled_by_client", "Cancelled through the API"
     CAMPAIGN_CANCELLED = "campaign_cancelled", "Its campaign was cancelled"
+    RECIPIENT_ERASED = "recipient_erased", ("Cancelled: the recipient's personal data was erased "
+                                            "(DELETE /v1/users/{id}) before it was sent")
     LOCAL_TIME_PASSED = "local_time_passed", ("The campaign's local send time had already passed in the "
                                               "recipient's zone when it fanned out (missed_policy skip)")
     TEMPLATE_ERROR = "template_error", "The template could not be rendered"
@@ -190,6 +192,10 @@ class Notification(models.Model):
     queued_at = models.DateTimeField(null=True, blank=True)
     lease_until = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
+    # Claims ever made of the row: never reset (a replay resets ``attempts``) nor given back (a wait
+    # gives its attempt back), so a worker's claim number is never another's: every record and lease
+    # renewal is fenced on it (notifications/lifecycle/send.py).
+    claims = models.PositiveIntegerField(default=0, db_default=0)  # raw INSERTs omit it
     first_attempt_at = models.DateTimeField(null=True, blank=True)
     provider = models.CharField(max_length=32, blank=True, default="")
     provider_message_id = models.CharField(max_length=255, blank=True, default="")  # indexed in Meta
@@ -198,6 +204,10 @@ class Notification(models.Model):
         null=True, blank=True,
         help_text="Set when it failed for a reason a person must look at (attempts ran out, our config).")
     delivered_at = models.DateTimeField(null=True, blank=True)
+    # The order key of the last provider receipt that ended the row (delivered/failed): an older
+    # one does not move it (notifications/lifecycle/receipts.py, docs/ARCHITECTURE.md §5).
+    receipt_at = models.DateTimeField(null=True, blank=True)
+    receipt_rank = models.PositiveSmallIntegerField(default=0, db_default=0)  # raw INSERTs omit it
     created_at = models.DateTimeField(default=clock.now, editable=False)  # the platform clock (one clock)
     # Not auto_now (that is the host's clock): set with created_at on insert, and by every UPDATE
     # that changes the row's state (each passes updated_at explicitly, from the platform clock).

@@ -45,8 +45,10 @@ class Receipt:
         detail: human-readable detail (bounce reason…), never message content.
         invalid_address: email contact is dead (mark invalid).
         sender: Twilio ``From`` (for per-sender STOP).
-        occurred_at: when the provider says it happened (aware UTC; ``None`` if unsaid); only a
-            candidate for ``sent_at``.
+        occurred_at: when the provider says it happened (aware UTC; SendGrid ``timestamp``; ``None``
+            if unsaid, as Twilio); a candidate for ``sent_at``, and the receipt's place in order.
+        received_at: when the platform received it (aware UTC), stamped by the subscriber; orders a
+            message's receipts when the provider gives no time (docs/ARCHITECTURE.md §5).
         contact: the address or number the event is about (``""``: unsaid); a dead-contact mark or a
             STOP applies only while it is still the recipient's contact.
     """
@@ -64,6 +66,7 @@ class Receipt:
     occurred_at: datetime | None = None
     address: str | None = None
     contact: str = ""
+    received_at: datetime | None = None
 
 
 Subscriber = Callable[[list[Receipt]], None]

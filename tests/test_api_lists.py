@@ -288,7 +288,7 @@ def test_delete_user_erases_personal_data_keeps_counts_and_records_it(http, api_
     assert len(rows) == 2
     assert all((n.title, n.body, n.html, n.data) == ("", "", "", None) for n in rows.values())
     assert rows[uuid.UUID(sent)].reason_detail == "Twilio: [erased] is not reachable"
-    assert (rows[uuid.UUID(pending)].status, rows[uuid.UUID(pending)].reason) == ("cancelled", "cancelled_by_client")
+    assert (rows[uuid.UUID(pending)].status, rows[uuid.UUID(pending)].reason) == ("cancelled", "recipient_erased")
     assert DeliveryEvent.objects.filter(notification_id=pending, kind="cancelled",
                                         detail="recipient's personal data erased by api client support-backend"
                                         ).count() == 1

@@ -256,3 +256,26 @@ def test_a_cursor_issued_before_the_erasure_reads_nothing_of_the_user_re_created
     assert stale.status_code in (400, 422), stale.content
     assert stale.json()["error"]["fields"][0]["field"] == "cursor"
     assert http.get(path, {"limit": 1}).status_code == 200
+
+
+@pytest.mark.django_db
+def test_a_bounce_after_the_erasure_reopens_no_fallback_channel_of_the_erased_user():
+    """hadvroads 1: a bounce of the email sent before ``DELETE /v1/users/e3`` reopened the in_app
+    channel that send had made "not needed", and the erased user's order reached the inbox again.
+    Erasure cancels such channels (``recipient_erased``), so nothing is left to reopen."""
+    from notifications.events import fallback
+    from notifications.models import DeliveryEvent
+
+    r = Recipient.objects.create(user_id="e3", email="e3@example.org")
+    email = Notification.objects.create(id=uuid.uuid4(), recipient=r, channel="email", body="b", status="sent")
+    in_app = Notification.objects.create(id=uuid.uuid4(), recipient=r, channel="in_app", body="Order 77",
+                                         status="suppressed", reason="fallback_not_needed", fallback_after=email.pk)
+
+    erasure, _ = erase_user(r, requested_by="test")
+
+    assert fallback.reopen([(email.pk, "email")], "email: provider_bounced") == 0
+    in_app.refresh_from_db()
+    assert (in_app.status, in_app.reason, in_app.body) == ("cancelled", "recipient_erased", "")
+    assert list(DeliveryEvent.objects.filter(notification=in_app).values_list("kind", "reason")) == [
+        ("cancelled", "recipient_erased")]
+    assert erasure.notifications_cancelled == 1
