@@ -269,7 +269,7 @@ def erase_notification_content(recipient_id: str, contacts: list[str], *, by: st
                                                                  reason=Reason.FALLBACK_NOT_NEEDED)
     pending = list(mine.filter(unsent).values_list("pk", flat=True))
     cancelled = lifecycle.cancel(pending, lifecycle.Cause.ERASURE, Reason.RECIPIENT_ERASED, now,
-                                 detail=f"erased by {by}"[:500])
+                                 detail=f"recipient's personal data erased by {by}"[:500])
     # Its dead letters leave the list: their content is gone, so a replay would send an empty message
     # to whoever holds the user id and contacts next (they stay failed, with their reason).
     withdrawn = list(mine.filter(status=Status.FAILED, dead_lettered_at__isnull=False).values_list("pk", flat=True))

@@ -96,6 +96,16 @@ def restore_after_group(stack: Stack | None, django_db_blocker) -> None:
             path.unlink()
 
 
+@pytest.fixture
+def as_migrated(django_db_blocker):
+    """The test database as migrated (staff groups, notification types) for a transactional test that
+    needs its data migrations' rows: an earlier transactional test on the worker flushed them."""
+    from django.contrib.auth.models import Group
+
+    if not Group.objects.exists():
+        restore_after_group(None, django_db_blocker)
+
+
 @pytest.fixture(scope="session")
 def django_db_setup(request, django_test_environment, django_db_blocker, django_db_keepdb,
                     django_db_modify_db_settings):

@@ -38,7 +38,7 @@ RENDERS = "Hi {{ first_name }}, {{ nickname }}!"
 
 
 @pytest.fixture
-def marketing(client) -> Client:
+def marketing(client, as_migrated) -> Client:
     user = User.objects.create_user("mia", is_staff=True)
     user.groups.add(Group.objects.get(name="marketing"))
     client.force_login(user)

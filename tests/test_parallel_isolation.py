@@ -115,6 +115,7 @@ def test_the_stack_tests_are_one_xdist_group_with_chaos_last():
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("as_migrated")
 def test_after_a_group_the_database_redis_and_metric_files_are_as_migrated(django_db_blocker, settings, tmp_path):
     """What a worker's next test finds after the stack's group (committed rows, Redis keys, the stack's
     metric files) or the browser's (a flushed database): the database as migrated (its staff groups
