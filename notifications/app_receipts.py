@@ -1,42 +1,12 @@
 """Receipts from the app: ``displayed``, ``opened``, ``dismissed`` (docs/APP.md, "Receipts from the app").
 
-The only party that knows a push was shown or opened is the app; the product's backend reports it
-for its app with ``POST /v1/notifications/{id}/receipts`` (``notifications/api/app_receipts.py``),
-and :func:`apply_app_receipt` applies it the way provider receipts are applied
-(:mod:`notifications.receipts`):
-
-* **Channels**: ``push`` and ``in_app`` only (:data:`APP_CHANNELS`); an SMS or an email has no app
-  to report it (:class:`WrongChannel`).
-* **Stored once**: one :class:`~notifications.models.DeliveryEvent` per (notification, event), kind
-  ``app_<event>``, ``dedup_key`` ``app:<notification id>:<event>`` (the unique index
-  ``event_dedup_key_uniq``). A repeat changes nothing and is answered as a duplicate, with the
-  instant first stored.
-* **Monotonic**, on the ladder ``sent < delivered < displayed < dismissed < opened``
-  (:data:`LADDER`): a receipt moves the status up only. A late ``displayed`` never regresses
-  ``opened``; ``dismissed`` after ``opened`` changes nothing; ``opened`` after ``dismissed`` moves up
-  (opened later from the inbox or elsewhere). Every receipt that is not a duplicate is one timeline
-  entry, whether it moved the status or not (its ``status`` says what it moved the row to, ``""``
-  when nothing). A provider's late ``delivered`` or failure receipt never moves a row off these
-  statuses either (they settle ``sent`` rows, or the other end an older receipt set).
-* **A receipt proves a provider call**: a row whose call was never recorded (``sending``, or
-  ``scheduled``/``queued`` with reason ``outcome_unknown``/``lease_expired``) is first settled as
-  ``sent`` exactly as an ``accepted`` provider receipt settles it
-  (:func:`notifications.receipts.settle_as_sent`: one ``from_receipt`` attempt, provider ``app`` if
-  the row names none, the sent marker, no re-send), then moved up.
-* **Never reached**: any other ``scheduled`` or ``queued`` row (not sent yet) and the rows that ended
-  without reaching the recipient (``failed``, ``suppressed``, ``expired``, ``cancelled``) are refused
-  (:class:`NotReached`, naming the status) and nothing is written: the app cannot have shown what was
-  never sent, so the report is wrong, and recording it would make a suppressed row look delivered.
-* **The inbox**: an ``in_app`` notification's receipt also marks its item (``displayed`` → seen,
-  ``opened`` → read, ``dismissed`` → archived), so the badge and the timeline agree whichever the
-  product reports; a mark by ids is mirrored the other way (:func:`from_inbox_mark`).
-* **Instants** (UTC): ``at`` is when the app saw it (default: the arrival). The API refuses one
-  more than :data:`MAX_FUTURE_SKEW` ahead of the platform clock; the stored instant is ``at``
-  clamped into ``[latest entry of the timeline that is not an app receipt, now]``, so the timeline
-  stays in order (``opened`` after ``sent``/``delivered``) and never shows the future; the entry's
-  detail gives the reported instant when it was clamped.
-
-Metrics: ``notify_app_receipts_total{event, channel, outcome}`` (:func:`notifications.metrics.app_receipt`).
+The app is the only party that knows a push was shown or opened; the product's backend reports it
+with ``POST /v1/notifications/{id}/receipts`` (``notifications/api/app_receipts.py``), and
+:func:`apply_app_receipt` applies it like a provider receipt (:mod:`notifications.receipts`): push and
+in_app only (:class:`WrongChannel`), stored once per (notification, event), only up the
+:data:`LADDER`, an unrecorded call settled as ``sent`` first (``receipts.settle_as_sent``), a row never
+sent refused (:class:`NotReached`), the inbox item marked alongside (:func:`from_inbox_mark` mirrors
+the other way), ``at`` clamped into the timeline's order (:data:`MAX_FUTURE_SKEW`).
 """
 
 from __future__ import annotations

@@ -1,62 +1,12 @@
-"""Delivery receipts: normalised provider events applied to notifications (docs/ARCHITECTURE.md §5).
+"""Delivery receipts: normalised provider events applied to notifications.
 
-Provider webhooks (``providers/twilio/webhooks.py``, ``providers/sendgrid/webhooks.py``) verify the
-signature, map the provider's vocabulary to a provider-neutral :class:`providers.receipts.Receipt`,
-and publish it (:func:`providers.receipts.publish`); this app subscribes :func:`accept_receipts`
-(``NotificationsConfig.ready``), which queues them for the receipts worker (:func:`apply_wire` →
-:func:`apply_receipts`). Providers import nothing of this module.
-
-Rules:
-
-* **Stored once.** Each receipt is a :class:`~notifications.models.DeliveryEvent` with a unique
-  ``dedup_key`` (constraint ``event_dedup_key_uniq``), built by the provider's webhook from what
-  identifies the event itself. Twilio sends no event id: ``"twilio:<MessageSid>:<status>:<ErrorCode>"``.
-  SendGrid: ``"sendgrid:<sg_message_id>:<event>:<timestamp>"``, not its ``sg_event_id``, because
-  SendGrid re-posts an event under a fresh event id (``providers/sendgrid/webhooks.py``,
-  ``dedup_key``). A duplicate is dropped before it can change anything.
-* **Monotonic, in the provider's order.** ``delivered`` moves ``sent`` to ``delivered``; a failure
-  (``undelivered``, ``failed``, ``bounce``, ``dropped``) moves it to ``failed`` with the provider's
-  code. A late or reordered ``queued``/``sent``/``processed`` never regresses ``delivered``. Between
-  the two ends the provider's last word holds: each receipt's :func:`order_key` (the provider's event
-  time, else when we received it; then its kind's rank) is compared with the one last applied to the
-  row, and an older receipt moves nothing (its entry is marked out of order), so receipt workers
-  applying them in any order end the same (docs/ARCHITECTURE.md §5, "Receipt order"). The moves
-  themselves are :mod:`notifications.lifecycle`'s.
-* **A receipt proves a provider call.** A ``delivered`` or failure receipt also settles a row whose
-  call was never recorded, the same way (``delivered`` / ``failed``):
-
-  - ``sending``: its worker died mid-call, or has not recorded the answer yet;
-  - ``scheduled`` or ``queued`` with reason ``outcome_unknown`` or ``lease_expired``: waiting for a
-    re-send because nobody knows whether the last call reached the provider. It did: the re-send
-    must never happen, and it cannot once the row is settled (the scheduler releases only
-    ``scheduled`` rows, a worker claims only ``queued`` ones).
-
-  What the receipt tells is recorded: ``provider`` (the provider the row already names, e.g.
-  ``twilio_backup``, else the receipt's), ``provider_message_id`` (the receipt's, if it carries one),
-  ``sent_at`` (the provider's event time when it lies between the row's first claim and the
-  receipt's arrival, else the arrival), one :class:`~notifications.models.DeliveryAttempt` numbered
-  the row's ``attempts`` with outcome ``from_receipt`` (so support sees that a call happened), and
-  the sent marker. The reason (``outcome_unknown``…) is cleared on ``delivered``; ``due_at`` and the
-  lease are cleared. Should the worker still record its answer afterwards, its attempt row is added
-  beside this one; the row's state stays the receipt's.
-  An ``accepted`` receipt (Twilio ``queued``/``sent``, SendGrid ``processed``) proves as much for
-  those rows and settles them as ``sent`` the same way (SendGrid sends ``processed`` within
-  seconds, ``delivered`` may come much later: without it a timed-out 1,000-recipient request was
-  re-sent whole once the wait ran out). Other non-terminal rows (never claimed, retrying after a
-  transient error, deferred for quiet hours) only store the receipt.
-* **Contact hygiene** (``docs/PROVIDERS.md`` §1(c), §2(c)): hard bounce, ``dropped``
-  for a bounced/invalid address, Twilio 30005/30006 → the address/number is marked invalid;
-  ``spamreport`` → email channel opt-out; ``unsubscribe``/``group_unsubscribe``/``dropped`` for an
-  unsubscribed address → opt-out of the notification's category on email (the whole channel when it
-  has no category); Twilio 30004 (blocked) → SMS STOP for that sender. Later sends are
-  ``suppressed`` with that reason.
-* **Found** by our ``notification_id`` when the provider echoes it, else by the provider's message
-  id; a SendGrid message id is a request's (``X-Message-Id``, shared by up to 1,000 recipients), so
-  there only the request's row sent to the event's ``email`` matches (``Receipt.address``), never the
-  batch id alone.
-* **Unknown** message/notification ids (and a batch's id with an address none of its rows was sent
-  to) are acknowledged (so the provider stops retrying) and counted (``notify_receipts_total``
-  ``result="unknown"``, a log line, the Redis counter ``receipts:unknown``).
+The provider webhooks publish provider-neutral :class:`providers.receipts.Receipt` events
+(:func:`providers.receipts.publish`); this app subscribes :func:`accept_receipts`, which queues them
+for the receipts worker (:func:`apply_wire` → :func:`apply_receipts`), so providers import nothing of
+this module. Each receipt is stored once (``dedup_key``), moves its row only forward or to the
+provider's newer word (:func:`order_key`), settles a row whose call was never recorded, and applies
+the contact consequences (bounces, STOP, unsubscribes). The rules in full: docs/PROVIDERS.md,
+"Delivery receipts"; the order: docs/ARCHITECTURE.md §5, "Receipt order".
 """
 
 from __future__ import annotations
