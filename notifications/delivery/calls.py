@@ -1,30 +1,13 @@
-"""Calls stage of the delivery pipeline (docs/ARCHITECTURE.md, "The send path"): the provider calls
-of one channel's batch, ``backend.send_batch(messages, concurrency, gate=, on_result=)`` per grant
-of budget and bulkhead slots (SendGrid: up to 1,000 recipients per request; Twilio and FCM: a
-sliding window of ``NOTIFY["SEND_CONCURRENCY"]`` calls in flight, the next starting as soon as any
-ends, so a slow answer holds one slot rather than a wave).
+"""Calls stage of the delivery pipeline: the provider calls of one channel's batch,
+``backend.send_batch(messages, concurrency, gate=, on_result=)`` per grant of budget and bulkhead
+slots (SendGrid: up to 1,000 recipients per request; Twilio and FCM: a sliding window of
+``SEND_CONCURRENCY`` calls in flight).
 
-Two routing policies (routing.py), one stage:
-
-* **standard** (:func:`call_standard`): the primary provider only. While its circuit breaker is
-  open, or when budget or slots did not come within ``BATCH_MAX_WAIT_SECONDS``, the rest of the
-  batch waits (the outcomes stage sends it back to ``scheduled``); tokens come from the standard
-  budget, never the high tier's reserve. A window stops starting calls after a 429 (the rest waits
-  for Retry-After, no attempt spent) or after ``SEND_CONCURRENCY`` failures (the breaker decides);
-  each accepted call's sent marker is written within ``_POLL_SECONDS`` of its answer, before its
-  row is recorded, and rows whose calls have ended are handed to ``settle`` (recorded) while the
-  rest are in flight, every ``RECORD_EVERY_ROWS`` rows or ``RECORD_EVERY_SECONDS``: what a killed
-  worker sends twice is about the calls it had in flight, not its batch (docs/RELIABILITY.md,
-  "Duplicate window");
-* **high** (:func:`call_high`): a batch of one row with the failover policy: the first usable
-  provider; one that times out or fails (not a bad number) is followed at once by the next for the
-  same attempt (a rare duplicate if the timed-out call was in fact accepted: acceptable for an
-  OTP, a late one is not).
-
-No call outlives the lease of a row it sends: before each grant the rows it carries get a lease
-covering a call's deadline (claim.py), and right before each call of a window the lease is checked
-again in memory (:func:`claim.covers_call`); a row that changed hands, or whose lease no longer
-covers a call, is never sent from here.
+:func:`call_standard` uses the primary provider only and leaves the rest of the batch waiting when
+its breaker is open or budget does not come; rows whose calls ended are handed to ``settle`` while
+the rest are in flight, which bounds a killed worker's duplicates. :func:`call_high` sends one row
+with failover to the next provider at once. No call outlives its row's lease (:func:`claim.covers_call`).
+Why and in full: docs/ARCHITECTURE.md §6 (steps 6–7) and §8.
 """
 
 from __future__ import annotations

@@ -1,35 +1,12 @@
 """Leases on claimed rows, renewed for as long as the rows are in flight: the claim stage of the
-delivery pipeline (docs/ARCHITECTURE.md, "The send path").
+delivery pipeline.
 
-A worker claims rows (``queued → sending``, ``lease_until = now + LEASE_SECONDS``); the reconciler
-re-drives a ``sending`` row only once its lease has run out. A slow machine must make delivery
-slower, never duplicated, so a lease must not run out while its row is still being worked on:
-
-* **Heartbeat.** Every worker process has one :class:`LeaseKeeper`. The rows a task claims are
-  *held* (:meth:`LeaseKeeper.hold`) until the task ends (:meth:`LeaseKeeper.release`); a daemon
-  thread renews the lease of every held row every ``LEASE_SECONDS / 4`` seconds, in one UPDATE,
-  however long the task takes (a 500-row batch behind a slow provider, a starved CPU). A lease
-  therefore only runs out when the process died, hung for longer than a lease, or lost the
-  database; a row is held at most ``LEASE_MAX_HOLD_SECONDS``, so a task stuck forever gives its
-  rows up to the reconciler.
-* **No call outlives its lease.** Before a provider call the caller asks :meth:`LeaseKeeper.ensure`
-  for the rows it is about to send: their lease is extended (now, in the caller's thread) to cover
-  at least the call's deadline, and the rows that are no longer ours (the reconciler took them over,
-  or a cancel settled them) are returned as lost. A lost row is never sent from here.
-* **Nor does a call that waited for its slot.** In a sliding window of calls, a message waits for
-  a free slot; right before its call starts, :meth:`LeaseKeeper.covers` checks (in memory) that
-  the lease last written still covers that call's timeout, and the message is skipped otherwise.
-* **A lease is never shortened.** The heartbeat writes ``GREATEST(lease_until, now + LEASE_SECONDS)``:
-  the lease :meth:`ensure` gave the rows of a call in flight (its whole deadline) stands even when
-  the heartbeat stalls (a starved process, a GIL-holding C call such as key generation): only rows
-  that are not in a call can expire under a live worker, and those are never sent once lost.
-* **Lock safety.** The heartbeat's UPDATE skips rows locked by anyone else (``SKIP LOCKED``): it
-  never waits on, or deadlocks with, the worker's own recording transaction or the reconciler. A
-  skipped row keeps its previous lease; :meth:`ensure` (which does wait) is what decides "lost".
-
-The heartbeat is switched off by ``NOTIFY["LEASE_HEARTBEAT"] = False`` (the in-process unit tests,
-whose rows live in an uncommitted transaction another thread cannot see); :meth:`ensure` then
-still renews in the caller's thread before every call.
+A worker claims rows (``queued → sending`` with a lease); the reconciler re-drives a ``sending`` row
+only once its lease has run out. A slow machine must make delivery slower, never duplicated, so each
+worker process's :class:`LeaseKeeper` renews the lease of every row it holds from a heartbeat thread,
+extends it to cover each provider call's deadline before the call (:meth:`LeaseKeeper.ensure`, which
+also reports the rows lost), checks it in memory right before a call (:meth:`LeaseKeeper.covers`) and
+never shortens it. The rules and why: docs/ARCHITECTURE.md §6, "Leases, retries and unknown outcomes".
 """
 
 from __future__ import annotations
