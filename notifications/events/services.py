@@ -119,31 +119,14 @@ def _check_owner(kind: NotificationType, client: APIClient | None) -> None:
 def accept_event(*, client: APIClient, idempotency_key: str, fingerprint: str, kind: NotificationType,
                  recipients: list, data: dict, scheduled_at: datetime | None = None, ttl_seconds: int | None = None,
                  collapse_key: str = "", channel: str | None = None) -> AcceptedEvent:
-    """Store an event and its notifications durably in one transaction; enqueue those due now after
-    commit. One notification per recipient and channel of the type: with routing ``all`` each is due at once (or at
-    ``scheduled_at``); with ``fallback`` only the first channel's, the next ones wait
-    (``scheduled``, reason ``fallback_waiting``, :mod:`notifications.events.fallback`). Content is
-    rendered at send time. TTL: ``ttl_seconds`` or the type's, from the send time. A standard-tier
-    row due now is stored ``scheduled`` and due now: the scheduler releases such rows to the queues
-    in batches within a second (one send task per row otherwise); a high-tier one is ``queued``
-    and enqueued after commit, alone.
+    """Store an event and its notifications in one transaction; enqueue those due now after commit.
 
-    A digest type's event (``kind.digest``, not a typed single send) makes no notification: it is
-    appended, in this transaction, to the open digest of each recipient and its rendered key
-    (:mod:`notifications.events.digests`), whose notifications are made when the window closes.
-
-    Idempotency as for single sends: same ``(client, idempotency_key)`` and ``fingerprint`` →
-    the stored event (``replayed``).
-
-    ``channel``: a typed single send (``POST /v1/notifications`` with ``type``): one recipient, that
-    one channel; the notification carries the key and fingerprint and has the single send's id
-    (:func:`notifications.ids.single_send_id`), so a key is one request whichever form used it; its
-    event has no key of its own.
-
-    The roads ``typed`` and ``event`` of the gate (:func:`notifications.admission.admit`): the high
-    gate (a high type needs ``notifications:send_high``), the replay lookup (a replay is never
-    counted), the abuse limits, before anything is written; an event to many users is refused whole
-    when one of them is over a limit (docs/POLICIES.md).
+    One notification per recipient and channel of the type (``fallback``: the next channels wait,
+    :mod:`notifications.events.fallback`); a digest type's event is appended to each recipient's open
+    digest instead (:mod:`notifications.events.digests`). ``channel`` makes it a typed single send
+    (one recipient, that channel, the single send's id and key). The gate (roads ``typed`` and
+    ``event`` of :func:`notifications.admission.admit`) runs before anything is written; a replay
+    returns the stored event. docs/TYPES.md, "Events"; docs/ARCHITECTURE.md §6, "Roads in".
 
     Raises:
         IdempotencyKeyReused: same key, different fingerprint.
