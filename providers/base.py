@@ -27,8 +27,7 @@ class OutboundMessage:
     """One message to one address, as handed to a backend.
 
     Attributes:
-        notification_id: our notification UUID as a string, passed to the provider as correlation id
-            (Twilio ``StatusCallback`` query, SendGrid ``custom_args``, FCM ``data`` / collapse key).
+        notification_id: our notification UUID, sent to the provider as correlation id.
         channel: ``"sms"``, ``"email"`` or ``"push"``.
         to: E.164 phone number (sms), email address (email) or push token (push).
         body: plain-text body.
@@ -36,17 +35,13 @@ class OutboundMessage:
         html: optional HTML body (email only).
         data: optional ``str -> str`` mapping (push data payload; email custom args).
         platform: push only: ``"ios"``, ``"android"`` or ``"web"``.
-        ttl_seconds: how long the provider may keep trying (push TTL, SMS ValidityPeriod); ``None``:
-            the provider's default.
+        ttl_seconds: how long the provider may keep trying; ``None``: the provider's default.
         priority: ``"high"`` or ``"standard"``.
-        collapse_key: push collapse key (we use the notification id so a duplicate shows once).
-        silent: push only: a data-only push, no alert or sound, title and body in ``data``
-            (docs/PROVIDERS.md, "Silent pushes and sender overrides").
-        sender: SMS From number or Messaging Service SID, or email From; ``None``: the configured
-            default (forms: :mod:`providers.senders`). Ignored by push.
+        collapse_key: push collapse key (the notification id, so a duplicate shows once).
+        silent: push only: data-only, no alert or sound (docs/PROVIDERS.md, "Silent pushes …").
+        sender: SMS From / Messaging Service SID or email From; ``None``: the default (:mod:`providers.senders`).
         reply_to: email only: the Reply-To address; ``None``: no Reply-To header.
-        unsubscribe_url: email only: the one-click link, sent as the RFC 8058 headers
-            (:func:`unsubscribe_headers`); ``None``: neither header.
+        unsubscribe_url: email only: the one-click link (:func:`unsubscribe_headers`); ``None``: none.
     """
 
     notification_id: str

@@ -29,28 +29,23 @@ KINDS = (ACCEPTED, DELIVERED, DEFERRED, FAILED, COMPLAINT, UNSUBSCRIBE, ENGAGEME
 
 @dataclass(frozen=True)
 class Receipt:
-    """One provider event about one message.
+    """One provider event about one message (docs/PROVIDERS.md, "Delivery receipts").
 
     Attributes:
         provider: ``"twilio"`` / ``"sendgrid"``.
-        dedup_key: unique per provider event, at most 200 characters (docs/PROVIDERS.md, "Delivery
-            receipts").
+        dedup_key: unique per provider event, at most 200 characters.
         kind: one of the normalised kinds above (:data:`KINDS`).
         raw: the provider's own word (``"undelivered"``, ``"bounce"``, ``"delivered"``…).
         notification_id: our id if the provider echoed it (Twilio ``?nid=``, SendGrid custom arg).
         provider_message_id: Twilio ``MessageSid`` / SendGrid ``sg_message_id`` prefix.
-        address: the recipient's address when ``provider_message_id`` may name several recipients
-            (SendGrid's batch): the receipt belongs only to the row sent there. ``None``: one message.
+        address: the recipient when ``provider_message_id`` names a batch (SendGrid); ``None``: one message.
         error_code: Twilio ``ErrorCode``, SendGrid bounce ``status`` (e.g. ``5.1.1``) or ``""``.
         detail: human-readable detail (bounce reason…), never message content.
         invalid_address: email contact is dead (mark invalid).
         sender: Twilio ``From`` (for per-sender STOP).
-        occurred_at: when the provider says it happened (aware UTC; SendGrid ``timestamp``; ``None``
-            if unsaid, as Twilio); a candidate for ``sent_at``, and the receipt's place in order.
-        received_at: when the platform received it (aware UTC), stamped by the subscriber; orders a
-            message's receipts when the provider gives no time (docs/ARCHITECTURE.md §5).
-        contact: the address or number the event is about (``""``: unsaid); a dead-contact mark or a
-            STOP applies only while it is still the recipient's contact.
+        occurred_at: the provider's event time (aware UTC; ``None`` if unsaid, as Twilio's).
+        received_at: when the subscriber received it (aware UTC); orders receipts when unsaid above.
+        contact: the address or number the event is about (``""``: unsaid).
     """
 
     provider: str
