@@ -1,25 +1,12 @@
 """The scheduler and the reconciler: together they make the broker disposable (docs/ARCHITECTURE.md §6).
 
 * :func:`release_due` (beat, every second) closes the digests whose window has ended, then moves
-  due ``scheduled`` rows to ``queued`` with ``FOR UPDATE SKIP LOCKED`` and enqueues them after
-  commit. Two schedulers running at once (an operator mistake) release each row once: a row is
-  locked by one of them and skipped by the other, and the UPDATE only moves rows still ``scheduled``.
+  due ``scheduled`` rows to ``queued`` (``FOR UPDATE SKIP LOCKED``) and enqueues them after commit.
 * :func:`reconcile` (beat, every few seconds) re-drives rows whose worker died (``sending`` with an
-  expired lease) and rows whose broker message was lost (``queued`` for longer than
-  ``QUEUED_STALE_SECONDS`` while their queue is empty in the broker: Redis flushed or restarted).
+  expired lease: reason ``lease_expired``, dead-lettered as ``worker_lost`` on the last attempt)
+  and rows whose broker message was lost (``queued`` too long while their queue is empty).
 
-An expired lease means the worker stopped renewing it (notifications/delivery/leases.py: killed, hung, or
-cut off from the database) while its call may already have been made. Such a row is re-driven
-with reason ``lease_expired``: a high-tier or ``in_app`` row at once (``queued``; an in_app row's
-write is looked up exactly, in the inbox, before anything is written again), a standard row after
-``OUTCOME_UNKNOWN_WAIT_SECONDS`` (``scheduled``), during which the provider's receipt or the first
-worker's late record settles it; the next attempt checks the sent marker and, for Twilio, looks
-the message up before sending again. A row that lost its worker on its last allowed attempt
-(``MAX_ATTEMPTS``) is dead-lettered instead (``worker_lost``, the poison-message rule): a row that
-kills its worker every time must not loop forever.
-
-Long delays therefore live in Postgres, never in Celery ETAs: a Redis broker re-delivers unacked
-messages after its visibility timeout, so an hour-long ETA would fire several times.
+Long delays live in Postgres, never in Celery ETAs, which a Redis broker may fire several times.
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
 """Caps stage of the delivery pipeline: frequency caps, taken at send time (docs/POLICIES.md,
 "Frequency caps").
 
-Right after the checks verdict says "send" (``pipeline.prepare``), for the rows of a batch at once:
-a row subject to a rule (its category and channel; not high priority, not a ``required`` type,
-unless the rule includes them) takes a slot in a sliding window in Redis, or is ``suppressed``
-with reason ``frequency_capped`` and a detail naming the rule. The window is a sorted set per
-(category, channel, user), member = notification id (a re-driven row reuses its own slot), score =
-the instant in ms (UTC, the platform clock); one Lua script decides the whole batch atomically, so
-concurrent workers never admit more than the limit.
-
-A key with no "built" sentinel (Redis flushed, or nothing sent in the window) is rebuilt from
-Postgres before its first decision: rows of that user, category and channel sent in the window, and
-rows that may hold a slot (waiting again after a lost lease or an unknown outcome; not rows
-mid-call, see ``_MAY_HOLD``); unless the *tracking marker* of its category, channel and window (set the first time the
-script sees them, gone with a flush) is a whole window old: then every slot of the window was taken
-here and a key without a sentinel has none (a campaign's users, mostly: no query per batch). A
-Redis error here sends nothing uncapped: the rows subject to a rule wait as a transient error
-(``retry_scheduled``, the attempt given back). Redis must not evict keys (``maxmemory-policy
-noeviction``, as the Celery broker needs anyway): an evicted window under a live marker would be
-read as empty.
+Right after the checks verdict says "send" (``pipeline.prepare``), for a batch at once: a row subject
+to a rule takes a slot in its user's sliding window in Redis (one Lua script decides the batch
+atomically; a re-driven row reuses its own slot), or is ``suppressed`` with ``frequency_capped``. A
+window without its "built" sentinel is rebuilt from Postgres first (rows mid-call are not read:
+``_MAY_HOLD``) unless the tracking marker says Redis saw the whole window. A Redis error sends
+nothing uncapped: those rows wait as a transient error. The why: docs/POLICIES.md, "Redis flushed or down".
 """
 
 from __future__ import annotations
