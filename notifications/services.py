@@ -98,19 +98,11 @@ def accept_notification(
 ) -> Accepted:
     """Store a validated send request durably and, if it is due now, enqueue it after commit.
 
-    Idempotency (IETF Idempotency-Key draft, Stripe's practice): the id is derived from
-    ``(client, idempotency_key)`` and a unique constraint rejects a second row, so concurrent or
-    repeated requests create exactly one notification. A repeat with the same ``fingerprint``
-    returns the stored notification (``replayed=True``).
-
-    Args:
-        content: ``{"title"?, "body", "html"?, "data"?}`` already validated for the channel.
-        scheduled_at: aware datetime; ``None`` or a past instant means "now".
-        ttl_seconds: the message expires this many seconds after it was due (``scheduled_at``, or
-            acceptance for immediate sends); ``None`` = no expiry.
-
-    The road ``single`` of the gate (:func:`notifications.admission.admit`): high gate, content
-    limits, replay lookup (a replay is never counted), abuse limits, before anything is written.
+    The id is derived from ``(client, idempotency_key)`` and unique, so repeated requests create one
+    row; a repeat with the same ``fingerprint`` returns it (``replayed=True``). The gate (road
+    ``single`` of :func:`notifications.admission.admit`) runs before anything is written.
+    ``content`` is already validated for the channel; ``scheduled_at`` ``None`` or past means now;
+    ``ttl_seconds`` counts from when it was due (``None``: no expiry).
 
     Raises:
         IdempotencyKeyReused: same key, different fingerprint.

@@ -1,23 +1,11 @@
-"""Fallback routing (docs/TYPES.md): a type with ``routing: fallback`` lists its channels in order;
-an event makes one notification per channel, the first due at once and each next one waiting
-(``scheduled``, reason ``fallback_waiting``, ``fallback_after`` = the one before it) until the one
-before it ends:
+"""Fallback routing (docs/TYPES.md, "Fallback routing"): each channel after the first waits
+(``scheduled``, ``fallback_waiting``, ``fallback_after`` = the one before) until the one before ends:
+sent → not needed (``suppressed``, ``fallback_not_needed``); cancelled → cancelled; any other end →
+released (``queued``, with its own checks).
 
-* **sent** or delivered (or itself not needed) → the waiting ones are not needed: ``suppressed``,
-  reason ``fallback_not_needed``;
-* **cancelled** → the waiting ones are cancelled with it;
-* any other end (suppressed: opted out, no contact, no active device, contact invalid, STOP;
-  failed: permanent error, attempts exhausted; expired) → the next one is released (``queued``) and
-  goes through the pipeline like any notification, where its own checks apply.
-
-:func:`settle` is called by the record stage in the transaction that ends a row, so the next channel
-is decided with it; :func:`sweep` (the reconciler, every run) settles what a crash between the two
-left waiting behind a row that has ended.
-
-A row that was ``sent`` and then turns out not to have reached the recipient (a bounce or an
-undelivered receipt: ``failed``) reopens the fallback (:func:`reopen`, in the receipt's transaction):
-the channel after it, made ``fallback_not_needed`` by the send, is released after all, unless its TTL
-has run out or it was settled otherwise since; the channels behind that one wait again.
+:func:`settle` decides in the record stage's transaction that ends a row; :func:`sweep` (the
+reconciler) settles what a crash between the two left waiting; :func:`reopen` (in a bounce or
+undelivered receipt's transaction) releases the channel a send had made not needed.
 """
 
 from __future__ import annotations
