@@ -1,22 +1,12 @@
-"""Content of the load stage (docs/ARCHITECTURE.md, "The send path").
+"""Content of the load stage: typed rows are rendered at send time from their type's templates
+(:mod:`notifications.events.content`); a campaign's rows by the *content source* the campaigns app
+registers (:func:`register_content_source`, in ``CampaignsConfig.ready()``), so the pipeline never
+imports the floor above (docs/ARCHITECTURE.md §3).
 
-A typed notification (an event's, docs/TYPES.md) is rendered at send time from its type's templates
-(:mod:`notifications.events.content`, on this floor). A notification created by an upper floor (a
-campaign) carries no content of its own either: it is rendered at send time by a *content source*
-that floor registers, so the pipeline never imports it. The
-campaigns app registers its source in ``CampaignsConfig.ready()``::
-
-    from notifications.delivery.content import register_content_source
-    register_content_source(CampaignContentSource)
-
-A source is a class instantiated once per batch (so it can load each campaign once) with:
-
-* ``render(n) -> (title, body, html, data, options)``, ``options`` the row's
-  :class:`~notifications.events.content.SendOptions` (``None``: none), raising
-  :class:`ContentError` when the content cannot be rendered (the row becomes a dead letter
-  ``template_error`` with the error's text);
-* ``cancelled(n) -> bool``: whether the row's campaign was cancelled (its unclaimed rows may not all
-  be cancelled yet: checked at send time).
+A source is a class instantiated once per batch with ``render(n) -> (title, body, html, data,
+options)`` (``options``: the row's :class:`~notifications.events.content.SendOptions` or ``None``;
+raises :class:`ContentError`, which dead-letters the row as ``template_error``) and
+``cancelled(n) -> bool`` (the row's campaign was cancelled: checked at send time).
 """
 
 from __future__ import annotations

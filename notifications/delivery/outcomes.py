@@ -1,20 +1,12 @@
-"""Outcomes stage of the delivery pipeline (docs/ARCHITECTURE.md, "The send path"): ONE rule set
-turning the provider calls of a claimed row into what happens next, the same for both tiers and for
-a batch of 1 or N rows. Pure: the record stage (record.py) applies the :class:`Decision`.
+"""Outcomes stage of the delivery pipeline: ONE rule set turning the provider calls of a claimed row
+into what happens next, the same for both tiers and for a batch of 1 or N rows. Pure: the record
+stage (record.py) applies the :class:`Decision`.
 
-Rules, in order:
-
-1. no call was made and the batch must wait (breaker open, no budget or call slot in time): *wait*
-   — back to ``scheduled`` until then, reason ``retry_scheduled``, the attempt given back;
-2. a call was accepted (push: by at least one device): *sent*;
-3. a transient error (timeout, 5xx, 429, breaker/bulkhead/budget of the high tier's last provider):
-   *retry* with exponential backoff (full jitter, never before the provider's Retry-After; at least
-   ``OUTCOME_UNKNOWN_WAIT_SECONDS`` when the call may have been accepted, reason
-   ``outcome_unknown``), or *dead letter* ``attempts_exhausted`` once ``MAX_ATTEMPTS`` are spent and
-   ``MIN_RETRY_WINDOW_SECONDS`` have passed;
-4. a configuration error: *dead letter* ``configuration_error``;
-5. every error says the contact is invalid: *failed* ``contact_invalid``;
-6. any other refusal (ours: a bad payload): *dead letter* ``permanent_error``.
+In order: no call and the batch must wait → back to ``scheduled``, attempt given back; accepted →
+*sent*; transient → *retry* with backoff (``outcome_unknown`` when the call may have been accepted),
+or *dead letter* once attempts and time are spent; configuration → dead letter; contact invalid →
+*failed*; any other refusal → dead letter. Details: docs/ARCHITECTURE.md §6, step 8 and "Leases,
+retries and unknown outcomes".
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
-"""The delivery pipeline (docs/ARCHITECTURE.md, "The send path"), one for both tiers:
-
-claim (claim.py: lease, heartbeat, sent markers) → load (load.py: rows, recipients, preferences,
-devices, STOP list, content, in bulk) → checks (checks.py: a verdict, no writes) → caps (caps.py:
-frequency caps, a slot per row in Redis, for the batch at once) → routing
-(routing.py: high tier failover, standard primary-and-wait) → calls (calls.py: one ``send_batch``
-per grant; for ``in_app``, inbox.py: one write of the batch's inbox items, no provider) → outcomes
-(outcomes.py: one rule set) → record (record.py: bulk for 1 or N rows, markers, metrics).
+"""The delivery pipeline, one for both tiers: claim → load → checks → caps → routing → calls (or
+inbox, for ``in_app``) → outcomes → record, one module each (docs/ARCHITECTURE.md §6).
 
 :func:`send_notifications` is what a worker runs for a list of notification ids taken from a
-``{tier}.{channel}`` queue. It is safe to run twice for the same ids, concurrently or not: the
-claim lets exactly one worker proceed, and the sent marker guards the window after a provider
-accepted. A high-tier row is a batch of one with the failover policy.
-
-De-dup order, which keeps delivery at-least-once: look for the sent marker → call the provider →
-record ``sent`` → write the marker. There is no "claimed" marker before the call: a crash after
-such a marker would turn at-least-once into at-most-once.
+``{tier}.{channel}`` queue. It is safe to run twice for the same ids, concurrently or not: the claim
+lets exactly one worker proceed, and the sent marker guards the window after a provider accepted.
+A high-tier row is a batch of one with the failover policy. No "claimed" marker is taken before the
+call: delivery stays at-least-once (docs/ARCHITECTURE.md §6, step 5).
 """
 
 from __future__ import annotations
