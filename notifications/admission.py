@@ -1,20 +1,11 @@
 """The one way in: every road by which a notification comes to exist passes :func:`admit`, which
-applies the rules of acceptance in one order (docs/ARCHITECTURE.md §6, "Roads in"):
-
-1. the **high gate**: content of a high-priority type, or ``priority: high``, needs the sending
-   client's ``notifications:send_high`` (staff and the workers' own roads: checked where they began);
-2. **overrides**: a bulk send never carries a type that overrides users' choices (``required``,
-   quiet hours ``bypass``) or batches one user's events (a digest type);
-3. **content limits** (:func:`notifications.content_limits.rendered_problem`) on inline content
-   (content made from templates is checked when it is rendered, at send time);
-4. **idempotency**: a request whose first row exists replays it; nothing after this counts it again;
-5. **acceptance (abuse) limits** (:mod:`notifications.acceptance.rules`): slots in their windows.
+applies the rules of acceptance in one order: high gate → overrides → content limits → idempotency
+→ acceptance (abuse) limits, the free refusals first and the limits last, as they take slots.
 
 Each rule keeps its owner; this module only calls them, in that order, with the rules each road
-passes (:data:`RULES`). Opt-outs (``required`` types skip them) and quiet hours (``bypass``) are
-send-time rules on every road (``delivery/checks.verdict``): preferences change between acceptance
-and send, and the send-time answer is the one that counts. Refusals that cost nothing come first;
-the limits come last, as they take slots.
+passes (:data:`RULES`). Opt-outs and quiet hours are send-time rules on every road
+(``delivery/checks.verdict``). The roads and why each skips what it skips: docs/ARCHITECTURE.md §6,
+"Roads in".
 """
 
 from __future__ import annotations

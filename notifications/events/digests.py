@@ -2,18 +2,11 @@
 for one user and one rendered key inside one window become ONE notification per channel when the
 window closes, rendered at send time with the events' data as ``items``.
 
-* :func:`append` (in the accepting event's transaction): take the open digest of (type, user, key)
-  — ``INSERT … ON CONFLICT DO NOTHING`` on the partial unique index ``digest_open_uniq``, then
-  ``SELECT … FOR UPDATE`` — and add the event as an item. Concurrent events of one key wait for
-  each other's row lock, so they all land in the same digest, in order; an accepted event's item
-  commits with the event, so it is never lost. A digest found past its window is closed first (so
-  which events share a digest depends only on their acceptance instants, never on when the
-  scheduler ran).
-* :func:`close_due` (the scheduler, every beat): close digests whose window has ended. In one
-  transaction per digest the digest is marked closed and its notification rows are inserted
-  (``scheduled``, due now, ids ``uuid5(digest, channel)``: a re-run inserts nothing twice) for the
-  scheduler to release like any standard event row. A crash before the commit closes nothing; the
-  next beat does it.
+:func:`append` (in the accepting event's transaction) takes the open digest of (type, user, key)
+under its row lock and adds the event as an item, closing a digest found past its window first;
+:func:`close_due` (the scheduler, every beat) closes each digest whose window has ended and inserts
+its rows in one transaction, with derived ids, so a re-run inserts nothing twice. Why so: the
+"Acceptance" and "Closing" paragraphs there.
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """The rules of a notification type and its templates, checked when it is saved (API ``PUT
 /v1/notification-types/{key}`` and the admin form alike, both through
 ``notifications.api.types.NotificationTypeSerializer``): one function, :func:`type_problems`,
-answering ``{field path: Problem}`` (``{}`` = valid), for what goes beyond one field's shape (the
-serializer's fields state patterns, choices and ranges: category, channels, TTL, locales, data-key
-names). docs/TYPES.md explains each rule.
+answering ``{field path: Problem}`` (``{}`` = valid), for what goes beyond one field's shape.
 
-Templates are checked as sources (they render per recipient at send time): each part must compile
-in the sandbox and pass a dry render on sample recipients (:func:`notifications.rendering.check_parts`);
-an error names the variant (``push [de] body``) and, for a syntax error, the line. Per channel:
-
-* push: ``body`` required; optional ``title`` and ``data`` (``{key: template}``, keys by the FCM rule
-  of :func:`providers.fcm.data_keys.data_key_problem`); no ``html``;
-* email: ``title`` (the subject) required, one line in the source; ``body`` (text) required;
-  optional ``html``; no ``data``;
-* sms: ``body`` only.
+Templates are checked as sources: each part must compile in the sandbox and pass a dry render on
+sample recipients (:func:`notifications.rendering.check_parts`), an error naming the variant
+(``push [de] body``) and the line; each channel allows its own parts. docs/TYPES.md, "Templates",
+explains each rule.
 """
 
 from __future__ import annotations
