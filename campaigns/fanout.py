@@ -1,19 +1,12 @@
-"""Campaign fan-out (docs/ARCHITECTURE.md §7): from a segment snapshot to one notification per member.
+"""Campaign fan-out (docs/ARCHITECTURE.md §7, docs/CAMPAIGNS.md "Fan-out"): from a segment snapshot
+to one notification per member.
 
-1. :func:`start_due_campaigns` (beat, every second) moves due ``scheduled`` campaigns to
-   ``fanning_out`` with ``FOR UPDATE SKIP LOCKED``, takes the membership snapshot instant, and splits
-   the members into independent shards by ``recipient_id`` ranges so several workers fan out one
-   campaign in parallel.
-2. :func:`fan_out_page` (one task per page on the ``fanout`` queue) reads the shard's next keyset
-   page of ~1,000 members after its cursor, pre-filters opt-outs and missing contacts (recorded as
-   ``suppressed`` with the reason; preferences are re-checked at send time anyway), computes each
-   member's due instant (local wall time in their zone, plus a deterministic spread offset; a wall
-   time already missed is handled by the campaign's ``missed_policy``, see :meth:`_Planner.plan`), inserts
-   the notifications in one statement with deterministic ids ``uuid5(campaign, user, channel)`` and
-   ``ON CONFLICT DO NOTHING``, advances the cursor, and commits; then enqueues what is due now and the
-   next page. Nothing holds the whole segment in memory, and running a page twice creates nothing new.
-3. :func:`reconcile_campaigns` (beat) re-drives shards whose page chain broke (a worker killed between
-   commit and enqueue) and marks campaigns ``completed`` once nothing of theirs is left to send.
+:func:`start_due_campaigns` (beat) starts due campaigns and splits the members into shards by
+``recipient_id`` range, so several workers fan out one campaign; :func:`fan_out_page` (one task per
+keyset page) pre-filters opt-outs, plans each member's due instant (:meth:`_Planner.plan`), inserts
+the page with derived ids and ``ON CONFLICT DO NOTHING``, advances the cursor, then enqueues what is
+due and the next page; :func:`reconcile_campaigns` (beat) re-drives broken page chains and completes
+campaigns. Nothing holds the whole segment in memory; a page run twice creates nothing new.
 """
 
 from __future__ import annotations

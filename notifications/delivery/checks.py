@@ -1,18 +1,11 @@
-"""Checks stage of the delivery pipeline (docs/ARCHITECTURE.md, "The send path"): whether a claimed
-row may go to a provider now. A *verdict*, computed from what the load stage loaded; no writes (the
-record stage applies it).
+"""Checks stage of the delivery pipeline: whether a claimed row may go to a provider now. A
+*verdict*, computed from what the load stage loaded; no writes (the record stage applies it).
 
-Order (the first rule that applies wins; the sent marker and the provider lookup of a call in doubt
-come before, in ``pipeline.prepare``): campaign cancelled → expired →
-suppressed (opt-outs, missing or dead contact, SMS STOP; checked at send time, never only at
-acceptance) → quiet hours → push without an active device.
-
-Quiet hours: a typed notification follows its type's policy (docs/TYPES.md): ``defer`` waits for
-the window's end, ``bypass`` sends now, ``silent`` sends a push now as a data-only message (verdict
-``silent``: it goes to the provider) and defers the other channels. An untyped one bypasses them when
-its tier and category do (:mod:`notifications.quiet_hours_policy`). An ``in_app`` row is never
-deferred (an inbox item makes no sound) unless its type sets ``in_app_quiet_hours`` (then its
-policy applies as to email).
+Order (the first rule that applies wins; the sent marker and the lookup of a call in doubt come
+before, in ``pipeline.prepare``): campaign cancelled → expired → suppressed (opt-outs, contact,
+STOP) → quiet hours (a type's policy ``defer``/``bypass``/``silent``; an untyped row by
+:mod:`notifications.quiet_hours_policy`; ``in_app`` only with ``in_app_quiet_hours``) → push
+without an active device. docs/ARCHITECTURE.md §6, step 4; docs/TYPES.md, "What happens at send time".
 """
 
 from __future__ import annotations
