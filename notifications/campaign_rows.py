@@ -1,18 +1,11 @@
-"""The pipeline's side of campaign fan-out: inserting a page of a campaign's notifications, and
-whether a campaign still has notifications to send.
+"""The pipeline's side of campaign fan-out: inserting a page of a campaign's notifications
+(:func:`insert_campaign_page`), and whether a campaign still has notifications to send.
 
-Campaigns never write the notification table themselves; fan-out plans each member's row (status,
-reason, due instant) and hands the page to :func:`insert_campaign_page`. Cancelling a campaign's
-notifications is :func:`notifications.services.cancel_campaign_notifications`, which writes the
-same timeline event as a single cancel.
-
-Statement shape (measured with ``manage.py bench_fanout``: docs/PERFORMANCE.md, "Fan-out"): one
-``COPY ... FROM STDIN`` per page, inside a savepoint. A page normally creates only new rows (its
-shard's cursor advances in the same transaction), so COPY's missing ``ON CONFLICT`` is the rare
-case: a row that already exists (a page re-run after its shard was reset, a campaign re-driven by
-hand) makes the COPY fail with a unique violation, the savepoint is rolled back and the page is
-inserted again by ``INSERT ... SELECT FROM unnest(...) ON CONFLICT (id) DO NOTHING``, which skips
-the existing rows. Either way exactly the new rows are created and returned.
+Campaigns never write the notification table themselves: fan-out plans each member's row (status,
+reason, due instant) and hands the page here; a campaign's cancel is
+:func:`notifications.services.cancel_campaign_notifications`. One ``COPY`` per page in a savepoint,
+falling back to ``INSERT ... ON CONFLICT DO NOTHING`` when rows already exist: exactly the new rows
+are created and returned (docs/ARCHITECTURE.md §7).
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """The calls stage for ``in_app`` (docs/APP.md): "sending" is writing the batch's items to the users'
 inboxes (:func:`notifications.inbox.store.write`), one statement for the batch, no provider.
 
-Every row counts as accepted by the ``inbox`` "provider" (one attempt row each, like a provider
-call), so the outcomes and record stages treat it as any sent row: status ``sent`` at once, sent
-marker, metrics, fallback settlement. A row written before (re-driven after a crash between the
-write and the record) finds its item and is recorded ``sent`` again without a second item.
-
-The users with a new item then get a silent refresh push (:mod:`notifications.inbox.refresh`),
-after the batch is recorded (the pipeline calls :func:`refresh_after`): a slow push provider never
-holds an in_app row in ``sending``.
+Every row counts as accepted by the ``inbox`` "provider" (one attempt row each), so the outcomes and
+record stages treat it as any sent row; a re-driven row finds its item and is not written twice. The
+silent refresh push (:mod:`notifications.inbox.refresh`) goes after the batch is recorded
+(:func:`refresh_after`), so a slow push provider never holds an in_app row in ``sending``.
 """
 
 from __future__ import annotations
