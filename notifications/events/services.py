@@ -130,8 +130,7 @@ def accept_event(*, client: APIClient, idempotency_key: str, fingerprint: str, k
 
     Raises:
         IdempotencyKeyReused: same key, different fingerprint.
-        MissingScope, AcceptanceLimited, AcceptanceLimitsUnavailable: the gate's 403 / 429 / 503,
-        nothing written.
+        MissingScope, AcceptanceLimited, AcceptanceLimitsUnavailable: the gate's 403 / 429 / 503.
         DigestKeyFailed: the type's digest key template failed with ``data``.
     """
     now = clock.now()
