@@ -18,7 +18,9 @@ import psycopg
 from django.db import IntegrityError, connection, transaction
 
 from core.postgres import copy_rows
-from notifications.models import Status
+from notifications.delivery.checks import suppression_detail
+from notifications.models import Notification, Reason, Status
+from preferences.models import Recipient
 
 _TABLE = "notifications_notification"
 
@@ -34,10 +36,10 @@ INSERT INTO {_TABLE} ({", ".join(_COLUMNS)})
 SELECT u.id, %(campaign)s, u.recipient_id, %(channel)s, %(priority)s, %(category)s, u.status, u.reason, u.status,
        u.due_at, CASE WHEN u.status = 'scheduled' THEN u.due_at END,
        CASE WHEN u.status = 'queued' THEN %(now)s::timestamptz END, u.expires_at,
-       '', '', '', %(sensitive)s, '', '', 0, '', '', %(now)s, %(now)s, %(type)s
+       '', '', '', %(sensitive)s, '', u.detail, 0, '', '', %(now)s, %(now)s, %(type)s
   FROM unnest(%(ids)s::uuid[], %(recipients)s::text[], %(statuses)s::text[], %(reasons)s::text[],
-              %(dues)s::timestamptz[], %(expires)s::timestamptz[])
-       AS u(id, recipient_id, status, reason, due_at, expires_at)
+              %(dues)s::timestamptz[], %(expires)s::timestamptz[], %(details)s::text[])
+       AS u(id, recipient_id, status, reason, due_at, expires_at, detail)
 ON CONFLICT (id) DO NOTHING
 RETURNING id, status
 """
@@ -82,23 +84,40 @@ def insert_campaign_page(*, campaign_id, channel: str, priority: str, category: 
     return [(str(r.id), r.status) for r in rows]
 
 
+def _details(shared: dict) -> dict[str, str]:
+    """A suppressed row's reason detail per reason, as a send of one would say it (support reads the
+    same words on every road): the send path's :func:`suppression_detail` for the campaign's fields."""
+    like = Notification(channel=shared["channel"], category=shared["category"],
+                        notification_type_id=shared["type"], recipient=Recipient(user_id=""))
+    per_row = {Reason.OPTED_OUT_CATEGORY, Reason.OPTED_OUT_TYPE}  # the rest need the recipient: the label
+    return {r.value: suppression_detail(like, r.value) if r in per_row else str(r.label) for r in Reason}
+
+
+def _detail(details: dict[str, str], row: CampaignRow) -> str:
+    return details.get(row.reason, row.reason) if row.status == Status.SUPPRESSED and row.reason else ""
+
+
 def _copy(shared: dict, rows: list[CampaignRow]) -> None:
     campaign, now = str(shared["campaign"]), shared["now"]
     channel, priority, category = shared["channel"], shared["priority"], shared["category"]
     scheduled, queued = Status.SCHEDULED, Status.QUEUED
+    details = _details(shared)
     copy_rows(_TABLE, _COLUMNS, [
         (r.id, campaign, r.recipient_id, channel, priority, category, r.status, r.reason, r.status,
          r.due, r.due if r.status == scheduled else None, now if r.status == queued else None, r.expires,
-         "", "", "", shared["sensitive"], "", "", 0, "", "", now, now, shared["type"]) for r in rows])
+         "", "", "", shared["sensitive"], "", _detail(details, r), 0, "", "", now, now, shared["type"])
+        for r in rows])
 
 
 def _insert_skipping_existing(shared: dict, rows: list[CampaignRow]):
+    details = _details(shared)
     with connection.cursor() as cur:
         cur.execute(_INSERT_SQL, {
             **shared,
             "ids": [str(r.id) for r in rows], "recipients": [r.recipient_id for r in rows],
             "statuses": [r.status for r in rows], "reasons": [r.reason for r in rows],
             "dues": [r.due for r in rows], "expires": [r.expires for r in rows],
+            "details": [_detail(details, r) for r in rows],
         })
         return [(str(nid), status) for nid, status in cur.fetchall()]
 

@@ -40,6 +40,10 @@ def test_channel_names_are_matched_exactly_not_as_substrings():
     assert [(n.recipient_id, n.status, n.reason) for n in rows] == [
         ("sub-1", "queued", ""), ("sub-2", "suppressed", "opted_out_category"),
         ("sub-3", "suppressed", "opted_out_channel")]
+    # A suppressed row says why in the words a single send's does (hadvroads 6: it said nothing).
+    assert [n.reason_detail for n in rows] == [
+        "", "Recipient opted out of this category on this channel (marketing on sms)",
+        "Recipient opted out of this channel"]
 
 
 def test_api_shows_the_eligible_reach_before_fan_out_and_fan_out_creates_exactly_that_many():
@@ -119,3 +123,4 @@ def test_a_typed_campaign_honours_type_opt_outs_in_reach_and_fan_out_and_its_row
     rows = run_fan_out(campaign)
     assert [(n.recipient_id, n.status, n.reason, n.notification_type_id, n.sensitive) for n in rows] == [
         ("in", "queued", "", "lo_promo", True), ("out", "suppressed", "opted_out_type", "lo_promo", True)]
+    assert rows[1].reason_detail == "Recipient opted out of this notification type on this channel (lo_promo on sms)"
