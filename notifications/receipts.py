@@ -318,13 +318,13 @@ def _settle(n: Notification, receipt: Receipt, event: DeliveryEvent, now: dateti
         reason = Reason.PROVIDER_BOUNCED if n.channel == "email" else Reason.PROVIDER_UNDELIVERED
         fields.update(reason=reason, reason_detail=shown(n, _detail(receipt)))
     at, rank = order_key(receipt)
-    moved = lifecycle.settle_receipt(n.pk, status, fields, at, rank)
-    if not moved:
-        moved = _settle_unrecorded(n, receipt, status, fields, now)
+    settled = lifecycle.settle_receipt(n.pk, status, fields, at, rank)
+    moved = bool(settled) or _settle_unrecorded(n, receipt, status, fields, now)
     if not moved:
         lifecycle.mark_out_of_order([(event.pk, at, rank)])
-    if moved:
-        lifecycle.mark_events([event.pk], status, reason)
+        return
+    lifecycle.mark_events([event.pk], status, reason)
+    if settled != lifecycle.REFAILED:  # a newer failure of a failed row only says the provider's last word
         metrics.receipt_transitioned(n, status, reason)
         if status == Status.FAILED:  # it did not reach the recipient after all:
             caps.give_back([n])  # its frequency-cap slot is free again
@@ -344,7 +344,7 @@ def _settle_unrecorded(n: Notification, receipt: Receipt, status: str, fields: d
         return False
     ends = status in (Status.DELIVERED, Status.FAILED)
     if row["status"] == Status.SENT:  # recorded meanwhile: an end moves it as usual; sent it is already
-        return lifecycle.settle_receipt(n.pk, status, fields, *order_key(receipt)) if ends else True
+        return bool(lifecycle.settle_receipt(n.pk, status, fields, *order_key(receipt))) if ends else True
     waiting = row["status"] in (Status.SCHEDULED, Status.QUEUED) and row["reason"] in RESEND_PENDING_REASONS
     if row["status"] != Status.SENDING and not waiting:
         return False
