@@ -89,3 +89,21 @@ def test_erasure_scrubs_old_addresses_and_any_case(sg_key):  # noqa: F811
     assert details(new) == [("receipt:bounce", rows[new.pk].reason_detail)]
     assert details(sms) == [("receipt:failed", "to [erased] refused")]
     assert DeliveryAttempt.objects.get(notification=old).error_message == "550 mailbox [erased] unavailable"
+
+
+def test_a_batch_receipt_after_the_erasure_stores_no_address():
+    """The bulk path (receipts that only store an event) follows the same rule: a deferral whose
+    detail names the address, in a batch with a row of a user not erased."""
+    from notifications import receipts
+
+    er3 = Recipient.objects.create(user_id="er3", email="er3@example.com")
+    kept = Recipient.objects.create(user_id="kept", email="kept@example.com")
+    gone, stays = sent_row(er3), sent_row(kept)
+    delete_user("er3")
+    batch = [receipts.Receipt(provider="sendgrid", dedup_key=f"sendgrid:{n.pk}:deferred:1", kind=receipts.DEFERRED,
+                              raw="deferred", notification_id=str(n.pk), contact=address,
+                              detail=f"451 4.2.2 mailbox {address.upper()} full")
+             for n, address in ((gone, "er3@example.com"), (stays, "kept@example.com"))]
+    assert receipts.apply_receipts(batch) == {"applied": 2, "duplicate": 0, "unknown": 0}
+    assert details(gone) == [("receipt:deferred", "sendgrid deferred 451 4.2.2 mailbox [erased] full")]
+    assert details(stays) == [("receipt:deferred", "sendgrid deferred 451 4.2.2 mailbox KEPT@EXAMPLE.COM full")]
