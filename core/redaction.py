@@ -2,7 +2,8 @@
 in every log record of every process.
 
 :func:`mask_contacts` (phone numbers, email addresses, URL-encoded ones too), :func:`mask_capabilities`
-(the one-click unsubscribe token: ``/u/[token]``), :func:`sensitive_content` (a notification's texts
+(the one-click unsubscribe token: ``/u/[token]``), :func:`erase_contacts` (an erased user's, in
+stored text), :func:`sensitive_content` (a notification's texts
 read ``[sensitive]`` while active, tracebacks included). Records are redacted when made
 (:func:`install_record_factory`, via :func:`configure_logging`) and again by :class:`RedactingFilter`
 on every handler (Django's, Celery's, gunicorn's). What is masked and how: docs/SECURITY.md.
@@ -20,6 +21,8 @@ import re
 from collections.abc import Iterator
 
 SENSITIVE = "[sensitive]"
+#: What an erased user's contact becomes where a record keeps text around it (:func:`erase_contacts`).
+ERASED = "[erased]"
 _MIN_LINE = 4
 
 # Phone-like digit runs. Between two digits at most three separators: space, no-break space, dot,
@@ -160,6 +163,17 @@ def mask_contacts(text: str) -> str:
         text = _TOKEN.sub(lambda m: _mask_encoded(m.group()) if "%" in m.group() else m.group(), text)
     replacements = _replacements(text)
     return _rebuild(text, replacements, lambda i, j: text[i:j]) if replacements else text
+
+
+def erase_contacts(text: str, contacts=()) -> str:
+    """``text`` as an erased user's records may keep it (docs/SECURITY.md, erasure): each of
+    ``contacts`` in any case, and every other email address or phone number :func:`mask_contacts`
+    finds (an address the user had before, one a provider echoed in its own spelling), become
+    :data:`ERASED` whole."""
+    for contact in sorted({c.strip() for c in contacts if c and c.strip()}, key=len, reverse=True):
+        text = re.sub(re.escape(contact), ERASED, text, flags=re.IGNORECASE)
+    found = _replacements(text)
+    return _rebuild(text, [(i, j, [ERASED]) for i, j, _p in found], lambda i, j: text[i:j]) if found else text
 
 
 def mask_capabilities(text: str) -> str:

@@ -114,9 +114,9 @@ def check_pipeline_settings() -> list[str]:
 ERASED_HERE = {
     "notifications.Notification": "content cleared (title, body, html, data); unclaimed ones cancelled; dead letters "
                                   "withdrawn (not replayable); "
-                                  "contacts scrubbed from reasons; status history kept for counts",
-    "notifications.DeliveryAttempt": "contacts scrubbed from error messages",
-    "notifications.DeliveryEvent": "contacts scrubbed from details",
+                                  "every address and number scrubbed from reasons; status history kept for counts",
+    "notifications.DeliveryAttempt": "every address and number scrubbed from error messages",
+    "notifications.DeliveryEvent": "every address and number scrubbed from details (later receipts too)",
     "notifications.InboxItem": "deleted",
     "notifications.InboxCounts": "deleted",
     "notifications.Event": "data cleared for events to this user alone (an event to many keeps the data "

@@ -26,6 +26,7 @@ from django.db.models.functions import Lower, Trim
 from core import clock
 from core.postgres import array_literal
 from core.queues import RECEIPTS_QUEUE, RECEIPTS_TASK
+from core.redaction import erase_contacts
 from core.redis_client import get_redis
 from notifications import lifecycle, metrics, sent_markers
 from notifications.delivery import caps, record
@@ -256,7 +257,7 @@ def _apply_bulk(pairs: list[tuple[Receipt, Notification]]) -> list[str]:
         with connection.cursor() as cur:
             cur.execute(_INSERT_EVENTS_SQL, [array_literal(str(n.pk) for _r, n in pairs),
                                              array_literal(f"receipt:{r.raw}"[:32] for r, _n in pairs),
-                                             array_literal(_detail(r) for r, _n in pairs), array_literal(keys),
+                                             array_literal(_stored_details(pairs)), array_literal(keys),
                                              array_literal(_received(r, now).isoformat() for r, _n in pairs)])
             events = {key: pk for pk, key in cur.fetchall()}
         outcomes, delivered = [], {}
@@ -287,14 +288,15 @@ def _apply_one(receipt: Receipt) -> str:
     with transaction.atomic():
         try:
             with transaction.atomic():
+                detail = _stored_detail(n, receipt)
                 event = DeliveryEvent.objects.create(
                     notification=n, kind=f"receipt:{receipt.raw}"[:32], dedup_key=receipt.dedup_key[:200],
-                    detail=shown(n, _detail(receipt)), created_at=_received(receipt, clock.now()))
+                    detail=detail, created_at=_received(receipt, clock.now()))
         except IntegrityError:
             return "duplicate"
         now = clock.now()
         if receipt.kind in (DELIVERED, FAILED):
-            _settle(n, receipt, event, now)
+            _settle(n, receipt, event, detail, now)
         elif (receipt.kind == ACCEPTED and n.status in _UNRECORDED
               and _settle_unrecorded(n, receipt, Status.SENT, {"lease_until": None, "updated_at": now}, now)):
             # The provider has it (Twilio queued/sent, SendGrid processed): a call whose answer we
@@ -305,9 +307,10 @@ def _apply_one(receipt: Receipt) -> str:
     return "applied"
 
 
-def _settle(n: Notification, receipt: Receipt, event: DeliveryEvent, now: datetime) -> None:
+def _settle(n: Notification, receipt: Receipt, event: DeliveryEvent, detail: str, now: datetime) -> None:
     """Move ``n`` to ``delivered``/``failed`` for a delivered/failure ``receipt`` if its state allows
-    (module docstring); the receipt's event then records the state it moved the row to. Runs inside
+    (module docstring), a failure with the receipt's stored ``detail`` (:func:`_stored_detail`) as
+    its reason detail; the receipt's event then records the state it moved the row to. Runs inside
     the receipt's transaction. The common case (``sent``) costs one conditional UPDATE."""
     fields: dict = {"lease_until": None, "updated_at": now}
     if receipt.kind == DELIVERED:
@@ -316,15 +319,15 @@ def _settle(n: Notification, receipt: Receipt, event: DeliveryEvent, now: dateti
     else:
         status = Status.FAILED
         reason = Reason.PROVIDER_BOUNCED if n.channel == "email" else Reason.PROVIDER_UNDELIVERED
-        fields.update(reason=reason, reason_detail=shown(n, _detail(receipt)))
+        fields.update(reason=reason, reason_detail=detail)
     at, rank = order_key(receipt)
-    moved = lifecycle.settle_receipt(n.pk, status, fields, at, rank)
-    if not moved:
-        moved = _settle_unrecorded(n, receipt, status, fields, now)
+    settled = lifecycle.settle_receipt(n.pk, status, fields, at, rank)
+    moved = bool(settled) or _settle_unrecorded(n, receipt, status, fields, now)
     if not moved:
         lifecycle.mark_out_of_order([(event.pk, at, rank)])
-    if moved:
-        lifecycle.mark_events([event.pk], status, reason)
+        return
+    lifecycle.mark_events([event.pk], status, reason)
+    if settled != lifecycle.REFAILED:  # a newer failure of a failed row only says the provider's last word
         metrics.receipt_transitioned(n, status, reason)
         if status == Status.FAILED:  # it did not reach the recipient after all:
             caps.give_back([n])  # its frequency-cap slot is free again
@@ -344,7 +347,7 @@ def _settle_unrecorded(n: Notification, receipt: Receipt, status: str, fields: d
         return False
     ends = status in (Status.DELIVERED, Status.FAILED)
     if row["status"] == Status.SENT:  # recorded meanwhile: an end moves it as usual; sent it is already
-        return lifecycle.settle_receipt(n.pk, status, fields, *order_key(receipt)) if ends else True
+        return bool(lifecycle.settle_receipt(n.pk, status, fields, *order_key(receipt))) if ends else True
     waiting = row["status"] in (Status.SCHEDULED, Status.QUEUED) and row["reason"] in RESEND_PENDING_REASONS
     if row["status"] != Status.SENDING and not waiting:
         return False
@@ -395,6 +398,24 @@ def _detail(receipt: Receipt) -> str:
     return " ".join(parts)[:500]
 
 
+def _stored_detail(n: Notification, receipt: Receipt) -> str:
+    """The receipt's detail as ``n``'s reason and timeline may keep it: sensitive content removed
+    (:func:`shown`); for a recipient erased since ``n`` was created, no address or number either
+    (``[erased]``, :func:`core.redaction.erase_contacts`: the erasure scrubbed the rest already)."""
+    return _stored_details([(receipt, n)])[0]
+
+
+def _stored_details(pairs: list[tuple[Receipt, Notification]]) -> list[str]:
+    """:func:`_stored_detail` of each ``(receipt, notification)``; the erasures are read (one query)
+    only when a detail names a contact."""
+    details = [shown(n, _detail(r)) for r, n in pairs]
+    scrubbed = [erase_contacts(d, [r.contact, r.address or ""]) for d, (r, _n) in zip(details, pairs, strict=True)]
+    if details == scrubbed:
+        return details
+    erased = _erased_rows([n for (_r, n), d, s in zip(pairs, details, scrubbed, strict=True) if d != s])
+    return [s if n.pk in erased else d for (_r, n), d, s in zip(pairs, details, scrubbed, strict=True)]
+
+
 def _is_current(receipt: Receipt, contact: str) -> bool:
     """Whether the receipt is about the recipient's current ``contact`` (or does not say which):
     a receipt of an address or number the user has changed since must not mark the new one."""
@@ -404,7 +425,18 @@ def _is_current(receipt: Receipt, contact: str) -> bool:
 
 def _erased_since(n: Notification) -> bool:
     """Whether ``n``'s recipient was erased after ``n`` was created."""
-    return Erasure.objects.filter(recipient_id=n.recipient_id, erased_at__gte=n.created_at).exists()
+    return n.pk in _erased_rows([n])
+
+
+def _erased_rows(rows: list[Notification]) -> set:
+    """The ids of ``rows`` whose recipient was erased after the row was created (one query)."""
+    created: dict[str, list[Notification]] = {}
+    for n in rows:
+        created.setdefault(n.recipient_id, []).append(n)
+    found: set = set()
+    for recipient_id, at in Erasure.objects.filter(recipient_id__in=created).values_list("recipient_id", "erased_at"):
+        found.update(n.pk for n in created[recipient_id] if at >= n.created_at)
+    return found
 
 
 def _contact_hygiene(n: Notification, receipt: Receipt, now) -> None:

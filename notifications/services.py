@@ -16,7 +16,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef
 
 from core import clock
-from core.redaction import sensitive_content
+from core.redaction import erase_contacts, sensitive_content
 from notifications import lifecycle
 from notifications.admission import Admission, Road, admit, replay_refusals
 from notifications.enqueue import enqueue_on_commit
@@ -212,8 +212,6 @@ def replay_dead_letters(notification_ids, *, by: str) -> int:
     return len(rows)
 
 
-ERASED = "[erased]"
-
 #: The reason detail of a notification cancelled with its campaign (row and timeline event).
 CAMPAIGN_CANCELLED_DETAIL = "its campaign was cancelled"
 
@@ -244,14 +242,14 @@ def erase_notification_content(recipient_id: str, contacts: list[str], *, by: st
     recipient's notifications no worker has claimed and its fallback channels a bounce could reopen
     (``recipient_erased``, with a timeline event), take its dead letters off the replayable list
     (``dead_letter_withdrawn``), remove every notification's content (title, body, html, data) and
-    the data of the events sent to this recipient alone, and replace the recipient's ``contacts``
-    wherever a provider echoed them into a reason, attempt error or event detail. Rows, statuses
-    and timelines stay, so counts by status, channel and reason survive.
+    the data of the events sent to this recipient alone, and erase the recipient's ``contacts`` (any
+    case) and every other address or number (:func:`_scrub`) wherever a provider echoed them into a
+    reason, attempt error or event detail. Rows, statuses and timelines stay, so counts by status,
+    channel and reason survive.
 
     Returns ``{"notifications_erased": rows whose content was removed, "notifications_cancelled": n}``.
     """
-    from django.db.models import Q, Value
-    from django.db.models.functions import Replace
+    from django.db.models import Q
 
     now = clock.now()
     mine = Notification.objects.filter(recipient_id=recipient_id)
@@ -279,12 +277,21 @@ def erase_notification_content(recipient_id: str, contacts: list[str], *, by: st
 
     Event.objects.filter(pk__in=mine.filter(event__isnull=False).values("event_id"), user_ids=[recipient_id]).exclude(
         data={}).update(data={})
-    for contact in contacts:
-        mine.filter(reason_detail__contains=contact).update(
-            reason_detail=Replace("reason_detail", Value(contact), Value(ERASED)))
-        DeliveryAttempt.objects.filter(notification__recipient_id=recipient_id,
-                                       error_message__contains=contact).update(
-            error_message=Replace("error_message", Value(contact), Value(ERASED)))
-        DeliveryEvent.objects.filter(notification__recipient_id=recipient_id, detail__contains=contact).update(
-            detail=Replace("detail", Value(contact), Value(ERASED)))
+    _scrub(mine, "reason_detail", contacts)
+    _scrub(DeliveryAttempt.objects.filter(notification__recipient_id=recipient_id), "error_message", contacts)
+    _scrub(DeliveryEvent.objects.filter(notification__recipient_id=recipient_id), "detail", contacts)
     return {"notifications_erased": erased, "notifications_cancelled": len(cancelled)}
+
+
+def _scrub(rows, field: str, contacts: list[str]) -> None:
+    """``field`` of ``rows`` (an erased recipient's) through :func:`core.redaction.erase_contacts`.
+    No record keeps which addresses and numbers the user's messages went to (an address changed
+    since, a provider's own spelling of it), so every one in their rows goes, not only ``contacts``:
+    those rows are about this user alone."""
+    model, size = rows.model, rows.model._meta.get_field(field).max_length
+    changed = []
+    for pk, text in rows.exclude(**{field: ""}).values_list("pk", field).iterator(chunk_size=2000):
+        scrubbed = erase_contacts(text, contacts)[:size]
+        if scrubbed != text:
+            changed.append(model(pk=pk, **{field: scrubbed}))
+    model.objects.bulk_update(changed, [field], batch_size=1000)

@@ -17,7 +17,7 @@ from django.db.models import Case, F, Q, Value, When
 
 from core.postgres import array_literal
 from notifications.lifecycle.table import Cause, allowed, in_sql, sources
-from notifications.models import DeliveryEvent, Notification, Reason, Status
+from notifications.models import Notification, Reason, Status
 
 #: Receipt kinds by rank, for receipts of one message at the same instant: positive proof of
 #: delivery outranks a failure reported in the same second.
@@ -26,6 +26,13 @@ KIND_RANK = {"accepted": 0, "deferred": 1, "failed": 2, "delivered": 3}
 RECEIPT_REASONS = (Reason.PROVIDER_UNDELIVERED, Reason.PROVIDER_BOUNCED)
 #: Appended to a receipt's timeline entry when a newer receipt had been applied already.
 OUT_OF_ORDER = "(out of order: a newer receipt was applied first; not applied)"
+#: Appended to an applied receipt's timeline entry that a newer receipt, listed before it (received
+#: first, applied second), overruled: the row no longer says what this entry moved it to.
+OVERRULED = "(out of order: applied, then overruled by a newer receipt received before it)"
+
+#: :func:`settle`'s answer when a row failed by a receipt took a newer failure (no new transition:
+#: its frequency-cap slot and fallback were released by the first).
+REFAILED = "refailed"
 
 _RECORDED = (Status.SENT, Status.DELIVERED, Status.FAILED)
 
@@ -50,6 +57,18 @@ UPDATE notifications_deliveryevent AS e SET detail = left(e.detail || ' ' || %s,
 RETURNING e.id
 """
 
+#: Marks receipts' entries with the state they moved their row to and, for an end, marks the
+#: entries of receipts it overruled that are listed after it (:data:`OVERRULED`): one statement.
+_MARK_SQL = f"""
+WITH mine AS (UPDATE notifications_deliveryevent SET status = %s, reason = %s WHERE id = ANY(%s::bigint[])
+              RETURNING id, notification_id, created_at)
+UPDATE notifications_deliveryevent AS e SET detail = left(e.detail || ' ' || %s, 500)
+  FROM mine
+ WHERE %s AND e.notification_id = mine.notification_id AND e.id <> mine.id AND e.kind LIKE 'receipt:%%'
+   AND e.status IN ('{Status.DELIVERED}', '{Status.FAILED}') AND (e.created_at, e.id) > (mine.created_at, mine.id)
+   AND strpos(e.detail, %s) = 0
+"""
+
 
 def _newer(at: datetime, rank: int) -> Q:
     """Rows whose last applied receipt is older than ``(at, rank)`` (or that have none)."""
@@ -66,21 +85,27 @@ def deliver(items: list[tuple], now: datetime) -> set:
         return {row[0] for row in cur.fetchall()}
 
 
-def settle(pk, status: str, fields: dict, at: datetime, rank: int) -> bool:
+def settle(pk, status: str, fields: dict, at: datetime, rank: int) -> str:
     """A provider's ``delivered``/``failed`` receipt of order ``(at, rank)`` moves the recorded row
-    ``pk`` (``sent``, or the other end set by an older receipt) to ``status`` with ``fields``
-    (``delivered`` clears a failure's reason)."""
+    ``pk`` (``sent``, or an end set by an older receipt) to ``status`` with ``fields``
+    (``delivered`` clears a failure's reason; ``failed`` clears ``delivered_at``, and a newer failure
+    of a row failed by a receipt replaces its reason detail: the provider's last word). Returns
+    :data:`REFAILED` for that last move, ``"moved"`` for any other, ``""`` when it did not move."""
+    by_receipt = Q(status=Status.FAILED, reason__in=RECEIPT_REASONS, receipt_at__isnull=False)
     if status == Status.DELIVERED:
-        recorded = Q(status=Status.SENT) | Q(status=Status.FAILED, reason__in=RECEIPT_REASONS,
-                                              receipt_at__isnull=False)
+        tries = [(Q(status=Status.SENT) | by_receipt, "moved")]
         # The failure's reason goes with it; a sent row keeps what its send said.
         fields = {**fields, "reason": "", "reason_detail": Case(When(status=Status.FAILED, then=Value("")),
                                                                 default=F("reason_detail"))}
     else:
-        recorded = Q(status__in=[Status.SENT, Status.DELIVERED])
-    return bool(Notification.objects.filter(recorded, _newer(at, rank), pk=pk,
-                                            status__in=sources(Cause.PROVIDER_RECEIPT, status))
-                .update(status=status, receipt_at=at, receipt_rank=rank, **fields))
+        tries = [(Q(status__in=[Status.SENT, Status.DELIVERED]), "moved"), (by_receipt, REFAILED)]
+        fields = {**fields, "delivered_at": None}
+    for recorded, outcome in tries:
+        if (Notification.objects.filter(recorded, _newer(at, rank), pk=pk,
+                                        status__in=sources(Cause.PROVIDER_RECEIPT, status))
+                .update(status=status, receipt_at=at, receipt_rank=rank, **fields)):
+            return outcome
+    return ""
 
 
 def settle_unrecorded(pk, source: str, status: str, fields: dict, cause: Cause,
@@ -96,8 +121,15 @@ def settle_unrecorded(pk, source: str, status: str, fields: dict, cause: Cause,
 
 
 def mark_events(event_ids: list, status: str, reason: str = "") -> None:
-    """The receipts' timeline entries record the state they moved their row to."""
-    DeliveryEvent.objects.filter(pk__in=event_ids).update(status=status, reason=reason)
+    """The receipts' timeline entries record the state they moved their row to. A receipt that
+    ended its row (``delivered``/``failed``) overrules every receipt applied before it (all older in
+    the provider's order): the entries of those listed after it (received later, applied first by
+    another worker) get :data:`OVERRULED`, so no entry below it claims the row's state."""
+    if not event_ids:
+        return
+    with connection.cursor() as cur:
+        cur.execute(_MARK_SQL, [str(status), str(reason), array_literal(event_ids), OVERRULED,
+                                status in (Status.DELIVERED, Status.FAILED), OVERRULED])
 
 
 def mark_out_of_order(items: list[tuple]) -> set:

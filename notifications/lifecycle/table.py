@@ -59,7 +59,7 @@ TRANSITIONS: tuple[Transition, ...] = (
     Transition(Cause.PROVIDER_RECEIPT, (S.SENT,), (S.DELIVERED, S.FAILED), _NEWER),
     Transition(Cause.PROVIDER_RECEIPT, _UNRECORDED, (S.SENT, S.DELIVERED, S.FAILED), _RESEND_GUARD),
     Transition(Cause.PROVIDER_RECEIPT, (S.DELIVERED,), (S.FAILED,), _NEWER),
-    Transition(Cause.PROVIDER_RECEIPT, (S.FAILED,), (S.DELIVERED,), f"failed by a receipt; {_NEWER}"),
+    Transition(Cause.PROVIDER_RECEIPT, (S.FAILED,), (S.DELIVERED, S.FAILED), f"failed by a receipt; {_NEWER}"),
     Transition(Cause.APP_RECEIPT, _UNRECORDED, (S.SENT,), _RESEND_GUARD),
     Transition(Cause.APP_RECEIPT, (S.SENT, S.DELIVERED), (S.DISPLAYED,), "up the app's ladder only"),
     Transition(Cause.APP_RECEIPT, (S.SENT, S.DELIVERED, S.DISPLAYED), (S.DISMISSED,), "up the app's ladder only"),
