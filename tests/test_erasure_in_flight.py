@@ -148,6 +148,34 @@ def test_an_inbox_write_that_loaded_its_row_before_the_erasure_writes_nothing_af
 
 
 @pytest.mark.django_db(transaction=True)
+def test_an_in_app_row_whose_recipient_is_erased_between_load_and_write_is_retried_then_cancelled(
+        frozen, monkeypatch):
+    """Not recorded ``sent`` without an item: the refused write is a transient error, and the
+    retry's checks cancel the row."""
+    n = in_flight("ie4", channel="in_app")
+    Notification.objects.filter(pk=n.pk).update(status="queued")
+    write = store.write
+
+    def erased_meanwhile(items):  # the erasure commits after the batch was loaded and checked
+        erase_user(Recipient.objects.get(pk="ie4"), requested_by="api client tests")
+        return write(items)
+
+    monkeypatch.setattr(store, "write", erased_meanwhile)
+    send_notifications([str(n.pk)])
+    n.refresh_from_db()
+    assert (n.status, InboxItem.objects.filter(recipient_id="ie4").count()) == ("scheduled", 0)
+    monkeypatch.setattr(store, "write", write)
+    Notification.objects.filter(pk=n.pk).update(status="queued")  # the scheduler releases the retry
+
+    send_notifications([str(n.pk)])
+
+    n.refresh_from_db()
+    assert (n.status, n.reason) == ("cancelled", "recipient_erased")
+    assert InboxItem.objects.filter(recipient_id="ie4").count() == 0
+    assert list(n.attempts_log.values_list("error_code", flat=True)) == ["recipient_erased"]
+
+
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(60)
 def test_erasure_and_an_inbox_write_holding_the_users_counts_never_deadlock(frozen):
     """The writer holds the user's counts row; the erasure locks the recipient and waits for the

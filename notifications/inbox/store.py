@@ -86,3 +86,11 @@ def write(items: list[NewItem]) -> set[uuid.UUID]:
                 f"FROM unnest(%s::text[], %s::int[]) AS t(r, n) WHERE c.recipient_id = t.r",
                 [[user for user, _n in per_user], [n for _user, n in per_user]])
     return {nid for nid, _recipient in inserted}
+
+
+def without_item(notification_ids: list[uuid.UUID]) -> set[uuid.UUID]:
+    """Those of ``notification_ids`` that have no item (one query; none for an empty list): of the
+    ids :func:`write` did not insert, the ones it refused (recipient erased since), not re-driven."""
+    if not notification_ids:
+        return set()
+    return set(notification_ids) - set(InboxItem.objects.filter(pk__in=notification_ids).values_list("pk", flat=True))
