@@ -231,3 +231,24 @@ def _wait_for_a_lock_wait(timeout: float = 10.0) -> None:
                 return
             time.sleep(0.02)
     raise AssertionError("the erasure never waited for the counts row")
+
+
+@pytest.mark.django_db
+def test_the_migration_backfills_erased_at_with_each_recipients_latest_erasure():
+    import importlib
+
+    from django.apps import apps
+
+    from preferences.models import Erasure
+
+    migration = importlib.import_module("preferences.migrations.0008_recipient_erased_at")
+    twice = Recipient.objects.create(user_id="bf-1")
+    Recipient.objects.create(user_id="bf-2")  # never erased
+    first, last = (Erasure.objects.create(recipient=twice, requested_by="admin a") for _ in range(2))
+    Erasure.objects.filter(pk=first.pk).update(erased_at=NOW)
+    Erasure.objects.filter(pk=last.pk).update(erased_at=NOW + timedelta(days=1))
+
+    migration.backfill(apps, None)
+
+    assert dict(Recipient.objects.filter(user_id__startswith="bf-").values_list("user_id", "erased_at")) == {
+        "bf-1": NOW + timedelta(days=1), "bf-2": None}
