@@ -283,6 +283,15 @@ class FrequencyCap(models.Model):
         super().save(*args, **kwargs)
 
 
+#: The recipient's personal data was erased after the notification was created: in SQL, the rule of
+#: ``preferences.models.Recipient.erased_after``.
+ERASED_SINCE_CREATED = models.Q(recipient__erased_at__gt=models.F("created_at"))
+#: The dead letters support lists and may replay: failed, dead-lettered, and not of a recipient erased
+#: since (a row in flight at the erasure and dead-lettered after it: a replay would send the erased
+#: user's message, or an empty one, to whoever holds the id next).
+DEAD_LETTERS = models.Q(status=Status.FAILED, dead_lettered_at__isnull=False) & ~ERASED_SINCE_CREATED
+
+
 class DeadLetter(Notification):
     """Notifications that failed for a reason a person must look at: attempts ran out, or a
     permanent error that is ours (bad payload, configuration, template). Replayable from the admin."""

@@ -23,6 +23,7 @@ from notifications.enqueue import enqueue_on_commit
 from notifications.ids import single_send_id
 from notifications.inbox.models import InboxItem
 from notifications.models import (
+    DEAD_LETTERS,
     REACHED_STATUSES,
     APIClient,
     DeliveryAttempt,
@@ -182,29 +183,33 @@ def cancel_notification(notification_id: uuid.UUID, client: APIClient | None = N
     return notification
 
 
-def replay_dead_letters(notification_ids, *, by: str) -> int:
+def replay_dead_letters(notification_ids, *, by: str, refused: dict | None = None) -> int:
     """Send dead-lettered notifications again: same id (so the sent marker and the claim still
     guard against a double send), attempt budget reset, ``queued`` and enqueued after commit. Records
     who replayed and when in the timeline. Only rows still ``failed`` and dead-lettered move, and not
     a fallback channel whose next channel has reached the user since (the replay would send twice),
     and only what the gate admits (:func:`notifications.admission.replay_refusals`: the rest stays
-    dead-lettered with a ``replay_refused`` timeline event saying why).
+    dead-lettered with a ``replay_refused`` timeline event saying why; given ``refused``, a dict, it
+    gets ``{id: why}`` of those too). Not a dead letter of a recipient erased since it was created
+    (:data:`~notifications.models.DEAD_LETTERS`).
 
     Returns how many were replayed.
     """
     now = clock.now()
     with transaction.atomic():
-        rows = list(Notification.objects.select_for_update(skip_locked=True)
-                    .filter(pk__in=list(notification_ids), status=Status.FAILED, dead_lettered_at__isnull=False)
+        rows = list(Notification.objects.select_for_update(skip_locked=True, of=("self",))
+                    .filter(DEAD_LETTERS, pk__in=list(notification_ids))
                     .exclude(Exists(Notification.objects.filter(fallback_after=OuterRef("pk"),
                                                                 status__in=REACHED_STATUSES)))
                     .values_list("pk", "priority", "channel"))
-        refused = replay_refusals([r[0] for r in rows], now)
-        if refused:
+        refusals = replay_refusals([r[0] for r in rows], now)
+        if refusals:
             DeliveryEvent.objects.bulk_create([
                 DeliveryEvent(notification_id=i, kind="replay_refused", status=Status.FAILED,
-                              detail=f"replay by {by} refused: {why}"[:500]) for i, why in refused.items()])
-            rows = [r for r in rows if r[0] not in refused]
+                              detail=f"replay by {by} refused: {why}"[:500]) for i, why in refusals.items()])
+            rows = [r for r in rows if r[0] not in refusals]
+            if refused is not None:
+                refused.update(refusals)
         if not rows:
             return 0
         rows = lifecycle.replay([r[0] for r in rows], now, f"dead letter replayed by {by} at {now.isoformat()}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.db import models
 
 
@@ -36,6 +38,9 @@ class Recipient(models.Model):
     email_invalid_at = models.DateTimeField(null=True, blank=True)
     phone_invalid_reason = models.CharField(max_length=64, blank=True, default="")
     phone_invalid_at = models.DateTimeField(null=True, blank=True)
+    # The latest erasure's instant (the platform clock): what was created before it and is still in
+    # flight when it commits is never sent, written to the inbox or replayed (erased_after).
+    erased_at = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -44,6 +49,12 @@ class Recipient(models.Model):
 
     def __str__(self) -> str:
         return self.user_id
+
+    def erased_after(self, instant: datetime) -> bool:
+        """Whether this recipient's personal data was erased after ``instant`` (a notification's
+        creation): its content belongs to the erased user, not to whoever holds the id now. The
+        same rule in SQL: ``notifications.models.ERASED_SINCE_CREATED``, ``notifications.inbox.store``."""
+        return self.erased_at is not None and self.erased_at > instant
 
 
 class Device(models.Model):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin.utils import quote
 from django.forms.models import BaseInlineFormSet
 from django.urls import reverse
@@ -17,7 +17,7 @@ from django.utils.html import format_html
 from notifications import services
 from notifications.admin.base import HIDDEN, EstimatedCountPaginator, ReadOnly
 from notifications.admin.time import INSTANTS_JS, instant_display
-from notifications.models import DeadLetter, DeliveryAttempt, Notification, Status, TimelineEntry
+from notifications.models import DEAD_LETTERS, DeadLetter, DeliveryAttempt, Notification, Status, TimelineEntry
 from preferences.admin_guard import ContentLookupGuard
 from preferences.validation import phone_search_term
 
@@ -178,7 +178,7 @@ class DeadLetterAdmin(NotificationAdmin):
     actions = ["replay"]
 
     def get_queryset(self, request):
-        return super().get_queryset(request).filter(status="failed", dead_lettered_at__isnull=False)
+        return super().get_queryset(request).filter(DEAD_LETTERS)
 
     def changelist_view(self, request, extra_context=None):
         depth = self.get_queryset(request).count()
@@ -196,10 +196,20 @@ class DeadLetterAdmin(NotificationAdmin):
     @admin.action(description="Replay selected dead letters (same id; attempt budget reset)", permissions=["replay"])
     def replay(self, request, queryset):
         ids = list(queryset.values_list("pk", flat=True))
-        count = services.replay_dead_letters(ids, by=request.user.get_username())
+        refused = {}  # id → why, filled by the replay
+        count = services.replay_dead_letters(ids, by=request.user.get_username(), refused=refused)
         for obj in queryset.model.objects.filter(pk__in=ids, status="queued"):
             self.log_change(request, obj, "Replayed dead letter")
-        self.message_user(request, f"Replayed {count} dead letter(s); they are queued again.")
+        if count:
+            self.message_user(request, f"Replayed {count} dead letter(s); they are queued again.")
+        if refused:
+            whys = "; ".join(sorted(set(refused.values())))
+            self.message_user(request, f"Refused {len(refused)} dead letter(s), still dead-lettered "
+                                       f"(their timeline says why): {whys}"[:1000], messages.WARNING)
+        if len(ids) > count + len(refused):
+            self.message_user(request, f"{len(ids) - count - len(refused)} selected were no longer replayable "
+                                       "(replayed or changed meanwhile, or their fallback channel has reached the "
+                                       "user).", messages.WARNING)
 
     def has_replay_permission(self, request):
         # Declared by the migration campaigns/0002_staff_groups (the support group has it). The
@@ -263,4 +273,4 @@ class RecipientNotificationInline(ReadOnly, admin.TabularInline):
 
 def dead_letter_depth() -> int:
     """Count of dead letters (for the admin index banner)."""
-    return DeadLetter.objects.filter(status="failed", dead_lettered_at__isnull=False).count()
+    return DeadLetter.objects.filter(DEAD_LETTERS).count()

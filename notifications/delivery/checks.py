@@ -2,8 +2,9 @@
 *verdict*, computed from what the load stage loaded; no writes (the record stage applies it).
 
 Order (the first rule that applies wins; the sent marker and the lookup of a call in doubt come
-before, in ``pipeline.prepare``): campaign cancelled → expired → suppressed (opt-outs, contact,
-STOP) → quiet hours (a type's policy ``defer``/``bypass``/``silent``; an untyped row by
+before, in ``pipeline.prepare``): recipient erased after the row was created (in flight at the
+erasure) → campaign cancelled → expired → suppressed (opt-outs, contact, STOP) → quiet hours (a
+type's policy ``defer``/``bypass``/``silent``; an untyped row by
 :mod:`notifications.quiet_hours_policy`; ``in_app`` only with ``in_app_quiet_hours``) → push
 without an active device. docs/ARCHITECTURE.md §6, step 4; docs/TYPES.md, "What happens at send time".
 """
@@ -56,6 +57,10 @@ SILENT = "silent"
 def verdict(n: Notification, facts: Facts, now: datetime) -> Verdict | None:
     """The verdict on claimed row ``n`` at ``now`` (UTC), or ``None`` when it goes to the provider.
     A verdict of kind :data:`SILENT` goes to the provider too, as a silent push."""
+    if n.recipient.erased_after(n.created_at):  # in flight at the erasure: never to the id's next holder
+        return Verdict(Status.CANCELLED, "cancelled", Reason.RECIPIENT_ERASED,
+                       f"the recipient's personal data was erased at {n.recipient.erased_at:%Y-%m-%d %H:%M:%S} UTC, "
+                       "after this was created")
     if facts.campaign_cancelled:
         return Verdict(Status.CANCELLED, "cancelled", Reason.CAMPAIGN_CANCELLED,
                        "its campaign was cancelled before this was sent")

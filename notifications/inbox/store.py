@@ -17,6 +17,8 @@ from psycopg.types.json import Jsonb
 
 from core import clock
 from notifications.inbox.models import InboxCounts, InboxItem
+from notifications.models import Notification
+from preferences.models import Recipient
 
 
 @dataclass(frozen=True)
@@ -45,12 +47,14 @@ def write(items: list[NewItem]) -> set[uuid.UUID]:
     that waited for a mark (which holds the counts row) gets a later instant than anything the mark
     could have seen, so ``all_before`` never reaches an item the app has not listed yet.
 
-    Returns the notification ids of the items inserted now."""
+    Not an item of a recipient erased after its notification was created (it was in flight at the
+    erasure). Returns the notification ids of the items inserted now."""
     if not items:
         return set()
     items = sorted(items, key=lambda i: (i.recipient_id, str(i.notification_id)))
     users = sorted({i.recipient_id for i in items})
     item_table, counts_table = InboxItem._meta.db_table, InboxCounts._meta.db_table
+    notification_table, recipient_table = Notification._meta.db_table, Recipient._meta.db_table
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
             f"INSERT INTO {counts_table} (recipient_id, total, unread, unseen) SELECT r, 0, 0, 0 FROM "
@@ -59,10 +63,16 @@ def write(items: list[NewItem]) -> set[uuid.UUID]:
         now = clock.now()
         # One array per column (unnest): nine parameters whatever the batch's size, so the client
         # does not parse a statement of thousands of placeholders.
+        # Not for a recipient erased after the notification was created (Recipient.erased_after): a
+        # writer that loaded the row before an erasure that committed meanwhile writes nothing after
+        # it (this statement's snapshot, taken after the counts lock, sees the erasure).
         cursor.execute(
             f"INSERT INTO {item_table} (notification_id, recipient_id, type_key, category, title, body, data, "
-            f"created_at, expires_at) SELECT * FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[], "
+            f"created_at, expires_at) SELECT t.* FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[], "
             f"%s::text[], %s::text[], %s::jsonb[], %s::timestamptz[], %s::timestamptz[]) "
+            f"AS t(nid, rid, type_key, category, title, body, data, created_at, expires_at) "
+            f"JOIN {notification_table} n ON n.id = t.nid JOIN {recipient_table} r ON r.user_id = t.rid "
+            f"WHERE r.erased_at IS NULL OR r.erased_at <= n.created_at "
             f"ON CONFLICT (notification_id) DO NOTHING RETURNING notification_id, recipient_id",
             [[i.notification_id for i in items], [i.recipient_id for i in items], [i.type_key for i in items],
              [i.category for i in items], [i.title for i in items], [i.body for i in items],
@@ -76,3 +86,11 @@ def write(items: list[NewItem]) -> set[uuid.UUID]:
                 f"FROM unnest(%s::text[], %s::int[]) AS t(r, n) WHERE c.recipient_id = t.r",
                 [[user for user, _n in per_user], [n for _user, n in per_user]])
     return {nid for nid, _recipient in inserted}
+
+
+def without_item(notification_ids: list[uuid.UUID]) -> set[uuid.UUID]:
+    """Those of ``notification_ids`` that have no item (one query; none for an empty list): of the
+    ids :func:`write` did not insert, the ones it refused (recipient erased since), not re-driven."""
+    if not notification_ids:
+        return set()
+    return set(notification_ids) - set(InboxItem.objects.filter(pk__in=notification_ids).values_list("pk", flat=True))

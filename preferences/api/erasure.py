@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 
 from django.db import transaction
 
+from core import clock
 from preferences.models import Erasure, Recipient
 from preferences.services import erase_personal_data
 
@@ -51,7 +52,9 @@ def personal_data() -> dict[str, str]:
 def erase_user(recipient: Recipient, *, requested_by: str) -> tuple[Erasure, bool]:
     """Erase ``recipient``'s personal data. Returns ``(erasure, replayed)``."""
     with transaction.atomic():
-        recipient = Recipient.objects.select_for_update().get(pk=recipient.pk)
+        # FOR NO KEY UPDATE: an inbox write's foreign-key check (FOR KEY SHARE) on this row does not
+        # wait for it, so erasure and a concurrent write holding the user's inbox counts never deadlock.
+        recipient = Recipient.objects.select_for_update(no_key=True).get(pk=recipient.pk)
         held = erase_personal_data(recipient)
         counts = {"contacts_erased": held["contacts_erased"], "devices_deleted": held["devices_deleted"],
                   "preferences_deleted": held["preferences_deleted"]}
@@ -61,4 +64,6 @@ def erase_user(recipient: Recipient, *, requested_by: str) -> tuple[Erasure, boo
             last = recipient.erasures.order_by("-erased_at", "-id").first()
             if last is not None:
                 return last, True
+        # What was created before this instant and is still in flight is never sent, written or replayed.
+        Recipient.objects.filter(pk=recipient.pk).update(erased_at=clock.now())
         return Erasure.objects.create(recipient=recipient, requested_by=requested_by[:200], **counts), False
