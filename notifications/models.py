@@ -179,6 +179,10 @@ class Notification(models.Model):
     html = models.TextField(blank=True, default="")
     data = models.JSONField(null=True, blank=True)
     sensitive = models.BooleanField(default=False, help_text="Content (e.g. an OTP) is never shown or logged.")
+    # The abuse limits' mark of the contact at acceptance (acceptance.rules.contact_mark): the send
+    # counts an SMS/email row again when its contact is no longer this one. A database default, as
+    # campaign pages COPY their rows without it.
+    limit_contact = models.CharField(max_length=16, blank=True, default="", db_default="")
 
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED)
     reason = models.CharField(max_length=32, choices=Reason.choices, blank=True, default="")

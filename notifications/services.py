@@ -18,6 +18,7 @@ from django.db.models import Exists, OuterRef
 from core import clock
 from core.redaction import sensitive_content
 from notifications import lifecycle
+from notifications.acceptance.rules import contact_mark
 from notifications.admission import Admission, Road, admit, replay_refusals
 from notifications.enqueue import enqueue_on_commit
 from notifications.ids import single_send_id
@@ -128,6 +129,7 @@ def accept_notification(
         html=content.get("html") or "",
         data=content.get("data"),
         sensitive=sensitive,
+        limit_contact=contact_mark(recipient, channel),
         status=status,
         accepted_status=status,
         scheduled_at=scheduled_at,

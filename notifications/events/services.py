@@ -16,6 +16,7 @@ from django.db.models import Q
 
 from core import clock
 from notifications import lifecycle, metrics
+from notifications.acceptance.rules import contact_mark
 from notifications.admission import Admission, Road, admit
 from notifications.enqueue import enqueue_on_commit
 from notifications.events import digests
@@ -171,7 +172,7 @@ def accept_event(*, client: APIClient, idempotency_key: str, fingerprint: str, k
                 id=nid, client=client, idempotency_key=idempotency_key if single else None,
                 request_fingerprint=fingerprint if single else "", recipient=recipient, channel=on,
                 priority=kind.priority, category=kind.category, body="", sensitive=kind.sensitive, event=event,
-                notification_type=kind,
+                notification_type=kind, limit_contact=contact_mark(recipient, on),
                 fallback_after=before if waiting else None, status=status,
                 reason=Reason.FALLBACK_WAITING if waiting else "", accepted_status=status, scheduled_at=scheduled_at,
                 due_at=None if waiting else (due or now), queued_at=now if status == Status.QUEUED else None,
