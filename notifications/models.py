@@ -154,7 +154,7 @@ class Notification(models.Model):
     # NULL for campaign sends (no key): the unique constraint only covers API sends.
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
     request_fingerprint = models.CharField(max_length=64, blank=True, default="",
-                                           help_text="SHA-256 of the canonical request body.")
+                                           help_text="Keyed hash (HMAC) of the canonical request body.")
     campaign_id = models.UUIDField(null=True, blank=True, db_index=True)
     # Typed notifications (docs/TYPES.md): rendered at send time from the type's templates and the
     # event's data. No FK indexes of their own: event_idx / fallback_idx in Meta.

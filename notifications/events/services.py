@@ -29,7 +29,7 @@ from notifications.events.models import (
 from notifications.ids import event_id, event_notification_id, single_send_id, typed_send_event_id
 from notifications.models import APIClient, DeliveryEvent, Notification, Priority, Reason, Status
 from notifications.rendering import RenderError
-from notifications.services import WRITTEN_TO_INBOX, IdempotencyKeyReused, NotCancellable
+from notifications.services import WRITTEN_TO_INBOX, IdempotencyKeyReused, NotCancellable, same_request
 
 TYPE_FIELDS = ("name", "description", "category", "priority", "channels", "routing", "quiet_hours",
                "in_app_quiet_hours", "required",
@@ -198,13 +198,13 @@ def accept_event(*, client: APIClient, idempotency_key: str, fingerprint: str, k
             first = Notification.objects.filter(pk=single).first()
             if first is None:
                 raise
-            if first.request_fingerprint != fingerprint or (event_of_first := first.event) is None:
+            if not same_request(first.request_fingerprint, fingerprint) or (event_of_first := first.event) is None:
                 raise IdempotencyKeyReused() from None
             return AcceptedEvent(event_of_first, [first], replayed=True)
         existing = Event.objects.filter(pk=eid).first()
         if existing is None:
             raise
-        if existing.request_fingerprint != fingerprint:
+        if not same_request(existing.request_fingerprint, fingerprint):
             raise IdempotencyKeyReused() from None
         by_user = digests.digests_of(existing)
         return AcceptedEvent(existing, notifications_of(existing), replayed=True,
