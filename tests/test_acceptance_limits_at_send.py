@@ -162,3 +162,45 @@ def test_a_row_counted_at_acceptance_and_checked_again_is_not_counted_twice(http
     send_due()
     assert sent_to(providers, VICTIM) == 10
     assert set(Notification.objects.values_list("status", flat=True)) == {"sent"}
+
+
+def test_a_campaign_member_whose_phone_changed_after_fan_out_is_counted_at_send():
+    from tests.fanout_helpers import make_campaign, make_recipient, run_fan_out, send_time_outcome
+
+    AcceptanceLimit.objects.create(name="alerts_per_phone", category="alerts", per="phone", limit=2,
+                                   window_seconds=600)
+    for user_id in ("ca", "cb"):
+        make_recipient(user_id, phone=VICTIM)
+    make_recipient("cc", phone="+4915100000002")  # counted on its own number at fan-out
+    rows = run_fan_out(make_campaign(["ca", "cb", "cc"], channel="sms", category="alerts"))
+    assert [(n.recipient_id, n.status) for n in rows] == [("ca", "queued"), ("cb", "queued"), ("cc", "queued")]
+    Recipient.objects.filter(pk="cc").update(phone=VICTIM)
+    # ca and cb were counted at fan-out (member {campaign}:{user}): not again; cc now is, over the limit.
+    assert [send_time_outcome(n.pk) for n in rows] == [
+        ("ready", ""), ("ready", ""), ("suppressed", "acceptance_limited")]
+
+
+def test_a_digest_is_counted_as_its_first_event_and_again_for_a_changed_phone(frozen, providers):
+    from notifications.events import digests, services
+    from notifications.events.models import NotificationType, TypeTemplate
+
+    kind = NotificationType.objects.create(key="alerts", name="Alerts", category="security", channels=["sms"],
+                                           digest={"window_seconds": 60, "key": ""})
+    TypeTemplate.objects.create(type=kind, channel="sms", locale="en", body="{{ count }} alerts")
+    AcceptanceLimit.objects.create(name="alerts_per_phone", type_key="alerts", per="phone", limit=2,
+                                   window_seconds=600)
+    client = APIClient.objects.create_key(name="digests")[0]
+    owner = Recipient.objects.create(user_id="da", phone=VICTIM)
+    mover = Recipient.objects.create(user_id="db", phone="+4915100000003")
+    for recipient in (owner, owner, mover):
+        services.accept_event(client=client, idempotency_key=uuid.uuid4().hex, fingerprint="f", kind=kind,
+                              recipients=[recipient], data={})
+    Recipient.objects.filter(pk="db").update(phone=VICTIM)
+    frozen[0] = NOW + timedelta(seconds=61)
+    assert digests.close_due() == 2
+    send_due()
+    # da's two events took VICTIM's two slots; its digest is its first event's (not counted again);
+    # db's was counted on another number, and is over the limit on VICTIM's.
+    assert sorted(Notification.objects.values_list("recipient_id", "status", "reason")) == [
+        ("da", "sent", ""), ("db", "suppressed", "acceptance_limited")]
+    assert sent_to(providers, VICTIM) == 1
