@@ -204,3 +204,25 @@ def test_a_digest_is_counted_as_its_first_event_and_again_for_a_changed_phone(fr
     assert sorted(Notification.objects.values_list("recipient_id", "status", "reason")) == [
         ("da", "sent", ""), ("db", "suppressed", "acceptance_limited")]
     assert sent_to(providers, VICTIM) == 1
+
+
+def test_a_row_to_recount_waits_for_a_retry_while_the_windows_are_unreachable(http, frozen, providers, monkeypatch):
+    import redis
+
+    from notifications.acceptance import rules
+
+    otp_type()
+    Recipient.objects.create(user_id="rd")
+    assert post_event(http, "rd", "k-rd").status_code == 202
+    Recipient.objects.filter(pk="rd").update(phone=VICTIM)
+
+    def unreachable(_source):
+        def run(**_kwargs):
+            raise redis.ConnectionError("connection refused")
+        return run
+
+    monkeypatch.setattr(rules, "script", unreachable)
+    send_due()
+    n = Notification.objects.get()
+    assert (n.status, n.reason, len(providers.messages())) == ("scheduled", "worker_error", 0)
+    assert "AcceptanceLimitsUnavailable" in n.reason_detail
