@@ -24,7 +24,7 @@ from campaigns.selectors import launch_problem
 from core import clock
 from core.identifiers import user_id_problem
 from notifications.models import APIClient
-from notifications.services import cancel_campaign_notifications
+from notifications.services import cancel_campaign_notifications, same_request
 from preferences.services import create_bare_recipients
 
 # The earliest any zone reaches a given wall time: UTC+14 (Pacific/Kiritimati).
@@ -208,7 +208,7 @@ def create_campaign(*, client: APIClient | None, idempotency_key: str | None, fi
             campaign.save(force_insert=True)
     except IntegrityError:
         existing = Campaign.objects.get(pk=campaign_id)
-        if existing.request_fingerprint != fingerprint:
+        if not same_request(existing.request_fingerprint, fingerprint):
             raise CampaignKeyReused() from None
         return CampaignAccepted(existing, replayed=True)
     return CampaignAccepted(campaign, replayed=False)

@@ -1,6 +1,7 @@
 """The one way in: every road by which a notification comes to exist passes :func:`admit`, which
 applies the rules of acceptance in one order: high gate → overrides → content limits → idempotency
-→ acceptance (abuse) limits, the free refusals first and the limits last, as they take slots.
+→ acceptance (abuse) limits, the free refusals first and the limits last, as they take slots. The
+limits' send-time half (:class:`SendLimits`): a row whose contact changed since is counted again.
 
 Each rule keeps its owner; this module only calls them, in that order, with the rules each road
 passes (:data:`RULES`). Opt-outs and quiet hours are send-time rules on every road
@@ -20,9 +21,10 @@ from rest_framework import serializers
 
 from core.api.refusals import AcceptanceLimited, MissingScope
 from core.api.scopes import Scope
-from notifications.acceptance.rules import Reservation, reserve, rules_for
+from notifications.acceptance import rules as limits
+from notifications.acceptance.rules import Reservation, contact_mark, effective_rules, reserve, rules_for, send_rules
 from notifications.content_limits import rendered_problem
-from notifications.models import APIClient, Priority, Reason
+from notifications.models import APIClient, Notification, Priority, Reason
 
 if TYPE_CHECKING:
     from notifications.events.models import NotificationType
@@ -233,6 +235,51 @@ def _recipients(recipients: Sequence[Any]) -> list:
 
     loaded = {r.user_id: r for r in Recipient.objects.filter(pk__in=ids).only("user_id", "phone", "email")}
     return [loaded[r] if isinstance(r, str) else r for r in recipients if not isinstance(r, str) or r in loaded]
+
+
+class SendLimits:
+    """The abuse limits at send time, for one batch of claimed rows (docs/POLICIES.md, "Abuse
+    limits", "At send time"). An SMS or email row whose contact is still the one marked at
+    acceptance (``limit_contact``) costs nothing: no query, no Redis call. Otherwise (the contact
+    was none, or another, or the row was made without a mark) the phone/address rules in force that
+    match it take a slot for the current contact, with the member the request took at acceptance
+    (``{request id}:{user_id}``): a window that already holds it counts it once."""
+
+    def __init__(self) -> None:
+        self._rules: list[limits.Rule] | None = None  # loaded once per batch, when a row needs them
+
+    def refusal(self, n: Notification, now: datetime) -> str:
+        """Why ``n`` may not go (it is over a limit: the detail naming the rule), or ``""``.
+        Raises AcceptanceLimitsUnavailable when Redis cannot count it (the row is retried)."""
+        if contact_mark(n.recipient, n.channel) == n.limit_contact:
+            return ""
+        if self._rules is None:
+            self._rules = effective_rules()
+        rules = send_rules(self._rules, type_key=n.notification_type_id or "", category=n.category,
+                           channel=n.channel)
+        if not rules:
+            return ""
+        try:
+            reserve(rules, request_id=_window_request(n), recipients=[n.recipient], client=None, now=now)
+        except AcceptanceLimited as exc:
+            return str(exc.detail)
+        return ""
+
+
+def _window_request(n: Notification) -> str:
+    """The request id under which ``n``'s road counted it at acceptance (:func:`admit`): a
+    campaign's, an event's, a single send's own; a digest's, its first event's."""
+    if n.campaign_id is not None:
+        return str(n.campaign_id)
+    if n.digest_id is not None:
+        from notifications.events.models import DigestItem
+
+        first = DigestItem.objects.filter(digest_id=n.digest_id).order_by("id").values_list("event_id",
+                                                                                           flat=True).first()
+        return str(first or n.pk)
+    if n.event_id is not None and not n.idempotency_key:
+        return str(n.event_id)
+    return str(n.pk)
 
 
 def replay_refusals(notification_ids: Sequence[Any], now: datetime) -> dict[Any, str]:

@@ -112,15 +112,15 @@ def check_pipeline_settings() -> list[str]:
 
 #: What :func:`erase_notifications` does to each model of this app holding a user's data.
 ERASED_HERE = {
-    "notifications.Notification": "content cleared (title, body, html, data); unclaimed ones cancelled; dead letters "
-                                  "withdrawn (not replayable); "
+    "notifications.Notification": "content cleared (title, body, html, data, request fingerprint); unclaimed ones "
+                                  "cancelled; dead letters withdrawn (not replayable); "
                                   "every address and number scrubbed from reasons; status history kept for counts",
     "notifications.DeliveryAttempt": "every address and number scrubbed from error messages",
     "notifications.DeliveryEvent": "every address and number scrubbed from details (later receipts too)",
     "notifications.InboxItem": "deleted",
     "notifications.InboxCounts": "deleted",
-    "notifications.Event": "data cleared for events to this user alone (an event to many keeps the data "
-                           "they share); the user id stays in user_ids",
+    "notifications.Event": "data and request fingerprint cleared for events to this user alone (an event to many "
+                           "keeps the data they share); the user id stays in user_ids",
     "notifications.Digest": "open ones emptied and closed unsent; every key cleared",
     "notifications.DigestItem": "deleted from open digests; a closed digest's items stay with its sent "
                                 "notifications, whose content is cleared",

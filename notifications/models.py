@@ -154,7 +154,7 @@ class Notification(models.Model):
     # NULL for campaign sends (no key): the unique constraint only covers API sends.
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
     request_fingerprint = models.CharField(max_length=64, blank=True, default="",
-                                           help_text="SHA-256 of the canonical request body.")
+                                           help_text="Keyed hash (HMAC) of the canonical request body.")
     campaign_id = models.UUIDField(null=True, blank=True, db_index=True)
     # Typed notifications (docs/TYPES.md): rendered at send time from the type's templates and the
     # event's data. No FK indexes of their own: event_idx / fallback_idx in Meta.
@@ -179,6 +179,10 @@ class Notification(models.Model):
     html = models.TextField(blank=True, default="")
     data = models.JSONField(null=True, blank=True)
     sensitive = models.BooleanField(default=False, help_text="Content (e.g. an OTP) is never shown or logged.")
+    # The abuse limits' mark of the contact at acceptance (acceptance.rules.contact_mark): the send
+    # counts an SMS/email row again when its contact is no longer this one. A database default, as
+    # campaign pages COPY their rows without it.
+    limit_contact = models.CharField(max_length=16, blank=True, default="", db_default="")
 
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED)
     reason = models.CharField(max_length=32, choices=Reason.choices, blank=True, default="")

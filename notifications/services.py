@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef
+from django.utils.crypto import constant_time_compare, salted_hmac
 
 from core import clock
 from core.redaction import erase_contacts, sensitive_content
 from notifications import lifecycle
+from notifications.acceptance.rules import contact_mark
 from notifications.admission import Admission, Road, admit, replay_refusals
 from notifications.enqueue import enqueue_on_commit
 from notifications.ids import single_send_id
@@ -77,10 +80,33 @@ class Accepted:
 #: it ``sent`` at once (delivery/load.py, the inbox lookup).
 WRITTEN_TO_INBOX = Exists(InboxItem.objects.filter(notification_id=OuterRef("pk")))
 
+#: The salt of :func:`keyed_fingerprint` (``salted_hmac``: HMAC-SHA256 with a key derived from SECRET_KEY).
+FINGERPRINT_SALT = "notifications.request_fingerprint"
+#: A fingerprint stored before it was keyed: a plain SHA-256 (migration 0036 rewrites them).
+_PLAIN = re.compile(r"[0-9a-f]{64}")
+
+
 def request_fingerprint(body: object) -> str:
-    """SHA-256 hex of the request body as canonical JSON (sorted keys, no whitespace)."""
+    """What an idempotency key is stored with, to tell a replay from a reuse: a keyed hash of the
+    request body as canonical JSON (sorted keys, no whitespace). Keyed, as a plain SHA-256 of a
+    body holding a 6-digit code gives the code back by trying the million (docs/SECURITY.md)."""
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    return keyed_fingerprint(hashlib.sha256(canonical.encode()).hexdigest())
+
+
+def keyed_fingerprint(plain_hash: str) -> str:
+    """``"rf-"`` + HMAC-SHA256 (key from SECRET_KEY) of the plain SHA-256, 64 characters in all.
+    Over the plain hash, so a stored plain one is turned into it without the body (migration 0036)."""
+    return "rf-" + salted_hmac(FINGERPRINT_SALT, plain_hash, algorithm="sha256").hexdigest()[:61]
+
+
+def same_request(stored: str, fingerprint: str) -> bool:
+    """Whether ``fingerprint`` is the stored one of a key's first request (a replay). A stored
+    plain SHA-256 (written by a process still on the code before the keyed one) matches its keyed
+    form; an erased fingerprint (``""``) matches no request's."""
+    if constant_time_compare(stored, fingerprint):
+        return True
+    return bool(_PLAIN.fullmatch(stored)) and constant_time_compare(keyed_fingerprint(stored), fingerprint)
 
 
 def accept_notification(
@@ -129,6 +155,7 @@ def accept_notification(
         html=content.get("html") or "",
         data=content.get("data"),
         sensitive=sensitive,
+        limit_contact=contact_mark(recipient, channel),
         status=status,
         accepted_status=status,
         scheduled_at=scheduled_at,
@@ -151,7 +178,7 @@ def accept_notification(
         # The same (client, key) was committed first, possibly by a concurrent request that held
         # the unique index until it committed; read the winner.
         existing = Notification.objects.get(pk=nid)
-        if existing.request_fingerprint != fingerprint:
+        if not same_request(existing.request_fingerprint, fingerprint):
             raise IdempotencyKeyReused(existing) from None
         return Accepted(existing, replayed=True)
     return Accepted(notification, replayed=False)
@@ -247,10 +274,10 @@ def erase_notification_content(recipient_id: str, contacts: list[str], *, by: st
     recipient's notifications no worker has claimed and its fallback channels a bounce could reopen
     (``recipient_erased``, with a timeline event), take its dead letters off the replayable list
     (``dead_letter_withdrawn``), remove every notification's content (title, body, html, data) and
-    the data of the events sent to this recipient alone, and erase the recipient's ``contacts`` (any
-    case) and every other address or number (:func:`_scrub`) wherever a provider echoed them into a
-    reason, attempt error or event detail. Rows, statuses and timelines stay, so counts by status,
-    channel and reason survive.
+    the data and fingerprints of the requests sent to this recipient alone, and erase the recipient's
+    ``contacts`` (any case) and every other address or number (:func:`_scrub`) wherever a provider
+    echoed them into a reason, attempt error or event detail. Rows, statuses and timelines stay, so
+    counts by status, channel and reason survive.
 
     Returns ``{"notifications_erased": rows whose content was removed, "notifications_cancelled": n}``.
     """
@@ -282,6 +309,11 @@ def erase_notification_content(recipient_id: str, contacts: list[str], *, by: st
 
     Event.objects.filter(pk__in=mine.filter(event__isnull=False).values("event_id"), user_ids=[recipient_id]).exclude(
         data={}).update(data={})
+    # The fingerprints of those requests, too (a keyed hash of the content): a retry of an erased
+    # request's key is then a reuse (422), never a replay of content that is gone.
+    mine.exclude(request_fingerprint="").update(request_fingerprint="")
+    Event.objects.filter(pk__in=mine.filter(event__isnull=False).values("event_id"), user_ids=[recipient_id]).exclude(
+        request_fingerprint="").update(request_fingerprint="")
     _scrub(mine, "reason_detail", contacts)
     _scrub(DeliveryAttempt.objects.filter(notification__recipient_id=recipient_id), "error_message", contacts)
     _scrub(DeliveryEvent.objects.filter(notification__recipient_id=recipient_id), "detail", contacts)

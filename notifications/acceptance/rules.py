@@ -23,6 +23,7 @@ import redis
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError
+from django.utils.crypto import salted_hmac
 
 from core.api.refusals import AcceptanceLimited, AcceptanceLimitsUnavailable
 from core.redis_client import get_redis, script
@@ -145,13 +146,39 @@ def rules_for(*, type_key: str, category: str, channels: Sequence[str]) -> list[
     return [rule for rule in effective_rules() if rule.matches(type_key, category, channels)]
 
 
+def _contact(per: str, recipient) -> str:
+    return (recipient.phone or "") if per == Per.PHONE else (recipient.email or "").strip().lower()
+
+
 def _subject(rule: Rule, recipient) -> str:
     if rule.per == Per.USER:
         return f"user:{recipient.user_id}"
-    contact = recipient.phone if rule.per == Per.PHONE else (recipient.email or "").strip().lower()
+    contact = _contact(rule.per, recipient)
     if not contact:
         return ""
     return f"{rule.per}:{hashlib.sha256(contact.encode()).hexdigest()[:32]}"
+
+
+#: The per-contact rule that counts a row of each channel at send time.
+CONTACT_PER = {"sms": Per.PHONE, "email": Per.EMAIL}
+CONTACT_MARK_SALT = "notifications.acceptance.contact_mark"
+
+
+def contact_mark(recipient, channel: str) -> str:
+    """A keyed digest (16 hex) of the contact a ``channel`` row goes to (``sms``: the phone,
+    ``email``: the address), ``""`` without one or for another channel. Stored on the row at
+    acceptance, so the send tells without Redis whether the contact is still the one counted."""
+    per = CONTACT_PER.get(channel)
+    contact = _contact(per, recipient) if per else ""
+    return salted_hmac(CONTACT_MARK_SALT, contact, algorithm="sha256").hexdigest()[:16] if contact else ""
+
+
+def send_rules(rules: Sequence[Rule], *, type_key: str, category: str, channel: str) -> list[Rule]:
+    """Of ``rules``, those that count a ``channel`` row of this type and category per its contact
+    (phone rules for SMS, address rules for email): what the send counts again when the contact is
+    not the one counted at acceptance (docs/POLICIES.md, "Abuse limits")."""
+    per = CONTACT_PER.get(channel)
+    return [r for r in rules if r.per == per and r.matches(type_key, category, [channel])]
 
 
 @dataclass

@@ -5,8 +5,9 @@ Order (the first rule that applies wins; the sent marker and the lookup of a cal
 before, in ``pipeline.prepare``): recipient erased after the row was created (in flight at the
 erasure) → campaign cancelled → expired → suppressed (opt-outs, contact, STOP) → quiet hours (a
 type's policy ``defer``/``bypass``/``silent``; an untyped row by
-:mod:`notifications.quiet_hours_policy`; ``in_app`` only with ``in_app_quiet_hours``) → push
-without an active device. docs/ARCHITECTURE.md §6, step 4; docs/TYPES.md, "What happens at send time".
+:mod:`notifications.quiet_hours_policy`; ``in_app`` only with ``in_app_quiet_hours``) → abuse
+limits of a contact changed since acceptance (:func:`limit_verdict`) → push without an active
+device. docs/ARCHITECTURE.md §6, step 4; docs/TYPES.md, "What happens at send time".
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from notifications import metrics
+from notifications.admission import SendLimits
 from notifications.events.models import NotificationType, QuietHoursPolicy
 from notifications.models import Notification, Reason, Status
 from notifications.quiet_hours_policy import bypasses_quiet_hours
@@ -84,6 +86,15 @@ def verdict(n: Notification, facts: Facts, now: datetime) -> Verdict | None:
                                                       "(data-only) push, no alert or sound (type policy silent)")
     return Verdict(Status.SCHEDULED, "deferred", Reason.QUIET_HOURS, f"quiet hours until {until.isoformat()}",
                    until=until)
+
+
+def limit_verdict(n: Notification, limits: SendLimits, now: datetime) -> Verdict | None:
+    """A row that is going now, over an abuse limit of its current contact (counted again when it is
+    not the one counted at acceptance, :class:`notifications.admission.SendLimits`): suppressed."""
+    detail = limits.refusal(n, now)
+    if detail:
+        return Verdict(Status.SUPPRESSED, "suppressed", Reason.ACCEPTANCE_LIMITED, detail[:500])
+    return None
 
 
 def device_verdict(n: Notification, facts: Facts) -> Verdict | None:

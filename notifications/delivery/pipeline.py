@@ -17,6 +17,7 @@ from collections.abc import Iterable
 
 from core import clock
 from core.redaction import sensitive_content
+from notifications.admission import SendLimits
 from notifications.content_limits import rendered_problem
 from notifications.delivery import caps, checks, claim, load, record
 from notifications.delivery.calls import Calls, Item, call_high, call_standard
@@ -68,11 +69,12 @@ def deliver(channel: str, batch: list[Notification], already_sent: set[str], con
     stopped = load.stopped_phones(batch) if channel == "sms" else None
     devices = load.devices(batch) if channel == "push" else None
     content.types.prime(batch)
+    limits = SendLimits()
     ready: list[Row] = []
     for n in batch:
         try:
             row = prepare(n, already_sent, content, stopped,
-                          devices.get(n.recipient_id, []) if devices is not None else None)
+                          devices.get(n.recipient_id, []) if devices is not None else None, limits)
         except Exception as exc:
             record.worker_error(n, exc)
             continue
@@ -163,15 +165,15 @@ def _decisions(ready: list[Row], items: list[Item], done: Calls) -> list[Decided
 
 
 def prepare(n: Notification, already_sent: set[str], content: Content, stopped_phones: set[str] | None = None,
-            devices: list[Device] | None = None) -> Row | None:
+            devices: list[Device] | None = None, limits: SendLimits | None = None) -> Row | None:
     """The stages before the provider call for the claimed row ``n``: sent marker, provider lookup
     of a call in doubt, checks verdict, content, push devices.
 
     Returns ``None`` when the row was settled here (sent marker found or found at the provider,
     cancelled, expired, suppressed, deferred for quiet hours, template error, no active device);
     otherwise the :class:`Row` to call for: its active push devices (``[]`` for the other
-    channels), whether it goes silently, its send options. ``stopped_phones`` / ``devices`` are
-    preloaded per batch; ``None`` = look them up.
+    channels), whether it goes silently, its send options. ``stopped_phones`` / ``devices`` /
+    ``limits`` (the abuse limits' rules) are per batch; ``None`` = look them up.
     """
     now = clock.now()
     if str(n.pk) in already_sent:
@@ -189,6 +191,10 @@ def prepare(n: Notification, already_sent: set[str], content: Content, stopped_p
         silent = True  # load.message_for makes it a data-only push
         record.note(n, verdict.kind, verdict.detail)
     elif verdict is not None:
+        _apply(n, verdict, now)
+        return None
+    verdict = checks.limit_verdict(n, limits or SendLimits(), now)
+    if verdict is not None:
         _apply(n, verdict, now)
         return None
     options = None

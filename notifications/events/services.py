@@ -16,6 +16,7 @@ from django.db.models import Q
 
 from core import clock
 from notifications import lifecycle, metrics
+from notifications.acceptance.rules import contact_mark
 from notifications.admission import Admission, Road, admit
 from notifications.enqueue import enqueue_on_commit
 from notifications.events import digests
@@ -28,7 +29,7 @@ from notifications.events.models import (
 from notifications.ids import event_id, event_notification_id, single_send_id, typed_send_event_id
 from notifications.models import APIClient, DeliveryEvent, Notification, Priority, Reason, Status
 from notifications.rendering import RenderError
-from notifications.services import WRITTEN_TO_INBOX, IdempotencyKeyReused, NotCancellable
+from notifications.services import WRITTEN_TO_INBOX, IdempotencyKeyReused, NotCancellable, same_request
 
 TYPE_FIELDS = ("name", "description", "category", "priority", "channels", "routing", "quiet_hours",
                "in_app_quiet_hours", "required",
@@ -171,7 +172,7 @@ def accept_event(*, client: APIClient, idempotency_key: str, fingerprint: str, k
                 id=nid, client=client, idempotency_key=idempotency_key if single else None,
                 request_fingerprint=fingerprint if single else "", recipient=recipient, channel=on,
                 priority=kind.priority, category=kind.category, body="", sensitive=kind.sensitive, event=event,
-                notification_type=kind,
+                notification_type=kind, limit_contact=contact_mark(recipient, on),
                 fallback_after=before if waiting else None, status=status,
                 reason=Reason.FALLBACK_WAITING if waiting else "", accepted_status=status, scheduled_at=scheduled_at,
                 due_at=None if waiting else (due or now), queued_at=now if status == Status.QUEUED else None,
@@ -197,13 +198,13 @@ def accept_event(*, client: APIClient, idempotency_key: str, fingerprint: str, k
             first = Notification.objects.filter(pk=single).first()
             if first is None:
                 raise
-            if first.request_fingerprint != fingerprint or (event_of_first := first.event) is None:
+            if not same_request(first.request_fingerprint, fingerprint) or (event_of_first := first.event) is None:
                 raise IdempotencyKeyReused() from None
             return AcceptedEvent(event_of_first, [first], replayed=True)
         existing = Event.objects.filter(pk=eid).first()
         if existing is None:
             raise
-        if existing.request_fingerprint != fingerprint:
+        if not same_request(existing.request_fingerprint, fingerprint):
             raise IdempotencyKeyReused() from None
         by_user = digests.digests_of(existing)
         return AcceptedEvent(existing, notifications_of(existing), replayed=True,
