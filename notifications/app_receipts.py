@@ -17,7 +17,7 @@ and :func:`apply_app_receipt` applies it the way provider receipts are applied
   (opened later from the inbox or elsewhere). Every receipt that is not a duplicate is one timeline
   entry, whether it moved the status or not (its ``status`` says what it moved the row to, ``""``
   when nothing). A provider's late ``delivered`` or failure receipt never moves a row off these
-  statuses either (they settle ``sent`` rows only).
+  statuses either (they settle ``sent`` rows, or the other end an older receipt set).
 * **A receipt proves a provider call**: a row whose call was never recorded (``sending``, or
   ``scheduled``/``queued`` with reason ``outcome_unknown``/``lease_expired``) is first settled as
   ``sent`` exactly as an ``accepted`` provider receipt settles it
@@ -53,7 +53,7 @@ from django.db.models import Max, QuerySet
 
 from core import clock
 from core.queues import RECEIPTS_QUEUE
-from notifications import metrics
+from notifications import lifecycle, metrics
 from notifications.inbox import marks
 from notifications.models import DeliveryEvent, Notification, Status, TimelineEntry
 from notifications.receipts import RESEND_PENDING_REASONS, Receipt, settle_as_sent
@@ -156,8 +156,7 @@ def _apply(rows: QuerySet[Notification], event: str, at: datetime | None, mark_i
         target = EVENT_STATUS[event]
         moved = LADDER[target] > LADDER[current]
         if moved:
-            Notification.objects.filter(pk=n.pk, status=current).update(status=target, updated_at=now)
-            n.status, n.updated_at = target, now
+            moved = lifecycle.app_move(n, target, now)
         stored = _in_order(n, at or now, now)
         DeliveryEvent.objects.create(notification=n, kind=f"{KIND_PREFIX}{event}", status=target if moved else "",
                                      dedup_key=key, detail=_detail(event, at, stored, current, moved),

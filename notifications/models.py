@@ -197,6 +197,10 @@ class Notification(models.Model):
         null=True, blank=True,
         help_text="Set when it failed for a reason a person must look at (attempts ran out, our config).")
     delivered_at = models.DateTimeField(null=True, blank=True)
+    # The order key of the last provider receipt that ended the row (delivered/failed): an older
+    # one does not move it (notifications/lifecycle/receipts.py, docs/ARCHITECTURE.md §5).
+    receipt_at = models.DateTimeField(null=True, blank=True)
+    receipt_rank = models.PositiveSmallIntegerField(default=0, db_default=0)  # raw INSERTs omit it
     created_at = models.DateTimeField(default=clock.now, editable=False)  # the platform clock (one clock)
     # Not auto_now (that is the host's clock): set with created_at on insert, and by every UPDATE
     # that changes the row's state (each passes updated_at explicitly, from the platform clock).

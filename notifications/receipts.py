@@ -14,10 +14,14 @@ Rules:
   SendGrid: ``"sendgrid:<sg_message_id>:<event>:<timestamp>"``, not its ``sg_event_id``, because
   SendGrid re-posts an event under a fresh event id (``providers/sendgrid/webhooks.py``,
   ``dedup_key``). A duplicate is dropped before it can change anything.
-* **Monotonic.** ``delivered`` moves ``sent`` to ``delivered``; a failure (``undelivered``,
-  ``failed``, ``bounce``, ``dropped``) moves it to ``failed`` with the provider's code. Terminal
-  states never change again, so a late or reordered ``queued``/``sent``/``processed`` never regresses
-  ``delivered``.
+* **Monotonic, in the provider's order.** ``delivered`` moves ``sent`` to ``delivered``; a failure
+  (``undelivered``, ``failed``, ``bounce``, ``dropped``) moves it to ``failed`` with the provider's
+  code. A late or reordered ``queued``/``sent``/``processed`` never regresses ``delivered``. Between
+  the two ends the provider's last word holds: each receipt's :func:`order_key` (the provider's event
+  time, else when we received it; then its kind's rank) is compared with the one last applied to the
+  row, and an older receipt moves nothing (its entry is marked out of order), so receipt workers
+  applying them in any order end the same (docs/ARCHITECTURE.md §5, "Receipt order"). The moves
+  themselves are :mod:`notifications.lifecycle`'s.
 * **A receipt proves a provider call.** A ``delivered`` or failure receipt also settles a row whose
   call was never recorded, the same way (``delivered`` / ``failed``):
 
@@ -73,7 +77,7 @@ from core import clock
 from core.postgres import array_literal
 from core.queues import RECEIPTS_QUEUE, RECEIPTS_TASK
 from core.redis_client import get_redis
-from notifications import metrics, sent_markers
+from notifications import lifecycle, metrics, sent_markers
 from notifications.delivery import caps, record
 from notifications.delivery.outcomes import shown
 from notifications.events import fallback
@@ -119,6 +123,7 @@ def accept_receipts(receipts: list[Receipt]) -> None:
     delivery itself is already recorded."""
     if not receipts:
         return
+    receipts = stamped(receipts)
     if settings.NOTIFY["RECEIPTS_INLINE"]:
         apply_receipts(receipts)
         return
@@ -132,12 +137,36 @@ def accept_receipts(receipts: list[Receipt]) -> None:
 
 
 
+def stamped(receipts: list[Receipt]) -> list[Receipt]:
+    """``receipts`` with ``received_at`` set to now where it is not set yet: the instant we received
+    them orders a message's receipts when the provider gives no time of its own (Twilio)."""
+    now = clock.now()
+    return [r if r.received_at is not None else dataclasses.replace(r, received_at=now) for r in receipts]
+
+
+def order_key(receipt: Receipt) -> tuple[datetime, int]:
+    """Where ``receipt`` stands among its message's receipts (docs/ARCHITECTURE.md §5, "Receipt
+    order"): the provider's event time, else the instant we received it; then the kind's rank."""
+    at = receipt.occurred_at or receipt.received_at or clock.now()
+    return at, lifecycle.KIND_RANK.get(receipt.kind, 0)
+
+
+def _received(receipt: Receipt, now: datetime) -> datetime:
+    """A receipt's timeline instant: when we received it (so two receipt workers applying a
+    message's receipts in either order list them in the order they came), never after ``now``."""
+    return min(receipt.received_at or now, now)
+
+
 def to_wire(receipt: Receipt) -> dict:
-    """``receipt`` as JSON-serialisable fields (``occurred_at`` as ISO 8601) for the task message."""
+    """``receipt`` as JSON-serialisable fields (instants as ISO 8601) for the task message."""
     fields = dataclasses.asdict(receipt)
-    if receipt.occurred_at is not None:
-        fields["occurred_at"] = receipt.occurred_at.isoformat()
+    for name in _INSTANTS:
+        if getattr(receipt, name) is not None:
+            fields[name] = getattr(receipt, name).isoformat()
     return fields
+
+
+_INSTANTS = ("occurred_at", "received_at")
 
 
 def apply_wire(items: list[dict]) -> dict[str, int]:
@@ -146,8 +175,9 @@ def apply_wire(items: list[dict]) -> dict[str, int]:
     receipts = []
     for item in items:
         fields = {k: v for k, v in item.items() if k in names}
-        if fields.get("occurred_at"):
-            fields["occurred_at"] = datetime.fromisoformat(fields["occurred_at"])
+        for name in _INSTANTS:
+            if fields.get(name):
+                fields[name] = datetime.fromisoformat(fields[name])
         receipts.append(Receipt(**fields))
     return apply_receipts(receipts)
 
@@ -162,6 +192,7 @@ def apply_receipts(receipts: list[Receipt]) -> dict[str, int]:
     receipt in the batch) take one lookup, one INSERT and one UPDATE for the whole batch. Every
     other receipt goes through :func:`_apply_one`, one by one, in order."""
     counts = {"applied": 0, "duplicate": 0, "unknown": 0}
+    receipts = stamped(receipts)
     found = _find_all(receipts)
     bulk, single = _plan(receipts, found)
     if bulk:
@@ -260,18 +291,12 @@ _BULK_KINDS = frozenset({ACCEPTED, DEFERRED, ENGAGEMENT, DELIVERED})
 
 _INSERT_EVENTS_SQL = """
 INSERT INTO notifications_deliveryevent (notification_id, kind, status, reason, detail, dedup_key, created_at)
-SELECT v.notification_id, v.kind, '', '', v.detail, v.dedup_key, %s
-  FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[]) AS v(notification_id, kind, detail, dedup_key)
+SELECT v.notification_id, v.kind, '', '', v.detail, v.dedup_key, v.created_at
+  FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[], %s::timestamptz[])
+       AS v(notification_id, kind, detail, dedup_key, created_at)
     ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
 RETURNING id, dedup_key
 """
-
-_DELIVERED_SQL = """
-UPDATE notifications_notification SET status = 'delivered', delivered_at = %s, lease_until = NULL, updated_at = %s
- WHERE id = ANY(%s::uuid[]) AND status = 'sent'
-RETURNING id
-"""
-
 
 def _apply_bulk(pairs: list[tuple[Receipt, Notification]]) -> list[str]:
     """Apply ``pairs`` in one transaction; returns one ``"applied"``/``"duplicate"`` per pair."""
@@ -279,9 +304,10 @@ def _apply_bulk(pairs: list[tuple[Receipt, Notification]]) -> list[str]:
     keys = [r.dedup_key[:200] for r, _n in pairs]
     with transaction.atomic():
         with connection.cursor() as cur:
-            cur.execute(_INSERT_EVENTS_SQL, [now, array_literal(str(n.pk) for _r, n in pairs),
+            cur.execute(_INSERT_EVENTS_SQL, [array_literal(str(n.pk) for _r, n in pairs),
                                              array_literal(f"receipt:{r.raw}"[:32] for r, _n in pairs),
-                                             array_literal(_detail(r) for r, _n in pairs), array_literal(keys)])
+                                             array_literal(_detail(r) for r, _n in pairs), array_literal(keys),
+                                             array_literal(_received(r, now).isoformat() for r, _n in pairs)])
             events = {key: pk for pk, key in cur.fetchall()}
         outcomes, delivered = [], {}
         for (r, n), key in zip(pairs, keys, strict=True):
@@ -292,15 +318,15 @@ def _apply_bulk(pairs: list[tuple[Receipt, Notification]]) -> list[str]:
                 if r.kind == DELIVERED:
                     delivered[n.pk] = (r, n, event_id)
         if delivered:
-            with connection.cursor() as cur:
-                cur.execute(_DELIVERED_SQL, [now, now, array_literal(delivered)])
-                moved = {row[0] for row in cur.fetchall()}
+            moved = lifecycle.deliver([(pk, *order_key(r)) for pk, (r, _n, _e) in delivered.items()], now)
             fields = {"lease_until": None, "updated_at": now, "delivered_at": now}
             for pk, (r, n, _event) in delivered.items():
                 if pk in moved or _settle_unrecorded(n, r, Status.DELIVERED, fields, now):
                     moved.add(pk)
                     metrics.receipt_transitioned(n, Status.DELIVERED)
-            DeliveryEvent.objects.filter(pk__in=[delivered[pk][2] for pk in moved]).update(status=Status.DELIVERED)
+            lifecycle.mark_events([delivered[pk][2] for pk in moved], Status.DELIVERED)
+            lifecycle.mark_out_of_order([(event, *order_key(r)) for pk, (r, _n, event) in delivered.items()
+                                         if pk not in moved])
     return outcomes
 
 
@@ -313,7 +339,7 @@ def _apply_one(receipt: Receipt) -> str:
             with transaction.atomic():
                 event = DeliveryEvent.objects.create(
                     notification=n, kind=f"receipt:{receipt.raw}"[:32], dedup_key=receipt.dedup_key[:200],
-                    detail=shown(n, _detail(receipt)))
+                    detail=shown(n, _detail(receipt)), created_at=_received(receipt, clock.now()))
         except IntegrityError:
             return "duplicate"
         now = clock.now()
@@ -323,7 +349,7 @@ def _apply_one(receipt: Receipt) -> str:
               and _settle_unrecorded(n, receipt, Status.SENT, {"lease_until": None, "updated_at": now}, now)):
             # The provider has it (Twilio queued/sent, SendGrid processed): a call whose answer we
             # never got, or have not recorded yet, was accepted; a pending re-send must not happen.
-            DeliveryEvent.objects.filter(pk=event.pk).update(status=Status.SENT)
+            lifecycle.mark_events([event.pk], Status.SENT)
         _contact_hygiene(n, receipt, now)
         metrics.receipt_applied(n, receipt)
     return "applied"
@@ -336,16 +362,19 @@ def _settle(n: Notification, receipt: Receipt, event: DeliveryEvent, now: dateti
     fields: dict = {"lease_until": None, "updated_at": now}
     if receipt.kind == DELIVERED:
         status, reason = Status.DELIVERED, ""
-        fields["delivered_at"] = now
+        fields.update(delivered_at=now, reason="", reason_detail="")
     else:
         status = Status.FAILED
         reason = Reason.PROVIDER_BOUNCED if n.channel == "email" else Reason.PROVIDER_UNDELIVERED
         fields.update(reason=reason, reason_detail=shown(n, _detail(receipt)))
-    moved = Notification.objects.filter(pk=n.pk, status=Status.SENT).update(status=status, **fields)
+    at, rank = order_key(receipt)
+    moved = lifecycle.settle_receipt(n.pk, status, fields, at, rank)
     if not moved:
         moved = _settle_unrecorded(n, receipt, status, fields, now)
+    if not moved:
+        lifecycle.mark_out_of_order([(event.pk, at, rank)])
     if moved:
-        DeliveryEvent.objects.filter(pk=event.pk).update(status=status, reason=reason)
+        lifecycle.mark_events([event.pk], status, reason)
         metrics.receipt_transitioned(n, status, reason)
         if status == Status.FAILED:  # it did not reach the recipient after all:
             caps.give_back([n])  # its frequency-cap slot is free again
@@ -353,7 +382,8 @@ def _settle(n: Notification, receipt: Receipt, event: DeliveryEvent, now: dateti
                 fallback.reopen([(n.pk, n.channel)], f"{n.channel}: {reason}")
 
 
-def _settle_unrecorded(n: Notification, receipt: Receipt, status: str, fields: dict, now: datetime) -> bool:
+def _settle_unrecorded(n: Notification, receipt: Receipt, status: str, fields: dict, now: datetime,
+                       cause: lifecycle.Cause = lifecycle.Cause.PROVIDER_RECEIPT) -> bool:
     """The row was not ``sent``: lock and read it, and settle it with ``fields`` plus what the receipt
     tells about the unrecorded call if it is ``sending`` or waiting for a re-send (module docstring);
     one its worker recorded meanwhile (``sent``) is settled plainly. Returns whether it moved."""
@@ -362,8 +392,9 @@ def _settle_unrecorded(n: Notification, receipt: Receipt, status: str, fields: d
                    "first_attempt_at", "created_at").first())
     if row is None:
         return False
-    if row["status"] == Status.SENT:
-        return bool(Notification.objects.filter(pk=n.pk, status=Status.SENT).update(status=status, **fields))
+    ends = status in (Status.DELIVERED, Status.FAILED)
+    if row["status"] == Status.SENT:  # recorded meanwhile: an end moves it as usual; sent it is already
+        return lifecycle.settle_receipt(n.pk, status, fields, *order_key(receipt)) if ends else True
     waiting = row["status"] in (Status.SCHEDULED, Status.QUEUED) and row["reason"] in RESEND_PENDING_REASONS
     if row["status"] != Status.SENDING and not waiting:
         return False
@@ -373,7 +404,9 @@ def _settle_unrecorded(n: Notification, receipt: Receipt, status: str, fields: d
               "due_at": None}
     if status in (Status.SENT, Status.DELIVERED):
         fields.update(reason="", reason_detail="")  # outcome_unknown/lease_expired no longer hold
-    Notification.objects.filter(pk=n.pk, status=row["status"]).update(status=status, **fields)
+    if not lifecycle.settle_unrecorded(n.pk, row["status"], status, fields, cause,
+                                       order_key(receipt) if ends else None):
+        return False
     DeliveryAttempt.objects.create(
         notification_id=n.pk, number=row["attempts"] or 1, provider=receipt.provider[:32],
         outcome=DeliveryAttempt.Outcome.LEARNED_FROM_RECEIPT, provider_message_id=message_id)
@@ -389,7 +422,8 @@ def settle_as_sent(n: Notification, receipt: Receipt, now: datetime) -> bool:
     ``accepted`` provider receipt, for other sources of proof (the app's receipts,
     :mod:`notifications.app_receipts`). Call inside a transaction. Returns whether it moved (a
     ``sent`` row also answers True, unchanged); other states are left alone (False)."""
-    return _settle_unrecorded(n, receipt, Status.SENT, {"lease_until": None, "updated_at": now}, now)
+    return _settle_unrecorded(n, receipt, Status.SENT, {"lease_until": None, "updated_at": now}, now,
+                              lifecycle.Cause.APP_RECEIPT)
 
 
 def _sent_at(receipt: Receipt, claimed_at: datetime, now: datetime) -> datetime:

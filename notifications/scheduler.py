@@ -33,53 +33,12 @@ from django.db import connection, transaction
 from core import clock
 from core.queues import SEND_QUEUES, queue_for
 from core.redis_client import client_for
-from notifications import metrics
+from notifications import lifecycle, metrics
 from notifications.enqueue import enqueue_on_commit
 from notifications.events import digests, fallback
 from notifications.models import DeliveryEvent
 
 log = logging.getLogger(__name__)
-
-_RELEASE_SQL = """
-WITH due AS (
-    SELECT id FROM notifications_notification
-     WHERE status = 'scheduled' AND due_at <= %(now)s
-     ORDER BY due_at
-     LIMIT %(limit)s
-       FOR UPDATE SKIP LOCKED
-)
-UPDATE notifications_notification n
-   SET status = 'queued', queued_at = %(now)s, due_at = NULL, updated_at = %(now)s
-  FROM due
- WHERE n.id = due.id AND n.status = 'scheduled'
-RETURNING n.id, n.priority, n.channel
-"""
-
-_EXPIRED_LEASES_SQL = """
-WITH stuck AS (
-    SELECT id, CASE WHEN attempts >= (CASE WHEN priority = 'high' THEN %(max_high)s ELSE %(max_standard)s END)
-                    THEN 'failed' WHEN priority = 'high' OR channel = 'in_app' THEN 'queued'
-                    ELSE 'scheduled' END AS next
-      FROM notifications_notification
-     WHERE status = 'sending' AND lease_until < %(now)s
-     LIMIT %(limit)s
-       FOR UPDATE SKIP LOCKED
-)
-UPDATE notifications_notification n
-   SET status = stuck.next, lease_until = NULL, updated_at = %(now)s,
-       reason = CASE WHEN stuck.next = 'failed' THEN 'worker_lost' ELSE 'lease_expired' END,
-       reason_detail = CASE WHEN stuck.next = 'failed'
-                            THEN 'its worker died or stalled on attempt ' || n.attempts
-                                 || ' (the last allowed): dead-lettered'
-                            ELSE 'its worker stopped renewing the lease on attempt ' || n.attempts
-                                 || '; its call may have been made, so it is checked before any re-send' END,
-       queued_at = CASE WHEN stuck.next = 'queued' THEN %(now)s ELSE n.queued_at END,
-       due_at = CASE WHEN stuck.next = 'scheduled' THEN %(standard_due)s ELSE n.due_at END,
-       dead_lettered_at = CASE WHEN stuck.next = 'failed' THEN %(now)s ELSE n.dead_lettered_at END
-  FROM stuck
- WHERE n.id = stuck.id AND n.status = 'sending'
-RETURNING n.id, n.priority, n.channel, n.status, n.reason, n.reason_detail
-"""
 
 _STALE_QUEUED_SQL = """
 WITH stale AS (
@@ -118,7 +77,10 @@ def release_due(max_batches: int = 20) -> int:
     digests.close_due()
     total = 0
     for _ in range(max_batches):
-        n = _move(_RELEASE_SQL, {"now": clock.now(), "limit": limit}, "released", "queued", "")
+        with transaction.atomic():
+            rows = lifecycle.release_due(clock.now(), limit)
+            enqueue_on_commit(rows)
+        n = len(rows)
         total += n
         if n < limit:
             break
@@ -158,15 +120,9 @@ def _expired_leases(now, limit: int) -> int:
               "max_standard": notify["MAX_ATTEMPTS"]["standard"],
               "standard_due": now + timedelta(seconds=float(notify["OUTCOME_UNKNOWN_WAIT_SECONDS"]["standard"]))}
     with transaction.atomic():
-        with connection.cursor() as cur:
-            cur.execute(_EXPIRED_LEASES_SQL, params)
-            rows = cur.fetchall()
+        rows = lifecycle.expire_leases(params)
         if not rows:
             return 0
-        DeliveryEvent.objects.bulk_create([
-            DeliveryEvent(notification_id=pk, kind="dead_lettered" if status == "failed" else "lease_expired",
-                          status=status, reason=reason, detail=detail)
-            for pk, _priority, _channel, status, reason, detail in rows])
         enqueue_on_commit([(pk, priority, channel) for pk, priority, channel, status, *_ in rows
                            if status == "queued"])
         # A dead-lettered event row releases the channel waiting behind it in a fallback order.

@@ -17,6 +17,7 @@ from django.db.models import Exists, OuterRef
 
 from core import clock
 from core.redaction import sensitive_content
+from notifications import lifecycle
 from notifications.acceptance.rules import limit_acceptance
 from notifications.enqueue import enqueue_on_commit
 from notifications.models import (
@@ -172,29 +173,16 @@ def cancel_notification(notification_id: uuid.UUID, client: APIClient | None = N
     if client is not None:
         qs = qs.filter(client=client)
     with transaction.atomic():
-        updated = qs.filter(status__in=[Status.SCHEDULED, Status.QUEUED]).exclude(WRITTEN_TO_INBOX).update(
-            status=Status.CANCELLED, reason=Reason.CANCELLED_BY_CLIENT, reason_detail="", lease_until=None,
-            due_at=None, updated_at=clock.now())
         notification = qs.get()
-        if not updated:
+        if not lifecycle.cancel([notification.pk], lifecycle.Cause.CLIENT_CANCEL, Reason.CANCELLED_BY_CLIENT,
+                                clock.now()):
             raise NotCancellable(notification)
-        record_cancelled([notification.pk], reason=Reason.CANCELLED_BY_CLIENT)
+        notification.refresh_from_db()
         if notification.event_id:  # an event's channel: a fallback waiting behind it is cancelled too
             from notifications.events import fallback
 
             fallback.settle([(notification.pk, Status.CANCELLED, Reason.CANCELLED_BY_CLIENT, notification.channel)])
     return notification
-
-
-def record_cancelled(notification_ids, *, reason: str, detail: str = "", at: datetime | None = None) -> None:
-    """The timeline event of notifications just moved to ``cancelled`` (one ``cancelled`` event
-    each, with the row's ``reason`` and ``detail``, at ``at``: default the platform clock's now).
-    The one writer for every cancel (a single cancel, a campaign's chunked cancel), so their
-    timelines read the same."""
-    at = at or clock.now()
-    DeliveryEvent.objects.bulk_create([
-        DeliveryEvent(notification_id=pk, kind="cancelled", status=Status.CANCELLED, reason=reason, detail=detail,
-                      created_at=at) for pk in notification_ids], batch_size=5000)
 
 
 def replay_dead_letters(notification_ids, *, by: str) -> int:
@@ -214,14 +202,7 @@ def replay_dead_letters(notification_ids, *, by: str) -> int:
                     .values_list("pk", "priority", "channel"))
         if not rows:
             return 0
-        ids = [r[0] for r in rows]
-        Notification.objects.filter(pk__in=ids).update(
-            status=Status.QUEUED, reason="", reason_detail="", attempts=0, first_attempt_at=None,
-            dead_lettered_at=None, due_at=None,
-            lease_until=None, queued_at=now, updated_at=now)
-        DeliveryEvent.objects.bulk_create([
-            DeliveryEvent(notification_id=i, kind="replayed", status=Status.QUEUED,
-                          detail=f"dead letter replayed by {by} at {now.isoformat()}") for i in ids])
+        rows = lifecycle.replay([r[0] for r in rows], now, f"dead letter replayed by {by} at {now.isoformat()}")
         enqueue_on_commit(rows)
     return len(rows)
 
@@ -248,11 +229,9 @@ def cancel_campaign_notifications(campaign_id, *, limit: int = 5000) -> int:
                        .exclude(WRITTEN_TO_INBOX).values_list("pk", flat=True)[:limit])
         if not pending:
             return 0
-        moved = Notification.objects.filter(pk__in=pending, status__in=[Status.SCHEDULED, Status.QUEUED]).update(
-            status=Status.CANCELLED, reason=Reason.CAMPAIGN_CANCELLED, reason_detail=CAMPAIGN_CANCELLED_DETAIL,
-            due_at=None, lease_until=None, updated_at=now)
-        record_cancelled(pending, reason=Reason.CAMPAIGN_CANCELLED, detail=CAMPAIGN_CANCELLED_DETAIL, at=now)
-    return moved
+        moved = lifecycle.cancel(pending, lifecycle.Cause.CAMPAIGN_CANCEL, Reason.CAMPAIGN_CANCELLED, now,
+                                 detail=CAMPAIGN_CANCELLED_DETAIL)
+    return len(moved)
 
 
 def erase_notification_content(recipient_id: str, contacts: list[str], *, by: str) -> dict[str, int]:
@@ -272,12 +251,8 @@ def erase_notification_content(recipient_id: str, contacts: list[str], *, by: st
     now = clock.now()
     mine = Notification.objects.filter(recipient_id=recipient_id)
     pending = list(mine.filter(status__in=[Status.SCHEDULED, Status.QUEUED]).values_list("pk", flat=True))
-    if pending:
-        Notification.objects.filter(pk__in=pending, status__in=[Status.SCHEDULED, Status.QUEUED]).update(
-            status=Status.CANCELLED, reason=Reason.CANCELLED_BY_CLIENT, due_at=None, lease_until=None,
-            updated_at=now)
-        record_cancelled(pending, reason=Reason.CANCELLED_BY_CLIENT,
-                         detail=f"recipient's personal data erased by {by}"[:500], at=now)
+    cancelled = lifecycle.cancel(pending, lifecycle.Cause.ERASURE, Reason.CANCELLED_BY_CLIENT, now, detail=None,
+                     event_detail=f"recipient's personal data erased by {by}"[:500])
     # Its dead letters leave the list: their content is gone, so a replay would send an empty message
     # to whoever holds the user id and contacts next (they stay failed, with their reason).
     withdrawn = list(mine.filter(status=Status.FAILED, dead_lettered_at__isnull=False).values_list("pk", flat=True))
@@ -303,4 +278,4 @@ def erase_notification_content(recipient_id: str, contacts: list[str], *, by: st
             error_message=Replace("error_message", Value(contact), Value(ERASED)))
         DeliveryEvent.objects.filter(notification__recipient_id=recipient_id, detail__contains=contact).update(
             detail=Replace("detail", Value(contact), Value(ERASED)))
-    return {"notifications_erased": erased, "notifications_cancelled": len(pending)}
+    return {"notifications_erased": erased, "notifications_cancelled": len(cancelled)}

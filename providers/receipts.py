@@ -49,6 +49,9 @@ class Receipt:
         sender: Twilio ``From`` (for per-sender STOP).
         occurred_at: when the provider says the event happened (aware UTC; SendGrid ``timestamp``),
             ``None`` if it did not say (Twilio). Only a candidate for ``sent_at``, checked first.
+        received_at: when the platform received it (aware UTC), stamped by the subscriber when it
+            is accepted; with ``occurred_at`` it orders a message's receipts (the provider's time
+            first, else this one: Twilio says none).
         contact: the address or number the event is about (SendGrid ``email``, Twilio ``To``; ``""``:
             not said). A dead-contact mark or a STOP applies to the recipient's contact only while it
             is still this one (a late bounce of an old address never marks the new one).
@@ -67,6 +70,7 @@ class Receipt:
     occurred_at: datetime | None = None
     address: str | None = None
     contact: str = ""
+    received_at: datetime | None = None
 
 
 Subscriber = Callable[[list[Receipt]], None]

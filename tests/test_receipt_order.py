@@ -1,159 +1,194 @@
-"""Receipts apply in the provider's order, not in the order our receipt workers get to them (issue 24,
-item 2; docs/ARCHITECTURE.md §5, "Receipt order").
-
-The issue's race: Twilio posted ``undelivered`` (ErrorCode 30008) for an SMS, we answered 204, then it
-posted ``delivered`` for the same message. Each callback became one message on the ``receipts``
-queue, and two receipt workers applied them concurrently: 6 of 27 trials ended ``delivered`` with the
-timeline listing ``delivered`` first, the others ``failed``. Twilio's callbacks carry no event time,
-so the instant we received each one orders them; the newest receipt of a message is its end, and the
-timeline lists receipts as they came.
-
-Here the callbacks go through the real webhook (signed, answered 204) with the queue path on, and the
-queued messages are applied by :func:`notifications.receipts.apply_wire`, as the receipts worker does:
-in arrival order, against it, and from two connections at once.
-"""
+"""Receipts apply in the provider's order, not the order a receipts worker happens to apply them
+(docs/ARCHITECTURE.md §5, "Receipt order"). Issue 24: a Twilio ``undelivered`` (30008) posted and
+answered, then ``delivered`` for the same SMS; with two receipt workers the two applied in either
+order, and the row ended ``failed`` or ``delivered`` depending on which ran first."""
 
 from __future__ import annotations
 
+import threading
+import types
 import uuid
-from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import connection
 
-from core import clock
 from notifications import receipts
-from notifications.models import Notification, Status, TimelineEntry
+from notifications.lifecycle import OUT_OF_ORDER
+from notifications.models import Notification, Reason, Status
 from preferences.models import Recipient
-from tests.test_lifecycle_stateful import race
-from tests.test_webhooks import PUBLIC, twilio_post
+from tests.test_webhooks import PUBLIC, make_notification, twilio_post
 
-# Committed rows: the racing workers apply the receipts on connections of their own.
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
+pytestmark = pytest.mark.django_db
 
-NOW = datetime(2031, 7, 1, 12, 0, tzinfo=UTC)
+UNDELIVERED = ("receipt:undelivered", "twilio undelivered code 30008")
+DELIVERED = ("receipt:delivered", "twilio delivered")
 #: Trials of the two-worker race (the issue saw the wrong end in 6 of 27).
-TRIALS = 12
+TRIALS = 10
 
 
-@pytest.fixture
-def queued(settings, monkeypatch, frozen):
-    """Webhooks verify and queue (``RECEIPTS_INLINE`` off, as in production); the messages the
-    receipts worker would take from the queue are kept here instead, in the order they were queued."""
-    settings.PUBLIC_BASE_URL = PUBLIC
+@pytest.fixture(autouse=True)
+def _public_url(settings):
+    settings.PUBLIC_BASE_URL = PUBLIC  # the URL Twilio signs
+
+
+def posted(settings, monkeypatch, n: Notification) -> list[list[dict]]:
+    """Post Twilio's ``undelivered`` (30008) and then ``delivered`` for ``n`` through the webhook; each
+    request queues its receipts for a receipts worker: returns the two queued task payloads."""
     settings.NOTIFY = {**settings.NOTIFY, "RECEIPTS_INLINE": False}
-    messages: list[list[dict]] = []
-
-    def send_task(name, args, **_options):
-        assert name == receipts.RECEIPTS_TASK
-        messages.append(args[0])
-
-    monkeypatch.setattr(receipts.current_app, "send_task", send_task)
-    return messages
-
-
-def sent_sms() -> Notification:
-    uid = f"ro-{uuid.uuid4().hex[:8]}"
-    r = Recipient.objects.create(user_id=uid, phone="+4915112345678")
-    return Notification.objects.create(id=uuid.uuid4(), recipient=r, channel="sms", body="b", status=Status.SENT,
-                                       provider="twilio", provider_message_id=f"SM{uuid.uuid4().hex}",
-                                       sent_at=NOW - timedelta(minutes=1))
-
-
-def post_both(n: Notification, frozen, queued: list, first: tuple, second: tuple) -> tuple[list, list]:
-    """Twilio posts ``first`` then, 2 s later, ``second`` (``(status, ErrorCode)``); both answered 204.
-    Returns the two queued messages."""
-    queued.clear()
-    assert twilio_post(n, first[0], code=first[1]).status_code == 204
-    frozen[0] += timedelta(seconds=2)
-    assert twilio_post(n, second[0], code=second[1]).status_code == 204
-    frozen[0] += timedelta(seconds=5)  # the receipt workers get to them later
-    assert len(queued) == 2
-    return queued[0], queued[1]
-
-
-def receipts_on_timeline(n: Notification) -> list[tuple[str, str]]:
-    """The receipt entries of ``n``'s timeline as every reader orders them: ``(kind, status)``."""
-    return list(TimelineEntry.objects.filter(notification_id=n.pk, kind__startswith="receipt:")
-                .order_by("created_at", "id").values_list("kind", "status"))
-
-
-def end_of(n: Notification) -> tuple:
+    queued: list[list[dict]] = []
+    monkeypatch.setattr(receipts, "current_app",
+                        types.SimpleNamespace(send_task=lambda _name, args, **_kw: queued.append(args[0])))
+    assert twilio_post(n, "undelivered", code="30008").status_code == 204
+    assert twilio_post(n, "delivered").status_code == 204
     n.refresh_from_db()
-    return n.status, n.reason, n.reason_detail
+    assert n.status == Status.SENT and len(queued) == 2  # nothing applied in the requests
+    return queued
 
 
-UNDELIVERED = ("undelivered", "30008")
-DELIVERED = ("delivered", "")
-FAILED_30008 = ("failed", "provider_undelivered", "twilio undelivered code 30008")
-ENDS_DELIVERED = ("delivered", "", "")
+def timeline(n: Notification) -> list[tuple]:
+    return list(n.events.order_by("created_at", "id").values_list("kind", "status", "detail"))
 
 
-def test_in_arrival_order_the_later_delivered_is_the_end(queued, frozen):
-    n = sent_sms()
-    undelivered, delivered = post_both(n, frozen, queued, UNDELIVERED, DELIVERED)
-
-    assert receipts.apply_wire(undelivered) == {"applied": 1, "duplicate": 0, "unknown": 0}
-    assert end_of(n) == FAILED_30008
-    assert receipts.apply_wire(delivered) == {"applied": 1, "duplicate": 0, "unknown": 0}
-
-    assert end_of(n) == ENDS_DELIVERED
-    assert receipts_on_timeline(n) == [("receipt:undelivered", "failed"), ("receipt:delivered", "delivered")]
-
-
-def test_against_arrival_order_the_earlier_undelivered_changes_nothing(queued, frozen):
-    """The second worker applies the older callback last: it is recorded (in its place on the
-    timeline, marked out of order) and moves nothing."""
-    n = sent_sms()
-    undelivered, delivered = post_both(n, frozen, queued, UNDELIVERED, DELIVERED)
-
-    assert receipts.apply_wire(delivered) == {"applied": 1, "duplicate": 0, "unknown": 0}
-    assert receipts.apply_wire(undelivered) == {"applied": 1, "duplicate": 0, "unknown": 0}
-
-    assert end_of(n) == ENDS_DELIVERED
-    assert receipts_on_timeline(n) == [("receipt:undelivered", ""), ("receipt:delivered", "delivered")]
-    late = n.events.get(kind="receipt:undelivered")
-    assert "out of order" in late.detail
+@pytest.mark.parametrize("workers_order", ["as posted", "reversed"])
+def test_undelivered_then_delivered_ends_delivered_whichever_worker_applies_first(settings, monkeypatch,
+                                                                                 workers_order):
+    n = make_notification("sms")
+    undelivered, delivered = posted(settings, monkeypatch, n)
+    for payload in ([undelivered, delivered] if workers_order == "as posted" else [delivered, undelivered]):
+        assert receipts.apply_wire(payload) == {"applied": 1, "duplicate": 0, "unknown": 0}
+    n.refresh_from_db()
+    assert (n.status, n.reason, n.reason_detail) == (Status.DELIVERED, "", "")
+    # The timeline lists them as they came; the older one says it did not apply when it came second.
+    if workers_order == "as posted":
+        assert timeline(n) == [(*UNDELIVERED[:1], "failed", UNDELIVERED[1]), (*DELIVERED[:1], "delivered",
+                                                                              DELIVERED[1])]
+    else:
+        assert timeline(n) == [(UNDELIVERED[0], "", f"{UNDELIVERED[1]} {OUT_OF_ORDER}"),
+                               (DELIVERED[0], "delivered", DELIVERED[1])]
 
 
-@pytest.mark.parametrize("reverse", [False, True], ids=["in_order", "reversed"])
-def test_a_later_undelivered_ends_a_delivered_sms_in_either_order(queued, frozen, reverse):
-    """The rule the other way round: the newest callback is the end, whichever is applied first."""
-    n = sent_sms()
-    delivered, undelivered = post_both(n, frozen, queued, DELIVERED, UNDELIVERED)
+def _worker(start: threading.Barrier, errors: list):
+    def apply(payload):
+        try:
+            start.wait(timeout=10)
+            receipts.apply_wire(payload)
+        except Exception as exc:  # reported by the test: a thread's own assertion would be lost
+            errors.append(exc)
+        finally:
+            connection.close()
+    return apply
 
-    for message in ([undelivered, delivered] if reverse else [delivered, undelivered]):
-        receipts.apply_wire(message)
 
-    assert end_of(n) == FAILED_30008
-    assert [kind for kind, _status in receipts_on_timeline(n)] == ["receipt:delivered", "receipt:undelivered"]
-
-
-def test_two_receipt_workers_racing_end_every_trial_the_same(queued, frozen):
-    """The issue's trials: the two queued callbacks applied at once from two connections, released
-    together, :data:`TRIALS` times. Every trial ends ``delivered`` with the timeline in arrival order."""
-    ends, timelines = [], []
+@pytest.mark.django_db(transaction=True)
+def test_two_receipt_workers_at_once_end_the_same_every_time(settings, monkeypatch):
+    """The issue's reproduction: two workers (threads with their own database connections) apply the
+    two receipts at the same moment, :data:`TRIALS` times; which one's thread starts first alternates,
+    so either may take the row's lock first (on main, 2 of 12 trials ended ``failed``)."""
+    ends = []
     for trial in range(TRIALS):
-        n = sent_sms()
-        messages = post_both(n, frozen, queued, UNDELIVERED, DELIVERED)
-        # Which worker's thread starts first alternates: either may win the row's lock.
-        race(*[lambda m=m: receipts.apply_wire(m) for m in (messages[::-1] if trial % 2 else messages)])
-        ends.append(end_of(n))
-        timelines.append([kind for kind, _status in receipts_on_timeline(n)])
+        n = make_notification("sms")
+        payloads = posted(settings, monkeypatch, n)
+        start = threading.Barrier(2)
+        errors: list[Exception] = []
+        worker = _worker(start, errors)
+        threads = [threading.Thread(target=worker, args=(p,)) for p in (payloads[::-1] if trial % 2 else payloads)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+        assert errors == []
+        n.refresh_from_db()
+        kinds = [kind for kind, _status, _detail in timeline(n)]
+        ends.append((n.status, n.reason, kinds))
+    assert ends == [(Status.DELIVERED, "", [UNDELIVERED[0], DELIVERED[0]])] * TRIALS
 
-    assert Counter(ends) == {ENDS_DELIVERED: TRIALS}
-    assert timelines == [["receipt:undelivered", "receipt:delivered"]] * TRIALS
+
+NOW = datetime(2031, 3, 4, 10, 0, tzinfo=UTC)
 
 
-def test_the_received_instant_travels_with_the_queued_message(queued, frozen):
-    """A worker applying a message long after it came still orders it by when it came."""
-    n = sent_sms()
-    undelivered, delivered = post_both(n, frozen, queued, UNDELIVERED, DELIVERED)
+def email_row() -> Notification:
+    uid = f"ro-{uuid.uuid4().hex[:8]}"
+    r = Recipient.objects.create(user_id=uid, email=f"{uid}@example.com")
+    return Notification.objects.create(id=uuid.uuid4(), recipient=r, channel="email", body="b", status=Status.SENT,
+                                       provider="sendgrid", provider_message_id="sg-1", sent_at=NOW)
+
+
+def sendgrid(n: Notification, event: str, kind: str, at: datetime) -> receipts.Receipt:
+    """A SendGrid event as its webhook maps it: ``timestamp`` is the receipt's ``occurred_at``."""
+    return receipts.Receipt(provider="sendgrid", dedup_key=f"sendgrid:sg-1:{event}:{int(at.timestamp())}",
+                            kind=kind, raw=event, notification_id=str(n.pk), provider_message_id="sg-1",
+                            occurred_at=at)
+
+
+@pytest.mark.parametrize("arrival", ["in order", "bounce first"])
+def test_sendgrid_a_bounce_older_than_delivered_never_fails_the_row(frozen, arrival):
+    n = email_row()
+    bounce = sendgrid(n, "bounce", "failed", NOW + timedelta(seconds=5))
+    delivered = sendgrid(n, "delivered", "delivered", NOW + timedelta(seconds=9))
+    for r in ([bounce, delivered] if arrival == "in order" else [delivered, bounce]):
+        receipts.apply_receipts([r])
+    n.refresh_from_db()
+    assert (n.status, n.reason, n.receipt_at, n.receipt_rank) == (Status.DELIVERED, "", NOW + timedelta(seconds=9), 3)
+
+
+def test_sendgrid_a_bounce_after_delivered_fails_the_row(frozen):
+    """An asynchronous bounce: the receiving server took the message, then bounced it."""
+    n = email_row()
+    receipts.apply_receipts([sendgrid(n, "delivered", "delivered", NOW + timedelta(seconds=5))])
+    receipts.apply_receipts([sendgrid(n, "bounce", "failed", NOW + timedelta(seconds=60))])
+    n.refresh_from_db()
+    assert (n.status, n.reason, n.reason_detail) == (Status.FAILED, Reason.PROVIDER_BOUNCED, "sendgrid bounce")
+
+
+@pytest.mark.parametrize("arrival", ["failure first", "delivered first"])
+def test_in_the_same_second_delivered_outranks_a_failure(frozen, arrival):
+    n = email_row()
+    same = NOW + timedelta(seconds=5)
+    bounce, delivered = sendgrid(n, "bounce", "failed", same), sendgrid(n, "delivered", "delivered", same)
+    for r in ([bounce, delivered] if arrival == "failure first" else [delivered, bounce]):
+        receipts.apply_receipts([r])
+    n.refresh_from_db()
+    assert n.status == Status.DELIVERED
+
+
+@pytest.mark.parametrize("workers_order", ["as posted", "reversed"])
+def test_an_undelivered_posted_after_delivered_ends_the_sms_failed(settings, monkeypatch, frozen, workers_order):
+    """The rule the other way round: Twilio's later word is the end, whichever worker applies first."""
+    n = make_notification("sms")
+    settings.NOTIFY = {**settings.NOTIFY, "RECEIPTS_INLINE": False}
+    queued: list[list[dict]] = []
+    monkeypatch.setattr(receipts, "current_app",
+                        types.SimpleNamespace(send_task=lambda _name, args, **_kw: queued.append(args[0])))
+    assert twilio_post(n, "delivered").status_code == 204
+    frozen[0] += timedelta(seconds=2)
+    assert twilio_post(n, "undelivered", code="30008").status_code == 204
+    delivered, undelivered = queued
+    for payload in ([delivered, undelivered] if workers_order == "as posted" else [undelivered, delivered]):
+        receipts.apply_wire(payload)
+    n.refresh_from_db()
+    assert (n.status, n.reason, n.reason_detail) == (Status.FAILED, Reason.PROVIDER_UNDELIVERED, UNDELIVERED[1])
+    assert [kind for kind, _status, _detail in timeline(n)] == [DELIVERED[0], UNDELIVERED[0]]
+
+
+def test_a_receipt_applied_long_after_it_came_keeps_the_instant_it_came(settings, monkeypatch, frozen):
+    """The instant the webhook received a callback travels with the queued message: a worker ten
+    minutes behind still lists (and orders) the two as Twilio posted them."""
+    n = make_notification("sms")
+    settings.NOTIFY = {**settings.NOTIFY, "RECEIPTS_INLINE": False}
+    queued: list[list[dict]] = []
+    monkeypatch.setattr(receipts, "current_app",
+                        types.SimpleNamespace(send_task=lambda _name, args, **_kw: queued.append(args[0])))
+    assert twilio_post(n, "undelivered", code="30008").status_code == 204
+    frozen[0] += timedelta(seconds=2)
+    assert twilio_post(n, "delivered").status_code == 204
     frozen[0] += timedelta(minutes=10)
+    undelivered, delivered = queued
 
     receipts.apply_wire(delivered)
     receipts.apply_wire(undelivered)
 
-    entries = dict(TimelineEntry.objects.filter(notification_id=n.pk).values_list("kind", "created_at"))
-    assert entries == {"receipt:undelivered": NOW, "receipt:delivered": NOW + timedelta(seconds=2)}
-    assert clock.now() == NOW + timedelta(minutes=10, seconds=7)
+    n.refresh_from_db()
+    assert n.status == Status.DELIVERED
+    assert dict(n.events.values_list("kind", "created_at")) == {UNDELIVERED[0]: NOW,
+                                                                DELIVERED[0]: NOW + timedelta(seconds=2)}

@@ -118,10 +118,13 @@ def test_twilio_undelivered_after_sent_fails_with_code_and_30006_marks_number_in
     n = make_notification("sms")
     twilio_post(n, "sent")
     twilio_post(n, "undelivered", code="30006")
-    twilio_post(n, "delivered")  # late, contradictory: terminal stays terminal
     n.refresh_from_db()
     assert (n.status, n.reason) == ("failed", "provider_undelivered")
     assert "30006" in n.reason_detail
+    assert Recipient.objects.get(pk=n.recipient_id).phone_invalid_reason == "landline"
+    twilio_post(n, "delivered")  # received later: the provider's last word is the row's (receipt order)
+    n.refresh_from_db()
+    assert (n.status, n.reason, n.reason_detail) == ("delivered", "", "")
     assert Recipient.objects.get(pk=n.recipient_id).phone_invalid_reason == "landline"
 
 

@@ -9,19 +9,10 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import connection
 
-from core.postgres import array_literal
+from notifications import lifecycle
 from notifications import sent_markers as markers
 from notifications.delivery import leases
-
-_CLAIM_SQL = """
-UPDATE notifications_notification
-   SET status = 'sending', lease_until = %s, attempts = attempts + 1, updated_at = %s,
-       first_attempt_at = COALESCE(first_attempt_at, %s)
- WHERE id = ANY(%s::uuid[]) AND status = 'queued'
-RETURNING id, attempts
-"""
 
 
 def claim(ids: Iterable[str], now: datetime) -> list:
@@ -33,9 +24,7 @@ def claim(ids: Iterable[str], now: datetime) -> list:
     are skipped. One conditional UPDATE: running the same task twice claims each row once.
     """
     lease = now + timedelta(seconds=settings.NOTIFY["LEASE_SECONDS"])
-    with connection.cursor() as cur:
-        cur.execute(_CLAIM_SQL, [lease, now, now, array_literal(ids)])
-        rows = cur.fetchall()
+    rows = lifecycle.claim(ids, lease, now)
     leases.keeper().hold(rows, lease)
     return [row[0] for row in rows]
 

@@ -17,12 +17,11 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
 
 from core import clock
 from core.postgres import array_literal, copy_rows
 from core.redaction import without_sensitive
-from notifications import metrics
+from notifications import lifecycle, metrics
 from notifications import sent_markers as markers
 from notifications.delivery.outcomes import (
     ATTEMPT_COLUMNS,
@@ -44,20 +43,6 @@ from providers.base import ContactInvalidError
 log = logging.getLogger(__name__)
 Outcome = DeliveryAttempt.Outcome
 ATTEMPTS_TABLE = DeliveryAttempt._meta.db_table
-EVENTS_TABLE = DeliveryEvent._meta.db_table
-EVENT_COLUMNS = ("notification_id", "kind", "status", "reason", "detail", "created_at")
-
-# Arrays travel as one text literal each (array_literal): Django's client-side binding would
-# otherwise quote every element in Python (~60 µs per row measured on a 500-row batch).
-_SENT_SQL = """
-UPDATE notifications_notification AS n
-   SET status = 'sent', reason = '', reason_detail = v.detail, lease_until = NULL, due_at = NULL, updated_at = %s,
-       sent_at = %s, provider = %s, provider_message_id = v.pmid
-  FROM unnest(%s::uuid[], %s::int[], %s::text[], %s::text[]) AS v(id, attempts, pmid, detail)
- WHERE n.id = v.id AND n.attempts = v.attempts
-   AND (n.status = 'sending' OR (n.status IN ('scheduled', 'queued') AND n.reason = 'lease_expired'))
-RETURNING n.id
-"""
 
 # An event's rows keep what they said (rendered at send time from their type): support reads it.
 _CONTENT_SQL = """
@@ -69,23 +54,6 @@ UPDATE notifications_notification AS n
  WHERE n.id = v.id
 """
 
-_RESCHEDULE_SQL = """
-UPDATE notifications_notification AS n
-   SET status = 'scheduled', reason = %s, reason_detail = %s, lease_until = NULL, updated_at = %s,
-       due_at = %s, attempts = n.attempts - %s
-  FROM unnest(%s::uuid[], %s::int[]) AS v(id, attempts)
- WHERE n.id = v.id AND n.status = 'sending' AND n.attempts = v.attempts
-RETURNING n.id
-"""
-
-_SUPPRESS_SQL = """
-UPDATE notifications_notification AS n
-   SET status = 'suppressed', reason = %s, reason_detail = v.detail, lease_until = NULL, updated_at = %s
-  FROM unnest(%s::uuid[], %s::int[], %s::text[]) AS v(id, attempts, detail)
- WHERE n.id = v.id AND n.status = 'sending' AND n.attempts = v.attempts
-RETURNING n.id
-"""
-
 
 # --- one row ----------------------------------------------------------------------------------
 
@@ -94,21 +62,15 @@ def transition(n: Notification, status: str, reason: str = "", *, kind: str, det
     """Move a claimed (``sending``) row to ``status``, with its attempt rows and timeline event.
     Returns False if the row was no longer ours (another worker re-claimed it, or it was settled)."""
     detail = shown(n, detail)
-    fields = {"status": status, "reason": reason, "reason_detail": detail[:500], "lease_until": None,
-              "updated_at": clock.now(), **(extra or {})}
-    ours = Q(status=Status.SENDING)
+    fields = {"reason": reason, "reason_detail": detail[:500], "lease_until": None, "updated_at": clock.now(),
+              **(extra or {})}
     if status == Status.SENT:
-        ours |= Q(status__in=[Status.SCHEDULED, Status.QUEUED], reason=Reason.LEASE_EXPIRED)
         fields.setdefault("due_at", None)
-    moved = Notification.objects.filter(ours, pk=n.pk, attempts=n.attempts).update(**fields)
+    moved = lifecycle.record_one(n, status, fields, kind=kind)
     copy_rows(ATTEMPTS_TABLE, ATTEMPT_COLUMNS, list(attempts))
     if moved:
-        if status != Status.SENT:  # a sent row's attempt row is its `sent` line (models.TimelineEntry)
-            DeliveryEvent.objects.create(notification=n, kind=kind, status=status, reason=reason, detail=detail[:500])
         if from_event(n):  # an event's or digest's row: the next channel of a fallback type is decided with it
             fallback.settle([(n.pk, status, reason, n.channel)])
-        for key, value in fields.items():
-            setattr(n, key, value)
         metrics.notification_transitioned(n)
     else:
         log.warning("notification %s changed hands before it could be recorded as %s", n.pk, status)
@@ -222,10 +184,7 @@ def record_sent(rows: list[tuple], provider: str, channel: str, tier: str,
     details = [d.detail for _n, d, _a in rows]
     attempts = [a for _n, _d, row_attempts in rows for a in row_attempts]
     with transaction.atomic():
-        with connection.cursor() as cur:
-            cur.execute(_SENT_SQL, [now, now, provider, array_literal(ids), array_literal(numbers),
-                                    array_literal(message_ids), array_literal(details)])
-            moved = {str(row[0]) for row in cur.fetchall()}
+        moved = lifecycle.sent(now, provider, ids, numbers, message_ids, details)
         copy_rows(ATTEMPTS_TABLE, ATTEMPT_COLUMNS, attempts)
         typed = [n for n, _d, _a in rows if from_event(n) and str(n.pk) in moved]
         if typed:
@@ -296,18 +255,9 @@ def suppress(rows: list[tuple[Notification, str]], reason: str) -> list[Notifica
     now = clock.now()
     details = {n.pk: shown(n, detail)[:500] for n, detail in rows}
     with transaction.atomic():
-        with connection.cursor() as cur:
-            cur.execute(_SUPPRESS_SQL, [reason, now, array_literal(n.pk for n, _d in rows),
-                                        array_literal(n.attempts for n, _d in rows),
-                                        array_literal(details[n.pk] for n, _d in rows)])
-            moved = {str(row[0]) for row in cur.fetchall()}
-        done = [n for n, _d in rows if str(n.pk) in moved]
-        copy_rows(EVENTS_TABLE, EVENT_COLUMNS, [(n.pk, "suppressed", Status.SUPPRESSED.value, str(reason),
-                                                 details[n.pk], now) for n in done])
+        done = lifecycle.suppress([n for n, _d in rows], details, reason, now)
         fallback.settle([(n.pk, Status.SUPPRESSED, reason, n.channel) for n in done if from_event(n)])
     for n in done:
-        n.status, n.reason, n.reason_detail, n.lease_until, n.updated_at = (
-            Status.SUPPRESSED, reason, details[n.pk], None, now)
         metrics.notification_transitioned(n)
     return done
 
@@ -318,16 +268,11 @@ def reschedule(rows: list[Notification], until: datetime, detail: str, *, kind: 
     that made no call), attempt rows and events by COPY."""
     now = clock.now()
     with transaction.atomic():
-        with connection.cursor() as cur:
-            cur.execute(_RESCHEDULE_SQL, [reason, detail[:500], now, until, 1 if give_back_attempt else 0,
-                                          array_literal(n.pk for n in rows), array_literal(n.attempts for n in rows)])
-            moved = {str(row[0]) for row in cur.fetchall()}
+        moved = lifecycle.reschedule(rows, until, reason, detail[:500], kind, now,
+                                     give_back_attempt=give_back_attempt)
         copy_rows(ATTEMPTS_TABLE, ATTEMPT_COLUMNS, list(attempts))
-        copy_rows(EVENTS_TABLE, EVENT_COLUMNS, [(n.pk, kind, Status.SCHEDULED.value, str(reason), detail[:500], now)
-                                                for n in rows if str(n.pk) in moved])
     for n in rows:
         if str(n.pk) in moved:
-            n.status, n.reason = Status.SCHEDULED, reason
             metrics.notification_transitioned(n)
 
 

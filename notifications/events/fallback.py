@@ -25,20 +25,11 @@ from __future__ import annotations
 from django.db import connection
 
 from core import clock
-from core.postgres import array_literal
-from notifications import metrics
+from notifications import lifecycle, metrics
 from notifications.enqueue import enqueue_on_commit
-from notifications.models import REACHED_STATUSES, DeliveryEvent, Reason, Status
+from notifications.models import REACHED_STATUSES, Reason, Status
 
 FINAL = (*REACHED_STATUSES, Status.FAILED, Status.SUPPRESSED, Status.EXPIRED, Status.CANCELLED)
-
-_MOVE_SQL = """
-UPDATE notifications_notification
-   SET status = %s, reason = %s, reason_detail = %s, updated_at = %s, queued_at = %s, due_at = NULL
- WHERE fallback_after = ANY(%s::uuid[]) AND status = 'scheduled' AND reason = 'fallback_waiting'
-RETURNING id, priority, channel
-"""
-
 
 def outcome(status: str, reason: str) -> str | None:
     """What a row's end means for the one waiting behind it: ``"not_needed"``, ``"cancelled"``,
@@ -103,18 +94,10 @@ def _move(rows: list[tuple], status: str, reason: str, now, detail: str) -> list
     by_ending: dict[str, list] = {}
     for pk, _channel, why in rows:
         by_ending.setdefault(why, []).append(pk)
-    moved, events = [], []
-    with connection.cursor() as cur:
-        for why, pks in by_ending.items():
-            text = detail.format(why)[:500]
-            cur.execute(_MOVE_SQL, [status, reason, "" if status == Status.QUEUED else text, now,
-                                    now if status == Status.QUEUED else None, array_literal(pks)])
-            for pk, priority, ch in cur.fetchall():
-                moved.append((str(pk), priority, ch, why))
-                events.append(DeliveryEvent(notification_id=pk, kind="released" if status == Status.QUEUED
-                                            else str(status), status=status, reason=reason, detail=text,
-                                            created_at=now))
-    DeliveryEvent.objects.bulk_create(events)
+    moved = []
+    for why, pks in by_ending.items():
+        for pk, priority, ch in lifecycle.fallback(pks, status, reason, detail.format(why)[:500], now):
+            moved.append((str(pk), priority, ch, why))
     return moved
 
 
@@ -139,15 +122,6 @@ def sweep(limit: int = 1000) -> int:
     return settle(ended) if ended else 0
 
 
-_REOPEN_SQL = """
-UPDATE notifications_notification
-   SET status = %s, reason = %s, reason_detail = %s, updated_at = %s, queued_at = %s, due_at = NULL
- WHERE fallback_after = ANY(%s::uuid[]) AND status = 'suppressed' AND reason = 'fallback_not_needed'
-   AND (expires_at IS NULL OR expires_at > %s)
-RETURNING id, priority, channel
-"""
-
-
 def reopen(failed: list[tuple], why: str) -> int:
     """A receipt says rows recorded ``sent`` did not reach the recipient after all (``failed``:
     ``[(id, channel)]``): release the channel after each in its fallback order if the send made it
@@ -159,24 +133,13 @@ def reopen(failed: list[tuple], why: str) -> int:
         return 0
     now = clock.now()
     detail = f"released: the channel before it in the fallback order ({why}) was sent but did not reach the recipient"
-    events, moved = [], 0
-    with connection.cursor() as cur:
-        cur.execute(_REOPEN_SQL, [Status.QUEUED, "", "", now, now, array_literal(str(pk) for pk, _c in failed), now])
-        released = cur.fetchall()
-        enqueue_on_commit([(str(pk), priority, channel) for pk, priority, channel in released])
-        events += [DeliveryEvent(notification_id=pk, kind="released", status=Status.QUEUED, detail=detail[:500],
-                                 created_at=now) for pk, _p, _c in released]
-        metrics.fallback_settled("reopened", len(released))
-        moved += len(released)
-        behind = [pk for pk, _p, _c in released]
-        while behind:  # the channels after the released one wait for it again
-            cur.execute(_REOPEN_SQL, [Status.SCHEDULED, Reason.FALLBACK_WAITING, "", now, None,
-                                      array_literal(str(pk) for pk in behind), now])
-            rows = cur.fetchall()
-            events += [DeliveryEvent(notification_id=pk, kind="scheduled", status=Status.SCHEDULED,
-                                     reason=Reason.FALLBACK_WAITING, detail=f"waits again: {detail}"[:500],
-                                     created_at=now) for pk, _p, _c in rows]
-            moved += len(rows)
-            behind = [pk for pk, _p, _c in rows]
-    DeliveryEvent.objects.bulk_create(events)
+    released = lifecycle.reopen([pk for pk, _c in failed], Status.QUEUED, detail[:500], now)
+    enqueue_on_commit([(str(pk), priority, channel) for pk, priority, channel in released])
+    metrics.fallback_settled("reopened", len(released))
+    moved = len(released)
+    behind = [pk for pk, _p, _c in released]
+    while behind:  # the channels after the released one wait for it again
+        rows = lifecycle.reopen(behind, Status.SCHEDULED, detail, now)
+        moved += len(rows)
+        behind = [pk for pk, _p, _c in rows]
     return moved

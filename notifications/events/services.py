@@ -16,7 +16,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 
 from core import clock
-from notifications import metrics
+from notifications import lifecycle, metrics
 from notifications.acceptance.rules import limit_acceptance
 from notifications.enqueue import enqueue_on_commit
 from notifications.events import digests
@@ -30,7 +30,7 @@ from notifications.events.models import (
 )
 from notifications.models import APIClient, DeliveryEvent, Notification, Priority, Reason, Status
 from notifications.rendering import RenderError
-from notifications.services import WRITTEN_TO_INBOX, record_cancelled
+from notifications.services import WRITTEN_TO_INBOX
 from notifications.services import notification_id_for as single_send_id
 
 TYPE_FIELDS = ("name", "description", "category", "priority", "channels", "routing", "quiet_hours",
@@ -287,9 +287,8 @@ def cancel_event(event: Event) -> int:
                      | Q(status=Status.SUPPRESSED, reason=Reason.FALLBACK_NOT_NEEDED))
         pending = list(Notification.objects.select_for_update(skip_locked=True).filter(open_rows, event=event)
                        .exclude(WRITTEN_TO_INBOX).values_list("pk", flat=True))
-        moved = Notification.objects.filter(open_rows, pk__in=pending).update(
-            status=Status.CANCELLED, reason=Reason.CANCELLED_BY_CLIENT, reason_detail="its event was cancelled",
-            due_at=None, lease_until=None, updated_at=now)
+        moved = len(lifecycle.cancel(pending, lifecycle.Cause.EVENT_CANCEL, Reason.CANCELLED_BY_CLIENT, now,
+                                     detail="its event was cancelled"))
         withdrawn = digests.withdraw(event)
         if not moved and not withdrawn:
             closed = digests.digests_of(event)
@@ -299,7 +298,5 @@ def cancel_event(event: Event) -> int:
                     f"{next(iter(closed.values())).pk}) and its notifications are shared with the digest's other "
                     "events; cancel those notifications with POST /v1/notifications/{id}/cancel")
             raise NotCancellable()
-        if moved:
-            record_cancelled(pending, reason=Reason.CANCELLED_BY_CLIENT, detail="its event was cancelled", at=now)
         Event.objects.filter(pk=event.pk, cancelled_at__isnull=True).update(cancelled_at=now)
     return moved + withdrawn

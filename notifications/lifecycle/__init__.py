@@ -1,0 +1,25 @@
+"""A notification's status and reason change here and nowhere else (docs/ARCHITECTURE.md §5).
+
+Creating a row (acceptance, campaign fan-out, digests) is not a transition; every later change of
+``status``/``reason`` is one conditional UPDATE whose allowed from-states come from the one table
+(:mod:`.table`), written with its timeline event in the same transaction. ``tests/test_lifecycle.py``
+fails when production code writes a status or reason anywhere else.
+"""
+
+from notifications.lifecycle.manual import cancel, fallback, reopen, replay
+from notifications.lifecycle.receipts import (
+    KIND_RANK,
+    OUT_OF_ORDER,
+    app_move,
+    deliver,
+    mark_events,
+    mark_out_of_order,
+    settle_unrecorded,
+)
+from notifications.lifecycle.receipts import settle as settle_receipt
+from notifications.lifecycle.send import claim, expire_leases, record_one, release_due, reschedule, sent, suppress
+from notifications.lifecycle.table import TRANSITIONS, Cause, allowed, sources
+
+__all__ = ["KIND_RANK", "OUT_OF_ORDER", "TRANSITIONS", "Cause", "allowed", "app_move", "cancel", "claim", "deliver",
+           "expire_leases", "fallback", "mark_events", "mark_out_of_order", "record_one", "release_due", "reopen",
+           "replay", "reschedule", "sent", "settle_receipt", "settle_unrecorded", "sources", "suppress"]
