@@ -55,6 +55,7 @@ from notifications.delivery import claim, load, record
 from notifications.delivery.outcomes import attempt_row, decide
 from notifications.delivery.pipeline import send_notifications
 from notifications.events.models import Event, NotificationType
+from notifications.lifecycle.table import TRANSITIONS
 from notifications.models import DeliveryEvent, Notification, Reason, Status, TimelineEntry
 from notifications.services import NotCancellable, cancel_notification, replay_dead_letters
 from preferences.models import Recipient
@@ -89,6 +90,11 @@ def _waiting_resend(before) -> bool:
     return before.reason in WAITING_RESEND
 
 
+def _failed_by_a_receipt(before) -> bool:
+    """A newer ``delivered`` receipt ends a row an older failure receipt had failed."""
+    return before.reason in (Reason.PROVIDER_UNDELIVERED, Reason.PROVIDER_BOUNCED)
+
+
 def _dead_letter(before) -> bool:
     return before.dead_lettered
 
@@ -111,14 +117,25 @@ EDGES = {
     # a receipt proves the call of a row whose worker has not recorded it (provider's or app's)
     **{(S.SENDING, to): _always for to in (S.DELIVERED, *APP)},
     **{(s, to): _waiting_resend for s in (S.SCHEDULED, S.QUEUED) for to in (S.SENT, S.DELIVERED, S.FAILED, *APP)},
-    # provider receipts after the send; the app's ladder
+    # provider receipts after the send, in the provider's order: its last word is the end ("Receipt order")
     (S.SENT, S.DELIVERED): _always, (S.SENT, S.FAILED): _always,
+    (S.DELIVERED, S.FAILED): _always, (S.FAILED, S.DELIVERED): _failed_by_a_receipt,
     **{(s, to): _always for s in (S.SENT, S.DELIVERED) for to in APP},
     (S.DISPLAYED, S.DISMISSED): _always, (S.DISPLAYED, S.OPENED): _always, (S.DISMISSED, S.OPENED): _always,
-    # the documented exits from a terminal state
+    # the documented exits from a terminal state (and the receipts' delivered ↔ failed above)
     (S.FAILED, S.QUEUED): _dead_letter,  # a dead letter replayed
     (S.SUPPRESSED, S.QUEUED): _not_needed, (S.SUPPRESSED, S.SCHEDULED): _not_needed,  # fallback reopened
 }
+
+
+def in_the_codes_table(before: str, after: str, moves: int) -> bool:
+    """Can the code's own table (``notifications.lifecycle.table``) take ``before`` to ``after`` in at
+    most ``moves`` moves, whatever the causes? (The runtime half of tests/test_status_writers.py: no
+    write outside the lifecycle module, whose every UPDATE takes its from-states from the table.)"""
+    reach = {before}
+    for _ in range(moves):
+        reach |= {to for t in TRANSITIONS for s in t.sources if s in reach for to in t.targets}
+    return after in reach
 
 
 def moves_legally(before, after: str, moves: int) -> bool:
@@ -156,9 +173,13 @@ class Seen(SimpleNamespace):
     """A row as the invariants last saw it: ``status``, ``reason``, ``dead_lettered``."""
 
 
-#: The rows of one example: name → (channel, how it was made).
+#: The rows of one example: name → channel. ``sms`` and ``push`` are single sends, ``camp_*`` and
+#: ``in_app`` campaign rows, ``fb_*`` an event's fallback pair.
 ROWS = {"sms": "sms", "push": "push", "in_app": "in_app", "camp_a": "email", "camp_b": "email",
         "fb_email": "email", "fb_sms": "sms"}
+CAMPAIGN_ROWS = {"email": ["camp_a", "camp_b"], "in_app": ["in_app"]}
+#: The in-app campaign's time to live: a few of the machine's due-release steps run it out.
+IN_APP_TTL = timedelta(minutes=3)
 SENT_BY_WORKER = [name for name, channel in ROWS.items() if channel != "in_app"]
 SMS_ROWS = [name for name, channel in ROWS.items() if channel == "sms"]
 EMAIL_ROWS = [name for name, channel in ROWS.items() if channel == "email"]
@@ -219,7 +240,7 @@ class Lifecycle(RuleBasedStateMachine):
         self.at_provider: dict[str, list[str]] = {name: [] for name in ROWS}  # message ids the provider has
         self.seen: dict[str, Seen] = {}
         self.timeline_seen: dict[str, set] = {}
-        self.terminal: dict[str, str | None] = {}
+        self.terminal: dict[str, str | None] = {}  # the end each row shows, if any
         self.moves = 1
         self.sequence = 0
 
@@ -234,21 +255,27 @@ class Lifecycle(RuleBasedStateMachine):
         self.recipients = [Recipient.objects.create(user_id=f"st-{tag}-{i}", email=f"st{tag}{i}@example.org",
                                                     phone=f"+1555{int(tag, 16) % 10**6:06d}{i}") for i in range(3)]
         alice, bob, carol = self.recipients
-        for name, channel in (("sms", "sms"), ("push", "push"), ("in_app", "in_app")):
+        for name, channel in (("sms", "sms"), ("push", "push")):
             n = Notification.objects.create(id=uuid.uuid4(), recipient=alice, channel=channel, body=f"{name} body",
                                             title="Hi", status=S.QUEUED, queued_at=now, created_at=now,
                                             updated_at=now)
             self.pk[name] = n.pk
-        # An email campaign of two rows, made as fan-out makes them.
+        # An email campaign of two rows and an in-app campaign of one, made as fan-out makes them
+        # (the in-app row's content is rendered at send time by the campaigns app).
         segment = Segment.objects.create(segment_id=f"st-{tag}", name="stateful")
-        self.campaign = Campaign.objects.create(segment=segment, channel="email", status=CampaignStatus.SENDING,
-                                                title="News", body="Hello", created_count=2)
-        self.pk["camp_a"], self.pk["camp_b"] = uuid.uuid4(), uuid.uuid4()
+        self.campaigns = {channel: Campaign.objects.create(segment=segment, channel=channel, title="News",
+                                                           body="Hello", status=CampaignStatus.SENDING,
+                                                           created_count=len(names))
+                          for channel, names in CAMPAIGN_ROWS.items()}
         with transaction.atomic():
-            insert_campaign_page(campaign_id=self.campaign.pk, channel="email", priority="standard",
-                                 category="marketing", now=now, rows=[
-                                     CampaignRow(self.pk["camp_a"], alice.pk, S.QUEUED, "", now, None),
-                                     CampaignRow(self.pk["camp_b"], bob.pk, S.QUEUED, "", now, None)])
+            for channel, names in CAMPAIGN_ROWS.items():
+                for name in names:
+                    self.pk[name] = uuid.uuid4()
+                insert_campaign_page(campaign_id=self.campaigns[channel].pk, channel=channel, priority="standard",
+                                     category="marketing", now=now, rows=[
+                                         CampaignRow(self.pk[name], member.pk, S.QUEUED, "", now,
+                                                     now + IN_APP_TTL if channel == "in_app" else None)
+                                         for name, member in zip(names, (alice, bob), strict=False)])
         # An event of a fallback type: email first, SMS waiting behind it.
         kind = NotificationType.objects.create(key=f"st_{tag}", name="Stateful", category="account",
                                                channels=["email", "sms"], routing="fallback")
@@ -270,7 +297,7 @@ class Lifecycle(RuleBasedStateMachine):
             self.seen[name] = self._read(name)
             self.timeline_seen[name] = set(TimelineEntry.objects.filter(notification_id=self.pk[name])
                                            .values_list("id", flat=True))
-            self.terminal[name] = TERMINAL.get(self.seen[name].status)
+            self.terminal[name] = self.seen[name].status if self.seen[name].status in TERMINAL else None
 
     def teardown(self) -> None:
         claim.release(list(self.pk.values()))
@@ -278,8 +305,8 @@ class Lifecycle(RuleBasedStateMachine):
         Notification.objects.filter(pk__in=ids).delete()
         Event.objects.filter(type__key=f"st_{getattr(self, 'tag', '')}").delete()
         NotificationType.objects.filter(key=f"st_{getattr(self, 'tag', '')}").delete()
-        if hasattr(self, "campaign"):
-            Campaign.objects.filter(pk=self.campaign.pk).delete()
+        if hasattr(self, "campaigns"):
+            Campaign.objects.filter(pk__in=[c.pk for c in self.campaigns.values()]).delete()
             Segment.objects.filter(segment_id=f"st-{self.tag}").delete()
         for r in getattr(self, "recipients", []):
             Recipient.objects.filter(pk=r.pk).delete()
@@ -378,6 +405,13 @@ class Lifecycle(RuleBasedStateMachine):
         self.moves = 2  # queued → sending → sent
         send_notifications([str(self.pk["in_app"])])
 
+    @rule()
+    def in_app_worker_dies(self):
+        """A worker claims the in-app row and dies before its checks (its lease will run out)."""
+        self._tick()
+        claim.claim([str(self.pk["in_app"])], clock.now())
+        claim.release([self.pk["in_app"]])
+
     # --- rules: scheduler -----------------------------------------------------------------------
 
     @rule()
@@ -420,11 +454,11 @@ class Lifecycle(RuleBasedStateMachine):
         with contextlib.suppress(NotCancellable):
             cancel_notification(self.pk[name])
 
-    @rule()
-    def campaign_cancelled(self):
+    @rule(channel=st.sampled_from(list(CAMPAIGN_ROWS)))
+    def campaign_cancelled(self, channel):
         self._tick()
         with contextlib.suppress(CampaignNotCancellable):
-            cancel_campaign(self.campaign.pk)
+            cancel_campaign(self.campaigns[channel].pk)
 
     @rule(name=st.sampled_from(SENT_BY_WORKER))
     def dead_letter_replayed(self, name):
@@ -523,6 +557,8 @@ class Lifecycle(RuleBasedStateMachine):
             entries = {e.id: e for e in TimelineEntry.objects.filter(notification_id=self.pk[name])}
             new = [entries[i] for i in sorted(set(entries) - self.timeline_seen[name], key=lambda i: (
                 entries[i].created_at, i))]
+            if not in_the_codes_table(before.status, after.status, moves):
+                problems.append(f"{name}: {before.status} → {after.status}: not in notifications/lifecycle/table.py")
             if not moves_legally(before, after.status, moves):
                 problems.append(f"{name}: moved backwards or off the table: {before.status} ({before.reason}) → "
                                 f"{after.status} ({after.reason})")
@@ -530,13 +566,14 @@ class Lifecycle(RuleBasedStateMachine):
                     e.status for e in new}:
                 problems.append(f"{name}: {before.status} → {after.status} with no timeline entry saying "
                                 f"{after.status} (new entries: {[(e.kind, e.status) for e in new]})")
-            kind = TERMINAL.get(after.status)
-            if kind is None:  # left its terminal state: by a documented exit, or flagged above
+            if after.status not in TERMINAL:  # left its end: by a documented exit, or flagged above
                 self.terminal[name] = None
-            else:
-                if self.terminal[name] not in (None, kind):
-                    problems.append(f"{name}: a second terminal state: {self.terminal[name]} then {after.status}")
-                self.terminal[name] = kind
+            elif after.status != self.terminal[name]:
+                ended = self.terminal[name]
+                documented = (ended, after.status) in EDGES  # a provider's later word (Receipt order)
+                if ended is not None and TERMINAL[ended] != TERMINAL[after.status] and not documented:
+                    problems.append(f"{name}: a second end: {ended}, then {after.status} ({after.reason})")
+                self.terminal[name] = after.status
             self.seen[name] = after
             self.timeline_seen[name] = set(entries)
         assert not problems, "\n".join(problems)
@@ -545,13 +582,24 @@ class Lifecycle(RuleBasedStateMachine):
     def campaign_counts_equal_the_rows(self) -> None:
         if not self.pk:
             return
-        rows = Counter(Notification.objects.filter(campaign_id=self.campaign.pk).values_list("status", flat=True))
-        counts = campaign_counts(self.campaign)
-        assert counts["total"] == sum(rows.values()) == self.campaign.created_count == 2
-        assert {s: n for s, n in counts["by_status"].items() if n} == dict(rows)
-        outcome = counts["outcome"]
-        assert outcome["sent"] + outcome["not_sent"] + outcome["pending"] == 2
-        assert outcome["sent"] == sum(rows[s] for s in (S.SENT, *REACHED_FINAL))
+        for campaign in self.campaigns.values():
+            rows = Counter(Notification.objects.filter(campaign_id=campaign.pk).values_list("status", flat=True))
+            counts = campaign_counts(campaign)
+            assert counts["total"] == sum(rows.values()) == campaign.created_count
+            assert {s: n for s, n in counts["by_status"].items() if n} == dict(rows)
+            outcome = counts["outcome"]
+            assert outcome["sent"] + outcome["not_sent"] + outcome["pending"] == campaign.created_count
+            assert outcome["sent"] == sum(rows[s] for s in (S.SENT, *REACHED_FINAL))
+
+    @invariant()
+    def no_writer_crashed(self) -> None:
+        """The pipeline records a crash of its own stages as ``worker_error`` (retried, then a dead
+        letter): none of the machine's steps is a reason to crash."""
+        if not self.pk:
+            return
+        crashed = list(DeliveryEvent.objects.filter(notification_id__in=self.pk.values(), reason=Reason.WORKER_ERROR)
+                       .values_list("notification_id", "detail"))
+        assert not crashed, f"a worker crashed: {crashed}"
 
 
 SETTINGS = settings(max_examples=25, stateful_step_count=25, deadline=None, derandomize=True,
@@ -563,8 +611,9 @@ def test_concurrent_writers_keep_every_lifecycle_legal(world):
 
 
 
-def run_steps(*steps) -> Lifecycle:
-    """The machine driven through ``steps`` (``(rule name, args…)``), the invariants after each."""
+def run_steps(*steps) -> dict[str, tuple[str, str]]:
+    """The machine driven through ``steps`` (``(rule name, args…)``), the invariants after each;
+    returns each row's ``(status, reason)`` at the end."""
     state = Lifecycle()
     state.make_rows()
     try:
@@ -572,9 +621,10 @@ def run_steps(*steps) -> Lifecycle:
             getattr(state, name)(*args)
             state.every_row_moved_legally_with_its_timeline_entry()
             state.campaign_counts_equal_the_rows()
+            state.no_writer_crashed()
+        return {name: (state.seen[name].status, state.seen[name].reason) for name in ROWS}
     finally:
         state.teardown()
-    return state
 
 
 def test_a_stale_worker_from_before_a_replay_cannot_record_on_the_replayed_row(world):
@@ -585,3 +635,12 @@ def test_a_stale_worker_from_before_a_replay_cannot_record_on_the_replayed_row(w
     run_steps(("claim_and_call", "sms", "unavailable"), ("leases_run_out",), ("due_rows_released",),
               ("claim_and_call", "sms", "accepted"), ("leases_run_out",), ("dead_letter_replayed", "sms"),
               ("claim_and_call", "sms", "accepted"), ("record", 0), ("record", 1))
+
+
+def test_a_claimed_row_of_a_campaign_cancelled_meanwhile_is_cancelled_at_send_time(world):
+    """The campaign is cancelled while a worker holds its in-app row (a cancel skips claimed rows);
+    that worker dies, and the row's next claim finds the campaign cancelled (checks stage)."""
+    ends = run_steps(("in_app_worker_dies",), ("campaign_cancelled", "in_app"), ("leases_run_out",),
+                     ("send_in_app",))
+
+    assert ends["in_app"] == (S.CANCELLED, Reason.CAMPAIGN_CANCELLED)
