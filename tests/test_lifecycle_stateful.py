@@ -54,6 +54,7 @@ from notifications.campaign_rows import CampaignRow, insert_campaign_page
 from notifications.delivery import claim, load, record
 from notifications.delivery.outcomes import attempt_row, decide
 from notifications.delivery.pipeline import send_notifications
+from notifications.events import services as events
 from notifications.events.models import Event, NotificationType
 from notifications.lifecycle.table import TRANSITIONS
 from notifications.models import DeliveryEvent, Notification, Reason, Status, TimelineEntry
@@ -99,6 +100,11 @@ def _dead_letter(before) -> bool:
     return before.dead_lettered
 
 
+def _fallback_waiting(before) -> bool:
+    """A fallback channel waiting for the one before it, made not needed when that one reached the user."""
+    return before.reason == Reason.FALLBACK_WAITING
+
+
 def _not_needed(before) -> bool:
     """A fallback channel made not needed by a send that then failed (fallback.reopen)."""
     return before.reason == Reason.FALLBACK_NOT_NEEDED
@@ -108,8 +114,8 @@ def _not_needed(before) -> bool:
 #: module docstrings of receipts.py, app_receipts.py, events/fallback.py and scheduler.py allow.
 EDGES = {
     # scheduler: due release; fallback: release / not needed / cancelled with the one before; cancels
-    (S.SCHEDULED, S.QUEUED): _always, (S.SCHEDULED, S.CANCELLED): _always, (S.SCHEDULED, S.SUPPRESSED): _always,
-    (S.QUEUED, S.CANCELLED): _always,
+    (S.SCHEDULED, S.QUEUED): _always, (S.SCHEDULED, S.CANCELLED): _always,
+    (S.SCHEDULED, S.SUPPRESSED): _fallback_waiting, (S.QUEUED, S.CANCELLED): _always,
     # claim; the worker's record (sent, retry, wait, high-tier retry, dead letter, suppressed…)
     (S.QUEUED, S.SENDING): _always,
     **{(S.SENDING, to): _always for to in (S.SENT, S.SCHEDULED, S.QUEUED, S.FAILED, S.SUPPRESSED, S.EXPIRED,
@@ -125,6 +131,7 @@ EDGES = {
     # the documented exits from a terminal state (and the receipts' delivered ↔ failed above)
     (S.FAILED, S.QUEUED): _dead_letter,  # a dead letter replayed
     (S.SUPPRESSED, S.QUEUED): _not_needed, (S.SUPPRESSED, S.SCHEDULED): _not_needed,  # fallback reopened
+    (S.SUPPRESSED, S.CANCELLED): _not_needed,  # its event cancelled: a later bounce must not reopen it
 }
 
 
@@ -444,6 +451,7 @@ class Lifecycle(RuleBasedStateMachine):
     @rule(name=st.sampled_from(APP_ROWS), event=st.sampled_from(["displayed", "opened", "dismissed"]))
     def app_receipt(self, name, event):
         self._tick()
+        self.moves = 2  # a row whose call was never recorded: settled as sent, then moved up (app_receipts.py)
         self._app(name, event)()
 
     # --- rules: people --------------------------------------------------------------------------
@@ -459,6 +467,12 @@ class Lifecycle(RuleBasedStateMachine):
         self._tick()
         with contextlib.suppress(CampaignNotCancellable):
             cancel_campaign(self.campaigns[channel].pk)
+
+    @rule()
+    def event_cancelled(self):
+        self._tick()
+        with contextlib.suppress(events.NotCancellable):
+            events.cancel_event(Event.objects.get(type__key=f"st_{self.tag}"))
 
     @rule(name=st.sampled_from(SENT_BY_WORKER))
     def dead_letter_replayed(self, name):
@@ -494,7 +508,7 @@ class Lifecycle(RuleBasedStateMachine):
         entry = self.inflight.pop(index % len(self.inflight))
         name = entry[0]
         self._tick()
-        self.moves = 2
+        self.moves = 3
         if ROWS[name] == "sms" and self.at_provider[name]:
             other = self._twilio(name, *twilio)
         elif ROWS[name] == "email" and self.at_provider[name]:
@@ -541,7 +555,7 @@ class Lifecycle(RuleBasedStateMachine):
           second=st.sampled_from(["displayed", "opened", "dismissed"]))
     def two_app_receipts_race(self, first, second):
         self._tick()
-        self.moves = 2
+        self.moves = 3
         race(self._app("push", first), self._app("push", second))
 
     # --- invariants -----------------------------------------------------------------------------
