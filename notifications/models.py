@@ -189,6 +189,10 @@ class Notification(models.Model):
     queued_at = models.DateTimeField(null=True, blank=True)
     lease_until = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
+    # Claims ever made of the row: never reset (a replay resets ``attempts``) nor given back (a wait
+    # gives its attempt back), so a worker's claim number is never another's: every record and lease
+    # renewal is fenced on it (notifications/lifecycle/send.py).
+    claims = models.PositiveIntegerField(default=0, db_default=0)  # raw INSERTs omit it
     first_attempt_at = models.DateTimeField(null=True, blank=True)
     provider = models.CharField(max_length=32, blank=True, default="")
     provider_message_id = models.CharField(max_length=255, blank=True, default="")  # indexed in Meta

@@ -362,7 +362,7 @@ def _settle(n: Notification, receipt: Receipt, event: DeliveryEvent, now: dateti
     fields: dict = {"lease_until": None, "updated_at": now}
     if receipt.kind == DELIVERED:
         status, reason = Status.DELIVERED, ""
-        fields.update(delivered_at=now, reason="", reason_detail="")
+        fields["delivered_at"] = now
     else:
         status = Status.FAILED
         reason = Reason.PROVIDER_BOUNCED if n.channel == "email" else Reason.PROVIDER_UNDELIVERED

@@ -167,8 +167,8 @@ def test_a_row_whose_lease_lapsed_and_changed_hands_is_not_sent_or_recorded(prov
     original = calls.still_ours
 
     def steal_then_check(rows, seconds):
-        # Another worker re-claimed the first row (its lease ran out): attempts moved on.
-        Notification.objects.filter(pk=ids[0]).update(attempts=7)
+        # Another worker re-claimed the first row (its lease ran out): its claim number moved on.
+        Notification.objects.filter(pk=ids[0]).update(attempts=7, claims=7)
         return original(rows, seconds)
 
     calls.still_ours = steal_then_check

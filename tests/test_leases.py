@@ -60,7 +60,7 @@ def test_the_heartbeat_renews_held_rows_until_they_are_released(providers, heart
 def test_ensure_extends_past_the_call_deadline_and_names_rows_that_changed_hands(providers, settings):
     ids = queued("sms", 2)
     claim(ids, clock.now())
-    Notification.objects.filter(pk=ids[0]).update(attempts=9)  # re-claimed by someone else
+    Notification.objects.filter(pk=ids[0]).update(attempts=9, claims=9)  # re-claimed by someone else
 
     owned = leases.keeper().ensure(ids, seconds=60)
 

@@ -4,6 +4,7 @@ backwards, never a second end); docs/ARCHITECTURE.md prints the code's table."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import re
 import uuid
@@ -170,3 +171,60 @@ def test_the_architecture_doc_prints_the_codes_table():
     printed = re.search(r"<!-- transitions -->\n(.*?)\n<!-- /transitions -->", doc, re.S)
     assert printed is not None, "docs/ARCHITECTURE.md §5 lost its transitions table markers"
     assert printed.group(1).strip() == lifecycle.table.markdown()
+
+
+def test_a_worker_that_stalled_through_a_replay_cannot_record_on_the_next_claim(settings):
+    """Found by hstate's stateful test: a replay resets ``attempts``, so fencing records on it let a
+    worker of the row's first life (attempt 1) record over the claim after the replay (attempt 1
+    again). Records are fenced on ``claims``, which never goes back."""
+    settings.NOTIFY = {**settings.NOTIFY, "MAX_ATTEMPTS": {"high": 1, "standard": 1}}
+    n = make(Status.QUEUED)
+    claim.claim([str(n.pk)], clock.now())
+    stalled = Notification.objects.get(pk=n.pk)  # worker 1, attempt 1: its call hangs
+    Notification.objects.filter(pk=n.pk).update(lease_until=_past())
+    scheduler.reconcile()  # its lease ran out on the last allowed attempt: dead-lettered
+    assert services.replay_dead_letters([n.pk], by="support") == 1
+    claim.claim([str(n.pk)], clock.now())  # worker 2: attempt 1 again, claim 2
+    claim.release([n.pk])
+    record.reschedule([stalled], clock.now() + timedelta(minutes=1), "attempt 1 failed (503)", kind="retry",
+                      give_back_attempt=False)
+    n.refresh_from_db()
+    assert (n.status, n.attempts, n.claims) == (Status.SENDING, 1, 2)
+    assert not DeliveryEvent.objects.filter(notification=n, kind="retry").exists()
+
+
+def test_a_claimed_campaign_row_whose_campaign_was_cancelled_meanwhile_is_recorded_cancelled():
+    """Found by hstate's stateful test: the send path's own verdict ``cancelled`` (the campaign was
+    cancelled after the row was claimed) was missing from the table, so recording it crashed the
+    worker and the row was retried instead."""
+    from campaigns.models import Campaign, CampaignStatus
+    from notifications.delivery.pipeline import send_notifications
+    from tests.fanout_helpers import make_campaign, make_recipient, run_fan_out
+
+    make_recipient("lc-campaign-user")
+    c = make_campaign(["lc-campaign-user"], channel="sms")
+    (n,) = run_fan_out(c)
+    Notification.objects.filter(pk=n.pk).update(status=Status.QUEUED, due_at=None)
+    Campaign.objects.filter(pk=c.pk).update(status=CampaignStatus.CANCELLED)  # cancelled after the row was taken
+    send_notifications([str(n.pk)])
+    n.refresh_from_db()
+    assert (n.status, n.reason) == (Status.CANCELLED, Reason.CAMPAIGN_CANCELLED)
+    assert list(DeliveryEvent.objects.filter(notification=n).exclude(kind="accepted")
+                .values_list("kind", "status", "reason")) == [("cancelled", "cancelled", "campaign_cancelled")]
+
+
+def test_every_status_the_send_path_can_record_is_in_the_table():
+    """The kind of test that would have found the missing ``cancelled``: every ``Status.X`` the
+    delivery stages name in a verdict, a decision or a record call is a move the table lets the
+    record stage make from ``sending``."""
+    named = set()
+    for path in (ROOT / "notifications" / "delivery").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                if name in {"Verdict", "Decision", "finish", "transition", "defer"}:
+                    named |= {a.attr for a in node.args if isinstance(a, ast.Attribute)
+                              and isinstance(a.value, ast.Name) and a.value.id == "Status"}
+    assert {"CANCELLED", "EXPIRED", "SENT", "FAILED", "SCHEDULED", "SUPPRESSED", "QUEUED"} <= named
+    named.discard("SENDING")  # a verdict to go on sending (a silent push): no move
+    assert [s for s in sorted(named) if not lifecycle.allowed(Cause.RECORD, Status.SENDING, Status[s])] == []

@@ -54,7 +54,7 @@ log = logging.getLogger(__name__)
 _RENEW_SQL = """
 WITH mine AS (
     SELECT n.id FROM notifications_notification AS n
-      JOIN unnest(%s::uuid[], %s::int[]) AS v(id, attempts) ON n.id = v.id AND n.attempts = v.attempts
+      JOIN unnest(%s::uuid[], %s::int[]) AS v(id, claims) ON n.id = v.id AND n.claims = v.claims
      WHERE n.status = 'sending'
        FOR UPDATE OF n {skip}
 )
@@ -66,7 +66,7 @@ RETURNING n.id, n.lease_until
 
 @dataclass
 class _Held:
-    attempts: int
+    claim: int  # the row's claim number (``claims``) this process holds it under
     since: float  # time.monotonic() when held
     until: datetime  # the lease we last wrote (UTC)
 
@@ -84,12 +84,12 @@ class LeaseKeeper:
     # --- what a task calls --------------------------------------------------------------------
 
     def hold(self, rows: Iterable[tuple[object, int]], until: datetime) -> None:
-        """Start renewing the leases of freshly claimed ``rows`` (``(id, attempts)`` pairs, the
-        claim's ``attempts`` value) whose lease the claim set to ``until`` (UTC)."""
+        """Start renewing the leases of freshly claimed ``rows`` (``(id, claims)`` pairs, the
+        claim's number) whose lease the claim set to ``until`` (UTC)."""
         started = time.monotonic()
         with self._lock:
-            for pk, attempts in rows:
-                self._held[str(pk)] = _Held(int(attempts), started, until)
+            for pk, claim in rows:
+                self._held[str(pk)] = _Held(int(claim), started, until)
         if settings.NOTIFY["LEASE_HEARTBEAT"]:
             self._start()
 
@@ -106,7 +106,7 @@ class LeaseKeeper:
         from now.
 
         Returns the ids (as strings) that are still ours; the others are lost (no longer
-        ``sending`` with our attempt number) and must not be sent. Ids never held count as lost.
+        ``sending`` under our claim number) and must not be sent. Ids never held count as lost.
         """
         ids = [str(i) for i in ids]
         now = clock.now()
@@ -161,12 +161,12 @@ class LeaseKeeper:
     def _renew(self, rows: dict[str, _Held], until: datetime, *, skip_locked: bool) -> set[str]:
         sql = _RENEW_SQL.format(skip="SKIP LOCKED" if skip_locked else "")
         with connection.cursor() as cur:
-            cur.execute(sql, [array_literal(rows), array_literal(h.attempts for h in rows.values()), until])
+            cur.execute(sql, [array_literal(rows), array_literal(h.claim for h in rows.values()), until])
             written = {str(r[0]): r[1] for r in cur.fetchall()}
         with self._lock:
             for i, lease in written.items():
                 held = self._held.get(i)
-                if held is not None and held.attempts == rows[i].attempts:
+                if held is not None and held.claim == rows[i].claim:
                     held.until = lease
         return set(written)
 

@@ -30,8 +30,8 @@ Outcome = DeliveryAttempt.Outcome
 #: Columns the send path never reads (loaded lazily if a rare path does): parsing them is a good
 #: share of the per-row cost of a 500-row batch.
 _NOT_NEEDED_TO_SEND = ("updated_at", "queued_at", "lease_until", "due_at", "sent_at", "dead_lettered_at",
-                       "delivered_at", "accepted_status", "reason_detail", "recipient__created_at",
-                       "recipient__updated_at", "recipient__preferences__updated_at")
+                       "delivered_at", "receipt_at", "receipt_rank", "accepted_status", "reason_detail",
+                       "recipient__created_at", "recipient__updated_at", "recipient__preferences__updated_at")
 
 
 def rows(claimed: list) -> list[Notification]:

@@ -3,7 +3,7 @@ decisions written, in bulk for 1 or N rows where many rows share them (sent, wai
 sent markers and metrics.
 
 Every state change is a conditional UPDATE on the claimed row (``status = 'sending'`` and our
-attempt number): a row that changed hands is never overwritten. ``sent`` is also recorded on a row
+claim number, ``claims``): a row that changed hands is never overwritten. ``sent`` is also recorded on a row
 the reconciler took back after its lease ran out (``lease_expired``) as long as nobody has claimed
 it again: the call we made was accepted, so the pending re-send must not happen.
 """
@@ -184,7 +184,7 @@ def record_sent(rows: list[tuple], provider: str, channel: str, tier: str,
     details = [d.detail for _n, d, _a in rows]
     attempts = [a for _n, _d, row_attempts in rows for a in row_attempts]
     with transaction.atomic():
-        moved = lifecycle.sent(now, provider, ids, numbers, message_ids, details)
+        moved = lifecycle.sent(now, provider, ids, [n.claims for n, _d, _a in rows], message_ids, details)
         copy_rows(ATTEMPTS_TABLE, ATTEMPT_COLUMNS, attempts)
         typed = [n for n, _d, _a in rows if from_event(n) and str(n.pk) in moved]
         if typed:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.db import connection
-from django.db.models import Q
+from django.db.models import Case, F, Q, Value, When
 
 from core.postgres import array_literal
 from notifications.lifecycle.table import Cause, allowed, in_sql, sources
@@ -31,7 +31,8 @@ _RECORDED = (Status.SENT, Status.DELIVERED, Status.FAILED)
 
 _DELIVERED_SQL = f"""
 UPDATE notifications_notification AS n
-   SET status = 'delivered', reason = '', reason_detail = '', delivered_at = %s, lease_until = NULL, updated_at = %s,
+   SET status = 'delivered', reason = '', delivered_at = %s, lease_until = NULL, updated_at = %s,
+       reason_detail = CASE WHEN n.status = 'failed' THEN '' ELSE n.reason_detail END,
        receipt_at = v.at, receipt_rank = v.rank
   FROM unnest(%s::uuid[], %s::timestamptz[], %s::int[]) AS v(id, at, rank)
  WHERE n.id = v.id AND {in_sql(Cause.PROVIDER_RECEIPT, Status.DELIVERED, "n.status")}
@@ -67,10 +68,14 @@ def deliver(items: list[tuple], now: datetime) -> set:
 
 def settle(pk, status: str, fields: dict, at: datetime, rank: int) -> bool:
     """A provider's ``delivered``/``failed`` receipt of order ``(at, rank)`` moves the recorded row
-    ``pk`` (``sent``, or the other end set by an older receipt) to ``status`` with ``fields``."""
+    ``pk`` (``sent``, or the other end set by an older receipt) to ``status`` with ``fields``
+    (``delivered`` clears a failure's reason)."""
     if status == Status.DELIVERED:
         recorded = Q(status=Status.SENT) | Q(status=Status.FAILED, reason__in=RECEIPT_REASONS,
                                               receipt_at__isnull=False)
+        # The failure's reason goes with it; a sent row keeps what its send said.
+        fields = {**fields, "reason": "", "reason_detail": Case(When(status=Status.FAILED, then=Value("")),
+                                                                default=F("reason_detail"))}
     else:
         recorded = Q(status__in=[Status.SENT, Status.DELIVERED])
     return bool(Notification.objects.filter(recorded, _newer(at, rank), pk=pk,

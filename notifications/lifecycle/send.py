@@ -25,10 +25,10 @@ EVENT_COLUMNS = ("notification_id", "kind", "status", "reason", "detail", "creat
 
 _CLAIM_SQL = f"""
 UPDATE notifications_notification
-   SET status = 'sending', lease_until = %s, attempts = attempts + 1, updated_at = %s,
+   SET status = 'sending', lease_until = %s, attempts = attempts + 1, claims = claims + 1, updated_at = %s,
        first_attempt_at = COALESCE(first_attempt_at, %s)
  WHERE id = ANY(%s::uuid[]) AND {in_sql(Cause.CLAIM, Status.SENDING)}
-RETURNING id, attempts
+RETURNING id, claims
 """
 
 # Arrays travel as one text literal each (array_literal): Django's client-side binding would
@@ -37,8 +37,8 @@ _SENT_SQL = f"""
 UPDATE notifications_notification AS n
    SET status = 'sent', reason = '', reason_detail = v.detail, lease_until = NULL, due_at = NULL, updated_at = %s,
        sent_at = %s, provider = %s, provider_message_id = v.pmid
-  FROM unnest(%s::uuid[], %s::int[], %s::text[], %s::text[]) AS v(id, attempts, pmid, detail)
- WHERE n.id = v.id AND n.attempts = v.attempts AND {in_sql(Cause.RECORD, Status.SENT, "n.status")}
+  FROM unnest(%s::uuid[], %s::int[], %s::text[], %s::text[]) AS v(id, claims, pmid, detail)
+ WHERE n.id = v.id AND n.claims = v.claims AND {in_sql(Cause.RECORD, Status.SENT, "n.status")}
    AND (n.status = 'sending' OR n.reason = 'lease_expired')
 RETURNING n.id
 """
@@ -47,16 +47,16 @@ _RESCHEDULE_SQL = f"""
 UPDATE notifications_notification AS n
    SET status = 'scheduled', reason = %s, reason_detail = %s, lease_until = NULL, updated_at = %s,
        due_at = %s, attempts = n.attempts - %s
-  FROM unnest(%s::uuid[], %s::int[]) AS v(id, attempts)
- WHERE n.id = v.id AND {in_sql(Cause.RECORD, Status.SCHEDULED, "n.status")} AND n.attempts = v.attempts
+  FROM unnest(%s::uuid[], %s::int[]) AS v(id, claims)
+ WHERE n.id = v.id AND {in_sql(Cause.RECORD, Status.SCHEDULED, "n.status")} AND n.claims = v.claims
 RETURNING n.id
 """
 
 _SUPPRESS_SQL = f"""
 UPDATE notifications_notification AS n
    SET status = 'suppressed', reason = %s, reason_detail = v.detail, lease_until = NULL, updated_at = %s
-  FROM unnest(%s::uuid[], %s::int[], %s::text[]) AS v(id, attempts, detail)
- WHERE n.id = v.id AND {in_sql(Cause.RECORD, Status.SUPPRESSED, "n.status")} AND n.attempts = v.attempts
+  FROM unnest(%s::uuid[], %s::int[], %s::text[]) AS v(id, claims, detail)
+ WHERE n.id = v.id AND {in_sql(Cause.RECORD, Status.SUPPRESSED, "n.status")} AND n.claims = v.claims
 RETURNING n.id
 """
 
@@ -104,17 +104,17 @@ RETURNING n.id, n.priority, n.channel, n.status, n.reason, n.reason_detail
 
 
 def claim(ids: Iterable, lease: datetime, now: datetime) -> list[tuple]:
-    """``queued → sending`` for ``ids`` with a lease until ``lease``; ``[(id, attempts)]`` claimed."""
+    """``queued → sending`` for ``ids`` with a lease until ``lease``; ``[(id, claim number)]`` claimed."""
     with connection.cursor() as cur:
         cur.execute(_CLAIM_SQL, [lease, now, now, array_literal(ids)])
         return cur.fetchall()
 
 
-def sent(now: datetime, provider: str, ids: list, attempts: list, message_ids: list, details: list) -> set[str]:
+def sent(now: datetime, provider: str, ids: list, claims: list, message_ids: list, details: list) -> set[str]:
     """``→ sent`` for claimed rows (or rows taken back after their lease, not claimed again) whose
     call ``provider`` accepted; returns the ids (as strings) that moved."""
     with connection.cursor() as cur:
-        cur.execute(_SENT_SQL, [now, now, provider, array_literal(ids), array_literal(attempts),
+        cur.execute(_SENT_SQL, [now, now, provider, array_literal(ids), array_literal(claims),
                                 array_literal(message_ids), array_literal(details)])
         return {str(row[0]) for row in cur.fetchall()}
 
@@ -125,7 +125,7 @@ def reschedule(rows: list[Notification], until: datetime, reason: str, detail: s
     each by COPY; returns the ids (as strings) that moved."""
     with connection.cursor() as cur:
         cur.execute(_RESCHEDULE_SQL, [reason, detail, now, until, 1 if give_back_attempt else 0,
-                                      array_literal(n.pk for n in rows), array_literal(n.attempts for n in rows)])
+                                      array_literal(n.pk for n in rows), array_literal(n.claims for n in rows)])
         moved = {str(row[0]) for row in cur.fetchall()}
     copy_rows(EVENTS_TABLE, EVENT_COLUMNS, [(n.pk, kind, Status.SCHEDULED.value, str(reason), detail, now)
                                             for n in rows if str(n.pk) in moved])
@@ -140,7 +140,7 @@ def suppress(rows: list[Notification], details: dict, reason: str, now: datetime
     ``suppressed`` event each by COPY; returns the rows that moved (updated in memory)."""
     with connection.cursor() as cur:
         cur.execute(_SUPPRESS_SQL, [reason, now, array_literal(n.pk for n in rows),
-                                    array_literal(n.attempts for n in rows),
+                                    array_literal(n.claims for n in rows),
                                     array_literal(details[n.pk] for n in rows)])
         moved = {str(row[0]) for row in cur.fetchall()}
     done = [n for n in rows if str(n.pk) in moved]
@@ -153,7 +153,7 @@ def suppress(rows: list[Notification], details: dict, reason: str, now: datetime
 
 
 def record_one(n: Notification, status: str, fields: dict, *, kind: str) -> bool:
-    """Move the claimed row ``n`` (our attempt number) to ``status`` with ``fields`` (reason,
+    """Move the claimed row ``n`` (our claim number) to ``status`` with ``fields`` (reason,
     reason_detail, …), with its ``kind`` event (none for ``sent``: its attempt row is that line);
     ``n`` is updated in memory when it moved. Returns whether it moved."""
     ours = Q(status__in=sources(Cause.RECORD, status))
@@ -161,7 +161,7 @@ def record_one(n: Notification, status: str, fields: dict, *, kind: str) -> bool
         ours &= Q(status=Status.SENDING) | Q(reason=Reason.LEASE_EXPIRED)
     else:
         ours &= Q(status=Status.SENDING)
-    moved = Notification.objects.filter(ours, pk=n.pk, attempts=n.attempts).update(status=status, **fields)
+    moved = Notification.objects.filter(ours, pk=n.pk, claims=n.claims).update(status=status, **fields)
     if moved:
         if status != Status.SENT:
             DeliveryEvent.objects.create(notification=n, kind=kind, status=status, reason=fields.get("reason", ""),

@@ -48,11 +48,12 @@ _NEWER = "the receipt is newer than the last applied (receipt order)"
 
 #: The legal transitions. docs/ARCHITECTURE.md §5 prints this table (tests/test_lifecycle.py keeps them equal).
 TRANSITIONS: tuple[Transition, ...] = (
-    Transition(Cause.CLAIM, (S.QUEUED,), (S.SENDING,), "attempts + 1; a lease"),
+    Transition(Cause.CLAIM, (S.QUEUED,), (S.SENDING,), "attempts + 1, claims + 1; a lease"),
     Transition(Cause.RECORD, (S.SENDING,),
-               (S.SENT, S.SCHEDULED, S.QUEUED, S.SUPPRESSED, S.FAILED, S.EXPIRED), "our attempt number"),
+               (S.SENT, S.SCHEDULED, S.QUEUED, S.SUPPRESSED, S.FAILED, S.EXPIRED, S.CANCELLED),
+               "our claim number (cancelled: its campaign was cancelled after the claim)"),
     Transition(Cause.RECORD, (S.SCHEDULED, S.QUEUED), (S.SENT,),
-               "reason lease_expired and our attempt number (a late record of an accepted call)"),
+               "reason lease_expired and our claim number (a late record of an accepted call)"),
     Transition(Cause.LEASE_EXPIRY, (S.SENDING,), (S.QUEUED, S.SCHEDULED, S.FAILED), "lease_until passed"),
     Transition(Cause.SCHEDULER, (S.SCHEDULED,), (S.QUEUED,), "due_at passed"),
     Transition(Cause.PROVIDER_RECEIPT, (S.SENT,), (S.DELIVERED, S.FAILED), _NEWER),
