@@ -1,24 +1,28 @@
 """Concurrent writers of a notification's state (issue 24, item 2): a Hypothesis state machine drives
 random interleavings of the real entry points that change a notification's status (the pipeline's
-claim and record stages, the scheduler's due release and lease expiry, provider receipts through the
-Twilio webhook and SendGrid's mapping, the app's receipts, the in-app send path, client and campaign
-cancel, fallback settlement and dead-letter replay) over seven notifications: an SMS, a push and an
-in-app send, two rows of an email campaign and an event's fallback pair (email, then SMS). Some steps
-race two writers, each in its own thread and database connection, released together by a barrier.
+claim and record stages, the whole in-app send path, the scheduler's due release and lease expiry,
+Twilio callbacks through the signed webhook, SendGrid events through its mapping, the app's receipts,
+client, campaign and event cancels, fallback settlement and dead-letter replay) over seven
+notifications: an SMS and a push sent alone, an email campaign of two rows, an in-app campaign of one
+and an event's fallback pair (email, then SMS). Some steps race two writers, each in its own thread
+and database connection, released together by a barrier.
 
 After every step, for every row (docs/ARCHITECTURE.md §5):
 
-* **no backward move**: the status moved only along the transition table (:data:`EDGES`), with
-  its guard on the reason it had (a waiting re-send settled by a receipt; a dead letter replayed;
-  a fallback channel made not needed, reopened);
-* **one terminal**: once delivered (or further up the app's ladder), failed, suppressed, expired
-  or cancelled, a row never shows another terminal, except through those documented exits;
+* **no backward move**: the status moved only along the documented transitions (:data:`EDGES`, with
+  their guard on the reason the row had: a waiting re-send settled by a receipt, a dead letter
+  replayed, a fallback channel made not needed and reopened, a provider's later word), and along the
+  code's own table (``notifications/lifecycle/table.py``);
+* **one end**: once delivered (or up the app's ladder), failed, suppressed, expired or cancelled, a
+  row shows no other end except through those documented moves;
 * **every change has its timeline entry**: the step that moved a row to a status added a timeline
-  line saying that status (the claim's ``sending`` excepted: an attempt row records it);
-* **campaign counts equal the rows**: the campaign's progress counts are its rows' statuses;
-* **an accepted call is never lost**: a worker that records an accepted call leaves the row sent
-  (or beyond), never waiting to be sent again.
+  line saying that status (the claim's ``sending`` excepted: its attempt row is that line);
+* **campaign counts equal the rows**, for both campaigns;
+* **no worker crashed** (no ``worker_error``), and **no accepted call is lost**: a worker recording
+  an accepted call leaves the row sent or beyond.
 
+CI runs 25 derandomized examples of 25 steps (≈25 s); paths deeper than that budget finds, which a
+longer run found or which follow a finding, run as fixed examples at the end (:func:`run_steps`).
 Committed rows (``transaction=True``): the racing threads use their own connections.
 """
 
