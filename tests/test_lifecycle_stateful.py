@@ -18,8 +18,10 @@ After every step, for every row (docs/ARCHITECTURE.md §5):
 * **every change has its timeline entry**: the step that moved a row to a status added a timeline
   line saying that status (the claim's ``sending`` excepted: its attempt row is that line);
 * **campaign counts equal the rows**, for both campaigns;
-* **no worker crashed** (no ``worker_error``), and **no accepted call is lost**: a worker recording
-  an accepted call leaves the row sent or beyond.
+* **no worker crashed** (no ``worker_error``); **a stale worker moves nothing**: a worker whose row
+  was claimed again since its own claim records nothing over the later one; and **no accepted call
+  is lost**: a worker recording an accepted call leaves the row sent or beyond (or waiting with its
+  sent marker, which its next claim records as sent).
 
 CI runs 25 derandomized examples of 25 steps (≈25 s); paths deeper than that budget finds, which a
 longer run found or which follow a finding, run as fixed examples at the end (:func:`run_steps`).
