@@ -248,7 +248,8 @@ class Lifecycle(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.pk: dict[str, uuid.UUID] = {}
-        self.inflight: list[tuple] = []  # worker calls made, not recorded yet: (name, row as claimed, outcome)
+        # Workers with a call made and not recorded yet: (name, row as claimed, outcome, when, claim number).
+        self.inflight: list[tuple] = []
         self.at_provider: dict[str, list[str]] = {name: [] for name in ROWS}  # message ids the provider has
         self.claims = dict.fromkeys(ROWS, 0)  # successful claims of each row, in order
         self.seen: dict[str, Seen] = {}
