@@ -58,6 +58,9 @@ class NotCancellable(Exception):
         elif notification is None:
             text = ("nothing of this event is left to cancel: every notification was claimed by a worker or has "
                     "finished")
+        elif notification.status in (Status.SCHEDULED, Status.QUEUED) and notification.reason in lifecycle.MAYBE_SENT:
+            text = (f"notification is {notification.status} ({notification.reason}): its worker's call may have "
+                    "reached the provider, so it is looked up before anything else and cannot be cancelled")
         elif notification.status in (Status.SCHEDULED, Status.QUEUED):  # the in_app row whose item is written
             text = (f"notification is {notification.status}, but its item is already in the user's inbox: it was "
                     "sent (its delivery is being recorded)")
@@ -261,7 +264,8 @@ def cancel_campaign_notifications(campaign_id, *, limit: int = 5000) -> int:
     with transaction.atomic():
         pending = list(Notification.objects.select_for_update(skip_locked=True)
                        .filter(campaign_id=campaign_id, status__in=[Status.SCHEDULED, Status.QUEUED])
-                       .exclude(WRITTEN_TO_INBOX).values_list("pk", flat=True)[:limit])
+                       .exclude(WRITTEN_TO_INBOX).exclude(reason__in=lifecycle.MAYBE_SENT)
+                       .values_list("pk", flat=True)[:limit])
         if not pending:
             return 0
         moved = lifecycle.cancel(pending, lifecycle.Cause.CAMPAIGN_CANCEL, Reason.CAMPAIGN_CANCELLED, now,

@@ -22,6 +22,7 @@ from notifications.app_receipts import NotReached, apply_app_receipt
 from notifications.campaign_rows import CampaignRow, insert_campaign_page
 from notifications.delivery import checks, claim, load, pipeline, record
 from notifications.delivery.outcomes import attempt_row, decide
+from notifications.delivery.types import Decided, Row
 from notifications.events import services as events
 from notifications.events.models import Event, NotificationType
 from notifications.models import DeliveryEvent, Notification, Reason, TimelineEntry
@@ -218,7 +219,8 @@ class Lifecycle(RuleBasedStateMachine):
         before = self._read(name)
         decision = decide(n, [outcome], planned=1, devices=1, waiting=None, now=clock.now())
         errors = [(outcome, None)] if isinstance(outcome, Exception) else []
-        record.record([(n, decision, [attempt_row(n, outcome, None, 40, ended)], errors)], n.channel, n.priority,
+        record.record([Decided(Row(n), decision, [attempt_row(n, outcome, None, 40, ended)], errors)], n.channel,
+                      n.priority,
                       {n.pk} if decision.action == "sent" else frozenset())
         claim.release([n.pk])
         after = self._read(name)

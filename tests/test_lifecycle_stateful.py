@@ -105,8 +105,6 @@ def test_a_claimed_row_of_a_campaign_cancelled_meanwhile_is_cancelled_at_send_ti
     assert ends["in_app"] == (S.CANCELLED, Reason.CAMPAIGN_CANCELLED)
 
 
-@pytest.mark.xfail(strict=True, reason="open finding (hstate → hlife, lead): the cancels' guard lets a row waiting "
-                   "after an unknown outcome be cancelled; remove this mark with the fix")
 def test_a_row_whose_accepted_call_was_not_recorded_yet_cannot_be_cancelled(world):
     """Found by a longer run of the machine than CI's (150 examples of 50 steps): a worker's call is
     accepted and the worker stalls; the reconciler takes the row back (``scheduled``, reason

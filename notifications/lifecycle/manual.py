@@ -19,10 +19,16 @@ from notifications.models import DeliveryEvent, Reason, Status
 _NOT_IN_INBOX = (f"NOT EXISTS (SELECT 1 FROM {InboxItem._meta.db_table} AS i "
                  f"WHERE i.{InboxItem._meta.pk.column} = n.id)")
 
+#: A row waiting after an unknown outcome (its worker's call may have been accepted) is as good as
+#: ``sending``: a cancel leaves it, and its re-drive looks the call up before anything else.
+MAYBE_SENT = (Reason.LEASE_EXPIRED, Reason.OUTCOME_UNKNOWN)
+_NOT_MAYBE_SENT = f"n.reason NOT IN ({', '.join(repr(str(r)) for r in MAYBE_SENT)})"
+
 _CANCEL_GUARDS = {
-    Cause.CLIENT_CANCEL: _NOT_IN_INBOX,
-    Cause.CAMPAIGN_CANCEL: _NOT_IN_INBOX,
-    Cause.EVENT_CANCEL: f"{_NOT_IN_INBOX} AND (n.status <> 'suppressed' OR n.reason = 'fallback_not_needed')",
+    Cause.CLIENT_CANCEL: f"{_NOT_IN_INBOX} AND {_NOT_MAYBE_SENT}",
+    Cause.CAMPAIGN_CANCEL: f"{_NOT_IN_INBOX} AND {_NOT_MAYBE_SENT}",
+    Cause.EVENT_CANCEL: f"{_NOT_IN_INBOX} AND {_NOT_MAYBE_SENT} AND (n.status <> 'suppressed' OR n.reason = "
+                        "'fallback_not_needed')",
     Cause.ERASURE: "(n.status <> 'suppressed' OR n.reason = 'fallback_not_needed')",
 }
 

@@ -44,6 +44,7 @@ class Transition(NamedTuple):
 
 _UNRECORDED = (S.SENDING, S.SCHEDULED, S.QUEUED)
 _RESEND_GUARD = "scheduled/queued only with reason outcome_unknown or lease_expired"
+_NOT_SENT = "not written to the inbox; not waiting after an unknown outcome (lease_expired, outcome_unknown)"
 _NEWER = "the receipt is newer than the last applied (receipt order)"
 
 #: The legal transitions. docs/ARCHITECTURE.md §5 prints this table (tests/test_lifecycle.py keeps them equal).
@@ -65,10 +66,10 @@ TRANSITIONS: tuple[Transition, ...] = (
     Transition(Cause.APP_RECEIPT, (S.SENT, S.DELIVERED, S.DISPLAYED), (S.DISMISSED,), "up the app's ladder only"),
     Transition(Cause.APP_RECEIPT, (S.SENT, S.DELIVERED, S.DISPLAYED, S.DISMISSED), (S.OPENED,),
                "up the app's ladder only"),
-    Transition(Cause.CLIENT_CANCEL, (S.SCHEDULED, S.QUEUED), (S.CANCELLED,), "not written to the inbox"),
+    Transition(Cause.CLIENT_CANCEL, (S.SCHEDULED, S.QUEUED), (S.CANCELLED,), _NOT_SENT),
     Transition(Cause.EVENT_CANCEL, (S.SCHEDULED, S.QUEUED, S.SUPPRESSED), (S.CANCELLED,),
-               "not written to the inbox; suppressed only with reason fallback_not_needed"),
-    Transition(Cause.CAMPAIGN_CANCEL, (S.SCHEDULED, S.QUEUED), (S.CANCELLED,), "not written to the inbox"),
+               f"{_NOT_SENT}; suppressed only with reason fallback_not_needed"),
+    Transition(Cause.CAMPAIGN_CANCEL, (S.SCHEDULED, S.QUEUED), (S.CANCELLED,), _NOT_SENT),
     Transition(Cause.ERASURE, (S.SCHEDULED, S.QUEUED, S.SUPPRESSED), (S.CANCELLED,),
                "suppressed only with reason fallback_not_needed (a bounce would reopen it)"),
     Transition(Cause.FALLBACK, (S.SCHEDULED,), (S.SUPPRESSED, S.CANCELLED, S.QUEUED), "reason fallback_waiting"),
