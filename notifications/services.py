@@ -316,6 +316,7 @@ def erase_notification_content(recipient_id: str, contacts: list[str], *, by: st
     # The fingerprints of those requests, too (a keyed hash of the content): a retry of an erased
     # request's key is then a reuse (422), never a replay of content that is gone.
     mine.exclude(request_fingerprint="").update(request_fingerprint="")
+    mine.exclude(limit_contact="").update(limit_contact="")  # a keyed mark of the erased phone or address
     Event.objects.filter(pk__in=mine.filter(event__isnull=False).values("event_id"), user_ids=[recipient_id]).exclude(
         request_fingerprint="").update(request_fingerprint="")
     _scrub(mine, "reason_detail", contacts)

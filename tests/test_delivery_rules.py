@@ -280,3 +280,32 @@ def test_a_push_sent_to_one_of_two_devices_says_which_error_the_other_met():
                   waiting=None, now=datetime(2026, 12, 2, tzinfo=UTC))
     assert both.detail == "accepted for 2 of 2 device(s)"
 
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(120)
+def test_an_otp_whose_user_is_erased_while_its_first_provider_fails_is_not_failed_over(
+        sms_with_backup, module_emulator, monkeypatch):
+    """hadv24c 1: the erasure came while the primary account's call was failing (503); the failover
+    then sent the erased user's code to the erased number through the backup account. The failover
+    reads the erasure first; the row goes to its retry, whose checks cancel it (recipient_erased)."""
+    from core import clock
+    from notifications.delivery import calls
+
+    rule = module_emulator.fault(provider="twilio", account="AC" + "0" * 32, status=503)
+    [pk] = _queued_sms(uuid.uuid4().hex[:8], "high", 1)
+    first_send = calls._send
+
+    def send_then_erase(*args, **kwargs):
+        out = first_send(*args, **kwargs)
+        Recipient.objects.filter(notifications__pk=pk).update(erased_at=clock.now())  # the erasure commits
+        return out
+
+    monkeypatch.setattr(calls, "_send", send_then_erase)
+    send_notifications([pk])
+
+    n = Notification.objects.get(pk=pk)
+    assert (module_emulator.fired(rule), module_emulator.count()) == (1, 0)
+    assert list(DeliveryAttempt.objects.filter(notification_id=pk).values_list("provider", "outcome")) == [
+        (sms_with_backup[0], "transient")]
+    assert (n.status, n.reason) == ("queued", "retry_scheduled")  # a high row retries at once

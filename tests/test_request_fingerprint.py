@@ -124,6 +124,7 @@ def test_an_erasure_blanks_the_fingerprints_of_the_erased_users_requests(http):
                 "e-2").status_code == 202
     assert http.delete("/v1/users/alice").status_code == 200
     assert list(Notification.objects.values_list("request_fingerprint", flat=True).distinct()) == [""]
+    assert list(Notification.objects.values_list("limit_contact", flat=True).distinct()) == [""]  # hadv24c 3
     assert Event.objects.get().request_fingerprint == ""
     resp = post(http, "/v1/notifications", CODE_SEND, "e-1")
     assert reused(resp)

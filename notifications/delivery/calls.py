@@ -30,7 +30,7 @@ from notifications import sent_markers as markers
 from notifications.delivery.claim import call_deadline_seconds, covers_call, still_ours
 from notifications.delivery.routing import route_for
 from notifications.models import Notification
-from preferences.models import Device
+from preferences.models import Device, Recipient
 from providers import isolation
 from providers.base import (
     CallSkipped,
@@ -164,6 +164,8 @@ def call_high(n: Notification, items: list[Item]) -> Calls:
                 # misconfigured): an attempt that made no call, retried like any transient error.
                 done.no_call[n.pk] = exc
             return done
+        if tried and _erased_since_loaded(n):
+            return done  # erased while the first provider failed: its retry's checks cancel it
         tried.append(route.name)
         try:
             owned = _owned(items, indexes, call_deadline_seconds() * len(items), done)
@@ -179,6 +181,14 @@ def call_high(n: Notification, items: list[Item]) -> Calls:
         # sends the OTP to the next provider at once; a bad number or a misconfiguration does not.
         if accepted or not (failed or any(isinstance(o, TransientProviderError) for o in latest)):
             return done
+
+
+def _erased_since_loaded(n: Notification) -> bool:
+    """Whether ``n``'s recipient was erased after ``n`` was made, read now (the row's recipient was
+    loaded before the first call): a failover never sends the erased user's content (one query, only
+    on a failover)."""
+    erased_at = Recipient.objects.filter(pk=n.recipient_id).values_list("erased_at", flat=True).first()
+    return Recipient(erased_at=erased_at).erased_after(n.created_at)
 
 
 def _owned(items: list[Item], chunk: list[int], seconds: float, done: Calls) -> list[int]:
