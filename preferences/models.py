@@ -56,6 +56,11 @@ class Recipient(models.Model):
         same rule in SQL: ``notifications.models.ERASED_SINCE_CREATED``, ``notifications.inbox.store``."""
         return self.erased_at is not None and self.erased_at > instant
 
+    def erasure_mark(self) -> str:
+        """What a per-user list cursor binds (core/cursors.py's listing): "" until the first erasure,
+        then the latest one's instant, so no cursor issued before an erasure reads on after it."""
+        return self.erased_at.isoformat() if self.erased_at is not None else ""
+
 
 class Device(models.Model):
     """A push token on one of a recipient's devices. A token belongs to one recipient at a time."""

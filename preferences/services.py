@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from preferences.models import Device, Erasure, Preferences, Recipient, Unsubscribe
+from preferences.models import Device, Preferences, Recipient, Unsubscribe
 
 
 def _race_safe(write, attempts: int = 3):
@@ -168,9 +168,3 @@ def create_bare_recipients(user_ids: list[str]) -> int:
                     [*values, sorted(set(user_ids))])
         return cur.rowcount
 
-
-def erasure_mark(recipient_id: str) -> str:
-    """The id of ``recipient_id``'s latest erasure ("" if never erased): a per-user cursor binds it, so a
-    cursor issued before an erasure reads nothing of the user re-created since (one index lookup)."""
-    last = Erasure.objects.filter(recipient_id=recipient_id).order_by("-erased_at", "-id").values_list("id", flat=True)
-    return str(last.first() or "")

@@ -127,7 +127,8 @@ class InboxView(APIView):
         query = _read_query(request.query_params)
         try:
             items, next_cursor = listing.page(recipient.pk, status=query["status"], category=query["category"],
-                                              cursor=query["cursor"], limit=query["limit"])
+                                              cursor=query["cursor"], limit=query["limit"],
+                                              erased=recipient.erasure_mark())
         except listing.BadCursor:
             return field_error("cursor", "invalid_cursor", "not a next_cursor of this inbox; omit it for the "
                                "first page", 400, error_code="invalid_cursor")

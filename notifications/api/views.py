@@ -29,7 +29,6 @@ from notifications.models import Notification, Status
 from notifications.readers import readable_notifications
 from preferences.api.views import _USER_ID, recipient_or_404
 from preferences.models import Channel
-from preferences.services import erasure_mark
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 MAX_KEY_LENGTH = 255
@@ -254,7 +253,7 @@ class UserNotificationsView(APIView):
                                      _422="A bad query parameter or path id; `field` names it.")})
     def get(self, request, user_id: str):
         recipient = recipient_or_404(user_id)
-        listing = ("user_notifications", recipient.pk, erasure_mark(recipient.pk))  # no cursor outlives an erasure
+        listing = ("user_notifications", recipient.pk, recipient.erasure_mark())  # no cursor outlives an erasure
         return Response(list_page(request.query_params,
                                   readable_notifications(request.auth).filter(recipient=recipient),
                                   _NEWEST_FIRST, lambda rows: NotificationSummarySerializer(rows, many=True).data,

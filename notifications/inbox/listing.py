@@ -21,7 +21,6 @@ from django.utils.dateparse import parse_datetime
 
 from core import clock, cursors
 from notifications.inbox.models import InboxCounts, InboxItem
-from preferences.services import erasure_mark
 
 #: The status filters and the partial index each reads (the model's Meta.indexes).
 STATUSES: dict[str, str] = {
@@ -55,23 +54,25 @@ class Position:
     notification_id: uuid.UUID
 
 
-def _listing(recipient_id: str, status: str, category: str | None) -> tuple[str | None, ...]:
+def _listing(recipient_id: str, status: str, category: str | None, erased: str) -> tuple[str | None, ...]:
     """What a cursor is bound to (the signature's salt): another user's, another status's or another
-    category's cursor does not verify, nor one issued before the user's latest erasure."""
-    return (CURSOR_SALT, recipient_id, erasure_mark(recipient_id), status, category)
+    category's cursor does not verify, nor one issued before the user's latest erasure (``erased``:
+    :meth:`preferences.models.Recipient.erasure_mark`)."""
+    return (CURSOR_SALT, recipient_id, erased, status, category)
 
 
-def encode_cursor(item: InboxItem, recipient_id: str, status: str, category: str | None) -> str:
+def encode_cursor(item: InboxItem, recipient_id: str, status: str, category: str | None, erased: str = "") -> str:
     """The cursor of the page after ``item`` in this listing: signed ``[created_at ISO 8601, id]``,
     URL-safe, the listing (user, status, category) in the salt."""
-    return cursors.sign([item.created_at.isoformat(), str(item.pk)], _listing(recipient_id, status, category))
+    return cursors.sign([item.created_at.isoformat(), str(item.pk)], _listing(recipient_id, status, category,
+                                                                                          erased))
 
 
-def decode_cursor(cursor: str, recipient_id: str, status: str, category: str | None) -> Position:
+def decode_cursor(cursor: str, recipient_id: str, status: str, category: str | None, erased: str = "") -> Position:
     """The position ``cursor`` holds. Raises :class:`BadCursor` when it was not made by
     :func:`encode_cursor` with this ``SECRET_KEY`` for this listing (bad signature, another user's,
     status's or category's, wrong shape)."""
-    value = cursors.unsign(cursor, _listing(recipient_id, status, category))
+    value = cursors.unsign(cursor, _listing(recipient_id, status, category, erased))
     try:
         at, nid = value
         created_at = parse_datetime(at)
@@ -104,15 +105,16 @@ def page_query(recipient_id: str, *, status: str = DEFAULT_STATUS, category: str
 
 
 def page(recipient_id: str, *, status: str = DEFAULT_STATUS, category: str | None = None,
-         cursor: str | None = None, limit: int = DEFAULT_LIMIT) -> tuple[list[InboxItem], str | None]:
+         cursor: str | None = None, limit: int = DEFAULT_LIMIT,
+         erased: str = "") -> tuple[list[InboxItem], str | None]:
     """One page: ``(items, next_cursor)``, ``next_cursor`` None on the last page. Raises
     :class:`BadCursor` for a cursor that is not ours (before any query)."""
-    after = decode_cursor(cursor, recipient_id, status, category) if cursor else None
+    after = decode_cursor(cursor, recipient_id, status, category, erased) if cursor else None
     rows = list(page_query(recipient_id, status=status, category=category, after=after, limit=limit))
     if len(rows) <= limit:
         return rows, None
     rows = rows[:limit]
-    return rows, encode_cursor(rows[-1], recipient_id, status, category)
+    return rows, encode_cursor(rows[-1], recipient_id, status, category, erased)
 
 
 class Counts(TypedDict):
