@@ -33,7 +33,7 @@ from notifications.delivery import caps, record
 from notifications.delivery.outcomes import shown
 from notifications.events import fallback
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
-from preferences.models import Erasure, Recipient, SmsStop
+from preferences.models import Recipient, SmsStop
 from preferences.services import opt_out
 from providers.receipts import (
     ACCEPTED,
@@ -429,14 +429,9 @@ def _erased_since(n: Notification) -> bool:
 
 
 def _erased_rows(rows: list[Notification]) -> set:
-    """The ids of ``rows`` whose recipient was erased after the row was created (one query)."""
-    created: dict[str, list[Notification]] = {}
-    for n in rows:
-        created.setdefault(n.recipient_id, []).append(n)
-    found: set = set()
-    for recipient_id, at in Erasure.objects.filter(recipient_id__in=created).values_list("recipient_id", "erased_at"):
-        found.update(n.pk for n in created[recipient_id] if at >= n.created_at)
-    return found
+    """The ids of ``rows`` whose recipient was erased after the row was created (the one rule,
+    :meth:`preferences.models.Recipient.erased_after`, on the recipients the receipts loaded)."""
+    return {n.pk for n in rows if n.recipient.erased_after(n.created_at)}
 
 
 def _contact_hygiene(n: Notification, receipt: Receipt, now) -> None:
