@@ -191,6 +191,9 @@ class Lifecycle(RuleBasedStateMachine):
         writes the sent marker at once as the calls stage does (the record comes later: :meth:`record`)."""
         now = clock.now()
         claimed = claim.claim([str(self.pk[name])], now)
+        # A stalled worker's lease is never renewed here: only :meth:`leases_run_out` moves leases, on
+        # the machine's clock (the keeper renews on real time: under load it outran the steps in CI).
+        claim.release(claimed)
         if not claimed:  # kept as a worker with nothing to record, so the machine's steps never depend on it
             self.inflight.append((name, None, None, now, None))
             return None
@@ -198,7 +201,6 @@ class Lifecycle(RuleBasedStateMachine):
         (n,) = load.rows(claimed)
         if claim.sent_markers(claimed):  # an earlier call was accepted: recorded sent, no call (pipeline.prepare)
             pipeline._apply(n, checks.MARKER_FOUND, now)
-            claim.release(claimed)
             self.inflight.append((name, None, None, now, None))
             return None
         message_id = self._message_id(name)

@@ -159,6 +159,10 @@ class LeaseKeeper:
         while True:
             self._wake.wait(interval)
             self._wake.clear()
+            if not settings.NOTIFY["LEASE_HEARTBEAT"]:  # turned off (tests): held rows run out as set
+                with self._lock:
+                    self._thread = None
+                return
             try:
                 if self.held_count():
                     self.renew_all()
