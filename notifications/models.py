@@ -131,15 +131,10 @@ class Reason(models.TextChoices):
                                               "quiet hours bypass) or is a digest type, which no campaign may send")
 
 
-class Notification(models.Model):
-    """One message to one recipient on one channel (docs/ARCHITECTURE.md §4–5).
-
-    The id is derived, never random: ``uuid5(NOTIFICATION_ID_NAMESPACE, f"{client_id}:{key}")`` for
-    API sends, so a repeated creation yields the same id and the primary key rejects the copy.
-    ``due_at`` is when the scheduler should next release a ``scheduled`` row (the requested
-    ``scheduled_at``, the end of quiet hours, or a retry's backoff). ``lease_until`` is set while a
-    worker holds a ``sending`` claim. All instants are UTC.
-    """
+class NotificationColumns(models.Model):
+    """The columns of a notification, wherever it lives: :class:`Notification` (the live table) and
+    :class:`NotificationRecord` (live and history, read-only) share them, so the two can never
+    disagree on a column (docs/ARCHITECTURE.md, "Where a row lives")."""
 
     #: Fields that hold or reveal message content (the fingerprint is a hash of the request body, so
     #: a guessed body can be confirmed through it): never filtered or searched in the admin
@@ -147,30 +142,14 @@ class Notification(models.Model):
     content_fields = frozenset({"title", "body", "html", "data", "reason_detail", "request_fingerprint"})
 
     id = models.UUIDField(primary_key=True, editable=False)
-    # No FK index of its own (nor on recipient below): every index is maintained on each of a row's
-    # three writes (fan-out insert, claim, sent); the composite indexes in Meta cover the lookups.
-    client = models.ForeignKey(APIClient, on_delete=models.PROTECT, null=True, blank=True,
-                               related_name="notifications", db_index=False)
     # NULL for campaign sends (no key): the unique constraint only covers API sends.
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
     request_fingerprint = models.CharField(max_length=64, blank=True, default="",
                                            help_text="Keyed hash (HMAC) of the canonical request body.")
     campaign_id = models.UUIDField(null=True, blank=True, db_index=True)
-    # Typed notifications (docs/TYPES.md): rendered at send time from the type's templates and the
-    # event's data. No FK indexes of their own: event_idx / fallback_idx in Meta.
-    event = models.ForeignKey("notifications.Event", on_delete=models.PROTECT, null=True, blank=True,
-                              related_name="notifications", db_index=False)
-    notification_type = models.ForeignKey("notifications.NotificationType", on_delete=models.PROTECT, null=True,
-                                          blank=True, related_name="notifications", db_index=False)
-    # A digest's notification (docs/TYPES.md, "Digests"): rendered from its items; no index (its ids
-    # are derived from the digest: uuid5(digest, channel)).
-    digest = models.ForeignKey("notifications.Digest", on_delete=models.PROTECT, null=True, blank=True,
-                               related_name="notifications", db_index=False)
     fallback_after = models.UUIDField(null=True, blank=True,
                                       help_text="Fallback routing: the notification of the channel before this "
                                                 "one; this one waits until that one cannot reach the recipient.")
-    recipient = models.ForeignKey(Recipient, on_delete=models.PROTECT, related_name="notifications",
-                                  db_constraint=True, db_index=False)
     channel = models.CharField(max_length=8, choices=Channel.choices)
     priority = models.CharField(max_length=8, choices=Priority.choices, default=Priority.STANDARD)
     category = models.CharField(max_length=64, blank=True, default="")
@@ -218,6 +197,34 @@ class Notification(models.Model):
     updated_at = models.DateTimeField(default=clock.now, editable=False)
 
     class Meta:
+        abstract = True
+
+
+class Notification(NotificationColumns):
+    """One message to one recipient on one channel (docs/ARCHITECTURE.md §4–5).
+
+    The id is derived, never random: ``uuid5(NOTIFICATION_ID_NAMESPACE, f"{client_id}:{key}")`` for
+    API sends, so a repeated creation yields the same id and the primary key rejects the copy.
+    ``due_at`` is when the scheduler should next release a ``scheduled`` row (the requested
+    ``scheduled_at``, the end of quiet hours, or a retry's backoff). ``lease_until`` is set while a
+    worker holds a ``sending`` claim. All instants are UTC.
+    """
+
+    # No FK indexes of their own: every index is maintained on each of a row's three writes (fan-out
+    # insert, claim, sent); the composite indexes in Meta cover the lookups (event_idx: an event's
+    # rows). A digest's notification is rendered from its items (its ids: uuid5(digest, channel)).
+    client = models.ForeignKey(APIClient, on_delete=models.PROTECT, null=True, blank=True,
+                               related_name="notifications", db_index=False)
+    event = models.ForeignKey("notifications.Event", on_delete=models.PROTECT, null=True, blank=True,
+                              related_name="notifications", db_index=False)
+    notification_type = models.ForeignKey("notifications.NotificationType", on_delete=models.PROTECT, null=True,
+                                          blank=True, related_name="notifications", db_index=False)
+    digest = models.ForeignKey("notifications.Digest", on_delete=models.PROTECT, null=True, blank=True,
+                               related_name="notifications", db_index=False)
+    recipient = models.ForeignKey(Recipient, on_delete=models.PROTECT, related_name="notifications",
+                                  db_constraint=True, db_index=False)
+
+    class Meta:
         constraints = [
             models.UniqueConstraint(fields=["client", "idempotency_key"], name="notification_client_idem_key_uniq",
                                     condition=models.Q(idempotency_key__isnull=False)),
@@ -251,6 +258,31 @@ class Notification(models.Model):
             models.Index(fields=["dead_lettered_at"], name="notification_dead_letter_idx",
                          condition=models.Q(dead_lettered_at__isnull=False)),
         ]
+
+    def __str__(self) -> str:
+        return f"{self.channel} {self.priority} to {self.recipient_id} ({self.status})"
+
+
+class NotificationRecord(NotificationColumns):
+    """A notification wherever it lives, read-only: the view ``notifications_notificationrecord``,
+    the live table ``UNION ALL`` the partitioned history (migration 0037; docs/ARCHITECTURE.md,
+    "Where a row lives"). Support and API reads by id, recipient, campaign or event use it; every
+    write goes to :class:`Notification` through the lifecycle. ``live``: not archived yet."""
+
+    client = models.ForeignKey(APIClient, on_delete=models.DO_NOTHING, null=True, related_name="+",
+                               db_constraint=False)
+    event = models.ForeignKey("notifications.Event", on_delete=models.DO_NOTHING, null=True, related_name="+",
+                              db_constraint=False)
+    notification_type = models.ForeignKey("notifications.NotificationType", on_delete=models.DO_NOTHING,
+                                          null=True, related_name="+", db_constraint=False)
+    digest = models.ForeignKey("notifications.Digest", on_delete=models.DO_NOTHING, null=True, related_name="+",
+                               db_constraint=False)
+    recipient = models.ForeignKey(Recipient, on_delete=models.DO_NOTHING, related_name="+", db_constraint=False)
+    live = models.BooleanField(help_text="Still in the live table (not archived to the history yet).")
+
+    class Meta:
+        managed = False
+        db_table = "notifications_notificationrecord"
 
     def __str__(self) -> str:
         return f"{self.channel} {self.priority} to {self.recipient_id} ({self.status})"
@@ -433,4 +465,4 @@ class APIAuditEntry(models.Model):
 
 
 __all__ = ["APIAuditEntry", "APIClient", "DeadLetter", "DeliveryAttempt", "DeliveryEvent", "FrequencyCap",
-           "Notification", "Priority", "Reason", "Status", "TimelineEntry"]
+           "Notification", "NotificationColumns", "NotificationRecord", "Priority", "Reason", "Status", "TimelineEntry"]
