@@ -202,6 +202,9 @@ class NotificationColumns(models.Model):
     class Meta:
         abstract = True
 
+    def __str__(self) -> str:
+        return f"{self.channel} {self.priority} to {getattr(self, 'recipient_id', '?')} ({self.status})"
+
 
 class Notification(NotificationColumns):
     """One message to one recipient on one channel (docs/ARCHITECTURE.md §4–5).
@@ -268,13 +271,9 @@ class Notification(NotificationColumns):
                          condition=models.Q(dead_lettered_at__isnull=False)),
         ]
 
-    def __str__(self) -> str:
-        return f"{self.channel} {self.priority} to {self.recipient_id} ({self.status})"
-
 
 class _Copy(NotificationColumns):
-    """A notification's columns outside the live table: its references without constraints or
-    reverse accessors (a row of the history outlives nothing it points at being kept for it)."""
+    """A notification's columns outside the live table: references without constraints or accessors."""
 
     client = models.ForeignKey(APIClient, on_delete=models.DO_NOTHING, null=True, related_name="+",
                                db_constraint=False)
@@ -288,9 +287,6 @@ class _Copy(NotificationColumns):
 
     class Meta:
         abstract = True
-
-    def __str__(self) -> str:
-        return f"{self.channel} {self.priority} to {self.recipient_id} ({self.status})"
 
 
 class NotificationRecord(_Copy):
@@ -307,10 +303,9 @@ class NotificationRecord(_Copy):
 
 
 class NotificationHistory(_Copy):
-    """The history: finished notifications the archiver moved out of the live table
-    (``notifications/lifecycle/archive.py``), partitioned by day of ``created_at`` (its DB primary
-    key is ``(id, created_at)``). Written only by the lifecycle (late receipts) and erasure; filter
-    by ``created_at`` where it is known, so Postgres reads one partition, not all."""
+    """Finished notifications the archiver moved out of the live table, partitioned by day of
+    ``created_at`` (DB key ``(id, created_at)``: filter by it where known, one partition is read).
+    Written by the lifecycle (late receipts) and erasure only (docs/ARCHITECTURE.md §13)."""
 
     class Meta:
         managed = False
@@ -368,9 +363,8 @@ class DeadLetter(Notification):
 
 
 class ArchivedNotification(Notification):
-    """A row of the history as a :class:`Notification` for the code that reads one (receipts,
-    idempotent replays, cancels), made by :func:`notifications.lifecycle.archive.archived`. Never
-    saved: its writes go to :class:`NotificationHistory` through the lifecycle."""
+    """A history row as a :class:`Notification` for code that reads one (receipts, replays, cancels;
+    :func:`notifications.lifecycle.archive.archived`). Never saved: the lifecycle writes the history."""
 
     archived = True
 
