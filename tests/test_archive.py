@@ -358,3 +358,82 @@ def test_an_archived_rows_timeline_and_attempts_stay_readable(frozen):
         "accepted", "sent"]
     assert list(DeliveryAttempt.objects.filter(notification_id=n.pk).values_list("outcome", flat=True)) == [
         "accepted"]
+
+
+@pytest.mark.django_db
+def test_a_typed_send_and_an_event_retried_after_archive_answer_as_the_first_time(frozen):
+    from tests.test_events_api import make_type
+
+    kind = make_type(key=f"shipped_{uuid.uuid4().hex[:6]}", channels=("sms",))
+    Recipient.objects.create(user_id="arc-idem", phone="+4915112345678")
+    client, key = make_client()
+    http = Client(headers={"Authorization": f"Api-Key {key}"})
+
+    def typed():
+        return http.post("/v1/notifications", data=json.dumps({"user_id": "arc-idem", "channel": "sms",
+                                                               "type": kind.key, "data": {"order_id": "1"}}),
+                         content_type="application/json", headers={"Idempotency-Key": "typed-1"})
+
+    def event():
+        return http.post("/v1/events", data=json.dumps({"type": kind.key, "user_id": "arc-idem",
+                                                        "data": {"order_id": "2"}}),
+                         content_type="application/json", headers={"Idempotency-Key": "event-1"})
+
+    frozen[0] = T0
+    first_typed, first_event = typed(), event()
+    assert (first_typed.status_code, first_event.status_code) == (202, 202)
+    Notification.objects.filter(client=client).update(status="sent", created_at=T0, updated_at=T0)
+    frozen[0] = NOW
+    assert archive.archive(NOW, 100) == 2
+    again_typed, again_event = typed(), event()
+    assert (again_typed.status_code, again_typed.json(), again_typed.headers["Idempotent-Replayed"]) == (
+        202, first_typed.json(), "true")
+    assert (again_event.status_code, again_event.json(), again_event.headers["Idempotent-Replayed"]) == (
+        202, first_event.json(), "true")
+    assert (Notification.objects.filter(client=client).count(),
+            NotificationHistory.objects.filter(client=client).count()) == (0, 2)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_retry_racing_the_archiver_waits_for_the_move_and_answers_the_original(monkeypatch):
+    from notifications import services
+
+    monkeypatch.setattr("core.clock.now", lambda: NOW)
+    client, _key = make_client()
+    r = recipient()
+    send = {"client": client, "idempotency_key": "race-1", "fingerprint": "rf-same", "recipient": r,
+            "channel": "sms", "priority": "standard", "content": {"body": "hello"}}
+    first = services.accept_notification(**send).notification
+    Notification.objects.filter(pk=first.pk).update(status="sent", created_at=T0, updated_at=T0)
+    archived, release = threading.Event(), threading.Event()
+    outcome: dict = {}
+
+    def archiver():
+        try:
+            with transaction.atomic():
+                outcome["moved"] = archive.archive(NOW, 100)
+                archived.set()
+                release.wait(15)
+        finally:
+            connection.close()
+
+    def retry():
+        try:
+            result = services.accept_notification(**send)
+            outcome["retry"] = (result.replayed, result.notification.pk, result.notification.archived)
+        finally:
+            connection.close()
+
+    a = threading.Thread(target=archiver)
+    a.start()
+    assert archived.wait(15)
+    b = threading.Thread(target=retry)
+    b.start()
+    _waiting_on_a_lock()  # the retry's INSERT waits for the archiver's DELETE to commit or roll back
+    release.set()
+    a.join(15)
+    b.join(15)
+    assert outcome == {"moved": 1, "retry": (True, first.pk, True)}
+    assert (Notification.objects.filter(client=client).count(),
+            NotificationHistory.objects.filter(client=client).count()) == (0, 1)
+    assert DeliveryEvent.objects.filter(notification_id=first.pk).count() == 1  # the first's `accepted` only
