@@ -5,7 +5,8 @@ The provider webhooks publish provider-neutral :class:`providers.receipts.Receip
 for the receipts worker (:func:`apply_wire` → :func:`apply_receipts`), so providers import nothing of
 this module. Each receipt is stored once (``dedup_key``), moves its row only forward or to the
 provider's newer word (:func:`order_key`), settles a row whose call was never recorded, and applies
-the contact consequences (bounces, STOP, unsubscribes). The rules in full: docs/PROVIDERS.md,
+the contact consequences (bounces, STOP, unsubscribes). A row archived to the history is found and
+moved there by the same rules (docs/ARCHITECTURE.md §13). The rules in full: docs/PROVIDERS.md,
 "Delivery receipts"; the order: docs/ARCHITECTURE.md §5, "Receipt order".
 """
 

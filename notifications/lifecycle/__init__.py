@@ -3,7 +3,8 @@
 Creating a row (acceptance, campaign fan-out, digests) is not a transition; every later change of
 ``status``/``reason`` is one conditional UPDATE whose allowed from-states come from the one table
 (:mod:`.table`), written with its timeline event in the same transaction. ``tests/test_lifecycle.py``
-fails when production code writes a status or reason anywhere else.
+fails when production code writes a status or reason anywhere else. :mod:`.archive` moves finished
+rows to the history (docs/ARCHITECTURE.md §13), the one other move of a notification.
 """
 
 from notifications.lifecycle import archive
