@@ -437,3 +437,14 @@ def test_a_retry_racing_the_archiver_waits_for_the_move_and_answers_the_original
     assert (Notification.objects.filter(client=client).count(),
             NotificationHistory.objects.filter(client=client).count()) == (0, 1)
     assert DeliveryEvent.objects.filter(notification_id=first.pk).count() == 1  # the first's `accepted` only
+
+
+def test_beat_runs_the_archiver_every_minute_on_the_maintenance_queue(settings):
+    from config.celery import app
+
+    app.loader.import_default_modules()
+    entry = settings.CELERY_BEAT_SCHEDULE["archive-notifications"]
+    assert (entry["task"], entry["schedule"], entry["options"]["queue"]) == ("notifications.archive", 60.0,
+                                                                             "maintenance")
+    assert entry["task"] in app.tasks
+    assert settings.NOTIFY["RETENTION_DAYS"]["notifications_notificationhistory"] == 90
