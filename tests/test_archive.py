@@ -135,6 +135,10 @@ def test_a_fallback_pair_moves_only_when_its_partner_no_longer_moves(frozen):
     lifecycle.fallback([first.pk], Status.QUEUED, "", "released", NOW)  # the waiting one is released
     assert scheduler.archive() == 1
     assert where(first, waiting) == ["history", "live"]
+    digest_first = row("failed", r=r, channel="push", reason="contact_invalid")  # a digest's: no event
+    row("scheduled", r=r, reason="fallback_waiting", fallback_after=digest_first.pk)
+    assert scheduler.archive() == 0
+    assert where(digest_first) == ["live"]
 
 
 def test_finished_is_what_no_step_of_the_send_path_leaves():

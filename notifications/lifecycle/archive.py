@@ -42,8 +42,8 @@ def register_hold(name: str, condition: str) -> None:
 def _keep_for_fallback() -> str:
     return f"""
    AND (n.fallback_after IS NULL OR NOT EXISTS (SELECT 1 FROM {LIVE} AS p WHERE p.id = n.fallback_after))
-   AND (n.event_id IS NULL OR NOT EXISTS (SELECT 1 FROM {LIVE} AS w WHERE w.fallback_after = n.id
-                                           AND w.status = 'scheduled' AND w.reason = 'fallback_waiting'))"""
+   AND NOT EXISTS (SELECT 1 FROM {LIVE} AS w WHERE w.fallback_after = n.id
+                      AND w.status = 'scheduled' AND w.reason = 'fallback_waiting')"""
 
 
 def _move_sql(candidates: str, order: str) -> str:
