@@ -156,8 +156,9 @@ def admit(a: Admission) -> Decision:
 
 def _requested_before(model, pk, now: datetime) -> bool:
     """Whether the request's row exists: live, or (a notification) archived within ``IDEMPOTENCY_DAYS``."""
-    return model.objects.filter(pk=pk).exists() or (model is Notification and archive.is_archived(
-        pk, archive.idempotency_window(now)))
+    if model is Notification:
+        return archive.exists(pk, archive.idempotency_window(now))
+    return model.objects.filter(pk=pk).exists()
 
 
 class ArchivedRequest(Exception):

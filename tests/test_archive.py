@@ -452,3 +452,15 @@ def test_beat_runs_the_archiver_every_minute_on_the_maintenance_queue(settings):
                                                                              "maintenance")
     assert entry["task"] in app.tasks
     assert settings.NOTIFY["RETENTION_DAYS"]["notifications_notificationhistory"] == 90
+
+
+@pytest.mark.django_db
+def test_the_gate_sees_an_archived_request_as_a_replay_so_no_limit_is_charged(settings):
+    from notifications.admission import Admission, Road, admit
+
+    n = row("sent", at=NOW - timedelta(days=6))
+    assert archive.archive(NOW, 100) == 1
+    asked = Admission(road=Road.SINGLE, now=NOW, request=(Notification, n.pk))
+    assert admit(asked).replayed is True
+    settings.NOTIFY = {**settings.NOTIFY, "IDEMPOTENCY_DAYS": 5}  # created 6 days ago: a new request
+    assert admit(asked).replayed is False

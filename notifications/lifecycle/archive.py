@@ -113,9 +113,13 @@ def archived_by_id(ids: Iterable, since: datetime) -> list[ArchivedNotification]
     return archived(Q(pk__in=list(ids)), since)
 
 
-def is_archived(pk, since: datetime) -> bool:
-    """Whether the history holds ``pk`` created at or after ``since`` (one probe per partition read)."""
-    return NotificationHistory.objects.filter(pk=pk, created_at__gte=since).exists()
+def exists(pk, since: datetime) -> bool:
+    """Whether ``pk`` is live, or in the history created at or after ``since``: one statement, the
+    history probed (a key probe per partition read) only when the row is not live."""
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT EXISTS (SELECT 1 FROM {LIVE} WHERE id = %s) OR EXISTS (SELECT 1 FROM {HISTORY} "
+                    "WHERE id = %s AND created_at >= %s)", [pk, pk, since])
+        return bool(cur.fetchone()[0])
 
 
 def receipt_window(now: datetime) -> datetime:
