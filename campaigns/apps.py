@@ -22,7 +22,16 @@ class CampaignsConfig(AppConfig):
         from notifications.readers import register_read_rule
 
         register_read_rule(readable_campaign_sends)
+        # A campaign still fanning out inserts its pages by id: its rows stay live until it is done.
+        from notifications.lifecycle.archive import register_hold
+
+        register_hold("campaign_fanning_out", FANNING_OUT_HOLD)
         checks.register(check_default_timezone, checks.Tags.compatibility)
+
+
+#: The archiver keeps a campaign's row ``n`` live while this holds (notifications/lifecycle/archive.py).
+FANNING_OUT_HOLD = ("n.campaign_id IS NOT NULL AND EXISTS (SELECT 1 FROM campaigns_campaign AS c "
+                    "WHERE c.id = n.campaign_id AND c.status = 'fanning_out')")
 
 
 def check_default_timezone(app_configs=None, **kwargs):

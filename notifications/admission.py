@@ -24,6 +24,7 @@ from core.api.scopes import Scope
 from notifications.acceptance import rules as limits
 from notifications.acceptance.rules import Reservation, contact_mark, effective_rules, reserve, rules_for, send_rules
 from notifications.content_limits import rendered_problem
+from notifications.lifecycle import archive
 from notifications.models import APIClient, Notification, Priority, Reason
 
 if TYPE_CHECKING:
@@ -145,12 +146,45 @@ def admit(a: Admission) -> Decision:
         elif rule is Rule.CONTENT:
             _content(a)
         elif rule is Rule.IDEMPOTENCY:
-            if a.request is not None and a.request[0].objects.filter(pk=a.request[1]).exists():
+            if a.request is not None and _requested_before(*a.request, a.now):
                 decision.replayed = True
                 return decision
         elif rule is Rule.LIMITS:
             _limits(a, decision)
     return decision
+
+
+def _requested_before(model, pk, now: datetime) -> bool:
+    """Whether the request's row exists: live, or (a notification) archived within ``IDEMPOTENCY_DAYS``."""
+    if model is Notification:
+        return archive.exists(pk, archive.idempotency_window(now))
+    return model.objects.filter(pk=pk).exists()
+
+
+class ArchivedRequest(Exception):
+    """The key's first request was archived: its row is in the history (``row``, an archived copy)."""
+
+    def __init__(self, row: Notification) -> None:
+        super().__init__("the request's notification was archived")
+        self.row = row
+
+
+def refuse_archived(pk, now: datetime) -> None:
+    """Call right after INSERTing an API send's row ``pk``, in its transaction: raises
+    :class:`ArchivedRequest` when the history holds ``pk`` (created within ``IDEMPOTENCY_DAYS``), so
+    the caller rolls back and answers with the original. After the INSERT, not before: an INSERT
+    racing the archiver waits for its move to commit, and this later statement then sees the row."""
+    rows = archive.archived_by_id([pk], archive.idempotency_window(now))
+    if rows:
+        raise ArchivedRequest(rows[0])
+
+
+def original(pk, now: datetime) -> Notification | None:
+    """The row an API send's key made: the live one, else its archived copy (``IDEMPOTENCY_DAYS``)."""
+    live = Notification.objects.filter(pk=pk).first()
+    if live is not None:
+        return live
+    return next(iter(archive.archived_by_id([pk], archive.idempotency_window(now))), None)
 
 
 def _high_gate(a: Admission, decision: Decision) -> None:

@@ -267,6 +267,12 @@ def reconciled(leases: int, stale_queued: int) -> None:
 
 
 @_safe
+def archived(moved: int) -> None:
+    """``scheduler.archive``: finished rows moved from the live table to the history."""
+    _m().archived.inc(moved)
+
+
+@_safe
 def events_accepted(events: int, notifications: int) -> None:
     """``notifications.events.services.accept_event``: new (not replayed) events and their rows."""
     _m().events.labels("events").inc(events)

@@ -51,6 +51,7 @@ class OpsCollector:
     def collect(self):
         from core.redis_client import get_redis
         from notifications import health
+        from notifications.lifecycle import archive
 
         started = time.monotonic()
         up = GaugeMetricFamily("notify_scrape_source_up",
@@ -119,6 +120,10 @@ class OpsCollector:
             yield GaugeMetricFamily("notify_dead_letters_oldest_age_seconds",
                                     "Age of the oldest dead letter (0 if none).",
                                     value=snap["dead_letters_oldest_age_seconds"] or 0.0)
+            yield GaugeMetricFamily("notify_live_notifications_estimate",
+                                    "Rows in the live notifications table, as Postgres last estimated them "
+                                    "(the archiver keeps it to about HOT_HOURS of traffic).",
+                                    value=archive.live_rows_estimate())
             up.add_metric(["postgres"], 1)
         except Exception as exc:
             log.warning("metrics: Postgres gauges unavailable: %s", exc)

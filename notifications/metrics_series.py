@@ -78,6 +78,9 @@ class Series:
             "notify_reconciler_redriven_total",
             "Notifications re-driven by the reconciler: expired worker leases, stale queued rows.",
             ["kind"], registry=r)
+        self.archived = Counter(
+            "notify_archived_total", "Finished notifications the archiver moved from the live table to the history.",
+            registry=r)
         self.events = Counter(
             "notify_events_accepted_total", "Events accepted (POST /v1/events), and the notifications they made.",
             ["kind"], registry=r)

@@ -80,6 +80,9 @@ class Status(models.TextChoices):
 APP_STATUSES = (Status.DISPLAYED, Status.DISMISSED, Status.OPENED)
 #: Statuses of a notification the provider accepted (it reached the recipient's device or inbox).
 REACHED_STATUSES = (Status.SENT, Status.DELIVERED, *APP_STATUSES)
+#: Statuses a row ends in: no step of the send path leaves them (only a receipt, a replay or a fallback's
+#: reopen may). notifications/lifecycle/table.py names them FINISHED; the archiver moves them to the history.
+FINISHED_STATUSES = (*REACHED_STATUSES, Status.FAILED, Status.SUPPRESSED, Status.EXPIRED, Status.CANCELLED)
 
 
 class Reason(models.TextChoices):
@@ -199,6 +202,9 @@ class NotificationColumns(models.Model):
     class Meta:
         abstract = True
 
+    def __str__(self) -> str:
+        return f"{self.channel} {self.priority} to {getattr(self, 'recipient_id', '?')} ({self.status})"
+
 
 class Notification(NotificationColumns):
     """One message to one recipient on one channel (docs/ARCHITECTURE.md §4–5).
@@ -223,6 +229,8 @@ class Notification(NotificationColumns):
                                related_name="notifications", db_index=False)
     recipient = models.ForeignKey(Recipient, on_delete=models.PROTECT, related_name="notifications",
                                   db_constraint=True, db_index=False)
+    #: False: the row is live; :class:`ArchivedNotification` (a history row) says True.
+    archived = False
 
     class Meta:
         constraints = [
@@ -254,20 +262,18 @@ class Notification(NotificationColumns):
             # Fallback routing: the rows waiting for the one before them (few at any time).
             models.Index(fields=["fallback_after"], name="notification_fallback_idx",
                          condition=models.Q(status="scheduled", reason="fallback_waiting")),
+            # The archiver (notifications/lifecycle/archive.py): finished rows, oldest change first;
+            # dead letters stay out (they wait for a person: the dead-letter index finds the expired).
+            models.Index(fields=["updated_at"], name="notification_finished_idx",
+                         condition=models.Q(status__in=FINISHED_STATUSES, dead_lettered_at__isnull=True)),
             # Dead letters (admin list, depth gauge): a handful of rows in a big table.
             models.Index(fields=["dead_lettered_at"], name="notification_dead_letter_idx",
                          condition=models.Q(dead_lettered_at__isnull=False)),
         ]
 
-    def __str__(self) -> str:
-        return f"{self.channel} {self.priority} to {self.recipient_id} ({self.status})"
 
-
-class NotificationRecord(NotificationColumns):
-    """A notification wherever it lives, read-only: the view ``notifications_notificationrecord``,
-    the live table ``UNION ALL`` the partitioned history (migration 0037; docs/ARCHITECTURE.md,
-    "Where a row lives"). Support and API reads by id, recipient, campaign or event use it; every
-    write goes to :class:`Notification` through the lifecycle. ``live``: not archived yet."""
+class _Copy(NotificationColumns):
+    """A notification's columns outside the live table: references without constraints or accessors."""
 
     client = models.ForeignKey(APIClient, on_delete=models.DO_NOTHING, null=True, related_name="+",
                                db_constraint=False)
@@ -278,14 +284,32 @@ class NotificationRecord(NotificationColumns):
     digest = models.ForeignKey("notifications.Digest", on_delete=models.DO_NOTHING, null=True, related_name="+",
                                db_constraint=False)
     recipient = models.ForeignKey(Recipient, on_delete=models.DO_NOTHING, related_name="+", db_constraint=False)
+
+    class Meta:
+        abstract = True
+
+
+class NotificationRecord(_Copy):
+    """A notification wherever it lives, read-only: the view ``notifications_notificationrecord``,
+    the live table ``UNION ALL`` the partitioned history (migration 0037; docs/ARCHITECTURE.md,
+    "Where a row lives"). Support and API reads by id, recipient, campaign or event use it; every
+    write goes to :class:`Notification` through the lifecycle. ``live``: not archived yet."""
+
     live = models.BooleanField(help_text="Still in the live table (not archived to the history yet).")
 
     class Meta:
         managed = False
         db_table = "notifications_notificationrecord"
 
-    def __str__(self) -> str:
-        return f"{self.channel} {self.priority} to {self.recipient_id} ({self.status})"
+
+class NotificationHistory(_Copy):
+    """Finished notifications the archiver moved out of the live table, partitioned by day of
+    ``created_at`` (DB key ``(id, created_at)``: filter by it where known, one partition is read).
+    Written by the lifecycle (late receipts) and erasure only (docs/ARCHITECTURE.md §13)."""
+
+    class Meta:
+        managed = False
+        db_table = "notifications_notificationhistory"
 
 
 class FrequencyCap(models.Model):
@@ -338,6 +362,19 @@ class DeadLetter(Notification):
         verbose_name_plural = "dead letters"
 
 
+class ArchivedNotification(Notification):
+    """A history row as a :class:`Notification` for code that reads one (receipts, replays, cancels;
+    :func:`notifications.lifecycle.archive.archived`). Never saved: the lifecycle writes the history."""
+
+    archived = True
+
+    class Meta:
+        proxy = True
+
+    def save(self, *args, **kwargs):
+        raise TypeError("an archived notification is written through notifications.lifecycle, never saved")
+
+
 class DeliveryAttempt(models.Model):
     """One provider call for a notification (one per device for push). Written after the call."""
 
@@ -355,9 +392,10 @@ class DeliveryAttempt(models.Model):
     #: A provider's error text may quote the message: never filtered in the admin (preferences.admin_guard).
     content_fields = frozenset({"error_message"})
 
-    # No FK index of its own: attempt_notification_idx (notification, created_at) serves it.
+    # No FK index of its own: attempt_notification_idx (notification, created_at) serves it. No FK
+    # constraint: its notification may be archived to the history (docs/ARCHITECTURE.md, "Where a row lives").
     notification = models.ForeignKey(Notification, on_delete=models.CASCADE, related_name="attempts_log",
-                                     db_index=False)
+                                     db_index=False, db_constraint=False)
     number = models.PositiveIntegerField(help_text="The notification's attempt number (1-based).")
     provider = models.CharField(max_length=32)
     device = models.ForeignKey(Device, on_delete=models.SET_NULL, null=True, blank=True)
@@ -383,8 +421,10 @@ class DeliveryEvent(models.Model):
     #: Error details may quote content: never filtered in the admin (preferences.admin_guard).
     content_fields = frozenset({"detail"})
 
-    # No FK index of its own: event_notification_idx (notification, created_at) serves it.
-    notification = models.ForeignKey(Notification, on_delete=models.CASCADE, related_name="events", db_index=False)
+    # No FK index of its own: event_notification_idx (notification, created_at) serves it. No FK
+    # constraint: its notification may be archived to the history (docs/ARCHITECTURE.md, "Where a row lives").
+    notification = models.ForeignKey(Notification, on_delete=models.CASCADE, related_name="events", db_index=False,
+                                     db_constraint=False)
     kind = models.CharField(max_length=32, help_text="accepted, released, claimed, sent, suppressed, …")
     status = models.CharField(max_length=12, choices=Status.choices, blank=True, default="")
     reason = models.CharField(max_length=32, blank=True, default="")
@@ -464,5 +504,6 @@ class APIAuditEntry(models.Model):
         return f"{self.method} {self.path} → {self.status}"
 
 
-__all__ = ["APIAuditEntry", "APIClient", "DeadLetter", "DeliveryAttempt", "DeliveryEvent", "FrequencyCap",
-           "Notification", "NotificationColumns", "NotificationRecord", "Priority", "Reason", "Status", "TimelineEntry"]
+__all__ = ["APIAuditEntry", "APIClient", "ArchivedNotification", "DeadLetter", "DeliveryAttempt", "DeliveryEvent",
+           "FrequencyCap", "Notification", "NotificationColumns", "NotificationHistory", "NotificationRecord",
+           "Priority", "Reason", "Status", "TimelineEntry"]

@@ -5,7 +5,8 @@ The provider webhooks publish provider-neutral :class:`providers.receipts.Receip
 for the receipts worker (:func:`apply_wire` → :func:`apply_receipts`), so providers import nothing of
 this module. Each receipt is stored once (``dedup_key``), moves its row only forward or to the
 provider's newer word (:func:`order_key`), settles a row whose call was never recorded, and applies
-the contact consequences (bounces, STOP, unsubscribes). The rules in full: docs/PROVIDERS.md,
+the contact consequences (bounces, STOP, unsubscribes). A row archived to the history is found and
+moved there by the same rules (docs/ARCHITECTURE.md §13). The rules in full: docs/PROVIDERS.md,
 "Delivery receipts"; the order: docs/ARCHITECTURE.md §5, "Receipt order".
 """
 
@@ -15,6 +16,7 @@ import contextlib
 import dataclasses
 import logging
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 
 from celery import current_app
@@ -32,6 +34,7 @@ from notifications import lifecycle, metrics, sent_markers
 from notifications.delivery import caps, record
 from notifications.delivery.outcomes import shown
 from notifications.events import fallback
+from notifications.lifecycle import archive
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
 from preferences.models import Recipient, SmsStop
 from preferences.services import opt_out
@@ -182,10 +185,18 @@ def _find_all(receipts: list[Receipt]) -> dict[int, Notification]:
         return {}
     # A batch's rows are narrowed to the receipts' addresses in the query: one failure receipt of a
     # 1,000-recipient request reads its own row, not the request's thousand.
-    rows = list(Notification.objects.select_related("recipient")
-                .annotate(receipt_address=Lower(Trim("recipient__email")))
-                .filter(Q(pk__in=ids) | Q(provider_message_id__in=message_ids)
-                        | Q(provider_message_id__in=batch_ids, receipt_address__in=addresses)))
+    address = {"receipt_address": Lower(Trim("recipient__email"))}
+    which = (Q(pk__in=ids) | Q(provider_message_id__in=message_ids)
+             | Q(provider_message_id__in=batch_ids, receipt_address__in=addresses))
+    found = _match(receipts, list(Notification.objects.select_related("recipient").annotate(**address).filter(which)))
+    if len(found) < len(receipts):  # the rest may have been archived: the history of the receipt window
+        found = {**_match(receipts, archive.archived(which, archive.receipt_window(clock.now()), **address)),
+                 **found}
+    return found
+
+
+def _match(receipts: list[Receipt], rows: Sequence[Notification]) -> dict[int, Notification]:
+    """:func:`_find_all`'s matching of ``receipts`` (by position) to the loaded ``rows``."""
     by_id = {str(n.pk): n for n in rows}
     by_message: dict[tuple[str, str | None], Notification] = {}
     for n in rows:
@@ -220,7 +231,7 @@ def _plan(receipts: list[Receipt], found: dict[int, Notification]) -> tuple[list
             continue
         if r.kind in (DELIVERED, FAILED):
             settling[n.pk] = settling.get(n.pk, 0) + 1
-        if r.kind not in _BULK_KINDS or r.invalid_address or r.error_code or n.status in _UNRECORDED:
+        if r.kind not in _BULK_KINDS or r.invalid_address or r.error_code or n.status in _UNRECORDED or n.archived:
             slow_rows.add(n.pk)
     slow_rows.update(pk for pk, k in settling.items() if k > 1)
     bulk, single = [], []
@@ -272,7 +283,8 @@ def _apply_bulk(pairs: list[tuple[Receipt, Notification]]) -> list[str]:
             moved = lifecycle.deliver([(pk, *order_key(r)) for pk, (r, _n, _e) in delivered.items()], now)
             fields = {"lease_until": None, "updated_at": now, "delivered_at": now}
             for pk, (r, n, _event) in delivered.items():
-                if pk in moved or _settle_unrecorded(n, r, Status.DELIVERED, fields, now):
+                if (pk in moved or _settle_unrecorded(n, r, Status.DELIVERED, fields, now)
+                        or _settle_moved(n, Status.DELIVERED, fields, *order_key(r))):
                     moved.add(pk)
                     metrics.receipt_transitioned(n, Status.DELIVERED)
             lifecycle.mark_events([delivered[pk][2] for pk in moved], Status.DELIVERED)
@@ -321,10 +333,13 @@ def _settle(n: Notification, receipt: Receipt, event: DeliveryEvent, detail: str
         reason = Reason.PROVIDER_BOUNCED if n.channel == "email" else Reason.PROVIDER_UNDELIVERED
         fields.update(reason=reason, reason_detail=detail)
     at, rank = order_key(receipt)
-    settled = lifecycle.settle_receipt(n.pk, status, fields, at, rank)
+    settled = (lifecycle.settle_receipt(n.pk, status, fields, at, rank, archived_at=n.created_at) if n.archived
+               else lifecycle.settle_receipt(n.pk, status, fields, at, rank))
     moved = bool(settled) or _settle_unrecorded(n, receipt, status, fields, now)
+    if not moved and not n.archived and (since := _settle_moved(n, status, fields, at, rank)):
+        moved, settled, n = True, "moved", since
     if not moved:
-        lifecycle.mark_out_of_order([(event.pk, at, rank)])
+        lifecycle.mark_out_of_order([(event.pk, at, rank)], archived_since=n.created_at if n.archived else None)
         return
     lifecycle.mark_events([event.pk], status, reason)
     if settled != lifecycle.REFAILED:  # a newer failure of a failed row only says the provider's last word
@@ -335,11 +350,24 @@ def _settle(n: Notification, receipt: Receipt, event: DeliveryEvent, detail: str
                 fallback.reopen([(n.pk, n.channel)], f"{n.channel}: {reason}")
 
 
+def _settle_moved(n: Notification, status: str, fields: dict, at: datetime, rank: int) -> Notification | None:
+    """A live row the archiver moved after the receipt found it: settle it in the history (the same
+    rules); returns its archived copy when it moved there."""
+    if n.archived:
+        return None
+    for moved in archive.archived_by_id([n.pk], n.created_at):
+        if lifecycle.settle_receipt(n.pk, status, fields, at, rank, archived_at=moved.created_at):
+            return moved
+    return None
+
+
 def _settle_unrecorded(n: Notification, receipt: Receipt, status: str, fields: dict, now: datetime,
                        cause: lifecycle.Cause = lifecycle.Cause.PROVIDER_RECEIPT) -> bool:
     """The row was not ``sent``: lock and read it, and settle it with ``fields`` plus what the receipt
     tells about the unrecorded call if it is ``sending`` or waiting for a re-send (module docstring);
     one its worker recorded meanwhile (``sent``) is settled plainly. Returns whether it moved."""
+    if n.archived:  # a finished row: never unrecorded
+        return False
     row = (Notification.objects.select_for_update(no_key=True).filter(pk=n.pk)
            .values("status", "reason", "attempts", "provider", "provider_message_id", "sent_at",
                    "first_attempt_at", "created_at").first())

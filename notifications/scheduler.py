@@ -5,6 +5,8 @@
 * :func:`reconcile` (beat, every few seconds) re-drives rows whose worker died (``sending`` with an
   expired lease: reason ``lease_expired``, dead-lettered as ``worker_lost`` on the last attempt)
   and rows whose broker message was lost (``queued`` too long while their queue is empty).
+* :func:`archive` (beat, every minute) moves finished rows past ``HOT_HOURS`` to the history
+  (:mod:`notifications.lifecycle.archive`).
 
 Long delays live in Postgres, never in Celery ETAs, which a Redis broker may fire several times.
 """
@@ -143,3 +145,13 @@ def reconcile(limit: int = 1000) -> dict[str, int]:
         log.info("reconciler re-drove %d expired lease(s) and %d stale queued row(s)", leases, stale)
     metrics.reconciled(leases, stale)
     return {"leases": leases, "stale_queued": stale, "fallbacks": fallbacks}
+
+
+def archive() -> int:
+    """Archiver tick: at most ``NOTIFY["ARCHIVE_MAX_ROWS_PER_RUN"]`` finished rows to the history
+    (:func:`notifications.lifecycle.archive.archive`); counted in ``notify_archived_total``."""
+    moved = lifecycle.archive.archive(clock.now(), int(settings.NOTIFY["ARCHIVE_MAX_ROWS_PER_RUN"]))
+    if moved:
+        log.info("archiver moved %d finished notification(s) to the history", moved)
+    metrics.archived(moved)
+    return moved

@@ -11,17 +11,17 @@ import json
 import re
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, Q
 from django.utils.crypto import constant_time_compare, salted_hmac
 
 from core import clock
 from core.redaction import erase_contacts, sensitive_content
 from notifications import lifecycle
 from notifications.acceptance.rules import contact_mark
-from notifications.admission import Admission, Road, admit, replay_refusals
+from notifications.admission import Admission, ArchivedRequest, Road, admit, original, refuse_archived, replay_refusals
 from notifications.enqueue import enqueue_on_commit
 from notifications.ids import single_send_id
 from notifications.inbox.models import InboxItem
@@ -32,6 +32,8 @@ from notifications.models import (
     DeliveryAttempt,
     DeliveryEvent,
     Notification,
+    NotificationHistory,
+    NotificationRecord,
     Reason,
     Status,
 )
@@ -173,14 +175,17 @@ def accept_notification(
         # An error on the way is logged (Django's 500) without a sensitive notification's content.
         with decision, sensitive_content([notification] if sensitive else ()), transaction.atomic():
             notification.save(force_insert=True)
+            refuse_archived(nid, now)  # the key's first request may have been archived: then it answers
             DeliveryEvent.objects.create(notification=notification, kind="accepted", status=status,
                                          detail=f"due {due.isoformat()}" if due else "")
             if status == Status.QUEUED:
                 enqueue_on_commit([(nid, priority, channel)])
-    except IntegrityError:
+    except (IntegrityError, ArchivedRequest) as exc:
         # The same (client, key) was committed first, possibly by a concurrent request that held
-        # the unique index until it committed; read the winner.
-        existing = Notification.objects.get(pk=nid)
+        # the unique index until it committed, or archived since; read the winner.
+        existing = exc.row if isinstance(exc, ArchivedRequest) else original(nid, now)
+        if existing is None:
+            raise
         if not same_request(existing.request_fingerprint, fingerprint):
             raise IdempotencyKeyReused(existing) from None
         return Accepted(existing, replayed=True)
@@ -201,7 +206,13 @@ def cancel_notification(notification_id: uuid.UUID, client: APIClient | None = N
     if client is not None:
         qs = qs.filter(client=client)
     with transaction.atomic():
-        notification = qs.get()
+        notification = qs.first()
+        if notification is None:  # archived: it has finished (docs/ARCHITECTURE.md, "Where a row lives")
+            mine = Q(pk=notification_id) & (Q(client=client) if client is not None else Q())
+            moved = lifecycle.archive.archived(mine, datetime.min.replace(tzinfo=UTC))
+            if moved:
+                raise NotCancellable(moved[0])
+            raise Notification.DoesNotExist
         if not lifecycle.cancel([notification.pk], lifecycle.Cause.CLIENT_CANCEL, Reason.CANCELLED_BY_CLIENT,
                                 clock.now()):
             raise NotCancellable(notification)
@@ -285,10 +296,11 @@ def erase_notification_content(recipient_id: str, contacts: list[str], *, by: st
 
     Returns ``{"notifications_erased": rows whose content was removed, "notifications_cancelled": n}``.
     """
-    from django.db.models import Q
-
     now = clock.now()
     mine = Notification.objects.filter(recipient_id=recipient_id)
+    # The history too (docs/ARCHITECTURE.md, "Where a row lives"): finished rows, nothing to cancel.
+    moved = NotificationHistory.objects.filter(recipient_id=recipient_id)
+    anywhere = NotificationRecord.objects.filter(recipient_id=recipient_id)
     # Not sent yet, and the fallback channels a send made "not needed": a late bounce would reopen
     # those and send the erased user's content (to whoever holds the id next).
     unsent = Q(status__in=[Status.SCHEDULED, Status.QUEUED]) | Q(status=Status.SUPPRESSED,
@@ -296,32 +308,37 @@ def erase_notification_content(recipient_id: str, contacts: list[str], *, by: st
     pending = list(mine.filter(unsent).values_list("pk", flat=True))
     cancelled = lifecycle.cancel(pending, lifecycle.Cause.ERASURE, Reason.RECIPIENT_ERASED, now,
                                  detail=f"recipient's personal data erased by {by}"[:500])
-    # Its dead letters leave the list: their content is gone, so a replay would send an empty message
-    # to whoever holds the user id and contacts next (they stay failed, with their reason).
-    withdrawn = list(mine.filter(status=Status.FAILED, dead_lettered_at__isnull=False).values_list("pk", flat=True))
-    if withdrawn:
-        Notification.objects.filter(pk__in=withdrawn).update(dead_lettered_at=None, updated_at=now)
-        DeliveryEvent.objects.bulk_create([
-            DeliveryEvent(notification_id=pk, kind="dead_letter_withdrawn", status=Status.FAILED, created_at=now,
-                          detail=f"not replayable: the recipient's personal data was erased by {by}"[:500])
-            for pk in withdrawn])
-    erased = mine.filter(~Q(title="") | ~Q(body="") | ~Q(html="") | Q(data__isnull=False)).update(
-        title="", body="", html="", data=None, updated_at=now)
+    erased = 0
+    for rows in (mine, moved):
+        # Its dead letters leave the list: their content is gone, so a replay would send an empty
+        # message to whoever holds the user id and contacts next (they stay failed, with their reason).
+        withdrawn = list(rows.filter(status=Status.FAILED, dead_lettered_at__isnull=False)
+                         .values_list("pk", flat=True))
+        if withdrawn:
+            rows.filter(pk__in=withdrawn).update(dead_lettered_at=None, updated_at=now)
+            DeliveryEvent.objects.bulk_create([
+                DeliveryEvent(notification_id=pk, kind="dead_letter_withdrawn", status=Status.FAILED, created_at=now,
+                              detail=f"not replayable: the recipient's personal data was erased by {by}"[:500])
+                for pk in withdrawn])
+        erased += rows.filter(~Q(title="") | ~Q(body="") | ~Q(html="") | Q(data__isnull=False)).update(
+            title="", body="", html="", data=None, updated_at=now)
     # The data of the events sent to this recipient alone (template input: an address, an order);
     # an event to many users carries data they share, which stays.
     from notifications.events.models import Event
 
-    Event.objects.filter(pk__in=mine.filter(event__isnull=False).values("event_id"), user_ids=[recipient_id]).exclude(
-        data={}).update(data={})
-    # The fingerprints of those requests, too (a keyed hash of the content): a retry of an erased
-    # request's key is then a reuse (422), never a replay of content that is gone.
-    mine.exclude(request_fingerprint="").update(request_fingerprint="")
-    mine.exclude(limit_contact="").update(limit_contact="")  # a keyed mark of the erased phone or address
-    Event.objects.filter(pk__in=mine.filter(event__isnull=False).values("event_id"), user_ids=[recipient_id]).exclude(
-        request_fingerprint="").update(request_fingerprint="")
-    _scrub(mine, "reason_detail", contacts)
-    _scrub(DeliveryAttempt.objects.filter(notification__recipient_id=recipient_id), "error_message", contacts)
-    _scrub(DeliveryEvent.objects.filter(notification__recipient_id=recipient_id), "detail", contacts)
+    events = Event.objects.filter(pk__in=anywhere.filter(event__isnull=False).values("event_id"),
+                                  user_ids=[recipient_id])
+    events.exclude(data={}).update(data={})
+    for rows in (mine, moved):
+        # The fingerprints of those requests, too (a keyed hash of the content): a retry of an erased
+        # request's key is then a reuse (422), never a replay of content that is gone.
+        rows.exclude(request_fingerprint="").update(request_fingerprint="")
+        rows.exclude(limit_contact="").update(limit_contact="")  # a keyed mark of the erased phone or address
+        _scrub(rows, "reason_detail", contacts)
+    events.exclude(request_fingerprint="").update(request_fingerprint="")
+    ids = anywhere.values("id")
+    _scrub(DeliveryAttempt.objects.filter(notification_id__in=ids), "error_message", contacts)
+    _scrub(DeliveryEvent.objects.filter(notification_id__in=ids), "detail", contacts)
     return {"notifications_erased": erased, "notifications_cancelled": len(cancelled)}
 
 

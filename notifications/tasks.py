@@ -55,6 +55,13 @@ def inbox_refresh_trailing(user_ids: list[str]) -> int:
     return refresh.trailing(user_ids)
 
 
+@notification_task("notifications.archive")
+def archive() -> int:
+    """Archiver tick (``maintenance`` queue, every minute): finished rows past ``HOT_HOURS`` to the
+    history, at most ``NOTIFY["ARCHIVE_MAX_ROWS_PER_RUN"]`` (docs/ARCHITECTURE.md, "Where a row lives")."""
+    return scheduler.archive()
+
+
 @notification_task("notifications.prune_inbox")
 def prune_inbox() -> int:
     """Inbox tick (``maintenance`` queue, every ``NOTIFY["INBOX"]["PRUNE_EVERY_SECONDS"]``): delete items

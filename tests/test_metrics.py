@@ -497,3 +497,19 @@ def test_frequency_capped_rows_are_counted_by_category_and_channel(client, djang
         key("notify_frequency_capped_total", category="marketing", channel="push"): 2}
     assert found[key("notify_notification_outcomes_total", status="suppressed", reason="frequency_capped",
                      channel="push", tier="standard")] == 2
+
+
+def test_the_archiver_counts_what_it_moved_and_the_live_table_estimate_is_shown(client):
+    from django.db import connection
+
+    r = Recipient.objects.create(user_id=f"arc-{uuid.uuid4().hex[:8]}")
+    old = timezone.now() - timedelta(hours=7)
+    for status in ("sent", "delivered", "queued"):
+        Notification.objects.create(id=uuid.uuid4(), recipient=r, channel="sms", body="b", status=status,
+                                    created_at=old, updated_at=old)
+    assert scheduler.archive() == 2
+    with connection.cursor() as cur:
+        cur.execute("ANALYZE notifications_notification")
+    found = scrape(client)
+    assert found[key("notify_archived_total")] == 2.0
+    assert found[key("notify_live_notifications_estimate")] == float(Notification.objects.count())

@@ -2,9 +2,11 @@
 
 Reads the production code (``core``, ``preferences``, ``notifications``, ``campaigns``) and fails on
 a write of a notification's ``status``/``reason`` anywhere else: an ORM ``.update(status=…)`` (or
-``reason=…``, or ``**fields``) on a Notification queryset, ``SET status``/``SET reason`` in SQL on
-``notifications_notification``, an assignment to ``.status``/``.reason`` of a row. Creating rows is
-not a transition (INSERTs and ``create``/``bulk_create`` are not looked at)."""
+``reason=…``, or ``**fields``) on a Notification queryset (live or history), ``SET status``/``SET reason``
+in SQL on ``notifications_notification`` or ``notifications_notificationhistory``, an assignment to
+``.status``/``.reason`` of a row; and a move between the two (``DELETE FROM`` the live table, ``INSERT
+INTO`` the history: the archiver's). Creating rows is not a transition (INSERTs into the live table and
+``create``/``bulk_create`` are not looked at)."""
 
 from __future__ import annotations
 
@@ -19,8 +21,11 @@ FIELDS = {"status", "reason"}
 
 #: Models whose own ``status`` these packages may write (not a notification's).
 OTHER_MODELS = re.compile(r"^(Campaign|CampaignStatus|Device|DeliveryEvent|Recipient|Preferences|Digest|Event)\b")
-_UPDATE_SQL = re.compile(r"UPDATE\s+notifications_notification\b.*?\bSET\b(?P<set>.*?)(?:\bFROM\b|\bWHERE\b|$)",
-                         re.S | re.I)
+_UPDATE_SQL = re.compile(r"UPDATE\s+(?:\{?\w*\}?\s*)?notifications_notification(?:history)?\b.*?\bSET\b"
+                         r"(?P<set>.*?)(?:\bFROM\b|\bWHERE\b|$)", re.S | re.I)
+#: A row moving between the live table and the history.
+_MOVE_SQL = re.compile(r"DELETE\s+FROM\s+notifications_notification\b"
+                       r"|INSERT\s+INTO\s+notifications_notificationhistory\b|\{(LIVE|HISTORY)\}", re.I)
 _SET_FIELD = re.compile(r"(?<![\w.])(status|reason)\s*=", re.I)
 
 
@@ -53,6 +58,8 @@ def findings(source: str, name: str) -> list[str]:
             for m in _UPDATE_SQL.finditer(node.value):
                 if _SET_FIELD.search(m.group("set")):
                     found.append(f"{name}:{node.lineno}: SQL sets a notification's status/reason")
+            if _MOVE_SQL.search(node.value) and re.search(r"\b(DELETE|INSERT)\b", node.value, re.I):
+                found.append(f"{name}:{node.lineno}: SQL moves a notification between live and history")
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "update":
             receiver = node.func.value
             keys = {k.arg for k in node.keywords}
@@ -96,8 +103,13 @@ qs.filter(status="queued").update(reason="x", updated_at=now)
 Notification.objects.filter(pk=pk, status="sent").update(**fields)
 n.status = "delivered"
 n.status, n.reason = "failed", "x"
+OLD = "UPDATE notifications_notificationhistory SET status = 'delivered' WHERE id = %s"
+MOVE = "WITH m AS (DELETE FROM notifications_notification WHERE id = %s RETURNING *) INSERT INTO x SELECT * FROM m"
+BACK = "INSERT INTO notifications_notificationhistory SELECT * FROM notifications_notification"
+NotificationHistory.objects.filter(pk=pk, status="sent").update(**fields)
 '''
-    assert sorted(int(f.split(":")[1]) for f in findings(source, "m.py")) == [2, 7, 8, 9, 10, 11, 12]
+    assert sorted(int(f.split(":")[1]) for f in findings(source, "m.py")) == [2, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+                                                                              16]
 
 
 def test_the_reader_leaves_other_writes_alone():

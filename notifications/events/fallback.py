@@ -18,7 +18,7 @@ from notifications.admission import Admission, Road, admit
 from notifications.enqueue import enqueue_on_commit
 from notifications.models import REACHED_STATUSES, Reason, Status
 
-FINAL = (*REACHED_STATUSES, Status.FAILED, Status.SUPPRESSED, Status.EXPIRED, Status.CANCELLED)
+FINAL = lifecycle.FINISHED
 
 def outcome(status: str, reason: str) -> str | None:
     """What a row's end means for the one waiting behind it: ``"not_needed"``, ``"cancelled"``,

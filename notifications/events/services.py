@@ -17,7 +17,7 @@ from django.db.models import Q
 from core import clock
 from notifications import lifecycle, metrics
 from notifications.acceptance.rules import contact_mark
-from notifications.admission import Admission, Road, admit
+from notifications.admission import Admission, ArchivedRequest, Road, admit, original, refuse_archived
 from notifications.enqueue import enqueue_on_commit
 from notifications.events import digests
 from notifications.events.models import (
@@ -27,7 +27,7 @@ from notifications.events.models import (
     TypeTemplate,
 )
 from notifications.ids import event_id, event_notification_id, single_send_id, typed_send_event_id
-from notifications.models import APIClient, DeliveryEvent, Notification, Priority, Reason, Status
+from notifications.models import APIClient, DeliveryEvent, Notification, NotificationRecord, Priority, Reason, Status
 from notifications.rendering import RenderError
 from notifications.services import WRITTEN_TO_INBOX, IdempotencyKeyReused, NotCancellable, same_request
 
@@ -48,7 +48,7 @@ class AcceptedEvent:
     given, each in the type's channel order), and whether this replays an earlier acceptance."""
 
     event: Event
-    notifications: list[Notification]
+    notifications: list[Notification] | list[NotificationRecord]
     replayed: bool
     #: A digest type's event: the digests it went into (one per user, in the users' order); its
     #: ``notifications`` are then empty (they are the digests', made when each closes).
@@ -187,15 +187,17 @@ def accept_event(*, client: APIClient, idempotency_key: str, fingerprint: str, k
             event.save(force_insert=True)
             into = digests.append(event, kind, recipients, digest_key, now) if digest_key is not None else []
             Notification.objects.bulk_create(rows, batch_size=2000)
+            if single:  # the key's first request may have been archived: then it answers
+                refuse_archived(single, now)
             DeliveryEvent.objects.bulk_create([
                 DeliveryEvent(notification_id=n.pk, kind="accepted", status=n.status, created_at=now,
                               reason=n.reason, detail=_accepted_detail(n, kind)) for n in rows], batch_size=2000)
             enqueue_on_commit([(n.pk, n.priority, n.channel) for n in rows if n.status == Status.QUEUED])
             transaction.on_commit(lambda: metrics.events_accepted(1, len(rows)))
-    except IntegrityError:
-        # The same (client, key) was committed first, possibly by a concurrent request.
+    except (IntegrityError, ArchivedRequest) as exc:
+        # The same (client, key) was committed first, possibly by a concurrent request (or archived since).
         if single:  # the key may have been used by an untyped single send as well
-            first = Notification.objects.filter(pk=single).first()
+            first = exc.row if isinstance(exc, ArchivedRequest) else original(single, now)
             if first is None:
                 raise
             if not same_request(first.request_fingerprint, fingerprint) or (event_of_first := first.event) is None:
@@ -222,10 +224,11 @@ def _accepted_detail(n: Notification, kind: NotificationType) -> str:
     return f"type {kind.key}"
 
 
-def notifications_of(event: Event) -> list[Notification]:
-    """The event's notifications in answer order (users as given, channels in the event's order)."""
+def notifications_of(event: Event) -> list[NotificationRecord]:
+    """The event's notifications in answer order (users as given, channels in the event's order),
+    archived ones too (a replay answers as the first request did)."""
     order = {(u, c): i for i, (u, c) in enumerate((u, c) for u in event.user_ids for c in event.channels)}
-    rows = list(Notification.objects.filter(event=event).defer("body", "html", "title", "data"))
+    rows = list(NotificationRecord.objects.filter(event=event).defer("body", "html", "title", "data"))
     return sorted(rows, key=lambda n: order.get((n.recipient_id, n.channel), len(order)))
 
 

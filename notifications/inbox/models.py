@@ -27,8 +27,9 @@ class InboxItem(models.Model):
     #: What the item says: never filtered or searched in the admin (preferences.admin_guard).
     content_fields = frozenset({"title", "body", "data"})
 
+    # No FK constraint: the notification may be archived to the history while its item stays.
     notification = models.OneToOneField(Notification, on_delete=models.CASCADE, primary_key=True,
-                                        related_name="inbox_item")
+                                        related_name="inbox_item", db_constraint=False)
     # No FK index of its own: the listing indexes below lead with it.
     recipient = models.ForeignKey(Recipient, on_delete=models.CASCADE, related_name="inbox_items", db_index=False)
     type_key = models.CharField(max_length=64, blank=True, default="", help_text="Its notification type, if any.")

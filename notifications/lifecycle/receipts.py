@@ -17,7 +17,7 @@ from django.db.models import Case, F, Q, Value, When
 
 from core.postgres import array_literal
 from notifications.lifecycle.table import Cause, allowed, in_sql, sources
-from notifications.models import Notification, Reason, Status
+from notifications.models import Notification, NotificationHistory, Reason, Status
 
 #: Receipt kinds by rank, for receipts of one message at the same instant: positive proof of
 #: delivery outranks a failure reported in the same second.
@@ -49,13 +49,15 @@ UPDATE notifications_notification AS n
 RETURNING n.id
 """
 
-_OUT_OF_ORDER_SQL = f"""
+# Against the row where it lives: the live table, or the history from a creation instant on (pruned).
+_OUT_OF_ORDER_SQL = {table: f"""
 UPDATE notifications_deliveryevent AS e SET detail = left(e.detail || ' ' || %s, 500)
-  FROM unnest(%s::bigint[], %s::timestamptz[], %s::int[]) AS v(id, at, rank), notifications_notification AS n
+  FROM unnest(%s::bigint[], %s::timestamptz[], %s::int[]) AS v(id, at, rank), {table} AS n
  WHERE e.id = v.id AND n.id = e.notification_id AND n.status IN ({", ".join(repr(str(s)) for s in _RECORDED)})
-   AND n.receipt_at IS NOT NULL AND (n.receipt_at, n.receipt_rank) >= (v.at, v.rank)
+   AND n.receipt_at IS NOT NULL AND (n.receipt_at, n.receipt_rank) >= (v.at, v.rank){since}
 RETURNING e.id
-"""
+""" for table, since in ((Notification._meta.db_table, ""),
+                         (NotificationHistory._meta.db_table, " AND n.created_at >= %s"))}
 
 #: Marks receipts' entries with the state they moved their row to and, for an end, marks the
 #: entries of receipts it overruled that are listed after it (:data:`OVERRULED`): one statement.
@@ -85,12 +87,13 @@ def deliver(items: list[tuple], now: datetime) -> set:
         return {row[0] for row in cur.fetchall()}
 
 
-def settle(pk, status: str, fields: dict, at: datetime, rank: int) -> str:
+def settle(pk, status: str, fields: dict, at: datetime, rank: int, *, archived_at: datetime | None = None) -> str:
     """A provider's ``delivered``/``failed`` receipt of order ``(at, rank)`` moves the recorded row
     ``pk`` (``sent``, or an end set by an older receipt) to ``status`` with ``fields``
     (``delivered`` clears a failure's reason; ``failed`` clears ``delivered_at``, and a newer failure
     of a row failed by a receipt replaces its reason detail: the provider's last word). Returns
-    :data:`REFAILED` for that last move, ``"moved"`` for any other, ``""`` when it did not move."""
+    :data:`REFAILED` for that last move, ``"moved"`` for any other, ``""`` when it did not move.
+    ``archived_at``: the row is in the history, created then (the same rules, one partition read)."""
     by_receipt = Q(status=Status.FAILED, reason__in=RECEIPT_REASONS, receipt_at__isnull=False)
     if status == Status.DELIVERED:
         tries = [(Q(status=Status.SENT) | by_receipt, "moved")]
@@ -100,9 +103,10 @@ def settle(pk, status: str, fields: dict, at: datetime, rank: int) -> str:
     else:
         tries = [(Q(status__in=[Status.SENT, Status.DELIVERED]), "moved"), (by_receipt, REFAILED)]
         fields = {**fields, "delivered_at": None}
+    rows = (Notification.objects.filter(pk=pk) if archived_at is None
+            else NotificationHistory.objects.filter(pk=pk, created_at=archived_at))
     for recorded, outcome in tries:
-        if (Notification.objects.filter(recorded, _newer(at, rank), pk=pk,
-                                        status__in=sources(Cause.PROVIDER_RECEIPT, status))
+        if (rows.filter(recorded, _newer(at, rank), status__in=sources(Cause.PROVIDER_RECEIPT, status))
                 .update(status=status, receipt_at=at, receipt_rank=rank, **fields)):
             return outcome
     return ""
@@ -132,15 +136,17 @@ def mark_events(event_ids: list, status: str, reason: str = "") -> None:
                                 status in (Status.DELIVERED, Status.FAILED), OVERRULED])
 
 
-def mark_out_of_order(items: list[tuple]) -> set:
+def mark_out_of_order(items: list[tuple], *, archived_since: datetime | None = None) -> set:
     """Mark the receipts' entries ``[(event id, at, rank)]`` whose row had a newer receipt applied
-    already (:data:`OUT_OF_ORDER`); returns the event ids marked."""
+    already (:data:`OUT_OF_ORDER`); returns the event ids marked. ``archived_since``: their rows are
+    in the history, created then or later."""
     if not items:
         return set()
+    params = [OUT_OF_ORDER, array_literal(e for e, _a, _r in items),
+              array_literal(at.isoformat() for _e, at, _r in items), array_literal(rank for _e, _a, rank in items)]
+    table = (NotificationHistory if archived_since is not None else Notification)._meta.db_table
     with connection.cursor() as cur:
-        cur.execute(_OUT_OF_ORDER_SQL, [OUT_OF_ORDER, array_literal(e for e, _a, _r in items),
-                                        array_literal(at.isoformat() for _e, at, _r in items),
-                                        array_literal(rank for _e, _a, rank in items)])
+        cur.execute(_OUT_OF_ORDER_SQL[table], params + ([archived_since] if archived_since is not None else []))
         return {row[0] for row in cur.fetchall()}
 
 

@@ -13,9 +13,14 @@ from enum import StrEnum
 from functools import cache
 from typing import NamedTuple
 
-from notifications.models import Status
+from notifications.models import FINISHED_STATUSES, Status
 
 S = Status
+
+#: The statuses a row ends in (the archiver's "finished"): no cause of the send path (claim, record,
+#: lease expiry, scheduler) leaves them; a receipt, a replay of a dead letter or a fallback's reopen
+#: may (tests/test_archive.py checks this against :data:`TRANSITIONS`).
+FINISHED: tuple[str, ...] = tuple(str(s) for s in FINISHED_STATUSES)
 
 
 class Cause(StrEnum):
