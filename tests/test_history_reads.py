@@ -1,0 +1,132 @@
+"""Every support and API read sees a notification wherever it lives (issue 25): a row the archiver
+moved to the history reads exactly as it read live, and counts include it once
+(docs/ARCHITECTURE.md, "Reading across live and history"). Rows are moved with the archiver's
+statement (tests/history.py)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from campaigns import services as campaign_services
+from campaigns.models import Campaign, CampaignStatus
+from campaigns.selectors import campaign_counts, outcomes_for
+from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, NotificationRecord, Reason, Status
+from preferences.models import Recipient
+from tests.history import archive
+from tests.test_api_lists import alice, api_client, http, send, walk  # noqa: F401 - fixtures
+from tests.test_event_reads import event  # noqa: F401 - fixture
+
+pytestmark = pytest.mark.django_db
+
+
+def where(pk) -> tuple[bool, bool]:
+    """(in the live table, in the view as archived)."""
+    return (Notification.objects.filter(pk=pk).exists(),
+            NotificationRecord.objects.filter(pk=pk, live=False).exists())
+
+
+# --- by id: GET /v1/notifications/{id} --------------------------------------------------------------
+
+def test_a_notification_reads_the_same_after_it_is_archived(http, alice):  # noqa: F811
+    nid = send(http, 1)
+    n = Notification.objects.get(pk=nid)
+    DeliveryAttempt.objects.create(notification=n, number=1, provider="twilio", outcome="accepted",
+                                   provider_message_id="SM1", latency_ms=12)
+    DeliveryEvent.objects.create(notification=n, kind="delivered", status="delivered")
+    Notification.objects.filter(pk=nid).update(status=Status.DELIVERED, provider="twilio", provider_message_id="SM1")
+    live = http.get(f"/v1/notifications/{nid}")
+    assert live.status_code == 200
+    assert [e["kind"] for e in live.json()["timeline"]] == ["accepted", "sent", "delivered"]
+    assert [a["provider_message_id"] for a in live.json()["attempts_log"]] == ["SM1"]
+
+    assert archive(nid) == 1
+    assert where(nid) == (False, True)
+    archived = http.get(f"/v1/notifications/{nid}")
+    assert (archived.status_code, archived.json()) == (200, live.json())
+
+
+def test_an_archived_notification_of_another_client_stays_404(http, alice):  # noqa: F811
+    from tests.test_events_api import http_for
+
+    nid = send(http, 1)
+    archive(nid)
+    _other, other = http_for("someone-else")
+    r = other.get(f"/v1/notifications/{nid}")
+    assert (r.status_code, r.json()["error"]["code"]) == (404, "not_found")
+
+
+# --- by recipient: GET /v1/users/{id}/notifications -------------------------------------------------
+
+def test_a_users_list_shows_archived_rows_and_a_row_archived_mid_paging_once(http, alice):  # noqa: F811
+    ids = [send(http, i) for i in range(7)]  # newest first: ids[6] … ids[0]
+    archive(ids[0], ids[1])
+    path = "/v1/users/alice/notifications"
+    first = http.get(path, {"limit": 3}).json()
+    assert [n["id"] for n in first["items"]] == [ids[6], ids[5], ids[4]]
+    archive(ids[5], ids[3])  # one already shown, one on the next page: moved between two pages
+    seen = [n["id"] for n in first["items"]]
+    cursor = first["next_cursor"]
+    while cursor:
+        body = http.get(path, {"limit": 3, "cursor": cursor}).json()
+        seen += [n["id"] for n in body["items"]]
+        cursor = body["next_cursor"]
+    assert seen == ids[::-1]
+    items, _pages = walk(http, path, 2)
+    assert [n["id"] for n in items] == ids[::-1]
+    assert {n["id"]: n["status"] for n in items} == dict.fromkeys(ids, "queued")
+
+
+def test_the_users_list_filters_reach_archived_rows(http, alice):  # noqa: F811
+    sms = send(http, 1)
+    email = send(http, 2, channel="email", content={"title": "Hi", "body": "b"})
+    archive(sms, email)
+    r = http.get("/v1/users/alice/notifications", {"channel": "email"})
+    assert [n["id"] for n in r.json()["items"]] == [email]
+
+
+# --- by event: GET /v1/events/{id} and its recipients -----------------------------------------------
+
+def test_an_events_detail_and_recipients_read_the_same_after_its_rows_are_archived(event):  # noqa: F811
+    client, eid = event
+    before = client.get(f"/v1/events/{eid}").json()
+    listing = client.get(f"/v1/events/{eid}/recipients?limit=100").json()
+    rows = list(Notification.objects.filter(event_id=eid).values_list("pk", flat=True))
+    assert archive(*rows) == len(rows) == 75
+    assert client.get(f"/v1/events/{eid}").json() == before
+    assert client.get(f"/v1/events/{eid}/recipients?limit=100").json() == listing
+    assert before["summary"]["outcomes"] == {"reached": 1, "pending": 23, "not_reached": 1}
+
+
+# --- by campaign: its counts (API, admin page and list) ---------------------------------------------
+
+@pytest.fixture
+def campaign(api_client):  # noqa: F811
+    owner, _key = api_client
+    segment, _ = campaign_services.upsert_segment("spring", name="Spring")
+    c = campaign_services.create_campaign(client=owner, idempotency_key="k", segment=segment, channel="push",
+                                          body="hi", name="Push sale").campaign
+    Campaign.objects.filter(pk=c.pk).update(status=CampaignStatus.COMPLETED, member_count=20, created_count=20)
+    mix = [(Status.SENT, "")] * 8 + [(Status.DELIVERED, "")] * 4 + [(Status.SUPPRESSED, Reason.NO_ACTIVE_DEVICE)] * 6 \
+        + [(Status.FAILED, Reason.CONTACT_INVALID)] * 2
+    rows = []
+    for i, (status, reason) in enumerate(mix):
+        r = Recipient.objects.create(user_id=f"c{i:02}")
+        rows.append(Notification.objects.create(id=uuid.uuid4(), campaign_id=c.pk, recipient=r, channel="push",
+                                                body="hi", status=status, reason=reason).pk)
+    return c, rows
+
+
+def test_campaign_counts_include_archived_rows_once(campaign, http):  # noqa: F811
+    c, rows = campaign
+    before = campaign_counts(c)
+    assert before["total"] == 20
+    api_before = http.get(f"/v1/campaigns/{c.pk}").json()["counts"]
+    assert archive(*rows[::2]) == 10
+    assert campaign_counts(c) == before
+    assert outcomes_for([c.pk]) == {c.pk: before["outcome"]}
+    assert http.get(f"/v1/campaigns/{c.pk}").json()["counts"] == api_before
+    assert before["outcome"] == {"sent": 12, "delivered": 4, "displayed": 0, "opened": 0, "not_sent": 8,
+                                 "suppressed": 6, "failed": 2, "expired": 0, "cancelled": 0, "pending": 0}
+
