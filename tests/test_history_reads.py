@@ -5,13 +5,16 @@ statement (tests/history.py)."""
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import pytest
+from django.urls import reverse
 
 from campaigns import services as campaign_services
 from campaigns.models import Campaign, CampaignStatus
 from campaigns.selectors import campaign_counts, outcomes_for
+from core import clock
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, NotificationRecord, Reason, Status
 from preferences.models import Recipient
 from tests.history import archive
@@ -130,3 +133,67 @@ def test_campaign_counts_include_archived_rows_once(campaign, http):  # noqa: F8
     assert before["outcome"] == {"sent": 12, "delivered": 4, "displayed": 0, "opened": 0, "not_sent": 8,
                                  "suppressed": 6, "failed": 2, "expired": 0, "cancelled": 0, "pending": 0}
 
+
+# --- the admin: the list, a notification's page, the recipient's page, an event's page, dead letters ----
+
+def archived_cell(html: str, where: str) -> str:
+    """The icon of the ``archived`` field in ``where`` (``td`` in the list, ``div`` on the page)."""
+    found = re.search(rf'<{where} class="[^"]*field-archived[^"]*">.*?icon-(yes|no)\.svg', html, re.S)
+    assert found, html
+    return found.group(1)
+
+
+def test_the_admin_shows_an_archived_notification_read_only_with_its_timeline(admin_client, http, alice):  # noqa: F811
+    nid = send(http, 1)
+    n = Notification.objects.get(pk=nid)
+    DeliveryAttempt.objects.create(notification=n, number=1, provider="twilio", outcome="accepted",
+                                   provider_message_id="SM-archived")
+    DeliveryEvent.objects.create(notification=n, kind="delivered", status="delivered", detail="receipt-detail")
+    live = admin_client.get(reverse("admin:notifications_notification_change", args=[nid])).content.decode()
+    assert archived_cell(live, "div") == "no"
+    archive(nid)
+    page = admin_client.get(reverse("admin:notifications_notification_change", args=[nid]))
+    html = page.content.decode()
+    assert page.status_code == 200
+    assert archived_cell(html, "div") == "yes"
+    assert ("SM-archived" in html, "receipt-detail" in html, "0 (1 provider call)" in html) == (True, True, True)
+    assert 'name="_save"' not in html  # read-only, as a live row's page
+    listing = admin_client.get(reverse("admin:notifications_notification_changelist"), {"q": nid}).content.decode()
+    assert (nid in listing, archived_cell(listing, "td")) == (True, "yes")
+    everyone = admin_client.get(reverse("admin:notifications_notification_changelist"),
+                                {"recipient__user_id": "alice"}).content.decode()
+    assert nid in everyone
+
+
+def test_the_recipient_page_lists_archived_notifications(admin_client, http, alice):  # noqa: F811
+    kept, moved = send(http, 1), send(http, 2)
+    archive(moved)
+    html = admin_client.get(reverse("admin:preferences_recipient_change", args=["alice"])).content.decode()
+    for nid in (kept, moved):
+        assert reverse("admin:notifications_notification_change", args=[nid]) in html
+
+
+def test_an_events_admin_page_shows_the_same_outcomes_after_archive(admin_client, event):  # noqa: F811
+    _client, eid = event
+    url = reverse("admin:notifications_event_change", args=[eid])
+
+    def shown():
+        return re.findall(r'<span class="outcome[^"]*">.*?</span>', admin_client.get(url).content.decode(), re.S)
+
+    before = shown()
+    assert len(before) == 75
+    archive(*Notification.objects.filter(event_id=eid).values_list("pk", flat=True))
+    assert shown() == before
+
+
+def test_replaying_an_archived_dead_letter_is_refused_with_a_message(admin_client, alice):  # noqa: F811
+    dead = Notification.objects.create(id=uuid.uuid4(), recipient=alice, channel="sms", body="b",
+                                       status=Status.FAILED, reason=Reason.ATTEMPTS_EXHAUSTED,
+                                       dead_lettered_at=clock.now())
+    archive(dead.pk)
+    r = admin_client.post(reverse("admin:notifications_deadletter_changelist"),
+                          {"action": "replay", "_selected_action": [str(dead.pk)]}, follow=True)
+    shown = [str(m) for m in r.context["messages"]]
+    assert shown == ["1 selected were archived (expired dead letters, kept as history): not replayed."]
+    row = NotificationRecord.objects.get(pk=dead.pk)
+    assert (row.live, row.status, Notification.objects.count()) == (False, Status.FAILED, 0)
