@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from django.db.models import Q, QuerySet
 
-from notifications.models import APIClient, NotificationRecord
+from notifications.models import APIClient, Notification, NotificationRecord
 
 #: A read rule: ``client -> Q`` over the notification columns (:class:`~notifications.models.NotificationRecord`)
 #: of further rows it may read.
@@ -29,10 +29,20 @@ def register_read_rule(rule: ReadRule) -> None:
         _rules.append(rule)
 
 
-def readable_notifications(client: APIClient) -> QuerySet[NotificationRecord]:
-    """The notifications ``client`` may read, live or archived: its own single sends, and what each
-    registered rule adds."""
+def _allowed(client: APIClient) -> Q:
     allowed = Q(client=client)
     for rule in _rules:
         allowed |= rule(client)
-    return NotificationRecord.objects.filter(allowed)
+    return allowed
+
+
+def readable_notifications(client: APIClient) -> QuerySet[NotificationRecord]:
+    """The notifications ``client`` may read, live or archived: its own single sends, and what each
+    registered rule adds."""
+    return NotificationRecord.objects.filter(_allowed(client))
+
+
+def readable_live_notifications(client: APIClient) -> QuerySet[Notification]:
+    """The live rows among :func:`readable_notifications`: what a write on the client's behalf (an app
+    receipt) may lock and change; the view of live and history cannot be locked."""
+    return Notification.objects.filter(_allowed(client))
