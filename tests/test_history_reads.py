@@ -197,3 +197,20 @@ def test_replaying_an_archived_dead_letter_is_refused_with_a_message(admin_clien
     assert shown == ["1 selected were archived (expired dead letters, kept as history): not replayed."]
     row = NotificationRecord.objects.get(pk=dead.pk)
     assert (row.live, row.status, Notification.objects.count()) == (False, Status.FAILED, 0)
+
+
+def test_an_inbox_item_of_an_archived_notification_stays_listed_with_its_content(admin_client, alice):  # noqa: F811
+    from notifications.inbox.models import InboxItem
+
+    n = Notification.objects.create(id=uuid.uuid4(), recipient=alice, channel="in_app", body="inbox-body",
+                                    status=Status.DELIVERED)
+    InboxItem.objects.create(notification=n, recipient=alice, body="inbox-body")
+    secret = Notification.objects.create(id=uuid.uuid4(), recipient=alice, channel="in_app", body="b",
+                                         status=Status.DELIVERED, sensitive=True)
+    InboxItem.objects.create(notification=secret, recipient=alice, body="secret-body")
+    archive(n.pk, secret.pk)
+    listing = admin_client.get(reverse("admin:notifications_inboxitem_changelist")).content.decode()
+    assert (str(n.pk) in listing, str(secret.pk) in listing) == (True, True)
+    page = admin_client.get(reverse("admin:notifications_inboxitem_change", args=[n.pk])).content.decode()
+    hidden = admin_client.get(reverse("admin:notifications_inboxitem_change", args=[secret.pk])).content.decode()
+    assert ("inbox-body" in page, "secret-body" in hidden, "sensitive: hidden" in hidden) == (True, False, True)
