@@ -110,3 +110,15 @@ def test_an_events_notifications_read_the_event_index_of_each_partition(aged):
     plan = _rows(Event(pk=aged["event"], user_ids=[]), {}).explain()
     assert not [s for s in notification_scans(plan) if "Seq Scan" in s], plan
     assert "event" in plan, plan
+
+
+@pytest.mark.parametrize("query", [
+    lambda: NotificationRecord.objects.order_by("-created_at", "-id")[:100],
+    lambda: NotificationRecord.objects.filter(status="delivered").order_by("-created_at", "-id")[:100],
+], ids=["admin list, newest first", "admin list by status"])
+def test_the_admin_lists_merge_an_index_scan_of_every_partition(aged, query):
+    plan = query().explain()
+    scans = notification_scans(plan)
+    assert "Merge Append" in plan, plan
+    assert not [s for s in scans if "Seq Scan" in s], plan
+    assert len(scans) == DAYS + 2, plan
