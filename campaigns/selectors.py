@@ -12,7 +12,7 @@ from campaigns.models import Campaign, CampaignStatus, Template
 from core import clock
 from notifications.delivery.content import ContentError
 from notifications.events.content import SendOptions, render_typed
-from notifications.models import Notification
+from notifications.models import Notification, NotificationRecord
 from notifications.rendering import Rendered, RenderError, check_parts, context_for, render_strings, render_variant
 from notifications.rendering.checking import CheckBudgetSpent, check_budget
 from preferences.models import Unsubscribe
@@ -24,8 +24,8 @@ STATUSES = ["scheduled", "queued", "sending", "sent", "delivered", "displayed", 
 def campaign_counts(campaign: Campaign) -> dict:
     """``{"total": n, "outcome": outcome(by_status), "by_status": {status: n…},
     "suppressed_by_reason": {reason: n…}, "failed_by_reason": {…}}`` over the campaign's notifications
-    (every status key present)."""
-    rows = (Notification.objects.filter(campaign_id=campaign.pk).values("status", "reason")
+    (every status key present), live and archived alike (:class:`~notifications.models.NotificationRecord`)."""
+    rows = (NotificationRecord.objects.filter(campaign_id=campaign.pk).values("status", "reason")
             .annotate(n=Count("id")).order_by())
     by_status = dict.fromkeys(STATUSES, 0)
     suppressed: dict[str, int] = {}
@@ -69,9 +69,10 @@ def unsubscribe_stats(campaign: Campaign, sent: int | None = None) -> dict:
 
 
 def outcomes_for(campaign_ids) -> dict:
-    """``{campaign_id: outcome(...)}`` for several campaigns in one grouped query (the admin list)."""
+    """``{campaign_id: outcome(...)}`` for several campaigns in one grouped query (the admin list), live
+    and archived rows alike."""
     by_campaign: dict = {cid: dict.fromkeys(STATUSES, 0) for cid in campaign_ids}
-    rows = (Notification.objects.filter(campaign_id__in=list(by_campaign)).values("campaign_id", "status")
+    rows = (NotificationRecord.objects.filter(campaign_id__in=list(by_campaign)).values("campaign_id", "status")
             .annotate(n=Count("id")).order_by())
     for row in rows:
         by_campaign[row["campaign_id"]][row["status"]] = row["n"]

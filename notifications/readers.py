@@ -1,6 +1,7 @@
 """Which notifications an API client may read: the one rule of every API read of notifications
 (``GET /v1/notifications/{id}`` and ``GET /v1/users/{id}/notifications``: a row a list shows can be
-opened, and no other), never widened by a scope.
+opened, and no other), never widened by a scope. It reads live and archived rows alike
+(:class:`~notifications.models.NotificationRecord`: docs/ARCHITECTURE.md, "Reading across live and history").
 
 A client reads its own single sends. The floors above widen that by registering a rule
 (:func:`register_read_rule`): the campaigns app adds the sends of the campaigns the client may read
@@ -13,9 +14,10 @@ from collections.abc import Callable
 
 from django.db.models import Q, QuerySet
 
-from notifications.models import APIClient, Notification
+from notifications.models import APIClient, Notification, NotificationRecord
 
-#: A read rule: ``client -> Q`` over :class:`~notifications.models.Notification` of further rows it may read.
+#: A read rule: ``client -> Q`` over the notification columns (:class:`~notifications.models.NotificationRecord`)
+#: of further rows it may read.
 ReadRule = Callable[[APIClient], Q]
 _rules: list[ReadRule] = []
 
@@ -27,9 +29,20 @@ def register_read_rule(rule: ReadRule) -> None:
         _rules.append(rule)
 
 
-def readable_notifications(client: APIClient) -> QuerySet[Notification]:
-    """The notifications ``client`` may read: its own single sends, and what each registered rule adds."""
+def _allowed(client: APIClient) -> Q:
     allowed = Q(client=client)
     for rule in _rules:
         allowed |= rule(client)
-    return Notification.objects.filter(allowed)
+    return allowed
+
+
+def readable_notifications(client: APIClient) -> QuerySet[NotificationRecord]:
+    """The notifications ``client`` may read, live or archived: its own single sends, and what each
+    registered rule adds."""
+    return NotificationRecord.objects.filter(_allowed(client))
+
+
+def readable_live_notifications(client: APIClient) -> QuerySet[Notification]:
+    """The live rows among :func:`readable_notifications`: what a write on the client's behalf (an app
+    receipt) may lock and change; the view of live and history cannot be locked."""
+    return Notification.objects.filter(_allowed(client))

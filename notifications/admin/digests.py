@@ -15,11 +15,11 @@ from django.db.models import Count
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
+from notifications import records
 from notifications.admin.base import EstimatedCountPaginator, ReadOnly
 from notifications.admin.outcomes import ChannelOutcome, outcome_list
 from notifications.admin.time import INSTANTS_JS, instant_display
 from notifications.events.models import Digest, DigestItem
-from notifications.models import Notification
 from preferences.admin_guard import ContentLookupGuard
 
 #: Items listed on a digest's page (its count is always the whole).
@@ -32,7 +32,7 @@ def digest_outcomes(digest: Digest, link: bool):
     if digest.closed_at is None:
         return format_html("open: its notifications are made when its window ends ({})",
                            digest.closes_at.isoformat())
-    rows = {n.pk: n for n in Notification.objects.filter(pk__in=digest.notification_ids())}
+    rows = {n.pk: n for n in records.records().filter(pk__in=digest.notification_ids())}
     return outcome_list([ChannelOutcome(rows[pk]) for pk in digest.notification_ids() if pk in rows], link)
 
 

@@ -18,6 +18,7 @@ from django.core.paginator import Paginator
 from django.urls import reverse
 from django.utils.html import format_html
 
+from notifications import records
 from notifications.admin.base import HIDDEN, EstimatedCountPaginator, ReadOnly, ReadOnlyFormSet
 from notifications.admin.digests import event_digests
 from notifications.admin.outcomes import outcome_list, outcomes
@@ -105,7 +106,7 @@ class EventAdmin(ReadOnly, ContentLookupGuard, admin.ModelAdmin):
         ``[(user id, recipient page URL, outcome HTML)]`` in the event's user order."""
         page = Paginator(event.user_ids, USERS_PER_PAGE).get_page(request.GET.get("users_page"))
         users = list(page.object_list)
-        rows = list(Notification.objects.filter(event=event, recipient_id__in=users).only(*_OUTCOME_FIELDS))
+        rows = list(records.of_event(event, users).only(*_OUTCOME_FIELDS))
         found = outcomes(rows, {event.pk: event.channels})
         link = request.user.has_perm("notifications.view_notification")
         return {"users_page": page, "user_outcomes": [
@@ -152,6 +153,11 @@ class RecipientEventInline(ReadOnly, admin.TabularInline):
 
     model = Notification
     formset = NewestEvents
+
+    def get_queryset(self, request):
+        """Live and archived rows: the recipient's events wherever their notifications live."""
+        return records.records()
+
     fields = readonly_fields = ("event_link", "type_shown", "created", "channel_outcomes")
     extra = 0
     can_delete = False

@@ -15,9 +15,11 @@ from urllib.parse import urlencode
 
 from django.contrib import admin
 from django.contrib.admin.utils import quote
+from django.db.models import OuterRef, Subquery
 from django.urls import reverse
 from django.utils.html import format_html
 
+from notifications import records
 from notifications.admin.base import HIDDEN, EstimatedCountPaginator, ReadOnly, ReadOnlyFormSet
 from notifications.admin.time import INSTANTS_JS, instant_display
 from notifications.inbox.models import InboxCounts, InboxItem
@@ -57,7 +59,10 @@ class InboxItemAdmin(ReadOnly, ContentLookupGuard, admin.ModelAdmin):
         js = [INSTANTS_JS]
 
     def get_queryset(self, request):
-        return super().get_queryset(request).select_related("notification")
+        # Its notification's sensitive flag wherever it lives (archived: the history; an INNER JOIN on
+        # the live table would drop the item).
+        sensitive = records.records().filter(pk=OuterRef("pk")).values("sensitive")[:1]
+        return super().get_queryset(request).annotate(notification_sensitive=Subquery(sensitive))
 
     def get_search_results(self, request, queryset, search_term):
         try:
@@ -84,7 +89,8 @@ class InboxItemAdmin(ReadOnly, ContentLookupGuard, admin.ModelAdmin):
         return format_html('<a href="{}">{}</a>', url, obj.recipient_id)
 
     def _content(self, obj, field):
-        return HIDDEN if obj.notification.sensitive else getattr(obj, field)
+        # Unknown (its notification past retention): hidden, as a sensitive one's.
+        return getattr(obj, field) if obj.notification_sensitive is False else HIDDEN
 
     @admin.display(description="Title")
     def shown_title(self, obj):

@@ -1,7 +1,9 @@
 """Support view of notifications: find one, see its status, reason and whole timeline.
 
 Content marked ``sensitive`` (OTP codes) is never rendered here. Notifications are read-only: the
-admin is for looking, the API and the pipeline for changing.
+admin is for looking, the API and the pipeline for changing. The list, a notification's page and the
+recipient's notifications read live and archived rows alike (:mod:`notifications.records`); an
+archived row says so. The dead letters are the live table's (an archived one expired: not replayable).
 """
 
 from __future__ import annotations
@@ -9,15 +11,24 @@ from __future__ import annotations
 import uuid
 
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.contrib.admin.utils import quote
 from django.forms.models import BaseInlineFormSet
 from django.urls import reverse
 from django.utils.html import format_html
 
-from notifications import services
+from notifications import records, services
 from notifications.admin.base import HIDDEN, EstimatedCountPaginator, ReadOnly
 from notifications.admin.time import INSTANTS_JS, instant_display
-from notifications.models import DEAD_LETTERS, DeadLetter, DeliveryAttempt, Notification, Status, TimelineEntry
+from notifications.models import (
+    DEAD_LETTERS,
+    DeadLetter,
+    DeliveryAttempt,
+    Notification,
+    NotificationRecord,
+    Status,
+    TimelineEntry,
+)
 from preferences.admin_guard import ContentLookupGuard
 from preferences.validation import phone_search_term
 
@@ -30,7 +41,17 @@ class ReadOnlyInline(ReadOnly, admin.TabularInline):
     show_change_link = False
 
 
-class _TimelineFormSet(BaseInlineFormSet):
+class _LogFormSet(BaseInlineFormSet):
+    """A notification's log rows (timeline, provider calls) under its page, which shows a
+    :class:`NotificationRecord` (live or archived): the rows are found by its id wherever it lives."""
+
+    def __init__(self, data=None, files=None, instance=None, *args, **kwargs) -> None:
+        if isinstance(instance, NotificationRecord):
+            instance = Notification(pk=instance.pk)  # the key the log rows point at; never saved
+        super().__init__(data, files, instance, *args, **kwargs)
+
+
+class _TimelineFormSet(_LogFormSet):
     @classmethod
     def get_default_prefix(cls):
         return "events"  # the page's element ids stay what they were when it listed DeliveryEvent rows
@@ -52,6 +73,7 @@ class EventInline(ReadOnlyInline):
 
 class AttemptInline(ReadOnlyInline):
     model = DeliveryAttempt
+    formset = _LogFormSet
     fields = readonly_fields = ("at", "number", "provider", "device", "outcome", "error_code", "error_message",
                                 "http_status", "latency_ms", "provider_message_id")
     verbose_name_plural = "Provider calls"
@@ -65,7 +87,7 @@ TIMES = ["created_at", "scheduled_at", "due_at", "queued_at", "lease_until", "ex
 @admin.register(Notification)
 class NotificationAdmin(ReadOnly, ContentLookupGuard, admin.ModelAdmin):
     list_display = ["id", "recipient_id", "channel", "priority", "category", "colored_status", "reason",
-                    "created_at", "sent_at"]
+                    "created_at", "sent_at", "archived"]
     list_filter = ["status", "channel", "priority", "reason", ("created_at", admin.DateFieldListFilter)]
     search_fields = ["recipient__user_id", "recipient__email", "recipient__phone", "idempotency_key",
                      "provider_message_id"]
@@ -77,12 +99,12 @@ class NotificationAdmin(ReadOnly, ContentLookupGuard, admin.ModelAdmin):
     show_full_result_count = False
     paginator = EstimatedCountPaginator
     inlines = [EventInline, AttemptInline]
-    readonly_fields = ["id", "client_shown", "idempotency_key", "recipient_link", "channel", "priority", "category",
-                       "status", "reason", "reason_detail", "shown_title", "shown_body", "shown_html",
+    readonly_fields = ["id", "archived", "client_shown", "idempotency_key", "recipient_link", "channel", "priority",
+                       "category", "status", "reason", "reason_detail", "shown_title", "shown_body", "shown_html",
                        "shown_data", "sensitive", "attempts_shown", "provider", "provider_message_id",
                        "campaign_id", *(f"{f}_instant" for f in TIMES)]
     fieldsets = [
-        ("Status", {"fields": ["id", "status", "reason", "reason_detail", "attempts_shown", "provider",
+        ("Status", {"fields": ["id", "archived", "status", "reason", "reason_detail", "attempts_shown", "provider",
                                "provider_message_id"]}),
         ("Recipient and request", {"fields": ["recipient_link", "channel", "priority", "category", "client_shown",
                                               "idempotency_key", "campaign_id"]}),
@@ -102,6 +124,18 @@ class NotificationAdmin(ReadOnly, ContentLookupGuard, admin.ModelAdmin):
 
     class Media:
         js = [INSTANTS_JS]
+
+    def get_queryset(self, request):
+        """Live and archived rows (:class:`NotificationRecord`), in the admin's order."""
+        qs = records.records()
+        ordering = self.get_ordering(request)
+        return qs.order_by(*ordering) if ordering else qs
+
+    @admin.display(description="Archived", boolean=True)
+    def archived(self, obj):
+        """Moved to the history (finished ``HOT_HOURS`` ago, docs/ARCHITECTURE.md, "Where a row lives"):
+        shown as it was, changed by nothing but a late receipt or an erasure."""
+        return not getattr(obj, "live", True)
 
     def get_search_results(self, request, queryset, search_term):
         term = search_term.strip()
@@ -128,7 +162,7 @@ class NotificationAdmin(ReadOnly, ContentLookupGuard, admin.ModelAdmin):
     def attempts_shown(self, obj):
         """The attempt count with the provider calls made; "No provider call" when none was made (a
         notification suppressed, expired or cancelled before sending is claimed once but never sent)."""
-        calls = obj.attempts_log.count()
+        calls = DeliveryAttempt.objects.filter(notification_id=obj.pk).count()
         if calls:
             return f"{obj.attempts} ({calls} provider call{'s' if calls != 1 else ''})"
         if obj.status in (Status.SUPPRESSED, Status.EXPIRED, Status.CANCELLED):
@@ -178,7 +212,9 @@ class DeadLetterAdmin(NotificationAdmin):
     actions = ["replay"]
 
     def get_queryset(self, request):
-        return super().get_queryset(request).filter(DEAD_LETTERS)
+        # The live table's: a dead letter stays live until replayed or DEAD_LETTER_DAYS old.
+        qs = DeadLetter.objects.filter(DEAD_LETTERS)
+        return qs.order_by(*self.get_ordering(request))
 
     def changelist_view(self, request, extra_context=None):
         depth = self.get_queryset(request).count()
@@ -195,6 +231,11 @@ class DeadLetterAdmin(NotificationAdmin):
 
     @admin.action(description="Replay selected dead letters (same id; attempt budget reset)", permissions=["replay"])
     def replay(self, request, queryset):
+        archived = NotificationRecord.objects.filter(
+            pk__in=request.POST.getlist(helpers.ACTION_CHECKBOX_NAME), live=False).count()
+        if archived:
+            self.message_user(request, f"{archived} selected were archived (expired dead letters, kept as history): "
+                                       "not replayed.", messages.WARNING)
         ids = list(queryset.values_list("pk", flat=True))
         refused = {}  # id → why, filled by the replay
         count = services.replay_dead_letters(ids, by=request.user.get_username(), refused=refused)
@@ -239,7 +280,7 @@ class RecipientNotificationInline(ReadOnly, admin.TabularInline):
     model = Notification
     formset = NewestNotifications
     readonly_fields = ["created", "channel", "priority", "category", "status", "reason_shown", "campaign_link",
-                       "campaign_id"]
+                       "campaign_id", "archived"]
     extra = 0
     can_delete = False
     show_change_link = True
@@ -249,12 +290,18 @@ class RecipientNotificationInline(ReadOnly, admin.TabularInline):
     def get_fields(self, request, obj=None):
         # The campaign as a link only for those who may open campaign pages (support may not).
         campaign = "campaign_link" if request.user.has_perm("campaigns.view_campaign") else "campaign_id"
-        return ["created", "channel", "priority", "category", "status", "reason_shown", campaign]
+        return ["created", "channel", "priority", "category", "status", "reason_shown", campaign, "archived"]
 
     created = instant_display("created_at", "Created")
 
     class Media:
         js = [INSTANTS_JS]
+
+    def get_queryset(self, request):
+        """Live and archived rows: the recipient's history wherever it lives."""
+        return records.records()
+
+    archived = NotificationAdmin.archived
 
     @admin.display(description="Campaign")
     def campaign_link(self, obj):

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from notifications.models import DeliveryEvent, Notification
+from notifications.models import DeliveryEvent, NotificationRecord
 
 
 @dataclass(frozen=True)
@@ -16,7 +16,7 @@ class ChannelOutcome:
     """One notification of an event as support reads it: its channel, status, reason (code and
     words) and reason detail, and the ``silent`` timeline event's detail when it went as a silent push."""
 
-    notification: Notification
+    notification: NotificationRecord
     silent: str = ""
 
     @property
@@ -38,7 +38,7 @@ class ChannelOutcome:
                            reason, silent)
 
 
-def outcomes(rows: list[Notification], orders: dict) -> dict[tuple, list[ChannelOutcome]]:
+def outcomes(rows: list[NotificationRecord], orders: dict) -> dict[tuple, list[ChannelOutcome]]:
     """``{(event id, user id): [ChannelOutcome]}`` for ``rows``, each event's channels in its order
     (``orders``: ``{event id: [channel]}``), with the ``silent`` timeline events of those rows (one query)."""
     silent = dict(DeliveryEvent.objects.filter(notification_id__in=[n.pk for n in rows], kind="silent")

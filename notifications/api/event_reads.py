@@ -13,14 +13,15 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 
-from django.db.models import Count, Q
+from django.db.models import Count
 from rest_framework import serializers
 
 from core.api.pagination import Ordering, page
+from notifications import records
 from notifications.api.serializers import EventSerializer as TimelineSerializer
 from notifications.events.digests import digests_of
 from notifications.events.models import DigestItem, Event
-from notifications.models import REACHED_STATUSES, Notification, Status, TimelineEntry
+from notifications.models import REACHED_STATUSES, Status, TimelineEntry
 from preferences.models import Recipient
 
 #: How many recipients the event's detail shows (the rest: ``GET /v1/events/{id}/recipients``).
@@ -113,10 +114,9 @@ def outcome_of(statuses: Iterable[str]) -> str:
 
 
 def _rows(event: Event, into: dict, users: list[str] | None = None):
-    """The notifications of ``event`` (only ``users``' when given) and of the digests ``into``."""
-    mine = Q(event=event) if users is None else Q(event=event, recipient_id__in=users)
-    ids = [pk for d in into.values() for pk in d.notification_ids()]
-    return Notification.objects.filter(mine | Q(pk__in=ids) if ids else mine)
+    """The notifications of ``event`` (only ``users``' when given) and of the digests ``into``, live or
+    archived (:func:`notifications.records.of_event`)."""
+    return records.of_event(event, users, [pk for d in into.values() for pk in d.notification_ids()])
 
 
 def summary(event: Event) -> dict:

@@ -33,7 +33,7 @@ from notifications.content_limits import (
     json_bytes,
     shows_nothing,
 )
-from notifications.models import DeliveryAttempt, Notification, Priority, TimelineEntry
+from notifications.models import DeliveryAttempt, NotificationRecord, Priority, TimelineEntry
 from notifications.quiet_hours_policy import priority_category_problem
 from notifications.rendering.checking import ChecksBusy, busy_retry_after
 from preferences.models import Channel, Recipient
@@ -297,7 +297,9 @@ class AttemptSerializer(serializers.ModelSerializer):
 
 
 class NotificationSerializer(serializers.ModelSerializer):
-    """A notification with its status, reason and full timeline (content hidden when sensitive)."""
+    """A notification with its status, reason and full timeline (content hidden when sensitive), live or
+    archived (a :class:`~notifications.models.NotificationRecord` with its logs attached:
+    :func:`notifications.records.with_logs`)."""
 
     user_id = serializers.CharField(source="recipient_id", read_only=True)
     type = serializers.CharField(source="notification_type_id", allow_null=True, read_only=True,
@@ -310,7 +312,7 @@ class NotificationSerializer(serializers.ModelSerializer):
     scheduled_at = AwareDateTimeField(allow_null=True, read_only=True)
 
     class Meta:
-        model = Notification
+        model = NotificationRecord
         fields = ["id", "user_id", "type", "event_id", "channel", "priority", "category", "status", "reason",
                   "reason_detail", "sensitive", "content", "scheduled_at", "expires_at", "attempts", "provider",
                   "provider_message_id", "created_at", "sent_at", "delivered_at", "timeline", "attempts_log"]
@@ -318,7 +320,7 @@ class NotificationSerializer(serializers.ModelSerializer):
         extra_kwargs = {"reason": {"allow_blank": True}}  # read-only drops it; "" is a value here
 
     @extend_schema_field(ContentSerializer(allow_null=True))
-    def get_content(self, obj: Notification):
+    def get_content(self, obj: NotificationRecord):
         if obj.sensitive:
             return None
         content = {"title": obj.title, "body": obj.body}

@@ -14,7 +14,7 @@ from core.api import audit_notes, parameters
 from core.api.errors import BODY, MissingScope, error_responses, field_error, response_headers
 from core.api.pagination import Ordering, list_page, page_parameters, page_serializer
 from core.api.scopes import Scope
-from notifications import services
+from notifications import records, services
 from notifications.admission import high_gate_problem
 from notifications.api.serializers import (
     AcceptedSerializer,
@@ -184,8 +184,9 @@ def _own(request, notification_id):
 
 
 def _readable(request, notification_id):
-    """The notification if this client may read it (:func:`notifications.readers.readable_notifications`,
-    the rule ``GET /v1/users/{id}/notifications`` lists by too)."""
+    """The notification if this client may read it, live or archived
+    (:func:`notifications.readers.readable_notifications`, the rule ``GET /v1/users/{id}/notifications``
+    lists by too)."""
     return readable_notifications(request.auth).filter(pk=notification_id)
 
 
@@ -195,13 +196,12 @@ class NotificationDetailView(APIView):
     @extend_schema(summary="A notification's status, reason and timeline", parameters=response_headers(),
                    responses={200: NotificationSerializer, **error_responses(404, _404=_NOTIFICATION_404)})
     def get(self, request, notification_id):
-        n = (_readable(request, notification_id).select_related("recipient")
-             .prefetch_related("timeline", "attempts_log__device").first())
+        n = _readable(request, notification_id).first()
         if n is None:
             return field_error("notification_id", "not_found",
                                "no notification with this id that this API client may read", 404,
                                error_code="not_found")
-        return Response(NotificationSerializer(n).data)
+        return Response(NotificationSerializer(records.with_logs([n])[0]).data)
 
 
 class NotificationCancelView(APIView):

@@ -1,0 +1,64 @@
+"""Reading a notification wherever it lives: the live table or the partitioned history
+(:class:`~notifications.models.NotificationRecord`, the view of both; docs/ARCHITECTURE.md, "Reading
+across live and history"). Support and API reads by id, recipient, campaign or event go through
+here or :mod:`notifications.readers`; the send path's own reads stay on the live table.
+
+A record has no reverse relations (its timeline and attempts point at the live model), so
+:func:`with_logs` attaches them as lists, read by the record's id: the same rows wherever it lives.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+from django.db import connection
+from django.db.models import Q, QuerySet
+
+from notifications.models import DeliveryAttempt, NotificationRecord, TimelineEntry
+
+LIVE_TABLE = "notifications_notification"
+HISTORY_TABLE = "notifications_notificationhistory"
+
+
+def records() -> QuerySet[NotificationRecord]:
+    """Every notification, live or archived (read-only)."""
+    return NotificationRecord.objects.all()
+
+
+def of_event(event, users: list[str] | None = None, digest_rows: Iterable = ()) -> QuerySet[NotificationRecord]:
+    """The notifications of ``event`` (only ``users``' when given) and the rows ``digest_rows`` (ids of
+    the digests it went into), live or archived: the event index of each table and partition."""
+    mine = Q(event=event) if users is None else Q(event=event, recipient_id__in=users)
+    ids = list(digest_rows)
+    return NotificationRecord.objects.filter(mine | Q(pk__in=ids) if ids else mine)
+
+
+def with_logs(rows: Iterable[NotificationRecord]) -> list[NotificationRecord]:
+    """``rows`` with ``timeline`` (TimelineEntry, in order) and ``attempts_log`` (DeliveryAttempt with
+    its device, in order) set on each: two queries whatever the number of rows."""
+    rows = list(rows)
+    ids = [r.pk for r in rows]
+    timeline: dict = defaultdict(list)
+    attempts: dict = defaultdict(list)
+    if ids:
+        for entry in TimelineEntry.objects.filter(notification_id__in=ids):
+            timeline[entry.notification_id].append(entry)
+        for attempt in DeliveryAttempt.objects.filter(notification_id__in=ids).select_related("device"):
+            attempts[attempt.notification_id].append(attempt)
+    for r in rows:
+        r.timeline = timeline[r.pk]  # type: ignore[attr-defined]
+        r.attempts_log = attempts[r.pk]  # type: ignore[attr-defined]
+    return rows
+
+
+def estimated_count() -> int:
+    """Postgres' row estimate of live + history (``reltuples`` of the live table and of each history
+    partition; a partitioned parent has none of its own): the admin's unfiltered list never counts
+    hundreds of millions of rows. 0 before the first ANALYZE."""
+    with connection.cursor() as cur:
+        cur.execute("""SELECT coalesce(sum(greatest(c.reltuples, 0)), 0)::bigint FROM pg_class c
+                        WHERE c.oid = %s::regclass
+                           OR c.oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = %s::regclass)""",
+                    [LIVE_TABLE, HISTORY_TABLE])
+        return int(cur.fetchone()[0])
