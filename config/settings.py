@@ -304,6 +304,19 @@ NOTIFY = {
         "PRUNE_BATCH": env.int("INBOX_PRUNE_BATCH", default=5000),
     },
 }
+# Days kept per partitioned table (core/partitions.py: whole day partitions dropped past it), and how
+# many days ahead of today partitions exist (docs/OPERATIONS.md, "Retention and partitions").
+NOTIFY["RETENTION_DAYS"] = {
+    "notifications_deliveryattempt": env.int("RETENTION_ATTEMPTS_DAYS", default=30),
+    "notifications_deliveryevent": env.int("RETENTION_EVENTS_DAYS", default=90),
+    "notifications_apiauditentry": env.int("RETENTION_AUDIT_DAYS", default=365),
+}
+NOTIFY["PARTITIONS_AHEAD_DAYS"] = env.int("PARTITIONS_AHEAD_DAYS", default=7)
+CELERY_BEAT_SCHEDULE["maintain-partitions"] = {
+    "task": "notifications.maintain_partitions",
+    "schedule": env.float("PARTITION_MAINTENANCE_SECONDS", default=3600.0),
+    "options": {"queue": "maintenance", "expires": 600},
+}
 # The inbox prune (notifications/inbox/prune.py), on the beat schedule above, at the interval set here.
 CELERY_BEAT_SCHEDULE["prune-inbox"] = {
     "task": "notifications.prune_inbox",

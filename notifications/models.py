@@ -323,9 +323,10 @@ class DeliveryAttempt(models.Model):
     #: A provider's error text may quote the message: never filtered in the admin (preferences.admin_guard).
     content_fields = frozenset({"error_message"})
 
-    # No FK index of its own: attempt_notification_idx (notification, created_at) serves it.
+    # No FK index of its own: attempt_notification_idx (notification, created_at) serves it. No FK
+    # constraint: the table is partitioned by day (migration 0037) and a row's notification may be archived.
     notification = models.ForeignKey(Notification, on_delete=models.CASCADE, related_name="attempts_log",
-                                     db_index=False)
+                                     db_index=False, db_constraint=False)
     number = models.PositiveIntegerField(help_text="The notification's attempt number (1-based).")
     provider = models.CharField(max_length=32)
     device = models.ForeignKey(Device, on_delete=models.SET_NULL, null=True, blank=True)
@@ -351,24 +352,25 @@ class DeliveryEvent(models.Model):
     #: Error details may quote content: never filtered in the admin (preferences.admin_guard).
     content_fields = frozenset({"detail"})
 
-    # No FK index of its own: event_notification_idx (notification, created_at) serves it.
-    notification = models.ForeignKey(Notification, on_delete=models.CASCADE, related_name="events", db_index=False)
+    # No FK index of its own: event_notification_idx (notification, created_at) serves it. No FK
+    # constraint: the table is partitioned by day (migration 0037) and a row's notification may be archived.
+    notification = models.ForeignKey(Notification, on_delete=models.CASCADE, related_name="events", db_index=False,
+                                     db_constraint=False)
     kind = models.CharField(max_length=32, help_text="accepted, released, claimed, sent, suppressed, …")
     status = models.CharField(max_length=12, choices=Status.choices, blank=True, default="")
     reason = models.CharField(max_length=32, blank=True, default="")
     detail = models.CharField(max_length=500, blank=True, default="")
-    # Receipts only: "<provider>:<provider event id>"; the unique index stores a duplicate receipt once.
-    dedup_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001 - unique where set (Meta)
+    # Receipts only: "<provider>:<provider event id>", stored once by notifications.receipts under an
+    # advisory lock (a partitioned table's unique index would have to hold created_at).
+    dedup_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001 - set on receipts only
     created_at = models.DateTimeField(default=clock.now, editable=False)  # the platform clock (one clock)
 
     class Meta:
         ordering = ["created_at", "id"]
-        indexes = [models.Index(fields=["notification", "created_at"], name="event_notification_idx")]
-        constraints = [
-            # Only receipts carry a key; state-change events (most rows) stay out of the index.
-            models.UniqueConstraint(fields=["dedup_key"], name="event_dedup_key_uniq",
-                                    condition=models.Q(dedup_key__isnull=False)),
-        ]
+        indexes = [models.Index(fields=["notification", "created_at"], name="event_notification_idx"),
+                   # Only receipts carry a key; state-change events (most rows) stay out of the index.
+                   models.Index(fields=["dedup_key"], name="event_dedup_key_idx",
+                                condition=models.Q(dedup_key__isnull=False))]
 
     def __str__(self) -> str:
         return f"{self.kind} ({self.status})"
@@ -432,5 +434,16 @@ class APIAuditEntry(models.Model):
         return f"{self.method} {self.path} → {self.status}"
 
 
+def log_of(model: type[DeliveryAttempt | DeliveryEvent | TimelineEntry], notifications) -> models.QuerySet:
+    """``model``'s rows (attempts, events, timeline lines) of ``notifications``, read from the
+    earliest one's ``created_at`` on: no such row is older than its notification, and the bound lets
+    Postgres skip every older day partition (docs/ARCHITECTURE.md, "Where a row lives")."""
+    rows = list(notifications)
+    if not rows:
+        return model.objects.none()
+    return model.objects.filter(notification_id__in=[n.pk for n in rows],
+                                created_at__gte=min(n.created_at for n in rows))
+
+
 __all__ = ["APIAuditEntry", "APIClient", "DeadLetter", "DeliveryAttempt", "DeliveryEvent", "FrequencyCap",
-           "Notification", "Priority", "Reason", "Status", "TimelineEntry"]
+           "Notification", "Priority", "Reason", "Status", "TimelineEntry", "log_of"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from core import partitions
 from core.queues import RECEIPTS_TASK, SEND_TASK
 from notifications import app_receipts, receipts, scheduler
 from notifications.delivery import pipeline
@@ -53,6 +54,15 @@ def inbox_mark_receipts(notification_ids: list[str], status: str) -> int:
 def inbox_refresh_trailing(user_ids: list[str]) -> int:
     """The trailing silent refresh push of users whose refresh was throttled in a burst."""
     return refresh.trailing(user_ids)
+
+
+@notification_task("notifications.maintain_partitions")
+def maintain_partitions() -> dict:
+    """Partition tick (``maintenance`` queue, hourly): days ahead created, strays in DEFAULT moved,
+    partitions past their retention dropped (core/partitions.py)."""
+    run = partitions.maintain()
+    return {"skipped": run.skipped, "created": [n for t in run.tables for n in t.created],
+            "dropped": [n for t in run.tables for n in t.dropped]}
 
 
 @notification_task("notifications.prune_inbox")

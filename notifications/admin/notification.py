@@ -17,7 +17,7 @@ from django.utils.html import format_html
 from notifications import services
 from notifications.admin.base import HIDDEN, EstimatedCountPaginator, ReadOnly
 from notifications.admin.time import INSTANTS_JS, instant_display
-from notifications.models import DEAD_LETTERS, DeadLetter, DeliveryAttempt, Notification, Status, TimelineEntry
+from notifications.models import DEAD_LETTERS, DeadLetter, DeliveryAttempt, Notification, Status, TimelineEntry, log_of
 from preferences.admin_guard import ContentLookupGuard
 from preferences.validation import phone_search_term
 
@@ -30,7 +30,17 @@ class ReadOnlyInline(ReadOnly, admin.TabularInline):
     show_change_link = False
 
 
-class _TimelineFormSet(BaseInlineFormSet):
+class _SinceCreatedFormSet(BaseInlineFormSet):
+    """An inline of a notification's attempts or timeline, read from its ``created_at`` on (the day
+    partitions before it hold none of its rows: ``notifications.models.log_of``)."""
+
+    def __init__(self, *args, instance=None, queryset=None, **kwargs):
+        if instance is not None and instance.pk is not None:
+            queryset = log_of(self.model, [instance]).order_by(*self.model._meta.ordering)
+        super().__init__(*args, instance=instance, queryset=queryset, **kwargs)
+
+
+class _TimelineFormSet(_SinceCreatedFormSet):
     @classmethod
     def get_default_prefix(cls):
         return "events"  # the page's element ids stay what they were when it listed DeliveryEvent rows
@@ -52,6 +62,7 @@ class EventInline(ReadOnlyInline):
 
 class AttemptInline(ReadOnlyInline):
     model = DeliveryAttempt
+    formset = _SinceCreatedFormSet
     fields = readonly_fields = ("at", "number", "provider", "device", "outcome", "error_code", "error_message",
                                 "http_status", "latency_ms", "provider_message_id")
     verbose_name_plural = "Provider calls"
@@ -128,7 +139,7 @@ class NotificationAdmin(ReadOnly, ContentLookupGuard, admin.ModelAdmin):
     def attempts_shown(self, obj):
         """The attempt count with the provider calls made; "No provider call" when none was made (a
         notification suppressed, expired or cancelled before sending is claimed once but never sent)."""
-        calls = obj.attempts_log.count()
+        calls = log_of(DeliveryAttempt, [obj]).count()
         if calls:
             return f"{obj.attempts} ({calls} provider call{'s' if calls != 1 else ''})"
         if obj.status in (Status.SUPPRESSED, Status.EXPIRED, Status.CANCELLED):

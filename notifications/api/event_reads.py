@@ -20,7 +20,7 @@ from core.api.pagination import Ordering, page
 from notifications.api.serializers import EventSerializer as TimelineSerializer
 from notifications.events.digests import digests_of
 from notifications.events.models import DigestItem, Event
-from notifications.models import REACHED_STATUSES, Notification, Status, TimelineEntry
+from notifications.models import REACHED_STATUSES, Notification, Status, TimelineEntry, log_of
 from preferences.models import Recipient
 
 #: How many recipients the event's detail shows (the rest: ``GET /v1/events/{id}/recipients``).
@@ -156,7 +156,7 @@ def recipients_body(event: Event, users: list[str]) -> list[dict]:
     rows = list(_rows(event, into, users).only("id", "recipient_id", "channel", "status", "reason", "reason_detail",
                                                "sent_at", "delivered_at"))
     entries: dict = defaultdict(list)
-    found = list(TimelineEntry.objects.filter(notification_id__in=[n.pk for n in rows]))
+    found = list(log_of(TimelineEntry, rows))
     for entry, shown in zip(found, TimelineSerializer(found, many=True).data, strict=True):
         entries[entry.notification_id].append(shown)
     by_user: dict[str, list] = {u: [] for u in users}

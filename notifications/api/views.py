@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from django.db.models import Prefetch, prefetch_related_objects
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import ErrorDetail, ValidationError
@@ -25,7 +26,7 @@ from notifications.api.serializers import (
 )
 from notifications.api.typed import data_errors, type_for
 from notifications.events import services as event_services
-from notifications.models import Notification, Status
+from notifications.models import DeliveryAttempt, Notification, Status, TimelineEntry, log_of
 from notifications.readers import readable_notifications
 from preferences.api.views import _USER_ID, recipient_or_404
 from preferences.models import Channel
@@ -195,12 +196,13 @@ class NotificationDetailView(APIView):
     @extend_schema(summary="A notification's status, reason and timeline", parameters=response_headers(),
                    responses={200: NotificationSerializer, **error_responses(404, _404=_NOTIFICATION_404)})
     def get(self, request, notification_id):
-        n = (_readable(request, notification_id).select_related("recipient")
-             .prefetch_related("timeline", "attempts_log__device").first())
+        n = _readable(request, notification_id).select_related("recipient").first()
         if n is None:
             return field_error("notification_id", "not_found",
                                "no notification with this id that this API client may read", 404,
                                error_code="not_found")
+        prefetch_related_objects([n], Prefetch("timeline", log_of(TimelineEntry, [n])),
+                                 Prefetch("attempts_log", log_of(DeliveryAttempt, [n]).select_related("device")))
         return Response(NotificationSerializer(n).data)
 
 
