@@ -1,5 +1,4 @@
-"""Daily RANGE partitions of the append-only tables, and their retention (docs/ARCHITECTURE.md,
-"Where a row lives").
+"""Daily RANGE partitions of the append-only tables, and their retention (docs/ARCHITECTURE.md §13).
 
 For every table of ``settings.NOTIFY["RETENTION_DAYS"]`` (table → days) :func:`maintain` creates a
 partition ``<table>_pYYYYMMDD`` for each UTC day from the platform clock's today to
@@ -190,8 +189,12 @@ def maintain(now: datetime | None = None) -> MaintenanceRun:
     :class:`NotPartitioned`. The outcome is kept for the health page and /metrics (:func:`last_run`)."""
     now = now or clock.now()
     tables = registry()
-    for table in tables:
-        key_column(table)
+    try:
+        for table in tables:
+            key_column(table)
+    except NotPartitioned as exc:
+        _remember(now, f"error: NotPartitioned: {exc}"[:300])
+        raise
     with connection.cursor() as cur:
         cur.execute("SELECT pg_try_advisory_lock(%s)", [LOCK_KEY])
         if not cur.fetchone()[0]:

@@ -437,7 +437,7 @@ class APIAuditEntry(models.Model):
 def log_of(model: type[DeliveryAttempt | DeliveryEvent | TimelineEntry], notifications) -> models.QuerySet:
     """``model``'s rows (attempts, events, timeline lines) of ``notifications``, read from the
     earliest one's ``created_at`` on: no such row is older than its notification, and the bound lets
-    Postgres skip every older day partition (docs/ARCHITECTURE.md, "Where a row lives")."""
+    Postgres skip every older day partition (docs/ARCHITECTURE.md §13)."""
     rows = list(notifications)
     if not rows:
         return model.objects.none()

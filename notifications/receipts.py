@@ -249,10 +249,10 @@ SELECT pg_advisory_xact_lock(%s::int, h)
  ORDER BY h
 """
 
-#: A receipt's event, once per ``dedup_key``: the table is partitioned by day (docs/ARCHITECTURE.md,
-#: "Where a row lives"), so no unique index can hold the key; under :func:`_lock_dedup_keys` this
-#: looks for the key from the notification's creation on (no earlier event is its) and inserts the
-#: first of each key in the batch that is not there yet.
+#: A receipt's event, once per ``dedup_key``: the table is partitioned by day (docs/ARCHITECTURE.md
+#: §13), so no unique index can hold the key; under :func:`_lock_dedup_keys` this looks for the key
+#: from the notification's creation on (no earlier event is its) and inserts the first of each key
+#: in the batch that is not there yet.
 _INSERT_EVENTS_SQL = """
 INSERT INTO notifications_deliveryevent (notification_id, kind, status, reason, detail, dedup_key, created_at)
 SELECT DISTINCT ON (v.dedup_key) v.notification_id, v.kind, '', '', v.detail, v.dedup_key, v.created_at

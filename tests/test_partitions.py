@@ -124,6 +124,8 @@ def test_a_registered_table_that_is_not_partitioned_is_refused_and_nothing_chang
         partitions.maintain()
 
     assert names(ATTEMPTS) == before
+    assert partitions.last_run()["outcome"].startswith("error: NotPartitioned: NOTIFY['RETENTION_DAYS'] names "
+                                                       "'notifications_notification'")
 
 
 @pytest.fixture
@@ -197,3 +199,93 @@ def test_the_timeline_of_one_notification_reads_only_partitions_from_its_creatio
             if " on notifications_" in line and "_p2031" in line and "never executed" not in line}
     assert read and min(read) == "20310310", "\n".join(plan)
     assert list(log_of(TimelineEntry, [n]).values_list("kind", flat=True)) == ["accepted", "sent"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("status,kind", [("delivered", "delivered"), ("undelivered", "failed")],
+                         ids=["bulk path", "one by one"])
+def test_a_receipt_repeated_days_later_is_stored_once_across_day_partitions(frozen, status, kind):
+    """No unique index can hold ``dedup_key`` on a table partitioned by day: the receipts module
+    stores each key once itself, whichever partition the first copy landed in."""
+    from notifications import receipts
+
+    partitions.maintain()
+    n = notification(NOW - timedelta(minutes=5))
+    Notification.objects.filter(pk=n.pk).update(status="sent", provider="twilio", provider_message_id="SM1")
+    receipt = receipts.Receipt(provider="twilio", dedup_key=f"twilio:SM1:{status}:", kind=kind, raw=status,
+                               notification_id=str(n.pk), provider_message_id="SM1")
+
+    assert receipts.apply_receipts([receipt])["applied"] == 1
+    frozen[0] = NOW + timedelta(days=2)  # the provider's retry, two days later
+    assert receipts.apply_receipts([receipt, receipt]) == {"applied": 0, "duplicate": 2, "unknown": 0}
+
+    stored = DeliveryEvent.objects.filter(dedup_key=f"twilio:SM1:{status}:")
+    assert list(stored.values_list("created_at", flat=True)) == [NOW]
+
+
+@pytest.mark.django_db
+def test_metrics_show_each_tables_partitions_oldest_age_and_the_last_successful_run(frozen, client, settings):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    settings.METRICS_TOKEN = ""
+    frozen[0] = NOW - timedelta(days=2)
+    partitions.maintain()  # 03-08 … 03-15
+    frozen[0] = NOW
+    partitions.maintain()  # … 03-17
+
+    response = client.get("/metrics")
+
+    assert response.status_code == 200
+    found = {(s.name, tuple(sorted(s.labels.items()))): s.value
+             for family in text_string_to_metric_families(response.content.decode()) for s in family.samples
+             if s.name.startswith("notify_partition")}
+    assert found == {
+        **{("notify_partitions", (("table", t),)): 10.0 for t in (ATTEMPTS, EVENTS, AUDIT)},
+        **{("notify_partition_oldest_age_days", (("table", t),)): 2.0 for t in (ATTEMPTS, EVENTS, AUDIT)},
+        ("notify_partition_maintenance_last_success_timestamp", ()): NOW.timestamp(),
+    }
+
+
+@pytest.mark.django_db
+def test_the_provider_health_page_shows_retention_partitions_oldest_day_and_the_last_run(frozen, admin_client,
+                                                                                      settings):
+    partitions.maintain()
+    frozen[0] = NOW + timedelta(hours=1)
+    settings.NOTIFY = {**settings.NOTIFY, "RETENTION_DAYS": {**settings.NOTIFY["RETENTION_DAYS"],
+                                                             "notifications_notification": 90}}
+    with pytest.raises(partitions.NotPartitioned):
+        partitions.maintain()
+    settings.NOTIFY = {**settings.NOTIFY, "RETENTION_DAYS": {ATTEMPTS: 30, EVENTS: 90, AUDIT: 365}}
+    n = notification(NOW)
+    attempt(n, NOW - timedelta(days=400))  # a stray in DEFAULT
+
+    response = admin_client.get("/admin/provider-health/")
+
+    assert response.status_code == 200
+    state = response.context_data["partitions"]
+    assert [(t["table"], t["retention_days"], t["partitions"], t["oldest_day"], t["default_rows"])
+            for t in state["tables"]] == [(ATTEMPTS, 30, 8, date(2031, 3, 10), 1),
+                                          (EVENTS, 90, 8, date(2031, 3, 10), 0),
+                                          (AUDIT, 365, 8, date(2031, 3, 10), 0)]
+    assert state["last_run"]["at"] == NOW + timedelta(hours=1)
+    assert state["last_run"]["success_at"] == NOW
+    html = response.content.decode()
+    assert "<td>notifications_deliveryattempt</td><td>30 days</td>\n<td>8</td><td>2031-03-10</td><td>1</td>" in html
+    assert "<b>error: NotPartitioned:" in html
+    assert "(last success\n2031-03-10 12:00:00 UTC)" in html
+
+
+@pytest.mark.django_db
+def test_beat_runs_the_maintenance_hourly_on_the_maintenance_queue(frozen, settings):
+    from notifications import tasks
+
+    entry = settings.CELERY_BEAT_SCHEDULE["maintain-partitions"]
+    assert (entry["task"], entry["schedule"], entry["options"]["queue"]) == (
+        "notifications.maintain_partitions", 3600.0, "maintenance")
+    assert tasks.maintain_partitions.name == entry["task"]
+
+    done = tasks.maintain_partitions()
+
+    assert done["skipped"] is False
+    assert sorted(done["created"]) == sorted(n for t in (ATTEMPTS, EVENTS, AUDIT) for n in day_names(t, AHEAD))
+    assert done["dropped"] == []

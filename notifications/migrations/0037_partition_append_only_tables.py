@@ -1,6 +1,6 @@
 """The append-only tables become ``PARTITION BY RANGE`` on their time column, one partition per UTC
-day plus a DEFAULT partition (core/partitions.py keeps them; docs/ARCHITECTURE.md, "Where a row
-lives"): delivery attempts and events on ``created_at``, the API audit log on ``at``.
+day plus a DEFAULT partition (core/partitions.py keeps them; docs/ARCHITECTURE.md §13): delivery
+attempts and events on ``created_at``, the API audit log on ``at``.
 
 Each table is renamed, a partitioned one with the same columns, CHECKs, defaults and indexes is made
 under the old name (its primary key ``(id, <time column>)``: a partitioned table's unique keys must
@@ -11,7 +11,7 @@ is dropped. The timeline view (0015) is dropped first and made again over the ne
 Two rules change with it: the FKs to ``notifications_notification`` have no database constraint (a
 row's notification may have moved to the history table), and a receipt's ``dedup_key`` can no longer
 be a unique index (it would need the time column): receipts store it once under an advisory lock
-(notifications/receipts.py, ``store_receipt_events``); the index stays, not unique.
+(notifications/receipts.py, ``_lock_dedup_keys``); the index stays, not unique.
 """
 
 import importlib
