@@ -289,3 +289,37 @@ def test_beat_runs_the_maintenance_hourly_on_the_maintenance_queue(frozen, setti
     assert done["skipped"] is False
     assert sorted(done["created"]) == sorted(n for t in (ATTEMPTS, EVENTS, AUDIT) for n in day_names(t, AHEAD))
     assert done["dropped"] == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_same_receipt_at_a_second_worker_meanwhile_waits_and_is_a_duplicate(frozen):
+    """Worker 1 is storing a receipt (its transaction open); worker 2 gets the same receipt: it waits
+    on the key's lock, then finds worker 1's event, so the key is stored once with no unique index."""
+    from django.db import transaction
+
+    from notifications import receipts
+
+    n = notification(NOW - timedelta(minutes=5))
+    Notification.objects.filter(pk=n.pk).update(status="sent", provider="twilio", provider_message_id="SM2")
+    key = "twilio:SM2:delivered:"
+    receipt = receipts.Receipt(provider="twilio", dedup_key=key, kind="delivered", raw="delivered",
+                               notification_id=str(n.pk), provider_message_id="SM2")
+    second: dict = {}
+
+    def worker_2():
+        try:
+            second.update(receipts.apply_receipts([receipt]))
+        finally:
+            connections.close_all()
+
+    with transaction.atomic():
+        receipts._lock_dedup_keys([key])
+        DeliveryEvent.objects.create(notification=n, kind="receipt:delivered", dedup_key=key, created_at=NOW)
+        thread = threading.Thread(target=worker_2)
+        thread.start()
+        thread.join(timeout=1.0)
+        assert thread.is_alive()  # waiting for worker 1's key
+    thread.join(timeout=30)
+
+    assert second == {"applied": 0, "duplicate": 1, "unknown": 0}
+    assert DeliveryEvent.objects.filter(dedup_key=key).count() == 1

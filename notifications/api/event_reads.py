@@ -154,7 +154,7 @@ def recipients_body(event: Event, users: list[str]) -> list[dict]:
         return []
     into = digests_of(event, users)
     rows = list(_rows(event, into, users).only("id", "recipient_id", "channel", "status", "reason", "reason_detail",
-                                               "sent_at", "delivered_at"))
+                                               "sent_at", "delivered_at", "created_at"))
     entries: dict = defaultdict(list)
     found = list(log_of(TimelineEntry, rows))
     for entry, shown in zip(found, TimelineSerializer(found, many=True).data, strict=True):
