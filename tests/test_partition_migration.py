@@ -22,9 +22,12 @@ TABLES = {"notifications_deliveryattempt": "created_at", "notifications_delivery
 
 
 def migrate(target) -> None:
+    """Unapply (``BEFORE``) or apply (``AFTER``) migration 0037 alone: migrations other branches add
+    after 0036 stay as they are."""
     executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate([target])
+    backwards = target == BEFORE
+    if (AFTER in executor.loader.applied_migrations) == backwards:
+        executor.migrate([], plan=[(executor.loader.get_migration(*AFTER), backwards)])
 
 
 def relkind(table: str) -> str:
