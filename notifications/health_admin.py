@@ -1,11 +1,11 @@
 """Provider health: an admin page for the on-call engineer (staff only), linked from the admin index.
 
 Per channel: the providers in order, emulator or real, their calls in the last N minutes by outcome;
-queue depths, pending rows, scheduler lag, dead letters; each provider's breaker state and budget
-(docs/OPERATIONS.md, "Provider health page"). :func:`install` (``config/urls.py``) adds
-``/admin/provider-health/`` before the site's own URLs and an "Operations" entry. The attempts query
-reads at most :data:`ATTEMPT_SCAN_CAP` newest attempts by primary key (no ``created_at`` index) and
-the page says when the window held more.
+queue depths, pending rows, scheduler lag, dead letters; each provider's breaker state and budget;
+the partitioned tables' retention and last maintenance run (docs/OPERATIONS.md, "Provider health
+page"). :func:`install` (``config/urls.py``) adds ``/admin/provider-health/`` before the site's own
+URLs and an "Operations" entry. The attempts query reads at most :data:`ATTEMPT_SCAN_CAP` newest
+attempts by primary key (no ``created_at`` index) and the page says when the window held more.
 """
 
 from __future__ import annotations
