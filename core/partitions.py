@@ -34,6 +34,8 @@ LAST_RUN_KEY = "notify:partitions:last_run"
 LOCK_TIMEOUT = "5s"
 
 _DAY_SUFFIX = re.compile(r"_p(\d{8})$")
+#: A registered table's name: its partitions add ``_pYYYYMMDD`` within Postgres' 63 characters.
+_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,39}")
 
 
 class NotPartitioned(Exception):
@@ -79,6 +81,23 @@ class TableState:
 def registry() -> dict[str, int]:
     """``settings.NOTIFY["RETENTION_DAYS"]``: table → days kept."""
     return dict(settings.NOTIFY["RETENTION_DAYS"])
+
+
+def setting_problems() -> list[str]:
+    """What is wrong with ``NOTIFY["RETENTION_DAYS"]`` and ``NOTIFY["PARTITIONS_AHEAD_DAYS"]``, each
+    naming the setting and the rule (``manage.py check``, notifications.E002): a retention of 0 would
+    drop today's partition, a table name that is not an identifier cannot be a partition's stem."""
+    problems = []
+    for table, keep in registry().items():
+        if not _IDENTIFIER.fullmatch(str(table)):
+            problems.append(f'NOTIFY["RETENTION_DAYS"] key {table!r} must be a table name (lower-case letters, '
+                            "digits, underscores; at most 40 characters)")
+        if not isinstance(keep, int) or keep < 1:
+            problems.append(f'NOTIFY["RETENTION_DAYS"]["{table}"] must be a whole number of days >= 1, got {keep!r}')
+    ahead = settings.NOTIFY.get("PARTITIONS_AHEAD_DAYS")
+    if not isinstance(ahead, int) or ahead < 1:
+        problems.append(f"PARTITIONS_AHEAD_DAYS must be a whole number of days >= 1, got {ahead!r}")
+    return problems
 
 
 def partition_name(table: str, day: date) -> str:

@@ -323,3 +323,20 @@ def test_the_same_receipt_at_a_second_worker_meanwhile_waits_and_is_a_duplicate(
 
     assert second == {"applied": 0, "duplicate": 1, "unknown": 0}
     assert DeliveryEvent.objects.filter(dedup_key=key).count() == 1
+
+
+@pytest.mark.parametrize("retention,ahead,problem", [
+    ({ATTEMPTS: 0}, 7, 'NOTIFY["RETENTION_DAYS"]["notifications_deliveryattempt"] must be a whole number of days '
+                       ">= 1, got 0"),
+    ({"attempts; DROP TABLE x": 30}, 7, "NOTIFY[\"RETENTION_DAYS\"] key 'attempts; DROP TABLE x' must be a table "
+                                        "name"),
+    ({ATTEMPTS: 30}, 0, "PARTITIONS_AHEAD_DAYS must be a whole number of days >= 1, got 0"),
+])
+def test_manage_py_check_names_a_retention_setting_out_of_range(settings, retention, ahead, problem):
+    from django.core import checks
+
+    settings.NOTIFY = {**settings.NOTIFY, "RETENTION_DAYS": retention, "PARTITIONS_AHEAD_DAYS": ahead}
+
+    errors = [e for e in checks.run_checks() if e.id == "notifications.E002"]
+
+    assert len(errors) == 1 and errors[0].msg.startswith(problem), errors
