@@ -304,6 +304,20 @@ NOTIFY = {
         "PRUNE_BATCH": env.int("INBOX_PRUNE_BATCH", default=5000),
     },
 }
+# Days kept per partitioned table (core/partitions.py: whole day partitions dropped past it), and how
+# many days ahead of today partitions exist (docs/OPERATIONS.md, "Retention and partitions").
+NOTIFY["RETENTION_DAYS"] = {
+    "notifications_notificationhistory": env.int("RETENTION_NOTIFICATIONS_DAYS", default=90),
+    "notifications_deliveryattempt": env.int("RETENTION_ATTEMPTS_DAYS", default=30),
+    "notifications_deliveryevent": env.int("RETENTION_EVENTS_DAYS", default=90),
+    "notifications_apiauditentry": env.int("RETENTION_AUDIT_DAYS", default=365),
+}
+NOTIFY["PARTITIONS_AHEAD_DAYS"] = env.int("PARTITIONS_AHEAD_DAYS", default=7)
+CELERY_BEAT_SCHEDULE["maintain-partitions"] = {
+    "task": "notifications.maintain_partitions",
+    "schedule": env.float("PARTITION_MAINTENANCE_SECONDS", default=3600.0),
+    "options": {"queue": "maintenance", "expires": 600},
+}
 # Where a row lives (docs/ARCHITECTURE.md; notifications/lifecycle/archive.py): finished rows stay live
 # HOT_HOURS after their last change, then move to the history; dead letters wait DEAD_LETTER_DAYS for
 # a replay; an idempotent retry finds an archived send for IDEMPOTENCY_DAYS.
@@ -312,9 +326,6 @@ NOTIFY["DEAD_LETTER_DAYS"] = env.int("DEAD_LETTER_DAYS", default=14)
 NOTIFY["IDEMPOTENCY_DAYS"] = env.int("IDEMPOTENCY_DAYS", default=7)
 NOTIFY["ARCHIVE_BATCH_SIZE"] = env.int("ARCHIVE_BATCH_SIZE", default=5000)
 NOTIFY["ARCHIVE_MAX_ROWS_PER_RUN"] = env.int("ARCHIVE_MAX_ROWS_PER_RUN", default=100_000)
-# Days kept per partitioned table (whole day partitions dropped past it: core/partitions.py).
-NOTIFY.setdefault("RETENTION_DAYS", {})["notifications_notificationhistory"] = env.int(
-    "RETENTION_NOTIFICATIONS_DAYS", default=90)
 CELERY_BEAT_SCHEDULE["archive-notifications"] = {
     "task": "notifications.archive",
     "schedule": env.float("ARCHIVE_INTERVAL_SECONDS", default=60.0),

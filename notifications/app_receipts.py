@@ -25,7 +25,7 @@ from core import clock
 from core.queues import RECEIPTS_QUEUE
 from notifications import lifecycle, metrics
 from notifications.inbox import marks
-from notifications.models import DeliveryEvent, Notification, Status, TimelineEntry
+from notifications.models import DeliveryEvent, Notification, Status, TimelineEntry, log_of
 from notifications.receipts import RESEND_PENDING_REASONS, Receipt, settle_as_sent
 
 log = logging.getLogger(__name__)
@@ -164,7 +164,7 @@ def _settle_unrecorded(n: Notification, event: str, at: datetime | None, now: da
 
 def _in_order(n: Notification, at: datetime, now: datetime) -> datetime:
     """``at`` clamped into [the latest timeline entry that is not an app receipt, now]."""
-    latest = (TimelineEntry.objects.filter(notification_id=n.pk).exclude(kind__startswith=KIND_PREFIX)
+    latest = (log_of(TimelineEntry, [n]).exclude(kind__startswith=KIND_PREFIX)
               .aggregate(latest=Max("created_at"))["latest"])
     stored = min(at, now)
     return max(stored, latest) if latest is not None else stored

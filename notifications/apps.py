@@ -80,9 +80,10 @@ def check_pipeline(app_configs=None, **kwargs):
 
 
 def check_pipeline_settings() -> list[str]:
-    """Problems with ``NOTIFY["BATCH_SIZE"|"SEND_CONCURRENCY"|"LEASE_SECONDS"|"BATCH_MAX_WAIT_SECONDS"]``
-    and ``NOTIFY["RECORD_EVERY_ROWS"|"RECORD_EVERY_SECONDS"]``, each naming the setting and the rule
-    (empty when all is well)."""
+    """Problems with ``NOTIFY["BATCH_SIZE"|"SEND_CONCURRENCY"|"LEASE_SECONDS"|"BATCH_MAX_WAIT_SECONDS"]``,
+    ``NOTIFY["RECORD_EVERY_ROWS"|"RECORD_EVERY_SECONDS"]`` and the retention settings
+    (:func:`core.partitions.setting_problems`), each naming the setting and the rule (empty when all
+    is well)."""
     from django.conf import settings
 
     problems: list[str] = []
@@ -107,7 +108,9 @@ def check_pipeline_settings() -> list[str]:
         problems.append(f"RECORD_EVERY_ROWS must be >= 1, got {notify.get('RECORD_EVERY_ROWS')}")
     if float(notify.get("RECORD_EVERY_SECONDS", 1)) <= 0:
         problems.append(f"RECORD_EVERY_SECONDS must be > 0, got {notify.get('RECORD_EVERY_SECONDS')}")
-    return problems
+    from core.partitions import setting_problems
+
+    return problems + setting_problems()
 
 
 #: What :func:`erase_notifications` does to each model of this app holding a user's data.

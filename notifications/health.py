@@ -16,7 +16,7 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 
 import redis
 from django.conf import settings
@@ -25,6 +25,7 @@ from django.http import JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
+from core import clock, partitions
 from core.redis_client import client_for, get_redis
 
 log = logging.getLogger(__name__)
@@ -176,6 +177,23 @@ SELECT
   (SELECT min(dead_lettered_at) FROM notifications_notification
     WHERE dead_lettered_at IS NOT NULL AND status = 'failed') AS oldest_dead
 """
+
+
+def partition_snapshot() -> dict:
+    """The partitioned tables as /metrics and the provider-health page show them (core/partitions.py):
+    ``{"tables": [{table, retention_days, partitions, oldest_day, oldest_age_days, default_rows}],
+    "last_run": {at, outcome, success_at} or None when Redis is unreachable}``. Raises on Postgres errors."""
+    today = clock.now().astimezone(UTC).date()
+    tables = [{"table": s.table, "retention_days": s.retention_days, "partitions": s.partitions,
+               "oldest_day": s.oldest_day, "default_rows": s.default_rows,
+               "oldest_age_days": None if s.oldest_day is None else (today - s.oldest_day).days}
+              for s in partitions.states()]
+    try:
+        last = partitions.last_run()
+    except redis.RedisError as exc:
+        log.warning("partition maintenance record unreadable: %s", exc)
+        last = None
+    return {"tables": tables, "last_run": last}
 
 
 def pipeline_snapshot(now: datetime | None = None) -> dict:

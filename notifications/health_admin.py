@@ -1,11 +1,11 @@
 """Provider health: an admin page for the on-call engineer (staff only), linked from the admin index.
 
 Per channel: the providers in order, emulator or real, their calls in the last N minutes by outcome;
-queue depths, pending rows, scheduler lag, dead letters; each provider's breaker state and budget
-(docs/OPERATIONS.md, "Provider health page"). :func:`install` (``config/urls.py``) adds
-``/admin/provider-health/`` before the site's own URLs and an "Operations" entry. The attempts query
-reads at most :data:`ATTEMPT_SCAN_CAP` newest attempts by primary key (no ``created_at`` index) and
-the page says when the window held more.
+queue depths, pending rows, scheduler lag, dead letters; each provider's breaker state and budget;
+the partitioned tables' retention and last maintenance run (docs/OPERATIONS.md, "Provider health
+page"). :func:`install` (``config/urls.py``) adds ``/admin/provider-health/`` before the site's own
+URLs and an "Operations" entry. The attempts query reads at most :data:`ATTEMPT_SCAN_CAP` newest
+attempts by primary key (no ``created_at`` index) and the page says when the window held more.
 """
 
 from __future__ import annotations
@@ -171,8 +171,28 @@ the recipient, not the provider.{% if truncated %} <b>More than {{ cap }} calls 
 <tr><th>Due but not released (scheduler lag)</th><td>{{ pipeline.due_unreleased }} ({{ lag }})</td></tr>
 <tr><th>Expired worker leases</th><td>{{ pipeline.expired_leases }}</td></tr>
 </tbody></table>{% endif %}
+<h2>Retention</h2>
+{% if partitions_error %}<p class="errornote">{{ partitions_error }}</p>{% else %}
+<p>Last partition maintenance: {% if partitions.last_run.at %}{{ partitions.last_run.at|date:"Y-m-d H:i:s" }} UTC,
+<b>{{ partitions.last_run.outcome }}</b>{% if partitions.last_run.success_at %} (last success
+{{ partitions.last_run.success_at|date:"Y-m-d H:i:s" }} UTC){% endif %}{% else %}never recorded{% endif %}.</p>
+<table id="partitions"><thead><tr><th>Table</th><th>Retention</th><th>Day partitions</th><th>Oldest day</th>
+<th>Rows in DEFAULT</th></tr></thead>
+<tbody>{% for t in partitions.tables %}<tr><td>{{ t.table }}</td><td>{{ t.retention_days }} days</td>
+<td>{{ t.partitions }}</td><td>{{ t.oldest_day|date:"Y-m-d"|default:"–" }}</td><td>{{ t.default_rows }}</td></tr>
+{% endfor %}</tbody></table>{% endif %}
 </div>{% endblock %}
 """)
+
+
+def _partitions() -> tuple[dict | None, str]:
+    from notifications.health import partition_snapshot
+
+    try:
+        return partition_snapshot(), ""
+    except Exception as exc:
+        log.warning("provider health: partition snapshot unavailable: %s", exc)
+        return None, f"partition query failed ({type(exc).__name__})"
 
 
 def _age(seconds: float | None) -> str:
@@ -195,11 +215,12 @@ def make_view(site: admin.AdminSite):
         providers, truncated = provider_rows(minutes)
         queues, queues_error = _queues()
         pipeline, pipeline_error = _pipeline()
+        partition_state, partitions_error = _partitions()
         context = {
             **site.each_context(request), "title": "Provider health", "minutes": minutes,
             "windows": (5, 15, 60), "outcome_headers": OUTCOME_HEADERS, "providers": providers, "truncated": truncated,
             "cap": ATTEMPT_SCAN_CAP, "queues": queues, "queues_error": queues_error, "pipeline": pipeline,
-            "pipeline_error": pipeline_error,
+            "pipeline_error": pipeline_error, "partitions": partition_state, "partitions_error": partitions_error,
             "dead_oldest": _age(pipeline["dead_letters_oldest_age_seconds"]) if pipeline else "",
             "lag": _age(pipeline["scheduler_lag_seconds"]) if pipeline else "",
         }

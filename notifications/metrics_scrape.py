@@ -42,6 +42,27 @@ def _breaker_gauge(dj_settings) -> GaugeMetricFamily:
     return gauge
 
 
+def _partition_gauges(snap: dict):
+    """``notify_partitions{table}``, ``notify_partition_oldest_age_days{table}`` and
+    ``notify_partition_maintenance_last_success_timestamp`` (core/partitions.py)."""
+    count = GaugeMetricFamily("notify_partitions", "Day partitions of a partitioned table (DEFAULT not counted).",
+                              labels=["table"])
+    oldest = GaugeMetricFamily("notify_partition_oldest_age_days",
+                               "Days from the oldest day partition to today (UTC); its retention bounds it.",
+                               labels=["table"])
+    for t in snap["tables"]:
+        count.add_metric([t["table"]], t["partitions"])
+        if t["oldest_age_days"] is not None:
+            oldest.add_metric([t["table"]], t["oldest_age_days"])
+    yield count
+    yield oldest
+    success = (snap["last_run"] or {}).get("success_at")
+    if success is not None:
+        yield GaugeMetricFamily("notify_partition_maintenance_last_success_timestamp",
+                                "Unix time of the last partition maintenance run that succeeded.",
+                                value=success.timestamp())
+
+
 class OpsCollector:
     """Gauges computed at scrape time from Redis (queues, heartbeat) and Postgres (pipeline state)."""
 
@@ -128,6 +149,11 @@ class OpsCollector:
         except Exception as exc:
             log.warning("metrics: Postgres gauges unavailable: %s", exc)
             up.add_metric(["postgres"], 0)
+        # Postgres (and the last run's record in Redis): the partitioned tables.
+        try:
+            yield from _partition_gauges(health.partition_snapshot())
+        except Exception as exc:
+            log.warning("metrics: partition gauges unavailable: %s", exc)
         yield up
         yield GaugeMetricFamily("notify_scrape_duration_seconds", "Time this scrape spent computing the gauges.",
                                 value=time.monotonic() - started)

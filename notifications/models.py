@@ -291,7 +291,7 @@ class _Copy(NotificationColumns):
 
 class NotificationRecord(_Copy):
     """A notification wherever it lives, read-only: the view ``notifications_notificationrecord``,
-    the live table ``UNION ALL`` the partitioned history (migration 0037; docs/ARCHITECTURE.md,
+    the live table ``UNION ALL`` the partitioned history (migration 0037 docs/ARCHITECTURE.md,
     "Where a row lives"). Support and API reads by id, recipient, campaign or event use it; every
     write goes to :class:`Notification` through the lifecycle. ``live``: not archived yet."""
 
@@ -429,18 +429,17 @@ class DeliveryEvent(models.Model):
     status = models.CharField(max_length=12, choices=Status.choices, blank=True, default="")
     reason = models.CharField(max_length=32, blank=True, default="")
     detail = models.CharField(max_length=500, blank=True, default="")
-    # Receipts only: "<provider>:<provider event id>"; the unique index stores a duplicate receipt once.
-    dedup_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001 - unique where set (Meta)
+    # Receipts only: "<provider>:<provider event id>", stored once by notifications.receipts under an
+    # advisory lock (a partitioned table's unique index would have to hold created_at).
+    dedup_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001 - set on receipts only
     created_at = models.DateTimeField(default=clock.now, editable=False)  # the platform clock (one clock)
 
     class Meta:
         ordering = ["created_at", "id"]
-        indexes = [models.Index(fields=["notification", "created_at"], name="event_notification_idx")]
-        constraints = [
-            # Only receipts carry a key; state-change events (most rows) stay out of the index.
-            models.UniqueConstraint(fields=["dedup_key"], name="event_dedup_key_uniq",
-                                    condition=models.Q(dedup_key__isnull=False)),
-        ]
+        indexes = [models.Index(fields=["notification", "created_at"], name="event_notification_idx"),
+                   # Only receipts carry a key; state-change events (most rows) stay out of the index.
+                   models.Index(fields=["dedup_key"], name="event_dedup_key_idx",
+                                condition=models.Q(dedup_key__isnull=False))]
 
     def __str__(self) -> str:
         return f"{self.kind} ({self.status})"
@@ -504,6 +503,17 @@ class APIAuditEntry(models.Model):
         return f"{self.method} {self.path} → {self.status}"
 
 
+def log_of(model: type[DeliveryAttempt | DeliveryEvent | TimelineEntry], notifications) -> models.QuerySet:
+    """``model``'s rows (attempts, events, timeline lines) of ``notifications``, read from the
+    earliest one's ``created_at`` on: no such row is older than its notification, and the bound lets
+    Postgres skip every older day partition (docs/ARCHITECTURE.md §13)."""
+    rows = list(notifications)
+    if not rows:
+        return model.objects.none()
+    return model.objects.filter(notification_id__in=[n.pk for n in rows],
+                                created_at__gte=min(n.created_at for n in rows))
+
+
 __all__ = ["APIAuditEntry", "APIClient", "ArchivedNotification", "DeadLetter", "DeliveryAttempt", "DeliveryEvent",
            "FrequencyCap", "Notification", "NotificationColumns", "NotificationHistory", "NotificationRecord",
-           "Priority", "Reason", "Status", "TimelineEntry"]
+           "Priority", "Reason", "Status", "TimelineEntry", "log_of"]

@@ -21,7 +21,7 @@ from datetime import datetime
 
 from celery import current_app
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.db.models.functions import Lower, Trim
 
@@ -251,25 +251,55 @@ _UNRECORDED = frozenset({Status.SENDING, Status.SCHEDULED, Status.QUEUED})
 #: Receipt kinds the bulk path applies: store the event; ``delivered`` also settles the row.
 _BULK_KINDS = frozenset({ACCEPTED, DEFERRED, ENGAGEMENT, DELIVERED})
 
+#: Advisory-lock class of receipt dedup keys (two-int form: apart from every bigint lock).
+_DEDUP_LOCK_CLASS = 7301
+
+_LOCK_KEYS_SQL = """
+SELECT pg_advisory_xact_lock(%s::int, h)
+  FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest(%s::text[]) AS k) AS keys
+ ORDER BY h
+"""
+
+#: A receipt's event, once per ``dedup_key``: the table is partitioned by day (docs/ARCHITECTURE.md
+#: §13), so no unique index can hold the key; under :func:`_lock_dedup_keys` this looks for the key
+#: from the notification's creation on (no earlier event is its) and inserts the first of each key
+#: in the batch that is not there yet.
 _INSERT_EVENTS_SQL = """
 INSERT INTO notifications_deliveryevent (notification_id, kind, status, reason, detail, dedup_key, created_at)
-SELECT v.notification_id, v.kind, '', '', v.detail, v.dedup_key, v.created_at
-  FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[], %s::timestamptz[])
-       AS v(notification_id, kind, detail, dedup_key, created_at)
-    ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
+SELECT DISTINCT ON (v.dedup_key) v.notification_id, v.kind, '', '', v.detail, v.dedup_key, v.created_at
+  FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[], %s::timestamptz[], %s::timestamptz[])
+       WITH ORDINALITY AS v(notification_id, kind, detail, dedup_key, created_at, since, n)
+ WHERE NOT EXISTS (SELECT 1 FROM notifications_deliveryevent AS e
+                    WHERE e.dedup_key = v.dedup_key AND e.created_at >= v.since)
+ ORDER BY v.dedup_key, v.n
 RETURNING id, dedup_key
 """
+
+
+def _lock_dedup_keys(keys: list[str]) -> None:
+    """Hold each receipt key's advisory lock to the end of the transaction (in one order, so two
+    workers never deadlock): one writer at a time decides whether a key is stored yet."""
+    with connection.cursor() as cur:
+        cur.execute(_LOCK_KEYS_SQL, [_DEDUP_LOCK_CLASS, array_literal(keys)])
+
+
+def _stored_before(key: str, n: Notification) -> bool:
+    """Whether receipt ``key`` of ``n`` is stored (call under :func:`_lock_dedup_keys`)."""
+    return DeliveryEvent.objects.filter(dedup_key=key, created_at__gte=n.created_at).exists()
+
 
 def _apply_bulk(pairs: list[tuple[Receipt, Notification]]) -> list[str]:
     """Apply ``pairs`` in one transaction; returns one ``"applied"``/``"duplicate"`` per pair."""
     now = clock.now()
     keys = [r.dedup_key[:200] for r, _n in pairs]
     with transaction.atomic():
+        _lock_dedup_keys(keys)
         with connection.cursor() as cur:
             cur.execute(_INSERT_EVENTS_SQL, [array_literal(str(n.pk) for _r, n in pairs),
                                              array_literal(f"receipt:{r.raw}"[:32] for r, _n in pairs),
                                              array_literal(_stored_details(pairs)), array_literal(keys),
-                                             array_literal(_received(r, now).isoformat() for r, _n in pairs)])
+                                             array_literal(_received(r, now).isoformat() for r, _n in pairs),
+                                             array_literal(n.created_at.isoformat() for _r, n in pairs)])
             events = {key: pk for pk, key in cur.fetchall()}
         outcomes, delivered = [], {}
         for (r, n), key in zip(pairs, keys, strict=True):
@@ -297,15 +327,14 @@ def _apply_one(receipt: Receipt) -> str:
     n = _find(receipt)
     if n is None:
         return "unknown"
+    key = receipt.dedup_key[:200]
     with transaction.atomic():
-        try:
-            with transaction.atomic():
-                detail = _stored_detail(n, receipt)
-                event = DeliveryEvent.objects.create(
-                    notification=n, kind=f"receipt:{receipt.raw}"[:32], dedup_key=receipt.dedup_key[:200],
-                    detail=detail, created_at=_received(receipt, clock.now()))
-        except IntegrityError:
+        _lock_dedup_keys([key])
+        if _stored_before(key, n):
             return "duplicate"
+        detail = _stored_detail(n, receipt)
+        event = DeliveryEvent.objects.create(notification=n, kind=f"receipt:{receipt.raw}"[:32], dedup_key=key,
+                                             detail=detail, created_at=_received(receipt, clock.now()))
         now = clock.now()
         if receipt.kind in (DELIVERED, FAILED):
             _settle(n, receipt, event, detail, now)

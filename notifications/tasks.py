@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from core import partitions
 from core.queues import RECEIPTS_TASK, SEND_TASK
 from notifications import app_receipts, receipts, scheduler
 from notifications.delivery import pipeline
@@ -60,6 +61,15 @@ def archive() -> int:
     """Archiver tick (``maintenance`` queue, every minute): finished rows past ``HOT_HOURS`` to the
     history, at most ``NOTIFY["ARCHIVE_MAX_ROWS_PER_RUN"]`` (docs/ARCHITECTURE.md, "Where a row lives")."""
     return scheduler.archive()
+
+
+@notification_task("notifications.maintain_partitions")
+def maintain_partitions() -> dict:
+    """Partition tick (``maintenance`` queue, hourly): days ahead created, strays in DEFAULT moved,
+    partitions past their retention dropped (core/partitions.py)."""
+    run = partitions.maintain()
+    return {"skipped": run.skipped, "created": [n for t in run.tables for n in t.created],
+            "dropped": [n for t in run.tables for n in t.dropped]}
 
 
 @notification_task("notifications.prune_inbox")

@@ -28,6 +28,7 @@ from notifications.models import (
     NotificationRecord,
     Status,
     TimelineEntry,
+    log_of,
 )
 from preferences.admin_guard import ContentLookupGuard
 from preferences.validation import phone_search_term
@@ -43,12 +44,15 @@ class ReadOnlyInline(ReadOnly, admin.TabularInline):
 
 class _LogFormSet(BaseInlineFormSet):
     """A notification's log rows (timeline, provider calls) under its page, which shows a
-    :class:`NotificationRecord` (live or archived): the rows are found by its id wherever it lives."""
+    :class:`NotificationRecord` (live or archived): found by its id wherever it lives, read from its
+    ``created_at`` on (the day partitions before it hold none of its rows: ``models.log_of``)."""
 
-    def __init__(self, data=None, files=None, instance=None, *args, **kwargs) -> None:
+    def __init__(self, data=None, files=None, instance=None, *args, queryset=None, **kwargs) -> None:
+        if instance is not None and instance.pk is not None:
+            queryset = log_of(self.model, [instance]).order_by(*self.model._meta.ordering)
         if isinstance(instance, NotificationRecord):
             instance = Notification(pk=instance.pk)  # the key the log rows point at; never saved
-        super().__init__(data, files, instance, *args, **kwargs)
+        super().__init__(data, files, instance, *args, queryset=queryset, **kwargs)
 
 
 class _TimelineFormSet(_LogFormSet):
@@ -162,7 +166,7 @@ class NotificationAdmin(ReadOnly, ContentLookupGuard, admin.ModelAdmin):
     def attempts_shown(self, obj):
         """The attempt count with the provider calls made; "No provider call" when none was made (a
         notification suppressed, expired or cancelled before sending is claimed once but never sent)."""
-        calls = DeliveryAttempt.objects.filter(notification_id=obj.pk).count()
+        calls = log_of(DeliveryAttempt, [obj]).count()
         if calls:
             return f"{obj.attempts} ({calls} provider call{'s' if calls != 1 else ''})"
         if obj.status in (Status.SUPPRESSED, Status.EXPIRED, Status.CANCELLED):

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from notifications.models import DeliveryEvent, NotificationRecord
+from notifications.models import DeliveryEvent, NotificationRecord, log_of
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class ChannelOutcome:
 def outcomes(rows: list[NotificationRecord], orders: dict) -> dict[tuple, list[ChannelOutcome]]:
     """``{(event id, user id): [ChannelOutcome]}`` for ``rows``, each event's channels in its order
     (``orders``: ``{event id: [channel]}``), with the ``silent`` timeline events of those rows (one query)."""
-    silent = dict(DeliveryEvent.objects.filter(notification_id__in=[n.pk for n in rows], kind="silent")
+    silent = dict(log_of(DeliveryEvent, rows).filter(kind="silent")
                   .values_list("notification_id", "detail"))
     grouped: dict[tuple, list[ChannelOutcome]] = {}
     for n in rows:

@@ -21,7 +21,7 @@ from notifications import records
 from notifications.api.serializers import EventSerializer as TimelineSerializer
 from notifications.events.digests import digests_of
 from notifications.events.models import DigestItem, Event
-from notifications.models import REACHED_STATUSES, Status, TimelineEntry
+from notifications.models import REACHED_STATUSES, Status, TimelineEntry, log_of
 from preferences.models import Recipient
 
 #: How many recipients the event's detail shows (the rest: ``GET /v1/events/{id}/recipients``).
@@ -154,9 +154,9 @@ def recipients_body(event: Event, users: list[str]) -> list[dict]:
         return []
     into = digests_of(event, users)
     rows = list(_rows(event, into, users).only("id", "recipient_id", "channel", "status", "reason", "reason_detail",
-                                               "sent_at", "delivered_at"))
+                                               "sent_at", "delivered_at", "created_at"))
     entries: dict = defaultdict(list)
-    found = list(TimelineEntry.objects.filter(notification_id__in=[n.pk for n in rows]))
+    found = list(log_of(TimelineEntry, rows))
     for entry, shown in zip(found, TimelineSerializer(found, many=True).data, strict=True):
         entries[entry.notification_id].append(shown)
     by_user: dict[str, list] = {u: [] for u in users}

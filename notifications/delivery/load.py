@@ -20,7 +20,7 @@ from notifications.delivery.outcomes import AttemptRow
 from notifications.delivery.record import finish
 from notifications.delivery.routing import sms_sender
 from notifications.delivery.types import Row
-from notifications.models import DeliveryAttempt, Notification, Status
+from notifications.models import DeliveryAttempt, Notification, Status, log_of
 from notifications.unsubscribe import unsubscribe_url
 from preferences.models import Device, SmsStop
 from providers.base import OutboundMessage
@@ -149,7 +149,8 @@ def call_in_doubt_since(n: Notification) -> datetime:
     the start of the last ``unknown`` attempt (its end minus its latency); for a row whose worker
     lost its lease, which records no attempt, the start of the earliest attempt not accounted for
     (the first attempt, or the end of the last recorded one)."""
-    last = n.attempts_log.order_by("-created_at", "-id").values("outcome", "created_at", "latency_ms").first()
+    last = (log_of(DeliveryAttempt, [n]).order_by("-created_at", "-id")
+            .values("outcome", "created_at", "latency_ms").first())
     if last is not None and last["outcome"] == Outcome.UNKNOWN:
         started = last["created_at"] - timedelta(milliseconds=last["latency_ms"] or 0)
     elif last is not None:

@@ -40,7 +40,7 @@ from notifications.delivery.types import Decided
 from notifications.enqueue import enqueue_on_commit
 from notifications.events import fallback
 from notifications.events.content import SendOptions
-from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
+from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status, log_of
 from preferences.models import Device, SmsStop
 from providers.base import ContactInvalidError, TransientProviderError
 
@@ -212,8 +212,8 @@ def record_sent(rows: list[Decided], provider: str, channel: str, tier: str,
                 # keep what only we know; our attempt rows replace the receipt's stand-in.
                 Notification.objects.filter(pk=i, provider_message_id="").update(
                     provider=provider, provider_message_id=message_ids[index], sent_at=now)
-                DeliveryAttempt.objects.filter(notification_id=i, number=numbers[index],
-                                               outcome=Outcome.LEARNED_FROM_RECEIPT).delete()
+                log_of(DeliveryAttempt, [ns[index]]).filter(number=numbers[index],
+                                                            outcome=Outcome.LEARNED_FROM_RECEIPT).delete()
     # After the rows say `sent` (committed above). Also for rows recorded elsewhere meanwhile:
     # the provider accepted them, so no later attempt may send them again.
     markers.mark_sent([str(n.pk) for n in ns if n.pk not in marked])
