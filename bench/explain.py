@@ -78,7 +78,10 @@ def _samples() -> SimpleNamespace:
                  or Recipient.objects.filter(pk=newest).first())
     client = (APIClient.objects.filter(name__startswith="bench-history-").order_by("-created").first()
               or APIClient.objects.order_by("-created").first())
-    return SimpleNamespace(ids=ids, pmid=(sent or {}).get("provider_message_id", "SMbench"),
+    readable = (readable_notifications(client).order_by("-created_at").values_list("pk", flat=True).first()
+                if client is not None else None)
+    return SimpleNamespace(ids=ids, readable=str(readable or ids[0]),
+                           pmid=(sent or {}).get("provider_message_id", "SMbench"),
                            provider=(sent or {}).get("provider") or "twilio",
                            campaign=str(campaign or uuid.uuid4()), recipient=recipient, client=client)
 
@@ -103,7 +106,7 @@ def _probes(s: SimpleNamespace) -> dict[str, Callable[[], list[tuple[str, object
     }
     if s.client is not None:
         probes["notification_by_id"] = lambda: captured(views.NotificationDetailView().get,
-                                                        SimpleNamespace(auth=s.client), s.ids[0])
+                                                        SimpleNamespace(auth=s.client), s.readable)
         if s.recipient is not None:
             probes["recipient_history_page"] = lambda: captured(
                 list_page, QueryDict(""), readable_notifications(s.client).filter(recipient=s.recipient),

@@ -252,23 +252,27 @@ def ensure_history(days: int, per_day: int, tables: tuple[str, ...],
             cur.execute(f"ANALYZE {table}")
     seconds = time.perf_counter() - started
     _write_record(days, per_day, now, rows, seconds)
-    progress(f"history: filled {sum(rows.values()):,} rows in {seconds:.0f} s"
-             f"{' (partitions maintained)' if maintained else ''}")
+    progress(f"history: filled {sum(rows.values()):,} rows in {seconds:.0f} s ({maintained})")
     return report({"days": days, "per_day": per_day, "filled_at": now, "rows": rows, "seconds": seconds},
                   reused=False)
 
 
-def _maintain_partitions() -> bool:
-    """``core.partitions.maintain()`` when the partition manager exists (issue 25 builds it)."""
+def _maintain_partitions() -> str:
+    """Run ``core.partitions.maintain()`` when the partition manager exists (issue 25 builds it), so
+    the fill's rows leave the DEFAULT partitions for their days. Returns what happened, for the log."""
     try:
         partitions = importlib.import_module("core.partitions")
     except ImportError:
-        return False
+        return "no partition manager"
     maintain = getattr(partitions, "maintain", None)
     if maintain is None:
-        return False
-    maintain()
-    return True
+        return "no core.partitions.maintain"
+    try:
+        maintain()
+    except Exception as exc:  # the rows stay in the DEFAULT partitions: still a valid history
+        log.warning("partition maintenance after the fill failed: %s", exc)
+        return f"partition maintenance failed: {exc}"
+    return "partitions maintained"
 
 
 class _Table:

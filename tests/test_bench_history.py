@@ -152,6 +152,10 @@ def test_the_hot_queries_are_explained_with_the_code_s_own_sql(filled):
         assert "error" not in plan, (name, plan)
         assert plan["statements"] >= 1 and plan["node_types"] and plan["seq_scan"] in (True, False), name
     assert plans["claim"]["sql"][0].startswith("UPDATE notifications_notification SET status = 'sending'")
+    # The API's read of one notification: the row, its timeline (events and attempts), its attempts.
+    assert plans["notification_by_id"]["statements"] == 3
+    assert {"notifications_deliveryattempt", "notifications_deliveryevent"} <= set(
+        plans["notification_by_id"]["relations"])
     assert Notification.objects.filter(status="sending").count() == 0  # the write paths never ran
 
 
@@ -167,3 +171,53 @@ def test_a_sequential_scan_counts_only_on_a_big_table(monkeypatch):
     assert big["node_types"] == ["Limit", "Seq Scan"]
     small = explain.summarize(plan("notifications_notificationtype"), ["SELECT 1"])
     assert small["seq_scan"] is False and small["seq_scans"] == []
+
+
+@pytest.fixture
+def history_table(transactional_db):
+    """``notifications_notificationhistory`` as issue 25's design makes it (the live table's columns,
+    by day on ``created_at``, a DEFAULT partition), and attempts and events without their foreign key
+    to the live table (``db_constraint=False`` there); all put back afterwards."""
+    children = ("notifications_deliveryattempt", "notifications_deliveryevent")
+    with connection.cursor() as cur:
+        cur.execute("SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) FROM pg_constraint "
+                    "WHERE contype = 'f' AND confrelid = 'notifications_notification'::regclass "
+                    "AND conrelid::regclass::text = ANY(%s)", [list(children)])
+        fks = cur.fetchall()
+        for table, name, _definition in fks:
+            cur.execute(f"ALTER TABLE {table} DROP CONSTRAINT {name}")
+        cur.execute(f"CREATE TABLE {history.HISTORY_TABLE} (LIKE notifications_notification INCLUDING DEFAULTS) "
+                    "PARTITION BY RANGE (created_at)")
+        cur.execute(f"CREATE TABLE {history.HISTORY_TABLE}_default PARTITION OF {history.HISTORY_TABLE} DEFAULT")
+        cur.execute(f"CREATE INDEX ON {history.HISTORY_TABLE} (recipient_id, created_at DESC)")
+    yield
+    with connection.cursor() as cur:
+        cur.execute(f"DROP TABLE IF EXISTS {history.HISTORY_TABLE}, {history.RECORD_TABLE}")
+        cur.execute(f"TRUNCATE {', '.join(children)}")
+        for table, name, definition in fks:
+            cur.execute(f"ALTER TABLE {table} ADD CONSTRAINT {name} {definition}")
+
+
+def test_with_a_history_table_rows_finished_before_the_hot_hours_go_there(history_table, settings):
+    settings.NOTIFY = {**settings.NOTIFY, "HOT_HOURS": 6}
+    report = history.ensure_history(DAYS, PER_DAY, RESET_TABLES, progress=lambda _m: None)
+    rows = report["rows"]
+    hot_before = history.recorded()["filled_at"] - timedelta(hours=6)
+    live, archived = rows[history.LIVE_TABLE], rows[history.HISTORY_TABLE]
+    assert live + archived == DAYS * PER_DAY
+    assert _count(f"SELECT count(*) FROM {history.HISTORY_TABLE}") == archived > live > 0
+    assert _count(f"SELECT count(*) FROM {history.HISTORY_TABLE} WHERE updated_at >= %s", [hot_before]) == 0
+    assert _count(f"SELECT count(*) FROM {history.LIVE_TABLE} WHERE updated_at < %s", [hot_before]) == 0
+    assert report["bytes"][history.HISTORY_TABLE]["table_bytes"] > 0  # summed over the partitions
+    table = _notifications_sql()
+    for child in ("notifications_deliveryattempt", "notifications_deliveryevent"):
+        assert _count(f"SELECT count(*) FROM {child} c WHERE NOT EXISTS "
+                      f"(SELECT 1 FROM {table} n WHERE n.id = c.notification_id)") == 0
+    # A run's row in the live table goes with the reset; the history stays.
+    recipient = Recipient.objects.filter(user_id__startswith="bh-").first()
+    Notification.objects.create(id="00000000-0000-4000-8000-000000000002", recipient=recipient, channel="sms",
+                                body="run")
+    deleted = history.reset_run_rows(RESET_TABLES)
+    assert deleted[history.LIVE_TABLE] == 1 and deleted[history.HISTORY_TABLE] == 0
+    assert _count(f"SELECT count(*) FROM {history.HISTORY_TABLE}") == archived
+    assert Notification.objects.count() == live

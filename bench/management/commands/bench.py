@@ -4,7 +4,9 @@ Starts its own stack on free ports against the database ``notify_bench`` and Red
 (``BENCH_DATABASE``, ``BENCH_REDIS_DB``), never ``make run``'s data. A ``blast`` run: the ceilings
 (bench/ceilings.py) → the tiered blast → the naive baseline (bench/naive.py), time-boxed;
 ``--channel``, ``--recipients``; ``--scenario brownout`` (a slow primary SMS provider) and
-``--scenario events`` (bench/event_blast.py). Writes ``bench/results/<UTC timestamp>.json`` and
+``--scenario events`` (bench/event_blast.py); ``--history-days D --history-per-day N``: on a database
+with that much history behind it (bench/history.py), and every run EXPLAINs the hot queries after it
+(bench/explain.py). Writes ``bench/results/<UTC timestamp>.json`` and
 ``.png`` (not in git), exits 1 when something was lost or an OTP never reached the provider;
 ``--write-docs RESULTS.json`` rewrites the results block of docs/PERFORMANCE.md. The options in
 full: ``manage.py bench --help`` and docs/PERFORMANCE.md.
