@@ -110,7 +110,7 @@ def test_a_second_request_for_the_same_history_is_not_filled_again(filled, monke
 def test_the_reset_before_a_run_removes_the_runs_rows_and_keeps_the_fill(filled):
     # What a run makes: a campaign and its notification, with an attempt and an event.
     recipient = Recipient.objects.filter(user_id__startswith="bh-").first()
-    campaign = Campaign.objects.create(name="run", segment_id=history._SEGMENT, channel="email")
+    campaign = Campaign.objects.create(name="run", segment_id=history.SEGMENT, channel="email")
     n = Notification.objects.create(id="00000000-0000-4000-8000-000000000001", recipient=recipient, channel="email",
                                     body="run", campaign_id=campaign.pk)
     DeliveryAttempt.objects.create(notification=n, number=1, provider="sendgrid", outcome="accepted")
