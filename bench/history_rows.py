@@ -311,6 +311,7 @@ class Filler:
                 events.append(self.events.row(notification_id=nid, kind="retry", status="scheduled",
                                               reason="retry_scheduled", created_at=t))
                 t = min(t + timedelta(seconds=rnd.uniform(5, 120)), ceiling)
+                events.append(self.events.row(notification_id=nid, kind="released", status="queued", created_at=t))
         sent_at = t if pmid else None
         delivered_at = receipt_at = None
         for raw in receipts:

@@ -93,6 +93,9 @@ def test_attempts_and_events_belong_to_real_notifications(filled):
                   "(SELECT 1 FROM notifications_deliveryattempt a WHERE a.notification_id = n.id AND "
                   "a.outcome = 'accepted' AND a.provider_message_id = n.provider_message_id)") == 0
     assert _count("SELECT count(*) FROM notifications_deliveryattempt WHERE outcome = 'transient'") > 0
+    # A retried call was scheduled and released again before the next one.
+    assert _count("SELECT count(*) FROM notifications_deliveryevent WHERE kind = 'retry'") == _count(
+        "SELECT count(*) FROM notifications_deliveryevent WHERE kind = 'released'") > 0
     # A delivered row has its provider's delivered receipt, stored once by its dedup key.
     assert _count(f"SELECT count(*) FROM {table} n WHERE n.status = 'delivered' AND NOT EXISTS (SELECT 1 FROM "
                   "notifications_deliveryevent e WHERE e.notification_id = n.id AND e.kind = 'receipt:delivered' "
