@@ -42,6 +42,10 @@ FILLED = {LIVE_TABLE: "created_at", HISTORY_TABLE: "created_at", DeliveryAttempt
           Campaign._meta.db_table: "created_at", APIAuditEntry._meta.db_table: "at"}
 
 
+#: A notification's own rows (the reset empties them with it, with or without a foreign key).
+NOTIFICATION_ROWS = (DeliveryAttempt._meta.db_table, DeliveryEvent._meta.db_table)
+
+
 # --- the record --------------------------------------------------------------------------------
 def recorded() -> dict | None:
     """The fill the bench database holds (days, per_day, filled_at, rows, seconds), or None."""
@@ -97,17 +101,20 @@ def reset_run_rows(tables: tuple[str, ...]) -> dict[str, int]:
     writes (:data:`FILLED`) lose their rows made at or after the fill's instant (every fill row is
     older; a run's rows are newer), one DELETE each, children first, then VACUUM ANALYZE where rows
     went; the other tables of the closure (shards, inbox and digest items) are truncated. Returns the
-    rows deleted per table.
+    rows deleted per table (every filled table, the API audit log included).
     """
     record = recorded()
     if record is None:
+        # Attempts and events by name too: partitioned, they lose their foreign key (issue 25's design).
+        own = [t for t in (HISTORY_TABLE, *NOTIFICATION_ROWS) if table_exists(t)]
         with connection.cursor() as cur:
-            cur.execute(f"TRUNCATE {', '.join(tables)} CASCADE")
+            cur.execute(f"TRUNCATE {', '.join([*tables, *own])} CASCADE")
         return {}
     since = record["filled_at"]
     closure = _closure(tables)
-    if table_exists(HISTORY_TABLE):
-        closure.insert(closure.index(LIVE_TABLE), HISTORY_TABLE)
+    # Filled tables no foreign key ties to ``tables`` (the history, the audit log; attempts and
+    # events once partitioned) reference nothing a DELETE below removes: first is safe.
+    closure = [t for t in FILLED if t not in closure and table_exists(t)] + closure
     others = [t for t in closure if t not in FILLED]
     deleted: dict[str, int] = {}
     with transaction.atomic(), connection.cursor() as cur:

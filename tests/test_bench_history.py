@@ -218,9 +218,18 @@ def test_with_a_history_table_rows_finished_before_the_hot_hours_go_there(histor
                       f"(SELECT 1 FROM {table} n WHERE n.id = c.notification_id)") == 0
     # A run's row in the live table goes with the reset; the history stays.
     recipient = Recipient.objects.filter(user_id__startswith="bh-").first()
-    Notification.objects.create(id="00000000-0000-4000-8000-000000000002", recipient=recipient, channel="sms",
-                                body="run")
+    n = Notification.objects.create(id="00000000-0000-4000-8000-000000000002", recipient=recipient,
+                                    channel="sms", body="run")
+    # Attempts and events have no foreign key to the live table here: the reset finds them by name.
+    DeliveryAttempt.objects.create(notification=n, number=1, provider="twilio", outcome="accepted")
+    DeliveryEvent.objects.create(notification=n, kind="released")
     deleted = history.reset_run_rows(RESET_TABLES)
     assert deleted[history.LIVE_TABLE] == 1 and deleted[history.HISTORY_TABLE] == 0
+    assert deleted["notifications_deliveryattempt"] == deleted["notifications_deliveryevent"] == 1
     assert _count(f"SELECT count(*) FROM {history.HISTORY_TABLE}") == archived
     assert Notification.objects.count() == live
+    assert DeliveryAttempt.objects.count() == rows["notifications_deliveryattempt"]
+    # Without a fill the reset empties them too, as TRUNCATE … CASCADE did through the foreign key.
+    history.wipe(RESET_TABLES)
+    history.reset_run_rows(RESET_TABLES)
+    assert DeliveryAttempt.objects.count() == DeliveryEvent.objects.count() == 0
