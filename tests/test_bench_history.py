@@ -180,8 +180,10 @@ def test_a_sequential_scan_counts_only_on_a_big_table(monkeypatch):
 def history_table(transactional_db):
     """``notifications_notificationhistory`` as issue 25's design makes it (the live table's columns,
     by day on ``created_at``, a DEFAULT partition), and attempts and events without their foreign key
-    to the live table (``db_constraint=False`` there); all put back afterwards."""
+    to the live table (``db_constraint=False`` there); made here, and put back afterwards, only where
+    the migrations have not made them so already."""
     children = ("notifications_deliveryattempt", "notifications_deliveryevent")
+    made = not history.table_exists(history.HISTORY_TABLE)
     with connection.cursor() as cur:
         cur.execute("SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) FROM pg_constraint "
                     "WHERE contype = 'f' AND confrelid = 'notifications_notification'::regclass "
@@ -189,13 +191,16 @@ def history_table(transactional_db):
         fks = cur.fetchall()
         for table, name, _definition in fks:
             cur.execute(f"ALTER TABLE {table} DROP CONSTRAINT {name}")
-        cur.execute(f"CREATE TABLE {history.HISTORY_TABLE} (LIKE notifications_notification INCLUDING DEFAULTS) "
-                    "PARTITION BY RANGE (created_at)")
-        cur.execute(f"CREATE TABLE {history.HISTORY_TABLE}_default PARTITION OF {history.HISTORY_TABLE} DEFAULT")
-        cur.execute(f"CREATE INDEX ON {history.HISTORY_TABLE} (recipient_id, created_at DESC)")
+        if made:
+            cur.execute(f"CREATE TABLE {history.HISTORY_TABLE} (LIKE notifications_notification INCLUDING "
+                        "DEFAULTS) PARTITION BY RANGE (created_at)")
+            cur.execute(f"CREATE TABLE {history.HISTORY_TABLE}_default PARTITION OF {history.HISTORY_TABLE} "
+                        "DEFAULT")
+            cur.execute(f"CREATE INDEX ON {history.HISTORY_TABLE} (recipient_id, created_at DESC)")
     yield
     with connection.cursor() as cur:
-        cur.execute(f"DROP TABLE IF EXISTS {history.HISTORY_TABLE}, {history.RECORD_TABLE}")
+        cur.execute(f"DROP TABLE IF EXISTS {history.RECORD_TABLE}")
+        cur.execute(f"{'DROP TABLE' if made else 'TRUNCATE'} {history.HISTORY_TABLE}")
         cur.execute(f"TRUNCATE {', '.join(children)}")
         for table, name, definition in fks:
             cur.execute(f"ALTER TABLE {table} ADD CONSTRAINT {name} {definition}")
