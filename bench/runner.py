@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import requests
 from django.db import connection
 
-from bench import procs, report, seed
+from bench import history, procs, report, seed
 from bench.ceilings import delete_durable_rows, run_ceiling
 from bench.emulator import BACKUP_SMS_ACCOUNT, PRIMARY_SMS_ACCOUNT, PROVIDER_OF_CHANNEL, Emulator
 from bench.otp import OtpSender
@@ -31,7 +31,8 @@ BUCKET_MS = 100
 BROWNOUT_OBSERVE_MS = 30_000
 OTP_USERS = 1000
 #: Tables emptied before each run (the bench database is the bench's alone): notifications,
-#: campaigns and events with everything that references them. Recipients, devices and segments stay.
+#: campaigns and events with everything that references them, but a history fill (bench/history.py).
+#: Recipients, devices and segments stay.
 RESET_TABLES = ("notifications_notification", "campaigns_campaign", "notifications_event")
 PLATFORM_KINDS = ("web", "worker_high", "worker_standard", "worker_fanout", "worker_maintenance", "worker_receipts",
                   "beat", "postgres", "redis")
@@ -64,9 +65,9 @@ class RunConfig:
 
 
 def reset_state(redis_url: str) -> None:
-    """Empty the bench database's notification, campaign and event tables and the bench Redis database."""
-    with connection.cursor() as cur:
-        cur.execute(f"TRUNCATE {', '.join(RESET_TABLES)} CASCADE")
+    """Empty the bench database's notification, campaign and event tables of what earlier runs made
+    (a history fill stays: :func:`bench.history.reset_run_rows`) and the bench Redis database."""
+    history.reset_run_rows(RESET_TABLES)
     import redis
 
     redis.Redis.from_url(redis_url).flushdb()

@@ -4,7 +4,9 @@ Starts its own stack on free ports against the database ``notify_bench`` and Red
 (``BENCH_DATABASE``, ``BENCH_REDIS_DB``), never ``make run``'s data. A ``blast`` run: the ceilings
 (bench/ceilings.py) → the tiered blast → the naive baseline (bench/naive.py), time-boxed;
 ``--channel``, ``--recipients``; ``--scenario brownout`` (a slow primary SMS provider) and
-``--scenario events`` (bench/event_blast.py). Writes ``bench/results/<UTC timestamp>.json`` and
+``--scenario events`` (bench/event_blast.py); ``--history-days D --history-per-day N``: on a database
+with that much history behind it (bench/history.py), and every run EXPLAINs the hot queries after it
+(bench/explain.py). Writes ``bench/results/<UTC timestamp>.json`` and
 ``.png`` (not in git), exits 1 when something was lost or an OTP never reached the provider;
 ``--write-docs RESULTS.json`` rewrites the results block of docs/PERFORMANCE.md. The options in
 full: ``manage.py bench --help`` and docs/PERFORMANCE.md.
@@ -81,6 +83,11 @@ class Command(BaseCommand):
                             help="length of each ceiling's loop (default 15)")
         parser.add_argument("--drain-timeout", type=float, default=None,
                             help="seconds to wait for a campaign to drain (default max(300, recipients/100))")
+        parser.add_argument("--history-days", type=int, default=0,
+                            help="before the run, fill this many days of history (with --history-per-day; "
+                                 "bench/history.py; filled once, reused while the request is the same)")
+        parser.add_argument("--history-per-day", type=int, default=0,
+                            help="notifications per day of the history fill (e.g. 1000000, the seed volume)")
         parser.add_argument("--out", default=str(settings.BASE_DIR / "bench" / "results"))
         parser.add_argument("--write-docs", metavar="RESULTS_JSON", nargs="+", default=None,
                             help="do not run: rewrite the results block of docs/PERFORMANCE.md from these files "
@@ -89,6 +96,8 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         if options["write_docs"]:
             return self.write_docs([Path(p) for p in options["write_docs"]])
+        if (options["history_days"] > 0) != (options["history_per_day"] > 0):
+            raise CommandError("--history-days and --history-per-day go together (both > 0)")
         if os.environ.get(INNER) != "1":
             return self.reexec()
         return self.run(options)
@@ -145,15 +154,17 @@ class Command(BaseCommand):
         if o["scenario"] == "events":
             return self.run_events(o, started, stamp, out, work, argv)
         brownout = o["scenario"] == "brownout"
+        history = self.history(o)
         result: dict = {
             "schema": 1, "scenario": o["scenario"], "started_at": started.isoformat(timespec="seconds"),
             "git": git_info(), "machine": machine_info(),
             "options": {k: o[k] for k in ("recipients", "channel", "otp_rate", "provider_rate", "provider_latency_ms",
                                           "scenario", "naive_recipients", "naive_max_seconds", "naive_pool",
                                           "naive_concurrency", "skip_naive", "skip_ceilings", "ceiling_seconds",
-                                          "drain_timeout")} | {"argv": " ".join(argv)},
-            "notes": [], "raw_ceiling": None, "sdk_ceiling": None, "durable_ceiling": None, "tiered": None,
-            "naive": None,
+                                          "drain_timeout", "history_days", "history_per_day")}
+            | {"argv": " ".join(argv)},
+            "history": history, "notes": [], "raw_ceiling": None, "sdk_ceiling": None, "durable_ceiling": None,
+            "tiered": None, "naive": None,
         }
         common = {"channel": o["channel"], "otp_rate": o["otp_rate"], "provider_rate": o["provider_rate"],
                   "provider_latency_ms": o["provider_latency_ms"], "drain_timeout": o["drain_timeout"]}
@@ -186,7 +197,35 @@ class Command(BaseCommand):
             result["targets"] = report.evaluate_targets(result["tiered"], result["naive"], result["reference"],
                                                         o["recipients"], o["channel"])
         problems = report.sanity_problems(result["tiered"]) + ([f"bench error: {error}"] if error else [])
+        result["explain"] = self.explain()
         self.finish(result, problems, out / stamp, plot.write_plot, report.summary_text, work)
+
+    def history(self, o) -> dict | None:
+        """``--history-days``: the fill (made or reused) for the JSON; without it, no fill is kept."""
+        from bench import history
+        from bench.runner import RESET_TABLES
+
+        if o["history_days"]:
+            return history.ensure_history(o["history_days"], o["history_per_day"], RESET_TABLES, self.say)
+        if history.recorded():
+            self.say("removing the history fill: a run without --history-days starts from empty tables")
+            history.wipe(RESET_TABLES)
+        return None
+
+    def explain(self) -> dict:
+        """EXPLAIN of the hot queries on the database as the run left it (bench/explain.py)."""
+        from bench import explain
+
+        try:
+            plans = explain.hot_queries()
+        except Exception as exc:  # the run's figures are still written
+            self.stderr.write(f"EXPLAIN of the hot queries failed: {exc}")
+            return {"error": f"{type(exc).__name__}: {exc}"}
+        scans = {name: p.get("seq_scans") or p.get("error") for name, p in plans.items()
+                 if p.get("seq_scan") or "error" in p}
+        self.say(f"EXPLAIN of {len(plans)} hot queries: " + (f"sequential scans of big tables or errors: {scans}"
+                                                              if scans else "no sequential scan of a big table"))
+        return plans
 
     def run_events(self, o, started: datetime, stamp: str, out: Path, work: Path, argv: list[str]):
         """``--scenario events``: the event blast alone (bench/event_blast.py)."""
@@ -200,7 +239,7 @@ class Command(BaseCommand):
             "options": {k: o[k] for k in ("scenario", "events", "event_concurrency", "send_seconds", "channel",
                                           "otp_rate", "provider_rate", "provider_latency_ms", "drain_timeout")}
             | {"argv": " ".join(argv)},
-            "events": None,
+            "history": self.history(o), "events": None,
         }
         error = None
         try:
@@ -216,6 +255,7 @@ class Command(BaseCommand):
             result["traceback"] = traceback.format_exc()
             self.stderr.write(result["traceback"])
         problems = event_report.event_sanity_problems(result["events"]) + ([f"bench error: {error}"] if error else [])
+        result["explain"] = self.explain()
         self.finish(result, problems, out / stamp, plot.write_events_plot,
                     lambda r: event_report.summary_text(r, PLATFORM_KINDS), work)
 
