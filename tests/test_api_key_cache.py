@@ -13,6 +13,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
+from django.utils.crypto import get_random_string
 
 from core.api.scopes import Scope
 from notifications.models import APIClient
@@ -108,3 +109,15 @@ def test_a_ttl_of_zero_reads_the_row_every_time(moved_clock, settings, key):
     APIClient.objects.filter(pk=key[0].pk).update(revoked=True)
     r = get(key[1])
     assert (r.status_code, r.json()["error"]["code"]) == (401, "revoked_api_key")
+
+
+def test_a_key_rotated_by_another_process_works_at_once_and_the_old_one_stops_after_the_ttl(moved_clock, key):
+    client, old_key = key
+    assert get(old_key).status_code == 200
+    new_key = f"{client.prefix}.{get_random_string(32)}"  # as create_api_client --rotate makes it
+    APIClient.objects.filter(pk=client.pk).update(hashed_key=APIClient.objects.key_generator.hash(new_key))
+    assert get(new_key).status_code == 200  # the remembered hash does not match: the row is read
+    moved_clock(5.1)
+    r = get(old_key)
+    assert (r.status_code, r.json()["error"]["code"]) == (401, "invalid_api_key")
+    assert get(new_key).status_code == 200

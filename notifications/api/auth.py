@@ -67,17 +67,20 @@ def key_owner(key: str) -> APIClient | None:
     nothing is learned about a key without its secret. (``APIClient.objects.get_from_key`` leaves
     revoked keys out, so a revoked key read as unknown.)
 
-    A client found is remembered per process for ``API_KEY_CACHE_SECONDS`` (one query per request
-    saved); the secret is still compared on every request, and a save of the client in this process
-    forgets it at once (:func:`forget_client`), so a revocation elsewhere is honoured within the TTL."""
+    A client whose secret matched is remembered per process for ``API_KEY_CACHE_SECONDS`` (one query
+    per request saved). The secret is compared on every request, and one that does not match the
+    remembered hash reads the row again (a key rotated elsewhere works at once); a save in this
+    process forgets the client at once (:func:`forget_client`); a revocation, expiry, scope change or
+    rotation made elsewhere is honoured within the TTL."""
     prefix, _, _ = key.partition(".")
-    client = _cached_client(prefix)
-    if client is None:
-        client = APIClient.objects.filter(prefix=prefix).first()
-        if client is not None:
-            _remember(prefix, client)
+    cached = _cached_client(prefix)
+    if cached is not None and cached.is_valid(key):
+        return cached
+    # Not remembered, or not this secret: the row decides (a key rotated elsewhere works at once).
+    client = APIClient.objects.filter(prefix=prefix).first()
     if client is None or not client.is_valid(key):
         return None
+    _remember(prefix, client)
     return client
 
 
