@@ -29,6 +29,27 @@ from notifications.models import APIClient
 #: The processes an OTP passes through, and the kinds reported.
 OTP_PROCESSES = ("emulator", "web", "worker_high")
 OTP_KINDS = ("web", "worker_high", "postgres", "redis")
+#: The server's background processes (WAL writer, checkpointer, autovacuum…), apart from ``postgres``
+#: (the bench database's backends): they serve every database of a shared server.
+SHARED_KIND = "postgres_shared"
+
+
+class OtpMonitor(procs.ProcessMonitor):
+    """``postgres`` is the bench database's backends only; the server's other processes are
+    ``postgres_shared`` (reported, not in the total)."""
+
+    def _members(self) -> dict[int, str]:
+        members = super()._members()
+        for pid, kind in members.items():
+            if kind == "postgres" and not self._backend(pid):
+                members[pid] = SHARED_KIND
+        return members
+
+    def _backend(self, pid: int) -> bool:
+        try:
+            return procs.BACKEND.match(" ".join(self._handle(pid).cmdline())) is not None
+        except Exception:
+            return False
 
 
 class OtpStack(BenchStack):
@@ -47,7 +68,8 @@ def run_otp_cpu(count: int, rate: float, channel: str, database_url: str, redis_
     users = ensure_otp_recipients(OTP_USERS)
     _, key = APIClient.objects.create_key(name=f"bench-otp-{uuid.uuid4().hex[:6]}", allow_high=True)
     stack = OtpStack(database_url, redis_url, work_dir / "otp", env=dict(env or {}), log_dir=work_dir)
-    monitor = monitor_for(stack, database_url, redis_url)
+    base = monitor_for(stack, database_url, redis_url)
+    monitor = OtpMonitor(base.kinds, postgres_database=base.postgres_database)
     progress(f"[otp] starting {', '.join(stack.commands())}…")
     stack.start_all()
     monitor.start()
@@ -84,6 +106,7 @@ def run_otp_cpu(count: int, rate: float, channel: str, database_url: str, redis_
         "cpu_seconds_by_kind": cpu,
         "cpu_ms_per_notification": cpu_ms_per_notification(cpu, OTP_KINDS, delivered),
         "emulator_cpu_ms_per_notification": cpu_ms_per_notification(cpu, ["emulator"], delivered)["emulator"],
+        "postgres_shared_cpu_ms_per_notification": cpu_ms_per_notification(cpu, [SHARED_KIND], delivered)[SHARED_KIND],
         "api_ms_p50": round(statistics.median(r["api_ms"] for r in accepted), 1) if accepted else None,
         "latency_ms": {"p50": _pct(latencies, 50), "p99": _pct(latencies, 99), "max": _pct(latencies, 100)},
         "dead_processes": dead, "steal_seconds": round(procs.steal_seconds(), 1),
