@@ -22,8 +22,9 @@ CONTENT = {"sms": {"body": "Your code is 123456"}, "email": {"title": "Your code
 
 class OtpSender:
     def __init__(self, api: str, key: str, user_ids: list[str], channels: list[str], rate: float,
-                 threads: int = 8) -> None:
+                 threads: int = 8, limit: int | None = None) -> None:
         self.api = api
+        self.limit = limit  # stop scheduling after this many sends (None: until stop())
         self.key = key
         self.user_ids = user_ids
         self.channels = channels
@@ -40,6 +41,11 @@ class OtpSender:
             return
         self._thread = threading.Thread(target=self._schedule, name="bench-otp-scheduler", daemon=True)
         self._thread.start()
+
+    def wait_scheduled(self, timeout: float) -> None:
+        """Wait until the scheduler has fired its ``limit`` sends (or ``timeout``)."""
+        if self._thread is not None:
+            self._thread.join(timeout=timeout)
 
     def stop(self) -> None:
         self._stop.set()
@@ -80,6 +86,8 @@ class OtpSender:
         channels = itertools.cycle(self.channels)
         start = time.monotonic()
         for n in itertools.count():
+            if self.limit is not None and n >= self.limit:
+                return
             due = start + n / self.rate
             if self._stop.wait(max(0.0, due - time.monotonic())):
                 return

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import psutil
 
 log = logging.getLogger(__name__)
-_BACKEND = re.compile(r"^postgres: (\S+) (\S+) (\S+\(\d+\)|\[local\])")
+BACKEND = re.compile(r"^postgres: (\S+) (\S+) (\S+\(\d+\)|\[local\])")
 
 
 def listening_pid(port: int) -> int | None:
@@ -104,7 +104,7 @@ class ProcessMonitor:
             cmdline = " ".join(proc.cmdline())
         except psutil.Error:
             return False
-        match = _BACKEND.match(cmdline)
+        match = BACKEND.match(cmdline)
         return match is None or self.postgres_database is None or match.group(2) == self.postgres_database
 
     def _handle(self, pid: int) -> psutil.Process:

@@ -161,3 +161,12 @@ def growth(first: float | None, last: float | None) -> float | None:
     if not first or last is None:
         return None
     return round((last - first) / first, 3)
+
+
+def cpu_ms_per_notification(cpu: dict[str, float], kinds: Sequence[str], notifications: int) -> dict[str, float | None]:
+    """CPU-ms per notification of each kind in ``kinds`` (``cpu``: seconds by kind) and their ``total``;
+    all ``None`` when there were none."""
+    if not notifications:
+        return {"total": None, **{k: None for k in kinds}}
+    by_kind = {k: round(1000 * cpu.get(k, 0.0) / notifications, 2) for k in kinds}
+    return {"total": round(sum(by_kind.values()), 2), **by_kind}

@@ -165,6 +165,9 @@ API_KEY_CUSTOM_HEADER = None
 DATA_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
 # Per-client rate limit when the client row has none (DRF rate syntax: "<n>/<second|minute|hour>").
 API_DEFAULT_RATE_LIMIT = env("API_DEFAULT_RATE_LIMIT", default="6000/min")
+# A verified API key is remembered this long per web process (0: never); a revocation, expiry date or
+# scope change made elsewhere is honoured within it (at once in the process that saved it).
+API_KEY_CACHE_SECONDS = env.float("API_KEY_CACHE_SECONDS", default=5.0)
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Notification platform API",

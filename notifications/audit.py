@@ -70,11 +70,13 @@ def record(request, response, client: APIClient) -> APIAuditEntry:
     """Store the audit entry of one answered write (see the module docstring for what is kept)."""
     object_type, object_id = _object(request, response)
     succeeded = response.status_code < 400 and not response.has_header("Idempotent-Replayed")
+    fields = {"at": clock.now(), "client": client, "method": request.method, "path": _path(request),
+              "object_type": object_type, "object_id": object_id, "status": response.status_code,
+              "error_code": _error_code(response), "fields": getattr(request, "audit_fields", []) if succeeded else []}
+    if not transaction.get_connection().in_atomic_block:
+        return APIAuditEntry.objects.create(**fields)  # one statement, committed by itself (no BEGIN/COMMIT)
     with transaction.atomic():  # a savepoint inside a transaction: a failure here never breaks the caller's
-        return APIAuditEntry.objects.create(
-            at=clock.now(), client=client, method=request.method, path=_path(request), object_type=object_type,
-            object_id=object_id, status=response.status_code, error_code=_error_code(response),
-            fields=getattr(request, "audit_fields", []) if succeeded else [])
+        return APIAuditEntry.objects.create(**fields)
 
 
 class AuditMiddleware:

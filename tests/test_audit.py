@@ -332,3 +332,22 @@ def test_a_refusal_by_an_ownership_rule_is_recorded_with_its_code(frozen):
                                                         "variants": [{"locale": "en", "body": "x"}]})
     assert r.status_code == 403
     assert entries() == [("other", "PUT", "/v1/templates/t", "template", "t", 403, "not_owner", [])]
+
+
+def test_the_audit_row_of_a_send_is_one_statement_without_a_transaction_of_its_own(transactional_db):
+    """Outside a transaction (as in production) the audit INSERT commits by itself: the send's request
+    commits once, for its row and event, not a second time for the audit row."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    _, key = APIClient.objects.create_key(name="audit-commits", scopes=EVERY_SCOPE)
+    Recipient.objects.create(user_id="alice", phone="+4915112345678")
+    body = {"user_id": "alice", "channel": "sms", "content": {"body": "hello"}}
+    with CaptureQueriesContext(connection) as queries:
+        r = call(http_for(key), "post", "/v1/notifications", body, **{"Idempotency-Key": "one-commit"})
+    assert r.status_code == 202
+    sql = [q["sql"] for q in queries.captured_queries]
+    assert sum(s == "COMMIT" for s in sql) == 1
+    audit = [i for i, s in enumerate(sql) if s.startswith('INSERT INTO "notifications_apiauditentry"')]
+    assert len(audit) == 1 and sql[audit[0] - 1] == "COMMIT"  # after the send's own commit, not in a BEGIN
+    assert APIAuditEntry.objects.filter(object_id=r.json()["id"], status=202).count() == 1

@@ -56,6 +56,8 @@ def test_summarize_run_figures():
     assert otp["latency_ms"]["count"] == 1 and otp["latency_ms"]["p99"] == 50.0  # only OTPs during the blast
     assert otp["latency_ms_before_launch"]["p50"] == 50.0
     assert otp["missing_during_blast"] == 1
+    # CPU-ms per OTP accepted during the blast (o1, o2) of the kinds only OTPs use: web 0.1 s, high 0.2 s.
+    assert otp["cpu_ms_per_notification"] == {"total": 150.0, "web": 50.0, "worker_high": 100.0}
     assert run["lost"] == {"total": 0, "not_sent": 0, "sent_not_seen_by_provider": 0, "failed": 0}
     # Platform = everything but the emulator: 1.0 CPU-s over 10 campaign + 2 OTP deliveries.
     assert run["cpu"]["platform_seconds"] == 1.0

@@ -93,3 +93,12 @@ def test_cpu_us_per_message_and_growth():
     assert stats.growth(100.0, 110.0) == 0.1
     assert stats.growth(0, 10) is None
     assert stats.growth(100.0, None) is None
+
+
+def test_cpu_ms_per_notification_by_kind_and_total():
+    from bench.stats import cpu_ms_per_notification
+
+    cpu = {"web": 1.5, "worker_high": 0.75, "postgres": 0.25, "emulator": 9.0}
+    assert cpu_ms_per_notification(cpu, ("web", "worker_high", "postgres", "redis"), 500) == {
+        "total": 5.0, "web": 3.0, "worker_high": 1.5, "postgres": 0.5, "redis": 0.0}
+    assert cpu_ms_per_notification(cpu, ("web",), 0) == {"total": None, "web": None}

@@ -11,12 +11,17 @@ tests/test_scopes.py walks every URL so no endpoint forgets. docs/API.md, "Authe
 
 from __future__ import annotations
 
+import time
 from datetime import UTC
 
+from django.conf import settings
+from django.db.models.signals import post_delete, post_save
+from django.dispatch import receiver
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
 from rest_framework_api_key.permissions import KeyParser
 
+from core import clock
 from core.api.refusals import MissingScope
 from core.api.scopes import Scope
 from notifications.models import APIClient
@@ -60,12 +65,58 @@ def key_owner(key: str) -> APIClient | None:
     Looked up by the key's public prefix, then the library's constant-time hash comparison
     (``APIClient.is_valid``); only a matching secret tells a revoked key from an unknown one, so
     nothing is learned about a key without its secret. (``APIClient.objects.get_from_key`` leaves
-    revoked keys out, so a revoked key read as unknown.)"""
+    revoked keys out, so a revoked key read as unknown.)
+
+    A client whose secret matched is remembered per process for ``API_KEY_CACHE_SECONDS`` (one query
+    per request saved). The secret is compared on every request, and one that does not match the
+    remembered hash reads the row again (a key rotated elsewhere works at once); a save in this
+    process forgets the client at once (:func:`forget_client`); a revocation, expiry, scope change or
+    rotation made elsewhere is honoured within the TTL."""
     prefix, _, _ = key.partition(".")
+    cached = _cached_client(prefix)
+    if cached is not None and cached.is_valid(key):
+        return cached
+    # Not remembered, or not this secret: the row decides (a key rotated elsewhere works at once).
     client = APIClient.objects.filter(prefix=prefix).first()
     if client is None or not client.is_valid(key):
         return None
+    _remember(prefix, client)
     return client
+
+
+#: prefix → (deadline on :func:`_cache_clock`, client); only clients found, never unknown prefixes.
+_clients: dict[str, tuple[float, APIClient]] = {}
+_MAX_CACHED = 1024
+
+
+def _cache_clock() -> float:
+    """Monotonic seconds, moved with the platform's test clock (core.clock) so tests see the TTL end."""
+    return time.monotonic() + clock.offset_seconds()
+
+
+def _cached_client(prefix: str) -> APIClient | None:
+    entry = _clients.get(prefix)
+    if entry is None:
+        return None
+    if entry[0] <= _cache_clock():
+        _clients.pop(prefix, None)
+        return None
+    return entry[1]
+
+
+def _remember(prefix: str, client: APIClient) -> None:
+    ttl = settings.API_KEY_CACHE_SECONDS
+    if ttl <= 0:
+        return
+    if len(_clients) >= _MAX_CACHED:
+        _clients.clear()
+    _clients[prefix] = (_cache_clock() + ttl, client)
+
+
+@receiver([post_save, post_delete], sender=APIClient, dispatch_uid="api-key-cache-forget")
+def forget_client(sender, instance: APIClient, **kwargs) -> None:
+    """A client saved or deleted in this process is read again on its next request."""
+    _clients.pop(instance.prefix, None)
 
 
 class IsApiClient(permissions.BasePermission):

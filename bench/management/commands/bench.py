@@ -125,7 +125,7 @@ class Command(BaseCommand):
         env = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": redis_url, "CELERY_BROKER_URL": redis_url,
                INNER: "1", "PROMETHEUS_MULTIPROC_DIR": str(prometheus)}
         Path(env["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
-        argv = sys.argv[1:] if len(sys.argv) > 1 and sys.argv[1] == "bench" else ["bench"]
+        argv = sys.argv[1:] if len(sys.argv) > 1 and sys.argv[1].startswith("bench") else ["bench"]
         self.stdout.flush()
         child = subprocess.Popen([sys.executable, str(settings.BASE_DIR / "manage.py"), *argv], env=env)
         # SIGTERM/SIGINT reach the run, which stops its stack before exiting (never SIGKILL it).
