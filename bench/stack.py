@@ -12,12 +12,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shlex
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import requests
@@ -47,14 +49,21 @@ def collect_static(dest: Path) -> Path:
     return dest
 
 
-def procfile_command(name: str, port: int) -> list[str]:
+def procfile_command(name: str, port: int, env: Mapping[str, str] | None = None) -> list[str]:
     """The ``Procfile``'s command for process ``name`` (as honcho runs it for ``make run``), split into
-    arguments, with ``$PORT`` replaced by ``port``. Relative paths (``.venv/bin/...``) are relative
-    to the repository root."""
+    arguments, with ``$PORT`` replaced by ``port`` and ``${NAME:-default}`` by ``env``'s value
+    (default: this process's environment) or the default, as the shell does. Relative paths
+    (``.venv/bin/...``) are relative to the repository root."""
+    env = os.environ if env is None else env
+
+    def expand(arg: str) -> str:
+        arg = re.sub(r"\$\{(\w+):-([^}]*)\}", lambda m: env.get(m.group(1)) or m.group(2), arg)
+        return arg.replace("$PORT", str(port))
+
     for line in (ROOT / "Procfile").read_text().splitlines():
         key, sep, command = line.partition(":")
         if sep and key.strip() == name:
-            return [arg.replace("$PORT", str(port)) for arg in shlex.split(command)]
+            return [expand(arg) for arg in shlex.split(command)]
     raise KeyError(f"no process {name!r} in the Procfile")
 
 
@@ -162,7 +171,7 @@ class Stack:
             "emulator": [sys.executable, "-m", "providers.emulator", "--port", str(self.emulator_port),
                          "--smtp-port", str(self.smtp_port)],
             # The Procfile's own command, as `make run` starts it (workers, threads, access log).
-            "web": procfile_command("web", self.api_port),
+            "web": procfile_command("web", self.api_port, self.env()),
             "worker_high": [*CELERY, "worker", "-n", "high@%h", "-Q", "high.sms,high.email,high.push,high.in_app",
                             "--pool", "threads", "--concurrency", "8", "--prefetch-multiplier", "1", "-O", "fair",
                             *WORKER_FLAGS],

@@ -12,6 +12,7 @@ check and ``manage.py doctor``). The variables: docs/OPERATIONS.md, "Configurati
 from __future__ import annotations
 
 from collections.abc import Mapping
+from urllib.parse import urlsplit
 
 from providers import emulator_credentials as emu_defaults
 
@@ -105,7 +106,9 @@ def build_providers(environ: Mapping[str, str], mode: str, *, emulator_url: str,
             "TIMEOUT": timeout,
         }),
         "smtp": entry("smtp", SMTP, {
-            "HOST": value("smtp", "HOST", "127.0.0.1"),
+            # The emulator's SMTP sink listens where its HTTP API does (a worker on another host
+            # reaches it at EMULATOR_URL's address, not at its own loopback).
+            "HOST": value("smtp", "HOST", urlsplit(emulator_url).hostname or "127.0.0.1"),
             "PORT": int(get("SMTP_PORT")) if get("SMTP_PORT") else (None if smtp_real else emulator_smtp_port),
             "USE_TLS": get("SMTP_USE_TLS").lower() in ("1", "true", "yes", "on"),
             "USERNAME": get("SMTP_USERNAME"),

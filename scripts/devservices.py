@@ -5,10 +5,12 @@ Usage: ``python scripts/devservices.py up|down|status|restart-postgres``
 
 * ``up`` starts (or finds running) a Postgres and a Redis that belong to this checkout, under
   ``.run/`` (gitignored), listening on 127.0.0.1 only (TCP, no Unix socket: long paths break it),
-  never on 5432/6379. It writes ``.run/env`` with ``DATABASE_URL``, ``REDIS_URL``, a random
-  ``SECRET_KEY`` and ``NOTIFY_ENV=local`` (local development: the provider emulator, plain HTTP;
-  a deployment has no ``.run/env`` and is production); ``config/settings.py`` reads that file after
-  the process environment.
+  never on 5432/6379. ``DEVSERVICES_HOST`` binds another address of this machine instead (a test
+  host's in a network namespace: tests/test_e2e_two_hosts.py; Postgres then also trusts that
+  subnet). It writes ``.run/env`` with ``DATABASE_URL``, ``REDIS_URL``, a random ``SECRET_KEY``
+  and ``NOTIFY_ENV=local`` (local development: the provider emulator, plain HTTP; a deployment has
+  no ``.run/env`` and is production); ``config/settings.py`` reads that file after the process
+  environment.
   Idempotent: running it again with the servers up takes well under a second.
 * ``down`` stops both (Postgres ``-m fast``; Redis by pid file, checked against /proc cmdline).
 * If ``DATABASE_URL`` (or ``REDIS_URL``) is set in the environment, that service is left alone.
@@ -46,6 +48,8 @@ REDIS_PID = REDIS_DIR / "redis.pid"
 PREFERRED_PG_PORT = 55432 if RUN == ROOT / ".run" else 55532
 PREFERRED_REDIS_PORT = 56379 if RUN == ROOT / ".run" else 56479
 FORBIDDEN_PORTS = {5432, 6379}
+#: The one address both servers listen on, and the URLs name.
+HOST = os.environ.get("DEVSERVICES_HOST") or "127.0.0.1"
 
 
 def log(msg: str) -> None:
@@ -81,7 +85,7 @@ def write_env(values: dict[str, str]) -> None:
 def port_open(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.3)
-        return s.connect_ex(("127.0.0.1", port)) == 0
+        return s.connect_ex((HOST, port)) == 0
 
 
 def port_free(port: int) -> bool:
@@ -90,7 +94,7 @@ def port_free(port: int) -> bool:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind(("127.0.0.1", port))
+            s.bind((HOST, port))
         except OSError:
             return False
     return True
@@ -101,11 +105,11 @@ def pick_port(preferred: int) -> int:
         return preferred
     for _ in range(50):
         with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
+            s.bind((HOST, 0))
             port = s.getsockname()[1]
         if port not in FORBIDDEN_PORTS:
             return port
-    die("no free port found on 127.0.0.1")
+    die(f"no free port found on {HOST}")
     raise AssertionError
 
 
@@ -196,9 +200,16 @@ def pg_up(env_values: dict[str, str]) -> None:
                              "-E", "UTF8", "--no-sync", "--locale=C"], capture_output=True, text=True)
         if res.returncode != 0:
             die(f"initdb failed:\n{res.stdout}\n{res.stderr}")
+    if HOST != "127.0.0.1":
+        # Clients on the other test hosts come from the same subnet (initdb trusts loopback only).
+        hba = PG_DATA / "pg_hba.conf"
+        line = "host all all samenet trust\n"
+        if line not in hba.read_text():
+            with hba.open("a") as fh:
+                fh.write(line)
     port = int(env_values.get("PG_PORT", 0) or 0)
     if port and port_open(port) and pg_ready(bindir, port):
-        log(f"postgres already running on 127.0.0.1:{port}")
+        log(f"postgres already running on {HOST}:{port}")
     else:
         port = pick_port(port or PREFERRED_PG_PORT)
         # A stale postmaster.pid from a killed server stops pg_ctl start; pg_ctl removes it only if
@@ -208,11 +219,11 @@ def pg_up(env_values: dict[str, str]) -> None:
             pid = int(pidfile.read_text().split()[0] or 0)
             if not _alive(pid, b"postgres"):
                 pidfile.unlink()
-        log(f"starting postgres on 127.0.0.1:{port}")
+        log(f"starting postgres on {HOST}:{port}")
         # shared_buffers 512MB: a 1M-row campaign (notifications, attempts, events and their indexes)
         # no longer fits 128MB, and buffer churn doubled Postgres's CPU per notification in the
         # benchmark. max_wal_size: fewer forced checkpoints during a blast.
-        opts = (f"-h 127.0.0.1 -p {port} -k '' -c fsync=on -c max_connections=200 "
+        opts = (f"-h {HOST} -p {port} -k '' -c fsync=on -c max_connections=200 "
                 "-c shared_buffers=512MB -c max_wal_size=2GB")
         res = as_user(user, [str(bindir / "pg_ctl"), "-D", str(PG_DATA), "-w", "-t", "60", "-l", str(PG_LOG),
                              "-o", opts, "start"], capture_output=True, text=True)
@@ -226,17 +237,17 @@ def pg_up(env_values: dict[str, str]) -> None:
         else:
             die("postgres did not accept connections")
     env_values["PG_PORT"] = str(port)
-    env_values["DATABASE_URL"] = f"postgres://postgres@127.0.0.1:{port}/app"
+    env_values["DATABASE_URL"] = f"postgres://postgres@{HOST}:{port}/app"
     create_db(bindir, port, "app")
 
 
 def pg_ready(bindir: Path, port: int) -> bool:
-    res = subprocess.run([str(bindir / "pg_isready"), "-h", "127.0.0.1", "-p", str(port), "-q"])
+    res = subprocess.run([str(bindir / "pg_isready"), "-h", HOST, "-p", str(port), "-q"])
     return res.returncode == 0
 
 
 def psql(bindir: Path, port: int, sql: str) -> str:
-    res = subprocess.run([str(bindir / "psql"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres",
+    res = subprocess.run([str(bindir / "psql"), "-h", HOST, "-p", str(port), "-U", "postgres",
                           "-d", "postgres", "-tAc", sql], capture_output=True, text=True)
     if res.returncode != 0:
         die(f"psql failed: {res.stderr}")
@@ -281,12 +292,12 @@ def redis_up(env_values: dict[str, str]) -> None:
     REDIS_DIR.mkdir(parents=True, exist_ok=True)
     port = int(env_values.get("REDIS_PORT", 0) or 0)
     if redis_pid() and port and port_open(port):
-        log(f"redis already running on 127.0.0.1:{port}")
+        log(f"redis already running on {HOST}:{port}")
     else:
         port = pick_port(port or PREFERRED_REDIS_PORT)
-        log(f"starting redis on 127.0.0.1:{port}")
+        log(f"starting redis on {HOST}:{port}")
         # No persistence: Postgres is the record; losing Redis may delay, never lose (docs/ARCHITECTURE.md §2).
-        subprocess.run([redis_server_bin(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+        subprocess.run([redis_server_bin(), "--port", str(port), "--bind", HOST, "--save", "",
                         "--appendonly", "no", "--daemonize", "yes", "--dir", str(REDIS_DIR),
                         "--pidfile", str(REDIS_PID), "--logfile", str(REDIS_DIR / "redis.log")], check=True)
         for _ in range(100):
@@ -296,7 +307,7 @@ def redis_up(env_values: dict[str, str]) -> None:
         else:
             die("redis did not start; see .run/redis/redis.log")
     env_values["REDIS_PORT"] = str(port)
-    env_values["REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
+    env_values["REDIS_URL"] = f"redis://{HOST}:{port}/0"
 
 
 def redis_down(env_values: dict[str, str]) -> None:

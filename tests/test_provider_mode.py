@@ -181,3 +181,20 @@ def test_doctor_fails_a_real_backup_account_without_its_variables(settings, monk
     assert exited.value.code == 1
     assert ("FAIL  providers: sms: twilio_backup is configured for real use but TWILIO_BACKUP_ACCOUNT_SID, "
             "TWILIO_BACKUP_AUTH_TOKEN, TWILIO_BACKUP_FROM_NUMBER are not set") in out.getvalue()
+
+
+def test_emulator_mode_reaches_every_provider_at_the_emulators_address():
+    """A worker on a second host reaches the emulator over the network (tests/test_e2e_two_hosts.py):
+    the SMTP sink is where EMULATOR_URL says, not the worker's own loopback (it was 127.0.0.1)."""
+    providers = build_providers({}, "emulator", emulator_url="http://10.231.0.1:8900", emulator_smtp_port=8925,
+                                public_base_url="http://10.231.0.1:8000", timeout=10.0)
+    assert entry(providers, "smtp")["OPTIONS"]["HOST"] == "10.231.0.1"
+    assert entry(providers, "smtp")["OPTIONS"]["PORT"] == 8925
+    assert entry(providers, "sendgrid")["OPTIONS"]["HOST"] == "http://10.231.0.1:8900"
+    assert entry(providers, "twilio")["OPTIONS"]["BASE_URL"] == "http://10.231.0.1:8900"
+    assert entry(providers, "fcm")["OPTIONS"]["TOKEN_URI"] == "http://10.231.0.1:8900/token"
+    # A real SMTP host is never replaced.
+    real_smtp = build_providers({"SMTP_HOST": "smtp.example.org", "SMTP_PORT": "587", "EMAIL_FROM": "a@example.org"},
+                                "emulator", emulator_url="http://10.231.0.1:8900", emulator_smtp_port=8925,
+                                public_base_url="http://10.231.0.1:8000", timeout=10.0)
+    assert entry(real_smtp, "smtp")["OPTIONS"]["HOST"] == "smtp.example.org"

@@ -140,3 +140,18 @@ def test_an_idle_keep_alive_connection_is_reused_after_more_than_two_seconds(web
         assert conn.sock.getsockname() == local  # the same connection, not a new one
     finally:
         conn.close()
+
+
+def test_the_web_process_binds_the_hosts_address_when_given():
+    """Behind a balancer on another host the web process must listen on its host's address
+    (``WEB_HOST``); unset it stays on loopback. honcho expands ``${WEB_HOST:-127.0.0.1}`` in a shell,
+    the stack's :func:`procfile_command` the same way (tests/test_e2e_two_hosts.py runs it on 10.231.0.2)."""
+    def bind(env):
+        command = procfile_command("web", 8123, env)
+        return command[command.index("--bind") + 1]
+
+    assert bind({}) == "127.0.0.1:8123"
+    assert bind({"WEB_HOST": "10.231.0.2"}) == "10.231.0.2:8123"
+    shell = subprocess.run(["sh", "-c", 'echo "${WEB_HOST:-127.0.0.1}:$PORT"'], capture_output=True, text=True,
+                           env={"WEB_HOST": "10.231.0.2", "PORT": "8123"}).stdout.strip()
+    assert shell == bind({"WEB_HOST": "10.231.0.2"})

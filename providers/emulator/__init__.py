@@ -1,7 +1,7 @@
 """Provider emulator: a local server speaking the real wire formats of the providers we use.
 
 Start it with ``python -m providers.emulator`` (see ``__main__.py`` for flags and environment).
-It binds 127.0.0.1 only and serves, in one asyncio loop:
+It binds 127.0.0.1 (``--host``: a test host's address) and serves, in one asyncio loop:
 
 * Twilio Messages API (``twilio_api``), SendGrid v3 mail/send (``sendgrid_api``), FCM HTTP v1 and
   its OAuth token endpoint (``fcm_api``), over HTTP on ``--port`` (default 8900);

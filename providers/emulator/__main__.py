@@ -1,6 +1,8 @@
-"""``python -m providers.emulator [--port N] [--smtp-port N]``.
+"""``python -m providers.emulator [--host ADDRESS] [--port N] [--smtp-port N]``.
 
-Environment: EMULATOR_PORT (default 8900), EMULATOR_SMTP_PORT (default 8925), EMULATOR_RECORD_FILE
+Environment: EMULATOR_HOST (default 127.0.0.1; a test host's address in a network namespace, so a
+second host's workers reach it: tests/test_e2e_two_hosts.py), EMULATOR_PORT (default 8900),
+EMULATOR_SMTP_PORT (default 8925), EMULATOR_RECORD_FILE
 (append accepted messages as JSON lines), EMULATOR_MAX_MESSAGES (in-memory cap, default 200000,
 0 = unlimited), EMULATOR_LOG_LEVEL (default INFO), EMULATOR_RECEIPTS (``0`` turns all delivery
 receipts off; default on), EMULATOR_SENDGRID_EVENTS_URL (where SendGrid Event Webhook batches are
@@ -26,12 +28,14 @@ OFF = ("0", "false", "no", "off")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m providers.emulator",
-        description="Local emulator of the Twilio, SendGrid, FCM and SMTP provider APIs (127.0.0.1 only).",
+        description="Local emulator of the Twilio, SendGrid, FCM and SMTP provider APIs (127.0.0.1 by default).",
     )
+    parser.add_argument("--host", default=os.environ.get("EMULATOR_HOST") or "127.0.0.1",
+                        help="address to listen on (env EMULATOR_HOST, default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=int(os.environ.get("EMULATOR_PORT", 8900)),
-                        help="HTTP port on 127.0.0.1 (env EMULATOR_PORT, default 8900)")
+                        help="HTTP port (env EMULATOR_PORT, default 8900)")
     parser.add_argument("--smtp-port", type=int, default=int(os.environ.get("EMULATOR_SMTP_PORT", 8925)),
-                        help="SMTP port on 127.0.0.1 (env EMULATOR_SMTP_PORT, default 8925)")
+                        help="SMTP port (env EMULATOR_SMTP_PORT, default 8925)")
     parser.add_argument("--record-file", default=os.environ.get("EMULATOR_RECORD_FILE") or None,
                         help="append each accepted message as a JSON line (env EMULATOR_RECORD_FILE)")
     parser.add_argument("--max-messages", type=int, default=int(os.environ.get("EMULATOR_MAX_MESSAGES", 200_000)),
@@ -54,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         asyncio.run(serve(args.port, args.smtp_port, args.record_file, args.max_messages,
                           receipts=args.receipts, sendgrid_events_url=args.sendgrid_events_url,
-                          sendgrid_signing_key_file=args.sendgrid_signing_key_file))
+                          sendgrid_signing_key_file=args.sendgrid_signing_key_file, host=args.host))
     except (OSError, SigningKeyError) as exc:
         logging.getLogger("providers.emulator").error("cannot start: %s", exc)
         return 1

@@ -18,6 +18,7 @@ from providers.emulator.webhooks import Webhooks, is_loopback_url
 
 logger = logging.getLogger("providers.emulator")
 
+#: The address it listens on: loopback, unless a test host's address is given (``--host``).
 HOST = "127.0.0.1"
 #: Largest request body accepted (SendGrid allows 30 MB mails).
 MAX_BODY_BYTES = 32 * 1024 * 1024
@@ -48,8 +49,9 @@ async def serve(
     receipts: bool = True,
     sendgrid_events_url: str | None = None,
     sendgrid_signing_key_file: str | None = None,
+    host: str = HOST,
 ) -> None:
-    """Serve until SIGTERM/SIGINT (or until ``stop`` is set), then shut down cleanly.
+    """Serve until SIGTERM/SIGINT (or until ``stop`` is set), then shut down cleanly, on ``host``.
 
     ``receipts=False`` sends no status callbacks or events at all; ``sendgrid_events_url`` is where
     SendGrid Event Webhook batches go (``None``: no events); ``sendgrid_signing_key_file`` is a PEM
@@ -75,16 +77,16 @@ async def serve(
     await runner.setup()
     smtp_server = None
     try:
-        await web.TCPSite(runner, HOST, port).start()
+        await web.TCPSite(runner, host, port).start()
         handler = SmtpSink(emulator)
         smtp_server = await loop.create_server(
             lambda: SMTP(handler, hostname="emulator.local", ident="provider-emulator",
                          authenticator=authenticate_any, auth_require_tls=False, loop=loop),
-            HOST, smtp_port,
+            host, smtp_port,
         )
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        logger.info("provider emulator listening on http://%s:%d (smtp %d)", HOST, port, smtp_port)
+        logger.info("provider emulator listening on http://%s:%d (smtp %d)", host, port, smtp_port)
         await stop.wait()
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
