@@ -44,7 +44,7 @@ def with_logs(rows: Iterable[NotificationRecord]) -> list[NotificationRecord]:
     if rows:
         for entry in log_of(TimelineEntry, rows):
             timeline[entry.notification_id].append(entry)
-        for attempt in log_of(DeliveryAttempt, rows).select_related("device").order_by(*DeliveryAttempt._meta.ordering):
+        for attempt in log_of(DeliveryAttempt, rows).select_related("device"):
             attempts[attempt.notification_id].append(attempt)
     for r in rows:
         r.timeline = timeline[r.pk]  # type: ignore[attr-defined]

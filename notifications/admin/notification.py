@@ -47,12 +47,14 @@ class _LogFormSet(BaseInlineFormSet):
     :class:`NotificationRecord` (live or archived): found by its id wherever it lives, read from its
     ``created_at`` on (the day partitions before it hold none of its rows: ``models.log_of``)."""
 
-    def __init__(self, data=None, files=None, instance=None, *args, queryset=None, **kwargs) -> None:
-        if instance is not None and instance.pk is not None:
-            queryset = log_of(self.model, [instance]).order_by(*self.model._meta.ordering)
+    def __init__(self, data=None, files=None, instance=None, save_as_new=False, prefix=None, queryset=None,
+                 **kwargs) -> None:
+        model = self.model
+        if model is not None and instance is not None and instance.pk is not None:
+            queryset = log_of(model, [instance]).order_by(*model._meta.ordering)
         if isinstance(instance, NotificationRecord):
             instance = Notification(pk=instance.pk)  # the key the log rows point at; never saved
-        super().__init__(data, files, instance, *args, queryset=queryset, **kwargs)
+        super().__init__(data, files, instance, save_as_new, prefix, queryset, **kwargs)
 
 
 class _TimelineFormSet(_LogFormSet):
