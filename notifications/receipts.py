@@ -25,10 +25,10 @@ from django.db.models.functions import Lower, Trim
 
 from core import clock
 from core.postgres import array_literal
-from core.queues import RECEIPTS_QUEUE, RECEIPTS_TASK
+from core.queues import RECEIPTS_DRAIN_TASK, RECEIPTS_QUEUE
 from core.redaction import erase_contacts
 from core.redis_client import get_redis
-from notifications import lifecycle, metrics, sent_markers
+from notifications import lifecycle, metrics, receipts_buffer, sent_markers
 from notifications.delivery import caps, record
 from notifications.delivery.outcomes import shown
 from notifications.events import fallback
@@ -65,8 +65,9 @@ def _find(receipt: Receipt) -> Notification | None:
 
 
 def accept_receipts(receipts: list[Receipt]) -> None:
-    """What a provider webhook calls once it verified the request: the receipts go to the
-    ``receipts`` queue and its own worker applies them (:func:`apply_wire`), so the request answers
+    """What a provider webhook calls once it verified the request: the receipts go to the receipts
+    buffer and the ``receipts`` queue's worker applies them in batches (:func:`drain_buffer`,
+    :mod:`notifications.receipts_buffer`), so the request answers
     at once and a burst of provider callbacks (two per SMS of a campaign) never holds the API's
     threads while an OTP waits to be accepted. When the broker cannot take them they are applied
     here, in the request (slower, never lost). A receipt queued and then lost with the broker
@@ -79,11 +80,23 @@ def accept_receipts(receipts: list[Receipt]) -> None:
         apply_receipts(receipts)
         return
     try:
-        current_app.send_task(RECEIPTS_TASK, args=[[to_wire(r) for r in receipts]], queue=RECEIPTS_QUEUE,
-                              routing_key=RECEIPTS_QUEUE, exchange="")
-    except Exception as exc:  # kombu/redis raise many types; all mean "not queued"
-        log.warning("receipts queue unavailable (%s); applying %d receipt(s) in the request", exc, len(receipts))
+        first = receipts_buffer.push([to_wire(r) for r in receipts])
+    except Exception as exc:  # redis raises many types; all mean "not buffered"
+        log.warning("receipts buffer unavailable (%s); applying %d receipt(s) in the request", exc, len(receipts))
         apply_receipts(receipts)
+        return
+    if not first:
+        return  # the pending drain takes them
+    try:
+        current_app.send_task(RECEIPTS_DRAIN_TASK, queue=RECEIPTS_QUEUE, routing_key=RECEIPTS_QUEUE, exchange="")
+    except Exception as exc:  # kombu/redis raise many types; all mean "not queued"
+        log.warning("receipts queue unavailable (%s); draining the receipts buffer in the request", exc)
+        drain_buffer()
+
+
+def drain_buffer() -> dict[str, int]:
+    """Apply every receipt waiting in the buffer (:mod:`notifications.receipts_buffer`), in batches."""
+    return receipts_buffer.drain(apply_wire)
 
 
 
