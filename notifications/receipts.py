@@ -85,20 +85,36 @@ def accept_receipts(receipts: list[Receipt]) -> None:
         log.warning("receipts buffer unavailable (%s); applying %d receipt(s) in the request", exc, len(receipts))
         apply_receipts(receipts)
         return
-    if not first:
-        return  # the pending drain takes them
+    if first:  # else the pending drain takes them
+        queue_drain()
+
+
+def queue_drain() -> None:
+    """Queue the drain of the receipts buffer (the caller took its flag); drain here if the queue
+    cannot take it."""
     try:
         current_app.send_task(RECEIPTS_DRAIN_TASK, queue=RECEIPTS_QUEUE, routing_key=RECEIPTS_QUEUE, exchange="")
     except Exception as exc:  # kombu/redis raise many types; all mean "not queued"
-        log.warning("receipts queue unavailable (%s); draining the receipts buffer in the request", exc)
+        log.warning("receipts queue unavailable (%s); draining the receipts buffer here", exc)
         drain_buffer()
+
+
+def requeue_stranded() -> bool:
+    """The reconciler's tick: queue a drain when receipts wait with none pending. Returns whether it did."""
+    try:
+        if not receipts_buffer.stranded():
+            return False
+    except Exception as exc:  # redis down: the next tick tries again
+        log.warning("receipts buffer unreadable (%s)", exc)
+        return False
+    log.warning("receipts waited in the buffer with no drain pending; a drain is queued")
+    queue_drain()
+    return True
 
 
 def drain_buffer() -> dict[str, int]:
     """Apply every receipt waiting in the buffer (:mod:`notifications.receipts_buffer`), in batches."""
     return receipts_buffer.drain(apply_wire)
-
-
 
 
 def stamped(receipts: list[Receipt]) -> list[Receipt]:

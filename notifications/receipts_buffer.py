@@ -12,8 +12,9 @@ lone callback is applied as soon as before.
 
 Durability is the queue's: a receipt in the list is as safe as one in a queued task (both in Redis;
 tasks are acked on receipt, so a worker dying mid-batch loses its batch either way: receipts
-inform, the delivery is recorded already). The flag expires after :data:`FLAG_SECONDS`, so a drain
-that died leaves the next webhook to queue a new one.
+inform, the delivery is recorded already). The flag expires after :data:`FLAG_SECONDS`; a drain
+that died leaves its receipts to the next webhook's drain, or to the reconciler's tick
+(:func:`stranded`), which queues one when receipts wait and no drain is pending.
 """
 
 from __future__ import annotations
@@ -42,6 +43,13 @@ def push(items: list[dict]) -> bool:
     pipe.rpush(BUFFER_KEY, json.dumps(items))
     pipe.set(DRAIN_FLAG, "1", nx=True, ex=FLAG_SECONDS)
     return bool(pipe.execute()[1])
+
+
+def stranded() -> bool:
+    """Whether receipts wait with no drain pending (its task lost, or the drain died and its flag
+    expired); if so the flag is taken and the caller queues a drain."""
+    client = get_redis()
+    return bool(client.llen(BUFFER_KEY)) and bool(client.set(DRAIN_FLAG, "1", nx=True, ex=FLAG_SECONDS))
 
 
 def drain(apply: Callable[[list[dict]], dict[str, int]]) -> dict[str, int]:

@@ -33,8 +33,9 @@ def release_due() -> int:
 
 @notification_task("notifications.reconcile")
 def reconcile() -> dict:
-    """Reconciler tick: re-drive expired leases and stale queued rows."""
-    return scheduler.reconcile()
+    """Reconciler tick: re-drive expired leases and stale queued rows, and buffered receipts no
+    drain is pending for."""
+    return {**scheduler.reconcile(), "receipts_drain_queued": receipts.requeue_stranded()}
 
 
 @notification_task(RECEIPTS_TASK)

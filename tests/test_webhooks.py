@@ -608,3 +608,30 @@ def test_a_late_dead_number_or_stop_of_an_old_phone_never_marks_the_new_one(code
     assert n.status == "failed"
     assert Recipient.objects.get(pk=n.recipient_id).phone_invalid_reason == ""
     assert SmsStop.objects.count() == 0
+
+
+def test_receipts_left_in_the_buffer_by_a_dead_drain_are_drained_after_the_reconciler_tick(settings, monkeypatch):
+    """A drain that died (worker killed mid-batch, its task lost) held the flag; once it expires no
+    webhook may come for a while: the reconciler's tick queues a drain for what waits."""
+    from core.redis_client import get_redis
+    from notifications import receipts, receipts_buffer, tasks
+
+    settings.NOTIFY = {**settings.NOTIFY, "RECEIPTS_INLINE": False}
+    redis = get_redis()
+    redis.delete(receipts_buffer.BUFFER_KEY, receipts_buffer.DRAIN_FLAG)
+    queued = []
+    monkeypatch.setattr(receipts.current_app, "send_task", lambda name, **kw: queued.append(name))
+    n = make_notification("sms")
+    assert twilio_post(n, "delivered").status_code == 204
+    assert queued == ["notifications.drain_receipts"]
+    queued.clear()  # ...and that task is lost; the flag has expired since:
+    redis.delete(receipts_buffer.DRAIN_FLAG)
+    monkeypatch.setattr(tasks.scheduler, "reconcile", lambda: {})
+
+    assert tasks.reconcile() == {"receipts_drain_queued": True}
+    assert queued == ["notifications.drain_receipts"]
+    assert tasks.reconcile() == {"receipts_drain_queued": False}  # one pending already: no second
+    assert tasks.drain_receipts() == {"applied": 1, "duplicate": 0, "unknown": 0}
+    n.refresh_from_db()
+    assert n.status == "delivered"
+    assert tasks.reconcile() == {"receipts_drain_queued": False}  # nothing waits
