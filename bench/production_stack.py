@@ -97,6 +97,15 @@ class BenchStack(Stack):
         return self.log_dir / f"{self.pipeline}-{name}.log"
 
     def start_all(self) -> None:
+        """Start every process and wait until each answers; if any cannot start, stop those that
+        did before raising (a first run without ``.venv/bin/gunicorn`` left its emulator running)."""
+        try:
+            self._start_and_wait()
+        except BaseException:
+            self.stop_all()
+            raise
+
+    def _start_and_wait(self) -> None:
         for name in self.commands():
             self.start(name)
         try:
