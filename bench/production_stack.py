@@ -1,7 +1,8 @@
 """The bench's own platform: ``bench.stack.Stack`` with production timings.
 
 Unlike the test stack: no clock-offset file, the settings' default timings, no delivery receipts
-(``EMULATOR_RECEIPTS=0``), an unlimited emulator message list, WARNING logs, a high API rate limit,
+(``EMULATOR_RECEIPTS=0``; ``receipts=True`` keeps them, for ``--receipts``: bench/receipts.py),
+an unlimited emulator message list, WARNING logs, a high API rate limit,
 the standard worker under ``nice 10``, its own Prometheus directory, logs in
 ``test-artifacts/bench/``. ``pipeline="naive"`` runs the emulator and the naive baseline's workers
 only (:mod:`bench.naive`), with ``naive_pool`` ``"prefork"`` or ``"threads"``.
@@ -20,12 +21,13 @@ ROOT = Path(__file__).resolve().parent.parent
 LOG_DIR = ROOT / "test-artifacts" / "bench"
 
 #: Test-only timings of bench.stack.Stack that the bench drops (the settings' defaults apply).
+#: Where the emulator sends SendGrid events and the key it signs them with (kept with receipts on).
+RECEIPT_ENV = ("EMULATOR_SENDGRID_EVENTS_URL", "EMULATOR_SENDGRID_SIGNING_KEY_FILE")
 TEST_TIMINGS = (
     "LEASE_SECONDS", "QUEUED_STALE_SECONDS", "QUEUED_STALE_SECONDS_HIGH", "RECONCILER_INTERVAL_SECONDS",
     "SCHEDULER_INTERVAL_SECONDS", "PROVIDER_TIMEOUT_SECONDS", "BACKOFF_BASE_HIGH", "BACKOFF_CAP_HIGH",
     "BACKOFF_BASE_STANDARD", "BACKOFF_CAP_STANDARD", "MIN_RETRY_WINDOW_HIGH", "MIN_RETRY_WINDOW_STANDARD",
-    "CLOCK_OFFSET_FILE", "CAMPAIGN_SHARD_STALE_SECONDS", "EMULATOR_SENDGRID_EVENTS_URL",
-    "EMULATOR_SENDGRID_SIGNING_KEY_FILE",
+    "CLOCK_OFFSET_FILE", "CAMPAIGN_SHARD_STALE_SECONDS", *RECEIPT_ENV,
 )
 WORKER_FLAGS = ["--without-gossip", "--without-mingle", "-l", "warning"]
 TIERED = ("emulator", "web", "worker_high", "worker_standard", "worker_fanout", "worker_maintenance",
@@ -37,10 +39,11 @@ NAIVE_CELERY = [sys.executable, "-m", "celery", "-A", "bench.naive"]
 class BenchStack(Stack):
     def __init__(self, database_url: str, redis_url: str, tmp_dir: Path, *, pipeline: str = "tiered",
                  env: dict[str, str] | None = None, log_dir: Path = LOG_DIR, naive_pool: str = "prefork",
-                 naive_concurrency: int = 8) -> None:
+                 naive_concurrency: int = 8, receipts: bool = False) -> None:
         tmp_dir.mkdir(parents=True, exist_ok=True)
         super().__init__(database_url, redis_url, tmp_dir)
         self.pipeline = pipeline
+        self.receipts = receipts
         self.naive_pool = naive_pool
         self.naive_concurrency = naive_concurrency
         self.bench_env = dict(env or {})
@@ -53,7 +56,8 @@ class BenchStack(Stack):
     def env(self) -> dict[str, str]:
         env = super().env()
         for key in TEST_TIMINGS:
-            env.pop(key, None)
+            if not (self.receipts and key in RECEIPT_ENV):
+                env.pop(key, None)
         env.update({
             "EMULATOR_RECEIPTS": "0",
             "EMULATOR_MAX_MESSAGES": "0",
@@ -62,6 +66,10 @@ class BenchStack(Stack):
             "API_DEFAULT_RATE_LIMIT": "1000000/min",
             "PROMETHEUS_MULTIPROC_DIR": str(self.prometheus_dir),
         })
+        if self.receipts:
+            from bench.receipts import ENV
+
+            env.update(ENV)
         env.update(self.bench_env)
         env.update(self.extra_env)
         return env
@@ -89,6 +97,15 @@ class BenchStack(Stack):
         return self.log_dir / f"{self.pipeline}-{name}.log"
 
     def start_all(self) -> None:
+        """Start every process and wait until each answers; if any cannot start, stop those that
+        did before raising (a first run without ``.venv/bin/gunicorn`` left its emulator running)."""
+        try:
+            self._start_and_wait()
+        except BaseException:
+            self.stop_all()
+            raise
+
+    def _start_and_wait(self) -> None:
         for name in self.commands():
             self.start(name)
         try:

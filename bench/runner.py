@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import requests
 from django.db import connection
 
-from bench import history, procs, report, seed
+from bench import history, procs, receipts, report, seed
 from bench.ceilings import delete_durable_rows, run_ceiling
 from bench.emulator import BACKUP_SMS_ACCOUNT, PRIMARY_SMS_ACCOUNT, PROVIDER_OF_CHANNEL, Emulator
 from bench.otp import OtpSender
@@ -54,6 +54,7 @@ class RunConfig:
     drain_timeout: float | None = None
     stall_timeout: float = 180.0
     label: str = ""
+    receipts: bool = False  # the emulator sends delivery receipts (bench/receipts.py)
     env: dict[str, str] = field(default_factory=dict)
 
     def timeout(self) -> float:
@@ -88,19 +89,24 @@ def monitor_for(stack: BenchStack, database_url: str, redis_url: str) -> procs.P
 
 
 def start_tiered_stack(env: dict, provider_rate: float | None, database_url: str, redis_url: str, work_dir: Path,
-                       label: str, progress: Callable[[str], None]) -> tuple[BenchStack, procs.ProcessMonitor,
-                                                                           Emulator]:
+                       label: str, progress: Callable[[str], None],
+                       with_receipts: bool = False) -> tuple[BenchStack, procs.ProcessMonitor, Emulator]:
     """The platform as it runs (tiered pipeline), started with ``env`` (and ``provider_rate`` as
-    ``PROVIDER_RATE_PER_S``), its process monitor running, and a client of its emulator."""
+    ``PROVIDER_RATE_PER_S``), its process monitor running, and a client of its emulator;
+    ``with_receipts``: the emulator sends delivery receipts (:data:`bench.receipts.RULES`)."""
     env = dict(env)
     if provider_rate:
         env["PROVIDER_RATE_PER_S"] = str(provider_rate)
-    stack = BenchStack(database_url, redis_url, work_dir / label, pipeline="tiered", env=env, log_dir=work_dir)
+    stack = BenchStack(database_url, redis_url, work_dir / label, pipeline="tiered", env=env, log_dir=work_dir,
+                       receipts=with_receipts)
     monitor = monitor_for(stack, database_url, redis_url)
     progress(f"[{label}] starting the stack ({', '.join(stack.commands())})…")
     stack.start_all()
     monitor.start()
-    return stack, monitor, Emulator(stack.emulator)
+    emulator = Emulator(stack.emulator)
+    if with_receipts:
+        receipts.install(emulator)
+    return stack, monitor, emulator
 
 
 def run_blast(cfg: RunConfig, database_url: str, redis_url: str, work_dir: Path,
@@ -114,14 +120,15 @@ def run_blast(cfg: RunConfig, database_url: str, redis_url: str, work_dir: Path,
     _, otp_key = APIClient.objects.create_key(name=f"bench-otp-{uuid.uuid4().hex[:6]}", allow_high=True)
 
     stack, monitor, emulator = start_tiered_stack(cfg.env, cfg.provider_rate, database_url, redis_url, work_dir,
-                                                  label, progress)
+                                                  label, progress, with_receipts=cfg.receipts)
     result: dict = {"label": label, "pipeline": cfg.pipeline, "recipients": cfg.recipients, "channel": cfg.channel,
                     "segment": segment.segment_id, "seed_seconds": round(seed_seconds, 1),
                     "otp_channels": cfg.otp_channels, "otp_rate": cfg.otp_rate,
                     "commands": {n: " ".join(c) for n, c in stack.commands().items()},
                     "env": {k: v for k, v in stack.env().items()
                             if k in ("PROVIDER_RATE_PER_S", "PROVIDER_HIGH_RESERVED_FRACTION",
-                                     "EMULATOR_RECEIPTS", "LOG_LEVEL", "API_DEFAULT_RATE_LIMIT")}}
+                                     "EMULATOR_RECEIPTS", "LOG_LEVEL", "API_DEFAULT_RATE_LIMIT")},
+                    "receipts": None}
     try:
         faults = apply_faults(emulator, cfg)
         result["faults"] = faults
@@ -243,6 +250,12 @@ def _blast(cfg: RunConfig, stack, emulator: Emulator, monitor, sender: OtpSender
             drained_at = time.time()
             progress(f"[{label}] drain timed out ({'no progress' if time.monotonic() < deadline else 'deadline'})")
             break
+    settled = None
+    if cfg.receipts:  # the window goes on until every receipt is applied; no new OTP meanwhile
+        sender.stop()
+        progress(f"[{label}] drained; waiting for the delivery receipts to be applied…")
+        settled = receipts.settle(emulator, max(60.0, cfg.timeout() / 4), progress, label)
+        progress(f"[{label}] receipts settled in {settled['seconds']} s after the drain")
     monitor.mark("end")
     steal1, busy1 = procs.steal_seconds(), procs.busy_seconds()
     sender.stop()
@@ -260,6 +273,7 @@ def _blast(cfg: RunConfig, stack, emulator: Emulator, monitor, sender: OtpSender
     otp_providers = _otp_providers(otp_ids) if cfg.brownout else {}
     return {
         "campaign_id": campaign_id,
+        "receipts": receipts.collect(emulator, settled) if settled is not None else None,
         "run": report.summarize_run(
             launch_ms=launch_ms, end_ms=drained_at * 1000, campaign=campaign, statuses=statuses,
             analysis=analysis, otp_records=records, channel=cfg.channel, campaign_provider=provider,

@@ -22,7 +22,8 @@ ALL_QUEUES = (*SEND_QUEUES, FANOUT_QUEUE, MAINTENANCE_QUEUE, RECEIPTS_QUEUE)
 
 #: Task names (stable: they are in queued messages). Defined in notifications/tasks.py.
 SEND_TASK = "notifications.send"
-RECEIPTS_TASK = "notifications.apply_receipts"
+RECEIPTS_TASK = "notifications.apply_receipts"  # one request's receipts (queued before the buffer)
+RECEIPTS_DRAIN_TASK = "notifications.drain_receipts"  # the receipts buffer (notifications/receipts_buffer.py)
 #: Defined in campaigns/tasks.py; published by campaigns/fanout.py, which campaigns/tasks.py imports.
 FAN_OUT_PAGE_TASK = "campaigns.fan_out_page"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from core import partitions
-from core.queues import RECEIPTS_TASK, SEND_TASK
+from core.queues import RECEIPTS_DRAIN_TASK, RECEIPTS_TASK, SEND_TASK
 from notifications import app_receipts, receipts, scheduler
 from notifications.delivery import pipeline
 from notifications.inbox import prune, refresh
@@ -34,14 +34,22 @@ def release_due() -> int:
 
 @notification_task("notifications.reconcile")
 def reconcile() -> dict:
-    """Reconciler tick: re-drive expired leases and stale queued rows."""
-    return scheduler.reconcile()
+    """Reconciler tick: re-drive expired leases and stale queued rows, and buffered receipts no
+    drain is pending for."""
+    return {**scheduler.reconcile(), "receipts_drain_queued": receipts.requeue_stranded()}
 
 
 @notification_task(RECEIPTS_TASK)
 def apply_receipts(items: list[dict]) -> dict:
-    """Apply provider receipts a webhook verified and queued (``receipts`` queue)."""
+    """Apply provider receipts a webhook verified and queued (``receipts`` queue): messages queued
+    before the receipts buffer, kept so none is left unread by an upgrade."""
     return receipts.apply_wire(items)
+
+
+@notification_task(RECEIPTS_DRAIN_TASK)
+def drain_receipts() -> dict:
+    """Apply the receipts webhooks buffered, in batches, until none is left (``receipts`` queue)."""
+    return receipts.drain_buffer()
 
 
 @notification_task(app_receipts.INBOX_MARK_TASK)

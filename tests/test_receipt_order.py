@@ -6,14 +6,13 @@ order, and the row ended ``failed`` or ``delivered`` depending on which ran firs
 from __future__ import annotations
 
 import threading
-import types
 import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connection
 
-from notifications import receipts
+from notifications import receipts, receipts_buffer
 from notifications.lifecycle import OUT_OF_ORDER
 from notifications.models import Notification, Reason, Status
 from preferences.models import Recipient
@@ -37,8 +36,7 @@ def posted(settings, monkeypatch, n: Notification) -> list[list[dict]]:
     request queues its receipts for a receipts worker: returns the two queued task payloads."""
     settings.NOTIFY = {**settings.NOTIFY, "RECEIPTS_INLINE": False}
     queued: list[list[dict]] = []
-    monkeypatch.setattr(receipts, "current_app",
-                        types.SimpleNamespace(send_task=lambda _name, args, **_kw: queued.append(args[0])))
+    monkeypatch.setattr(receipts_buffer, "push", queued.append)  # buffered for the receipts worker
     assert twilio_post(n, "undelivered", code="30008").status_code == 204
     assert twilio_post(n, "delivered").status_code == 204
     n.refresh_from_db()
@@ -158,8 +156,7 @@ def test_an_undelivered_posted_after_delivered_ends_the_sms_failed(settings, mon
     n = make_notification("sms")
     settings.NOTIFY = {**settings.NOTIFY, "RECEIPTS_INLINE": False}
     queued: list[list[dict]] = []
-    monkeypatch.setattr(receipts, "current_app",
-                        types.SimpleNamespace(send_task=lambda _name, args, **_kw: queued.append(args[0])))
+    monkeypatch.setattr(receipts_buffer, "push", queued.append)  # buffered for the receipts worker
     assert twilio_post(n, "delivered").status_code == 204
     frozen[0] += timedelta(seconds=2)
     assert twilio_post(n, "undelivered", code="30008").status_code == 204
@@ -177,8 +174,7 @@ def test_a_receipt_applied_long_after_it_came_keeps_the_instant_it_came(settings
     n = make_notification("sms")
     settings.NOTIFY = {**settings.NOTIFY, "RECEIPTS_INLINE": False}
     queued: list[list[dict]] = []
-    monkeypatch.setattr(receipts, "current_app",
-                        types.SimpleNamespace(send_task=lambda _name, args, **_kw: queued.append(args[0])))
+    monkeypatch.setattr(receipts_buffer, "push", queued.append)  # buffered for the receipts worker
     assert twilio_post(n, "undelivered", code="30008").status_code == 204
     frozen[0] += timedelta(seconds=2)
     assert twilio_post(n, "delivered").status_code == 204

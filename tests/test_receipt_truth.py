@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import threading
 import time
-import types
 
 import pytest
 from django.db import connection
 
-from notifications import receipts
+from notifications import receipts, receipts_buffer
 from notifications.lifecycle import OUT_OF_ORDER, OVERRULED
 from notifications.models import Notification, Reason, Status
 from tests.test_receipt_order import timeline
@@ -32,8 +31,7 @@ def queue_to(settings, monkeypatch) -> list[list[dict]]:
     """Webhooks queue their receipts for a receipts worker: the queued task payloads, in order."""
     settings.NOTIFY = {**settings.NOTIFY, "RECEIPTS_INLINE": False}
     queued: list[list[dict]] = []
-    monkeypatch.setattr(receipts, "current_app",
-                        types.SimpleNamespace(send_task=lambda _name, args, **_kw: queued.append(args[0])))
+    monkeypatch.setattr(receipts_buffer, "push", queued.append)  # buffered for the receipts worker
     return queued
 
 

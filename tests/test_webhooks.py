@@ -437,31 +437,60 @@ def test_sendgrid_delivered_for_a_sending_row_is_sent_at_the_event_time(sg_key):
 
 
 def test_a_verified_receipt_is_queued_for_the_receipts_worker_and_applied_there(settings):
-    """Outside the in-process tests, a webhook only verifies and queues (the receipts worker applies
+    """Outside the in-process tests, a webhook only verifies and buffers (the receipts worker applies
     them): a burst of callbacks never holds the API's threads (adversarial finding: 4,000 Twilio
-    callbacks of a 2,000-SMS campaign made OTP accepts wait over a second). The queued message
-    carries everything apply_wire needs."""
-    from kombu import Connection
+    callbacks of a 2,000-SMS campaign made OTP accepts wait over a second). The first request queues
+    one drain task; the buffer carries everything apply_wire needs."""
+    import json
 
-    from notifications import receipts
+    from core.redis_client import client_for, get_redis
+    from notifications import receipts, receipts_buffer, tasks
 
     settings.NOTIFY = {**settings.NOTIFY, "RECEIPTS_INLINE": False}
-    n = make_notification("sms")
-    with Connection(settings.CELERY_BROKER_URL) as conn:
-        conn.default_channel.queue_purge(receipts.RECEIPTS_QUEUE)
-        assert twilio_post(n, "delivered").status_code == 204
-        n.refresh_from_db()
-        assert n.status == "sent" and not n.events.exists()  # nothing applied in the request
-        queue = conn.SimpleQueue(receipts.RECEIPTS_QUEUE)
-        message = queue.get(timeout=5)
-        task = message.headers["task"]
-        (items,) = message.decode()[0]
-        message.ack()
-        queue.close()
-    assert task == "notifications.apply_receipts"
-    assert receipts.apply_wire(items) == {"applied": 1, "duplicate": 0, "unknown": 0}
+    get_redis().delete(receipts_buffer.BUFFER_KEY, receipts_buffer.DRAIN_FLAG)
+    broker = client_for(settings.CELERY_BROKER_URL)
+    broker.delete(receipts.RECEIPTS_QUEUE)
+    n, other = make_notification("sms"), make_notification("sms")
+    assert twilio_post(n, "sent").status_code == 204
+    assert twilio_post(n, "delivered").status_code == 204
+    assert twilio_post(other, "delivered").status_code == 204
     n.refresh_from_db()
-    assert n.status == "delivered"
+    assert n.status == "sent" and not n.events.exists()  # nothing applied in the requests
+    assert broker.llen(receipts.RECEIPTS_QUEUE) == 1  # one drain for the three requests
+    task = json.loads(broker.rpop(receipts.RECEIPTS_QUEUE))["headers"]["task"]
+    assert task == "notifications.drain_receipts"
+    assert get_redis().llen(receipts_buffer.BUFFER_KEY) == 3
+    assert tasks.drain_receipts() == {"applied": 3, "duplicate": 0, "unknown": 0}
+    n.refresh_from_db()
+    other.refresh_from_db()
+    assert (n.status, other.status) == ("delivered", "delivered")
+    assert list(n.events.order_by("id").values_list("kind", flat=True)) == ["receipt:sent", "receipt:delivered"]
+    assert get_redis().llen(receipts_buffer.BUFFER_KEY) == 0
+    assert not get_redis().exists(receipts_buffer.DRAIN_FLAG)  # the next request queues a drain again
+
+
+def test_the_drain_applies_many_requests_receipts_in_one_batch(settings, django_assert_max_num_queries):
+    """Twilio posts one request per status: the drain applies a hundred requests' receipts with the
+    statements of one batch (one lookup, one INSERT, one UPDATE, marks), not a hundred times those."""
+    from core.redis_client import get_redis
+    from notifications import receipts, receipts_buffer
+
+    settings.NOTIFY = {**settings.NOTIFY, "RECEIPTS_INLINE": False}
+    get_redis().delete(receipts_buffer.BUFFER_KEY, receipts_buffer.DRAIN_FLAG)
+    rows = [make_notification("sms") for _ in range(50)]
+    sent = []
+    monkey_send = receipts.current_app.send_task
+    receipts.current_app.send_task = lambda *a, **kw: sent.append(a[0])
+    try:
+        for n in rows:
+            assert twilio_post(n, "sent").status_code == 204
+            assert twilio_post(n, "delivered").status_code == 204
+    finally:
+        receipts.current_app.send_task = monkey_send
+    assert sent == ["notifications.drain_receipts"]  # the first request only
+    with django_assert_max_num_queries(12):
+        assert receipts.drain_buffer() == {"applied": 100, "duplicate": 0, "unknown": 0}
+    assert Notification.objects.filter(pk__in=[n.pk for n in rows], status="delivered").count() == 50
 
 
 def test_a_receipt_is_applied_in_the_request_when_the_broker_is_down(settings, monkeypatch):
@@ -579,3 +608,30 @@ def test_a_late_dead_number_or_stop_of_an_old_phone_never_marks_the_new_one(code
     assert n.status == "failed"
     assert Recipient.objects.get(pk=n.recipient_id).phone_invalid_reason == ""
     assert SmsStop.objects.count() == 0
+
+
+def test_receipts_left_in_the_buffer_by_a_dead_drain_are_drained_after_the_reconciler_tick(settings, monkeypatch):
+    """A drain that died (worker killed mid-batch, its task lost) held the flag; once it expires no
+    webhook may come for a while: the reconciler's tick queues a drain for what waits."""
+    from core.redis_client import get_redis
+    from notifications import receipts, receipts_buffer, tasks
+
+    settings.NOTIFY = {**settings.NOTIFY, "RECEIPTS_INLINE": False}
+    redis = get_redis()
+    redis.delete(receipts_buffer.BUFFER_KEY, receipts_buffer.DRAIN_FLAG)
+    queued = []
+    monkeypatch.setattr(receipts.current_app, "send_task", lambda name, **kw: queued.append(name))
+    n = make_notification("sms")
+    assert twilio_post(n, "delivered").status_code == 204
+    assert queued == ["notifications.drain_receipts"]
+    queued.clear()  # ...and that task is lost; the flag has expired since:
+    redis.delete(receipts_buffer.DRAIN_FLAG)
+    monkeypatch.setattr(tasks.scheduler, "reconcile", lambda: {})
+
+    assert tasks.reconcile() == {"receipts_drain_queued": True}
+    assert queued == ["notifications.drain_receipts"]
+    assert tasks.reconcile() == {"receipts_drain_queued": False}  # one pending already: no second
+    assert tasks.drain_receipts() == {"applied": 1, "duplicate": 0, "unknown": 0}
+    n.refresh_from_db()
+    assert n.status == "delivered"
+    assert tasks.reconcile() == {"receipts_drain_queued": False}  # nothing waits

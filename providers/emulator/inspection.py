@@ -40,7 +40,8 @@
 * ``GET /_emulator/webhooks[?provider=&kind=&notification_id=]`` -> every webhook attempt (see
   ``webhooks.py``), oldest first; ``DELETE /_emulator/webhooks`` forgets them and zeroes the counters;
   ``GET /_emulator/webhooks/stats`` -> ``{"enabled", "sendgrid_events_url", "pending", "attempts",
-  "succeeded", "failed_attempts", "retries", "dropped", "refused"}``.
+  "succeeded", "failed_attempts", "retries", "dropped", "refused", "events_delivered",
+  "events_dropped"}`` (the last two: events answered 2xx / given up, per ``"<provider>:<kind>"``).
 * ``GET /_emulator/sendgrid/public-key`` -> ``{"public_key": "<base64 DER SubjectPublicKeyInfo>"}``,
   the Event Webhook verification key.
 """

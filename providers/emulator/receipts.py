@@ -15,13 +15,16 @@ gets ``processed`` then ``delivered``, 50 ms after acceptance. A rule (``POST /_
       "delay_ms": 50,                             # before the first receipt
       "duplicates": 0,                            # extra identical copies of each receipt
       "reorder": false,                           # send a message's receipts in reverse order
+      "queued_share": 0.0,                        # twilio: this share of the rule's messages gets
+                                                  #   a ``queued`` callback first (every 1/share-th)
       "times": null                               # messages (SendGrid: recipients) it applies to
     }
 
 Receipt sequences per outcome (before ``reorder``/``duplicates``):
 
 * twilio: delivered → sent, delivered; undelivered → sent, undelivered; failed → sent, failed;
-  none → nothing.
+  none → nothing; ``queued`` first for a ``queued_share`` of the messages (as Twilio does when a
+  message waits in its queue).
 * sendgrid: delivered → processed, delivered; bounce/dropped/deferred → processed, <outcome>;
   spamreport/unsubscribe → processed, delivered, <outcome>; none → nothing.
 
@@ -59,7 +62,7 @@ DEFERRED_RESPONSE = "421 4.7.0 Try again later, closing connection."
 API_VERSION = "2010-04-01"
 _ENHANCED_STATUS = re.compile(r"\b([245]\.\d{1,3}\.\d{1,3})\b")
 _FIELDS = {"provider", "to", "outcome", "error_code", "bounce_type", "reason", "delay_ms", "duplicates",
-           "reorder", "times"}
+           "reorder", "times", "queued_share"}
 
 
 class ReceiptRuleError(ValueError):
@@ -81,6 +84,7 @@ class ReceiptRule:
     duplicates: int = 0
     reorder: bool = False
     times: int | None = None
+    queued_share: float = 0.0
     fired: int = 0
 
     @classmethod
@@ -128,6 +132,13 @@ class ReceiptRule:
             raise ReceiptRuleError(f"duplicates must be between 0 and {MAX_DUPLICATES}")
         if rule.times is not None and rule.times < 0:
             raise ReceiptRuleError("times must not be negative")
+        share = data.get("queued_share")
+        if share is not None:
+            if isinstance(share, bool) or not isinstance(share, int | float) or not 0 <= share <= 1:
+                raise ReceiptRuleError("queued_share must be a number between 0 and 1")
+            if share and rule.provider != "twilio":
+                raise ReceiptRuleError('queued_share applies only to provider "twilio"')
+            rule.queued_share = float(share)
         return rule
 
     def as_json(self) -> dict[str, Any]:
@@ -171,6 +182,9 @@ def twilio_callbacks(rule: ReceiptRule, base: dict[str, str]) -> list[tuple[str,
     if rule.outcome == "none":
         return []
     statuses = ["sent", rule.outcome]
+    # ``fired`` already counts this message: it is queued when it crosses the next multiple of 1/share.
+    if int(rule.fired * rule.queued_share) > int((rule.fired - 1) * rule.queued_share):
+        statuses.insert(0, "queued")
     result = []
     for status in statuses:
         params = {**base, "MessageStatus": status, "SmsStatus": status}

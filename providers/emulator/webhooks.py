@@ -97,6 +97,9 @@ class Webhooks:
         self._tasks: set[asyncio.Task] = set()
         self._records: deque[dict[str, Any]] = deque(maxlen=MAX_RECORDS)
         self._counts: Counter[str] = Counter()
+        #: Events answered 2xx / given up, per ``"<provider>:<kind>"`` (a SendGrid batch counts each event).
+        self._delivered: Counter[str] = Counter()
+        self._lost: Counter[str] = Counter()
         self._batch: list[tuple[dict[str, Any], str, str | None, asyncio.Future]] = []
         self._flush_scheduled = False
 
@@ -136,12 +139,15 @@ class Webhooks:
 
     def stats(self) -> dict[str, Any]:
         return {"enabled": self.enabled, "sendgrid_events_url": self.sendgrid_url,
-                "pending": len(self._tasks), **{k: self._counts[k] for k in COUNTERS}}
+                "pending": len(self._tasks), **{k: self._counts[k] for k in COUNTERS},
+                "events_delivered": dict(self._delivered), "events_dropped": dict(self._lost)}
 
     def clear(self) -> None:
         """Forget recorded attempts and zero the counters (deliveries in progress go on)."""
         self._records.clear()
         self._counts.clear()
+        self._delivered.clear()
+        self._lost.clear()
 
     async def close(self) -> None:
         """Cancel pending deliveries and close the HTTP session (at shutdown)."""
@@ -165,7 +171,8 @@ class Webhooks:
                 "User-Agent": "TwilioProxy/1.1",
                 TWILIO_SIGNATURE_HEADER: twilio_signature(token, url, params),
             }
-            await self._deliver("twilio", url, kind, [notification_id], 1, lambda b=body, h=headers: (b, h))
+            ok = await self._deliver("twilio", url, kind, [notification_id], 1, lambda b=body, h=headers: (b, h))
+            (self._delivered if ok else self._lost)[f"twilio:{kind}"] += 1
 
     async def _sendgrid_flow(self, events: list[dict[str, Any]], delay_s: float,
                              notification_id: str | None) -> None:
@@ -200,9 +207,11 @@ class Webhooks:
                 SENDGRID_TIMESTAMP_HEADER: timestamp,
             }
 
+        ok = False
         try:
-            await self._deliver("sendgrid", self.sendgrid_url or "", kinds, ids, len(items), build)
+            ok = await self._deliver("sendgrid", self.sendgrid_url or "", kinds, ids, len(items), build)
         finally:
+            (self._delivered if ok else self._lost).update(f"sendgrid:{kind}" for _, kind, _, _ in items)
             for _, _, _, done in items:
                 if not done.done():
                     done.set_result(None)

@@ -428,7 +428,7 @@ def test_receipt_rules_crud(wh):
 
     assert first == {"id": first["id"], "provider": "twilio", "to": None, "outcome": "failed", "error_code": None,
                      "bounce_type": None, "reason": None, "delay_ms": 50, "duplicates": 0, "reorder": False,
-                     "times": None, "fired": 0}
+                     "times": None, "queued_share": 0.0, "fired": 0}
     assert [r["id"] for r in wh.call("GET", "/_emulator/receipts")] == [first["id"], second["id"]]
     wh.call("DELETE", f"/_emulator/receipts/{first['id']}")
     assert [r["id"] for r in wh.call("GET", "/_emulator/receipts")] == [second["id"]]
@@ -462,3 +462,31 @@ def test_receipts_can_be_turned_off(receiver):
         EventWebhook(public_key(server))  # a generated key, in the format EventWebhook takes
     finally:
         assert server.stop() == 0
+
+
+def test_queued_share_sends_queued_first_for_that_share_and_stats_count_events_by_kind(wh, receiver):
+    """``bench --receipts``: Twilio posts ``queued`` first for some messages (half here: every
+    second one), each signed; the stats count every event answered 2xx by provider and kind."""
+    receipt(wh, provider="twilio", queued_share=0.5)
+    paths = [send_sms(wh, receiver, to=f"+1555123{i:04d}")[2] for i in range(4)]
+    nid, _ = send_email(wh)
+    settle(wh)
+
+    statuses = [[h.form["MessageStatus"] for h in receiver.received(path)] for path in paths]
+    assert statuses == [["sent", "delivered"], ["queued", "sent", "delivered"]] * 2
+    for path in paths:
+        for hit in receiver.received(path):
+            assert RequestValidator(TOKEN).validate(hit.url, hit.form, hit.headers["X-Twilio-Signature"])
+    assert [e["event"] for e in receiver.events_of(nid)] == ["processed", "delivered"]
+    stats = wh.call("GET", "/_emulator/webhooks/stats")
+    assert stats["events_delivered"] == {"twilio:queued": 2, "twilio:sent": 4, "twilio:delivered": 4,
+                                         "sendgrid:processed": 1, "sendgrid:delivered": 1}
+    assert stats["events_dropped"] == {}
+
+
+@pytest.mark.parametrize("rule", [{"provider": "twilio", "queued_share": 1.5},
+                                  {"provider": "twilio", "queued_share": "half"},
+                                  {"provider": "sendgrid", "queued_share": 0.5}])
+def test_a_queued_share_out_of_range_or_not_for_twilio_is_refused(wh, rule):
+    r = requests.post(f"{wh.url}/_emulator/receipts", json=rule, timeout=5)
+    assert r.status_code == 400 and "queued_share" in r.text

@@ -6,7 +6,7 @@ Starts its own stack on free ports against the database ``notify_bench`` and Red
 ``--channel``, ``--recipients``; ``--scenario brownout`` (a slow primary SMS provider) and
 ``--scenario events`` (bench/event_blast.py); ``--history-days D --history-per-day N``: on a database
 with that much history behind it (bench/history.py), and every run EXPLAINs the hot queries after it
-(bench/explain.py). Writes ``bench/results/<UTC timestamp>.json`` and
+(bench/explain.py); ``--receipts`` (bench/receipts.py). Writes ``bench/results/<UTC timestamp>.json`` and
 ``.png`` (not in git), exits 1 when something was lost or an OTP never reached the provider;
 ``--write-docs RESULTS.json`` rewrites the results block of docs/PERFORMANCE.md. The options in
 full: ``manage.py bench --help`` and docs/PERFORMANCE.md.
@@ -76,6 +76,10 @@ class Command(BaseCommand):
                                  "prefork)")
         parser.add_argument("--naive-concurrency", type=int, default=8,
                             help="prefork processes, or threads per threaded worker (default 8)")
+        parser.add_argument("--receipts", action="store_true",
+                            help="delivery receipts on (SendGrid processed + delivered, Twilio 2-3 callbacks): "
+                                 "the blast without them, then with them; reports their cost (no ceilings, no "
+                                 "naive baseline)")
         parser.add_argument("--skip-naive", action="store_true", help="no naive baseline")
         parser.add_argument("--skip-ceilings", "--skip-raw", dest="skip_ceilings", action="store_true",
                             help="no reference ceilings (raw/SDK, durable)")
@@ -139,8 +143,8 @@ class Command(BaseCommand):
     def run(self, o):
         # SIGTERM unwinds like Ctrl-C, so the stack this run started is stopped (finally blocks).
         signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(143))
-        from bench import plot, report
-        from bench.runner import RunConfig, run_blast, run_naive
+        from bench import plot, receipts, report
+        from bench.runner import PLATFORM_KINDS, RunConfig, run_blast, run_naive
 
         database_url, redis_url = os.environ["DATABASE_URL"], os.environ["REDIS_URL"]
         self.say(f"database {BENCH_DATABASE}: migrating…")
@@ -161,7 +165,8 @@ class Command(BaseCommand):
             "options": {k: o[k] for k in ("recipients", "channel", "otp_rate", "provider_rate", "provider_latency_ms",
                                           "scenario", "naive_recipients", "naive_max_seconds", "naive_pool",
                                           "naive_concurrency", "skip_naive", "skip_ceilings", "ceiling_seconds",
-                                          "drain_timeout", "history_days", "history_per_day")}
+                                          "drain_timeout", "history_days", "history_per_day",
+                                          "receipts")}
             | {"argv": " ".join(argv)},
             "history": history, "notes": [], "raw_ceiling": None, "sdk_ceiling": None, "durable_ceiling": None,
             "tiered": None, "naive": None,
@@ -170,16 +175,25 @@ class Command(BaseCommand):
                   "provider_latency_ms": o["provider_latency_ms"], "drain_timeout": o["drain_timeout"]}
         otp_channels = ["sms", "email", "push"] if brownout else [o["channel"]]
         error = None
+        with_receipts = o["receipts"]
         try:
+            if with_receipts:  # the same blast without receipts first: what they add is the difference
+                result["tiered_without_receipts"] = run_blast(
+                    RunConfig(pipeline="tiered", label="without-receipts", recipients=o["recipients"],
+                              otp_channels=otp_channels, brownout=brownout, **common),
+                    database_url, redis_url, work, self.say)
             tiered = run_blast(RunConfig(pipeline="tiered", recipients=o["recipients"], otp_channels=otp_channels,
-                                         brownout=brownout,
-                                         ceiling_seconds=0 if (o["skip_ceilings"] or brownout)
+                                         brownout=brownout, receipts=with_receipts,
+                                         ceiling_seconds=0 if (o["skip_ceilings"] or brownout or with_receipts)
                                          else o["ceiling_seconds"], **common),
                                database_url, redis_url, work, self.say)
             for key in ("raw_ceiling", "sdk_ceiling", "durable_ceiling", "raw_http_transport"):
                 result[key] = tiered.pop(key, None)
             result["tiered"] = tiered
-            if not brownout and not o["skip_naive"]:
+            if with_receipts and tiered.get("receipts"):
+                result["receipts"] = {**tiered["receipts"], "cost": receipts.cost(
+                    tiered["run"], (result.get("tiered_without_receipts") or {}).get("run"), list(PLATFORM_KINDS))}
+            if not brownout and not o["skip_naive"] and not with_receipts:
                 size = o["naive_recipients"] or min(o["recipients"], 20_000)
                 naive_common = {**common, "drain_timeout": o["naive_max_seconds"]}
                 result["naive"] = run_naive(
@@ -196,9 +210,15 @@ class Command(BaseCommand):
                 result["tiered"], result["naive"], {k: result.get(k) for k in report.CEILINGS}, o["channel"])
             result["targets"] = report.evaluate_targets(result["tiered"], result["naive"], result["reference"],
                                                         o["recipients"], o["channel"])
-        problems = report.sanity_problems(result["tiered"]) + ([f"bench error: {error}"] if error else [])
+        problems = (report.sanity_problems(result["tiered"]) + receipts.problems(result.get("receipts"))
+                    + ([f"bench error: {error}"] if error else []))
+
+        def summary(r: dict) -> str:
+            text = report.summary_text(r)
+            return text + "\n\n" + receipts.summary_text(r["receipts"]) if r.get("receipts") else text
+
         result["explain"] = self.explain()
-        self.finish(result, problems, out / stamp, plot.write_plot, report.summary_text, work)
+        self.finish(result, problems, out / stamp, plot.write_plot, summary, work)
 
     def history(self, o) -> dict | None:
         """``--history-days``: the fill (made or reused) for the JSON; without it, no fill is kept."""
