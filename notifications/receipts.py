@@ -308,15 +308,17 @@ SELECT pg_advisory_xact_lock(%s::int, h)
 #: A receipt's event, once per ``dedup_key``: the table is partitioned by day (docs/ARCHITECTURE.md
 #: §13), so no unique index can hold the key; under :func:`_lock_dedup_keys` this looks for the key
 #: from the notification's creation on (no earlier event is its) and inserts the first of each key
-#: in the batch that is not there yet.
+#: in the batch that is not there yet, in the batch's order (ids order a timeline's equal instants).
 _INSERT_EVENTS_SQL = """
 INSERT INTO notifications_deliveryevent (notification_id, kind, status, reason, detail, dedup_key, created_at)
-SELECT DISTINCT ON (v.dedup_key) v.notification_id, v.kind, '', '', v.detail, v.dedup_key, v.created_at
-  FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[], %s::timestamptz[], %s::timestamptz[])
-       WITH ORDINALITY AS v(notification_id, kind, detail, dedup_key, created_at, since, n)
- WHERE NOT EXISTS (SELECT 1 FROM notifications_deliveryevent AS e
-                    WHERE e.dedup_key = v.dedup_key AND e.created_at >= v.since)
- ORDER BY v.dedup_key, v.n
+SELECT first.notification_id, first.kind, '', '', first.detail, first.dedup_key, first.created_at
+  FROM (SELECT DISTINCT ON (v.dedup_key) v.*
+          FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[], %s::timestamptz[], %s::timestamptz[])
+               WITH ORDINALITY AS v(notification_id, kind, detail, dedup_key, created_at, since, n)
+         WHERE NOT EXISTS (SELECT 1 FROM notifications_deliveryevent AS e
+                            WHERE e.dedup_key = v.dedup_key AND e.created_at >= v.since)
+         ORDER BY v.dedup_key, v.n) AS first
+ ORDER BY first.n
 RETURNING id, dedup_key
 """
 

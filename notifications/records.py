@@ -15,10 +15,14 @@ from collections.abc import Iterable
 from django.db import connection
 from django.db.models import Q, QuerySet
 
-from notifications.models import DeliveryAttempt, NotificationRecord, TimelineEntry, log_of
-
-LIVE_TABLE = "notifications_notification"
-HISTORY_TABLE = "notifications_notificationhistory"
+from notifications.models import (
+    DeliveryAttempt,
+    Notification,
+    NotificationHistory,
+    NotificationRecord,
+    TimelineEntry,
+    log_of,
+)
 
 
 def records() -> QuerySet[NotificationRecord]:
@@ -60,5 +64,5 @@ def estimated_count() -> int:
         cur.execute("""SELECT coalesce(sum(greatest(c.reltuples, 0)), 0)::bigint FROM pg_class c
                         WHERE c.oid = %s::regclass
                            OR c.oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = %s::regclass)""",
-                    [LIVE_TABLE, HISTORY_TABLE])
+                    [Notification._meta.db_table, NotificationHistory._meta.db_table])
         return int(cur.fetchone()[0])

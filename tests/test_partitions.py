@@ -17,6 +17,9 @@ from preferences.models import Recipient
 
 NOW = datetime(2031, 3, 10, 12, 0, tzinfo=UTC)
 ATTEMPTS, EVENTS, AUDIT = "notifications_deliveryattempt", "notifications_deliveryevent", "notifications_apiauditentry"
+HISTORY = "notifications_notificationhistory"
+#: Every registered table, in the registry's order (config/settings.py).
+REGISTERED = (HISTORY, ATTEMPTS, EVENTS, AUDIT)
 AHEAD = [date(2031, 3, 10) + timedelta(days=n) for n in range(8)]
 
 
@@ -53,13 +56,13 @@ def day_names(table: str, days: list[date]) -> list[str]:
 def test_each_registered_table_gets_todays_and_seven_days_ahead_of_the_platform_clock(frozen):
     run = partitions.maintain()
 
-    assert [t.table for t in run.tables] == [ATTEMPTS, EVENTS, AUDIT]
+    assert [t.table for t in run.tables] == list(REGISTERED)
     for t in run.tables:
         assert t.created == tuple(day_names(t.table, AHEAD))
         assert (t.moved, t.dropped, t.expired_in_default) == ({}, (), 0)
         assert names(t.table) == sorted([*day_names(t.table, AHEAD), f"{t.table}_default"])
     again = partitions.maintain()
-    assert [(t.created, t.dropped) for t in again.tables] == [((), ())] * 3
+    assert [(t.created, t.dropped) for t in again.tables] == [((), ())] * len(REGISTERED)
     assert partitions.last_run()["outcome"] == "ok"
     assert partitions.last_run()["success_at"] == NOW
 
@@ -160,9 +163,9 @@ def test_two_maintenance_runs_at_once_both_end_and_each_day_is_made_once(frozen,
 
     assert errors == []
     made = [name for r in runs for t in r.tables for name in t.created]
-    expected = [name for table in (ATTEMPTS, EVENTS, AUDIT) for name in day_names(table, AHEAD)]
+    expected = [name for table in REGISTERED for name in day_names(table, AHEAD)]
     assert sorted(made) == sorted(expected)  # each once, whichever run made it
-    for table in (ATTEMPTS, EVENTS, AUDIT):
+    for table in REGISTERED:
         assert partitions.days(table) == AHEAD
 
 
@@ -240,8 +243,8 @@ def test_metrics_show_each_tables_partitions_oldest_age_and_the_last_successful_
              for family in text_string_to_metric_families(response.content.decode()) for s in family.samples
              if s.name.startswith("notify_partition")}
     assert found == {
-        **{("notify_partitions", (("table", t),)): 10.0 for t in (ATTEMPTS, EVENTS, AUDIT)},
-        **{("notify_partition_oldest_age_days", (("table", t),)): 2.0 for t in (ATTEMPTS, EVENTS, AUDIT)},
+        **{("notify_partitions", (("table", t),)): 10.0 for t in REGISTERED},
+        **{("notify_partition_oldest_age_days", (("table", t),)): 2.0 for t in REGISTERED},
         ("notify_partition_maintenance_last_success_timestamp", ()): NOW.timestamp(),
     }
 
@@ -287,7 +290,7 @@ def test_beat_runs_the_maintenance_hourly_on_the_maintenance_queue(frozen, setti
     done = tasks.maintain_partitions()
 
     assert done["skipped"] is False
-    assert sorted(done["created"]) == sorted(n for t in (ATTEMPTS, EVENTS, AUDIT) for n in day_names(t, AHEAD))
+    assert sorted(done["created"]) == sorted(n for t in REGISTERED for n in day_names(t, AHEAD))
     assert done["dropped"] == []
 
 
