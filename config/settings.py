@@ -323,10 +323,9 @@ CELERY_BEAT_SCHEDULE["maintain-partitions"] = {
 }
 # Where a row lives (docs/ARCHITECTURE.md; notifications/lifecycle/archive.py): finished rows stay live
 # HOT_HOURS after their last change, then move to the history; dead letters wait DEAD_LETTER_DAYS for
-# a replay; an idempotent retry finds an archived send for IDEMPOTENCY_DAYS.
+# a replay; an idempotent retry finds an archived send for as long as the history keeps it.
 NOTIFY["HOT_HOURS"] = env.float("HOT_HOURS", default=6)
 NOTIFY["DEAD_LETTER_DAYS"] = env.int("DEAD_LETTER_DAYS", default=14)
-NOTIFY["IDEMPOTENCY_DAYS"] = env.int("IDEMPOTENCY_DAYS", default=7)
 NOTIFY["ARCHIVE_BATCH_SIZE"] = env.int("ARCHIVE_BATCH_SIZE", default=5000)
 NOTIFY["ARCHIVE_MAX_ROWS_PER_RUN"] = env.int("ARCHIVE_MAX_ROWS_PER_RUN", default=100_000)
 CELERY_BEAT_SCHEDULE["archive-notifications"] = {

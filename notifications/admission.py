@@ -155,7 +155,7 @@ def admit(a: Admission) -> Decision:
 
 
 def _requested_before(model, pk, now: datetime) -> bool:
-    """Whether the request's row exists: live, or (a notification) archived within ``IDEMPOTENCY_DAYS``."""
+    """Whether the request's row exists: live, or (a notification) in the history."""
     if model is Notification:
         return archive.exists(pk, archive.idempotency_window(now))
     return model.objects.filter(pk=pk).exists()
@@ -171,7 +171,7 @@ class ArchivedRequest(Exception):
 
 def refuse_archived(pk, now: datetime) -> None:
     """Call right after INSERTing an API send's row ``pk``, in its transaction: raises
-    :class:`ArchivedRequest` when the history holds ``pk`` (created within ``IDEMPOTENCY_DAYS``), so
+    :class:`ArchivedRequest` when the history holds ``pk`` (any day partition: a key lives as long as its row), so
     the caller rolls back and answers with the original. After the INSERT, not before: an INSERT
     racing the archiver waits for its move to commit, and this later statement then sees the row."""
     rows = archive.archived_by_id([pk], archive.idempotency_window(now))
@@ -180,7 +180,7 @@ def refuse_archived(pk, now: datetime) -> None:
 
 
 def original(pk, now: datetime) -> Notification | None:
-    """The row an API send's key made: the live one, else its archived copy (``IDEMPOTENCY_DAYS``)."""
+    """The row an API send's key made: the live one, else its archived copy."""
     live = Notification.objects.filter(pk=pk).first()
     if live is not None:
         return live

@@ -396,6 +396,12 @@ def test_a_typed_send_and_an_event_retried_after_archive_answer_as_the_first_tim
         202, first_event.json(), "true")
     assert (Notification.objects.filter(client=client).count(),
             NotificationHistory.objects.filter(client=client).count()) == (0, 2)
+    frozen[0] = NOW + timedelta(days=60)  # the old one-week window answered 500 here (event key taken)
+    late = typed()
+    assert (late.status_code, late.json(), late.headers["Idempotent-Replayed"]) == (202, first_typed.json(), "true")
+    NotificationHistory.objects.filter(client=client, event__isnull=False, idempotency_key="typed-1").delete()
+    spent = typed()  # its row dropped with its day partition; its event row remains: the key is spent
+    assert (spent.status_code, spent.json()["error"]["fields"][0]["code"]) == (422, "idempotency_key_reused")
 
 
 @pytest.mark.django_db(transaction=True)
@@ -462,5 +468,5 @@ def test_the_gate_sees_an_archived_request_as_a_replay_so_no_limit_is_charged(se
     assert archive.archive(NOW, 100) == 1
     asked = Admission(road=Road.SINGLE, now=NOW, request=(Notification, n.pk))
     assert admit(asked).replayed is True
-    settings.NOTIFY = {**settings.NOTIFY, "IDEMPOTENCY_DAYS": 5}  # created 6 days ago: a new request
-    assert admit(asked).replayed is False
+    later = Admission(road=Road.SINGLE, now=NOW + timedelta(days=60), request=(Notification, n.pk))
+    assert admit(later).replayed is True  # a key lives as long as its row: never a second row of one id

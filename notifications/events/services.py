@@ -198,8 +198,8 @@ def accept_event(*, client: APIClient, idempotency_key: str, fingerprint: str, k
         # The same (client, key) was committed first, possibly by a concurrent request (or archived since).
         if single:  # the key may have been used by an untyped single send as well
             first = exc.row if isinstance(exc, ArchivedRequest) else original(single, now)
-            if first is None:
-                raise
+            if first is None:  # the key's row is gone (past the history's retention): the key is spent
+                raise IdempotencyKeyReused() from None
             if not same_request(first.request_fingerprint, fingerprint) or (event_of_first := first.event) is None:
                 raise IdempotencyKeyReused() from None
             return AcceptedEvent(event_of_first, [first], replayed=True)
