@@ -170,7 +170,9 @@ class ArchivedRequest(Exception):
 
 
 def refuse_archived(pk, now: datetime) -> None:
-    """Call right after INSERTing an API send's row ``pk``, in its transaction: raises
+    """Call right after INSERTing an API send's row ``pk`` when the gate found the request before
+    (``Decision.replayed``; a row it found nowhere — one statement over live and history — cannot be
+    in the history yet: rows stay live ``HOT_HOURS``), in its transaction: raises
     :class:`ArchivedRequest` when the history holds ``pk`` (any day partition: a key lives as long as its row), so
     the caller rolls back and answers with the original. After the INSERT, not before: an INSERT
     racing the archiver waits for its move to commit, and this later statement then sees the row."""

@@ -175,7 +175,8 @@ def accept_notification(
         # An error on the way is logged (Django's 500) without a sensitive notification's content.
         with decision, sensitive_content([notification] if sensitive else ()), transaction.atomic():
             notification.save(force_insert=True)
-            refuse_archived(nid, now)  # the key's first request may have been archived: then it answers
+            if decision.replayed:  # the gate saw the key's row; it may have been archived since: then it answers
+                refuse_archived(nid, now)
             DeliveryEvent.objects.create(notification=notification, kind="accepted", status=status,
                                          detail=f"due {due.isoformat()}" if due else "")
             if status == Status.QUEUED:

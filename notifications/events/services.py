@@ -187,7 +187,7 @@ def accept_event(*, client: APIClient, idempotency_key: str, fingerprint: str, k
             event.save(force_insert=True)
             into = digests.append(event, kind, recipients, digest_key, now) if digest_key is not None else []
             Notification.objects.bulk_create(rows, batch_size=2000)
-            if single:  # the key's first request may have been archived: then it answers
+            if single and decision.replayed:  # the gate saw the key's row; it may have been archived: it answers
                 refuse_archived(single, now)
             DeliveryEvent.objects.bulk_create([
                 DeliveryEvent(notification_id=n.pk, kind="accepted", status=n.status, created_at=now,
