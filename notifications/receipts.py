@@ -28,34 +28,24 @@ from django.db.models.functions import Lower, Trim
 from core import clock
 from core.postgres import array_literal
 from core.queues import RECEIPTS_DRAIN_TASK, RECEIPTS_QUEUE
-from core.redaction import erase_contacts
 from core.redis_client import get_redis
-from notifications import lifecycle, metrics, receipts_buffer, sent_markers
+from notifications import lifecycle, metrics, receipt_contacts, receipts_buffer, sent_markers
 from notifications.delivery import caps, record
-from notifications.delivery.outcomes import shown
 from notifications.events import fallback
 from notifications.lifecycle import archive
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, Reason, Status
-from preferences.models import Recipient, SmsStop
-from preferences.services import opt_out
 from providers.receipts import (
     ACCEPTED,
-    COMPLAINT,
     DEFERRED,
     DELIVERED,
     ENGAGEMENT,
     FAILED,
-    UNSUBSCRIBE,
     Receipt,
 )
 
 log = logging.getLogger(__name__)
 
 UNKNOWN_COUNTER_KEY = "receipts:unknown"
-
-# Twilio status-callback error codes with a contact consequence (docs/PROVIDERS.md §1(c)).
-TWILIO_DEAD_NUMBER = {"30005": "unknown_handset", "30006": "landline"}
-TWILIO_BLOCKED = "30004"
 
 #: ``scheduled``/``queued`` rows with these reasons wait for a re-send after a call whose outcome
 #: was never learned: a delivered/failed receipt settles them (module docstring).
@@ -344,7 +334,7 @@ def _apply_bulk(pairs: list[tuple[Receipt, Notification]]) -> list[str]:
         with connection.cursor() as cur:
             cur.execute(_INSERT_EVENTS_SQL, [array_literal(str(n.pk) for _r, n in pairs),
                                              array_literal(f"receipt:{r.raw}"[:32] for r, _n in pairs),
-                                             array_literal(_stored_details(pairs)), array_literal(keys),
+                                             array_literal(receipt_contacts.stored_details(pairs)), array_literal(keys),
                                              array_literal(_received(r, now).isoformat() for r, _n in pairs),
                                              array_literal(n.created_at.isoformat() for _r, n in pairs)])
             events = {key: pk for pk, key in cur.fetchall()}
@@ -379,7 +369,7 @@ def _apply_one(receipt: Receipt) -> str:
         _lock_dedup_keys([key])
         if _stored_before(key, n):
             return "duplicate"
-        detail = _stored_detail(n, receipt)
+        detail = receipt_contacts.stored_detail(n, receipt)
         event = DeliveryEvent.objects.create(notification=n, kind=f"receipt:{receipt.raw}"[:32], dedup_key=key,
                                              detail=detail, created_at=_received(receipt, clock.now()))
         now = clock.now()
@@ -390,16 +380,17 @@ def _apply_one(receipt: Receipt) -> str:
             # The provider has it (Twilio queued/sent, SendGrid processed): a call whose answer we
             # never got, or have not recorded yet, was accepted; a pending re-send must not happen.
             lifecycle.mark_events([event.pk], Status.SENT)
-        _contact_hygiene(n, receipt, now)
+        receipt_contacts.contact_hygiene(n, receipt, now)
         metrics.receipt_applied(n, receipt)
     return "applied"
 
 
 def _settle(n: Notification, receipt: Receipt, event: DeliveryEvent, detail: str, now: datetime) -> None:
     """Move ``n`` to ``delivered``/``failed`` for a delivered/failure ``receipt`` if its state allows
-    (module docstring), a failure with the receipt's stored ``detail`` (:func:`_stored_detail`) as
-    its reason detail; the receipt's event then records the state it moved the row to. Runs inside
-    the receipt's transaction. The common case (``sent``) costs one conditional UPDATE."""
+    (module docstring), a failure with the receipt's stored ``detail``
+    (:func:`~notifications.receipt_contacts.stored_detail`) as its reason detail; the receipt's
+    event then records the state it moved the row to. Runs inside the receipt's transaction. The
+    common case (``sent``) costs one conditional UPDATE."""
     fields: dict = {"lease_until": None, "updated_at": now}
     if receipt.kind == DELIVERED:
         status, reason = Status.DELIVERED, ""
@@ -491,80 +482,3 @@ def _sent_at(receipt: Receipt, claimed_at: datetime, now: datetime) -> datetime:
     if at is None or not claimed_at.replace(microsecond=0) <= at <= now:
         return now
     return max(at, claimed_at)
-
-
-def _detail(receipt: Receipt) -> str:
-    parts = [receipt.provider, receipt.raw]
-    if receipt.error_code:
-        parts.append(f"code {receipt.error_code}")
-    if receipt.detail:
-        parts.append(receipt.detail)
-    return " ".join(parts)[:500]
-
-
-def _stored_detail(n: Notification, receipt: Receipt) -> str:
-    """The receipt's detail as ``n``'s reason and timeline may keep it: sensitive content removed
-    (:func:`shown`); for a recipient erased since ``n`` was created, no address or number either
-    (``[erased]``, :func:`core.redaction.erase_contacts`: the erasure scrubbed the rest already)."""
-    return _stored_details([(receipt, n)])[0]
-
-
-def _stored_details(pairs: list[tuple[Receipt, Notification]]) -> list[str]:
-    """:func:`_stored_detail` of each ``(receipt, notification)``. Only the details of rows whose
-    recipient was erased since are scrubbed (read from the loaded recipients): scrubbing compiles a
-    pattern per contact, which cost ~200 µs per receipt when done for every one (bench --receipts)."""
-    erased = _erased_rows([n for _r, n in pairs])
-    return [erase_contacts(d, [r.contact, r.address or ""]) if n.pk in erased else d
-            for d, (r, n) in zip((shown(n, _detail(r)) for r, n in pairs), pairs, strict=True)]
-
-
-def _is_current(receipt: Receipt, contact: str) -> bool:
-    """Whether the receipt is about the recipient's current ``contact`` (or does not say which):
-    a receipt of an address or number the user has changed since must not mark the new one."""
-    said = receipt.contact.strip().casefold()
-    return not said or said == (contact or "").strip().casefold()
-
-
-def _erased_since(n: Notification) -> bool:
-    """Whether ``n``'s recipient was erased after ``n`` was created."""
-    return n.pk in _erased_rows([n])
-
-
-def _erased_rows(rows: list[Notification]) -> set:
-    """The ids of ``rows`` whose recipient was erased after the row was created (the one rule,
-    :meth:`preferences.models.Recipient.erased_after`, on the recipients the receipts loaded)."""
-    return {n.pk for n in rows if n.recipient.erased_after(n.created_at)}
-
-
-def _contact_hygiene(n: Notification, receipt: Receipt, now) -> None:
-    """What a receipt tells about the recipient's contact (invalid, complained, unsubscribed, blocked):
-    only about the contact it names if that is still the user's, and never about a user erased since
-    the message (a user re-created under the id is someone it never reached; the links' rule too)."""
-    recipient: Recipient = n.recipient
-    if n.channel == "email":
-        if not (receipt.invalid_address or receipt.kind in (COMPLAINT, UNSUBSCRIBE)):
-            return
-        if not _is_current(receipt, recipient.email) or _erased_since(n):
-            return
-        if receipt.invalid_address:
-            Recipient.objects.filter(pk=recipient.pk, email=recipient.email).update(
-                email_invalid_reason=f"{receipt.provider} {receipt.raw}"[:64], email_invalid_at=now)
-        elif receipt.kind == COMPLAINT:
-            _opt_out(recipient, channel="email", category=None)
-        else:
-            _opt_out(recipient, channel="email", category=n.category or None)
-    elif n.channel == "sms":
-        if not (receipt.error_code in TWILIO_DEAD_NUMBER or receipt.error_code == TWILIO_BLOCKED):
-            return
-        if not _is_current(receipt, recipient.phone):
-            return
-        if receipt.error_code in TWILIO_DEAD_NUMBER and not _erased_since(n):
-            Recipient.objects.filter(pk=recipient.pk, phone=recipient.phone).update(
-                phone_invalid_reason=TWILIO_DEAD_NUMBER[receipt.error_code], phone_invalid_at=now)
-        elif receipt.error_code == TWILIO_BLOCKED and receipt.sender and recipient.phone:  # the number's, kept
-            SmsStop.objects.get_or_create(phone=recipient.phone, sender=receipt.sender,
-                                          defaults={"source": f"{receipt.provider} {receipt.error_code}"})
-
-
-def _opt_out(recipient: Recipient, *, channel: str, category: str | None) -> None:
-    opt_out(recipient, channel=channel, category=category)
