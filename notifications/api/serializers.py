@@ -306,7 +306,9 @@ class NotificationSerializer(serializers.ModelSerializer):
                                  help_text="The notification type it was made from (docs/TYPES.md); null: inline "
                                            "content or a campaign's.")
     event_id = serializers.UUIDField(allow_null=True, read_only=True, help_text="The event that made it, if any.")
-    content = serializers.SerializerMethodField(help_text="null when the notification is `sensitive`.")
+    content = serializers.SerializerMethodField(
+        help_text="null when the notification is `sensitive`; a campaign's notification has an empty title and "
+                  "body: its content is the campaign's, rendered for the member when sent (GET /v1/campaigns/{id}).")
     timeline = EventSerializer(many=True, read_only=True)
     attempts_log = AttemptSerializer(many=True, read_only=True)
     scheduled_at = AwareDateTimeField(allow_null=True, read_only=True)
