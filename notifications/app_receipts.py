@@ -25,7 +25,7 @@ from core import clock
 from core.queues import RECEIPTS_QUEUE
 from notifications import lifecycle, metrics
 from notifications.inbox import marks
-from notifications.models import DeliveryEvent, Notification, Status, TimelineEntry, log_of
+from notifications.models import DeliveryEvent, Notification, NotificationHistory, Status, TimelineEntry, log_of
 from notifications.receipts import RESEND_PENDING_REASONS, Receipt, settle_as_sent
 
 log = logging.getLogger(__name__)
@@ -88,10 +88,12 @@ def dedup_key(notification_id, event: str) -> str:
 
 
 def apply_app_receipt(rows: QuerySet[Notification], event: str, at: datetime | None = None, *,
-                      mark_item: bool = True) -> Applied:
+                      archived: QuerySet[NotificationHistory] | None = None, mark_item: bool = True) -> Applied:
     """Apply one app receipt (module docstring) to the notification ``rows`` selects (the caller's
     tenancy rule, filtered by id), in one transaction holding the row's lock, so concurrent receipts
-    for one notification apply one after the other.
+    for one notification apply one after the other. ``archived``: the same selection in the history,
+    read (and locked) when no live row is found: a row archived ``HOT_HOURS`` after its last change
+    takes its receipts there by the same rules (docs/ARCHITECTURE.md §13).
 
     ``event``: one of :data:`EVENTS`. ``at``: aware instant the app saw it, or None (now); the
     caller checks it is not more than :data:`MAX_FUTURE_SKEW` ahead. ``mark_item``: an in_app notification's item is
@@ -103,15 +105,18 @@ def apply_app_receipt(rows: QuerySet[Notification], event: str, at: datetime | N
     if event not in EVENT_STATUS:
         raise ValueError(f"unknown app receipt event {event!r}")
     try:
-        return _apply(rows, event, at, mark_item)
+        return _apply(rows, archived, event, at, mark_item)
     except (WrongChannel, NotReached) as exc:  # counted once the refusal's rollback is over
         metrics.app_receipt(event, exc.channel, "refused")
         raise
 
 
-def _apply(rows: QuerySet[Notification], event: str, at: datetime | None, mark_item: bool) -> Applied:
+def _apply(rows: QuerySet[Notification], archived: QuerySet[NotificationHistory] | None, event: str,
+           at: datetime | None, mark_item: bool) -> Applied:
     with transaction.atomic():
         n = rows.select_for_update(of=("self",), no_key=True).first()
+        if n is None and archived is not None:  # not live (any more): moved rows only go this way
+            n = lifecycle.archive.locked(archived)
         if n is None:
             raise Notification.DoesNotExist
         if n.channel not in APP_CHANNELS:
@@ -224,7 +229,8 @@ def from_inbox_mark(notification_ids: list, status: str) -> int:
     for nid in notification_ids:
         try:
             # The item is marked already: that is what is being mirrored.
-            stored += not apply_app_receipt(Notification.objects.filter(pk=nid), event, mark_item=False).duplicate
+            stored += not apply_app_receipt(Notification.objects.filter(pk=nid), event, mark_item=False,
+                                            archived=NotificationHistory.objects.filter(pk=nid)).duplicate
         except (Notification.DoesNotExist, WrongChannel, NotReached):
             continue
         except Exception:

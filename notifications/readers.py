@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from django.db.models import Q, QuerySet
 
-from notifications.models import APIClient, Notification, NotificationRecord
+from notifications.models import APIClient, Notification, NotificationHistory, NotificationRecord
 
 #: A read rule: ``client -> Q`` over the notification columns (:class:`~notifications.models.NotificationRecord`)
 #: of further rows it may read.
@@ -46,3 +46,9 @@ def readable_live_notifications(client: APIClient) -> QuerySet[Notification]:
     """The live rows among :func:`readable_notifications`: what a write on the client's behalf (an app
     receipt) may lock and change; the view of live and history cannot be locked."""
     return Notification.objects.filter(_allowed(client))
+
+
+def readable_archived_notifications(client: APIClient) -> QuerySet[NotificationHistory]:
+    """The archived rows among :func:`readable_notifications`: what a write on the client's behalf
+    (an app receipt of a row no longer live) may lock and change in the history."""
+    return NotificationHistory.objects.filter(_allowed(client))

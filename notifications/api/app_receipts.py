@@ -16,7 +16,7 @@ from core.api.fields import AwareDateTimeField, RejectUnknownFields
 from core.api.scopes import Scope
 from notifications import app_receipts
 from notifications.models import Notification
-from notifications.readers import readable_live_notifications
+from notifications.readers import readable_archived_notifications, readable_live_notifications
 
 _SKEW = int(app_receipts.MAX_FUTURE_SKEW.total_seconds())
 _EVENTS = ", ".join(app_receipts.EVENTS)
@@ -99,7 +99,8 @@ class NotificationReceiptView(APIView):
         event, at = ser.validated_data["event"], ser.validated_data["at"]
         try:
             mine = readable_live_notifications(request.auth).filter(pk=notification_id)
-            applied = app_receipts.apply_app_receipt(mine, event, at)
+            archived = readable_archived_notifications(request.auth).filter(pk=notification_id)
+            applied = app_receipts.apply_app_receipt(mine, event, at, archived=archived)
         except Notification.DoesNotExist:
             return field_error("notification_id", "not_found",
                                "no notification with this id that this API client may read", 404,

@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from notifications.lifecycle.table import FINISHED
 from notifications.models import ArchivedNotification, Notification, NotificationHistory
@@ -98,14 +98,35 @@ def archived(q: Q, since: datetime, **annotations) -> list[ArchivedNotification]
     """The history's rows matching ``q`` (over ``annotations``, if given) created at or after
     ``since`` (the bound prunes the day partitions read), with their recipients, as
     :class:`ArchivedNotification` (never saved)."""
+    return [_as_notification(h) for h in (NotificationHistory.objects.select_related("recipient")
+                                          .annotate(**annotations).filter(q, created_at__gte=since))]
+
+
+def locked(rows: QuerySet[NotificationHistory]) -> ArchivedNotification | None:
+    """The one history row ``rows`` selects (the caller's rule, filtered by id: a primary-key probe
+    of every partition), locked ``FOR NO KEY UPDATE`` to the end of the transaction, or None: what
+    a write to an archived row holds while it decides (an app receipt), as the live row's lock does."""
+    h = rows.select_related("recipient").select_for_update(of=("self",), no_key=True).first()
+    return _as_notification(h) if h is not None else None
+
+
+def partition_key(n: Notification) -> datetime:
+    """The history's partition-key value of the archived row ``n``: what :func:`in_history` needs
+    to read one partition. The one place that knows the partition column."""
+    return n.created_at
+
+
+def in_history(pk, key: datetime) -> QuerySet[NotificationHistory]:
+    """The history row ``pk`` in the one partition of ``key`` (:func:`partition_key`): what a
+    lifecycle write to an archived row updates."""
+    return NotificationHistory.objects.filter(pk=pk, created_at=key)
+
+
+def _as_notification(h: NotificationHistory) -> ArchivedNotification:
     names = [f.attname for f in Notification._meta.concrete_fields]
-    rows = []
-    for h in (NotificationHistory.objects.select_related("recipient").annotate(**annotations)
-              .filter(q, created_at__gte=since)):
-        n = ArchivedNotification.from_db(connection.alias, names, [getattr(h, a) for a in names])
-        n.recipient = h.recipient
-        rows.append(n)
-    return rows
+    n = ArchivedNotification.from_db(connection.alias, names, [getattr(h, a) for a in names])
+    n.recipient = h.recipient
+    return n
 
 
 def archived_by_id(ids: Iterable, since: datetime) -> list[ArchivedNotification]:

@@ -16,6 +16,7 @@ from django.db import connection
 from django.db.models import Case, F, Q, Value, When
 
 from core.postgres import array_literal
+from notifications.lifecycle import archive
 from notifications.lifecycle.table import Cause, allowed, in_sql, sources
 from notifications.models import Notification, NotificationHistory, Reason, Status
 
@@ -93,7 +94,8 @@ def settle(pk, status: str, fields: dict, at: datetime, rank: int, *, archived_a
     (``delivered`` clears a failure's reason; ``failed`` clears ``delivered_at``, and a newer failure
     of a row failed by a receipt replaces its reason detail: the provider's last word). Returns
     :data:`REFAILED` for that last move, ``"moved"`` for any other, ``""`` when it did not move.
-    ``archived_at``: the row is in the history, created then (the same rules, one partition read)."""
+    ``archived_at``: the row is in the history, this its :func:`.archive.partition_key` (the same
+    rules, one partition read)."""
     by_receipt = Q(status=Status.FAILED, reason__in=RECEIPT_REASONS, receipt_at__isnull=False)
     if status == Status.DELIVERED:
         tries = [(Q(status=Status.SENT) | by_receipt, "moved")]
@@ -103,8 +105,7 @@ def settle(pk, status: str, fields: dict, at: datetime, rank: int, *, archived_a
     else:
         tries = [(Q(status__in=[Status.SENT, Status.DELIVERED]), "moved"), (by_receipt, REFAILED)]
         fields = {**fields, "delivered_at": None}
-    rows = (Notification.objects.filter(pk=pk) if archived_at is None
-            else NotificationHistory.objects.filter(pk=pk, created_at=archived_at))
+    rows = Notification.objects.filter(pk=pk) if archived_at is None else archive.in_history(pk, archived_at)
     for recorded, outcome in tries:
         if (rows.filter(recorded, _newer(at, rank), status__in=sources(Cause.PROVIDER_RECEIPT, status))
                 .update(status=status, receipt_at=at, receipt_rank=rank, **fields)):
@@ -151,10 +152,11 @@ def mark_out_of_order(items: list[tuple], *, archived_since: datetime | None = N
 
 
 def app_move(n: Notification, target: str, now: datetime) -> bool:
-    """An app receipt moves ``n`` up the app's ladder to ``target`` (only from a status below it);
+    """An app receipt moves ``n`` up the app's ladder to ``target`` (only from a status below it),
+    where it lives: the live table, or an archived row's one history partition (the same moves);
     ``n`` is updated in memory when it moved."""
-    moved = Notification.objects.filter(pk=n.pk, status__in=sources(Cause.APP_RECEIPT, target)).update(
-        status=target, updated_at=now)
+    rows = archive.in_history(n.pk, archive.partition_key(n)) if n.archived else Notification.objects.filter(pk=n.pk)
+    moved = rows.filter(status__in=sources(Cause.APP_RECEIPT, target)).update(status=target, updated_at=now)
     if moved:
         n.status, n.updated_at = target, now
     return bool(moved)
