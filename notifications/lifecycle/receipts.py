@@ -16,6 +16,7 @@ from django.db import connection
 from django.db.models import Case, F, Q, Value, When
 
 from core.postgres import array_literal
+from notifications.lifecycle import archive
 from notifications.lifecycle.table import Cause, allowed, in_sql, sources
 from notifications.models import Notification, NotificationHistory, Reason, Status
 
@@ -49,7 +50,7 @@ UPDATE notifications_notification AS n
 RETURNING n.id
 """
 
-# Against the row where it lives: the live table, or the history from a creation instant on (pruned).
+# Against the row where it lives: the live table, or the history from an archival instant on (pruned).
 _OUT_OF_ORDER_SQL = {table: f"""
 UPDATE notifications_deliveryevent AS e SET detail = left(e.detail || ' ' || %s, 500)
   FROM unnest(%s::bigint[], %s::timestamptz[], %s::int[]) AS v(id, at, rank), {table} AS n
@@ -57,7 +58,7 @@ UPDATE notifications_deliveryevent AS e SET detail = left(e.detail || ' ' || %s,
    AND n.receipt_at IS NOT NULL AND (n.receipt_at, n.receipt_rank) >= (v.at, v.rank){since}
 RETURNING e.id
 """ for table, since in ((Notification._meta.db_table, ""),
-                         (NotificationHistory._meta.db_table, " AND n.created_at >= %s"))}
+                         (NotificationHistory._meta.db_table, " AND n.archived_at >= %s"))}
 
 #: Marks receipts' entries with the state they moved their row to and, for an end, marks the
 #: entries of receipts it overruled that are listed after it (:data:`OVERRULED`): one statement.
@@ -93,7 +94,7 @@ def settle(pk, status: str, fields: dict, at: datetime, rank: int, *, archived_a
     (``delivered`` clears a failure's reason; ``failed`` clears ``delivered_at``, and a newer failure
     of a row failed by a receipt replaces its reason detail: the provider's last word). Returns
     :data:`REFAILED` for that last move, ``"moved"`` for any other, ``""`` when it did not move.
-    ``archived_at``: the row is in the history, created then (the same rules, one partition read)."""
+    ``archived_at``: the row is in the history, archived then (the same rules, one partition read)."""
     by_receipt = Q(status=Status.FAILED, reason__in=RECEIPT_REASONS, receipt_at__isnull=False)
     if status == Status.DELIVERED:
         tries = [(Q(status=Status.SENT) | by_receipt, "moved")]
@@ -104,7 +105,7 @@ def settle(pk, status: str, fields: dict, at: datetime, rank: int, *, archived_a
         tries = [(Q(status__in=[Status.SENT, Status.DELIVERED]), "moved"), (by_receipt, REFAILED)]
         fields = {**fields, "delivered_at": None}
     rows = (Notification.objects.filter(pk=pk) if archived_at is None
-            else NotificationHistory.objects.filter(pk=pk, created_at=archived_at))
+            else archive.in_history(pk, archived_at))
     for recorded, outcome in tries:
         if (rows.filter(recorded, _newer(at, rank), status__in=sources(Cause.PROVIDER_RECEIPT, status))
                 .update(status=status, receipt_at=at, receipt_rank=rank, **fields)):
@@ -139,7 +140,7 @@ def mark_events(event_ids: list, status: str, reason: str = "") -> None:
 def mark_out_of_order(items: list[tuple], *, archived_since: datetime | None = None) -> set:
     """Mark the receipts' entries ``[(event id, at, rank)]`` whose row had a newer receipt applied
     already (:data:`OUT_OF_ORDER`); returns the event ids marked. ``archived_since``: their rows are
-    in the history, created then or later."""
+    in the history, archived then or later."""
     if not items:
         return set()
     params = [OUT_OF_ORDER, array_literal(e for e, _a, _r in items),
