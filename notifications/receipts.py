@@ -189,9 +189,9 @@ def _find_all(receipts: list[Receipt]) -> dict[int, Notification]:
     by the provider's message id: for a receipt with an ``address`` (a SendGrid request id, shared by
     a batch's recipients) only the row of that id sent to that address (compared case-insensitively),
     never any row of the batch. A receipt matching nothing is absent (counted as unknown by
-    :func:`apply_receipts`). Receipts whose row is not live look in the history created within the
-    receipt window (``archive.receipt_window``: archived within it, the bound prunes the day
-    partitions read)."""
+    :func:`apply_receipts`). Receipts whose row is not live look in the history among rows archived
+    within the receipt window (``archive.receipt_window``, whenever they were created: the bound
+    prunes the day partitions read)."""
     found = _lookup(receipts, lambda q: list(_with_recipient().filter(q)))
     if len(found) < len(receipts):  # the rest may have been archived
         since = archive.receipt_window(clock.now())
