@@ -1,6 +1,8 @@
 """The rows of a history fill (bench/history.py): D days × N notifications a day as production leaves
 them, with their attempts, timeline events, provider receipts, events, campaigns and API audit rows,
-COPYed day by day; each notification to the history table or the live one by when it finished.
+COPYed day by day into day partitions made before (never through DEFAULT); each notification to the
+history table if the archiver has moved it by now (``HOT_HOURS`` and up to an hour after it
+finished: its ``archived_at``) or the live one.
 The mix (kinds, channels, outcomes per channel) is the tables below; docs/PERFORMANCE.md says it in words.
 """
 
@@ -18,6 +20,7 @@ from django.db import connection, models, transaction
 
 from bench import seed
 from campaigns.models import Campaign, CampaignStatus, Segment
+from core import partitions
 from notifications import ids
 from notifications.events.models import Event, NotificationType
 from notifications.models import APIAuditEntry, APIClient, DeliveryAttempt, DeliveryEvent, Notification
@@ -96,10 +99,10 @@ def table_exists(table: str) -> bool:
 class _Table:
     """COPY rows of a model's columns into ``table``: a row starts as the fields' defaults."""
 
-    def __init__(self, model: type[models.Model], table: str | None = None) -> None:
+    def __init__(self, model: type[models.Model], table: str | None = None, extra: tuple[str, ...] = ()) -> None:
         fields = [f for f in model._meta.concrete_fields if not isinstance(f, models.AutoField)]
         self.table = table or model._meta.db_table
-        self.columns = [f.column for f in fields]
+        self.columns = [f.column for f in fields] + list(extra)  # ``extra``: values a caller appends to a row
         self.ix = {f.attname: i for i, f in enumerate(fields)}
         self.base = [_default(f) for f in fields]
         self.count = 0
@@ -139,9 +142,10 @@ class Filler:
     def __init__(self, days: int, per_day: int, now: datetime, progress: Callable[[str], None]) -> None:
         self.days, self.per_day, self.now, self.progress = days, per_day, now, progress
         self.rnd = random.Random(f"{days}x{per_day}")
-        self.hot_before = now - timedelta(hours=settings.NOTIFY.get("HOT_HOURS", 6))
+        self.hot = timedelta(hours=settings.NOTIFY.get("HOT_HOURS", 6))
         self.live = _Table(Notification)
-        self.history = _Table(Notification, HISTORY_TABLE) if table_exists(HISTORY_TABLE) else None
+        self.history = (_Table(Notification, HISTORY_TABLE, extra=("archived_at",)) if table_exists(HISTORY_TABLE)
+                        else None)
         self.attempts = _Table(DeliveryAttempt)
         self.events = _Table(DeliveryEvent)
         self.typed_events = _Table(Event)
@@ -162,6 +166,7 @@ class Filler:
                 key=TYPE_KEY, defaults={"name": "Bench history: order shipped", "category": "shipping",
                                         "channels": list(TYPED_CHANNELS)})
             self.segment, _ = Segment.objects.get_or_create(segment_id=SEGMENT, defaults={"name": SEGMENT})
+        self._partitions()
         for day in range(self.days):
             start = self.now - timedelta(days=self.days - day)
             with transaction.atomic():
@@ -174,6 +179,19 @@ class Filler:
         rows.update({t.table: t.count for t in (self.attempts, self.events, self.typed_events, self.audit)})
         rows[Campaign._meta.db_table] = self.campaigns
         return rows
+
+    def _partitions(self) -> None:
+        """Each partitioned table's day partitions over the fill's days, made before the COPY: its rows
+        land in them once, not in DEFAULT to be moved out by ``maintain()`` (every row written twice)."""
+        first = (self.now - timedelta(days=self.days)).date()
+        wanted = [first + timedelta(days=k) for k in range((self.now.date() - first).days + 1)]
+        for table in partitions.registry():
+            if not table_exists(table):
+                continue
+            column, have = partitions.key_column(table), set(partitions.days(table))
+            for day in wanted:
+                if day not in have:
+                    partitions.create_day(table, column, day)
 
     # --- one day ---------------------------------------------------------------------------
     def _day(self, start: datetime) -> None:
@@ -280,7 +298,12 @@ class Filler:
         live, history, attempts, events = [], [], [], []
         for index, (nid, user, channel, created, fields) in enumerate(batch):
             row, finished = self._notification(nid, user, channel, created, fields, index, attempts, events)
-            (history if self.history is not None and finished < self.hot_before else live).append(row)
+            # The archiver's run that moves it: HOT_HOURS after it finished, up to an hour more.
+            archived = finished + self.hot + timedelta(seconds=self.rnd.uniform(0, 3_600))
+            if self.history is not None and archived < self.now:
+                history.append([*row, archived])
+            else:
+                live.append(row)
         self.live.copy(live)
         if self.history is not None:
             self.history.copy(history)
@@ -328,7 +351,7 @@ class Filler:
             events.append(self.events.row(notification_id=nid, kind=kind, status=status, reason=reason,
                                           created_at=t))
         terminal_receipt = status in ("delivered", "failed") and bool(receipts)
-        row = (self.history or self.live).row(
+        row = self.live.row(
             id=nid, recipient_id=user, channel=channel, status=status, reason=reason,
             reason_detail=f"bench history: {reason}" if reason else "",
             queued_at=created, attempts=len(calls), claims=len(calls), first_attempt_at=first_call,

@@ -1,4 +1,6 @@
-"""Daily RANGE partitions of the append-only tables, and their retention (docs/ARCHITECTURE.md §13).
+"""Daily RANGE partitions of the append-only tables and the notification history, and their retention
+(docs/ARCHITECTURE.md §13). Each table's key column is read from the catalog (:func:`key_column`): the
+history's is ``archived_at``, the others' their creation time.
 
 For every table of ``settings.NOTIFY["RETENTION_DAYS"]`` (table → days) :func:`maintain` creates a
 partition ``<table>_pYYYYMMDD`` for each UTC day from the platform clock's today to

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from rest_framework_api_key.models import AbstractAPIKey
@@ -231,6 +233,9 @@ class Notification(NotificationColumns):
                                   db_constraint=True, db_index=False)
     #: False: the row is live; :class:`ArchivedNotification` (a history row) says True.
     archived = False
+    #: When it moved to the history (the history's partition key): None while live;
+    #: :class:`ArchivedNotification` has it from ``archive.archived``.
+    archived_at: datetime | None = None
 
     class Meta:
         constraints = [
@@ -296,6 +301,8 @@ class NotificationRecord(_Copy):
     write goes to :class:`Notification` through the lifecycle. ``live``: not archived yet."""
 
     live = models.BooleanField(help_text="Still in the live table (not archived to the history yet).")
+    archived_at = models.DateTimeField(null=True, blank=True,
+                                       help_text="When it was archived to the history; null while live.")
 
     class Meta:
         managed = False
@@ -304,8 +311,11 @@ class NotificationRecord(_Copy):
 
 class NotificationHistory(_Copy):
     """Finished notifications the archiver moved out of the live table, partitioned by day of
-    ``created_at`` (DB key ``(id, created_at)``: filter by it where known, one partition is read).
-    Written by the lifecycle (late receipts) and erasure only (docs/ARCHITECTURE.md §13)."""
+    ``archived_at`` (when it moved; DB key ``(id, archived_at)``: filter by it where known, one
+    partition is read; :func:`notifications.lifecycle.archive.in_history`). Written by the lifecycle
+    (late receipts) and erasure only (docs/ARCHITECTURE.md §13)."""
+
+    archived_at = models.DateTimeField(help_text="When the archiver moved it here (the partition key).")
 
     class Meta:
         managed = False

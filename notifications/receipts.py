@@ -189,8 +189,9 @@ def _find_all(receipts: list[Receipt]) -> dict[int, Notification]:
     by the provider's message id: for a receipt with an ``address`` (a SendGrid request id, shared by
     a batch's recipients) only the row of that id sent to that address (compared case-insensitively),
     never any row of the batch. A receipt matching nothing is absent (counted as unknown by
-    :func:`apply_receipts`). Receipts whose row is not live look in the history created within the
-    receipt window (``archive.receipt_window``: the bound prunes the day partitions read)."""
+    :func:`apply_receipts`). Receipts whose row is not live look in the history among rows archived
+    within the receipt window (``archive.receipt_window``, whenever they were created: the bound
+    prunes the day partitions read)."""
     found = _lookup(receipts, lambda q: list(_with_recipient().filter(q)))
     if len(found) < len(receipts):  # the rest may have been archived
         since = archive.receipt_window(clock.now())
@@ -400,13 +401,13 @@ def _settle(n: Notification, receipt: Receipt, event: DeliveryEvent, detail: str
         reason = Reason.PROVIDER_BOUNCED if n.channel == "email" else Reason.PROVIDER_UNDELIVERED
         fields.update(reason=reason, reason_detail=detail)
     at, rank = order_key(receipt)
-    settled = (lifecycle.settle_receipt(n.pk, status, fields, at, rank, archived_at=n.created_at) if n.archived
+    settled = (lifecycle.settle_receipt(n.pk, status, fields, at, rank, archived_at=n.archived_at) if n.archived
                else lifecycle.settle_receipt(n.pk, status, fields, at, rank))
     moved = bool(settled) or _settle_unrecorded(n, receipt, status, fields, now)
     if not moved and not n.archived and (since := _settle_moved(n, status, fields, at, rank)):
         moved, settled, n = True, "moved", since
     if not moved:
-        lifecycle.mark_out_of_order([(event.pk, at, rank)], archived_since=n.created_at if n.archived else None)
+        lifecycle.mark_out_of_order([(event.pk, at, rank)], archived_since=n.archived_at if n.archived else None)
         return
     lifecycle.mark_events([event.pk], status, reason)
     if settled != lifecycle.REFAILED:  # a newer failure of a failed row only says the provider's last word
@@ -422,8 +423,8 @@ def _settle_moved(n: Notification, status: str, fields: dict, at: datetime, rank
     rules); returns its archived copy when it moved there."""
     if n.archived:
         return None
-    for moved in archive.archived_by_id([n.pk], n.created_at):
-        if lifecycle.settle_receipt(n.pk, status, fields, at, rank, archived_at=moved.created_at):
+    for moved in archive.archived_by_id([n.pk], n.updated_at):  # archived after its last live change
+        if lifecycle.settle_receipt(n.pk, status, fields, at, rank, archived_at=moved.archived_at):
             return moved
     return None
 

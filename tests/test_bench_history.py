@@ -13,7 +13,7 @@ from django.db import connection
 from bench import explain, history
 from bench.runner import RESET_TABLES
 from campaigns.models import Campaign
-from core import clock
+from core import clock, partitions
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification
 from preferences.models import Recipient
 
@@ -36,8 +36,10 @@ def _count(sql: str, params=()) -> int:
 
 def _notifications_sql() -> str:
     """Every notification row, live or (when the table exists) history."""
-    if history.table_exists(history.HISTORY_TABLE):
-        return f"(SELECT * FROM {history.LIVE_TABLE} UNION ALL SELECT * FROM {history.HISTORY_TABLE})"
+    if history.table_exists(history.HISTORY_TABLE):  # the live columns (the history adds archived_at)
+        columns = ", ".join(f.column for f in Notification._meta.concrete_fields)
+        return (f"(SELECT {columns} FROM {history.LIVE_TABLE} "
+                f"UNION ALL SELECT {columns} FROM {history.HISTORY_TABLE})")
     return history.LIVE_TABLE
 
 
@@ -207,16 +209,37 @@ def history_table(transactional_db):
             cur.execute(f"ALTER TABLE {table} ADD CONSTRAINT {name} {definition}")
 
 
-def test_with_a_history_table_rows_finished_before_the_hot_hours_go_there(history_table, settings):
+def test_with_a_history_table_rows_finished_before_the_hot_hours_go_there(history_table, settings, monkeypatch):
     settings.NOTIFY = {**settings.NOTIFY, "HOT_HOURS": 6}
+    with connection.cursor() as cur:  # no day partitions yet (an earlier test's fill made some)
+        for table in partitions.registry():
+            for day in partitions.days(table):
+                cur.execute(f"DROP TABLE {partitions.partition_name(table, day)}")
+    made_days = []  # (table, rows moved in from DEFAULT) of each day partition made
+    create_day = partitions.create_day
+    monkeypatch.setattr(partitions, "create_day",
+                        lambda table, column, day: made_days.append((table, create_day(table, column, day)))
+                        or made_days[-1][1])
     report = history.ensure_history(DAYS, PER_DAY, RESET_TABLES, progress=lambda _m: None)
     rows = report["rows"]
-    hot_before = history.recorded()["filled_at"] - timedelta(hours=6)
+    filled_at = history.recorded()["filled_at"]
+    hot_before = filled_at - timedelta(hours=6)
+    # The fill's days had their partitions before the COPY: no row went through DEFAULT.
+    assert {t for t, _moved in made_days} == set(partitions.registry())
+    assert [m for _t, m in made_days if m] == []
+    for table in partitions.registry():
+        assert _count(f"SELECT count(*) FROM {partitions.default_name(table)}") == 0, table
+    # Archived as the archiver would: HOT_HOURS to an hour more after it finished, before the fill's now.
+    assert _count(f"""SELECT count(*) FROM {history.HISTORY_TABLE} WHERE archived_at >= %s
+                       OR archived_at < updated_at + interval '6 hours'
+                       OR archived_at > updated_at + interval '7 hours'""", [filled_at]) == 0
+    assert 0 < report["vacuum_seconds"] <= report["fill_seconds"]
     live, archived = rows[history.LIVE_TABLE], rows[history.HISTORY_TABLE]
     assert live + archived == DAYS * PER_DAY
     assert _count(f"SELECT count(*) FROM {history.HISTORY_TABLE}") == archived > live > 0
     assert _count(f"SELECT count(*) FROM {history.HISTORY_TABLE} WHERE updated_at >= %s", [hot_before]) == 0
-    assert _count(f"SELECT count(*) FROM {history.LIVE_TABLE} WHERE updated_at < %s", [hot_before]) == 0
+    assert _count(f"SELECT count(*) FROM {history.LIVE_TABLE} WHERE updated_at < %s",  # archived within the hour
+                  [hot_before - timedelta(hours=1)]) == 0
     assert report["bytes"][history.HISTORY_TABLE]["table_bytes"] > 0  # summed over the partitions
     table = _notifications_sql()
     for child in ("notifications_deliveryattempt", "notifications_deliveryevent"):

@@ -17,6 +17,7 @@ from django.db.models import Count
 from campaigns.selectors import campaign_counts
 from notifications import records
 from notifications.api.event_reads import _rows
+from notifications.lifecycle.archive import into_history
 from notifications.migrations._history_sql import HISTORY, LIVE
 from notifications.models import APIClient, Notification, NotificationRecord
 from notifications.readers import readable_notifications
@@ -31,7 +32,8 @@ TODAY = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
 @pytest.fixture
 def aged():
     """300 recipients × 13 notifications: one a day back over DAYS days and two today, and one
-    stamped 2031 (a test clock's: the DEFAULT partition); all but today's archived; one campaign
+    stamped 2031 (a test clock's: the DEFAULT partition); all but today's archived, each the day
+    it was made; one campaign
     spread over live and history."""
     client, _ = APIClient.objects.create_key(name="plans")
     campaign, event_id = uuid.uuid4(), uuid.uuid4()
@@ -49,8 +51,10 @@ def aged():
                            created_at=datetime(2031, 1, 1, tzinfo=UTC), updated_at=TODAY) for r in recipients]
     Notification.objects.bulk_create(rows + strays, batch_size=2000)
     with connection.cursor() as cur:
+        # Archived 6 h after creation: the same day (created at 12:00 or a few hours before).
         cur.execute(f"""WITH moved AS (DELETE FROM {LIVE} WHERE created_at < %s OR created_at > %s RETURNING *)
-                        INSERT INTO {HISTORY} SELECT * FROM moved""", [TODAY, TODAY + timedelta(days=1)])
+                        {into_history("moved", "created_at + interval '6 hours'")}""",
+                    [TODAY, TODAY + timedelta(days=1)])
         cur.execute(f"ANALYZE {LIVE}")
         cur.execute(f"ANALYZE {HISTORY}")
         cur.execute("ANALYZE preferences_recipient")

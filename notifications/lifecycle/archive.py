@@ -3,13 +3,15 @@
 
 :func:`archive` moves finished rows (:data:`~notifications.lifecycle.table.FINISHED`) whose last
 change is older than ``NOTIFY["HOT_HOURS"]`` from ``notifications_notification`` to the partitioned
-``notifications_notificationhistory``, one statement per batch (``DELETE … RETURNING`` into
+``notifications_notificationhistory`` stamped ``archived_at`` (the run's instant, the history's
+partition key: retention counts from it), one statement per batch (``DELETE … RETURNING`` into
 ``INSERT``, candidates locked ``SKIP LOCKED``: a row a worker or a receipt holds stays for the next
 run). It keeps live: a dead letter not replayed (until ``DEAD_LETTER_DAYS``), a row a fallback
 channel still waits behind, a fallback channel whose predecessor is still live (that one's bounce
 may reopen it), and whatever an app above registers with :func:`register_hold` (campaigns: a row of
 a campaign still fanning out, whose pages insert by id). :func:`archived` reads moved rows back as
-:class:`~notifications.models.ArchivedNotification` for the writes that must reach them.
+:class:`~notifications.models.ArchivedNotification` for the writes that must reach them, and
+:func:`in_history` is the one place that addresses a history row by its key.
 """
 
 from __future__ import annotations
@@ -29,8 +31,24 @@ LIVE, HISTORY = Notification._meta.db_table, NotificationHistory._meta.db_table
 #: SQL conditions on a candidate ``n`` that keep it live, registered by apps above this one.
 _HOLDS: dict[str, str] = {}
 
-#: Receipts may arrive this long after a row was archived (on top of ``HOT_HOURS``): a later one is unknown.
-RECEIPT_GRACE = timedelta(hours=72)
+#: A provider's receipt comes at most this long after the send; a row is archived after it was sent,
+#: so its history row has ``archived_at >= receipt - RECEIPT_WINDOW``. A later receipt is unknown.
+RECEIPT_WINDOW = timedelta(hours=72)
+
+#: The columns a move copies (the live table's, by name: the history's order may differ).
+_COLUMNS = ", ".join(f'"{f.column}"' for f in Notification._meta.concrete_fields)
+
+
+def into_history(source: str, archived_at: str = "%(archived_at)s") -> str:
+    """SQL inserting the rows of ``source`` (a CTE of moved live rows) into the history, stamped
+    ``archived_at`` (an SQL expression; the archiver's: its run's instant): the archiver's move, and
+    the tests' (tests/history.py)."""
+    return f"INSERT INTO {HISTORY} ({_COLUMNS}, archived_at) SELECT {_COLUMNS}, {archived_at} FROM {source}"
+
+
+def in_history(pk, archived_at: datetime):
+    """The history row ``pk`` archived at ``archived_at``: its full key, so one partition is read."""
+    return NotificationHistory.objects.filter(pk=pk, archived_at=archived_at)
 
 
 def register_hold(name: str, condition: str) -> None:
@@ -57,7 +75,7 @@ WITH moved AS (
          LIMIT %(limit)s
            FOR UPDATE SKIP LOCKED)
     RETURNING *)
-INSERT INTO {HISTORY} SELECT * FROM moved
+{into_history("moved")}
 """
 
 
@@ -79,7 +97,8 @@ def archive(now: datetime, limit: int) -> int:
     batches of ``NOTIFY["ARCHIVE_BATCH_SIZE"]``, each batch one statement in its own transaction;
     expired dead letters first. Returns how many moved."""
     size = max(1, int(settings.NOTIFY["ARCHIVE_BATCH_SIZE"]))
-    params = {"cutoff": hot_cutoff(now), "expired": now - timedelta(days=int(settings.NOTIFY["DEAD_LETTER_DAYS"]))}
+    params = {"cutoff": hot_cutoff(now), "archived_at": now,
+              "expired": now - timedelta(days=int(settings.NOTIFY["DEAD_LETTER_DAYS"]))}
     moved = 0
     for candidates, order in ((EXPIRED_DEAD_LETTERS, "dead_lettered_at"), (FINISHED_ROWS, "updated_at")):
         sql = _move_sql(candidates, order)
@@ -95,11 +114,11 @@ def archive(now: datetime, limit: int) -> int:
 
 
 def archived(q: Q, since: datetime, **annotations) -> list[ArchivedNotification]:
-    """The history's rows matching ``q`` (over ``annotations``, if given) created at or after
-    ``since`` (the bound prunes the day partitions read), with their recipients, as
-    :class:`ArchivedNotification` (never saved)."""
+    """The history's rows matching ``q`` (over ``annotations``, if given) archived at or after
+    ``since`` (the bound prunes the day partitions read), with their recipients and ``archived_at``,
+    as :class:`ArchivedNotification` (never saved)."""
     return [_as_notification(h) for h in (NotificationHistory.objects.select_related("recipient")
-                                          .annotate(**annotations).filter(q, created_at__gte=since))]
+                                          .annotate(**annotations).filter(q, archived_at__gte=since))]
 
 
 def locked(rows: QuerySet[NotificationHistory]) -> ArchivedNotification | None:
@@ -111,21 +130,17 @@ def locked(rows: QuerySet[NotificationHistory]) -> ArchivedNotification | None:
 
 
 def partition_key(n: Notification) -> datetime:
-    """The history's partition-key value of the archived row ``n``: what :func:`in_history` needs
-    to read one partition. The one place that knows the partition column."""
-    return n.created_at
-
-
-def in_history(pk, key: datetime) -> QuerySet[NotificationHistory]:
-    """The history row ``pk`` in the one partition of ``key`` (:func:`partition_key`): what a
-    lifecycle write to an archived row updates."""
-    return NotificationHistory.objects.filter(pk=pk, created_at=key)
+    """The history's partition-key value of the archived row ``n`` (its ``archived_at``): what
+    :func:`in_history` needs to read one partition."""
+    key = getattr(n, "archived_at", None)
+    assert key is not None, "an archived row read through this module carries archived_at"
+    return key
 
 
 def _as_notification(h: NotificationHistory) -> ArchivedNotification:
     names = [f.attname for f in Notification._meta.concrete_fields]
     n = ArchivedNotification.from_db(connection.alias, names, [getattr(h, a) for a in names])
-    n.recipient = h.recipient
+    n.recipient, n.archived_at = h.recipient, h.archived_at
     return n
 
 
@@ -135,21 +150,22 @@ def archived_by_id(ids: Iterable, since: datetime) -> list[ArchivedNotification]
 
 
 def exists(pk, since: datetime) -> bool:
-    """Whether ``pk`` is live, or in the history created at or after ``since``: one statement, the
+    """Whether ``pk`` is live, or in the history archived at or after ``since``: one statement, the
     history probed (a key probe per partition read) only when the row is not live."""
     with connection.cursor() as cur:
         cur.execute(f"SELECT EXISTS (SELECT 1 FROM {LIVE} WHERE id = %s) OR EXISTS (SELECT 1 FROM {HISTORY} "
-                    "WHERE id = %s AND created_at >= %s)", [pk, pk, since])
+                    "WHERE id = %s AND archived_at >= %s)", [pk, pk, since])
         return bool(cur.fetchone()[0])
 
 
 def receipt_window(now: datetime) -> datetime:
-    """The oldest creation a receipt's row in the history may have (``HOT_HOURS`` + 72 h before ``now``)."""
-    return hot_cutoff(now) - RECEIPT_GRACE
+    """The oldest archival a receipt's row in the history may have (:data:`RECEIPT_WINDOW` before
+    ``now``, whenever the row was created)."""
+    return now - RECEIPT_WINDOW
 
 
 def idempotency_window(now: datetime) -> datetime:
-    """The oldest creation an archived send replays from: the whole history. A key is honoured as
+    """The oldest archival an archived send replays from: the whole history. A key is honoured as
     long as its row exists, since its derived id is the row's: a shorter window let a retry insert a
     second row with the same id beside the archived one (one id, two notifications)."""
     return datetime.min.replace(tzinfo=UTC)

@@ -50,7 +50,7 @@ UPDATE notifications_notification AS n
 RETURNING n.id
 """
 
-# Against the row where it lives: the live table, or the history from a creation instant on (pruned).
+# Against the row where it lives: the live table, or the history from an archival instant on (pruned).
 _OUT_OF_ORDER_SQL = {table: f"""
 UPDATE notifications_deliveryevent AS e SET detail = left(e.detail || ' ' || %s, 500)
   FROM unnest(%s::bigint[], %s::timestamptz[], %s::int[]) AS v(id, at, rank), {table} AS n
@@ -58,7 +58,7 @@ UPDATE notifications_deliveryevent AS e SET detail = left(e.detail || ' ' || %s,
    AND n.receipt_at IS NOT NULL AND (n.receipt_at, n.receipt_rank) >= (v.at, v.rank){since}
 RETURNING e.id
 """ for table, since in ((Notification._meta.db_table, ""),
-                         (NotificationHistory._meta.db_table, " AND n.created_at >= %s"))}
+                         (NotificationHistory._meta.db_table, " AND n.archived_at >= %s"))}
 
 #: Marks receipts' entries with the state they moved their row to and, for an end, marks the
 #: entries of receipts it overruled that are listed after it (:data:`OVERRULED`): one statement.
@@ -140,7 +140,7 @@ def mark_events(event_ids: list, status: str, reason: str = "") -> None:
 def mark_out_of_order(items: list[tuple], *, archived_since: datetime | None = None) -> set:
     """Mark the receipts' entries ``[(event id, at, rank)]`` whose row had a newer receipt applied
     already (:data:`OUT_OF_ORDER`); returns the event ids marked. ``archived_since``: their rows are
-    in the history, created then or later."""
+    in the history, archived then or later."""
     if not items:
         return set()
     params = [OUT_OF_ORDER, array_literal(e for e, _a, _r in items),
