@@ -106,8 +106,9 @@ def requeue_stranded() -> bool:
 
 
 def drain_buffer() -> dict[str, int]:
-    """Apply every receipt waiting in the buffer (:mod:`notifications.receipts_buffer`), in batches."""
-    return receipts_buffer.drain(apply_wire)
+    """Apply every receipt waiting in the buffer (:mod:`notifications.receipts_buffer`), in batches
+    (``NOTIFY["RECEIPTS_DRAIN_LINGER"]``: seconds a drain waits after a batch that was not full)."""
+    return receipts_buffer.drain(apply_wire, settings.NOTIFY.get("RECEIPTS_DRAIN_LINGER", 0.0))
 
 
 def stamped(receipts: list[Receipt], now: datetime | None = None) -> list[Receipt]:

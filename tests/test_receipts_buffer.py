@@ -130,3 +130,22 @@ def test_receipts_put_back_keep_their_place_before_later_ones(buffered, monkeypa
     assert [e.decode() for e in get_redis().lrange(receipts_buffer.BUFFER_KEY, 0, -1)][-1].count('"raw": "queued"') == 1
     assert receipts.drain_buffer() == {"applied": 3, "duplicate": 0, "unknown": 0}
     assert _timelines([n]) == [("delivered", ["receipt:sent", "receipt:delivered", "receipt:queued"])]
+
+
+def test_the_drain_waits_after_a_batch_that_was_not_full_so_the_next_one_gathers_more(buffered, monkeypatch):
+    """``RECEIPTS_DRAIN_LINGER``: callbacks arriving while the drain waits go into one batch."""
+    batches: list[int] = []
+    waits: list[float] = []
+
+    def arrivals_meanwhile(seconds):
+        waits.append(seconds)
+        if len(waits) == 1:
+            receipts_buffer.push([{"provider": "twilio", "n": 2}])
+            receipts_buffer.push([{"provider": "twilio", "n": 3}])
+
+    monkeypatch.setattr(receipts_buffer.time, "sleep", arrivals_meanwhile)
+    receipts_buffer.push([{"provider": "twilio", "n": 1}])
+    counts = receipts_buffer.drain(lambda items: batches.append(len(items)) or {"applied": len(items)}, linger=0.2)
+    assert batches == [1, 2]
+    assert waits == [0.2, 0.2]
+    assert counts == {"applied": 3, "duplicate": 0, "unknown": 0}
