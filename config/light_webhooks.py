@@ -7,10 +7,11 @@ CPU than the view itself. The views need none of it: they verify the signature w
 turn the request into :class:`providers.receipts.Receipt` events and append them to the receipts
 buffer. So this calls the same view functions (their rules stay theirs: signatures and 403,
 accounts, storable text, 400/204) with a plain ``WSGIRequest``, and answers what Django's handler
-would for what can go wrong outside them: 405 for another method, 413 in the API's error shape for
-a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE``, 503 for a broken database (a receipt applied in the
-request when Redis is down), 500 logged. The figures and the choice: docs/ARCHITECTURE.md §6,
-"The provider webhooks' light path".
+would for what can go wrong outside them: 405 for another method; 413 in the API's error shape for
+a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` and 400 for a Host not allowed
+(``config.urls.handler400``); 503 for a broken database (a receipt applied in the request when
+Redis is down); 500 logged. The figures and the choice: docs/ARCHITECTURE.md §6, "The provider
+webhooks' light path".
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
-from django.core.exceptions import RequestDataTooBig
+from django.core.exceptions import SuspiciousOperation
 from django.core.handlers.wsgi import WSGIRequest
 from django.db import close_old_connections
 from django.http import HttpResponse, JsonResponse
 
-from core.api.errors import DATABASE_RETRY_AFTER, database_unavailable, json_error_view, too_large_message
+from core.api.errors import DATABASE_RETRY_AFTER, database_unavailable, json_error_view
 from providers.sendgrid import webhooks as sendgrid_webhooks
 from providers.twilio import webhooks as twilio_webhooks
 
@@ -55,10 +56,13 @@ def answer(view: Callable, environ: dict) -> HttpResponse:
     """``view``'s response to the request in ``environ``, or the error answer Django's handler would
     give (module docstring). The view's database connections are closed as at the end of a Django
     request when they are unusable or past their age."""
+    request = WSGIRequest(environ)
     try:
-        return view(WSGIRequest(environ))
-    except RequestDataTooBig as exc:
-        return json_error_view(413, "payload_too_large", too_large_message())(None, exc)
+        return view(request)
+    except SuspiciousOperation as exc:  # a body over the limit (413), a Host not allowed (400)
+        from config.urls import handler400
+
+        return handler400(request, exc)
     except Exception as exc:
         body = database_unavailable(exc)
         if body is not None:

@@ -127,3 +127,15 @@ def test_an_unexpected_error_is_500_in_the_error_shape_and_logged(monkeypatch, c
     r = WsgiClient().post("/webhooks/sendgrid/events", data=b"[]", content_type="application/json")
     assert (r.status_code, r.json()["error"]["code"]) == (500, "server_error")
     assert any("provider webhook /webhooks/sendgrid/events failed" in m for m in caplog.messages)
+
+
+def test_a_host_not_allowed_is_400_in_the_error_shape(settings):
+    """Without ``PUBLIC_BASE_URL`` the signed URL is built from the request's Host, which must be allowed."""
+    settings.PUBLIC_BASE_URL = ""
+    settings.ALLOWED_HOSTS = ["notify.example.com"]
+    n = make_notification("sms")
+    r = WsgiClient().post(f"/webhooks/twilio/status?nid={n.pk}", data={"MessageStatus": "delivered"},
+                          headers={"X-Twilio-Signature": "c2ln", "Host": "evil.example.com"})
+    assert (r.status_code, r.json()["error"]["code"]) == (400, "bad_request")
+    n.refresh_from_db()
+    assert n.status == "sent"
