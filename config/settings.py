@@ -246,6 +246,8 @@ NOTIFY = {
     "LEASE_HEARTBEAT": env.bool("LEASE_HEARTBEAT", default=True),
     # Verified provider receipts applied in the request (True: in-process tests) or queued (False).
     "RECEIPTS_INLINE": env.bool("RECEIPTS_INLINE", default=False),
+    # Seconds the receipts drain waits after a batch that was not full, so that batches grow.
+    "RECEIPTS_DRAIN_LINGER": env.float("RECEIPTS_DRAIN_LINGER", default=0.2),
     # A task holding rows longer (seconds) is stuck: its leases are no longer renewed.
     "LEASE_MAX_HOLD_SECONDS": env.int("LEASE_MAX_HOLD_SECONDS", default=900),
     # Seconds an unknown outcome (timeout, lost lease) waits before lookup and resend, per tier.

@@ -38,4 +38,4 @@ STORAGES = {"default": {"BACKEND": "django.core.files.storage.FileSystemStorage"
             "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}}
 
 # The send path runs inside the test's transaction: no heartbeat thread, receipts inline (docs/TESTING.md).
-NOTIFY = {**NOTIFY, "LEASE_HEARTBEAT": False, "RECEIPTS_INLINE": True}  # noqa: F405
+NOTIFY = {**NOTIFY, "LEASE_HEARTBEAT": False, "RECEIPTS_INLINE": True, "RECEIPTS_DRAIN_LINGER": 0}  # noqa: F405

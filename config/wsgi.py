@@ -1,5 +1,6 @@
 """WSGI entry point (gunicorn ``config.wsgi``): the Django application, with the OpenAPI schema
-generated once before the first request.
+generated once before the first request, behind the provider webhooks' light path
+(config/light_webhooks.py: their callbacks skip Django's middleware and handler).
 
 drf-spectacular resolves its optional extensions by importing modules lazily; concurrent first
 requests to ``/api/schema/`` in a threaded server race in that import and some answer 500 (upstream
@@ -26,3 +27,7 @@ def _warm_schema() -> None:
 
 
 _warm_schema()
+
+from config.light_webhooks import with_light_webhooks  # noqa: E402 (its views need django.setup() first)
+
+application = with_light_webhooks(application)

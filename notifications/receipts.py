@@ -68,15 +68,15 @@ def accept_receipts(receipts: list[Receipt]) -> None:
     delivery itself is already recorded."""
     if not receipts:
         return
-    receipts = stamped(receipts)
+    now = clock.now()
     if settings.NOTIFY["RECEIPTS_INLINE"]:
-        apply_receipts(receipts)
+        apply_receipts(stamped(receipts, now))
         return
     try:
-        first = receipts_buffer.push([to_wire(r) for r in receipts])
+        first = receipts_buffer.push([to_wire(r, received_at=now) for r in receipts])
     except Exception as exc:  # redis raises many types; all mean "not buffered"
         log.warning("receipts buffer unavailable (%s); applying %d receipt(s) in the request", exc, len(receipts))
-        apply_receipts(receipts)
+        apply_receipts(stamped(receipts, now))
         return
     if first:  # else the pending drain takes them
         queue_drain()
@@ -106,14 +106,16 @@ def requeue_stranded() -> bool:
 
 
 def drain_buffer() -> dict[str, int]:
-    """Apply every receipt waiting in the buffer (:mod:`notifications.receipts_buffer`), in batches."""
-    return receipts_buffer.drain(apply_wire)
+    """Apply every receipt waiting in the buffer (:mod:`notifications.receipts_buffer`), in batches
+    (``NOTIFY["RECEIPTS_DRAIN_LINGER"]``: seconds a drain waits after a batch that was not full)."""
+    return receipts_buffer.drain(apply_wire, settings.NOTIFY.get("RECEIPTS_DRAIN_LINGER", 0.0))
 
 
-def stamped(receipts: list[Receipt]) -> list[Receipt]:
-    """``receipts`` with ``received_at`` set to now where it is not set yet: the instant we received
-    them orders a message's receipts when the provider gives no time of its own (Twilio)."""
-    now = clock.now()
+def stamped(receipts: list[Receipt], now: datetime | None = None) -> list[Receipt]:
+    """``receipts`` with ``received_at`` set to ``now`` (default: the clock's) where it is not set
+    yet: the instant we received them orders a message's receipts when the provider gives no time
+    of its own (Twilio)."""
+    now = now or clock.now()
     return [r if r.received_at is not None else dataclasses.replace(r, received_at=now) for r in receipts]
 
 
@@ -130,24 +132,28 @@ def _received(receipt: Receipt, now: datetime) -> datetime:
     return min(receipt.received_at or now, now)
 
 
-def to_wire(receipt: Receipt) -> dict:
-    """``receipt`` as JSON-serialisable fields (instants as ISO 8601) for the task message."""
-    fields = dataclasses.asdict(receipt)
+def to_wire(receipt: Receipt, received_at: datetime | None = None) -> dict:
+    """``receipt`` as JSON-serialisable fields (instants as ISO 8601) for the receipts buffer, as
+    :func:`stamped` with ``received_at`` would have it (without a copy of each receipt). Its fields
+    are flat: a shallow copy (``dataclasses.asdict`` deep-copies every value, for nothing)."""
+    fields = {name: getattr(receipt, name) for name in _FIELDS}
+    if fields["received_at"] is None:
+        fields["received_at"] = received_at
     for name in _INSTANTS:
-        if getattr(receipt, name) is not None:
-            fields[name] = getattr(receipt, name).isoformat()
+        if fields[name] is not None:
+            fields[name] = fields[name].isoformat()
     return fields
 
 
 _INSTANTS = ("occurred_at", "received_at")
+_FIELDS = tuple(f.name for f in dataclasses.fields(Receipt))
 
 
 def apply_wire(items: list[dict]) -> dict[str, int]:
     """:func:`apply_receipts` for receipts as :func:`to_wire` wrote them (unknown keys ignored)."""
-    names = {f.name for f in dataclasses.fields(Receipt)}
     receipts = []
     for item in items:
-        fields = {k: v for k, v in item.items() if k in names}
+        fields = {k: v for k, v in item.items() if k in _FIELDS}
         for name in _INSTANTS:
             if fields.get(name):
                 fields[name] = datetime.fromisoformat(fields[name])
