@@ -23,7 +23,8 @@ from preferences.models import Device
 from preferences.suppression import opted_out_q
 from preferences.validation import validate_iana_zone
 
-#: Bounds on one rule (docs/SEGMENTS.md, "Validation and limits"): nesting, rules in all, values in one list.
+#: Bounds on one rule (docs/SEGMENTS.md, "Validation and limits"): nesting, rules in all, values in all
+#: lists together (each is a clause of the SQL), characters in a value.
 MAX_DEPTH = 8
 MAX_NODES = 100
 MAX_VALUES = 1000
@@ -69,6 +70,7 @@ def _type_name(value) -> str:
 class _Validator:
     def __init__(self) -> None:
         self.nodes = 0
+        self.values = 0
         self.uses_context = False
 
     def rule(self, node, path: str, depth: int) -> None:
@@ -144,8 +146,9 @@ class _Validator:
             raise RuleError(path, "wrong_type", f"a list, not {_type_name(value)}")
         if not value:
             raise RuleError(path, "empty", "a list of at least one value")
-        if len(value) > MAX_VALUES:
-            raise RuleError(path, "max_length", f"at most {MAX_VALUES} values")
+        self.values += len(value)
+        if self.values > MAX_VALUES:
+            raise RuleError(path, "max_length", f"at most {MAX_VALUES} values in all the rule's lists together")
         for i, item in enumerate(value):
             check(item, f"{path}[{i}]")
 

@@ -78,6 +78,7 @@ BAD = [
     (deep(MAX_DEPTH + 1), "rules" + ".not" * MAX_DEPTH, "too_deep"),
     ({"or": [{"has": "email"}] * MAX_NODES}, f"rules.or[{MAX_NODES - 1}]", "too_many_rules"),
     ({"locale": ["de"] * 1001}, "rules.locale", "max_length"),
+    ({"or": [{"locale": ["de"] * 600}, {"timezone": ["UTC"] * 401}]}, "rules.or[1].timezone", "max_length"),
 ]
 
 
@@ -96,6 +97,34 @@ def test_the_deepest_and_largest_rules_allowed_are_accepted(http):  # noqa: F811
     assert call(http, "put", "/v1/segments/deep", {"name": "x", "rules": deep(MAX_DEPTH)}).status_code == 201
     wide = {"or": [{"has": "email"}] * (MAX_NODES - 1)}
     assert call(http, "put", "/v1/segments/wide", {"name": "x", "rules": wide}).status_code == 201
+
+
+def test_changing_the_rule_of_a_segment_an_active_high_priority_campaign_uses_needs_send_high(http):  # noqa: F811
+    """Whom the quiet-hours-bypassing lane reaches: as for a segment's members (403 missing_scope),
+    and nothing changed; a rename that keeps the rule is allowed."""
+    from campaigns import services
+    from notifications.models import APIClient
+
+    call(http, "put", "/v1/segments/otp-users", {"name": "x", "rules": {"has": "phone"}})
+    owner = APIClient.objects.get(name="marketing-tool")
+    services.create_campaign(client=owner, idempotency_key=None, segment=Segment.objects.get(pk="otp-users"),
+                             channel="sms", priority="high", category="security", body="code")
+    r = call(http, "put", "/v1/segments/otp-users", {"name": "x", "rules": {"not": {"has": "phone"}}})
+    assert r.status_code == 403, r.content
+    assert fields(r) == {("segment_id", "missing_scope")}
+    assert Segment.objects.get(pk="otp-users").rules == {"has": "phone"}
+    r = call(http, "put", "/v1/segments/otp-users", {"name": "renamed", "rules": {"has": "phone"}})
+    assert r.status_code == 200 and Segment.objects.get(pk="otp-users").name == "renamed"
+
+
+def test_another_clients_segment_is_not_previewed(http, people):  # noqa: F811
+    from campaigns import services
+    from notifications.models import APIClient
+
+    other, _ = APIClient.objects.create_key(name="other")
+    services.upsert_segment("theirs", name="x", rules={"subscribed": True}, client=other)
+    r = call(http, "post", "/v1/segment-preview", {"segment_id": "theirs"})
+    assert r.status_code == 403 and fields(r) == {("segment_id", "not_owner")}
 
 
 def test_a_rule_segment_takes_no_members_and_a_list_segment_with_members_no_rule(http, people):  # noqa: F811

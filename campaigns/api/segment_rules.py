@@ -119,6 +119,13 @@ class SegmentPreviewView(APIView):
                                                                       "belongs to another API client.")},
                    summary="Count who a rule (or a stored segment) matches now, before a campaign uses it")
     def post(self, request):
+        named = request.data.get("segment_id") if isinstance(request.data, dict) else None
+        stored = Segment.objects.filter(pk=named).first() if isinstance(named, str) else None
+        if stored is not None:  # before validation: another client's segment tells nothing of its rule
+            try:
+                ownership.check_use(stored, request.auth, "read")
+            except ownership.NotOwner as exc:
+                raise NotOwner("segment_id", str(exc)) from None
         ser = SegmentPreviewSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         data = ser.validated_data
@@ -127,8 +134,4 @@ class SegmentPreviewView(APIView):
         segment = data.get("segment")
         if segment is None:
             return Response(preview(data["rules"], context).as_dict())
-        try:
-            ownership.check_use(segment, request.auth, "read")
-        except ownership.NotOwner as exc:
-            raise NotOwner("segment_id", str(exc)) from None
         return Response(segment_preview(segment, context).as_dict())
