@@ -126,8 +126,13 @@ def preview(rules, context: Context) -> Preview:
     qs = matching(rules, context)
     try:
         with transaction.atomic(), connection.cursor() as cur:
-            cur.execute("SELECT set_config('statement_timeout', %s, true)", [str(preview_timeout_ms())])
-            return Preview(qs.count(), True)
+            # Local to the transaction; put back at once, as a request may run on in an outer one.
+            cur.execute("SELECT current_setting('statement_timeout'), "
+                        "set_config('statement_timeout', %s, true)", [str(preview_timeout_ms())])
+            before = cur.fetchone()[0]
+            counted = qs.count()
+            cur.execute("SELECT set_config('statement_timeout', %s, true)", [before])
+            return Preview(counted, True)
     except DatabaseError as exc:
         if getattr(getattr(exc, "__cause__", None), "sqlstate", "") != "57014":  # query_canceled
             raise

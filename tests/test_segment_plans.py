@@ -50,6 +50,7 @@ def plan_of(rules, context: Context) -> str:
         return "\n".join(row[0] for row in cur.fetchall())
 
 
+@pytest.mark.timeout(600)  # the COPY of a million rows, on a shared machine
 def test_common_rules_on_a_million_recipients_use_their_indexes_and_a_full_scan_preview_is_bounded(
         million, settings):
     context = Context(now=NOW, channel="email", category="marketing")

@@ -182,7 +182,15 @@ def test_a_preview_past_its_timeout_answers_the_planners_estimate(http, people, 
     assert isinstance(r.json()["count"], int) and r.json()["count"] >= 1
     with connection.cursor() as cur:  # the timeout was local to the count's transaction
         cur.execute("SHOW statement_timeout")
-        assert cur.fetchone()[0] != "1ms"
+        before = cur.fetchone()[0]
+    assert before != "1ms"
+    monkeypatch.setattr(QuerySet, "count", real_count)
+    settings.CAMPAIGNS = {**settings.CAMPAIGNS, "PREVIEW_TIMEOUT_MS": 5000}
+    r = call(http, "post", "/v1/segment-preview", {"rules": {"locale": ["de"]}})
+    assert r.json() == {"count": 5, "exact": True}
+    with connection.cursor() as cur:  # and put back after a count that fit in it
+        cur.execute("SHOW statement_timeout")
+        assert cur.fetchone()[0] == before
 
 
 # --- a campaign on a rule segment ------------------------------------------------------------------
