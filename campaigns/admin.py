@@ -22,13 +22,14 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_GET, require_POST
 
-from campaigns import admin_views, audience, selectors, services
+from campaigns import admin_views, audience, membership, rules, selectors, services
 from campaigns.forms import (
     DEFINITION_FIELDS,
     SNAPSHOT_NOTE,
     CampaignForm,
     MemberUploadForm,
     NamedForm,
+    SegmentForm,
     TemplateVariantForm,
     TemplateVariantFormSet,
     can_send_high,
@@ -42,6 +43,7 @@ from campaigns.models import (
     Template,
     TemplateVariant,
 )
+from campaigns.rules import Context
 from core import clock
 from notifications.admin.base import HIDDEN
 from notifications.admin.clients import ClientByPrefix
@@ -61,6 +63,10 @@ class OwnerColumn:
 
 # --- segments --------------------------------------------------------------------------------------
 
+RULES_NOTE = ("Empty for a list segment. A rule (JSON, docs/SEGMENTS.md) makes this a rule segment: its members are "
+              'the recipients the rule matches when a campaign starts, e.g. {"and": [{"locale": ["de"]}, '
+              '{"has": "email"}]}. A rule segment takes no CSV upload.')
+
 class SegmentChangeList(ChangeList):
     """Counts members for the rows on the page only: a correlated subquery, which Postgres evaluates
     per returned row (an index-only count on the ``(segment, recipient)`` constraint), instead of
@@ -78,7 +84,7 @@ class SegmentAdmin(ContentLookupGuard, ClientByPrefix, OwnerColumn, admin_views.
     """Segments with member counts; the change page adds members from a CSV upload and links to the
     paginated member list (members are never all rendered: segments can be huge)."""
 
-    form = NamedForm
+    form = SegmentForm
     list_display = ["segment_id", "name", "member_count", "owner", "updated_at"]
     list_select_related = ["client"]
     search_fields = ["segment_id", "name"]
@@ -86,20 +92,38 @@ class SegmentAdmin(ContentLookupGuard, ClientByPrefix, OwnerColumn, admin_views.
     show_full_result_count = False
     fieldsets = [(None, {"fields": ["segment_id", "name", "description", "client", "member_count", "members_link",
                                     "created_at", "updated_at"],
-                         "description": SNAPSHOT_NOTE})]
+                         "description": SNAPSHOT_NOTE}),
+                 ("Rule segment", {"fields": ["rules", "rule_preview"], "description": RULES_NOTE})]
     change_form_template = "admin/campaigns/segment/change_form.html"
 
     def get_changelist(self, request, **kwargs):
         return SegmentChangeList
 
     def get_readonly_fields(self, request, obj=None):
-        fixed = ["member_count", "members_link", "created_at", "updated_at"]
+        fixed = ["member_count", "members_link", "rule_preview", "created_at", "updated_at"]
+        if obj is not None and admin_views.high_priority_lock(request, obj):
+            fixed.append("rules")  # who an active high-priority campaign reaches, as members are
         return ["segment_id", *fixed] if obj is not None else fixed
+
+    @admin.display(description="Count now")
+    def rule_preview(self, obj):
+        """The rule's count now (bounded: SEGMENT_PREVIEW_TIMEOUT_MS, then the planner's estimate)."""
+        if obj.pk is None or not obj.is_rule:
+            return "—"
+        needs_channel = rules.validate(obj.rules)
+        context = Context(now=clock.now(), channel="email" if needs_channel else "", category="marketing")
+        counted = membership.preview(obj.rules, context)
+        text = f"{counted.count:,}" if counted.exact else f"about {counted.count:,} (estimate: counting took too long)"
+        if needs_channel:
+            text += "; subscribed counted for email, category marketing: a draft campaign's page shows its own reach"
+        return text
 
     @admin.display(description="Members")
     def member_count(self, obj):
         if obj.pk is None:
             return 0
+        if obj.is_rule:
+            return "rule"
         n = getattr(obj, "n_members", None)
         return obj.members.count() if n is None else n
 

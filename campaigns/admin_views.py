@@ -199,7 +199,11 @@ class SegmentUploadViews:
             problems = " ".join(e for errors in form.errors.values() for e in errors)
             messages.error(request, f"Upload rejected; nothing was added. {problems}")
             return redirect(change_url)
-        result = add_members(segment, form.cleaned_data["user_ids"])
+        try:
+            result = add_members(segment, form.cleaned_data["user_ids"])
+        except services.SegmentKindConflict as exc:
+            messages.error(request, f"Upload rejected; nothing was added: {exc}.")
+            return redirect(change_url)
         summary = (f"{result['ids']:,} user ids uploaded: {result['added']:,} added, "
                    f"{result['already_members']:,} already members, "
                    f"{result['created_recipients']:,} new recipients created (without contacts yet).")

@@ -16,7 +16,9 @@ class CampaignsConfig(AppConfig):
         # A recipient's erasure (DELETE /v1/users/{id}) removes it from every segment.
         from preferences.api.erasure import register_eraser
 
-        register_eraser(erase_memberships, covers={"campaigns.SegmentMember": "deleted"})
+        register_eraser(erase_memberships, covers={"campaigns.SegmentMember": "deleted",
+                                                    "campaigns.CampaignMember": "deleted (a rule segment's "
+                                                                                "snapshot still fanning out)"})
         # Clients read the sends of the campaigns they may read, besides their own.
         from campaigns.ownership import readable_campaign_sends
         from notifications.readers import register_read_rule

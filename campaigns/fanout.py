@@ -20,9 +20,9 @@ from zoneinfo import ZoneInfo
 from celery import current_app
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Count, F
+from django.db.models import F
 
-from campaigns import audience
+from campaigns import audience, membership
 from campaigns.models import Campaign, CampaignShard, CampaignStatus, MissedPolicy
 from core import clock
 from core.queues import FAN_OUT_PAGE_TASK, fanout_queue
@@ -40,11 +40,10 @@ log = logging.getLogger(__name__)
 
 _MEMBERS_SQL = """
 SELECT m.recipient_id, r.timezone, {facts}
-  FROM campaigns_segmentmember m
+  FROM ({members}) m
   JOIN preferences_recipient r ON r.user_id = m.recipient_id
   LEFT JOIN preferences_preferences p ON p.recipient_id = m.recipient_id
- WHERE m.segment_id = %(segment)s AND m.added_at <= %(snapshot)s
-   AND (%(after)s::text IS NULL OR m.recipient_id > %(after)s)
+ WHERE (%(after)s::text IS NULL OR m.recipient_id > %(after)s)
    AND (%(upper)s::text IS NULL OR m.recipient_id <= %(upper)s)
    -- The same keyset on the joined tables: without it the planner may merge-join a recipient index
    -- scan from the first row, making each page cost O(cursor) (430 ms a page at 290,000 members).
@@ -83,13 +82,13 @@ def start_due_campaigns() -> list[str]:
 
 
 def _plan_shards(campaign: Campaign, now: datetime) -> None:
-    members = campaign.segment.members.filter(added_at__lte=now)
-    count = members.count()
+    count = membership.snapshot(campaign, now)
+    campaign.snapshot_at = now
     page = conf("PAGE_SIZE")
     wanted = max(1, min(conf("SHARDS"), count // (page * 2)))
     bounds: list[str] = []
     if wanted > 1:
-        ordered = members.order_by("recipient_id").values_list("recipient_id", flat=True)
+        ordered = membership.snapshot_members(campaign).order_by("recipient_id")
         bounds = [ordered[count * k // wanted] for k in range(1, wanted)]
         bounds = sorted(set(bounds))
     edges = [None, *bounds, None]
@@ -228,10 +227,10 @@ def fan_out_page(campaign_id: str, shard_number: int) -> str:
             return "busy"
         campaign = Campaign.objects.get(pk=campaign_id)
         now = clock.now()
-        sql = _MEMBERS_SQL.format(facts=audience.fact_columns(campaign.channel))
+        members_sql, members_params = membership.member_source(campaign, campaign.snapshot_at)
+        sql = _MEMBERS_SQL.format(facts=audience.fact_columns(campaign.channel), members=members_sql)
         with connection.cursor() as cur:
-            cur.execute(sql, {"segment": campaign.segment_id, "snapshot": campaign.snapshot_at,
-                              "after": shard.cursor, "upper": shard.upper, "limit": page_size,
+            cur.execute(sql, {**members_params, "after": shard.cursor, "upper": shard.upper, "limit": page_size,
                               **audience.fact_params(campaign)})
             columns = [c.name for c in cur.description]
             members = [dict(zip(columns, r, strict=True)) for r in cur.fetchall()]
@@ -326,6 +325,7 @@ def _finish_fan_out_if_complete(campaign: Campaign, now: datetime) -> None:
     created = sum(CampaignShard.objects.filter(campaign=campaign).values_list("created", flat=True))
     Campaign.objects.filter(pk=campaign.pk, status=CampaignStatus.FANNING_OUT).update(
         status=CampaignStatus.SENDING, fanned_out_at=now, created_count=created, updated_at=now)
+    membership.release_snapshot(campaign)
     log.info("campaign %s: fan-out complete, %d notifications", campaign.pk, created)
 
 
@@ -351,16 +351,20 @@ def local_time_passed(campaign: Campaign, now: datetime) -> tuple[int, int]:
     """``(passed, members)`` for a local-time campaign: how many current segment members' zones have
     already passed its wall time at ``now`` (each zone resolved as fan-out does; spread ignored).
     ``(0, members)`` for other campaigns. One grouped query over the members' zones."""
-    members = campaign.segment.members.all()
+    members_sql, params = membership.member_source(campaign, now)
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT r.timezone, count(*) FROM ({members_sql}) m "
+                    "JOIN preferences_recipient r ON r.user_id = m.recipient_id GROUP BY 1", params)
+        zones = cur.fetchall()
     if not campaign.is_local_time:
-        return 0, members.count()
+        return 0, sum(n for _zone, n in zones)
     planner = _Planner(campaign, now)
     passed = total = 0
-    for row in members.values("recipient__timezone").annotate(n=Count("*")).order_by():
-        total += row["n"]
-        zone = planner.zone(row["recipient__timezone"] or "")
+    for zone_name, n in zones:
+        total += n
+        zone = planner.zone(zone_name or "")
         if wall_time_to_utc(campaign.local_date, campaign.local_time, zone) <= now:
-            passed += row["n"]
+            passed += n
     return passed, total
 
 
@@ -392,6 +396,7 @@ def reconcile_campaigns() -> dict[str, int]:
     recent = now - timedelta(days=2)
     for campaign_id in (Campaign.objects.filter(status=CampaignStatus.CANCELLED, cancelled_at__gte=recent)
                         .values_list("pk", flat=True)):
+        membership.release_snapshot(Campaign(pk=campaign_id))
         for _ in range(20):  # up to 100,000 rows per campaign per run
             if cancel_campaign_notifications(campaign_id) < 5000:
                 break

@@ -127,6 +127,27 @@ class NamedForm(forms.ModelForm):
         return text
 
 
+class SegmentForm(NamedForm):
+    """A segment's admin form: ``rules`` is validated by the API's rule (:func:`campaigns.rules.validate`,
+    the error naming the rule's path) and refused on a list segment with members."""
+
+    def clean_rules(self):
+        from campaigns.rules import RuleError, validate
+        from campaigns.services import rules_problem
+
+        value = self.cleaned_data.get("rules")
+        if value is None:
+            return None
+        try:
+            validate(value)
+        except RuleError as exc:
+            raise ValidationError(f"{exc.path}: {exc.message} ({exc.code}).", code=exc.code) from None
+        problem = rules_problem(self.instance, value)
+        if problem:
+            raise ValidationError(f"Not saved: {problem}.", code="list_segment")
+        return value
+
+
 class MemberUploadForm(forms.Form):
     """A CSV file of user ids to add to a segment; ``cleaned_data["user_ids"]`` holds them."""
 

@@ -28,11 +28,19 @@ class Segment(models.Model):
     description = models.TextField(blank=True, default="")
     client = models.ForeignKey(APIClient, on_delete=models.PROTECT, null=True, blank=True, related_name="segments",
                                verbose_name="owner (API client)", help_text=OWNER_HELP)
+    rules = models.JSONField(
+        null=True, blank=True,
+        help_text="A rule segment: who matches this rule when a campaign snapshots it (docs/SEGMENTS.md). "
+                  "Empty: a list segment (members added by the API or a CSV).")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:
         return self.name or self.segment_id
+
+    @property
+    def is_rule(self) -> bool:
+        return self.rules is not None
 
 
 class SegmentMember(models.Model):
@@ -48,6 +56,24 @@ class SegmentMember(models.Model):
 
     def __str__(self) -> str:
         return f"{self.recipient_id} in {self.segment_id}"
+
+
+class CampaignMember(models.Model):
+    """One recipient in a campaign's snapshot of a rule segment, written once when fan-out starts
+    (:func:`campaigns.membership.snapshot`) and paged through like a list segment's members; deleted
+    when fan-out completes."""
+
+    campaign = models.ForeignKey("Campaign", on_delete=models.CASCADE, related_name="snapshot_members",
+                                 db_index=False)
+    recipient = models.ForeignKey(Recipient, on_delete=models.CASCADE, related_name="campaign_snapshots",
+                                  db_index=False)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["campaign", "recipient"], name="campaign_member_uniq")]
+        indexes = [models.Index(fields=["recipient"], name="campaign_member_recipient_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.recipient_id} in the snapshot of {self.campaign_id}"
 
 
 class Template(models.Model):

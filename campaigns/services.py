@@ -14,6 +14,7 @@ from campaigns import ownership
 from campaigns.models import (
     CAMPAIGN_ID_NAMESPACE,
     Campaign,
+    CampaignMember,
     CampaignStatus,
     Segment,
     SegmentMember,
@@ -71,7 +72,29 @@ class CampaignAccepted:
 
 # --- segments ------------------------------------------------------------------------------------
 
-def upsert_segment(segment_id: str, *, name: str, description: str = "",
+class SegmentKindConflict(Exception):
+    """Members written to a rule segment, or rules given to a segment that has list members: a
+    segment is one or the other (docs/SEGMENTS.md). ``field`` names what the request gave."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def rules_problem(segment: Segment, rules) -> str:
+    """Why ``segment`` cannot take ``rules`` (``""``: it can): a list segment with members is not
+    turned into a rule segment (they would silently stop counting)."""
+    if rules is not None and segment.pk and segment.members.exists():
+        return ("this segment has members (a list segment); remove them first, or define the rule segment "
+                "under another segment_id")
+    return ""
+
+
+RULE_SEGMENT_MEMBERS = ("this segment is defined by rules: its members are the recipients the rule matches when a "
+                        "campaign starts (docs/SEGMENTS.md)")
+
+
+def upsert_segment(segment_id: str, *, name: str, description: str = "", rules=None,
                    client: APIClient | None = None) -> tuple[Segment, bool]:
     """Create or rename a segment. Returns ``(segment, created)``.
 
@@ -85,13 +108,18 @@ def upsert_segment(segment_id: str, *, name: str, description: str = "",
             try:
                 with transaction.atomic():
                     return Segment.objects.create(segment_id=segment_id, name=name, description=description,
-                                                  client=client), True
+                                                  rules=rules, client=client), True
             except IntegrityError:  # created meanwhile by a concurrent request: update that one
                 segment = Segment.objects.select_for_update().get(pk=segment_id)
         if client is not None:
             ownership.check_change(segment, client)
-        segment.name, segment.description = name, description
-        segment.save(update_fields=["name", "description", "updated_at"])
+            if rules != segment.rules:  # who gets an active high-priority campaign, as members do
+                ownership.check_members_change(segment, client)
+        problem = rules_problem(segment, rules)
+        if problem:
+            raise SegmentKindConflict("rules", problem)
+        segment.name, segment.description, segment.rules = name, description, rules
+        segment.save(update_fields=["name", "description", "rules", "updated_at"])
     return segment, False
 
 
@@ -110,6 +138,8 @@ def change_members(segment: Segment, *, add: list[str], remove: list[str],
     the key lacks ``notifications:send_high`` (nothing changed either way). ``None`` is staff (the
     admin, whose views apply their own rule: :func:`campaigns.ownership.locked_for_staff`).
     """
+    if segment.is_rule:
+        raise SegmentKindConflict("add" if add else "remove", RULE_SEGMENT_MEMBERS)
     bad = next((u for u in add if user_id_problem(u)), None)
     if bad is not None:
         raise ValueError(f"user id {bad!r} {user_id_problem(bad)}")
@@ -143,7 +173,9 @@ def remove_from_every_segment(recipient_id: str) -> int:
     memberships were removed. (Campaigns already fanning out keep the rows they created; those are
     cancelled or stripped of content by :func:`notifications.services.erase_notification_content`.)"""
     removed, _ = SegmentMember.objects.filter(recipient_id=recipient_id).delete()
-    return removed
+    # And every rule segment's snapshot still being fanned out: its page has not reached them yet.
+    snapshots, _ = CampaignMember.objects.filter(recipient_id=recipient_id).delete()
+    return removed + snapshots
 
 
 # --- templates -----------------------------------------------------------------------------------

@@ -383,6 +383,8 @@ CAMPAIGNS = {
     "MISSED_GRACE_SECONDS": env.int("CAMPAIGN_MISSED_GRACE_SECONDS", default=600),
     # manage.py doctor fails for a campaign that made no progress for this many minutes.
     "STALL_MINUTES": env.int("CAMPAIGN_STALL_MINUTES", default=10),
+    # A rule segment's count preview (docs/SEGMENTS.md): past this many ms, the planner's estimate.
+    "PREVIEW_TIMEOUT_MS": env.int("SEGMENT_PREVIEW_TIMEOUT_MS", default=2000),
     # Bounds on one template render (docs/CAMPAIGNS.md, "Render bounds"); past one: template_error.
     "RENDER_CPU_MS": env.int("TEMPLATE_RENDER_CPU_MS", default=100),
     "RENDER_MAX_ITERATIONS": env.int("TEMPLATE_RENDER_MAX_ITERATIONS", default=10_000),

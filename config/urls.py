@@ -10,6 +10,7 @@ from django.views import defaults
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from campaigns.api import segment_rules as segment_rule_views
 from campaigns.api import views as campaign_views
 from notifications import health, health_admin, metrics_scrape, unsubscribe_views
 from notifications.api import app_receipts as app_receipt_views
@@ -69,6 +70,7 @@ urlpatterns = [
     path("v1/users/<str:user_id>/devices/<text:push_token>", preference_views.DeviceView.as_view(),
          name="user-device"),
     path("v1/segments", campaign_views.SegmentListView.as_view(), name="segments"),
+    path("v1/segment-preview", segment_rule_views.SegmentPreviewView.as_view(), name="segment-preview"),
     path("v1/templates", campaign_views.TemplateListView.as_view(), name="templates"),
     path("v1/segments/<str:segment_id>", campaign_views.SegmentView.as_view(), name="segment"),
     path("v1/segments/<str:segment_id>/members", campaign_views.SegmentMembersView.as_view(), name="segment-members"),

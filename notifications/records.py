@@ -13,13 +13,16 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from django.db import connection
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from notifications.models import (
+    REACHED_STATUSES,
     DeliveryAttempt,
+    DeliveryEvent,
     Notification,
     NotificationHistory,
     NotificationRecord,
+    Status,
     TimelineEntry,
     log_of,
 )
@@ -66,3 +69,25 @@ def estimated_count() -> int:
                            OR c.oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = %s::regclass)""",
                     [Notification._meta.db_table, NotificationHistory._meta.db_table])
         return int(cur.fetchone()[0])
+
+
+#: Email receipts that say the message was opened or a link in it clicked (``receipt:<provider word>``,
+#: notifications/receipts.py): SendGrid's ``open`` and ``click``.
+EMAIL_OPENED_KINDS = ("receipt:open", "receipt:click")
+
+
+def engaged_since(engagement: str, since) -> QuerySet[NotificationRecord]:
+    """Notifications, live or archived, created from ``since`` on, that show the engagement: ``sent``
+    (a provider accepted it: ``REACHED_STATUSES``) or ``opened`` (the app reported it opened, or an
+    email open/click receipt arrived). Correlate it to a recipient (``.filter(recipient_id=…)``):
+    each table and history partition from ``since``'s day on is read through its ``(recipient_id,
+    created_at)`` index, older partitions are pruned (docs/SEGMENTS.md, "What engagement costs")."""
+    # A row created from ``since`` on was archived after it: the bound on archived_at (the history's
+    # partition key; NULL for live rows) prunes the older partitions.
+    rows = NotificationRecord.objects.filter(Q(archived_at__isnull=True) | Q(archived_at__gte=since),
+                                             created_at__gte=since)
+    if engagement == "sent":
+        return rows.filter(status__in=REACHED_STATUSES)
+    opened_email = DeliveryEvent.objects.filter(notification_id=OuterRef("id"), created_at__gte=since,
+                                                kind__in=EMAIL_OPENED_KINDS)
+    return rows.filter(Q(status=Status.OPENED) | Q(Exists(opened_email), channel="email"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 
 
@@ -45,7 +46,11 @@ class Recipient(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
-        indexes = [models.Index(fields=["email"], name="recipient_email_idx")]
+        indexes = [models.Index(fields=["email"], name="recipient_email_idx"),
+                   # Rule segments (campaigns/rules.py, docs/SEGMENTS.md): attribute containment and key
+                   # existence, and a locale or its more specific tags (= and LIKE 'de-%').
+                   GinIndex(fields=["attributes"], name="recipient_attributes_gin"),
+                   models.Index(fields=["locale"], name="recipient_locale_idx", opclasses=["varchar_pattern_ops"])]
 
     def __str__(self) -> str:
         return self.user_id

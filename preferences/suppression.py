@@ -130,3 +130,21 @@ def facts_of(recipient, *, sms_stopped: bool | None = None, has_active_device: b
         opt_outs=channels(prefs.opt_outs) if prefs is not None else frozenset(),
         category_opt_outs=category_channels(prefs.category_opt_outs) if prefs is not None else {},
         type_opt_outs=category_channels(prefs.type_opt_outs) if prefs is not None else {})
+
+
+def opted_out_q(channel: str, category: str = "", type_key: str = ""):
+    """:func:`opt_out_reason` in SQL, for rule segments (``{"subscribed": true}``): a ``Q`` over
+    ``Recipient`` true when its preferences opt out of ``channel``, of ``channel`` in ``category`` or
+    of ``channel`` for type ``type_key``. ``jsonb @> '"sms"'`` holds for a list holding ``"sms"`` and
+    for the bare string, exactly the stored shapes :func:`channels` reads as naming it
+    (``tests/test_segment_rules.py`` keeps the two in step)."""
+    from django.db.models import Exists, JSONField, OuterRef, Q, Value
+    from django.db.models.fields.json import DataContains, KeyTransform
+
+    named = Value(channel, output_field=JSONField())
+    chosen = Q(opt_outs__contains=channel)
+    if category:
+        chosen |= Q(DataContains(KeyTransform(category, "category_opt_outs"), named))
+    if type_key:
+        chosen |= Q(DataContains(KeyTransform(type_key, "type_opt_outs"), named))
+    return Q(Exists(Preferences.objects.filter(chosen, recipient_id=OuterRef("user_id"))))

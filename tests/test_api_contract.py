@@ -147,6 +147,14 @@ REFUSALS_THE_SCHEMA_CANNOT_STATE = {
     ("digest.key", "unknown_variable"): "a digest key reads only data.* (template analysis)",
     ("data", "digest_key"): "the (stored) type's digest key must render with the event's data",
     ("*", "digest_type"): "a digest type's event takes no timing or collapse key (depends on the stored type)",
+    # Rule segments (campaigns/rules.py, docs/SEGMENTS.md): the rule is JSON of its own language, stated in the
+    # field's description (a recursive schema of and/or/not with six leaves is more than OpenAPI 3.0 tools take).
+    **{(field, code): "the rule language (docs/SEGMENTS.md), named by the rule's path"
+       for field in ("rules", "rules.*")
+       for code in ("unknown_rule", "unknown_operator", "unknown_key", "wrong_type", "empty", "out_of_range",
+                    "too_deep", "too_many_rules", "max_length", "invalid", "invalid_name", "required")},
+    ("channel", "required"): "a rule using subscribed needs the campaign's channel (depends on the rule)",
+    ("segment_id", "not_found"): "the segment to count must exist",
     # Receipts from the app (notifications/app_receipts.py).
     ("event", "not_app_channel"): "only a push or in_app notification gets app receipts (the stored row's channel)",
     ("at", "too_far_ahead"): "at most 60 s ahead of now (the clock)",
@@ -165,6 +173,8 @@ REFUSALS_THE_SCHEMA_CANNOT_STATE = {
 OTHER_REFUSALS_THE_SCHEMA_CANNOT_STATE = {
     (404, "not_found"): "an id that names nothing, or another client's (a lookup)",
     (409, "not_cancellable"): "not cancellable any more (the row's state)",
+    (409, "list_segment"): "a rule for a segment that has members (the segment's state)",
+    (409, "rule_segment"): "members for a rule segment (the segment's state)",
     (409, "notification_*"): "an app receipt of a notification not sent (the row's state)",
     (400, "invalid_cursor"): "the inbox's cursor must be one it handed out",
     (400, "unstorable_character"): "no NUL or lone surrogate in any string, map keys included (core/api/parsers.py): "

@@ -48,7 +48,7 @@ def test_segment_members_add_remove_and_count(http, segment):
     r = call(http, "post", "/v1/segments/vip/members", {"add": ["known"], "remove": ["new-2", "ghost"]})
     assert r.json() == {"added": 0, "removed": 1, "created_recipients": 0, "member_count": 2}
     assert call(http, "get", "/v1/segments/vip").json() == {
-        "segment_id": "vip", "name": "VIPs", "description": "", "member_count": 2}
+        "segment_id": "vip", "name": "VIPs", "description": "", "rules": None, "member_count": 2}
 
 
 def test_segment_member_call_limit_is_10000_and_writes_nothing(http, segment):

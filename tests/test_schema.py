@@ -28,6 +28,7 @@ def test_schema_documents_the_api(schema):
         "/v1/events", "/v1/events/{event_id}", "/v1/events/{event_id}/cancel", "/v1/events/{event_id}/recipients",
         "/v1/notification-types", "/v1/notification-types/{key}",
         "/v1/users/{user_id}/inbox", "/v1/users/{user_id}/inbox/counts", "/v1/users/{user_id}/inbox/mark",
+        "/v1/segment-preview",
     }
     lists = {"/v1/users/{user_id}/notifications": {"status", "channel", "category"}, "/v1/segments": set(),
              "/v1/segments/{segment_id}/members": set(), "/v1/templates": set(),
@@ -96,7 +97,8 @@ def test_request_bodies_are_as_strict_as_the_code(schema):
     assert requests == ["AppReceiptRequest", "CampaignRequestRequest", "ContentRequest", "DeviceRequest",
                         "DigestRequest", "EventRequestRequest", "InboxMarkRequest",
                         "LocalTimeRequest", "MembersRequest", "NotificationTypeRequest", "PreferencesRequest",
-                        "QuietHoursRequest", "RecipientRequest", "SegmentRequest", "SendRequestRequest",
+                        "QuietHoursRequest", "RecipientRequest", "SegmentPreviewRequest", "SegmentRequest",
+                        "SendRequestRequest",
                         "TemplateRequest", "TypeTemplateRequest", "VariantRequest"]
     assert {name: components[name].get("additionalProperties") for name in requests} == dict.fromkeys(requests, False)
     assert "additionalProperties" not in components["Segment"]  # responses may grow fields

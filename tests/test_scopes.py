@@ -61,7 +61,7 @@ def declared_operations():
 
 def test_every_api_view_declares_a_known_scope_for_each_method():
     operations = list(declared_operations())
-    assert len(operations) == 35  # a new endpoint lands here: give it required_scopes
+    assert len(operations) == 36  # a new endpoint lands here: give it required_scopes
     for route, method, scope, view_class in operations:
         assert route.startswith("/v1/"), route
         assert scope in Scope.values, f"{view_class.__name__}.{method} ({method.upper()} {route}) declares no scope"
@@ -168,6 +168,8 @@ ENDPOINTS = [
              (Scope.SEGMENTS_WRITE,), {"add": ["bob"]}),
     Endpoint("post", "/v1/segments/{segment_id}/members", "/v1/segments/seg/members", 200,
              (Scope.SEGMENTS_WRITE, Scope.SEND_HIGH), {"add": ["bob"]}, extra_field="segment_id"),
+    Endpoint("post", "/v1/segment-preview", "/v1/segment-preview", 200, (Scope.SEGMENTS_WRITE,),
+             {"rules": {"has": "email"}}),
     Endpoint("get", "/v1/templates", "/v1/templates", 200, (R,)),
     Endpoint("get", "/v1/templates/{template_id}", "/v1/templates/tpl", 200, (R,)),
     Endpoint("put", "/v1/templates/{template_id}", "/v1/templates/tpl", 200, (Scope.TEMPLATES_WRITE,), TEMPLATE),
@@ -398,7 +400,7 @@ def test_a_method_the_view_does_not_implement_is_405_with_allow_whatever_the_sco
                                           "message": f"method: {message}",
                                           "fields": [{"field": "method", "code": "method_not_allowed",
                                                       "message": message}]}}, (method, path)
-    assert seen == 26 * len(ALL_METHODS) - 35
+    assert seen == 27 * len(ALL_METHODS) - 36
 
 
 def test_the_reported_methods_are_405():

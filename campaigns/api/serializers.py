@@ -13,7 +13,7 @@ from campaigns.models import Campaign, CampaignStatus, MissedPolicy, Segment, Te
 from campaigns.selectors import content_check, template_problem
 from campaigns.services import local_time_problem
 from core import clock
-from core.api.fields import AwareDateTimeField, LabelField, RejectUnknownFields, TextField, WallTimeSecondsField
+from core.api.fields import AwareDateTimeField, LabelField, RejectUnknownFields, WallTimeSecondsField
 from core.identifiers import MAX_USER_ID_LENGTH, USER_ID_PATTERN, problem_code, user_id_problem
 from core.vocabulary import CATEGORY_PATTERN, TEMPLATE_LOCALE_PATTERN
 from notifications.acceptance.rules import bulk_send_problem
@@ -41,13 +41,6 @@ MAX_MEMBER_IDS = 10_000
 #: The one wording of the bound, whether one list or the two together pass it.
 MEMBER_IDS_LIMIT = f"at most {MAX_MEMBER_IDS} ids per call (add + remove)"
 MAX_SPREAD_SECONDS = 24 * 3600
-
-
-class SegmentSerializer(RejectUnknownFields, serializers.Serializer):
-    segment_id = serializers.CharField(read_only=True)
-    name = LabelField()
-    description = TextField(required=False, allow_blank=True, default="", max_length=10_000)
-    member_count = serializers.IntegerField(read_only=True)
 
 
 def _valid_user_id(value: str) -> None:

@@ -9,6 +9,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from campaigns import ownership, services
+from campaigns.api.segment_rules import EXAMPLE_RULES, SegmentSerializer
 from campaigns.api.serializers import (
     CampaignRequestSerializer,
     CampaignSerializer,
@@ -16,7 +17,6 @@ from campaigns.api.serializers import (
     MembersResultSerializer,
     MembersSerializer,
     SegmentMemberSerializer,
-    SegmentSerializer,
     TemplateOutSerializer,
     TemplateSerializer,
 )
@@ -92,7 +92,7 @@ def _template(template_id: str) -> Template:
 
 def _segment_state(segment: Segment) -> dict:
     """What a segment PUT changes, for the audit log."""
-    return {"name": segment.name, "description": segment.description}
+    return {"name": segment.name, "description": segment.description, "rules": segment.rules}
 
 
 def _template_state(template: Template) -> dict:
@@ -103,7 +103,7 @@ def _template_state(template: Template) -> dict:
 
 def _segment_payload(segment: Segment) -> dict:
     return {"segment_id": segment.segment_id, "name": segment.name, "description": segment.description,
-            "member_count": segment.members.count()}
+            "rules": segment.rules, "member_count": None if segment.is_rule else segment.members.count()}
 
 
 class SegmentView(APIView):
@@ -112,11 +112,16 @@ class SegmentView(APIView):
 
     @extend_schema(request=SegmentSerializer, parameters=[_SEGMENT_ID, *response_headers()],
                    examples=[OpenApiExample("Segment", request_only=True, value={
-                       "name": "Spring sale", "description": "Opted-in buyers of the last 12 months"})],
+                       "name": "Spring sale", "description": "Opted-in buyers of the last 12 months"}),
+                             OpenApiExample("Rule segment", request_only=True, value={
+                                 "name": "German gold members", "rules": EXAMPLE_RULES})],
                    responses={200: OpenApiResponse(SegmentSerializer, description="Updated."),
                               201: OpenApiResponse(SegmentSerializer, description="Created."),
-                              **error_responses(*BODY, 403, 422, _422=_SLUG_422, _403=_SEGMENT_403_CHANGE)},
-                   summary="Create or rename a segment (this client's own)")
+                              **error_responses(*BODY, 403, 409, 422, _422=_SLUG_422 + " A bad rule: its path "
+                                                  "(`rules.and[2].op`) and the rule it broke.",
+                                                  _403=_SEGMENT_403_CHANGE,
+                                                  _409="`list_segment` on `rules`: the segment has members.")},
+                   summary="Create or change a segment (this client's own): a list, or a rule (docs/SEGMENTS.md)")
     def put(self, request, segment_id: str):
         parameters.SLUG.check("segment_id", segment_id)
         existing = Segment.objects.filter(pk=segment_id).first()
@@ -126,8 +131,10 @@ class SegmentView(APIView):
         ser.is_valid(raise_exception=True)
         try:
             segment, created = services.upsert_segment(segment_id, client=request.auth, **ser.validated_data)
-        except ownership.NotOwner as exc:  # created by another client meanwhile
+        except (ownership.NotOwner, ownership.NeedsHighScope) as exc:  # created by another client meanwhile
             raise _refused(exc) from None
+        except services.SegmentKindConflict as exc:
+            return field_error(exc.field, "list_segment", str(exc), 409, "conflict")
         audit_notes.note_changes(request, None if created or existing is None else _segment_state(existing),
                            _segment_state(segment))
         return Response(_segment_payload(segment), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
@@ -155,8 +162,8 @@ class SegmentListView(APIView):
         def items(rows):
             counts = dict(SegmentMember.objects.filter(segment_id__in=[r.pk for r in rows]).values("segment_id")
                           .annotate(n=Count("id")).order_by().values_list("segment_id", "n"))
-            return [{"segment_id": r.segment_id, "name": r.name, "description": r.description,
-                     "member_count": counts.get(r.segment_id, 0)} for r in rows]
+            return [{"segment_id": r.segment_id, "name": r.name, "description": r.description, "rules": r.rules,
+                     "member_count": None if r.is_rule else counts.get(r.segment_id, 0)} for r in rows]
 
         return Response(list_page(request.query_params, ownership.readable_segments(request.auth), _BY_ID, items,
                                   listing=("segments",)))
@@ -183,7 +190,9 @@ class SegmentMembersView(APIView):
                    examples=[OpenApiExample("Members", request_only=True,
                                             value={"add": ["alice", "bob"], "remove": ["carol"]})],
                    responses={200: MembersResultSerializer,
-                              **error_responses(*BODY, 403, 404, 422, _403=_MEMBERS_403)},
+                              **error_responses(*BODY, 403, 404, 409, 422, _403=_MEMBERS_403,
+                                                _409="`rule_segment` on `add` / `remove`: a rule segment's "
+                                                     "members are whoever its rule matches.")},
                    summary="Add and remove members of this client's segment (up to 10,000 ids a call)")
     def post(self, request, segment_id: str):
         segment = _segment(segment_id)
@@ -194,6 +203,8 @@ class SegmentMembersView(APIView):
             result = services.change_members(segment, client=request.auth, **ser.validated_data)
         except (ownership.NotOwner, ownership.NeedsHighScope) as exc:  # a campaign made meanwhile
             raise _refused(exc) from None
+        except services.SegmentKindConflict as exc:
+            return field_error(exc.field, "rule_segment", str(exc), 409, "conflict")
         audit_notes.note_fields(request, ["members"] if result["added"] or result["removed"] else [])
         result["member_count"] = segment.members.count()
         return Response(result)
