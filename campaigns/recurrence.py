@@ -129,7 +129,8 @@ def parse(rule: str, start: str | datetime, timezone: str, *, now: datetime) -> 
     try:
         parsed = du.rrulestr(text, dtstart=start)
     except Exception as exc:  # dateutil raises several types for bad input
-        raise ScheduleError("schedule.rrule", "invalid_rrule", f"not an RFC 5545 RRULE: {exc}") from None
+        raise ScheduleError("schedule.rrule", "invalid_rrule", f"not an RFC 5545 RRULE (NAME=VALUE parts joined by "
+                                                               f"';', e.g. FREQ=WEEKLY;BYDAY=MO): {exc}") from None
     if not isinstance(parsed, du.rrule):
         raise ScheduleError("schedule.rrule", "invalid_rrule", "one RRULE, not a set")
     schedule = Schedule(text, start, timezone, parsed)
@@ -189,3 +190,14 @@ def stored(campaign) -> Schedule:
     return Schedule(campaign.schedule_rule, start, campaign.schedule_timezone,
                     du.rrulestr(campaign.schedule_rule, dtstart=start))
 
+
+
+def upcoming(campaign, n: int, now: datetime) -> list[Occurrence]:
+    """A series' next ``n`` occurrences as the API and the admin show them: from its ``next_run_at``
+    while scheduled, from ``now`` while a draft or paused (what a launch or a resume now would send);
+    none once completed or cancelled."""
+    if campaign.status not in ("draft", "scheduled", "paused"):
+        return []
+    if campaign.status == "scheduled" and campaign.next_run_at is not None:
+        now = campaign.next_run_at - timedelta(microseconds=1)
+    return stored(campaign).next_after(now, n)

@@ -315,3 +315,57 @@ def test_next_occurrences_count_is_bounded(http, frozen, members):
     r = http.get(f"/v1/campaigns/{series.pk}?occurrences=51")
     assert r.status_code == 422
     assert fields(r) == {("occurrences", "invalid")}
+
+
+# --- admin ---------------------------------------------------------------------------------------
+
+def admin_post(segment, **over) -> dict:
+    data = {"name": "Weekly", "segment": segment.pk, "channel": "email", "priority": "standard",
+            "category": "marketing", "template": "", "title": "Weekly", "body": "News", "html": "", "data": "",
+            "scheduled_at_0": "", "scheduled_at_1": "", "local_date": "", "local_time": "", "spread_seconds": "0",
+            "ttl_seconds": "", "schedule_rule": "FREQ=WEEKLY;BYDAY=SU", "schedule_start": "2027-03-21T09:00:00",
+            "schedule_timezone": "Europe/Paris"}
+    data.update(over)
+    return data
+
+
+@pytest.mark.usefixtures("fast_password_hashing")
+def test_admin_makes_launches_shows_and_pauses_a_recurring_campaign(admin_client, frozen, members):
+    from django.urls import reverse
+
+    r = admin_client.post(reverse("admin:campaigns_campaign_add"), admin_post(members))
+    assert r.status_code == 302, r.context["adminform"].form.errors
+    series = Campaign.objects.get()
+    assert (series.status, series.schedule_rule, series.schedule_timezone) == ("draft", "FREQ=WEEKLY;BYDAY=SU",
+                                                                               "Europe/Paris")
+    r = admin_client.post(reverse("admin:campaigns_campaign_launch", args=[series.pk]))
+    series.refresh_from_db()
+    assert (series.status, series.fanout_at, series.next_run_at) == ("scheduled", None, utc(2027, 3, 21, 8))
+    page = admin_client.get(reverse("admin:campaigns_campaign_change", args=[series.pk])).content.decode()
+    assert "2027-03-21 09:00 local (2027-03-21 08:00:00 UTC)" in page
+    assert "2027-03-28 09:00 local (2027-03-28 07:00:00 UTC)" in page  # summer time: still 09:00 local
+    beat_at(frozen, utc(2027, 3, 21, 8))
+    run = series.runs.get()
+    page = admin_client.get(reverse("admin:campaigns_campaign_change", args=[series.pk])).content.decode()
+    assert reverse("admin:campaigns_campaign_change", args=[run.pk]) in page
+    r = admin_client.post(reverse("admin:campaigns_campaign_changelist"),
+                          {"action": "pause_selected", "_selected_action": [str(series.pk), str(run.pk)]})
+    assert Campaign.objects.get(pk=series.pk).status == "paused"
+    assert Campaign.objects.get(pk=run.pk).status == "scheduled"  # a run is not a series: refused, unchanged
+
+
+@pytest.mark.usefixtures("fast_password_hashing")
+@pytest.mark.parametrize(("over", "field", "fragment"), [
+    ({"schedule_rule": "FREQ=MINUTELY"}, "schedule_rule", "at least 3600 s apart"),
+    ({"schedule_rule": "nonsense"}, "schedule_rule", "RFC 5545 RRULE"),
+    ({"schedule_timezone": "Mars/Olympus"}, "schedule_timezone", "IANA zone"),
+    ({"schedule_start": "next monday"}, "schedule_start", "YYYY-MM-DDTHH:MM:SS"),
+    ({"local_date": "2027-03-10", "local_time": "09:00"}, "schedule_rule", "not both"),
+])
+def test_admin_form_refuses_a_bad_schedule_on_its_field(admin_client, frozen, members, over, field, fragment):
+    from django.urls import reverse
+
+    r = admin_client.post(reverse("admin:campaigns_campaign_add"), admin_post(members, **over))
+    assert r.status_code == 200
+    assert any(fragment in e for e in r.context["adminform"].form.errors[field]), r.context["adminform"].form.errors
+    assert not Campaign.objects.exists()

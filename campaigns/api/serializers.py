@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -478,13 +478,8 @@ def schedule_payload(campaign: Campaign, occurrences: int = DEFAULT_OCCURRENCES)
     """A series' schedule as the API (and the admin) show it, or ``None`` for other campaigns."""
     if not campaign.is_recurring:
         return None
-    upcoming = []
-    if campaign.status in (CampaignStatus.DRAFT, CampaignStatus.SCHEDULED, CampaignStatus.PAUSED):
-        schedule = recurrence.stored(campaign)
-        after = clock.now() if campaign.status != CampaignStatus.SCHEDULED or campaign.next_run_at is None \
-            else campaign.next_run_at - timedelta(microseconds=1)
-        upcoming = [{"at": o.at, "local": o.wall.strftime(recurrence.START_FORMAT)}
-                    for o in schedule.next_after(after, occurrences)]
+    upcoming = [{"at": o.at, "local": o.wall.strftime(recurrence.START_FORMAT)}
+                for o in recurrence.upcoming(campaign, occurrences, clock.now())]
     return {"rrule": campaign.schedule_rule, "start": campaign.schedule_start, "timezone": campaign.schedule_timezone,
             "next_run_at": campaign.next_run_at, "paused_at": campaign.paused_at, "next_occurrences": upcoming}
 
