@@ -369,3 +369,15 @@ def test_admin_form_refuses_a_bad_schedule_on_its_field(admin_client, frozen, me
     assert r.status_code == 200
     assert any(fragment in e for e in r.context["adminform"].form.errors[field]), r.context["adminform"].form.errors
     assert not Campaign.objects.exists()
+
+
+def test_doctor_names_a_series_whose_run_beat_has_not_made(http, frozen, members):
+    from campaigns.selectors import stalled_campaigns
+
+    series = create_series(http, members)
+    assert stalled_campaigns(utc(2027, 3, 1, 8, 9)) == []
+    assert stalled_campaigns(utc(2027, 3, 1, 8, 11)) == [
+        f"campaign {series.pk} ({series}): recurring, its run due at 2027-03-01 08:00:00 UTC has not been made for "
+        "11 min (limit 10): is beat or the maintenance worker down?"]
+    beat_at(frozen, utc(2027, 3, 1, 8, 11))
+    assert not [line for line in stalled_campaigns(utc(2027, 3, 1, 8, 11)) if str(series.pk) in line]
