@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from itertools import islice
 from zoneinfo import ZoneInfo
 
@@ -23,12 +23,10 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from preferences.validation import validate_iana_zone
-from preferences.wallclock import wall_time_to_utc
+from preferences.wallclock import MAX_UTC_OFFSET, earliest_instant, wall_time_to_utc
 
 #: ``schedule.timezone`` for "at the wall time in each recipient's zone".
 RECIPIENT_ZONE = "recipient"
-#: The earliest any zone reaches a wall time (UTC+14): a recipient-zone run starts fanning out then.
-MAX_UTC_OFFSET = timedelta(hours=14)
 START_FORMAT = "%Y-%m-%dT%H:%M:%S"
 #: More times of day than this cannot keep the minimum interval (and would make dateutil build huge sets).
 MAX_TIMES_PER_DAY = 24
@@ -73,7 +71,7 @@ class Schedule:
         """The UTC instant of a wall time: in the schedule's zone (a wall time in a spring-forward gap is
         the end of the gap; one that occurs twice, its first occurrence), or at UTC+14."""
         if self.per_recipient:
-            return wall.replace(tzinfo=UTC) - MAX_UTC_OFFSET
+            return earliest_instant(wall.date(), wall.time())
         return wall_time_to_utc(wall.date(), wall.time(), ZoneInfo(self.timezone))
 
     def wall_at_or_before(self, instant: datetime) -> datetime:

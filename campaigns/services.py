@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from contextlib import suppress
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import UTC, date, datetime, time
 from time import monotonic
 
 from django.db import IntegrityError, connection, transaction
@@ -27,9 +27,7 @@ from core.identifiers import user_id_problem
 from notifications.models import APIClient
 from notifications.services import cancel_campaign_notifications, same_request
 from preferences.services import create_bare_recipients
-
-# The earliest any zone reaches a given wall time: UTC+14 (Pacific/Kiritimati).
-MAX_UTC_OFFSET = timedelta(hours=14)
+from preferences.wallclock import MAX_UTC_OFFSET, earliest_instant
 
 
 class CampaignKeyReused(Exception):
@@ -187,8 +185,7 @@ def fanout_instant(*, scheduled_at: datetime | None, local_date: date | None, lo
     """When fan-out must start (UTC): the send instant, or for a local-time campaign the instant the
     earliest zone (UTC+14) reaches the wall time, so every member's row exists before it is due."""
     if local_date is not None and local_time is not None:
-        earliest = datetime.combine(local_date, local_time, tzinfo=UTC) - MAX_UTC_OFFSET
-        return max(earliest, now)
+        return max(earliest_instant(local_date, local_time), now)
     return max(scheduled_at, now) if scheduled_at else now
 
 
