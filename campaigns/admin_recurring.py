@@ -7,6 +7,7 @@ from __future__ import annotations
 from django.contrib import admin, messages
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 
 from campaigns import admin_views, recurrence, runs, selectors
 from campaigns.models import Campaign
@@ -44,7 +45,7 @@ class RecurringAdminMixin:
         occurrences = recurrence.upcoming(obj, SHOWN_OCCURRENCES, clock.now())
         if not occurrences:
             return "—"
-        return format_html_join(format_html("<br>"), "{} local ({})", (
+        return format_html_join(mark_safe("<br>"), "{} local ({})", (
             (f"{o.wall:%Y-%m-%d %H:%M}", admin_views.utc(o.at)) for o in occurrences))
 
     @admin.display(description="Runs (latest first)")
@@ -53,7 +54,7 @@ class RecurringAdminMixin:
         if not latest:
             return "—"
         outcomes = selectors.outcomes_for([r.pk for r in latest])
-        return format_html_join(format_html("<br>"), '<a href="{}">{}</a>: {}{} · {}', (
+        return format_html_join(mark_safe("<br>"), '<a href="{}">{}</a>: {}{} · {}', (
             (reverse("admin:campaigns_campaign_change", args=[r.pk]), admin_views.utc(r.occurrence_at),
              r.get_status_display(), f" ({r.skip_reason})" if r.skip_reason else "",
              admin_views.outcome_summary(outcomes[r.pk])) for r in latest))

@@ -22,6 +22,7 @@ from dateutil import rrule as du
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
+from notifications.api.serializers import MAX_SCHEDULE_BEHIND
 from preferences.validation import validate_iana_zone
 from preferences.wallclock import MAX_UTC_OFFSET, earliest_instant, wall_time_to_utc
 
@@ -109,6 +110,9 @@ def parse(rule: str, start: str | datetime, timezone: str, *, now: datetime) -> 
     if start.tzinfo is not None:
         raise ScheduleError("schedule.start", "invalid", "a local wall time without a zone or offset "
                                                          "(schedule.timezone says where)")
+    if now.replace(tzinfo=None) - start > MAX_SCHEDULE_BEHIND:
+        # Each expansion walks from the start: an hourly rule started in 1900 would cost a million steps.
+        raise ScheduleError("schedule.start", "too_far_past", f"at most {MAX_SCHEDULE_BEHIND.days} days in the past")
     if timezone != RECIPIENT_ZONE:
         try:
             validate_iana_zone(timezone)

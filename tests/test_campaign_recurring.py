@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, time
 
 import pytest
 from django.db import connection
@@ -103,6 +103,7 @@ def test_hostile_or_broken_rules_are_422_naming_schedule_and_write_nothing(http,
 @pytest.mark.parametrize(("schedule", "expected"), [
     ({"start": "2027-03-01 09:00"}, ("schedule.start", "invalid")),
     ({"start": "2027-03-01T09:00:00Z"}, ("schedule.start", "invalid")),
+    ({"start": "1900-01-01T09:00:00"}, ("schedule.start", "too_far_past")),
     ({"timezone": "+01:00"}, ("schedule.timezone", "invalid_timezone")),
     ({"timezone": "Mars/Olympus"}, ("schedule.timezone", "invalid_timezone")),
 ])
@@ -381,3 +382,20 @@ def test_doctor_names_a_series_whose_run_beat_has_not_made(http, frozen, members
         "11 min (limit 10): is beat or the maintenance worker down?"]
     beat_at(frozen, utc(2027, 3, 1, 8, 11))
     assert not [line for line in stalled_campaigns(utc(2027, 3, 1, 8, 11)) if str(series.pk) in line]
+
+
+def test_each_run_meets_the_send_time_rules_of_a_campaign(http, frozen, members):
+    """A run is an ordinary campaign on the campaign road: here quiet hours at send (bob sleeps through
+    09:00 Paris), and in the fan-out test above the category opt-out (carol)."""
+    from tests.fanout_helpers import send_time_outcome
+
+    Preferences.objects.create(recipient_id="bob", quiet_start=time(8), quiet_end=time(10),
+                               quiet_timezone="Europe/Paris")
+    series = create_series(http, members, rrule="FREQ=DAILY")
+    for day in (1, 2):
+        beat_at(frozen, utc(2027, 3, day, 8))
+        run = series.runs.get(occurrence_at=utc(2027, 3, day, 8))
+        rows = {n.recipient_id: n for n in run_fan_out(run)}
+        assert send_time_outcome(rows["alice"].pk) == ("ready", "")
+        assert send_time_outcome(rows["bob"].pk) == ("scheduled", "quiet_hours")
+        Notification.objects.filter(campaign_id=run.pk).update(status="sent")  # the run is done
