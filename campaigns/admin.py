@@ -23,6 +23,7 @@ from django.utils.html import format_html
 from django.views.decorators.http import require_GET, require_POST
 
 from campaigns import admin_views, audience, membership, rules, selectors, services
+from campaigns.admin_recurring import SERIES_FIELDS, RecurringAdminMixin
 from campaigns.forms import (
     DEFINITION_FIELDS,
     SNAPSHOT_NOTE,
@@ -288,7 +289,7 @@ def _sensitive(campaign: Campaign | None) -> bool:
 
 
 @admin.register(Campaign)
-class CampaignAdmin(ContentLookupGuard, admin_views.CampaignLifecycleViews, admin.ModelAdmin):
+class CampaignAdmin(ContentLookupGuard, admin_views.CampaignLifecycleViews, RecurringAdminMixin, admin.ModelAdmin):
     """Campaigns: created as drafts (editable, deletable), launched with a button, then read-only
     except the name; progress and Cancel on the change page, "Cancel selected campaigns" in the list."""
 
@@ -300,7 +301,7 @@ class CampaignAdmin(ContentLookupGuard, admin_views.CampaignLifecycleViews, admi
     ordering = ["-created_at"]
     show_full_result_count = False
     autocomplete_fields = ["segment", "template"]
-    actions = ["cancel_selected"]
+    actions = ["cancel_selected", "pause_selected", "resume_selected"]
     change_form_template = "admin/campaigns/campaign/change_form.html"
 
     def get_changelist(self, request, **kwargs):
@@ -322,6 +323,7 @@ class CampaignAdmin(ContentLookupGuard, admin_views.CampaignLifecycleViews, admi
                           "description": "An absolute instant, or a local date and time in each recipient's "
                                          "zone, or neither (send when launched). " + SNAPSHOT_NOTE}),
         ]
+        fieldsets += self.recurring_fieldsets(obj)
         if obj is not None:
             fieldsets.append(("Status", {"fields": STATUS_FIELDS + (RUN_FIELDS if launched else [])}))
         if _sensitive(obj):
@@ -337,7 +339,7 @@ class CampaignAdmin(ContentLookupGuard, admin_views.CampaignLifecycleViews, admi
         if obj is None:
             return []
         if obj.status == CampaignStatus.DRAFT:
-            return STATUS_FIELDS + (["data_hidden"] if _sensitive(obj) else [])
+            return STATUS_FIELDS + SERIES_FIELDS + (["data_hidden"] if _sensitive(obj) else [])
         return [f for f in flatten_fieldsets(self.get_fieldsets(request, obj)) if f != "name"]
 
     def get_form(self, request, obj=None, change=False, **kwargs):
@@ -394,6 +396,9 @@ class CampaignAdmin(ContentLookupGuard, admin_views.CampaignLifecycleViews, admi
 
     @admin.display(description="Scheduled")
     def schedule(self, obj):
+        if obj.is_recurring:
+            return format_html("{} ({})<br><small>next run {}</small>", obj.schedule_rule, obj.schedule_timezone,
+                               admin_views.utc(obj.next_run_at) if obj.next_run_at else "—")
         if obj.local_date is not None:
             return format_html("{} {} local<br><small>fan-out from {}</small>", obj.local_date,
                                obj.local_time.strftime("%H:%M"), admin_views.utc(obj.fanout_at))

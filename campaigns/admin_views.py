@@ -31,7 +31,8 @@ UPLOAD_CHUNK = 10_000
 DONE_STATUSES = ("sent", "delivered", "displayed", "dismissed", "opened", "failed", "suppressed", "expired",
                  "cancelled")
 OPEN_STATUSES = ("scheduled", "queued", "sending")
-ACTIVE_CAMPAIGN_STATUSES = (CampaignStatus.SCHEDULED, CampaignStatus.FANNING_OUT, CampaignStatus.SENDING)
+ACTIVE_CAMPAIGN_STATUSES = (CampaignStatus.SCHEDULED, CampaignStatus.FANNING_OUT, CampaignStatus.SENDING,
+                            CampaignStatus.PAUSED)
 
 
 def utc(value) -> str:

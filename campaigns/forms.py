@@ -17,6 +17,7 @@ from django.core.exceptions import ValidationError
 from django.forms.models import BaseInlineFormSet
 from django.utils import timezone
 
+from campaigns import recurrence
 from campaigns.api.serializers import MAX_SPREAD_SECONDS
 from campaigns.models import Campaign, MissedPolicy, TemplateVariant
 from campaigns.selectors import content_check, template_problem
@@ -235,7 +236,8 @@ def can_send_high(user) -> bool:
 
 CONTENT_FIELDS = ["title", "body", "html", "data"]
 DEFINITION_FIELDS = ["segment", "channel", "priority", "category", "template", *CONTENT_FIELDS,
-                     "scheduled_at", "local_date", "local_time", "missed_policy", "spread_seconds", "ttl_seconds"]
+                     "scheduled_at", "local_date", "local_time", "missed_policy", "spread_seconds", "ttl_seconds",
+                     "schedule_rule", "schedule_start", "schedule_timezone"]
 
 
 class CampaignForm(NamedForm):
@@ -375,3 +377,20 @@ class CampaignForm(NamedForm):
             problem = local_time_problem(local_date, local_time, now)
             if problem:
                 self.add_error("local_time", problem[0].upper() + problem[1:] + ".")
+        self._clean_recurrence(cleaned, now)
+
+    def _clean_recurrence(self, cleaned: dict, now) -> None:
+        """A recurring campaign: the schedule rule of the API (:func:`campaigns.recurrence.parse`), each
+        error on its field; not with another kind of schedule."""
+        rule, start, zone = (cleaned.get(n) or "" for n in ("schedule_rule", "schedule_start", "schedule_timezone"))
+        if not (rule or start or zone):
+            return
+        if cleaned.get("scheduled_at") or cleaned.get("local_date"):
+            self.add_error("schedule_rule", "Give a recurring schedule or a send instant or a local date, not both.")
+            return
+        try:
+            recurrence.parse(rule, start, zone, now=now)
+        except recurrence.ScheduleError as exc:
+            field = {"schedule.start": "schedule_start", "schedule.timezone": "schedule_timezone"}.get(
+                exc.field, "schedule_rule")
+            self.add_error(field, str(exc)[:1].upper() + str(exc)[1:] + ".")

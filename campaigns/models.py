@@ -119,6 +119,8 @@ class CampaignStatus(models.TextChoices):
     SENDING = "sending", "Sending"
     COMPLETED = "completed", "Completed"
     CANCELLED = "cancelled", "Cancelled"
+    PAUSED = "paused", "Paused (recurring: no new runs)"
+    SKIPPED = "skipped", "Skipped (a recurring campaign's occurrence not sent)"
 
 
 class MissedPolicy(models.TextChoices):
@@ -191,13 +193,39 @@ class Campaign(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
+    # A recurring campaign (a *series*, docs/RECURRING.md) carries a schedule and never fans out itself:
+    # each occurrence is a *run*, a campaign of its own with ``series`` and ``occurrence_at`` set.
+    schedule_rule = models.CharField(
+        max_length=500, blank=True, default="",
+        help_text='Recurring: an RFC 5545 RRULE over local wall times, e.g. "FREQ=WEEKLY;BYDAY=MO" '
+                  '(docs/RECURRING.md).')
+    schedule_start = models.CharField(
+        max_length=19, blank=True, default="",
+        help_text="Recurring: the first occurrence's local wall time (DTSTART), YYYY-MM-DDTHH:MM:SS, no zone.")
+    schedule_timezone = models.CharField(
+        max_length=64, blank=True, default="",
+        help_text='Recurring: the IANA zone the wall times are read in, or "recipient" for each recipient\'s zone.')
+    next_run_at = models.DateTimeField(null=True, blank=True,
+                                       help_text="Recurring: the next occurrence's instant (UTC).")
+    paused_at = models.DateTimeField(null=True, blank=True)
+    series = models.ForeignKey("self", on_delete=models.PROTECT, null=True, blank=True, related_name="runs",
+                               help_text="A run: the recurring campaign it is an occurrence of.")
+    occurrence_at = models.DateTimeField(null=True, blank=True,
+                                         help_text="A run: its occurrence's instant (UTC; for recipient-zone "
+                                                   "schedules, when the earliest zone reaches the wall time).")
+    skip_reason = models.CharField(max_length=200, blank=True, default="", help_text="A skipped run: why.")
+
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["client", "idempotency_key"], name="campaign_client_idem_key_uniq",
                                     condition=models.Q(idempotency_key__isnull=False)),
+            models.UniqueConstraint(fields=["series", "occurrence_at"], name="campaign_run_occurrence_uniq",
+                                    condition=models.Q(series__isnull=False)),
         ]
         indexes = [models.Index(fields=["fanout_at"], name="campaign_due_idx",
-                                condition=models.Q(status="scheduled"))]
+                                condition=models.Q(status="scheduled")),
+                   models.Index(fields=["next_run_at"], name="campaign_series_due_idx",
+                                condition=models.Q(status="scheduled", next_run_at__isnull=False))]
 
     def __str__(self) -> str:
         return self.name or f"campaign {self.pk}"
@@ -205,6 +233,11 @@ class Campaign(models.Model):
     @property
     def is_local_time(self) -> bool:
         return self.local_date is not None
+
+    @property
+    def is_recurring(self) -> bool:
+        """A series: it has a schedule and makes runs (it never fans out itself)."""
+        return bool(self.schedule_rule)
 
 
 class CampaignShard(models.Model):

@@ -19,7 +19,7 @@ from notifications.models import APIClient, Priority
 
 #: Campaigns whose sends a template edit would still change (rendered at send time).
 ACTIVE_STATUSES = (CampaignStatus.DRAFT, CampaignStatus.SCHEDULED, CampaignStatus.FANNING_OUT,
-                   CampaignStatus.SENDING)
+                   CampaignStatus.SENDING, CampaignStatus.PAUSED)
 
 
 class NotOwner(Exception):

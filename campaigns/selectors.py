@@ -192,7 +192,8 @@ class SendTimeContent:
 
 def stalled_campaigns(now=None) -> list[str]:
     """One line per campaign that made no progress for ``CAMPAIGN_STALL_MINUTES``: a ``scheduled`` one
-    whose fan-out should have started that long ago, or a ``fanning_out`` one whose last committed
+    whose fan-out should have started that long ago, a recurring one whose next run should have been
+    made that long ago (docs/RECURRING.md), or a ``fanning_out`` one whose last committed
     page (any shard; the start if none) is that old. Each line names the campaign, what it is stuck
     at, and its last fan-out error. Used by ``manage.py doctor`` (registered in CampaignsConfig.ready)."""
     now = now or clock.now()
@@ -203,6 +204,11 @@ def stalled_campaigns(now=None) -> list[str]:
         minutes = int((now - c.fanout_at).total_seconds() // 60)
         lines.append(f"campaign {c.pk} ({c}): fan-out due at {c.fanout_at:%Y-%m-%d %H:%M:%S} UTC has not started "
                      f"for {minutes} min (limit {limit}): is beat or the maintenance worker down?")
+    for c in (Campaign.objects.filter(status=CampaignStatus.SCHEDULED, next_run_at__lt=before)
+              .exclude(schedule_rule="").order_by("next_run_at")[:20]):
+        minutes = int((now - c.next_run_at).total_seconds() // 60)
+        lines.append(f"campaign {c.pk} ({c}): recurring, its run due at {c.next_run_at:%Y-%m-%d %H:%M:%S} UTC has not "
+                     f"been made for {minutes} min (limit {limit}): is beat or the maintenance worker down?")
     fanning = (Campaign.objects.filter(status=CampaignStatus.FANNING_OUT)
                .annotate(progressed=Max("shards__progressed_at"), created=Sum("shards__created"))
                .order_by("started_at"))

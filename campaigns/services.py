@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import uuid
+from contextlib import suppress
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import UTC, date, datetime, time
 from time import monotonic
 
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from campaigns import ownership
+from campaigns import ownership, recurrence, runs
 from campaigns.models import (
     CAMPAIGN_ID_NAMESPACE,
     Campaign,
@@ -27,9 +28,7 @@ from core.identifiers import user_id_problem
 from notifications.models import APIClient
 from notifications.services import cancel_campaign_notifications, same_request
 from preferences.services import create_bare_recipients
-
-# The earliest any zone reaches a given wall time: UTC+14 (Pacific/Kiritimati).
-MAX_UTC_OFFSET = timedelta(hours=14)
+from preferences.wallclock import MAX_UTC_OFFSET, earliest_instant
 
 
 class CampaignKeyReused(Exception):
@@ -218,8 +217,7 @@ def fanout_instant(*, scheduled_at: datetime | None, local_date: date | None, lo
     """When fan-out must start (UTC): the send instant, or for a local-time campaign the instant the
     earliest zone (UTC+14) reaches the wall time, so every member's row exists before it is due."""
     if local_date is not None and local_time is not None:
-        earliest = datetime.combine(local_date, local_time, tzinfo=UTC) - MAX_UTC_OFFSET
-        return max(earliest, now)
+        return max(earliest_instant(local_date, local_time), now)
     return max(scheduled_at, now) if scheduled_at else now
 
 
@@ -233,8 +231,7 @@ def create_campaign(*, client: APIClient | None, idempotency_key: str | None, fi
                    if client is not None and idempotency_key else uuid.uuid4())
     campaign = Campaign(id=campaign_id, client=client, idempotency_key=idempotency_key,
                         request_fingerprint=fingerprint, status=status, **fields)
-    campaign.fanout_at = fanout_instant(scheduled_at=campaign.scheduled_at, local_date=campaign.local_date,
-                                        local_time=campaign.local_time, now=now)
+    _set_start(campaign, now)
     try:
         with transaction.atomic():
             campaign.save(force_insert=True)
@@ -244,6 +241,18 @@ def create_campaign(*, client: APIClient | None, idempotency_key: str | None, fi
             raise CampaignKeyReused() from None
         return CampaignAccepted(existing, replayed=True)
     return CampaignAccepted(campaign, replayed=False)
+
+
+def _set_start(campaign: Campaign, now: datetime) -> None:
+    """When a scheduled campaign starts: ``fanout_at`` (:func:`fanout_instant`); a recurring one never
+    fans out itself: its ``next_run_at`` is its first occurrence at or after ``now``
+    (docs/RECURRING.md)."""
+    if campaign.is_recurring:
+        campaign.fanout_at = None
+        campaign.next_run_at = runs.first_run_at(recurrence.stored(campaign), now)
+        return
+    campaign.fanout_at = fanout_instant(scheduled_at=campaign.scheduled_at, local_date=campaign.local_date,
+                                        local_time=campaign.local_time, now=now)
 
 
 def launch_campaign(campaign: Campaign) -> Campaign:
@@ -262,10 +271,15 @@ def launch_campaign(campaign: Campaign) -> Campaign:
     problem = launch_problem(campaign)
     if problem:
         raise ContentWontRender(problem)
-    campaign.fanout_at = fanout_instant(scheduled_at=campaign.scheduled_at, local_date=campaign.local_date,
-                                        local_time=campaign.local_time, now=now)
+    if campaign.is_recurring:
+        try:  # the schedule's rule again, at launch: its occurrences may all have passed since the save
+            recurrence.parse(campaign.schedule_rule, campaign.schedule_start, campaign.schedule_timezone, now=now)
+        except recurrence.ScheduleError as exc:
+            raise LocalTimePassed(f"{exc.field}: {exc}") from None
+    _set_start(campaign, now)
     Campaign.objects.filter(pk=campaign.pk, status=CampaignStatus.DRAFT).update(
-        status=CampaignStatus.SCHEDULED, fanout_at=campaign.fanout_at, updated_at=now)
+        status=CampaignStatus.SCHEDULED, fanout_at=campaign.fanout_at, next_run_at=campaign.next_run_at,
+        updated_at=now)
     campaign.refresh_from_db()
     return campaign
 
@@ -280,6 +294,9 @@ def cancel_campaign(campaign_id, *, time_budget_seconds: float = 2.0) -> tuple[C
     reconciler within seconds (:func:`campaigns.fanout.reconcile_campaigns`), and a row of a
     cancelled campaign that a worker claims first is cancelled at send time. Rows already claimed
     finish their send. Returns ``(campaign, notifications cancelled so far)``.
+
+    A recurring campaign's cancel also ends its schedule (no more runs) and cancels each of its runs
+    not finished, the same way. Cancelling one run leaves its series going.
 
     Raises:
         Campaign.DoesNotExist, CampaignNotCancellable (completed or already cancelled).
@@ -299,6 +316,12 @@ def cancel_campaign(campaign_id, *, time_budget_seconds: float = 2.0) -> tuple[C
         cancelled += n
         if n < CANCEL_CHUNK:
             break
+    if campaign.is_recurring:
+        Campaign.objects.filter(pk=campaign.pk).update(next_run_at=None)
+        campaign.next_run_at = None
+        for run_id in runs.active_runs(campaign.pk):
+            with suppress(CampaignNotCancellable):  # completed or cancelled meanwhile
+                cancelled += cancel_campaign(run_id, time_budget_seconds=max(0.0, deadline - monotonic()))[1]
     return campaign, cancelled
 
 

@@ -1,6 +1,6 @@
 """Campaign tasks: thin wrappers over :mod:`campaigns.fanout`."""
 
-from campaigns import fanout
+from campaigns import fanout, runs
 from core.queues import FAN_OUT_PAGE_TASK
 from notifications.tasks import notification_task
 
@@ -27,3 +27,9 @@ def fan_out_page(campaign_id: str, shard_number: int) -> str:
 def reconcile() -> dict:
     """Beat: re-drive stalled shards, complete finished campaigns."""
     return fanout.reconcile_campaigns()
+
+
+@notification_task("campaigns.create_due_runs")
+def create_due_runs() -> dict:
+    """Beat (maintenance queue): make the runs of recurring campaigns' due occurrences."""
+    return runs.create_due_runs()

@@ -226,6 +226,11 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": env.float("SCHEDULER_INTERVAL_SECONDS", default=1.0),
         "options": {"queue": "maintenance", "expires": 5},
     },
+    "create-campaign-runs": {
+        "task": "campaigns.create_due_runs",
+        "schedule": env.float("SCHEDULER_INTERVAL_SECONDS", default=1.0),
+        "options": {"queue": "maintenance", "expires": 5},
+    },
     "reconcile-campaigns": {
         "task": "campaigns.reconcile",
         "schedule": env.float("RECONCILER_INTERVAL_SECONDS", default=5.0),
@@ -385,6 +390,12 @@ CAMPAIGNS = {
     "STALL_MINUTES": env.int("CAMPAIGN_STALL_MINUTES", default=10),
     # A rule segment's count preview (docs/SEGMENTS.md): past this many ms, the planner's estimate.
     "PREVIEW_TIMEOUT_MS": env.int("SEGMENT_PREVIEW_TIMEOUT_MS", default=2000),
+    # Recurring campaigns (docs/RECURRING.md): the least time between two occurrences (seconds), the
+    # largest COUNT, and how far a rule is expanded when it is checked (occurrences, days).
+    "SCHEDULE_MIN_INTERVAL_SECONDS": env.int("CAMPAIGN_SCHEDULE_MIN_INTERVAL_SECONDS", default=3600),
+    "SCHEDULE_MAX_COUNT": env.int("CAMPAIGN_SCHEDULE_MAX_COUNT", default=1000),
+    "SCHEDULE_CHECK_OCCURRENCES": env.int("CAMPAIGN_SCHEDULE_CHECK_OCCURRENCES", default=1000),
+    "SCHEDULE_CHECK_DAYS": env.int("CAMPAIGN_SCHEDULE_CHECK_DAYS", default=731),
     # Bounds on one template render (docs/CAMPAIGNS.md, "Render bounds"); past one: template_error.
     "RENDER_CPU_MS": env.int("TEMPLATE_RENDER_CPU_MS", default=100),
     "RENDER_MAX_ITERATIONS": env.int("TEMPLATE_RENDER_MAX_ITERATIONS", default=10_000),

@@ -79,6 +79,10 @@ urlpatterns = [
     path("v1/campaigns/<uuid:campaign_id>", campaign_views.CampaignDetailView.as_view(), name="campaign-detail"),
     path("v1/campaigns/<uuid:campaign_id>/cancel", campaign_views.CampaignCancelView.as_view(),
          name="campaign-cancel"),
+    path("v1/campaigns/<uuid:campaign_id>/pause", campaign_views.CampaignPauseView.as_view(), name="campaign-pause"),
+    path("v1/campaigns/<uuid:campaign_id>/resume", campaign_views.CampaignResumeView.as_view(),
+         name="campaign-resume"),
+    path("v1/campaigns/<uuid:campaign_id>/runs", campaign_views.CampaignRunsView.as_view(), name="campaign-runs"),
     path("webhooks/twilio/status", twilio_webhooks.status_callback, name="webhook-twilio-status"),
     path("webhooks/sendgrid/events", sendgrid_webhooks.events, name="webhook-sendgrid-events"),
     path("u/<str:token>", unsubscribe_views.unsubscribe_view, name="unsubscribe"),  # email links (RFC 8058)

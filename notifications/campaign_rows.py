@@ -129,3 +129,15 @@ def campaign_has_open_notifications(campaign_id) -> bool:
         cur.execute(f"SELECT EXISTS (SELECT 1 FROM {_TABLE} WHERE campaign_id = %s "
                     "AND status IN ('scheduled', 'queued', 'sending'))", [campaign_id])
         return cur.fetchone()[0]
+
+
+def campaign_has_backlog(campaign_id, now: datetime) -> bool:
+    """Whether any of the campaign's notifications is due and not yet sent: ``queued`` or ``sending``,
+    or ``scheduled`` with ``due_at`` passed. Rows scheduled for later (a recipient's local time still
+    ahead, a spread, a quiet-hours deferral, a retry's backoff) are not a backlog. A recurring
+    campaign's next run waits on this (docs/RECURRING.md, "A run still active")."""
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT EXISTS (SELECT 1 FROM {_TABLE} WHERE campaign_id = %s "
+                    "AND (status IN ('queued', 'sending') OR (status = 'scheduled' AND due_at <= %s)))",
+                    [campaign_id, now])
+        return cur.fetchone()[0]

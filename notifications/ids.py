@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 #: ``uuid5(NOTIFICATION_ID_NAMESPACE, f"{client_id}:{idempotency_key}")``: an API send.
 NOTIFICATION_ID_NAMESPACE = uuid.UUID("6f0c1f36-52a1-4b7e-9a43-4f6b8c2d9e10")
@@ -14,6 +15,8 @@ NOTIFICATION_ID_NAMESPACE = uuid.UUID("6f0c1f36-52a1-4b7e-9a43-4f6b8c2d9e10")
 EVENT_ID_NAMESPACE = uuid.UUID("3c4f0d5e-6a1b-4e7f-8b2c-9d0e1f2a3b4c")
 #: ``uuid5(EVENT_NOTIFICATION_NAMESPACE, f"{event_id}:{user_id}:{channel}")``: an event's notification.
 EVENT_NOTIFICATION_NAMESPACE = uuid.UUID("9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d")
+#: ``uuid5(CAMPAIGN_RUN_NAMESPACE, f"{campaign_id}:{occurrence instant}")``: a recurring campaign's run.
+CAMPAIGN_RUN_NAMESPACE = uuid.UUID("7e2a9c14-3b6d-4f58-a1c0-5d8e2f4b6a93")
 #: ``uuid5(DIGEST_NOTIFICATION_NAMESPACE, f"{digest_id}:{channel}")``: a digest's notification.
 DIGEST_NOTIFICATION_NAMESPACE = uuid.UUID("5d1e2f3a-4b5c-4d6e-8f70-8192a3b4c5d6")
 
@@ -41,6 +44,13 @@ def event_notification_id(event, user_id: str, channel: str) -> uuid.UUID:
 def digest_notification_id(digest_id, channel: str) -> uuid.UUID:
     """A digest's notification on one channel (made when the digest closes)."""
     return uuid.uuid5(DIGEST_NOTIFICATION_NAMESPACE, f"{digest_id}:{channel}")
+
+
+def campaign_run_id(campaign_id, occurrence_at: datetime) -> uuid.UUID:
+    """One run of a recurring campaign: its occurrence's instant (aware; written as UTC ISO 8601 to
+    the microsecond, so one instant has one name whatever its zone)."""
+    instant = occurrence_at.astimezone(UTC).isoformat(timespec="microseconds")
+    return uuid.uuid5(CAMPAIGN_RUN_NAMESPACE, f"{campaign_id}:{instant}")
 
 
 def campaign_notification_id(campaign_id, user_id: str, channel: str) -> uuid.UUID:

@@ -45,6 +45,15 @@ def wall_time_to_utc(day: date, wall: time, tz: ZoneInfo) -> datetime:
 
 _TICK = timedelta(microseconds=1)
 
+#: The earliest any zone reaches a given wall time: UTC+14 (Pacific/Kiritimati).
+MAX_UTC_OFFSET = timedelta(hours=14)
+
+
+def earliest_instant(day: date, wall: time) -> datetime:
+    """The first instant any zone's clock reads ``wall`` on ``day`` (in UTC+14): when a local-time
+    campaign, or a recurring one in each recipient's zone, starts fanning out."""
+    return datetime.combine(day, wall.replace(tzinfo=None), tzinfo=UTC) - MAX_UTC_OFFSET
+
 
 def _wall(instant: datetime, tz: ZoneInfo) -> datetime:
     """The naive wall-clock reading of ``instant`` in ``tz``."""

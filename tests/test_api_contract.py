@@ -74,6 +74,13 @@ REFUSALS_THE_SCHEMA_CANNOT_STATE = {
     ("scheduled_at", "too_far_past"): "within 366 days of now",
     ("local_time.date", "too_far_ahead"): "within 366 days of now",
     ("local_time", "local_time_passed"): "the wall time must still be ahead in UTC+14 (the clock)",
+    # Recurring campaigns (docs/RECURRING.md): an RRULE's grammar and its expansion.
+    ("schedule.rrule", "invalid_rrule"): "RFC 5545 RRULE grammar (dateutil's rrulestr)",
+    ("schedule.rrule", "too_frequent"): "the expansion's least interval (a setting, across occurrences)",
+    ("schedule.rrule", "count_too_large"): "COUNT inside the rule's text (a setting)",
+    ("schedule.rrule", "no_occurrence"): "an occurrence still ahead (the clock)",
+    ("schedule.start", "invalid"): "a wall time YYYY-MM-DDTHH:MM:SS (the format with the error naming it)",
+    ("schedule.start", "too_far_past"): "within 366 days of now (the clock)",
     ("end", "empty_window"): "quiet hours' end differs from start: JSON Schema cannot compare two properties",
     ("quiet_hours.end", "empty_window"): "as above",
     ("default_locale", "no_such_variant"): "one of the variants' locales (a value of another property)",
@@ -175,6 +182,8 @@ OTHER_REFUSALS_THE_SCHEMA_CANNOT_STATE = {
     (409, "not_cancellable"): "not cancellable any more (the row's state)",
     (409, "list_segment"): "a rule for a segment that has members (the segment's state)",
     (409, "rule_segment"): "members for a rule segment (the segment's state)",
+    (409, "not_recurring"): "pause and resume are for recurring campaigns (the row's schedule)",
+    (409, "wrong_status"): "pause a scheduled one, resume a paused one (the row's state)",
     (409, "notification_*"): "an app receipt of a notification not sent (the row's state)",
     (400, "invalid_cursor"): "the inbox's cursor must be one it handed out",
     (400, "unstorable_character"): "no NUL or lone surrogate in any string, map keys included (core/api/parsers.py): "

@@ -24,6 +24,7 @@ def test_schema_documents_the_api(schema):
         "/v1/users/{user_id}/devices/{push_token}",
         "/v1/segments/{segment_id}", "/v1/segments/{segment_id}/members", "/v1/templates/{template_id}",
         "/v1/campaigns", "/v1/campaigns/{campaign_id}", "/v1/campaigns/{campaign_id}/cancel",
+        "/v1/campaigns/{campaign_id}/pause", "/v1/campaigns/{campaign_id}/resume", "/v1/campaigns/{campaign_id}/runs",
         "/v1/users/{user_id}/notifications", "/v1/segments", "/v1/templates",
         "/v1/events", "/v1/events/{event_id}", "/v1/events/{event_id}/cancel", "/v1/events/{event_id}/recipients",
         "/v1/notification-types", "/v1/notification-types/{key}",
@@ -33,7 +34,7 @@ def test_schema_documents_the_api(schema):
     lists = {"/v1/users/{user_id}/notifications": {"status", "channel", "category"}, "/v1/segments": set(),
              "/v1/segments/{segment_id}/members": set(), "/v1/templates": set(),
              "/v1/campaigns": {"status", "channel", "segment_id"}, "/v1/notification-types": set(),
-             "/v1/events/{event_id}/recipients": set()}
+             "/v1/events/{event_id}/recipients": set(), "/v1/campaigns/{campaign_id}/runs": set()}
     for path, filters in lists.items():
         get = schema["paths"][path]["get"]
         assert {p["name"] for p in get["parameters"] if p["in"] == "query"} == {"limit", "cursor", *filters}, path
@@ -97,9 +98,9 @@ def test_request_bodies_are_as_strict_as_the_code(schema):
     assert requests == ["AppReceiptRequest", "CampaignRequestRequest", "ContentRequest", "DeviceRequest",
                         "DigestRequest", "EventRequestRequest", "InboxMarkRequest",
                         "LocalTimeRequest", "MembersRequest", "NotificationTypeRequest", "PreferencesRequest",
-                        "QuietHoursRequest", "RecipientRequest", "SegmentPreviewRequest", "SegmentRequest",
-                        "SendRequestRequest",
-                        "TemplateRequest", "TypeTemplateRequest", "VariantRequest"]
+                        "QuietHoursRequest", "RecipientRequest", "ScheduleRequest", "SegmentPreviewRequest",
+                        "SegmentRequest", "SendRequestRequest", "TemplateRequest", "TypeTemplateRequest",
+                        "VariantRequest"]
     assert {name: components[name].get("additionalProperties") for name in requests} == dict.fromkeys(requests, False)
     assert "additionalProperties" not in components["Segment"]  # responses may grow fields
     assert "Serializer mixin" not in str(components["ContentRequest"])  # no description borrowed from the mixin

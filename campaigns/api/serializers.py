@@ -8,8 +8,10 @@ from datetime import UTC, datetime
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from campaigns import recurrence
 from campaigns.audience import cached_reach
 from campaigns.models import Campaign, CampaignStatus, MissedPolicy, Segment, Template
+from campaigns.recurrence import RECIPIENT_ZONE
 from campaigns.selectors import content_check, template_problem
 from campaigns.services import local_time_problem
 from core import clock
@@ -193,9 +195,23 @@ class LocalTimeSerializer(RejectUnknownFields, serializers.Serializer):
     time = WallTimeSecondsField(help_text="Wall-clock time in each recipient's zone (HH:MM).")
 
 
+class ScheduleSerializer(RejectUnknownFields, serializers.Serializer):
+    """A recurring campaign's schedule (docs/RECURRING.md); the rule is :func:`campaigns.recurrence.parse`."""
+
+    rrule = serializers.CharField(max_length=500, help_text=(
+        "One RFC 5545 RRULE over local wall times, e.g. `FREQ=WEEKLY;BYDAY=MO;BYHOUR=9;BYMINUTE=0`; COUNT or a "
+        "local UNTIL (no Z) ends it. Occurrences at least CAMPAIGN_SCHEDULE_MIN_INTERVAL_SECONDS (1 h) apart."))
+    start = serializers.CharField(max_length=40, help_text="The first occurrence's local wall time (DTSTART), "
+                                                           "`YYYY-MM-DDTHH:MM:SS`, no zone.")
+    timezone = serializers.CharField(max_length=64, help_text=(
+        f'The IANA zone the wall times are read in (`"Europe/Paris"`), or `"{RECIPIENT_ZONE}"`: each '
+        "recipient's own zone, as `local_time` does."))
+
+
 class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
     """``POST /v1/campaigns`` body: exactly one of ``content`` / ``template_id`` / ``type``, at most one of
-    ``scheduled_at`` / ``local_time``, ``missed_policy`` only with ``local_time``."""
+    ``scheduled_at`` / ``local_time`` / ``schedule``, ``missed_policy`` only with ``local_time`` (or a
+    schedule in each recipient's zone)."""
 
     #: The same rules in the OpenAPI schema (notifications.api.serializers.RejectUnknownFieldsSchema);
     #: null counts as absent, as in validate().
@@ -205,8 +221,14 @@ class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
                    {"required": ["type"], "properties": {"type": {"type": "string"}}}]},
         {"not": {"required": ["scheduled_at", "local_time"],
                  "properties": {"scheduled_at": {"type": "string"}, "local_time": {"type": "object"}}}},
+        {"not": {"required": ["schedule", "scheduled_at"],
+                 "properties": {"schedule": {"type": "object"}, "scheduled_at": {"type": "string"}}}},
+        {"not": {"required": ["schedule", "local_time"],
+                 "properties": {"schedule": {"type": "object"}, "local_time": {"type": "object"}}}},
         {"anyOf": [{"not": {"required": ["missed_policy"], "properties": {"missed_policy": {"type": "string"}}}},
-                   {"required": ["local_time"], "properties": {"local_time": {"type": "object"}}}]},
+                   {"required": ["local_time"], "properties": {"local_time": {"type": "object"}}},
+                   {"required": ["schedule"], "properties": {"schedule": {
+                       "type": "object", "properties": {"timezone": {"enum": [RECIPIENT_ZONE]}}}}}]},
         {"anyOf": [{"not": {"required": ["data"], "properties": {"data": {"type": "object"}}}},
                    {"required": ["type"], "properties": {"type": {"type": "string"}}}]},
     ]}
@@ -228,6 +250,9 @@ class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
                                  help_text="With `type` only: the data its templates read (≤ 16 KB as JSON).")
     scheduled_at = AwareDateTimeField(required=False, allow_null=True, default=None)
     local_time = LocalTimeSerializer(required=False, allow_null=True, default=None)
+    schedule = ScheduleSerializer(required=False, allow_null=True, default=None,
+                                  help_text="Recurring: each occurrence sends one run (docs/RECURRING.md). Not with "
+                                            "scheduled_at or local_time.")
     missed_policy = serializers.ChoiceField(
         choices=MissedPolicy.choices, required=False, allow_null=True, default=None,
         help_text="local_time campaigns only: members whose wall time had already passed in their zone when "
@@ -285,10 +310,12 @@ class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
                     check_schedule_window(start, clock.now())
                 except serializers.ValidationError as exc:
                     errors["local_time.date"] = exc.detail[0]
-        elif attrs.get("missed_policy") is not None:
+        elif attrs.get("missed_policy") is not None and not (
+                attrs.get("schedule") and attrs["schedule"]["timezone"] == RECIPIENT_ZONE):
             errors["missed_policy"] = serializers.ErrorDetail("applies to local_time campaigns only; give "
                                                               "local_time or leave missed_policy out",
                                                               code="local_time_only")
+        errors.update(_schedule_errors(attrs))
         if has_content and not has_template:
             errors.update(channel_content_errors(attrs["channel"], attrs["content"]))
             parts = {name: attrs["content"].get(name, "") or "" for name in ("title", "body", "html")}
@@ -344,6 +371,22 @@ class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
         if attrs.get("ttl_seconds") is None:
             attrs["ttl_seconds"] = kind.ttl_seconds  # as every other road of the type
         return errors
+
+
+def _schedule_errors(attrs: dict) -> dict[str, serializers.ErrorDetail]:
+    """A schedule's errors: given with another schedule kind, or refused by the one rule
+    (:func:`campaigns.recurrence.parse`: ``schedule.rrule``, ``schedule.start``, ``schedule.timezone``)."""
+    schedule = attrs.get("schedule")
+    if not schedule:
+        return {}
+    if attrs.get("scheduled_at") or attrs.get("local_time"):
+        return {"schedule": serializers.ErrorDetail("give one of schedule, scheduled_at or local_time",
+                                                    code="schedule_conflict")}
+    try:
+        recurrence.parse(schedule["rrule"], schedule["start"], schedule["timezone"], now=clock.now())
+    except recurrence.ScheduleError as exc:
+        return {exc.field: serializers.ErrorDetail(str(exc), code=exc.code)}
+    return {}
 
 
 class ByStatusSerializer(serializers.Serializer):
@@ -402,10 +445,48 @@ class ReachSerializer(serializers.Serializer):
                                                  help_text="The other members by reason (no_phone, …).")
 
 
+class OccurrenceSerializer(serializers.Serializer):
+    at = serializers.DateTimeField(help_text="The occurrence's instant (UTC); for a schedule in each recipient's "
+                                             "zone, when the earliest zone (UTC+14) reaches it and its run starts.")
+    local = serializers.CharField(help_text="Its local wall time, YYYY-MM-DDTHH:MM:SS.")
+
+
+class ScheduleOutSerializer(serializers.Serializer):
+    rrule = serializers.CharField()
+    start = serializers.CharField()
+    timezone = serializers.CharField()
+    next_run_at = serializers.DateTimeField(allow_null=True, help_text="The next run's instant; null once the rule "
+                                                                       "has no occurrence left or it is cancelled.")
+    paused_at = serializers.DateTimeField(allow_null=True)
+    next_occurrences = OccurrenceSerializer(many=True, help_text=(
+        "The next occurrences after now, DST-correct (GET /v1/campaigns/{id}?occurrences=N, 1–50, default 5); "
+        "empty once completed or cancelled. Paused: those a resume now would send."))
+
+
+#: Occurrences shown by default, and at most, in ``schedule.next_occurrences``.
+DEFAULT_OCCURRENCES, MAX_OCCURRENCES = 5, 50
+
+
+def schedule_payload(campaign: Campaign, occurrences: int = DEFAULT_OCCURRENCES) -> dict | None:
+    """A series' schedule as the API (and the admin) show it, or ``None`` for other campaigns."""
+    if not campaign.is_recurring:
+        return None
+    upcoming = [{"at": o.at, "local": o.wall.strftime(recurrence.START_FORMAT)}
+                for o in recurrence.upcoming(campaign, occurrences, clock.now())]
+    return {"rrule": campaign.schedule_rule, "start": campaign.schedule_start, "timezone": campaign.schedule_timezone,
+            "next_run_at": campaign.next_run_at, "paused_at": campaign.paused_at, "next_occurrences": upcoming}
+
+
 class CampaignSerializer(serializers.ModelSerializer):
     """A campaign's definition, status and progress counts."""
 
     segment_id = serializers.CharField(read_only=True)
+    schedule = serializers.SerializerMethodField()
+    series_id = serializers.UUIDField(allow_null=True, read_only=True, help_text=(
+        "A run of a recurring campaign: that campaign's id (docs/RECURRING.md)."))
+    occurrence_at = serializers.DateTimeField(allow_null=True, read_only=True, help_text="A run: its occurrence.")
+    skip_reason = serializers.CharField(read_only=True, help_text=(
+        "A `skipped` run: why (`previous run still active`, or a later occurrence already due)."))
     template_id = serializers.CharField(allow_null=True, read_only=True)
     scheduled_at = AwareDateTimeField(allow_null=True, read_only=True)
     local_time = serializers.SerializerMethodField()
@@ -424,8 +505,13 @@ class CampaignSerializer(serializers.ModelSerializer):
                   "scheduled_at", "local_time", "missed_policy", "spread_seconds", "ttl_seconds", "fanout_at",
                   "member_count", "reach", "created_count", "default_zone_count", "missed_count", "fanout_failures",
                   "last_error", "last_error_at", "started_at", "fanned_out_at", "completed_at",
-                  "cancelled_at", "created_at", "counts", "unsubscribes", "unsubscribe_rate"]
+                  "cancelled_at", "created_at", "counts", "unsubscribes", "unsubscribe_rate", "schedule",
+                  "series_id", "occurrence_at", "skip_reason"]
         read_only_fields = fields  # a response: every field is always present
+
+    @extend_schema_field(ScheduleOutSerializer(allow_null=True))
+    def get_schedule(self, obj) -> dict | None:
+        return schedule_payload(obj, self.context.get("occurrences", DEFAULT_OCCURRENCES))
 
     @extend_schema_field(LocalTimeSerializer(allow_null=True))
     def get_local_time(self, obj) -> dict | None:
@@ -477,6 +563,26 @@ class CampaignSummarySerializer(CampaignSerializer):
 
     def get_created_via(self, obj) -> str:
         return "api" if obj.client_id else "admin"
+
+
+class CampaignRunSerializer(serializers.Serializer):
+    """One run of a recurring campaign; its full counts are ``GET /v1/campaigns/{id}`` of the run."""
+
+    id = serializers.UUIDField()
+    occurrence_at = serializers.DateTimeField()
+    status = serializers.ChoiceField(choices=CampaignStatus.choices)
+    skip_reason = serializers.CharField()
+    member_count = serializers.IntegerField(allow_null=True, help_text="Members in the run's snapshot.")
+    outcome = OutcomeSerializer()
+
+
+def run_items(rows: list[Campaign]) -> list[dict]:
+    """A page of runs with their outcomes (one grouped query)."""
+    from campaigns.selectors import outcomes_for
+
+    outcomes = outcomes_for([r.pk for r in rows])
+    return [{"id": str(r.pk), "occurrence_at": r.occurrence_at, "status": r.status, "skip_reason": r.skip_reason,
+             "member_count": r.member_count, "outcome": outcomes[r.pk]} for r in rows]
 
 
 class SegmentMemberSerializer(serializers.Serializer):

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from django.db.models import Count
-from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from campaigns import ownership, services
+from campaigns import ownership, runs, services
 from campaigns.api.segment_rules import EXAMPLE_RULES, SegmentSerializer
 from campaigns.api.serializers import (
+    DEFAULT_OCCURRENCES,
+    MAX_OCCURRENCES,
     CampaignRequestSerializer,
+    CampaignRunSerializer,
     CampaignSerializer,
     CampaignSummarySerializer,
     MembersResultSerializer,
@@ -19,6 +22,7 @@ from campaigns.api.serializers import (
     SegmentMemberSerializer,
     TemplateOutSerializer,
     TemplateSerializer,
+    run_items,
 )
 from campaigns.models import Campaign, CampaignStatus, MissedPolicy, Segment, SegmentMember, Template
 from core.api import audit_notes, parameters
@@ -292,7 +296,8 @@ class CampaignListView(APIView):
                                   listing=("campaigns",)))
 
     @extend_schema(
-        summary="Send one message to every member of a segment, now, at an instant, or at a local time",
+        summary="Send one message to every member of a segment, now, at an instant, at a local time, or on a "
+                "recurring schedule",
         request=CampaignRequestSerializer,
         parameters=IDEMPOTENCY_PARAMETERS,
         examples=[
@@ -302,6 +307,10 @@ class CampaignListView(APIView):
             OpenApiExample("Inline SMS at 10:00 in each recipient's zone", request_only=True, value={
                 "segment_id": "spring-sale", "channel": "sms", "content": {"body": "Spring sale: 20% off today"},
                 "local_time": {"date": "2030-03-01", "time": "10:00"}}),
+            OpenApiExample("Every Monday at 09:00 Paris time, ten times (docs/RECURRING.md)", request_only=True, value={
+                "name": "Weekly digest", "segment_id": "spring-sale", "channel": "email", "template_id": "welcome",
+                "schedule": {"rrule": "FREQ=WEEKLY;BYDAY=MO;COUNT=10", "start": "2030-03-04T09:00:00",
+                             "timezone": "Europe/Paris"}}),
         ],
         responses={202: OpenApiResponse(AcceptedSerializer, description="Accepted (or replayed: see "
                                                                         "`Idempotent-Replayed`); `status` is "
@@ -324,6 +333,7 @@ class CampaignListView(APIView):
             type_for(request, kind.key)  # the rule every road of a type passes: owner, high gate
         content = data.get("content") or {}
         local = data.get("local_time")
+        schedule = data.get("schedule") or {}
         try:
             result = services.create_campaign(
                 client=request.auth, idempotency_key=key,
@@ -336,7 +346,8 @@ class CampaignListView(APIView):
                 scheduled_at=data["scheduled_at"], local_date=local["date"] if local else None,
                 local_time=local["time"] if local else None,
                 missed_policy=data["missed_policy"] or MissedPolicy.SKIP, spread_seconds=data["spread_seconds"],
-                ttl_seconds=data["ttl_seconds"])
+                ttl_seconds=data["ttl_seconds"], schedule_rule=schedule.get("rrule", ""),
+                schedule_start=schedule.get("start", ""), schedule_timezone=schedule.get("timezone", ""))
         except services.CampaignKeyReused:
             return key_reused()
         note_given_fields(request, CampaignRequestSerializer)
@@ -354,11 +365,17 @@ def _own_campaign(request, campaign_id):
     return Campaign.objects.filter(pk=campaign_id, client=request.auth).first()
 
 
+_OCCURRENCES = OpenApiParameter(
+    "occurrences", {"type": "integer", "minimum": 1, "maximum": MAX_OCCURRENCES, "default": DEFAULT_OCCURRENCES},
+    OpenApiParameter.QUERY, description="A recurring campaign: how many next occurrences `schedule` lists.")
+
+
 class CampaignDetailView(APIView):
     required_scopes = {"get": Scope.READ}
 
-    @extend_schema(parameters=response_headers(),
-                   responses={200: CampaignSerializer, **error_responses(404, _404=_CAMPAIGN_404)},
+    @extend_schema(parameters=[_OCCURRENCES, *response_headers()],
+                   responses={200: CampaignSerializer, **error_responses(404, 422, _404=_CAMPAIGN_404,
+                                                                         _422="A bad `occurrences`.")},
                    summary="Status and counts by status (this client's campaigns and those made in the admin)")
     def get(self, request, campaign_id):
         campaign = _readable_campaigns(request).filter(pk=campaign_id).first()
@@ -366,7 +383,79 @@ class CampaignDetailView(APIView):
             return field_error("campaign_id", "not_found", "no campaign with this id that this API client may read",
                                404,
                                error_code="not_found")
+        raw = request.query_params.get("occurrences", str(DEFAULT_OCCURRENCES))
+        if not raw.isdigit() or not 1 <= int(raw) <= MAX_OCCURRENCES:
+            return field_error("occurrences", "invalid", f"an integer from 1 to {MAX_OCCURRENCES}")
+        return Response(CampaignSerializer(campaign, context={"occurrences": int(raw)}).data)
+
+
+class CampaignRunsView(APIView):
+    required_scopes = {"get": Scope.READ}
+
+    @extend_schema(parameters=[*page_parameters(), *response_headers()],
+                   responses={200: page_serializer("CampaignRunPage", CampaignRunSerializer()),
+                              **error_responses(404, 422, _404=_CAMPAIGN_404, _422=_LIST_422)},
+                   operation_id="v1_campaigns_runs_list",
+                   summary="A recurring campaign's runs, latest occurrence first, each with its outcome "
+                           "(keyset pagination)")
+    def get(self, request, campaign_id):
+        campaign = _readable_campaigns(request).filter(pk=campaign_id).first()
+        if campaign is None:
+            return field_error("campaign_id", "not_found", "no campaign with this id that this API client may read",
+                               404, error_code="not_found")
+        return Response(list_page(request.query_params, campaign.runs.all(),
+                                  Ordering(("occurrence_at", "id"), descending=True), run_items,
+                                  listing=("campaign_runs", str(campaign.pk))))
+
+
+class _SeriesActionView(APIView):
+    """``POST /v1/campaigns/{id}/pause`` and ``/resume`` (a recurring campaign of this client)."""
+
+    required_scopes = {"post": Scope.CAMPAIGNS_WRITE}
+    audit_object = "campaign"
+    series_action = staticmethod(runs.pause)
+
+    def post(self, request, campaign_id):
+        campaign = _own_campaign(request, campaign_id)
+        if campaign is None:
+            return field_error("campaign_id", "not_found", "no campaign with this id for this API client", 404,
+                               error_code="not_found")
+        try:
+            ownership.check_cancel(campaign, request.auth)
+        except ownership.NeedsHighScope as exc:
+            raise _refused(exc) from None
+        try:
+            campaign = self.series_action(campaign_id)
+        except runs.NotRecurring as exc:
+            return field_error("schedule", "not_recurring", str(exc), 409, error_code="conflict")
+        except runs.WrongStatus as exc:
+            return field_error("status", "wrong_status", str(exc), 409, error_code="conflict")
+        audit_notes.note_fields(request, ["status"])
         return Response(CampaignSerializer(campaign).data)
+
+
+_SERIES_ERRORS = error_responses(404, 409, _404="No campaign with this id for this API client.",
+                                 _409="Not a recurring campaign (`not_recurring` on `schedule`), or not in a status "
+                                      "the action applies to (`wrong_status` on `status`).")
+
+
+class CampaignPauseView(_SeriesActionView):
+    series_action = staticmethod(runs.pause)
+
+    @extend_schema(request=None, parameters=response_headers(), responses={200: CampaignSerializer, **_SERIES_ERRORS},
+                   summary="Pause a recurring campaign: no new runs (a run already made goes on)")
+    def post(self, request, campaign_id):
+        return super().post(request, campaign_id)
+
+
+class CampaignResumeView(_SeriesActionView):
+    series_action = staticmethod(runs.resume)
+
+    @extend_schema(request=None, parameters=response_headers(), responses={200: CampaignSerializer, **_SERIES_ERRORS},
+                   summary="Resume a paused recurring campaign from its next occurrence after now (those missed "
+                           "while paused are skipped, not sent)")
+    def post(self, request, campaign_id):
+        return super().post(request, campaign_id)
 
 
 class CampaignCancelView(APIView):

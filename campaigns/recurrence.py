@@ -1,0 +1,205 @@
+"""A recurring campaign's schedule (docs/RECURRING.md): one RFC 5545 RRULE over local wall times,
+its start (DTSTART, a wall time) and the zone they are read in: one IANA zone, or ``"recipient"``
+(each recipient's own, as a local-time campaign does).
+
+:func:`parse` is the one rule a schedule must pass (API, admin form, launch): a rule dateutil's
+``rrulestr`` reads, at least ``CAMPAIGN_SCHEDULE_MIN_INTERVAL_SECONDS`` between any two occurrences
+of its expansion (not only its FREQ), a bounded COUNT and a bounded number of times per day, and an
+occurrence still ahead. :func:`occurrences` expands it into instants (DST rule of
+:func:`preferences.wallclock.wall_time_to_utc`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from itertools import islice
+from zoneinfo import ZoneInfo
+
+from dateutil import rrule as du
+from django.conf import settings
+from django.core.exceptions import ValidationError
+
+from notifications.api.serializers import MAX_SCHEDULE_BEHIND
+from preferences.validation import validate_iana_zone
+from preferences.wallclock import MAX_UTC_OFFSET, earliest_instant, wall_time_to_utc
+
+#: ``schedule.timezone`` for "at the wall time in each recipient's zone".
+RECIPIENT_ZONE = "recipient"
+START_FORMAT = "%Y-%m-%dT%H:%M:%S"
+#: More times of day than this cannot keep the minimum interval (and would make dateutil build huge sets).
+MAX_TIMES_PER_DAY = 24
+_STEP_SECONDS = {du.HOURLY: 3600, du.MINUTELY: 60, du.SECONDLY: 1}
+_FREQ_NAMES = {du.HOURLY: "HOURLY", du.MINUTELY: "MINUTELY", du.SECONDLY: "SECONDLY"}
+
+
+def conf(name: str) -> int:
+    return settings.CAMPAIGNS[name]
+
+
+class ScheduleError(ValueError):
+    """A schedule the rule refuses: ``field`` (``schedule.rrule``, ``schedule.start``,
+    ``schedule.timezone``), ``code`` and the message naming the rule."""
+
+    def __init__(self, field: str, code: str, message: str) -> None:
+        super().__init__(message)
+        self.field, self.code = field, code
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    """One occurrence: its local wall time and its instant (UTC). For a recipient-zone schedule the
+    instant is when the earliest zone (UTC+14) reaches the wall time: the run's fan-out starts then."""
+
+    wall: datetime
+    at: datetime
+
+
+@dataclass(frozen=True)
+class Schedule:
+    rule: str
+    start: datetime
+    timezone: str
+    parsed: du.rrule
+
+    @property
+    def per_recipient(self) -> bool:
+        return self.timezone == RECIPIENT_ZONE
+
+    def instant(self, wall: datetime) -> datetime:
+        """The UTC instant of a wall time: in the schedule's zone (a wall time in a spring-forward gap is
+        the end of the gap; one that occurs twice, its first occurrence), or at UTC+14."""
+        if self.per_recipient:
+            return earliest_instant(wall.date(), wall.time())
+        return wall_time_to_utc(wall.date(), wall.time(), ZoneInfo(self.timezone))
+
+    def wall_at_or_before(self, instant: datetime) -> datetime:
+        """A wall time no later than any wall time whose instant is ``instant`` or later."""
+        if self.per_recipient:
+            return (instant + MAX_UTC_OFFSET).replace(tzinfo=None)
+        return instant.astimezone(ZoneInfo(self.timezone)).replace(tzinfo=None) - timedelta(hours=3)
+
+    def occurrences(self, *, from_instant: datetime | None = None) -> Iterator[Occurrence]:
+        """The occurrences in order (from the first at or after ``from_instant``), each instant once."""
+        walls: Iterator[datetime] = iter(self.parsed)
+        if from_instant is not None:
+            walls = self.parsed.xafter(self.wall_at_or_before(from_instant), inc=True)
+        last = None
+        for wall in walls:
+            at = self.instant(wall)
+            if (from_instant is not None and at < from_instant) or at == last:
+                continue  # two wall times of one instant (a gap's end): one occurrence
+            last = at
+            yield Occurrence(wall, at)
+
+    def next_after(self, instant: datetime, n: int = 1) -> list[Occurrence]:
+        """The next ``n`` occurrences strictly after ``instant``."""
+        return list(islice((o for o in self.occurrences(from_instant=instant) if o.at > instant), n))
+
+
+def parse(rule: str, start: str | datetime, timezone: str, *, now: datetime) -> Schedule:
+    """The schedule, or :class:`ScheduleError` naming the field and the rule it breaks."""
+    if isinstance(start, str):
+        try:
+            start = datetime.strptime(start, START_FORMAT)
+        except ValueError:
+            raise ScheduleError("schedule.start", "invalid", "a local wall time YYYY-MM-DDTHH:MM:SS, without a "
+                                                             "zone (schedule.timezone says where)") from None
+    if start.tzinfo is not None:
+        raise ScheduleError("schedule.start", "invalid", "a local wall time without a zone or offset "
+                                                         "(schedule.timezone says where)")
+    if now.replace(tzinfo=None) - start > MAX_SCHEDULE_BEHIND:
+        # Each expansion walks from the start: an hourly rule started in 1900 would cost a million steps.
+        raise ScheduleError("schedule.start", "too_far_past", f"at most {MAX_SCHEDULE_BEHIND.days} days in the past")
+    if timezone != RECIPIENT_ZONE:
+        try:
+            validate_iana_zone(timezone)
+        except ValidationError as exc:
+            raise ScheduleError("schedule.timezone", "invalid_timezone",
+                                f'an IANA zone such as "Europe/Paris", or "{RECIPIENT_ZONE}": '
+                                f'{" ".join(exc.messages)}') from None
+    text = re.sub(r"^RRULE:", "", rule.strip(), flags=re.IGNORECASE)
+    if not text or any(c in text for c in ":\r\n"):
+        raise ScheduleError("schedule.rrule", "invalid_rrule", "one RRULE line such as FREQ=WEEKLY;BYDAY=MO (no "
+                                                               "DTSTART, EXDATE or other property: the start is "
+                                                               "schedule.start)")
+    if re.search(r"UNTIL=\d{8}T\d{6}Z", text, flags=re.IGNORECASE):
+        raise ScheduleError("schedule.rrule", "invalid_rrule", "UNTIL is a local wall time such as 20261231T235959, "
+                                                               "without Z: the rule is read in schedule.timezone")
+    try:
+        parsed = du.rrulestr(text, dtstart=start)
+    except Exception as exc:  # dateutil raises several types for bad input
+        raise ScheduleError("schedule.rrule", "invalid_rrule", f"not an RFC 5545 RRULE (NAME=VALUE parts joined by "
+                                                               f"';', e.g. FREQ=WEEKLY;BYDAY=MO): {exc}") from None
+    if not isinstance(parsed, du.rrule):
+        raise ScheduleError("schedule.rrule", "invalid_rrule", "one RRULE, not a set")
+    schedule = Schedule(text, start, timezone, parsed)
+    _check_bounds(schedule, now)
+    return schedule
+
+
+def _too_frequent(detail: str) -> ScheduleError:
+    minimum = conf("SCHEDULE_MIN_INTERVAL_SECONDS")
+    return ScheduleError("schedule.rrule", "too_frequent",
+                         f"{detail}: occurrences must be at least {minimum} s apart "
+                         f"(CAMPAIGN_SCHEDULE_MIN_INTERVAL_SECONDS)")
+
+
+def _check_bounds(schedule: Schedule, now: datetime) -> None:
+    """The bounds, cheapest first: FREQ × INTERVAL, COUNT, times per day, then the expansion itself
+    (the first ``CAMPAIGN_SCHEDULE_CHECK_OCCURRENCES`` occurrences within ``CAMPAIGN_SCHEDULE_CHECK_DAYS``
+    of the start or of now), which must keep the minimum interval and have an occurrence after now."""
+    r = schedule.parsed
+    minimum = conf("SCHEDULE_MIN_INTERVAL_SECONDS")
+    step = _STEP_SECONDS.get(r._freq)
+    if step is not None and step * r._interval < minimum:
+        raise _too_frequent(f"FREQ={_FREQ_NAMES[r._freq]};INTERVAL={r._interval} repeats every "
+                            f"{step * r._interval} s")
+    if r._count is not None and r._count > conf("SCHEDULE_MAX_COUNT"):
+        raise ScheduleError("schedule.rrule", "count_too_large",
+                            f"COUNT={r._count}; at most {conf('SCHEDULE_MAX_COUNT')} (CAMPAIGN_SCHEDULE_MAX_COUNT)")
+    times = 1
+    for values in (r._byhour, r._byminute, r._bysecond):
+        times *= len(values) if values else 1
+    if times > MAX_TIMES_PER_DAY:
+        raise _too_frequent(f"{times} times of day (BYHOUR × BYMINUTE × BYSECOND)")
+    horizon = max(schedule.start, schedule.wall_at_or_before(now)) + timedelta(days=conf("SCHEDULE_CHECK_DAYS"))
+    # COUNT left out (dateutil refuses COUNT with UNTIL): it only cuts the expansion, taken below.
+    bounded = r.replace(count=None, until=min(r._until, horizon) if r._until else horizon)
+    examined = conf("SCHEDULE_CHECK_OCCURRENCES") if r._count is None else min(r._count,
+                                                                               conf("SCHEDULE_CHECK_OCCURRENCES"))
+    previous, ahead = None, False
+    for wall in islice(bounded, examined):
+        at = schedule.instant(wall)
+        if previous is not None and (at - previous[1]).total_seconds() < minimum:
+            raise _too_frequent(f"{previous[0]:%Y-%m-%d %H:%M:%S} and {wall:%Y-%m-%d %H:%M:%S} are "
+                                f"{int((at - previous[1]).total_seconds())} s apart")
+        previous, ahead = (wall, at), ahead or at >= now
+    if not ahead and (r._count is None or r._count > examined):
+        later = islice(bounded.xafter(schedule.wall_at_or_before(now), inc=True), 10)
+        ahead = any(schedule.instant(wall) >= now for wall in later)
+    if not ahead:
+        raise ScheduleError("schedule.rrule", "no_occurrence", f"the rule has no occurrence from now to "
+                                                               f"{conf('SCHEDULE_CHECK_DAYS')} days ahead "
+                                                               "(its UNTIL or COUNT has passed, or it never matches)")
+
+
+def stored(campaign) -> Schedule:
+    """The schedule of a series as stored (already checked when it was saved)."""
+    start = datetime.strptime(campaign.schedule_start, START_FORMAT)
+    return Schedule(campaign.schedule_rule, start, campaign.schedule_timezone,
+                    du.rrulestr(campaign.schedule_rule, dtstart=start))
+
+
+
+def upcoming(campaign, n: int, now: datetime) -> list[Occurrence]:
+    """A series' next ``n`` occurrences as the API and the admin show them: from its ``next_run_at``
+    while scheduled, from ``now`` while a draft or paused (what a launch or a resume now would send);
+    none once completed or cancelled."""
+    if campaign.status not in ("draft", "scheduled", "paused"):
+        return []
+    if campaign.status == "scheduled" and campaign.next_run_at is not None:
+        now = campaign.next_run_at - timedelta(microseconds=1)
+    return stored(campaign).next_after(now, n)

@@ -1,0 +1,175 @@
+"""Recurring campaigns' runs (docs/RECURRING.md): beat turns each due occurrence of a series into a
+*run*, a campaign of its own that the ordinary fan-out (:mod:`campaigns.fanout`) starts, so every
+rule of a campaign (the admission road ``campaign``, opt-outs, quiet hours, caps, erasure, cancel)
+applies to each run unchanged. Also pause, resume and a series' cancel.
+
+A run's id is :func:`notifications.ids.campaign_run_id` (series + occurrence instant) and
+``(series, occurrence_at)`` is unique, so a doubled or restarted beat never makes two.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from django.db import IntegrityError, transaction
+
+from campaigns import recurrence
+from campaigns.models import Campaign, CampaignStatus
+from core import clock
+from notifications.campaign_rows import campaign_has_backlog
+from notifications.ids import campaign_run_id
+
+log = logging.getLogger(__name__)
+
+#: What a run copies from its series: the definition (content, audience, channel, pace).
+COPIED_FIELDS = ("name", "client", "created_by", "segment", "channel", "priority", "category", "template",
+                 "notification_type", "title", "body", "html", "data", "missed_policy", "spread_seconds",
+                 "ttl_seconds")
+#: Due occurrences one series turns into runs per beat tick (a beat that was down catches up in steps).
+CATCH_UP = 100
+PREVIOUS_ACTIVE = "previous run still active"
+SUPERSEDED = "a later occurrence was already due (beat was late)"
+
+
+class NotRecurring(Exception):
+    """Pause and resume are for recurring campaigns."""
+
+
+class WrongStatus(Exception):
+    """The series is not in a status the action applies to."""
+
+
+def first_run_at(schedule: recurrence.Schedule, now: datetime) -> datetime | None:
+    """The first occurrence at or after ``now`` (a new or resumed series' ``next_run_at``)."""
+    found = next(schedule.occurrences(from_instant=now), None)
+    return found.at if found else None
+
+
+def create_due_runs() -> dict[str, int]:
+    """Beat: for every active series whose ``next_run_at`` has come, make its due occurrences' runs
+    (:func:`advance_series`). Series are locked ``FOR UPDATE SKIP LOCKED``: two beats never work on
+    one series at once. Returns counts of runs ``created`` and ``skipped``."""
+    now = clock.now()
+    totals = {"created": 0, "skipped": 0}
+    with transaction.atomic():
+        due = list(Campaign.objects.select_for_update(skip_locked=True)
+                   .filter(status=CampaignStatus.SCHEDULED, next_run_at__lte=now).exclude(schedule_rule="")
+                   .order_by("next_run_at")[:20])
+        for series in due:
+            for key, n in advance_series(series, now).items():
+                totals[key] += n
+    return totals
+
+
+def advance_series(series: Campaign, now: datetime) -> dict[str, int]:
+    """Make the runs of ``series``' occurrences due at ``now`` (in the caller's transaction, the series
+    locked) and move ``next_run_at`` on. The latest due occurrence becomes a run, unless the previous
+    run is still active (:func:`previous_run_active`): then it is recorded ``skipped`` with that reason;
+    earlier due ones (beat was down) are recorded ``skipped`` as superseded, never sent in a burst.
+    A rule with no occurrence left completes the series."""
+    schedule = recurrence.stored(series)
+    due, following = [], None
+    for occurrence in schedule.occurrences(from_instant=series.next_run_at):
+        if occurrence.at > now or len(due) == CATCH_UP:
+            following = occurrence
+            break
+        due.append(occurrence)
+    counts = {"created": 0, "skipped": 0}
+    caught_up = following is None or following.at > now
+    for i, occurrence in enumerate(due):
+        if i < len(due) - 1 or not caught_up:
+            reason = SUPERSEDED
+        else:
+            reason = PREVIOUS_ACTIVE if previous_run_active(series, now) else ""
+        _run, created = create_run(series, schedule, occurrence, skip_reason=reason)
+        if created:
+            counts["skipped" if reason else "created"] += 1
+    updates = {"next_run_at": following.at if following else None, "updated_at": now}
+    if following is None:
+        updates.update(status=CampaignStatus.COMPLETED, completed_at=now)
+    Campaign.objects.filter(pk=series.pk).update(**updates)
+    if counts["created"] or counts["skipped"]:
+        log.info("campaign %s: %d run(s) created, %d skipped", series.pk, counts["created"], counts["skipped"])
+    return counts
+
+
+def previous_run_active(series: Campaign, now: datetime) -> bool:
+    """The rule for overlapping runs: the series' latest run not skipped is still active when it has
+    not finished fanning out (``scheduled``, ``fanning_out``) or, while ``sending``, has notifications
+    due and not yet sent (:func:`notifications.campaign_rows.campaign_has_backlog`); rows scheduled
+    for later (recipients' local times, spread, quiet hours) do not hold the next run back."""
+    last = (series.runs.exclude(status=CampaignStatus.SKIPPED).order_by("-occurrence_at")
+            .values_list("pk", "status").first())
+    if last is None:
+        return False
+    run_id, status = last
+    if status in (CampaignStatus.SCHEDULED, CampaignStatus.FANNING_OUT):
+        return True
+    return status == CampaignStatus.SENDING and campaign_has_backlog(run_id, now)
+
+
+def create_run(series: Campaign, schedule: recurrence.Schedule, occurrence: recurrence.Occurrence, *,
+               skip_reason: str = "") -> tuple[Campaign, bool]:
+    """The run of one occurrence: created ``scheduled`` (fan-out starts at its instant, or for a
+    recipient-zone schedule when the earliest zone reaches its wall time, as a local-time campaign)
+    or ``skipped`` with ``skip_reason``. Idempotent: the id is derived and ``(series, occurrence_at)``
+    unique, so a second creator (a doubled beat) gets the existing run. Returns ``(run, created)``."""
+    run = Campaign(id=campaign_run_id(series.pk, occurrence.at), series=series, occurrence_at=occurrence.at,
+                   fanout_at=occurrence.at, **{name: getattr(series, name) for name in COPIED_FIELDS})
+    if schedule.per_recipient:
+        run.local_date, run.local_time = occurrence.wall.date(), occurrence.wall.time()
+    else:
+        run.scheduled_at = occurrence.at
+    if skip_reason:
+        run.status, run.skip_reason = CampaignStatus.SKIPPED, skip_reason
+    else:
+        run.status = CampaignStatus.SCHEDULED
+    try:
+        with transaction.atomic():
+            run.save(force_insert=True)
+    except IntegrityError:
+        return Campaign.objects.get(series=series, occurrence_at=occurrence.at), False
+    return run, True
+
+
+def pause(campaign_id) -> Campaign:
+    """Stop making runs (a run already made goes on). Raises NotRecurring, WrongStatus, DoesNotExist."""
+    now = clock.now()
+    with transaction.atomic():
+        series = _locked_series(campaign_id)
+        if series.status != CampaignStatus.SCHEDULED:
+            raise WrongStatus(f"campaign is {series.status}; only a scheduled recurring campaign can be paused")
+        Campaign.objects.filter(pk=series.pk).update(status=CampaignStatus.PAUSED, paused_at=now, updated_at=now)
+    return Campaign.objects.get(pk=campaign_id)
+
+
+def resume(campaign_id) -> Campaign:
+    """Make runs again from the first occurrence at or after now: occurrences that passed while paused
+    are skipped (no run, nothing sent late or in a burst). A rule with none left completes the series.
+    Raises NotRecurring, WrongStatus, DoesNotExist."""
+    now = clock.now()
+    with transaction.atomic():
+        series = _locked_series(campaign_id)
+        if series.status != CampaignStatus.PAUSED:
+            raise WrongStatus(f"campaign is {series.status}; only a paused recurring campaign can be resumed")
+        following = first_run_at(recurrence.stored(series), now)
+        updates = {"status": CampaignStatus.SCHEDULED, "paused_at": None, "next_run_at": following,
+                   "updated_at": now}
+        if following is None:
+            updates.update(status=CampaignStatus.COMPLETED, completed_at=now)
+        Campaign.objects.filter(pk=series.pk).update(**updates)
+    return Campaign.objects.get(pk=campaign_id)
+
+
+def _locked_series(campaign_id) -> Campaign:
+    series = Campaign.objects.select_for_update().get(pk=campaign_id)
+    if not series.is_recurring:
+        raise NotRecurring("not a recurring campaign (it has no schedule)")
+    return series
+
+
+def active_runs(series_id) -> list:
+    """Ids of a series' runs not finished (a series' cancel cancels them too)."""
+    return list(Campaign.objects.filter(series_id=series_id, status__in=[
+        CampaignStatus.SCHEDULED, CampaignStatus.FANNING_OUT, CampaignStatus.SENDING]).values_list("pk", flat=True))
