@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import redis
 from django.conf import settings
 
-from core.redis_client import get_redis, script
+from core.redis_client import Round, get_redis, script
 from core.vocabulary import TIERS
 
 log = logging.getLogger(__name__)
@@ -301,19 +301,40 @@ def record_calls(provider: str, *, ok: int = 0, failed: int = 0, probe: bool = F
     """
     if ok <= 0 and failed <= 0 and not probe:
         return "closed"
-    limits = limits_for(provider)
+    keys, args = _record_call(provider, ok, failed, probe)
     try:
-        state, _rate = script(_RECORD)(
-            keys=[f"breaker:{provider}", f"breaker:{provider}:probe", f"breaker:{provider}:w:"],
-            args=[int(ok), int(failed), limits.breaker_window_seconds, limits.breaker_min_calls,
-                  limits.breaker_failure_rate, int(limits.breaker_open_seconds * 1000), "1" if probe else "0"])
+        answer = script(_RECORD)(keys=keys, args=args)
     except redis.RedisError as exc:
-        log.warning("circuit breaker for %s not updated, Redis unavailable: %s", provider, exc)
+        answer = exc
+    return _state_after(provider, answer)
+
+
+def queue_record_calls(batch: Round, provider: str, *, ok: int = 0, failed: int = 0, probe: bool = False) -> None:
+    """:func:`record_calls` as a command of the caller's ``batch`` (its reading: the state after);
+    with nothing to report, no command and ``"closed"``."""
+    if ok <= 0 and failed <= 0 and not probe:
+        batch.known("closed")
+        return
+    keys, args = _record_call(provider, ok, failed, probe)
+    batch.script(lambda answer: _state_after(provider, answer), _RECORD, keys, args)
+
+
+def _record_call(provider: str, ok: int, failed: int, probe: bool) -> tuple[list, list]:
+    limits = limits_for(provider)
+    return ([f"breaker:{provider}", f"breaker:{provider}:probe", f"breaker:{provider}:w:"],
+            [int(ok), int(failed), limits.breaker_window_seconds, limits.breaker_min_calls,
+             limits.breaker_failure_rate, int(limits.breaker_open_seconds * 1000), "1" if probe else "0"])
+
+
+def _state_after(provider: str, answer) -> str:
+    if isinstance(answer, redis.RedisError):
+        log.warning("circuit breaker for %s not updated, Redis unavailable: %s", provider, answer)
         return "closed"
+    state = answer[0]
     state = state.decode() if isinstance(state, bytes) else str(state)
     if state == "open":
         log.warning("circuit breaker for provider %s is open: failing fast for %.0f s",
-                    provider, limits.breaker_open_seconds)
+                    provider, limits_for(provider).breaker_open_seconds)
     return state
 
 
@@ -407,7 +428,20 @@ def release_slots(provider: str, tier: str, slots: list[str]) -> None:
     try:
         get_redis().zrem(f"bulkhead:{provider}:{tier}", *slots)
     except redis.RedisError as exc:
-        log.warning("bulkhead slots for %s not released (they expire): %s", provider, exc)
+        _not_released(provider, exc)
+
+
+def queue_release_slots(batch: Round, provider: str, tier: str, slots: list[str]) -> None:
+    """:func:`release_slots` as a command of the caller's ``batch`` (reading: ``None``)."""
+    if not slots:
+        batch.known(None)
+    else:
+        batch.call(lambda answer: _not_released(provider, answer) if isinstance(answer, redis.RedisError) else None,
+                   "ZREM", f"bulkhead:{provider}:{tier}", *slots)
+
+
+def _not_released(provider: str, exc: Exception) -> None:
+    log.warning("bulkhead slots for %s not released (they expire): %s", provider, exc)
 
 
 def renew_slots(provider: str, tier: str, slots: list[str], lease_seconds: float) -> None:
