@@ -111,3 +111,18 @@ def test_each_thread_compiles_its_own_statement_on_its_own_connection():
     thread.start()
     thread.join()
     assert seen == [[], "default"]
+
+
+def test_an_acceptance_limit_added_after_the_compile_is_in_force_for_the_next_request(compiles, settings):
+    from notifications.acceptance.models import AcceptanceLimit
+    from notifications.acceptance.rules import effective_rules
+
+    settings.NOTIFY = {**settings.NOTIFY, "ACCEPTANCE_LIMITS": []}
+    assert effective_rules() == []
+    compiles.reset_mock()
+    AcceptanceLimit.objects.create(name="cq-otp", category="security", per="phone", limit=3, window_seconds=600)
+
+    assert [(r.name, r.limit, r.per, r.source) for r in effective_rules()] == [("cq-otp", 3, "phone", "admin")]
+    AcceptanceLimit.objects.filter(name="cq-otp").update(enabled=False)
+    assert effective_rules() == []
+    assert compiles.call_count == 0  # the SELECT of the rows was not compiled again (the UPDATE has its own)
