@@ -1,9 +1,10 @@
 """Sent markers: ``sent:{notification_id}`` keys in Redis (docs/ARCHITECTURE.md, "The send path", record).
 
-Written *after* the provider accepted: by the calls stage within a few milliseconds of each accepted
-call of a standard window (before the row is recorded, so a worker killed or cut off from Postgres
-before its record leaves the marker behind), and by the record stage once the row says ``sent``
-(every tier); read before every provider call.
+Written *after* the provider accepted, by the calls stage before the row is recorded (so a worker
+killed or cut off from Postgres before its record leaves the marker behind): within a few
+milliseconds of each accepted call of a standard window, in the one pipeline after a high-tier call
+(:func:`queue_mark_sent`); by the record stage once the row says ``sent`` when not written yet.
+Read before every provider call.
 A marker only ever prevents a duplicate; its absence never prevents a send. When Redis is down the
 pipeline falls back to the row's status (which the claim already checked), so losing Redis can
 cause a rare duplicate, never a loss.
