@@ -126,3 +126,21 @@ def test_an_acceptance_limit_added_after_the_compile_is_in_force_for_the_next_re
     AcceptanceLimit.objects.filter(name="cq-otp").update(enabled=False)
     assert effective_rules() == []
     assert compiles.call_count == 0  # the SELECT of the rows was not compiled again (the UPDATE has its own)
+
+
+def test_a_send_request_finds_its_recipient_without_compiling_and_refuses_an_unknown_one(compiles):
+    from notifications.api.serializers import SendRequestSerializer
+
+    Recipient.objects.create(user_id="cq-known", phone="+15557779999")
+    body = {"user_id": "cq-known", "channel": "sms", "content": {"body": "hi"}}
+    assert SendRequestSerializer(data=body).is_valid()
+    compiles.reset_mock()
+
+    ser = SendRequestSerializer(data=body)
+    assert ser.is_valid(), ser.errors
+    assert (ser.validated_data["recipient"].pk, ser.validated_data["recipient"].phone) == ("cq-known", "+15557779999")
+    unknown = SendRequestSerializer(data={**body, "user_id": "cq-KNOWN"})
+    assert not unknown.is_valid()
+    assert [(str(e), e.code) for e in unknown.errors["user_id"]] == [
+        ("unknown user; create it with PUT /v1/users/cq-KNOWN", "unknown_user")]
+    assert compiles.call_count == 0
