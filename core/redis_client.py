@@ -9,6 +9,8 @@ application's ``settings.REDIS_URL`` (:func:`get_redis`) and, for queue depths, 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import redis
 from django.conf import settings
@@ -43,3 +45,54 @@ def script(source: str) -> Script:
     if found is None or found.registered_client is not client:
         found = _scripts[source] = client.register_script(source)
     return found
+
+
+class Round:
+    """Commands of several owners sent to Redis in one round trip (a pipeline without MULTI; each
+    command stays atomic on its own, as when sent alone). An owner queues its command with
+    :meth:`call` or :meth:`script` and passes ``read``: its own reading of the answer, or of the
+    ``redis.RedisError`` in its place (Redis unreachable: every command gets the error), so each
+    rule keeps its failure policy. :meth:`send` returns the readings in the order queued."""
+
+    def __init__(self) -> None:
+        self._pipe = get_redis().pipeline(transaction=False)
+        self._reads: list[tuple[Callable[[Any], Any], bool]] = []
+
+    def known(self, value: Any) -> None:
+        """An owner's reading known without asking Redis (nothing to send): ``value`` in its place."""
+        self._reads.append((lambda _none: value, False))
+
+    def call(self, read: Callable[[Any], Any], *command: Any) -> None:
+        """Queue ``command`` (``"ZREM", key, member, …``)."""
+        self._pipe.execute_command(*command)
+        self._reads.append((read, True))
+
+    def script(self, read: Callable[[Any], Any], source: str, keys: list, args: list) -> None:
+        """Queue the Lua ``source`` as EVALSHA; a Redis that lost it (restarted, flushed) runs it
+        again alone (:func:`script` loads it), so ``read`` never sees NOSCRIPT."""
+        runner = script(source)
+        self._pipe.evalsha(runner.sha, len(keys), *keys, *args)
+
+        def again(answer: Any) -> Any:
+            if isinstance(answer, redis.exceptions.NoScriptError):
+                try:
+                    answer = runner(keys=keys, args=args)
+                except redis.RedisError as exc:
+                    answer = exc
+            return read(answer)
+
+        self._reads.append((again, True))
+
+    def send(self) -> list:
+        """Send what was queued (nothing: no round trip); each owner's reading, in order."""
+        queued = sum(1 for _read, sent in self._reads if sent)
+        answers: list = []
+        if queued:
+            try:
+                answers = self._pipe.execute(raise_on_error=False)
+            except redis.RedisError as exc:
+                answers = [exc] * queued
+            finally:
+                self._pipe.reset()
+        found = iter(answers)
+        return [read(next(found) if sent else None) for read, sent in self._reads]

@@ -1,9 +1,10 @@
 """Sent markers: ``sent:{notification_id}`` keys in Redis (docs/ARCHITECTURE.md, "The send path", record).
 
-Written *after* the provider accepted: by the calls stage within a few milliseconds of each accepted
-call of a standard window (before the row is recorded, so a worker killed or cut off from Postgres
-before its record leaves the marker behind), and by the record stage once the row says ``sent``
-(every tier); read before every provider call.
+Written *after* the provider accepted, by the calls stage before the row is recorded (so a worker
+killed or cut off from Postgres before its record leaves the marker behind): within a few
+milliseconds of each accepted call of a standard window, in the one pipeline after a high-tier call
+(:func:`queue_mark_sent`); by the record stage once the row says ``sent`` when not written yet.
+Read before every provider call.
 A marker only ever prevents a duplicate; its absence never prevents a send. When Redis is down the
 pipeline falls back to the row's status (which the claim already checked), so losing Redis can
 cause a rare duplicate, never a loss.
@@ -17,7 +18,7 @@ from collections.abc import Iterable
 import redis
 from django.conf import settings
 
-from core.redis_client import get_redis, script
+from core.redis_client import Round, get_redis, script
 
 log = logging.getLogger(__name__)
 _MARK_SENT = "for _, key in ipairs(KEYS) do redis.call('SET', key, '1', 'EX', ARGV[1]) end"
@@ -53,3 +54,18 @@ def mark_sent(ids: Iterable) -> None:
             mark(keys=[_key(i) for i in ids[start:start + 1000]], args=[ttl])
     except redis.RedisError as exc:
         log.warning("sent marker not written, Redis unavailable: %s", exc)
+
+
+def queue_mark_sent(batch: Round, ids: Iterable) -> None:
+    """:func:`mark_sent` of a few ids (one call's) as a command of the caller's ``batch`` (reading:
+    ``None``)."""
+    ids = [str(i) for i in ids]
+    if not ids:
+        batch.known(None)
+    else:
+        batch.script(_not_marked, _MARK_SENT, [_key(i) for i in ids], [settings.NOTIFY["SENT_MARKER_TTL_SECONDS"]])
+
+
+def _not_marked(answer) -> None:
+    if isinstance(answer, redis.RedisError):
+        log.warning("sent marker not written, Redis unavailable: %s", answer)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import redis
 from django.conf import settings
 
-from core.redis_client import get_redis, script
+from core.redis_client import Round, get_redis, script
 from core.vocabulary import TIERS
 
 log = logging.getLogger(__name__)
@@ -162,6 +162,22 @@ end
 return 1
 """
 
+# One round trip before a high-tier call (docs/PERFORMANCE.md, "What an OTP costs"): the three
+# scripts above, unchanged, as local functions run in the order the callers ran them: the breaker's
+# verdict; if allowed, the bulkhead slots; if any, a first try at the tokens. KEYS: breaker state,
+# probe key, slots zset, high bucket, standard bucket. ARGV: _ALLOW's 2, then _ACQUIRE's 4, then
+# _TAKE's 7. Returns {allow's answer, slot ids, take's answer ({0, 0}: not tried)}.
+_ADMIT = ("local function allow(KEYS, ARGV)\n" + _ALLOW + "end\n"
+          "local function acquire(KEYS, ARGV)\n" + _ACQUIRE + "end\n"
+          "local function take(KEYS, ARGV)\n" + _TAKE + "end\n" + """
+local verdict = allow({KEYS[1], KEYS[2]}, {ARGV[1], ARGV[2]})
+if verdict[1] == 0 then return {verdict, {}, {0, 0}} end
+local slots = acquire({KEYS[3]}, {ARGV[3], ARGV[4], ARGV[5], ARGV[6]})
+if #slots == 0 then return {verdict, slots, {0, 0}} end
+return {verdict, slots, take({KEYS[4], KEYS[5]}, {ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], ARGV[13]})}
+""")
+
+
 @dataclass(frozen=True)
 class Limits:
     """Effective limits of one provider (from ``settings.PROVIDER_LIMITS``).
@@ -217,19 +233,27 @@ def take_tokens(provider: str, tier: str, wanted: int, *, partial: bool = True) 
     """
     if wanted <= 0:
         return 0, 0.0
-    limits = limits_for(provider)
-    capacity = max(1.0, limits.burst_seconds)
+    keys, args = _take_call(provider, tier, wanted, partial)
     try:
-        granted, wait_ms = script(_TAKE)(
-            keys=[f"bucket:{provider}:high", f"bucket:{provider}:standard"],
-            args=[limits.high_reserved_per_s, max(1.0, limits.high_reserved_per_s * capacity),
-                  limits.standard_rate_per_s, max(1.0, limits.standard_rate_per_s * capacity),
-                  int(wanted), "high" if tier == "high" else "standard", "1" if partial else "0"])
+        answer = script(_TAKE)(keys=keys, args=args)
     except redis.RedisError as exc:
         log.warning("token bucket for %s skipped, Redis unavailable: %s", provider, exc)
         return wanted, 0.0
-    granted = int(granted)
-    return granted, (int(wait_ms) / 1000.0 if granted < wanted else 0.0)
+    return _tokens(answer, wanted)
+
+
+def _take_call(provider: str, tier: str, wanted: int, partial: bool) -> tuple[list, list]:
+    limits = limits_for(provider)
+    capacity = max(1.0, limits.burst_seconds)
+    return ([f"bucket:{provider}:high", f"bucket:{provider}:standard"],
+            [limits.high_reserved_per_s, max(1.0, limits.high_reserved_per_s * capacity),
+             limits.standard_rate_per_s, max(1.0, limits.standard_rate_per_s * capacity),
+             int(wanted), "high" if tier == "high" else "standard", "1" if partial else "0"])
+
+
+def _tokens(answer: list, wanted: int) -> tuple[int, float]:
+    granted, wait_ms = int(answer[0]), int(answer[1])
+    return granted, (wait_ms / 1000.0 if granted < wanted else 0.0)
 
 
 # --- circuit breaker ------------------------------------------------------------------------------
@@ -249,13 +273,22 @@ def breaker_allows(provider: str, *, may_probe: bool = True) -> BreakerVerdict:
     """May we call ``provider`` now? Closed → yes; open → no (``retry_in`` = time left); after the
     open period → half-open: one probe at a time, and only for callers with ``may_probe`` (an OTP
     would rather go to a healthy backup than test a sick primary). Redis unreachable → yes."""
-    lease_ms = int(max(1.0, float(settings.PROVIDER_TIMEOUT_SECONDS)) * 2000)
+    keys, args = _allow_call(provider, may_probe)
     try:
-        allowed, wait_ms, probe = script(_ALLOW)(
-            keys=[f"breaker:{provider}", f"breaker:{provider}:probe"], args=[lease_ms, "1" if may_probe else "0"])
+        answer = script(_ALLOW)(keys=keys, args=args)
     except redis.RedisError as exc:
         log.warning("circuit breaker for %s skipped, Redis unavailable: %s", provider, exc)
         return BreakerVerdict(True)
+    return _verdict(answer)
+
+
+def _allow_call(provider: str, may_probe: bool) -> tuple[list, list]:
+    lease_ms = int(max(1.0, float(settings.PROVIDER_TIMEOUT_SECONDS)) * 2000)
+    return [f"breaker:{provider}", f"breaker:{provider}:probe"], [lease_ms, "1" if may_probe else "0"]
+
+
+def _verdict(answer: list) -> BreakerVerdict:
+    allowed, wait_ms, probe = answer
     return BreakerVerdict(bool(allowed), int(wait_ms) / 1000.0, bool(probe))
 
 
@@ -268,19 +301,40 @@ def record_calls(provider: str, *, ok: int = 0, failed: int = 0, probe: bool = F
     """
     if ok <= 0 and failed <= 0 and not probe:
         return "closed"
-    limits = limits_for(provider)
+    keys, args = _record_call(provider, ok, failed, probe)
     try:
-        state, _rate = script(_RECORD)(
-            keys=[f"breaker:{provider}", f"breaker:{provider}:probe", f"breaker:{provider}:w:"],
-            args=[int(ok), int(failed), limits.breaker_window_seconds, limits.breaker_min_calls,
-                  limits.breaker_failure_rate, int(limits.breaker_open_seconds * 1000), "1" if probe else "0"])
+        answer = script(_RECORD)(keys=keys, args=args)
     except redis.RedisError as exc:
-        log.warning("circuit breaker for %s not updated, Redis unavailable: %s", provider, exc)
+        answer = exc
+    return _state_after(provider, answer)
+
+
+def queue_record_calls(batch: Round, provider: str, *, ok: int = 0, failed: int = 0, probe: bool = False) -> None:
+    """:func:`record_calls` as a command of the caller's ``batch`` (its reading: the state after);
+    with nothing to report, no command and ``"closed"``."""
+    if ok <= 0 and failed <= 0 and not probe:
+        batch.known("closed")
+        return
+    keys, args = _record_call(provider, ok, failed, probe)
+    batch.script(lambda answer: _state_after(provider, answer), _RECORD, keys, args)
+
+
+def _record_call(provider: str, ok: int, failed: int, probe: bool) -> tuple[list, list]:
+    limits = limits_for(provider)
+    return ([f"breaker:{provider}", f"breaker:{provider}:probe", f"breaker:{provider}:w:"],
+            [int(ok), int(failed), limits.breaker_window_seconds, limits.breaker_min_calls,
+             limits.breaker_failure_rate, int(limits.breaker_open_seconds * 1000), "1" if probe else "0"])
+
+
+def _state_after(provider: str, answer) -> str:
+    if isinstance(answer, redis.RedisError):
+        log.warning("circuit breaker for %s not updated, Redis unavailable: %s", provider, answer)
         return "closed"
+    state = answer[0]
     state = state.decode() if isinstance(state, bytes) else str(state)
     if state == "open":
         log.warning("circuit breaker for provider %s is open: failing fast for %.0f s",
-                    provider, limits.breaker_open_seconds)
+                    provider, limits_for(provider).breaker_open_seconds)
     return state
 
 
@@ -314,15 +368,57 @@ def acquire_slots(provider: str, tier: str, wanted: int, lease_seconds: float) -
     Returns the slot ids granted (possibly none); give them back with :func:`release_slots`. A slot
     not released expires after ``lease_seconds``. Redis unreachable → ``wanted`` local ids.
     """
-    limit = int(limits_for(provider).max_concurrency.get(tier, 1))
-    prefix = uuid.uuid4().hex
+    keys, args = _acquire_call(provider, tier, wanted, lease_seconds)
     try:
-        ids = script(_ACQUIRE)(
-            keys=[f"bulkhead:{provider}:{tier}"], args=[int(wanted), limit, int(lease_seconds * 1000), prefix])
+        ids = script(_ACQUIRE)(keys=keys, args=args)
     except redis.RedisError as exc:
         log.warning("bulkhead for %s skipped, Redis unavailable: %s", provider, exc)
-        return [f"{prefix}:{i}" for i in range(wanted)]
+        return _local_slots(args[3], wanted)
+    return _slots(ids)
+
+
+def _acquire_call(provider: str, tier: str, wanted: int, lease_seconds: float) -> tuple[list, list]:
+    limit = int(limits_for(provider).max_concurrency.get(tier, 1))
+    return [f"bulkhead:{provider}:{tier}"], [int(wanted), limit, int(lease_seconds * 1000), uuid.uuid4().hex]
+
+
+def _slots(ids: list) -> list[str]:
     return [i.decode() if isinstance(i, bytes) else str(i) for i in ids]
+
+
+def _local_slots(prefix: str, wanted: int) -> list[str]:
+    return [f"{prefix}:{i}" for i in range(wanted)]
+
+
+@dataclass(frozen=True)
+class Admission:
+    """:func:`admit_call`'s answer: the breaker's ``verdict``; the bulkhead ``slots`` taken (none
+    when the breaker said no); ``tokens`` taken at once and, when fewer than wanted, ``wait`` (s)
+    until more are expected (both 0 when no slot was taken)."""
+
+    verdict: BreakerVerdict
+    slots: list[str]
+    tokens: int
+    wait: float
+
+
+def admit_call(provider: str, tier: str, slots: int, tokens: int, lease_seconds: float, *,
+               may_probe: bool) -> Admission:
+    """:func:`breaker_allows`, then (allowed) :func:`acquire_slots`, then (slots taken) a first
+    :func:`take_tokens` of all ``tokens`` or none, in one script call: the same rules, keys and
+    arguments as the three calls, one round trip instead of three. Redis unreachable → each part
+    fails open as its function does (allowed, local slot ids, the tokens granted)."""
+    allow_keys, allow_args = _allow_call(provider, may_probe)
+    acquire_keys, acquire_args = _acquire_call(provider, tier, slots, lease_seconds)
+    take_keys, take_args = _take_call(provider, tier, tokens, False)
+    try:
+        verdict, ids, taken = script(_ADMIT)(keys=[*allow_keys, *acquire_keys, *take_keys],
+                                             args=[*allow_args, *acquire_args, *take_args])
+    except redis.RedisError as exc:
+        log.warning("circuit breaker, bulkhead and token bucket for %s skipped, Redis unavailable: %s", provider, exc)
+        return Admission(BreakerVerdict(True), _local_slots(acquire_args[3], slots), tokens, 0.0)
+    granted, wait = _tokens(taken, tokens) if ids else (0, 0.0)
+    return Admission(_verdict(verdict), _slots(ids), granted, wait)
 
 
 def release_slots(provider: str, tier: str, slots: list[str]) -> None:
@@ -332,7 +428,20 @@ def release_slots(provider: str, tier: str, slots: list[str]) -> None:
     try:
         get_redis().zrem(f"bulkhead:{provider}:{tier}", *slots)
     except redis.RedisError as exc:
-        log.warning("bulkhead slots for %s not released (they expire): %s", provider, exc)
+        _not_released(provider, exc)
+
+
+def queue_release_slots(batch: Round, provider: str, tier: str, slots: list[str]) -> None:
+    """:func:`release_slots` as a command of the caller's ``batch`` (reading: ``None``)."""
+    if not slots:
+        batch.known(None)
+    else:
+        batch.call(lambda answer: _not_released(provider, answer) if isinstance(answer, redis.RedisError) else None,
+                   "ZREM", f"bulkhead:{provider}:{tier}", *slots)
+
+
+def _not_released(provider: str, exc: Exception) -> None:
+    log.warning("bulkhead slots for %s not released (they expire): %s", provider, exc)
 
 
 def renew_slots(provider: str, tier: str, slots: list[str], lease_seconds: float) -> None:

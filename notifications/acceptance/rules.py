@@ -26,6 +26,7 @@ from django.db import IntegrityError
 from django.utils.crypto import salted_hmac
 
 from core.api.refusals import AcceptanceLimited, AcceptanceLimitsUnavailable
+from core.compiled import Compiled
 from core.redis_client import get_redis, script
 from notifications import metrics
 from notifications.acceptance.models import MAX_WINDOW_SECONDS, AcceptanceLimit, Per
@@ -121,10 +122,14 @@ def settings_rules() -> list[Rule]:
     return rules
 
 
+#: The admin's rows, read on every send (compiled once per thread: core/compiled.py).
+_ADMIN_ROWS = Compiled(lambda: AcceptanceLimit.objects.all())
+
+
 def effective_rules() -> list[Rule]:
     """The rules in force: the settings' rules, each replaced by the admin's row of the same name
     (dropped when that row is disabled), then the admin's other enabled rows, by name."""
-    rows = {row.name: row for row in AcceptanceLimit.objects.all()}
+    rows = {row.name: row for row in _ADMIN_ROWS.models()}
     out = []
     for rule in settings_rules():
         row = rows.pop(rule.name, None)

@@ -17,6 +17,7 @@ from rest_framework import serializers
 from core import clock
 from core.api.fields import AwareDateTimeField, CategoryField, RejectUnknownFields
 from core.api.refusals import Busy
+from core.compiled import Compiled
 from core.vocabulary import CATEGORY_PATTERN
 from notifications.content_limits import (
     BODY_MAX_CHARS,
@@ -97,6 +98,10 @@ class ContentSerializer(RejectUnknownFields, serializers.Serializer):
                                            "`content.data.<key>`.")
 
 
+#: The recipient of a send, looked up on every request (compiled once per thread: core/compiled.py).
+_RECIPIENT = Compiled(lambda user_id: Recipient.objects.filter(pk=user_id)[:1], ("user_id",))
+
+
 class SendRequestSerializer(RejectUnknownFields, serializers.Serializer):
     """``POST /v1/notifications`` body: ``content``, or ``type`` (with ``data``); with ``type`` no
     ``category``, ``priority`` or ``sensitive`` (the type's)."""
@@ -165,7 +170,8 @@ class SendRequestSerializer(RejectUnknownFields, serializers.Serializer):
         errors.update(channel_available_errors(attrs["channel"]))
         if errors:
             raise serializers.ValidationError(errors)
-        recipient = Recipient.objects.filter(pk=attrs["user_id"]).first()
+        found = _RECIPIENT.models(attrs["user_id"])
+        recipient = found[0] if found else None
         if recipient is None:
             raise serializers.ValidationError({"user_id": serializers.ErrorDetail(
                 f"unknown user; create it with PUT /v1/users/{attrs['user_id']}", code="unknown_user")})

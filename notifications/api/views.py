@@ -13,6 +13,7 @@ from rest_framework.views import APIView
 from core.api import audit_notes, parameters
 from core.api.errors import BODY, MissingScope, error_responses, field_error, response_headers
 from core.api.pagination import Ordering, list_page, page_parameters, page_serializer
+from core.api.reused import field_names, validator
 from core.api.scopes import Scope
 from notifications import records, services
 from notifications.admission import high_gate_problem
@@ -85,7 +86,7 @@ def check_priority_scope(request, priority: str) -> None:
 
 def note_given_fields(request, serializer_class) -> None:
     """Audit (:mod:`notifications.audit`): a create changed the request's fields that the serializer knows."""
-    known = serializer_class().fields
+    known = field_names(serializer_class)
     audit_notes.note_fields(request, [k for k in request.data if k in known])
 
 
@@ -132,7 +133,7 @@ class NotificationListView(APIView):
         key, problem = idempotency_key_problem(request)
         if problem:
             return problem
-        ser = SendRequestSerializer(data=request.data)
+        ser = validator(SendRequestSerializer, request.data)  # made once per thread (core/api/reused.py)
         ser.is_valid(raise_exception=True)
         data = ser.validated_data
         client = request.auth

@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 
 from core import clock
+from core.redis_client import Round
 from notifications import metrics
 from notifications import sent_markers as markers
 from notifications.delivery.claim import call_deadline_seconds, covers_call, still_ours
@@ -167,15 +168,27 @@ def call_high(n: Notification, items: list[Item]) -> Calls:
         if tried and _erased_since_loaded(n):
             return done  # erased while the first provider failed: its retry's checks cancel it
         tried.append(route.name)
+        called = False
         try:
             owned = _owned(items, indexes, call_deadline_seconds() * len(items), done)
             if not owned:
                 return done  # the reconciler took it over: never call for a row that is not ours
             _send(route.backend, items, owned, len(route.slots), done)
+            called = True
         finally:
-            isolation.release_slots(route.name, "high", route.slots)
+            if not called:
+                isolation.release_slots(route.name, "high", route.slots)
         latest = [done.outcomes[i][-1][0] for i in owned]
-        failed = _count_calls(route.name, latest, getattr(route.backend, "batch_api", False), route.probe)
+        # One round trip after the call: its slot back, the breaker's counts, and the sent marker as
+        # soon as the provider accepted (before the record, as a standard window does).
+        after = Round()
+        isolation.queue_release_slots(after, route.name, "high", route.slots)
+        failed = _count_calls(route.name, latest, getattr(route.backend, "batch_api", False), route.probe, after)
+        marked = {items[i].row.pk for i, o in zip(owned, latest, strict=True) if isinstance(o, SendResult)}
+        markers.queue_mark_sent(after, marked)
+        _released, state, _marked = after.send()
+        breaker_after(route.name, state)
+        done.marked.update(marked)
         accepted = any(not isinstance(o, Exception) for o in latest)
         # A transient answer (5xx, timeout, and also a 429: this account's limit, not the backup's)
         # sends the OTP to the next provider at once; a bad number or a misconfiguration does not.
@@ -352,11 +365,20 @@ def rate_limited(outcome) -> bool:
         getattr(outcome, "http_status", None) == 429 or outcome.code in ("429", "20429", "QUOTA_EXCEEDED"))
 
 
-def _count_calls(name: str, outcomes: list, batch_api: bool, probe: bool) -> int:
-    """Feed the breaker of ``name``: requests, not recipients, for a batch API. Returns the calls
-    that failed in a way that counts against the provider's health."""
+def _count_calls(name: str, outcomes: list, batch_api: bool, probe: bool, batch: Round | None = None) -> int:
+    """Feed the breaker of ``name``: requests, not recipients, for a batch API (now, or as a command
+    of ``batch``, whose reading is the state after). Returns the calls that failed in a way that
+    counts against the provider's health."""
     failed = sum(1 for o in outcomes if isinstance(o, Exception) and isolation.is_failure(o))
     ok, bad = ((0, 1) if failed else (1, 0)) if batch_api else (len(outcomes) - failed, failed)
-    if isolation.record_calls(name, ok=ok, failed=bad, probe=probe) == "open":
-        metrics.isolation_event("breaker_opened", name)
+    if batch is None:
+        breaker_after(name, isolation.record_calls(name, ok=ok, failed=bad, probe=probe))
+    else:
+        isolation.queue_record_calls(batch, name, ok=ok, failed=bad, probe=probe)
     return failed
+
+
+def breaker_after(name: str, state: str) -> None:
+    """The breaker's state after counting calls of ``name``: the metric when it opened."""
+    if state == "open":
+        metrics.isolation_event("breaker_opened", name)

@@ -23,6 +23,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db.models import Q
 
+from core.compiled import Compiled
 from core.redis_client import get_redis, script
 from notifications import metrics
 from notifications.delivery import record
@@ -125,6 +126,8 @@ class Rule:
 
 
 _FIELDS = ("name", "category", "channel", "limit", "window_seconds")
+#: The admin's rules, read per batch (compiled once per thread: core/compiled.py).
+_ADMIN_RULES = Compiled(lambda: FrequencyCap.objects.all())
 
 
 def rules() -> list[Rule]:
@@ -139,7 +142,7 @@ def rules() -> list[Rule]:
         fields = {k: entry[k] for k in _FIELDS}
         fields.update({k: bool(entry[k]) for k in ("active", "include_high", "include_required") if k in entry})
         found[entry["name"]] = Rule(**fields)
-    for row in FrequencyCap.objects.all():
+    for row in _ADMIN_RULES.models():
         found[row.name] = Rule(row.name, row.category, row.channel, row.limit, row.window_seconds, row.active,
                                row.include_high, row.include_required, source="admin")
     return sorted(found.values(), key=lambda r: (r.category, r.channel, r.name))

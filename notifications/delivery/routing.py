@@ -63,18 +63,21 @@ def route_for(n: Notification, needed: int, exclude: Collection[str] = ()) -> Ro
     candidates = [(i, name, False) for i, name in enumerate(names) if name not in exclude]
     candidates += [(i, name, True) for i, name, _ in candidates]  # second pass: may probe
     for index, name, may_probe in candidates:
-        verdict = isolation.breaker_allows(name, may_probe=may_probe)
+        # The breaker, the bulkhead and a first try at the budget in one round trip (isolation.py).
+        admission = isolation.admit_call(name, tier, 1, needed, lease, may_probe=may_probe)
+        verdict = admission.verdict
         if not verdict.allowed:
             metrics.isolation_event("breaker_fast_fail", name, tier)
             last = TransientProviderError(name, "circuit_open",
                                           f"circuit breaker open; next probe in {verdict.retry_in:.1f} s")
             continue
-        slots = isolation.acquire_slots(name, tier, 1, lease)
+        slots = admission.slots
         if not slots:
             metrics.isolation_event("bulkhead_full", name, tier)
             last = TransientProviderError(name, "bulkhead_full", "every concurrent-call slot is taken")
             continue
-        if not wait_for_tokens(name, tier, needed, max_wait=HIGH_BUDGET_WAIT_SECONDS):
+        if admission.tokens < needed and not wait_for_tokens(name, tier, needed, max_wait=HIGH_BUDGET_WAIT_SECONDS,
+                                                             first_wait=admission.wait):
             isolation.release_slots(name, tier, slots)
             last = TransientProviderError(name, "budget_exhausted", "no provider budget left this second")
             continue
@@ -90,12 +93,17 @@ def route_for(n: Notification, needed: int, exclude: Collection[str] = ()) -> Ro
 HIGH_BUDGET_WAIT_SECONDS = 1.0
 
 
-def wait_for_tokens(provider: str, tier: str, needed: int, max_wait: float) -> bool:
-    """Take ``needed`` tokens (all or none), waiting up to ``max_wait`` seconds. True if taken."""
+def wait_for_tokens(provider: str, tier: str, needed: int, max_wait: float, first_wait: float | None = None) -> bool:
+    """Take ``needed`` tokens (all or none), waiting up to ``max_wait`` seconds. True if taken.
+    ``first_wait``: a first try was already refused (by :func:`isolation.admit_call`) and said to
+    wait this long."""
     deadline = time.monotonic() + max_wait
     waited = 0.0
     while True:
-        granted, wait = isolation.take_tokens(provider, tier, needed, partial=False)
+        if first_wait is not None:
+            granted, wait, first_wait = 0, first_wait, None
+        else:
+            granted, wait = isolation.take_tokens(provider, tier, needed, partial=False)
         if granted:
             if waited:
                 metrics.isolation_event("budget_wait", provider, tier, seconds=waited)
