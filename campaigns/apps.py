@@ -26,6 +26,11 @@ class CampaignsConfig(AppConfig):
         from notifications.lifecycle.archive import register_hold
 
         register_hold("campaign_fanning_out", FANNING_OUT_HOLD)
+        # A campaign's rows carry no client: their webhooks go to the client that launched it.
+        from campaigns.ownership import campaign_owners
+        from notifications.webhooks.outbox import register_campaign_owner
+
+        register_campaign_owner(campaign_owners)
         checks.register(check_default_timezone, checks.Tags.compatibility)
 
 

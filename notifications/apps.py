@@ -15,6 +15,7 @@ class NotificationsConfig(AppConfig):
         from notifications.acceptance import models as _acceptance  # noqa: F401
         from notifications.events import models as _events  # noqa: F401
         from notifications.inbox import models as _inbox  # noqa: F401
+        from notifications.webhooks import models as _webhooks  # noqa: F401
 
     def ready(self) -> None:
         checks.register(check_quiet_hours_bypass, checks.Tags.compatibility)

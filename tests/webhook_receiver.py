@@ -1,0 +1,51 @@
+"""A tiny HTTP server standing in for a calling service's webhook endpoint: it records every request
+(headers, body) and answers from a script (status, headers), for the status-webhook tests."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class Receiver:
+    """``answer(request_number) -> (status, headers)`` decides each answer (default 200)."""
+
+    def __init__(self, answer: Callable[[int], tuple[int, dict]] | None = None) -> None:
+        self.requests: list[dict] = []
+        self.answer = answer or (lambda _n: (200, {}))
+        self.lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - http.server's name
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                with receiver.lock:
+                    receiver.requests.append({"path": self.path, "headers": dict(self.headers.items()),
+                                              "body": body})
+                    number = len(receiver.requests)
+                status, headers = receiver.answer(number)
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/hooks"
+
+    def __enter__(self) -> Receiver:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
