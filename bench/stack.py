@@ -159,6 +159,10 @@ class Stack:
             # Circuit breakers trip and recover within a test: 5 failing calls, open 3 s.
             "BREAKER_MIN_CALLS": "5",
             "BREAKER_OPEN_SECONDS": "3",
+            # Status webhooks: the tests' receivers listen on 127.0.0.1 over http; a new endpoint is seen
+            # by every worker within a second (docs/WEBHOOKS.md).
+            "WEBHOOKS_ALLOW_INSECURE": "1",
+            "WEBHOOKS_CACHE_SECONDS": "1",
             "PYTHONUNBUFFERED": "1",
         })
         if self.static_root is not None:

@@ -113,7 +113,7 @@ def test_another_clients_endpoint_is_not_found_and_delete_removes_its_own(produc
                                  "https://[::1]/hook", "https://[::ffff:127.0.0.1]/hook", "https://localhost/hook",
                                  "http://hooks.example.com/hook", "ftp://hooks.example.com/hook"])
 def test_a_url_to_a_non_public_address_or_not_https_is_refused_at_save_naming_url(production, url):
-    client, key = make_client()
+    _, key = make_client()
     r = post(http_for(key), "/v1/webhook-endpoints", {"url": url, "events": ["notification.sent"]})
     assert r.status_code == 422, r.content
     assert [(f["field"], f["code"]) for f in r.json()["error"]["fields"]] == [("url", "url_not_allowed")]
@@ -230,7 +230,7 @@ def test_a_receipt_a_cancel_and_an_app_receipt_are_events():
     sent_row, queued_row = sending(client, 2)
     mark_sent([sent_row])
     lifecycle.deliver([(sent_row.pk, clock.now(), 3)], clock.now())
-    Notification.objects.filter(pk=queued_row.pk).update(status=Status.QUEUED)  # noqa: test set-up
+    Notification.objects.filter(pk=queued_row.pk).update(status=Status.QUEUED)
     lifecycle.cancel([queued_row.pk], Cause.CLIENT_CANCEL, Reason.CANCELLED_BY_CLIENT, clock.now())
     sent_row.refresh_from_db()
     lifecycle.app_move(sent_row, Status.OPENED, clock.now())
@@ -339,7 +339,7 @@ def test_a_name_that_resolves_to_loopback_is_refused_at_connect(production, monk
 
 
 @pytest.mark.parametrize("address", ["127.0.0.1", "10.0.0.8", "169.254.169.254", "::1", "fd00::1", "192.168.1.1",
-                                     "100.64.0.1", "0.0.0.0"])
+                                     "100.64.0.1", "0.0.0.0"])  # noqa: S104 - refused, never bound
 def test_every_non_global_address_is_refused(production, address):
     with pytest.raises(safety.Refused):
         safety.check_address(address)

@@ -1,5 +1,6 @@
 """A tiny HTTP server standing in for a calling service's webhook endpoint: it records every request
-(headers, body) and answers from a script (status, headers), for the status-webhook tests."""
+(headers, body, the status it answered) and answers from a script (status, headers), for the
+status-webhook tests."""
 
 from __future__ import annotations
 
@@ -18,13 +19,13 @@ class Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's name
+            def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 with receiver.lock:
+                    number = len(receiver.requests) + 1
+                    status, headers = receiver.answer(number)
                     receiver.requests.append({"path": self.path, "headers": dict(self.headers.items()),
-                                              "body": body})
-                    number = len(receiver.requests)
-                status, headers = receiver.answer(number)
+                                              "body": body, "answered": status})
                 self.send_response(status)
                 for name, value in headers.items():
                     self.send_header(name, value)
