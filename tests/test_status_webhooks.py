@@ -377,3 +377,44 @@ def test_replay_makes_a_failed_delivery_due_with_a_fresh_window(insecure):
     assert delivery.replay([one]) == 1
     one.refresh_from_db()
     assert (one.state, one.give_up_at) == ("pending", None) and one.next_attempt_at <= clock.now()
+
+
+# --- an event's outcome per user -------------------------------------------------------------------------
+
+ORDER = {"name": "Order", "category": "shipping", "channels": ["sms", "email"]}
+ORDER_TEMPLATES = [{"channel": "sms", "locale": "en", "body": "Order {{ data.id }}"},
+                   {"channel": "email", "locale": "en", "title": "Order", "body": "Order {{ data.id }}"}]
+
+
+def event_rows(client, users: list[str]) -> dict[tuple[str, str], Notification]:
+    """An ``order`` event (sms and email, routing all) to ``users``; its rows claimed (``sending``),
+    by (user, channel)."""
+    from notifications.events import services as event_services
+
+    kind, _ = event_services.save_type(f"order-{uuid.uuid4().hex[:6]}", ORDER, ORDER_TEMPLATES, client=client)
+    recipients = [Recipient.objects.create(user_id=u, email=f"{u}@example.com", phone="+4915112345678")
+                  for u in users]
+    event = event_services.accept_event(client=client, idempotency_key=f"evt-{uuid.uuid4().hex[:6]}",
+                                        fingerprint="f", kind=kind, recipients=recipients, data={"id": 7}).event
+    Notification.objects.filter(event=event).update(status=Status.SENDING, claims=1)
+    return {(n.recipient_id, n.channel): n for n in Notification.objects.filter(event=event)}
+
+
+def test_an_events_user_is_reached_or_not_once_when_the_last_channel_decides():
+    client, _ = make_client()
+    endpoint = endpoints.create(client, "https://hooks.example.com/a", ["event.reached", "event.not_reached"])
+    alice, bob = f"alice-{uuid.uuid4().hex[:6]}", f"bob-{uuid.uuid4().hex[:6]}"
+    rows = event_rows(client, [alice, bob])
+    fail = {"reason": Reason.PERMANENT_ERROR, "updated_at": clock.now()}
+    lifecycle.record_one(rows[(alice, "sms")], Status.FAILED, fail, kind="failed")
+    assert WebhookDelivery.objects.count() == 0  # alice's email is not decided yet: pending
+    mark_sent([rows[(alice, "email")]])
+    lifecycle.deliver([(rows[(alice, "email")].pk, clock.now(), 3)], clock.now())  # still reached: told once
+    lifecycle.record_one(rows[(bob, "sms")], Status.FAILED, fail, kind="failed")
+    lifecycle.record_one(rows[(bob, "email")], Status.FAILED, fail, kind="failed")
+    got = {d.payload["data"]["user_id"]: d for d in WebhookDelivery.objects.filter(endpoint=endpoint)}
+    assert {user: d.event_type for user, d in got.items()} == {alice: "event.reached", bob: "event.not_reached"}
+    data = got[alice].payload["data"]
+    assert (data["outcome"], data["event_id"]) == ("reached", str(rows[(alice, "sms")].event_id))
+    assert sorted((n["channel"], n["status"]) for n in data["notifications"]) == [("email", "sent"),
+                                                                                  ("sms", "failed")]

@@ -18,8 +18,10 @@ from notifications.models import APIClient
 #: The events an endpoint may subscribe to (docs/WEBHOOKS.md, "Events").
 NOTIFICATION_EVENTS = tuple(f"notification.{s}" for s in (
     "sent", "delivered", "failed", "suppressed", "expired", "cancelled", "displayed", "opened", "dismissed"))
+#: An event's user decided: a channel sent it, or every channel ended without sending (once per user).
+OUTCOME_EVENTS = ("event.reached", "event.not_reached")
 CAMPAIGN_EVENTS = ("campaign.completed",)
-EVENTS: tuple[str, ...] = (*NOTIFICATION_EVENTS, *CAMPAIGN_EVENTS)
+EVENTS: tuple[str, ...] = (*NOTIFICATION_EVENTS, *OUTCOME_EVENTS, *CAMPAIGN_EVENTS)
 #: Sent by ``POST /v1/webhook-endpoints/{id}/test`` only; never subscribed to.
 TEST_EVENT = "webhook.test"
 
@@ -77,6 +79,8 @@ class WebhookDelivery(models.Model):
     endpoint = models.ForeignKey(WebhookEndpoint, on_delete=models.CASCADE, related_name="deliveries")
     event_type = models.CharField(max_length=40)
     notification_id = models.UUIDField(null=True, blank=True)
+    #: What is told once per endpoint (``event:<event id>:<user id>`` for an event's outcome); "" otherwise.
+    subject = models.CharField(max_length=400, blank=True, default="")
     payload = models.JSONField()
     state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING)
     attempts = models.PositiveIntegerField(default=0)
@@ -98,6 +102,8 @@ class WebhookDelivery(models.Model):
                          condition=models.Q(state="pending")),
             models.Index(fields=["endpoint", "-created_at"], name="webhook_endpoint_time_idx"),
         ]
+        constraints = [models.UniqueConstraint(fields=["endpoint", "subject"], name="webhook_subject_once",
+                                               condition=~models.Q(subject=""))]
 
     def __str__(self) -> str:
         return f"{self.event_type} → {self.endpoint_id} ({self.state})"

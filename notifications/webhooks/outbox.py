@@ -8,6 +8,9 @@ process (:func:`subscribers`, a short TTL, forgotten at once on a save in the pr
 event nobody subscribes to returns before any query. Otherwise a batch of moved rows costs one
 SELECT (when only ids are known) and one INSERT of all its deliveries.
 
+An event's user whose notifications are all decided (a move ended the last one) is one
+``event.reached`` or ``event.not_reached``, told once per endpoint.
+
 A campaign's rows carry no client: they belong to the client that launched the campaign, which
 the campaigns floor tells through :func:`register_campaign_owner` (the arrow points down). A
 campaign launched in the admin has no client and sends no webhooks.
@@ -27,7 +30,9 @@ from django.dispatch import receiver
 
 from core import clock
 from core.postgres import array_literal
-from notifications.webhooks.models import WebhookDelivery, WebhookEndpoint
+from notifications.events.models import Event
+from notifications.models import user_outcome
+from notifications.webhooks.models import OUTCOME_EVENTS, WebhookDelivery, WebhookEndpoint
 
 #: event type → {client id: [endpoint ids]}, and when it is read again (:func:`_cache_clock`).
 _subscriptions: dict[str, dict[str, list]] = {}
@@ -110,15 +115,23 @@ def _write(event_type: str, rows: Iterable[dict], subscribed: dict[str, list], a
     return len(deliveries)
 
 
-def emit_rows(rows: Iterable, status: str, at: datetime) -> int:
-    """``notification.<status>`` for the moved ``rows`` (Notification objects, updated in memory);
-    returns the deliveries written."""
-    event_type = f"notification.{status}"
+def _interested(event_type: str) -> tuple[dict[str, list], set]:
+    """The subscribers of ``event_type``, and every client that hears of the move (an event's
+    outcome may follow from it)."""
     subscribed = subscribers(event_type)
-    if not subscribed:
+    return subscribed, set(subscribed).union(*(subscribers(e) for e in OUTCOME_EVENTS))
+
+
+def emit_rows(rows: Iterable, status: str, at: datetime) -> int:
+    """``notification.<status>`` for the moved ``rows`` (Notification objects, updated in memory),
+    and the outcomes they decide; returns the deliveries written."""
+    event_type = f"notification.{status}"
+    subscribed, clients = _interested(event_type)
+    if not clients:
         return 0
-    mine = [r for r in rows if r.client_id in subscribed or (r.client_id is None and r.campaign_id)]
-    return _write(event_type, ({c: getattr(r, c) for c in _COLUMNS} for r in mine), subscribed, at)
+    mine = [{c: getattr(r, c) for c in _COLUMNS} for r in rows
+            if r.client_id in clients or (r.client_id is None and r.campaign_id and subscribed)]
+    return _write(event_type, mine, subscribed, at) + _outcomes(mine, at)
 
 
 def emit_ids(ids: Iterable, status: str, at: datetime, *, table: str = "notifications_notification",
@@ -127,19 +140,60 @@ def emit_ids(ids: Iterable, status: str, at: datetime, *, table: str = "notifica
     subscribed clients' rows and campaigns' rows among them); ``table``/``created_at``: a history
     row. Returns the deliveries written."""
     event_type = f"notification.{status}"
-    subscribed = subscribers(event_type)
-    if not subscribed:
+    subscribed, clients = _interested(event_type)
+    if not clients:
         return 0
     ids = [str(i) for i in ids]
     if not ids:
         return 0
     since = " AND created_at = %s" if created_at is not None else ""
+    campaigns = " OR (client_id IS NULL AND campaign_id IS NOT NULL)" if subscribed else ""
     with connection.cursor() as cur:
         cur.execute(f"SELECT {', '.join(_COLUMNS)} FROM {table} WHERE id = ANY(%s::uuid[]) "
-                    f"AND (client_id = ANY(%s::text[]) OR (client_id IS NULL AND campaign_id IS NOT NULL)){since}",
-                    [array_literal(ids), array_literal(subscribed), *([created_at] if created_at else [])])
+                    f"AND (client_id = ANY(%s::text[]){campaigns}){since}",
+                    [array_literal(ids), array_literal(clients), *([created_at] if created_at else [])])
         rows = [dict(zip(_COLUMNS, r, strict=True)) for r in cur.fetchall()]
-    return _write(event_type, rows, subscribed, at)
+    return _write(event_type, rows, subscribed, at) + _outcomes(rows, at)
+
+
+_OUTCOME_SQL = f"""
+SELECT n.event_id, n.recipient_id, n.id, n.channel, n.status, n.reason, e.idempotency_key
+  FROM notifications_notification AS n JOIN {Event._meta.db_table} AS e ON e.id = n.event_id
+ WHERE n.event_id = ANY(%s::uuid[]) AND n.recipient_id = ANY(%s::text[])
+"""
+
+
+def _outcomes(rows: list[dict], at: datetime) -> int:
+    """``event.reached`` / ``event.not_reached`` for the users of an event whose outcome the moved
+    ``rows`` decided (the rule: :func:`notifications.models.user_outcome`), told once per endpoint
+    (``subject``: the first decision wins). One SELECT and one INSERT, for subscribed clients only."""
+    outcome_subscribers = {e: subscribers(e) for e in OUTCOME_EVENTS}
+    users = {(r["event_id"], r["recipient_id"]): r["client_id"] for r in rows
+             if r["event_id"] and any(r["client_id"] in s for s in outcome_subscribers.values())}
+    if not users:
+        return 0
+    with connection.cursor() as cur:
+        cur.execute(_OUTCOME_SQL, [array_literal({str(e) for e, _u in users}), array_literal({u for _e, u in users})])
+        found = cur.fetchall()
+    per_user: dict[tuple, list] = defaultdict(list)
+    for event_id, user_id, *rest in found:
+        if (event_id, user_id) in users:
+            per_user[(event_id, user_id)].append(rest)
+    stamp = at.isoformat().replace("+00:00", "Z")
+    deliveries = []
+    for (event_id, user_id), notes in per_user.items():
+        outcome = user_outcome(status for _i, _c, status, _r, _k in notes)
+        endpoints = outcome_subscribers.get(f"event.{outcome}", {}).get(users[(event_id, user_id)], ())
+        body = {"type": f"event.{outcome}", "timestamp": stamp, "data": {
+            "event_id": str(event_id), "user_id": user_id, "outcome": outcome, "at": stamp,
+            "idempotency_key": notes[0][4],
+            "notifications": [{"notification_id": str(pk), "channel": channel, "status": status,
+                               "reason": reason or None} for pk, channel, status, reason, _k in sorted(notes)]}}
+        deliveries += [WebhookDelivery(endpoint_id=e, event_type=f"event.{outcome}", payload=body, next_attempt_at=at,
+                                       created_at=at, subject=f"event:{event_id}:{user_id}") for e in endpoints]
+    if deliveries:
+        WebhookDelivery.objects.bulk_create(deliveries, ignore_conflicts=True)
+    return len(deliveries)
 
 
 def emit_campaign_completed(campaign_id, client_id: str | None, at: datetime) -> int:
