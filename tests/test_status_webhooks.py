@@ -418,3 +418,56 @@ def test_an_events_user_is_reached_or_not_once_when_the_last_channel_decides():
     assert (data["outcome"], data["event_id"]) == ("reached", str(rows[(alice, "sms")].event_id))
     assert sorted((n["channel"], n["status"]) for n in data["notifications"]) == [("email", "sent"),
                                                                                   ("sms", "failed")]
+
+
+# --- support in the admin --------------------------------------------------------------------------------
+
+def staff_in(group: str):
+    from django.contrib.auth.models import Group, User
+
+    user = User.objects.create_user(f"{group}-{uuid.uuid4().hex[:6]}", is_staff=True)
+    user.groups.add(Group.objects.get(name=group))
+    return User.objects.get(pk=user.pk)
+
+
+def test_support_sees_each_attempt_and_replays_a_delivery_but_changes_no_endpoint(client, as_migrated, insecure):
+    api_client, _ = make_client()
+    with Receiver(lambda n: (503, {})) as receiver:
+        endpoint = endpoints.create(api_client, receiver.url, ["notification.sent"])
+        [one] = deliveries_for(endpoint)
+        delivery.deliver_endpoint(endpoint.pk)
+    WebhookDelivery.objects.filter(pk=one.pk).update(state="failed")
+    client.force_login(staff_in("support"))
+    page = client.get(f"/admin/notifications/webhookdelivery/{one.pk}/change/")
+    assert page.status_code == 200
+    [attempt] = page.context["inline_admin_formsets"][0].formset.queryset
+    assert (attempt.number, attempt.http_status) == (1, 503)
+    assert endpoint.secret not in page.content.decode()
+    assert client.get(f"/admin/notifications/webhookendpoint/{endpoint.pk}/change/").status_code == 200  # read
+    assert endpoint.secret not in client.get(f"/admin/notifications/webhookendpoint/{endpoint.pk}/change/"
+                                             ).content.decode()
+    r = client.post(f"/admin/notifications/webhookendpoint/{endpoint.pk}/change/", {"active": "", "description": "x"})
+    assert r.status_code == 403
+    r = client.post("/admin/notifications/webhookdelivery/", {"action": "replay", "_selected_action": [str(one.pk)]})
+    assert r.status_code == 302
+    one.refresh_from_db()
+    assert (one.state, one.give_up_at) == ("pending", None)
+    client.force_login(staff_in("marketing"))
+    assert client.get(f"/admin/notifications/webhookdelivery/{one.pk}/change/").status_code == 403
+
+
+def test_a_campaign_completes_with_one_webhook_to_the_client_that_launched_it():
+    from campaigns.fanout import reconcile_campaigns
+    from campaigns.models import CampaignStatus
+
+    launcher, _ = make_client()
+    endpoint = endpoints.create(launcher, "https://hooks.example.com/a", ["campaign.completed"])
+    segment = Segment.objects.create(segment_id=f"s-{uuid.uuid4().hex[:6]}", name="S", client=launcher)
+    theirs = Campaign.objects.create(client=launcher, segment=segment, channel="sms", body="x",
+                                     status=CampaignStatus.SENDING)
+    Campaign.objects.create(client=None, segment=segment, channel="sms", body="x", status=CampaignStatus.SENDING)
+    assert reconcile_campaigns()["completed"] == 2
+    assert reconcile_campaigns()["completed"] == 0
+    [done] = WebhookDelivery.objects.all()
+    assert (done.endpoint_id, done.event_type, done.payload["data"]["campaign_id"]) == (
+        endpoint.pk, "campaign.completed", str(theirs.pk))
