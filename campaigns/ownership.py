@@ -125,9 +125,3 @@ def locked_for_staff(obj: Template | Segment, may_send_high: bool) -> Campaign |
     variants, a segment's members), or None when they may."""
     return None if may_send_high else active_high_campaign(obj)
 
-
-def campaign_owners(campaign_ids: list[str]) -> dict[str, str | None]:
-    """``{campaign id: the API client that launched it}`` (None: made in the admin), for the status
-    webhooks of its rows (notifications/webhooks/outbox.py)."""
-    return {str(pk): client for pk, client in Campaign.objects.filter(pk__in=campaign_ids)
-            .values_list("pk", "client_id")}

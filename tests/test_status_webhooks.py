@@ -143,16 +143,20 @@ def test_the_test_call_queues_a_signed_test_event(production):
 
 # --- events from the lifecycle -------------------------------------------------------------------------
 
-def test_a_status_move_writes_one_delivery_per_subscribed_endpoint_for_its_own_client_only():
+def test_a_status_move_writes_one_delivery_per_subscribed_endpoint_for_its_own_client_only(monkeypatch):
     mine, _ = make_client()
     other, _ = make_client()
     endpoint = endpoints.create(mine, "https://hooks.example.com/a", ["notification.sent"])
     endpoints.create(mine, "https://hooks.example.com/b", ["notification.delivered"])  # not this event
     rows = sending(mine, 2) + sending(other, 1)
+    copies = []
+    real_copy = outbox.copy_rows
+    monkeypatch.setattr(outbox, "copy_rows", lambda *a: copies.append(len(a[2])) or real_copy(*a))
+    outbox.subscribers("notification.sent")  # the per-process read (once per TTL), outside the count
     with CaptureQueriesContext(connection) as queries:
         assert len(mark_sent(rows)) == 3
-    inserts = [q["sql"] for q in queries.captured_queries if q["sql"].startswith('INSERT INTO "notifications_webhook')]
-    assert len(inserts) == 1  # one INSERT for the batch
+    assert copies == [2]  # one write (COPY) for the batch's deliveries
+    assert len(queries.captured_queries) == 2  # the move's UPDATE, one SELECT of the subscribed rows
     got = WebhookDelivery.objects.order_by("notification_id")
     assert sorted((d.endpoint_id, d.notification_id, d.event_type) for d in got) == sorted(
         (endpoint.pk, n.pk, "notification.sent") for n in rows[:2])

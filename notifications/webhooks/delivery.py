@@ -18,16 +18,18 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from email.utils import parsedate_to_datetime
 
 from celery import current_app
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, Q
 from standardwebhooks import Webhook
 
 from core import clock
+from core.postgres import array_literal, copy_rows
 from core.queues import WEBHOOK_DELIVER_TASK, WEBHOOKS_QUEUE
 from notifications.webhooks import transport
 from notifications.webhooks.models import TEST_EVENT, WebhookAttempt, WebhookDelivery, WebhookEndpoint
@@ -77,18 +79,32 @@ def body_of(delivery: WebhookDelivery) -> bytes:
     return json.dumps(delivery.payload, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def signed_headers(secret: str, delivery: WebhookDelivery, body: bytes, at: datetime) -> dict[str, str]:
-    """The Standard Webhooks headers, signed by the spec's reference library."""
+def signed_headers(signer: Webhook, delivery: WebhookDelivery, body: bytes, at: datetime) -> dict[str, str]:
+    """The Standard Webhooks headers, signed by the spec's reference library (``Webhook(secret)``)."""
     return {"webhook-id": delivery.message_id, "webhook-timestamp": str(int(at.timestamp())),
-            "webhook-signature": Webhook(secret).sign(delivery.message_id, at, body)}
+            "webhook-signature": signer.sign(delivery.message_id, at, body)}
 
 
-def attempt(endpoint: WebhookEndpoint, delivery: WebhookDelivery) -> WebhookAttempt:
-    """One POST of ``delivery`` and what follows from the answer (the delivery, the endpoint)."""
+@dataclass
+class Tried:
+    """One attempt's outcome, recorded with the others of its run (:func:`record`)."""
+
+    delivery: WebhookDelivery
+    number: int
+    status: int | None
+    latency_ms: int
+    error: str
+    state: str
+    retry_at: datetime | None
+    give_up_at: datetime
+    at: datetime
+
+
+def attempt(delivery: WebhookDelivery, conn: transport.Connection, signer: Webhook) -> Tried:
+    """One POST of ``delivery`` on ``conn`` and what follows from the answer (not recorded yet)."""
     now = clock.now()
     body = body_of(delivery)
-    answer = transport.post(endpoint.url, body, signed_headers(endpoint.secret, delivery, body, now),
-                            _conf("TIMEOUT_SECONDS"))
+    answer = conn.post(body, signed_headers(signer, delivery, body, now))
     number = delivery.attempts + 1
     give_up = delivery.give_up_at or now + timedelta(seconds=_conf("RETRY_FOR_SECONDS"))
     status = answer.status
@@ -105,16 +121,48 @@ def attempt(endpoint: WebhookEndpoint, delivery: WebhookDelivery) -> WebhookAtte
     else:
         state = State.FAILED
         error = f"HTTP {status}: " + ("redirects are not followed" if 300 <= status < 400 else "refused, not retried")
-    with transaction.atomic():
-        row = WebhookAttempt.objects.create(delivery=delivery, number=number, http_status=status,
-                                            latency_ms=answer.latency_ms, error=error[:500], retry_at=retry_at,
-                                            created_at=now)
-        WebhookDelivery.objects.filter(pk=delivery.pk).update(
-            state=state, attempts=number, give_up_at=give_up, next_attempt_at=retry_at or now,
-            last_http_status=status, last_error=error[:500], delivered_at=now if state == State.DELIVERED else None)
-        _endpoint_health(endpoint, state == State.DELIVERED, error, now)
     delivery.state, delivery.attempts = state, number
-    return row
+    return Tried(delivery, number, status, answer.latency_ms, error[:500], str(state), retry_at, give_up, now)
+
+
+_ATTEMPT_COLUMNS = ("delivery_id", "number", "http_status", "latency_ms", "error", "retry_at", "created_at")
+_RECORD_SQL = f"""
+UPDATE {WebhookDelivery._meta.db_table} AS d
+   SET state = v.state, attempts = v.number, give_up_at = v.give_up, next_attempt_at = v.next,
+       last_http_status = v.status, last_error = v.error, delivered_at = v.delivered
+  FROM unnest(%s::uuid[], %s::text[], %s::int[], %s::timestamptz[], %s::timestamptz[], %s::int[], %s::text[],
+              %s::timestamptz[]) AS v(id, state, number, give_up, next, status, error, delivered)
+ WHERE d.id = v.id
+"""
+
+
+def _array(values) -> str:
+    """An array literal whose None items are SQL NULLs (``array_literal`` quotes every item)."""
+    return "{" + ",".join("NULL" if v is None else array_literal([v])[1:-1] for v in values) + "}"
+
+
+def record(endpoint: WebhookEndpoint, tried: list[Tried]) -> None:
+    """A run's attempts in one transaction: one COPY of the attempt rows, one UPDATE of the
+    deliveries, the endpoint's health from the last answer. A worker lost before this posts them
+    again (at least once: the receiver de-duplicates by ``webhook-id``)."""
+    if not tried:
+        return
+    with transaction.atomic():
+        copy_rows(WebhookAttempt._meta.db_table, _ATTEMPT_COLUMNS, [
+            (t.delivery.pk, t.number, t.status, t.latency_ms, t.error, t.retry_at, t.at) for t in tried])
+        with connection.cursor() as cur:
+            cur.execute(_RECORD_SQL, [
+                array_literal(t.delivery.pk for t in tried), array_literal(t.state for t in tried),
+                array_literal(t.number for t in tried), array_literal(t.give_up_at.isoformat() for t in tried),
+                array_literal((t.retry_at or t.at).isoformat() for t in tried),
+                _array(t.status for t in tried), array_literal(t.error for t in tried),
+                _array(t.at.isoformat() if t.state == State.DELIVERED else None for t in tried)])
+        ok = [t for t in tried if t.state == State.DELIVERED]
+        last = tried[-1]
+        if ok:
+            _endpoint_health(endpoint, True, "", ok[-1].at)
+        if last.state != State.DELIVERED:
+            _endpoint_health(endpoint, False, last.error, last.at)
 
 
 def _endpoint_health(endpoint: WebhookEndpoint, ok: bool, error: str, now: datetime) -> None:
@@ -138,6 +186,8 @@ def _endpoint_health(endpoint: WebhookEndpoint, ok: bool, error: str, now: datet
 
 
 _TALLY = {str(State.DELIVERED): "delivered", str(State.FAILED): "failed"}
+#: Attempts recorded together (one transaction): what a worker lost mid-run may post twice.
+RECORD_EVERY = 50
 
 
 def deliver_endpoint(endpoint_id) -> dict:
@@ -154,13 +204,24 @@ def deliver_endpoint(endpoint_id) -> dict:
         due = list(WebhookDelivery.objects.filter(endpoint=endpoint, state=State.PENDING, next_attempt_at__lte=now)
                    .order_by("next_attempt_at", "created_at", "id")[:int(_conf("BATCH_SIZE"))])
         deadline = clock.now() + timedelta(seconds=budget)
-        for delivery in due:
-            if clock.now() >= deadline or not endpoint.active:
-                break
-            attempt(endpoint, delivery)
-            done[_TALLY.get(str(delivery.state), "retrying")] += 1
-            if delivery.state == State.PENDING:
-                break  # the endpoint is failing: the rest waits for the next run, in order
+        conn = transport.Connection(endpoint.url, _conf("TIMEOUT_SECONDS")) if due else None
+        signer = Webhook(endpoint.secret)
+        tried: list[Tried] = []
+        try:
+            for delivery in due:
+                if clock.now() >= deadline or conn is None:
+                    break
+                tried.append(attempt(delivery, conn, signer))
+                done[_TALLY.get(str(delivery.state), "retrying")] += 1
+                if delivery.state == State.PENDING:
+                    break  # the endpoint is failing: the rest waits for the next run
+                if len(tried) >= RECORD_EVERY:
+                    record(endpoint, tried)
+                    tried = []
+        finally:
+            if conn is not None:
+                conn.close()
+            record(endpoint, tried)
     finally:
         WebhookEndpoint.objects.filter(pk=endpoint_id).update(busy_until=None)
     return done

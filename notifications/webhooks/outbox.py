@@ -1,26 +1,28 @@
 """Status events into the webhook outbox, in the transaction of the status move that causes them
-(docs/WEBHOOKS.md, "Where events come from"). :mod:`notifications.lifecycle`, the one writer of a
-notification's status, calls :func:`emit_rows` / :func:`emit_ids` after each move; campaigns call
+(docs/WEBHOOKS.md, "Delivery"). :mod:`notifications.lifecycle`, the one writer of a notification's
+status, calls :func:`emit_rows` / :func:`emit_ids` after each move; campaigns call
 :func:`emit_campaign_completed`.
 
 Only clients with an endpoint subscribed to the event pay anything: the subscriptions are held per
 process (:func:`subscribers`, a short TTL, forgotten at once on a save in the process), and an
 event nobody subscribes to returns before any query. Otherwise a batch of moved rows costs one
-SELECT (when only ids are known) and one INSERT of all its deliveries.
+SELECT (of the subscribed clients' rows only) and one COPY of all its deliveries.
 
 An event's user whose notifications are all decided (a move ended the last one) is one
 ``event.reached`` or ``event.not_reached``, told once per endpoint.
 
 A campaign's rows carry no client: they belong to the client that launched the campaign, which
-the campaigns floor tells through :func:`register_campaign_owner` (the arrow points down). A
+the campaigns floor tells as SQL through :func:`register_campaign_owner` (the arrow points down). A
 campaign launched in the admin has no client and sends no webhooks.
 """
 
 from __future__ import annotations
 
+import json
 import time
+import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import datetime
 
 from django.conf import settings
@@ -29,7 +31,7 @@ from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
 from core import clock
-from core.postgres import array_literal
+from core.postgres import array_literal, copy_rows
 from notifications.events.models import Event
 from notifications.models import user_outcome
 from notifications.webhooks.models import OUTCOME_EVENTS, WebhookDelivery, WebhookEndpoint
@@ -37,20 +39,22 @@ from notifications.webhooks.models import OUTCOME_EVENTS, WebhookDelivery, Webho
 #: event type → {client id: [endpoint ids]}, and when it is read again (:func:`_cache_clock`).
 _subscriptions: dict[str, dict[str, list]] = {}
 _deadline = 0.0
-#: campaign id → its client id (None: launched in the admin); a campaign never changes owner.
-_owners: dict[str, str | None] = {}
-_MAX_OWNERS = 10_000
-_owner_rule: Callable[[list[str]], dict[str, str | None]] | None = None
+#: SQL over a notification ``n``: the id of the client that launched its campaign (NULL: none); and
+#: the ids of the campaigns launched by the clients ``%(clients)s``.
+_campaign_owner = "NULL"
+_campaigns_of = "SELECT NULL::uuid"
 
 
 def _cache_clock() -> float:
     return time.monotonic() + clock.offset_seconds()
 
 
-def register_campaign_owner(rule: Callable[[list[str]], dict[str, str | None]]) -> None:
-    """The campaigns floor: ``rule(campaign ids)`` → ``{campaign id: client id or None}``."""
-    global _owner_rule
-    _owner_rule = rule
+def register_campaign_owner(owner: str, campaigns_of: str) -> None:
+    """The campaigns floor: ``owner``, an SQL expression over the notification ``n`` giving the client
+    id that launched ``n.campaign_id`` (NULL for an admin campaign); ``campaigns_of``, a SELECT of the
+    ids of the campaigns launched by the clients ``%(clients)s`` (a text array)."""
+    global _campaign_owner, _campaigns_of
+    _campaign_owner, _campaigns_of = owner, campaigns_of
 
 
 def subscribers(event_type: str) -> dict[str, list]:
@@ -74,16 +78,6 @@ def forget_subscriptions(**_kwargs) -> None:
     _deadline = 0.0
 
 
-def _owners_of(campaign_ids: set[str]) -> dict[str, str | None]:
-    missing = [c for c in campaign_ids if c not in _owners]
-    if missing and _owner_rule is not None:
-        if len(_owners) > _MAX_OWNERS:
-            _owners.clear()
-        found = _owner_rule(missing)
-        _owners.update({c: found.get(c) for c in missing})
-    return {c: _owners.get(c) for c in campaign_ids}
-
-
 def payload(event_type: str, at: datetime, row: dict) -> dict:
     """The body of a notification's event (docs/WEBHOOKS.md, "Payload"): ids, channel, status,
     reason, the instant, the client's idempotency key and the rest of what it sent (metadata)."""
@@ -98,21 +92,18 @@ def payload(event_type: str, at: datetime, row: dict) -> dict:
 
 _COLUMNS = ("id", "client_id", "campaign_id", "event_id", "recipient_id", "channel", "priority", "category",
             "status", "reason", "idempotency_key")
+_TABLE = WebhookDelivery._meta.db_table
+_COPY_COLUMNS = ("id", "endpoint_id", "event_type", "notification_id", "subject", "payload", "state", "attempts",
+                 "next_attempt_at", "last_error", "created_at")
 
 
-def _write(event_type: str, rows: Iterable[dict], subscribed: dict[str, list], at: datetime) -> int:
-    rows = list(rows)
-    owners = _owners_of({str(r["campaign_id"]) for r in rows if r["client_id"] is None and r["campaign_id"]})
-    deliveries = []
-    for row in rows:
-        client = row["client_id"] if row["client_id"] is not None else owners.get(str(row["campaign_id"]))
-        for endpoint in subscribed.get(client, ()) if client else ():
-            deliveries.append(WebhookDelivery(endpoint_id=endpoint, event_type=event_type, notification_id=row["id"],
-                                              payload=payload(event_type, at, row), next_attempt_at=at,
-                                              created_at=at))
-    if deliveries:
-        WebhookDelivery.objects.bulk_create(deliveries)
-    return len(deliveries)
+def _write(event_type: str, rows: list[dict], subscribed: dict[str, list], at: datetime) -> int:
+    """One COPY of the deliveries of ``rows`` (each with its ``owner``) to the subscribed endpoints."""
+    copied = [(uuid.uuid4(), endpoint, event_type, row["id"], "", json.dumps(payload(event_type, at, row)),
+               WebhookDelivery.State.PENDING.value, 0, at, "", at)
+              for row in rows for endpoint in subscribed.get(row["owner"], ())]
+    copy_rows(_TABLE, _COPY_COLUMNS, copied)
+    return len(copied)
 
 
 def _interested(event_type: str) -> tuple[dict[str, list], set]:
@@ -124,21 +115,26 @@ def _interested(event_type: str) -> tuple[dict[str, list], set]:
 
 def emit_rows(rows: Iterable, status: str, at: datetime) -> int:
     """``notification.<status>`` for the moved ``rows`` (Notification objects, updated in memory),
-    and the outcomes they decide; returns the deliveries written."""
+    and the outcomes they decide; returns the deliveries written. A campaign's rows are read by id
+    (their owner is the campaign's)."""
     event_type = f"notification.{status}"
     subscribed, clients = _interested(event_type)
     if not clients:
         return 0
-    mine = [{c: getattr(r, c) for c in _COLUMNS} for r in rows
-            if r.client_id in clients or (r.client_id is None and r.campaign_id and subscribed)]
-    return _write(event_type, mine, subscribed, at) + _outcomes(mine, at)
+    rows = list(rows)
+    mine = [{**{c: getattr(r, c) for c in _COLUMNS}, "owner": r.client_id} for r in rows if r.client_id in clients]
+    written = _write(event_type, mine, subscribed, at) + _outcomes(mine, at)
+    campaign_rows = [r.pk for r in rows if r.client_id is None and r.campaign_id]
+    if campaign_rows:
+        written += emit_ids(campaign_rows, status, at)
+    return written
 
 
 def emit_ids(ids: Iterable, status: str, at: datetime, *, table: str = "notifications_notification",
              created_at: datetime | None = None) -> int:
-    """``notification.<status>`` for the rows ``ids`` that moved (read here: one SELECT of the
-    subscribed clients' rows and campaigns' rows among them); ``table``/``created_at``: a history
-    row. Returns the deliveries written."""
+    """``notification.<status>`` for the rows ``ids`` that moved, read here: one SELECT of the rows
+    among them of the interested clients (their own, and their campaigns'); ``table``/``created_at``:
+    a history row. Returns the deliveries written."""
     event_type = f"notification.{status}"
     subscribed, clients = _interested(event_type)
     if not clients:
@@ -146,13 +142,13 @@ def emit_ids(ids: Iterable, status: str, at: datetime, *, table: str = "notifica
     ids = [str(i) for i in ids]
     if not ids:
         return 0
-    since = " AND created_at = %s" if created_at is not None else ""
-    campaigns = " OR (client_id IS NULL AND campaign_id IS NOT NULL)" if subscribed else ""
+    since = " AND n.created_at = %(created_at)s" if created_at is not None else ""
     with connection.cursor() as cur:
-        cur.execute(f"SELECT {', '.join(_COLUMNS)} FROM {table} WHERE id = ANY(%s::uuid[]) "
-                    f"AND (client_id = ANY(%s::text[]){campaigns}){since}",
-                    [array_literal(ids), array_literal(clients), *([created_at] if created_at else [])])
-        rows = [dict(zip(_COLUMNS, r, strict=True)) for r in cur.fetchall()]
+        cur.execute(f"SELECT {', '.join('n.' + c for c in _COLUMNS)}, COALESCE(n.client_id, {_campaign_owner}) "
+                    f"FROM {table} AS n WHERE n.id = ANY(%(ids)s::uuid[]) AND (n.client_id = ANY(%(clients)s::text[]) "
+                    f"OR (n.client_id IS NULL AND n.campaign_id IN ({_campaigns_of}))){since}",
+                    {"ids": array_literal(ids), "clients": array_literal(clients), "created_at": created_at})
+        rows = [dict(zip((*_COLUMNS, "owner"), r, strict=True)) for r in cur.fetchall()]
     return _write(event_type, rows, subscribed, at) + _outcomes(rows, at)
 
 
@@ -168,8 +164,8 @@ def _outcomes(rows: list[dict], at: datetime) -> int:
     ``rows`` decided (the rule: :func:`notifications.models.user_outcome`), told once per endpoint
     (``subject``: the first decision wins). One SELECT and one INSERT, for subscribed clients only."""
     outcome_subscribers = {e: subscribers(e) for e in OUTCOME_EVENTS}
-    users = {(r["event_id"], r["recipient_id"]): r["client_id"] for r in rows
-             if r["event_id"] and any(r["client_id"] in s for s in outcome_subscribers.values())}
+    users = {(r["event_id"], r["recipient_id"]): r["owner"] for r in rows
+             if r["event_id"] and any(r["owner"] in s for s in outcome_subscribers.values())}
     if not users:
         return 0
     with connection.cursor() as cur:
