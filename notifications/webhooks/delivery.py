@@ -42,10 +42,15 @@ def _conf(key: str) -> float:
     return settings.WEBHOOKS[key]
 
 
+#: A run not started by then is dropped: the dispatcher queues another while deliveries are due (a
+#: backlog of the webhook queue never grows past a few runs per endpoint).
+PUBLISHED_EXPIRE_SECONDS = 30
+
+
 def publish(endpoint_id) -> None:
     """Queue one delivery run for the endpoint (by task name: this module does not import the tasks)."""
     current_app.send_task(WEBHOOK_DELIVER_TASK, args=[str(endpoint_id)], queue=WEBHOOKS_QUEUE,
-                          routing_key=WEBHOOKS_QUEUE, exchange="")
+                          routing_key=WEBHOOKS_QUEUE, exchange="", expires=PUBLISHED_EXPIRE_SECONDS)
 
 
 def dispatch(now: datetime | None = None) -> int:
