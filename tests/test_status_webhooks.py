@@ -6,6 +6,7 @@ reference library. In-process against the real database."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from datetime import timedelta
 
@@ -475,3 +476,29 @@ def test_a_campaign_completes_with_one_webhook_to_the_client_that_launched_it():
     [done] = WebhookDelivery.objects.all()
     assert (done.endpoint_id, done.event_type, done.payload["data"]["campaign_id"]) == (
         endpoint.pk, "campaign.completed", str(theirs.pk))
+
+
+def test_an_answer_is_read_up_to_the_cap_and_no_further(insecure, settings):
+    """A receiver answering 8 MB: the worker reads WEBHOOKS_MAX_RESPONSE_BYTES and closes, so the
+    receiver's write fails part way (read to its end, it would succeed)."""
+    settings.WEBHOOKS = {**settings.WEBHOOKS, "MAX_RESPONSE_BYTES": 1024}
+    client, _ = make_client()
+    with Receiver(lambda n: (200, {}, b"x" * 8_000_000)) as receiver:
+        endpoint = endpoints.create(client, receiver.url, ["notification.sent"])
+        assert len(deliveries_for(endpoint)) == 1
+        assert delivery.deliver_endpoint(endpoint.pk)["delivered"] == 1
+        time.sleep(0.5)  # the receiver's write notices the closed connection
+    assert receiver.requests[0]["write_error"] in ("BrokenPipeError", "ConnectionResetError")
+
+
+def test_a_timeout_is_an_attempt_tried_again(insecure, settings):
+    settings.WEBHOOKS = {**settings.WEBHOOKS, "TIMEOUT_SECONDS": 0.3}
+    client, _ = make_client()
+    with Receiver(lambda n: time.sleep(1.0) or (200, {})) as receiver:
+        endpoint = endpoints.create(client, receiver.url, ["notification.sent"])
+        [one] = deliveries_for(endpoint)
+        assert delivery.deliver_endpoint(endpoint.pk)["retrying"] == 1
+    attempt = WebhookAttempt.objects.get(delivery=one)
+    assert (attempt.http_status, attempt.error, attempt.retry_at is not None) == (None, "timed out after 0.3 s", True)
+    one.refresh_from_db()
+    assert one.state == "pending"

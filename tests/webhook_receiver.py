@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class Receiver:
-    """``answer(request_number) -> (status, headers)`` decides each answer (default 200)."""
+    """``answer(request_number) -> (status, headers[, body])`` decides each answer (default 200, "ok")."""
 
     def __init__(self, answer: Callable[[int], tuple[int, dict]] | None = None) -> None:
         self.requests: list[dict] = []
@@ -23,15 +23,21 @@ class Receiver:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 with receiver.lock:
                     number = len(receiver.requests) + 1
-                    status, headers = receiver.answer(number)
-                    receiver.requests.append({"path": self.path, "headers": dict(self.headers.items()),
-                                              "body": body, "answered": status})
+                    status, headers, *rest = receiver.answer(number)
+                    record = {"path": self.path, "headers": dict(self.headers.items()), "body": body,
+                              "answered": status, "write_error": None}
+                    receiver.requests.append(record)
+                answer = rest[0] if rest else b"ok"
                 self.send_response(status)
                 for name, value in headers.items():
                     self.send_header(name, value)
-                self.send_header("Content-Length", "2")
+                self.send_header("Content-Length", str(len(answer)))
                 self.end_headers()
-                self.wfile.write(b"ok")
+                try:
+                    self.wfile.write(answer)
+                    self.wfile.flush()
+                except OSError as exc:  # the client stopped reading and closed
+                    record["write_error"] = type(exc).__name__
 
             def log_message(self, *args):
                 pass
