@@ -502,3 +502,26 @@ def test_a_timeout_is_an_attempt_tried_again(insecure, settings):
     assert (attempt.http_status, attempt.error, attempt.retry_at is not None) == (None, "timed out after 0.3 s", True)
     one.refresh_from_db()
     assert one.state == "pending"
+
+
+def test_a_lost_worker_a_later_receipt_and_a_receipt_of_an_unrecorded_call_are_events():
+    """The lifecycle's other writers: a lease that ran out on the last attempt (``worker_lost``), a
+    provider's failure receipt after ``delivered``, a receipt proving a call that was never recorded."""
+    client, _ = make_client()
+    endpoints.create(client, "https://hooks.example.com/a",
+                     ["notification.failed", "notification.delivered", "notification.sent"])
+    lost, delivered, unrecorded = sending(client, 3)
+    now = clock.now()
+    Notification.objects.filter(pk=lost.pk).update(lease_until=now - timedelta(seconds=1), attempts=99)
+    lifecycle.expire_leases({"now": now, "limit": 100, "max_high": 5, "max_standard": 8,
+                             "standard_due": now + timedelta(seconds=60)})
+    mark_sent([delivered])
+    lifecycle.deliver([(delivered.pk, now, 3)], now)
+    lifecycle.settle_receipt(delivered.pk, Status.FAILED, {"reason": Reason.PROVIDER_UNDELIVERED},
+                             now + timedelta(seconds=1), 2)
+    lifecycle.settle_unrecorded(unrecorded.pk, Status.SENDING, Status.SENT, {}, Cause.PROVIDER_RECEIPT)
+    got = sorted((d.event_type, d.notification_id) for d in WebhookDelivery.objects.all())
+    assert got == sorted([("notification.failed", lost.pk), ("notification.sent", delivered.pk),
+                          ("notification.delivered", delivered.pk), ("notification.failed", delivered.pk),
+                          ("notification.sent", unrecorded.pk)])
+    assert WebhookDelivery.objects.get(notification_id=lost.pk).payload["data"]["reason"] == "worker_lost"
