@@ -525,3 +525,33 @@ def test_a_lost_worker_a_later_receipt_and_a_receipt_of_an_unrecorded_call_are_e
                           ("notification.delivered", delivered.pk), ("notification.failed", delivered.pk),
                           ("notification.sent", unrecorded.pk)])
     assert WebhookDelivery.objects.get(notification_id=lost.pk).payload["data"]["reason"] == "worker_lost"
+
+
+#: Lifecycle writers whose moves never reach an event's status (claimed, rescheduled, released, replayed,
+#: reopened; the receipts' timeline marks).
+NO_EVENT_WRITERS = {"claim", "reschedule", "release_due", "replay", "reopen", "mark_events", "mark_out_of_order"}
+
+
+def test_every_status_writer_of_the_lifecycle_emits_or_is_known_not_to():
+    """A new writer in notifications/lifecycle/ that moves a status without telling the outbox fails
+    here until it emits (or is listed above, with why)."""
+    import ast
+    import inspect
+
+    from notifications.lifecycle import manual, receipts, send
+
+    emitting, silent = set(), []
+    for module in (send, receipts, manual):
+        tree = ast.parse(inspect.getsource(module))
+        constants = {t.id for node in tree.body if isinstance(node, ast.Assign | ast.AnnAssign)
+                     for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                     if isinstance(t, ast.Name) and "UPDATE notifications_notification" in ast.unparse(node.value)}
+        for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")):
+            source = ast.unparse(fn)
+            writes = ".update(" in source or any(name in source for name in constants)
+            if not writes or fn.name in NO_EVENT_WRITERS:
+                continue
+            (emitting.add(fn.name) if "outbox." in source else silent.append(f"{module.__name__}.{fn.name}"))
+    assert silent == []
+    assert emitting == {"sent", "suppress", "record_one", "expire_leases", "deliver", "settle", "settle_unrecorded",
+                        "app_move", "cancel", "fallback"}
