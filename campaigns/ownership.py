@@ -124,4 +124,3 @@ def locked_for_staff(obj: Template | Segment, may_send_high: bool) -> Campaign |
     ``campaigns.send_high_priority`` (``may_send_high`` False) from changing ``obj`` (a template's
     variants, a segment's members), or None when they may."""
     return None if may_send_high else active_high_campaign(obj)
-
