@@ -159,6 +159,10 @@ class Stack:
             # Circuit breakers trip and recover within a test: 5 failing calls, open 3 s.
             "BREAKER_MIN_CALLS": "5",
             "BREAKER_OPEN_SECONDS": "3",
+            # Status webhooks: the tests' receivers listen on 127.0.0.1 over http; a new endpoint is seen
+            # by every worker within a second (docs/WEBHOOKS.md).
+            "WEBHOOKS_ALLOW_INSECURE": "1",
+            "WEBHOOKS_CACHE_SECONDS": "1",
             "PYTHONUNBUFFERED": "1",
         })
         if self.static_root is not None:
@@ -185,6 +189,9 @@ class Stack:
                                    "--concurrency", "1", *WORKER_FLAGS],
             "worker_receipts": [*CELERY, "worker", "-n", "receipts@%h", "-Q", "receipts", "--concurrency", "2",
                                 "--prefetch-multiplier", "4", "-O", "fair", *WORKER_FLAGS],
+            # Status webhooks to the calling services (docs/WEBHOOKS.md): its own queue and worker.
+            "worker_webhooks": [*CELERY, "worker", "-n", "webhooks@%h", "-Q", "webhooks", "--pool", "threads",
+                                "--concurrency", "8", "--prefetch-multiplier", "1", "-O", "fair", *WORKER_FLAGS],
             "beat": [*CELERY, "beat", "-l", "info"],
             # A second beat: only ever started by the chaos scenario for that operator mistake.
             "beat2": [*CELERY, "beat", "-l", "info"],
@@ -221,7 +228,7 @@ class Stack:
         if dict(extra_env or {}) != self.extra_env or not self.procs:
             self.restart_all(extra_env)
 
-    def wait_for_workers(self, names=("high@", "standard@", "fanout@", "maintenance@", "receipts@"),
+    def wait_for_workers(self, names=("high@", "standard@", "fanout@", "maintenance@", "receipts@", "webhooks@"),
                          timeout: float = 60) -> None:
         from config.celery import app
 

@@ -28,8 +28,17 @@ class CampaignsConfig(AppConfig):
         from notifications.lifecycle.archive import register_hold
 
         register_hold("campaign_fanning_out", FANNING_OUT_HOLD)
+        # A campaign's rows carry no client: their webhooks go to the client that launched it.
+        from notifications.webhooks.outbox import register_campaign_owner
+
+        register_campaign_owner(CAMPAIGN_OWNER, CAMPAIGNS_OF_CLIENTS)
         checks.register(check_default_timezone, checks.Tags.compatibility)
 
+
+#: The client that launched a notification ``n``'s campaign (NULL: made in the admin), and the campaigns
+#: the clients ``%(clients)s`` launched: whose webhooks a campaign's rows are (notifications/webhooks/outbox.py).
+CAMPAIGN_OWNER = "(SELECT c.client_id FROM campaigns_campaign AS c WHERE c.id = n.campaign_id)"
+CAMPAIGNS_OF_CLIENTS = "SELECT c.id FROM campaigns_campaign AS c WHERE c.client_id = ANY(%(clients)s::text[])"
 
 #: The archiver keeps a campaign's row ``n`` live while this holds (notifications/lifecycle/archive.py).
 FANNING_OUT_HOLD = ("n.campaign_id IS NOT NULL AND EXISTS (SELECT 1 FROM campaigns_campaign AS c "

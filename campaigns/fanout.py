@@ -33,6 +33,7 @@ from notifications.enqueue import enqueue_on_commit
 from notifications.ids import campaign_notification_ids
 from notifications.models import Reason, Status
 from notifications.services import cancel_campaign_notifications
+from notifications.webhooks import outbox as webhook_outbox
 from preferences.validation import stored_zone
 from preferences.wallclock import wall_time_to_utc
 
@@ -401,8 +402,13 @@ def reconcile_campaigns() -> dict[str, int]:
             if cancel_campaign_notifications(campaign_id) < 5000:
                 break
     completed = 0
-    for campaign_id in Campaign.objects.filter(status=CampaignStatus.SENDING).values_list("pk", flat=True):
+    for campaign_id, client_id in Campaign.objects.filter(status=CampaignStatus.SENDING).values_list("pk",
+                                                                                                     "client_id"):
         if not campaign_has_open_notifications(campaign_id):
-            completed += Campaign.objects.filter(pk=campaign_id, status=CampaignStatus.SENDING).update(
-                status=CampaignStatus.COMPLETED, completed_at=now, updated_at=now)
+            with transaction.atomic():  # the move and its webhook (docs/WEBHOOKS.md) commit together
+                done = Campaign.objects.filter(pk=campaign_id, status=CampaignStatus.SENDING).update(
+                    status=CampaignStatus.COMPLETED, completed_at=now, updated_at=now)
+                if done:
+                    webhook_outbox.emit_campaign_completed(campaign_id, client_id, now)
+            completed += done
     return {"redriven_shards": redriven, "completed": completed}

@@ -4,10 +4,11 @@
 These lists are the current definition; the newest staff-groups data migration (:data:`MIGRATION`)
 holds a frozen copy (migrations must not import code that changes later): to change a role, edit
 the lists *and* add a migration that applies it, and point :data:`MIGRATION` at it;
-tests/test_roles.py fails while the two disagree. Permissions are ``"app_label.codename"``; three
+tests/test_roles.py fails while the two disagree. Permissions are ``"app_label.codename"``; four
 are declared on no model and created by the migration: ``campaigns.send_high_priority``,
-``notifications.replay_deadletter``, ``notifications.define_high_priority_type`` (no group has the
-first and last: granted to a person).
+``notifications.replay_deadletter``, ``notifications.define_high_priority_type``,
+``notifications.replay_webhookdelivery`` (no group has the first
+and third: granted to a person).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ PRODUCT = "product"
 SUPPORT = "support"
 
 #: The data migration that last set the groups' permissions (its ``sync`` puts them back after a flush).
-MIGRATION = "campaigns.migrations.0011_sender_allowlist_roles"
+MIGRATION = "campaigns.migrations.0013_webhook_roles"
 
 CUSTOM_PERMISSIONS = [
     # (app_label, model, codename, name)
@@ -25,6 +26,7 @@ CUSTOM_PERMISSIONS = [
     ("notifications", "deadletter", "replay_deadletter", "Can replay dead letters"),
     ("notifications", "notificationtype", "define_high_priority_type",
      "Can define and change high-priority notification types"),
+    ("notifications", "webhookdelivery", "replay_webhookdelivery", "Can replay webhook deliveries"),
 ]
 
 
@@ -72,5 +74,10 @@ GROUP_PERMISSIONS: dict[str, list[str]] = {
         "notifications.view_frequencycap",
         "notifications.view_acceptancelimit",
         "notifications.view_inboxitem",  # a user's in-app inbox and its counts (read-only)
+        # A client's status webhooks: endpoints, deliveries and attempts (read-only), and replay one.
+        "notifications.view_webhookendpoint",
+        "notifications.view_webhookdelivery",
+        "notifications.view_webhookattempt",
+        "notifications.replay_webhookdelivery",
     ],
 }

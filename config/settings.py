@@ -347,6 +347,31 @@ CELERY_BEAT_SCHEDULE["prune-inbox"] = {
     "options": {"queue": "maintenance", "expires": max(10, NOTIFY["INBOX"]["PRUNE_EVERY_SECONDS"])},
 }
 
+# Status webhooks to the calling services (docs/WEBHOOKS.md; the WEBHOOK_* rows of docs/OPERATIONS.md).
+WEBHOOKS = {
+    # http:// and loopback/private addresses allowed: local development and tests only, never production.
+    "ALLOW_INSECURE": env.bool("WEBHOOKS_ALLOW_INSECURE", default=LOCAL_DEVELOPMENT),
+    # Subscriptions are read once per process per this many seconds (a save in the process: at once).
+    "CACHE_SECONDS": env.float("WEBHOOKS_CACHE_SECONDS", default=5.0),
+    # One request: connect + answer (seconds); one endpoint's batch: this budget, then the rest waits.
+    "TIMEOUT_SECONDS": env.float("WEBHOOKS_TIMEOUT_SECONDS", default=5.0),
+    "BATCH_BUDGET_SECONDS": env.float("WEBHOOKS_BATCH_BUDGET_SECONDS", default=15.0),
+    "BATCH_SIZE": env.int("WEBHOOKS_BATCH_SIZE", default=100),
+    "MAX_RESPONSE_BYTES": env.int("WEBHOOKS_MAX_RESPONSE_BYTES", default=64 * 1024),
+    # Retries with exponential backoff (base * 2**(attempt-1), capped) for this long, then failed.
+    "RETRY_BASE_SECONDS": env.float("WEBHOOKS_RETRY_BASE_SECONDS", default=5.0),
+    "RETRY_CAP_SECONDS": env.float("WEBHOOKS_RETRY_CAP_SECONDS", default=3600.0),
+    "RETRY_FOR_SECONDS": env.float("WEBHOOKS_RETRY_FOR_SECONDS", default=24 * 3600.0),
+    # An endpoint failing (no success) this long is disabled, with its reason.
+    "DISABLE_AFTER_SECONDS": env.float("WEBHOOKS_DISABLE_AFTER_SECONDS", default=3 * 24 * 3600.0),
+    "MAX_ENDPOINTS_PER_CLIENT": env.int("WEBHOOKS_MAX_ENDPOINTS_PER_CLIENT", default=10),
+}
+CELERY_BEAT_SCHEDULE["dispatch-webhooks"] = {
+    "task": "notifications.dispatch_webhooks",
+    "schedule": env.float("WEBHOOKS_DISPATCH_SECONDS", default=1.0),
+    "options": {"queue": "webhooks", "expires": 5},
+}
+
 # Budgets, breakers and bulkheads per provider NAME over "DEFAULT" (docs/ARCHITECTURE.md §8).
 _rate_override = env.float("PROVIDER_RATE_PER_S", default=None)
 PROVIDER_LIMITS = {

@@ -18,6 +18,7 @@ from notifications.api import events as event_views
 from notifications.api import inbox as inbox_views
 from notifications.api import types as type_views
 from notifications.api import views as notification_views
+from notifications.api import webhooks as webhook_views
 from preferences import admin_guard
 from preferences.api import views as preference_views
 from providers.sendgrid import webhooks as sendgrid_webhooks
@@ -83,6 +84,11 @@ urlpatterns = [
     path("v1/campaigns/<uuid:campaign_id>/resume", campaign_views.CampaignResumeView.as_view(),
          name="campaign-resume"),
     path("v1/campaigns/<uuid:campaign_id>/runs", campaign_views.CampaignRunsView.as_view(), name="campaign-runs"),
+    path("v1/webhook-endpoints", webhook_views.WebhookEndpointListView.as_view(), name="webhook-endpoints"),
+    path("v1/webhook-endpoints/<uuid:endpoint_id>", webhook_views.WebhookEndpointView.as_view(),
+         name="webhook-endpoint"),
+    path("v1/webhook-endpoints/<uuid:endpoint_id>/test", webhook_views.WebhookEndpointTestView.as_view(),
+         name="webhook-endpoint-test"),
     path("webhooks/twilio/status", twilio_webhooks.status_callback, name="webhook-twilio-status"),
     path("webhooks/sendgrid/events", sendgrid_webhooks.events, name="webhook-sendgrid-events"),
     path("u/<str:token>", unsubscribe_views.unsubscribe_view, name="unsubscribe"),  # email links (RFC 8058)

@@ -3,7 +3,8 @@ tasks that other floors publish by name (docs/ARCHITECTURE.md, "Queues and worke
 
 Queues: ``{tier}.{channel}`` for sends (``high.sms``… consumed only by the high-tier worker;
 ``standard.*`` by the standard worker), ``fanout`` (campaign pages), ``maintenance`` (scheduler,
-reconciler) and ``receipts`` (provider delivery receipts). The benchmark's naive baseline is the
+reconciler), ``receipts`` (provider delivery receipts) and ``webhooks`` (status webhooks to the
+calling services). The benchmark's naive baseline is the
 benchmark's own; production code has no naive mode.
 
 Publishing by task name (``current_app.send_task(SEND_TASK, …)``) lets a module queue work without
@@ -18,7 +19,9 @@ SEND_QUEUES = tuple(f"{tier}.{channel}" for tier in TIERS for channel in CHANNEL
 FANOUT_QUEUE = "fanout"
 MAINTENANCE_QUEUE = "maintenance"
 RECEIPTS_QUEUE = "receipts"
-ALL_QUEUES = (*SEND_QUEUES, FANOUT_QUEUE, MAINTENANCE_QUEUE, RECEIPTS_QUEUE)
+#: Status webhooks to the calling services (docs/WEBHOOKS.md): their own worker, never the send path's.
+WEBHOOKS_QUEUE = "webhooks"
+ALL_QUEUES = (*SEND_QUEUES, FANOUT_QUEUE, MAINTENANCE_QUEUE, RECEIPTS_QUEUE, WEBHOOKS_QUEUE)
 
 #: Task names (stable: they are in queued messages). Defined in notifications/tasks.py.
 SEND_TASK = "notifications.send"
@@ -26,6 +29,8 @@ RECEIPTS_TASK = "notifications.apply_receipts"  # one request's receipts (queued
 RECEIPTS_DRAIN_TASK = "notifications.drain_receipts"  # the receipts buffer (notifications/receipts_buffer.py)
 #: Defined in campaigns/tasks.py; published by campaigns/fanout.py, which campaigns/tasks.py imports.
 FAN_OUT_PAGE_TASK = "campaigns.fan_out_page"
+#: Defined in notifications/tasks.py: one endpoint's due webhook deliveries (notifications/webhooks/delivery.py).
+WEBHOOK_DELIVER_TASK = "notifications.deliver_webhooks"
 
 
 def queue_for(priority: str, channel: str) -> str:

@@ -15,10 +15,12 @@ class NotificationsConfig(AppConfig):
         from notifications.acceptance import models as _acceptance  # noqa: F401
         from notifications.events import models as _events  # noqa: F401
         from notifications.inbox import models as _inbox  # noqa: F401
+        from notifications.webhooks import models as _webhooks  # noqa: F401
 
     def ready(self) -> None:
         checks.register(check_quiet_hours_bypass, checks.Tags.compatibility)
         checks.register(check_metrics_token, checks.Tags.security, deploy=True)
+        checks.register(check_webhooks_insecure, checks.Tags.security, deploy=True)
         checks.register(check_pipeline, checks.Tags.compatibility)
         # Provider webhooks hand their provider-neutral receipt events to the pipeline.
         from notifications.receipts import accept_receipts
@@ -70,6 +72,18 @@ def check_metrics_token(app_configs=None, **kwargs):
     return [checks.Warning("METRICS_TOKEN is not set: outside local development /metrics refuses every request",
                            hint="Set METRICS_TOKEN to a long random value and give it to Prometheus "
                                 "(docs/OPERATIONS.md).", id="notifications.W001")]
+
+
+def check_webhooks_insecure(app_configs=None, **kwargs):
+    """Deploy check: outside local development status webhooks never go to http:// or a private
+    address (``notifications.W003``; docs/WEBHOOKS.md, "Safety")."""
+    from django.conf import settings
+
+    if getattr(settings, "LOCAL_DEVELOPMENT", False) or not settings.WEBHOOKS["ALLOW_INSECURE"]:
+        return []
+    return [checks.Warning("WEBHOOKS_ALLOW_INSECURE is on outside local development: API clients' webhook URLs "
+                           "may reach loopback and private addresses (SSRF)",
+                           hint="Unset WEBHOOKS_ALLOW_INSECURE (docs/WEBHOOKS.md, Safety).", id="notifications.W003")]
 
 
 def check_pipeline(app_configs=None, **kwargs):

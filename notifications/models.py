@@ -85,6 +85,20 @@ REACHED_STATUSES = (Status.SENT, Status.DELIVERED, *APP_STATUSES)
 #: Statuses a row ends in: no step of the send path leaves them (only a receipt, a replay or a fallback's
 #: reopen may). notifications/lifecycle/table.py names them FINISHED; the archiver moves them to the history.
 FINISHED_STATUSES = (*REACHED_STATUSES, Status.FAILED, Status.SUPPRESSED, Status.EXPIRED, Status.CANCELLED)
+#: Statuses not decided yet: an event's user with a notification in one is ``pending``.
+PENDING_STATUSES = (Status.SCHEDULED, Status.QUEUED, Status.SENDING)
+
+
+def user_outcome(statuses) -> str:
+    """An event's user's outcome over the statuses of their notifications of the event: ``reached``
+    (a channel sent it), ``pending`` (one is not decided yet) or ``not_reached`` (every channel ended
+    without sending). One rule for the API's event reads and the ``event.*`` webhooks."""
+    statuses = set(statuses)
+    if statuses & set(REACHED_STATUSES):
+        return "reached"
+    if statuses & set(PENDING_STATUSES):
+        return "pending"
+    return "not_reached"
 
 
 class Reason(models.TextChoices):
@@ -526,4 +540,4 @@ def log_of(model: type[DeliveryAttempt | DeliveryEvent | TimelineEntry], notific
 
 __all__ = ["APIAuditEntry", "APIClient", "ArchivedNotification", "DeadLetter", "DeliveryAttempt", "DeliveryEvent",
            "FrequencyCap", "Notification", "NotificationColumns", "NotificationHistory", "NotificationRecord",
-           "Priority", "Reason", "Status", "TimelineEntry", "log_of"]
+           "Priority", "Reason", "Status", "TimelineEntry", "log_of", "user_outcome"]

@@ -5,10 +5,11 @@ from __future__ import annotations
 from celery import shared_task
 
 from core import partitions
-from core.queues import RECEIPTS_DRAIN_TASK, RECEIPTS_TASK, SEND_TASK
+from core.queues import RECEIPTS_DRAIN_TASK, RECEIPTS_TASK, SEND_TASK, WEBHOOK_DELIVER_TASK
 from notifications import app_receipts, receipts, scheduler
 from notifications.delivery import pipeline
 from notifications.inbox import prune, refresh
+from notifications.webhooks import delivery as webhook_delivery
 
 
 def notification_task(name: str, **options):
@@ -85,3 +86,16 @@ def prune_inbox() -> int:
     """Inbox tick (``maintenance`` queue, every ``NOTIFY["INBOX"]["PRUNE_EVERY_SECONDS"]``): delete items
     past their TTL or the retention period, ``PRUNE_BATCH`` at a time, counts moved with them."""
     return prune.prune()
+
+
+@notification_task("notifications.dispatch_webhooks")
+def dispatch_webhooks() -> int:
+    """Webhook tick (``webhooks`` queue, every ``WEBHOOKS_DISPATCH_SECONDS``): one delivery run per
+    endpoint with due deliveries (docs/WEBHOOKS.md)."""
+    return webhook_delivery.dispatch()
+
+
+@notification_task(WEBHOOK_DELIVER_TASK)
+def deliver_webhooks(endpoint_id: str) -> dict:
+    """One endpoint's due webhook deliveries, within its batch budget (``webhooks`` queue)."""
+    return webhook_delivery.deliver_endpoint(endpoint_id)

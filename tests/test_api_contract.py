@@ -172,6 +172,8 @@ REFUSALS_THE_SCHEMA_CANNOT_STATE = {
     # Text that shows nothing (core.identifiers.shows_nothing): unassigned, private-use, zero-width.
     ("content.body", "empty_body"): "a body must show something (Unicode categories: no pattern states it)",
     ("*.body", "empty_body"): "as above, for a template's parts",
+    # Status webhooks (notifications/webhooks/safety.py): https to a public address (docs/WEBHOOKS.md).
+    ("url", "url_not_allowed"): "a URL's scheme and its host's address class (a format cannot state them)",
 }
 
 
@@ -185,6 +187,8 @@ OTHER_REFUSALS_THE_SCHEMA_CANNOT_STATE = {
     (409, "not_recurring"): "pause and resume are for recurring campaigns (the row's schedule)",
     (409, "wrong_status"): "pause a scheduled one, resume a paused one (the row's state)",
     (409, "notification_*"): "an app receipt of a notification not sent (the row's state)",
+    (409, "too_many_endpoints"): "a client's webhook endpoints are counted (WEBHOOKS_MAX_ENDPOINTS_PER_CLIENT)",
+    (409, "endpoint_disabled"): "a disabled webhook endpoint gets no test event (the row's state)",
     (400, "invalid_cursor"): "the inbox's cursor must be one it handed out",
     (400, "unstorable_character"): "no NUL or lone surrogate in any string, map keys included (core/api/parsers.py): "
                                    "a rule for every string of a body",

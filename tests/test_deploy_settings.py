@@ -23,7 +23,7 @@ PRODUCTION = {
     "FCM_CREDENTIALS": "/etc/notify/fcm.json", "FCM_PROJECT_ID": "notify-prod",
 }
 _OURS = ("NOTIFY_ENV", "PROVIDER_MODE", "SECURE_", "SESSION_COOKIE", "CSRF_COOKIE", "METRICS_TOKEN", "TWILIO_",
-         "SENDGRID_", "FCM_", "SMTP_", "EMAIL_", "SMS_PROVIDERS", "ALLOWED_HOSTS", "DEBUG", "TRUST_X")
+         "SENDGRID_", "FCM_", "SMTP_", "EMAIL_", "SMS_PROVIDERS", "ALLOWED_HOSTS", "DEBUG", "TRUST_X", "WEBHOOKS_")
 
 
 def manage(*args: str, **env_values: str) -> subprocess.CompletedProcess:
@@ -77,6 +77,15 @@ def test_check_deploy_warns_of_emulator_mode_outside_local_development():
     assert result.returncode == 1, result.stdout + result.stderr
     assert ("(providers.W001) PROVIDER_MODE=emulator outside local development (NOTIFY_ENV=production)"
             in result.stderr), result.stderr
+
+
+def test_status_webhooks_are_https_to_public_addresses_outside_local_development():
+    """WEBHOOKS_ALLOW_INSECURE is off by default in production; turned on there, check --deploy names it."""
+    code = "from django.conf import settings as s; print(s.WEBHOOKS['ALLOW_INSECURE'])"
+    assert manage("shell", "-v", "0", "-c", code, **PRODUCTION).stdout.split() == ["False"]
+    result = manage("check", "--deploy", "--fail-level", "WARNING", **{**PRODUCTION, "WEBHOOKS_ALLOW_INSECURE": "1"})
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "(notifications.W003) WEBHOOKS_ALLOW_INSECURE is on outside local development" in result.stderr
 
 
 def test_check_deploy_warns_of_a_short_metrics_token():

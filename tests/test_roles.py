@@ -148,7 +148,8 @@ def test_admin_index_shows_each_role_its_pages(client, marketer, supporter, desi
                                                        "Recipient", "Unsubscribe", "FrequencyCap"}
     assert admin_models(as_user(client, supporter)) == {"Recipient", "Device", "Notification", "DeadLetter",
                                                         "APIAuditEntry", "Event", "Digest", "NotificationType",
-                                                        "Unsubscribe", "FrequencyCap", "AcceptanceLimit", "InboxItem"}
+                                                        "Unsubscribe", "FrequencyCap", "AcceptanceLimit", "InboxItem",
+                                                            "WebhookEndpoint", "WebhookDelivery"}
     assert admin_models(as_user(client, designer)) == {"NotificationType", "Recipient", "FrequencyCap",
                                                        "AcceptanceLimit", "AllowedSender"}
 

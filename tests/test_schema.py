@@ -30,11 +30,13 @@ def test_schema_documents_the_api(schema):
         "/v1/notification-types", "/v1/notification-types/{key}",
         "/v1/users/{user_id}/inbox", "/v1/users/{user_id}/inbox/counts", "/v1/users/{user_id}/inbox/mark",
         "/v1/segment-preview",
+        "/v1/webhook-endpoints", "/v1/webhook-endpoints/{endpoint_id}", "/v1/webhook-endpoints/{endpoint_id}/test",
     }
     lists = {"/v1/users/{user_id}/notifications": {"status", "channel", "category"}, "/v1/segments": set(),
              "/v1/segments/{segment_id}/members": set(), "/v1/templates": set(),
              "/v1/campaigns": {"status", "channel", "segment_id"}, "/v1/notification-types": set(),
-             "/v1/events/{event_id}/recipients": set(), "/v1/campaigns/{campaign_id}/runs": set()}
+             "/v1/events/{event_id}/recipients": set(), "/v1/campaigns/{campaign_id}/runs": set(),
+             "/v1/webhook-endpoints": set()}
     for path, filters in lists.items():
         get = schema["paths"][path]["get"]
         assert {p["name"] for p in get["parameters"] if p["in"] == "query"} == {"limit", "cursor", *filters}, path
@@ -81,9 +83,12 @@ def test_every_operation_names_its_scope_and_documents_the_403(schema):
             assert f"lacks the scope `{operation['x-required-scope']}`" in forbidden["description"], (path, method)
             assert forbidden["content"]["application/json"]["schema"]["$ref"] == "#/components/schemas/Error"
     assert documented == declared
-    # Every GET needs `read`, but the inbox's (scope `inbox`: the audited cross-client exception).
+    # Every GET needs `read`, but the inbox's (scope `inbox`: the audited cross-client exception) and
+    # the webhook endpoints' (scope `webhooks`, for every method).
     assert {scope for (path, method), scope in documented.items() if method == "get"
-            and not path.startswith("/v1/users/{user_id}/inbox")} == {"read"}
+            and not path.startswith(("/v1/users/{user_id}/inbox", "/v1/webhook-endpoints"))} == {"read"}
+    assert {scope for (path, _), scope in documented.items() if path.startswith("/v1/webhook-endpoints")} == {
+        "webhooks"}
     assert {scope for (path, _), scope in documented.items() if path.startswith("/v1/users/{user_id}/inbox")} == {
         "inbox"}
 
@@ -96,7 +101,7 @@ def test_request_bodies_are_as_strict_as_the_code(schema):
     components = schema["components"]["schemas"]
     requests = sorted(name for name in components if name.endswith("Request"))
     assert requests == ["AppReceiptRequest", "CampaignRequestRequest", "ContentRequest", "DeviceRequest",
-                        "DigestRequest", "EventRequestRequest", "InboxMarkRequest",
+                        "DigestRequest", "EndpointCreateRequest", "EventRequestRequest", "InboxMarkRequest",
                         "LocalTimeRequest", "MembersRequest", "NotificationTypeRequest", "PreferencesRequest",
                         "QuietHoursRequest", "RecipientRequest", "ScheduleRequest", "SegmentPreviewRequest",
                         "SegmentRequest", "SendRequestRequest", "TemplateRequest", "TypeTemplateRequest",

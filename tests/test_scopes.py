@@ -36,6 +36,8 @@ from notifications.events.models import Event, NotificationType, TypeTemplate
 from notifications.inbox import store as inbox_store
 from notifications.inbox.models import InboxCounts, InboxItem
 from notifications.models import APIClient, DeliveryEvent, Notification
+from notifications.webhooks import endpoints as webhook_endpoints
+from notifications.webhooks.models import WebhookDelivery, WebhookEndpoint
 from preferences.models import Device, Preferences, Recipient
 from tests.conftest import reset_acceptance_windows
 
@@ -61,13 +63,17 @@ def declared_operations():
 
 def test_every_api_view_declares_a_known_scope_for_each_method():
     operations = list(declared_operations())
-    assert len(operations) == 39  # a new endpoint lands here: give it required_scopes
+    assert len(operations) == 44  # a new endpoint lands here: give it required_scopes
     for route, method, scope, view_class in operations:
         assert route.startswith("/v1/"), route
         assert scope in Scope.values, f"{view_class.__name__}.{method} ({method.upper()} {route}) declares no scope"
         if route.startswith("/v1/users/{user_id}/inbox"):
             # The inbox: its own scope for reading and marking (the audited cross-client exception).
             assert scope == Scope.INBOX, (route, method, scope)
+            continue
+        if route.startswith("/v1/webhook-endpoints"):
+            # Where a client's status events go: its own scope for every method, reads included.
+            assert scope == Scope.WEBHOOKS, (route, method, scope)
             continue
         assert (scope == Scope.READ) == (method == "get"), (route, method, scope)
         assert any(isinstance(p, HasRequiredScope) for p in view_class().get_permissions()), view_class
@@ -190,6 +196,14 @@ ENDPOINTS = [
              (Scope.CAMPAIGNS_WRITE,)),
     Endpoint("post", "/v1/campaigns/{campaign_id}/resume", "/v1/campaigns/{cid}/resume", 409,
              (Scope.CAMPAIGNS_WRITE,)),
+    Endpoint("get", "/v1/webhook-endpoints", "/v1/webhook-endpoints", 200, (Scope.WEBHOOKS,)),
+    Endpoint("post", "/v1/webhook-endpoints", "/v1/webhook-endpoints", 201, (Scope.WEBHOOKS,),
+             {"url": "https://hooks.example.com/n", "events": ["notification.sent"]}),
+    Endpoint("get", "/v1/webhook-endpoints/{endpoint_id}", "/v1/webhook-endpoints/{wid}", 200, (Scope.WEBHOOKS,)),
+    Endpoint("delete", "/v1/webhook-endpoints/{endpoint_id}", "/v1/webhook-endpoints/{wid}", 204,
+             (Scope.WEBHOOKS,)),
+    Endpoint("post", "/v1/webhook-endpoints/{endpoint_id}/test", "/v1/webhook-endpoints/{wid}/test", 202,
+             (Scope.WEBHOOKS,)),
 ]
 
 
@@ -230,12 +244,14 @@ def build_world(client: APIClient) -> dict[str, str]:
         kinds[key], _ = event_services.save_type(key, fields, body["templates"], client=client)
     event = event_services.accept_event(client=client, idempotency_key="world", fingerprint="f", kind=kinds["order"],
                                         recipients=[alice], data={}, scheduled_at=clock.now() + LATER).event
+    hook = webhook_endpoints.create(client, "https://hooks.example.com/world", ["notification.sent"])
     return {"nid": str(single.pk), "cid": str(campaign.pk), "hcid": str(high.pk), "eid": str(event.pk),
-            "pid": str(pushed.pk)}
+            "pid": str(pushed.pk), "wid": str(hook.pk)}
 
 
 WORLD_MODELS = (Recipient, Device, Preferences, Notification, DeliveryEvent, Segment, SegmentMember, Template,
-                TemplateVariant, Campaign, NotificationType, TypeTemplate, Event, InboxItem, InboxCounts)
+                TemplateVariant, Campaign, NotificationType, TypeTemplate, Event, InboxItem, InboxCounts,
+                WebhookEndpoint, WebhookDelivery)
 
 
 def snapshot() -> dict[str, list[dict]]:
@@ -406,7 +422,7 @@ def test_a_method_the_view_does_not_implement_is_405_with_allow_whatever_the_sco
                                           "message": f"method: {message}",
                                           "fields": [{"field": "method", "code": "method_not_allowed",
                                                       "message": message}]}}, (method, path)
-    assert seen == 30 * len(ALL_METHODS) - 39
+    assert seen == 33 * len(ALL_METHODS) - 44
 
 
 def test_the_reported_methods_are_405():

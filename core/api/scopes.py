@@ -35,6 +35,8 @@ class Scope(models.TextChoices):
                                         "do not apply) or quiet_hours bypass")
     INBOX = "inbox", ("inbox — read a user's inbox across services and mark its items: the product backend that "
                       "shows the inbox to the user")
+    WEBHOOKS = "webhooks", ("webhooks — register, list, test and delete its status webhook endpoints "
+                            "(docs/WEBHOOKS.md)")
     READ = "read", "read — every GET but the inbox's"
 
 

@@ -6,7 +6,7 @@ Parts: notifications (:mod:`.notification`: find one, its timeline, dead letters
 their audit log (:mod:`.clients`), events with their per-channel outcomes (:mod:`.events`), digests
 (:mod:`.digests`), notification types with templates, matrix and preview (:mod:`.types`), allowed
 senders (:mod:`.senders`), frequency caps (:mod:`.caps`), the in-app inbox (:mod:`.inbox`), abuse
-limits at acceptance (:mod:`notifications.acceptance.admin`).
+limits at acceptance (:mod:`notifications.acceptance.admin`), status webhooks (:mod:`.webhooks`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from notifications.admin.inbox import InboxItemAdmin, RecipientInboxCountsInline
 from notifications.admin.notification import NotificationAdmin, RecipientNotificationInline, dead_letter_depth
 from notifications.admin.senders import AllowedSenderAdmin
 from notifications.admin.types import NotificationTypeAdmin
+from notifications.admin.webhooks import WebhookDeliveryAdmin, WebhookEndpointAdmin
 from preferences.admin import RecipientAdmin
 
 # The recipient's page (preferences/admin.py) lists its notifications and its events: added from this
@@ -31,4 +32,4 @@ RecipientAdmin.inlines = [*RecipientAdmin.inlines, RecipientNotificationInline, 
 __all__ = ["HIDDEN", "APIClientAdmin", "AcceptanceLimitAdmin", "AllowedSenderAdmin", "DigestAdmin", "EventAdmin",
            "FrequencyCapAdmin", "InboxItemAdmin", "NotificationAdmin", "NotificationTypeAdmin",
            "RecipientEventInline", "RecipientInboxCountsInline", "RecipientInboxInline",
-           "RecipientNotificationInline", "dead_letter_depth"]
+           "RecipientNotificationInline", "WebhookDeliveryAdmin", "WebhookEndpointAdmin", "dead_letter_depth"]

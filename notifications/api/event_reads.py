@@ -11,7 +11,6 @@ An event holds up to 1,000 users with a notification per channel each: read whol
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable
 
 from django.db.models import Count
 from rest_framework import serializers
@@ -21,7 +20,7 @@ from notifications import records
 from notifications.api.serializers import EventSerializer as TimelineSerializer
 from notifications.events.digests import digests_of
 from notifications.events.models import DigestItem, Event
-from notifications.models import REACHED_STATUSES, Status, TimelineEntry, log_of
+from notifications.models import TimelineEntry, log_of, user_outcome
 from preferences.models import Recipient
 
 #: How many recipients the event's detail shows (the rest: ``GET /v1/events/{id}/recipients``).
@@ -99,18 +98,8 @@ class EventDetailSerializer(serializers.Serializer):
                                    "`recipients`; null when they are all.")
 
 
-#: A user's outcome over their notifications (EventRecipientSerializer.outcome).
-PENDING = (Status.SCHEDULED, Status.QUEUED, Status.SENDING)
-
-
-def outcome_of(statuses: Iterable[str]) -> str:
-    """A user's outcome from the statuses of their notifications of the event."""
-    statuses = set(statuses)
-    if statuses & set(REACHED_STATUSES):
-        return "reached"
-    if statuses & set(PENDING):
-        return "pending"
-    return "not_reached"
+#: A user's outcome over their notifications (EventRecipientSerializer.outcome): the one rule.
+outcome_of = user_outcome
 
 
 def _rows(event: Event, into: dict, users: list[str] | None = None):

@@ -14,6 +14,7 @@ from core.postgres import array_literal
 from notifications.inbox.models import InboxItem
 from notifications.lifecycle.table import Cause, in_sql
 from notifications.models import DeliveryEvent, Reason, Status
+from notifications.webhooks import outbox
 
 #: A row written to its user's inbox already is never cancelled (the app may have shown it).
 _NOT_IN_INBOX = (f"NOT EXISTS (SELECT 1 FROM {InboxItem._meta.db_table} AS i "
@@ -85,6 +86,7 @@ def cancel(ids, cause: Cause, reason: str, now: datetime, *, detail: str | None 
     DeliveryEvent.objects.bulk_create([
         DeliveryEvent(notification_id=pk, kind="cancelled", status=Status.CANCELLED, reason=reason, detail=text,
                       created_at=now) for pk in moved], batch_size=5000)
+    outbox.emit_ids(moved, Status.CANCELLED, now)
     return moved
 
 
@@ -110,6 +112,8 @@ def fallback(behind: list, status: str, reason: str, detail: str, now: datetime)
     DeliveryEvent.objects.bulk_create([
         DeliveryEvent(notification_id=pk, kind="released" if status == Status.QUEUED else str(status), status=status,
                       reason=reason, detail=detail, created_at=now) for pk, _p, _c in rows])
+    if status != Status.QUEUED:
+        outbox.emit_ids([pk for pk, _p, _c in rows], status, now)
     return rows
 
 

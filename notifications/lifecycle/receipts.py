@@ -15,10 +15,12 @@ from datetime import datetime
 from django.db import connection
 from django.db.models import Case, F, Q, Value, When
 
+from core import clock
 from core.postgres import array_literal
 from notifications.lifecycle import archive
 from notifications.lifecycle.table import Cause, allowed, in_sql, sources
 from notifications.models import Notification, NotificationHistory, Reason, Status
+from notifications.webhooks import outbox
 
 #: Receipt kinds by rank, for receipts of one message at the same instant: positive proof of
 #: delivery outranks a failure reported in the same second.
@@ -85,7 +87,9 @@ def deliver(items: list[tuple], now: datetime) -> set:
         cur.execute(_DELIVERED_SQL, [now, now, array_literal(str(pk) for pk, _a, _r in items),
                                      array_literal(at.isoformat() for _p, at, _r in items),
                                      array_literal(rank for _p, _a, rank in items)])
-        return {row[0] for row in cur.fetchall()}
+        moved = {row[0] for row in cur.fetchall()}
+    outbox.emit_ids(moved, Status.DELIVERED, now)
+    return moved
 
 
 def settle(pk, status: str, fields: dict, at: datetime, rank: int, *, archived_at: datetime | None = None) -> str:
@@ -109,6 +113,8 @@ def settle(pk, status: str, fields: dict, at: datetime, rank: int, *, archived_a
     for recorded, outcome in tries:
         if (rows.filter(recorded, _newer(at, rank), status__in=sources(Cause.PROVIDER_RECEIPT, status))
                 .update(status=status, receipt_at=at, receipt_rank=rank, **fields)):
+            table = (Notification if archived_at is None else NotificationHistory)._meta.db_table
+            outbox.emit_ids([pk], status, clock.now(), table=table, created_at=archived_at)
             return outcome
     return ""
 
@@ -122,7 +128,10 @@ def settle_unrecorded(pk, source: str, status: str, fields: dict, cause: Cause,
         return False
     if order is not None:
         fields = {**fields, "receipt_at": order[0], "receipt_rank": order[1]}
-    return bool(Notification.objects.filter(pk=pk, status=source).update(status=status, **fields))
+    moved = bool(Notification.objects.filter(pk=pk, status=source).update(status=status, **fields))
+    if moved:
+        outbox.emit_ids([pk], status, clock.now())
+    return moved
 
 
 def mark_events(event_ids: list, status: str, reason: str = "") -> None:
@@ -159,4 +168,5 @@ def app_move(n: Notification, target: str, now: datetime) -> bool:
     moved = rows.filter(status__in=sources(Cause.APP_RECEIPT, target)).update(status=target, updated_at=now)
     if moved:
         n.status, n.updated_at = target, now
+        outbox.emit_rows([n], target, now)
     return bool(moved)

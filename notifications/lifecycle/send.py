@@ -16,9 +16,11 @@ from datetime import datetime
 from django.db import connection
 from django.db.models import Q
 
+from core import clock
 from core.postgres import array_literal, copy_rows
 from notifications.lifecycle.table import Cause, in_sql, sources
 from notifications.models import DeliveryEvent, Notification, Reason, Status
+from notifications.webhooks import outbox
 
 EVENTS_TABLE = DeliveryEvent._meta.db_table
 EVENT_COLUMNS = ("notification_id", "kind", "status", "reason", "detail", "created_at")
@@ -116,7 +118,9 @@ def sent(now: datetime, provider: str, ids: list, claims: list, message_ids: lis
     with connection.cursor() as cur:
         cur.execute(_SENT_SQL, [now, now, provider, array_literal(ids), array_literal(claims),
                                 array_literal(message_ids), array_literal(details)])
-        return {str(row[0]) for row in cur.fetchall()}
+        moved = {str(row[0]) for row in cur.fetchall()}
+    outbox.emit_ids(moved, Status.SENT, now)
+    return moved
 
 
 def reschedule(rows: list[Notification], until: datetime, reason: str, detail: str, kind: str, now: datetime, *,
@@ -149,6 +153,7 @@ def suppress(rows: list[Notification], details: dict, reason: str, now: datetime
     for n in done:
         n.status, n.reason, n.reason_detail, n.lease_until, n.updated_at = (
             Status.SUPPRESSED, reason, details[n.pk], None, now)
+    outbox.emit_rows(done, Status.SUPPRESSED, now)
     return done
 
 
@@ -169,6 +174,7 @@ def record_one(n: Notification, status: str, fields: dict, *, kind: str) -> bool
         n.status = status
         for key, value in fields.items():
             setattr(n, key, value)
+        outbox.emit_rows([n], status, fields.get("updated_at") or clock.now())
     return bool(moved)
 
 
@@ -190,6 +196,7 @@ def expire_leases(params: dict) -> list[tuple]:
     with connection.cursor() as cur:
         cur.execute(_EXPIRED_LEASES_SQL, params)
         rows = cur.fetchall()
+    outbox.emit_ids([r[0] for r in rows if r[3] == Status.FAILED], Status.FAILED, params["now"])
     DeliveryEvent.objects.bulk_create([
         DeliveryEvent(notification_id=pk, kind="dead_lettered" if status == "failed" else "lease_expired",
                       status=status, reason=reason, detail=detail)

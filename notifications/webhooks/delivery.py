@@ -1,0 +1,252 @@
+"""Delivering the outbox (docs/WEBHOOKS.md, "Delivery"): the webhook worker, never the send path.
+
+Every ``WEBHOOKS_DISPATCH_SECONDS`` the dispatcher (:func:`dispatch`) publishes one task per
+endpoint with due deliveries; :func:`deliver_endpoint` takes the endpoint (``busy_until``: one
+batch in flight per endpoint), reads up to ``BATCH_SIZE`` due deliveries and posts them in order,
+signed per the Standard Webhooks spec with its reference library, until the batch's time budget is
+spent. A slow endpoint so holds one worker thread for at most its budget and never delays another
+client's webhooks.
+
+Outcomes: a 2xx delivers; a timeout, a connection error, a 429 or a 5xx is tried again after
+``Retry-After`` when given, else an exponential backoff, until ``RETRY_FOR_SECONDS`` after the
+first attempt; any other answer (a 3xx: redirects are not followed, a 4xx) fails the delivery at
+once. Each attempt is a :class:`WebhookAttempt` row. An endpoint with no success for
+``DISABLE_AFTER_SECONDS`` is disabled with its reason.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from email.utils import parsedate_to_datetime
+
+from celery import current_app
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Exists, OuterRef, Q
+from standardwebhooks import Webhook
+
+from core import clock
+from core.postgres import array_literal, copy_rows
+from core.queues import WEBHOOK_DELIVER_TASK, WEBHOOKS_QUEUE
+from notifications.webhooks import transport
+from notifications.webhooks.models import TEST_EVENT, WebhookAttempt, WebhookDelivery, WebhookEndpoint
+
+log = logging.getLogger(__name__)
+State = WebhookDelivery.State
+
+
+def _conf(key: str) -> float:
+    return settings.WEBHOOKS[key]
+
+
+#: A run not started by then is dropped: the dispatcher queues another while deliveries are due (a
+#: backlog of the webhook queue never grows past a few runs per endpoint).
+PUBLISHED_EXPIRE_SECONDS = 30
+
+
+def publish(endpoint_id) -> None:
+    """Queue one delivery run for the endpoint (by task name: this module does not import the tasks)."""
+    current_app.send_task(WEBHOOK_DELIVER_TASK, args=[str(endpoint_id)], queue=WEBHOOKS_QUEUE,
+                          routing_key=WEBHOOKS_QUEUE, exchange="", expires=PUBLISHED_EXPIRE_SECONDS)
+
+
+def dispatch(now: datetime | None = None) -> int:
+    """Publish a delivery run for every active, idle endpoint with a due delivery; returns how many."""
+    now = now or clock.now()
+    due = WebhookDelivery.objects.filter(endpoint=OuterRef("pk"), state=State.PENDING, next_attempt_at__lte=now)
+    idle = Q(busy_until__isnull=True) | Q(busy_until__lt=now)
+    endpoints = list(WebhookEndpoint.objects.filter(idle, Exists(due), active=True).values_list("pk", flat=True)[:1000])
+    for pk in endpoints:
+        publish(pk)
+    return len(endpoints)
+
+
+def retry_delay(attempt: int, retry_after: str, now: datetime) -> float:
+    """Seconds until the next try: the endpoint's ``Retry-After`` (seconds or an HTTP date) when it
+    gives one, else ``RETRY_BASE_SECONDS * 2**(attempt-1)``; capped at ``RETRY_CAP_SECONDS``."""
+    cap = _conf("RETRY_CAP_SECONDS")
+    value = retry_after.strip()
+    if value:
+        try:
+            return min(cap, max(0.0, float(value)))
+        except ValueError:
+            try:
+                return min(cap, max(0.0, (parsedate_to_datetime(value) - now).total_seconds()))
+            except (TypeError, ValueError):
+                pass
+    return min(cap, _conf("RETRY_BASE_SECONDS") * 2 ** (attempt - 1))
+
+
+def body_of(delivery: WebhookDelivery) -> bytes:
+    return json.dumps(delivery.payload, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def signed_headers(signer: Webhook, delivery: WebhookDelivery, body: bytes, at: datetime) -> dict[str, str]:
+    """The Standard Webhooks headers, signed by the spec's reference library (``Webhook(secret)``)."""
+    return {"webhook-id": delivery.message_id, "webhook-timestamp": str(int(at.timestamp())),
+            "webhook-signature": signer.sign(delivery.message_id, at, body)}
+
+
+@dataclass
+class Tried:
+    """One attempt's outcome, recorded with the others of its run (:func:`record`)."""
+
+    delivery: WebhookDelivery
+    number: int
+    status: int | None
+    latency_ms: int
+    error: str
+    state: str
+    retry_at: datetime | None
+    give_up_at: datetime
+    at: datetime
+
+
+def attempt(delivery: WebhookDelivery, conn: transport.Connection, signer: Webhook) -> Tried:
+    """One POST of ``delivery`` on ``conn`` and what follows from the answer (not recorded yet)."""
+    now = clock.now()
+    body = body_of(delivery)
+    answer = conn.post(body, signed_headers(signer, delivery, body, now))
+    number = delivery.attempts + 1
+    give_up = delivery.give_up_at or now + timedelta(seconds=_conf("RETRY_FOR_SECONDS"))
+    status = answer.status
+    retry_at = None
+    if status is not None and 200 <= status < 300:
+        state, error = State.DELIVERED, ""
+    elif status is None or status == 429 or status >= 500:
+        error = answer.error or f"HTTP {status}"
+        retry = now + timedelta(seconds=retry_delay(number, answer.retry_after, now))
+        state = State.PENDING if retry <= give_up else State.FAILED
+        retry_at = retry if state == State.PENDING else None
+        if state == State.FAILED:
+            error = f"{error}; retries ran out"
+    else:
+        state = State.FAILED
+        error = f"HTTP {status}: " + ("redirects are not followed" if 300 <= status < 400 else "refused, not retried")
+    delivery.state, delivery.attempts = state, number
+    return Tried(delivery, number, status, answer.latency_ms, error[:500], str(state), retry_at, give_up, now)
+
+
+_ATTEMPT_COLUMNS = ("delivery_id", "number", "http_status", "latency_ms", "error", "retry_at", "created_at")
+_RECORD_SQL = f"""
+UPDATE {WebhookDelivery._meta.db_table} AS d
+   SET state = v.state, attempts = v.number, give_up_at = v.give_up, next_attempt_at = v.next,
+       last_http_status = v.status, last_error = v.error, delivered_at = v.delivered
+  FROM unnest(%s::uuid[], %s::text[], %s::int[], %s::timestamptz[], %s::timestamptz[], %s::int[], %s::text[],
+              %s::timestamptz[]) AS v(id, state, number, give_up, next, status, error, delivered)
+ WHERE d.id = v.id
+"""
+
+
+def _array(values) -> str:
+    """An array literal whose None items are SQL NULLs (``array_literal`` quotes every item)."""
+    return "{" + ",".join("NULL" if v is None else array_literal([v])[1:-1] for v in values) + "}"
+
+
+def record(endpoint: WebhookEndpoint, tried: list[Tried]) -> None:
+    """A run's attempts in one transaction: one COPY of the attempt rows, one UPDATE of the
+    deliveries, the endpoint's health from the last answer. A worker lost before this posts them
+    again (at least once: the receiver de-duplicates by ``webhook-id``)."""
+    if not tried:
+        return
+    with transaction.atomic():
+        copy_rows(WebhookAttempt._meta.db_table, _ATTEMPT_COLUMNS, [
+            (t.delivery.pk, t.number, t.status, t.latency_ms, t.error, t.retry_at, t.at) for t in tried])
+        with connection.cursor() as cur:
+            cur.execute(_RECORD_SQL, [
+                array_literal(t.delivery.pk for t in tried), array_literal(t.state for t in tried),
+                array_literal(t.number for t in tried), array_literal(t.give_up_at.isoformat() for t in tried),
+                array_literal((t.retry_at or t.at).isoformat() for t in tried),
+                _array(t.status for t in tried), array_literal(t.error for t in tried),
+                _array(t.at.isoformat() if t.state == State.DELIVERED else None for t in tried)])
+        ok = [t for t in tried if t.state == State.DELIVERED]
+        last = tried[-1]
+        if ok:
+            _endpoint_health(endpoint, True, "", ok[-1].at)
+        if last.state != State.DELIVERED:
+            _endpoint_health(endpoint, False, last.error, last.at)
+
+
+def _endpoint_health(endpoint: WebhookEndpoint, ok: bool, error: str, now: datetime) -> None:
+    """A success clears ``failing_since``; a failure sets it, and past ``DISABLE_AFTER_SECONDS``
+    disables the endpoint with the reason shown in the admin and the API."""
+    if ok:
+        if endpoint.failing_since is not None:
+            WebhookEndpoint.objects.filter(pk=endpoint.pk).update(failing_since=None)
+            endpoint.failing_since = None
+        return
+    since = endpoint.failing_since or now
+    if endpoint.failing_since is None:
+        WebhookEndpoint.objects.filter(pk=endpoint.pk, failing_since__isnull=True).update(failing_since=now)
+        endpoint.failing_since = now
+    if (now - since).total_seconds() >= _conf("DISABLE_AFTER_SECONDS"):
+        reason = (f"disabled automatically: no successful delivery since {since:%Y-%m-%d %H:%M}Z; "
+                  f"last: {error}")[:500]
+        WebhookEndpoint.objects.filter(pk=endpoint.pk).update(active=False, disabled_reason=reason, disabled_at=now)
+        endpoint.active, endpoint.disabled_reason = False, reason
+        log.warning("webhook endpoint %s disabled: %s", endpoint.pk, reason)
+
+
+_TALLY = {str(State.DELIVERED): "delivered", str(State.FAILED): "failed"}
+#: Attempts recorded together (one transaction): what a worker lost mid-run may post twice.
+RECORD_EVERY = 50
+
+
+def deliver_endpoint(endpoint_id) -> dict:
+    """One run for one endpoint: its due deliveries, oldest first, within the batch budget."""
+    now = clock.now()
+    budget = _conf("BATCH_BUDGET_SECONDS")
+    hold = now + timedelta(seconds=budget + _conf("TIMEOUT_SECONDS") + 5)
+    idle = Q(busy_until__isnull=True) | Q(busy_until__lt=now)
+    if not WebhookEndpoint.objects.filter(idle, pk=endpoint_id, active=True).update(busy_until=hold):
+        return {"taken": False}
+    done = {"taken": True, "delivered": 0, "failed": 0, "retrying": 0}
+    try:
+        endpoint = WebhookEndpoint.objects.get(pk=endpoint_id)
+        due = list(WebhookDelivery.objects.filter(endpoint=endpoint, state=State.PENDING, next_attempt_at__lte=now)
+                   .order_by("next_attempt_at", "created_at", "id")[:int(_conf("BATCH_SIZE"))])
+        deadline = clock.now() + timedelta(seconds=budget)
+        conn = transport.Connection(endpoint.url, _conf("TIMEOUT_SECONDS")) if due else None
+        signer = Webhook(endpoint.secret)
+        tried: list[Tried] = []
+        try:
+            for delivery in due:
+                if clock.now() >= deadline or conn is None:
+                    break
+                tried.append(attempt(delivery, conn, signer))
+                done[_TALLY.get(str(delivery.state), "retrying")] += 1
+                if delivery.state == State.PENDING:
+                    break  # the endpoint is failing: the rest waits for the next run
+                if len(tried) >= RECORD_EVERY:
+                    record(endpoint, tried)
+                    tried = []
+        finally:
+            if conn is not None:
+                conn.close()
+            record(endpoint, tried)
+    finally:
+        WebhookEndpoint.objects.filter(pk=endpoint_id).update(busy_until=None)
+    return done
+
+
+def send_test(endpoint: WebhookEndpoint) -> WebhookDelivery:
+    """``webhook.test`` to ``endpoint`` now (``POST /v1/webhook-endpoints/{id}/test``)."""
+    at = clock.now()
+    stamp = at.isoformat().replace("+00:00", "Z")
+    delivery = WebhookDelivery.objects.create(endpoint=endpoint, event_type=TEST_EVENT, next_attempt_at=at,
+                                              created_at=at, payload={"type": TEST_EVENT, "timestamp": stamp,
+                                                                      "data": {"endpoint_id": str(endpoint.pk)}})
+    if endpoint.active:
+        transaction.on_commit(lambda: publish(endpoint.pk))
+    return delivery
+
+
+def replay(deliveries) -> int:
+    """Deliveries due again now with a fresh retry window (support, from the admin); returns how many."""
+    ids = [d.pk for d in deliveries]
+    return WebhookDelivery.objects.filter(pk__in=ids).exclude(state=State.PENDING, next_attempt_at__lte=clock.now()
+                                                              ).update(state=State.PENDING, give_up_at=None,
+                                                                       next_attempt_at=clock.now())

@@ -1,0 +1,204 @@
+"""Status events into the webhook outbox, in the transaction of the status move that causes them
+(docs/WEBHOOKS.md, "Delivery"). :mod:`notifications.lifecycle`, the one writer of a notification's
+status, calls :func:`emit_rows` / :func:`emit_ids` after each move; campaigns call
+:func:`emit_campaign_completed`.
+
+Only clients with an endpoint subscribed to the event pay anything: the subscriptions are held per
+process (:func:`subscribers`, a short TTL, forgotten at once on a save in the process), and an
+event nobody subscribes to returns before any query. Otherwise a batch of moved rows costs one
+SELECT (of the subscribed clients' rows only) and one COPY of all its deliveries.
+
+An event's user whose notifications are all decided (a move ended the last one) is one
+``event.reached`` or ``event.not_reached``, told once per endpoint.
+
+A campaign's rows carry no client: they belong to the client that launched the campaign, which
+the campaigns floor tells as SQL through :func:`register_campaign_owner` (the arrow points down). A
+campaign launched in the admin has no client and sends no webhooks.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable
+from datetime import datetime
+
+from django.conf import settings
+from django.db import connection
+from django.db.models.signals import post_delete, post_save
+from django.dispatch import receiver
+
+from core import clock
+from core.postgres import array_literal, copy_rows
+from notifications.events.models import Event
+from notifications.models import user_outcome
+from notifications.webhooks.models import OUTCOME_EVENTS, WebhookDelivery, WebhookEndpoint
+
+#: event type → {client id: [endpoint ids]}, and when it is read again (:func:`_cache_clock`).
+_subscriptions: dict[str, dict[str, list]] = {}
+_deadline = 0.0
+#: SQL over a notification ``n``: the id of the client that launched its campaign (NULL: none); and
+#: the ids of the campaigns launched by the clients ``%(clients)s``.
+_campaign_owner = "NULL"
+_campaigns_of = "SELECT NULL::uuid"
+
+
+def _cache_clock() -> float:
+    return time.monotonic() + clock.offset_seconds()
+
+
+def register_campaign_owner(owner: str, campaigns_of: str) -> None:
+    """The campaigns floor: ``owner``, an SQL expression over the notification ``n`` giving the client
+    id that launched ``n.campaign_id`` (NULL for an admin campaign); ``campaigns_of``, a SELECT of the
+    ids of the campaigns launched by the clients ``%(clients)s`` (a text array)."""
+    global _campaign_owner, _campaigns_of
+    _campaign_owner, _campaigns_of = owner, campaigns_of
+
+
+def subscribers(event_type: str) -> dict[str, list]:
+    """``{client id: [endpoint ids]}`` of the active endpoints subscribed to ``event_type``."""
+    global _subscriptions, _deadline
+    if _cache_clock() >= _deadline:
+        fresh: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+        for pk, client_id, events in WebhookEndpoint.objects.filter(active=True).values_list("id", "client_id",
+                                                                                             "events"):
+            for event in events or ():
+                fresh[event][client_id].append(pk)
+        _subscriptions = {event: dict(clients) for event, clients in fresh.items()}
+        _deadline = _cache_clock() + settings.WEBHOOKS["CACHE_SECONDS"]
+    return _subscriptions.get(event_type, {})
+
+
+@receiver([post_save, post_delete], sender=WebhookEndpoint, dispatch_uid="webhook-subscriptions-forget")
+def forget_subscriptions(**_kwargs) -> None:
+    """An endpoint saved or deleted in this process: subscriptions are read again at the next event."""
+    global _deadline
+    _deadline = 0.0
+
+
+def payload(event_type: str, at: datetime, row: dict) -> dict:
+    """The body of a notification's event (docs/WEBHOOKS.md, "Payload"): ids, channel, status,
+    reason, the instant, the client's idempotency key and the rest of what it sent (metadata)."""
+    return {"type": event_type, "timestamp": at.isoformat().replace("+00:00", "Z"), "data": {
+        "notification_id": str(row["id"]), "channel": row["channel"], "status": row["status"],
+        "reason": row["reason"] or None, "at": at.isoformat().replace("+00:00", "Z"),
+        "idempotency_key": row["idempotency_key"],
+        "metadata": {"user_id": row["recipient_id"], "priority": row["priority"], "category": row["category"] or None,
+                     "campaign_id": str(row["campaign_id"]) if row["campaign_id"] else None,
+                     "event_id": str(row["event_id"]) if row["event_id"] else None}}}
+
+
+_COLUMNS = ("id", "client_id", "campaign_id", "event_id", "recipient_id", "channel", "priority", "category",
+            "status", "reason", "idempotency_key")
+_TABLE = WebhookDelivery._meta.db_table
+_COPY_COLUMNS = ("id", "endpoint_id", "event_type", "notification_id", "subject", "payload", "state", "attempts",
+                 "next_attempt_at", "last_error", "created_at")
+
+
+def _write(event_type: str, rows: list[dict], subscribed: dict[str, list], at: datetime) -> int:
+    """One COPY of the deliveries of ``rows`` (each with its ``owner``) to the subscribed endpoints."""
+    copied = [(uuid.uuid4(), endpoint, event_type, row["id"], "", json.dumps(payload(event_type, at, row)),
+               WebhookDelivery.State.PENDING.value, 0, at, "", at)
+              for row in rows for endpoint in subscribed.get(row["owner"], ())]
+    copy_rows(_TABLE, _COPY_COLUMNS, copied)
+    return len(copied)
+
+
+def _interested(event_type: str) -> tuple[dict[str, list], set]:
+    """The subscribers of ``event_type``, and every client that hears of the move (an event's
+    outcome may follow from it)."""
+    subscribed = subscribers(event_type)
+    return subscribed, set(subscribed).union(*(subscribers(e) for e in OUTCOME_EVENTS))
+
+
+def emit_rows(rows: Iterable, status: str, at: datetime) -> int:
+    """``notification.<status>`` for the moved ``rows`` (Notification objects, updated in memory),
+    and the outcomes they decide; returns the deliveries written. A campaign's rows are read by id
+    (their owner is the campaign's)."""
+    event_type = f"notification.{status}"
+    subscribed, clients = _interested(event_type)
+    if not clients:
+        return 0
+    rows = list(rows)
+    mine = [{**{c: getattr(r, c) for c in _COLUMNS}, "owner": r.client_id} for r in rows if r.client_id in clients]
+    written = _write(event_type, mine, subscribed, at) + _outcomes(mine, at)
+    campaign_rows = [r.pk for r in rows if r.client_id is None and r.campaign_id]
+    if campaign_rows:
+        written += emit_ids(campaign_rows, status, at)
+    return written
+
+
+def emit_ids(ids: Iterable, status: str, at: datetime, *, table: str = "notifications_notification",
+             created_at: datetime | None = None) -> int:
+    """``notification.<status>`` for the rows ``ids`` that moved, read here: one SELECT of the rows
+    among them of the interested clients (their own, and their campaigns'); ``table``/``created_at``:
+    a history row. Returns the deliveries written."""
+    event_type = f"notification.{status}"
+    subscribed, clients = _interested(event_type)
+    if not clients:
+        return 0
+    ids = [str(i) for i in ids]
+    if not ids:
+        return 0
+    since = " AND n.created_at = %(created_at)s" if created_at is not None else ""
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT {', '.join('n.' + c for c in _COLUMNS)}, COALESCE(n.client_id, {_campaign_owner}) "
+                    f"FROM {table} AS n WHERE n.id = ANY(%(ids)s::uuid[]) AND (n.client_id = ANY(%(clients)s::text[]) "
+                    f"OR (n.client_id IS NULL AND n.campaign_id IN ({_campaigns_of}))){since}",
+                    {"ids": array_literal(ids), "clients": array_literal(clients), "created_at": created_at})
+        rows = [dict(zip((*_COLUMNS, "owner"), r, strict=True)) for r in cur.fetchall()]
+    return _write(event_type, rows, subscribed, at) + _outcomes(rows, at)
+
+
+_OUTCOME_SQL = f"""
+SELECT n.event_id, n.recipient_id, n.id, n.channel, n.status, n.reason, e.idempotency_key
+  FROM notifications_notification AS n JOIN {Event._meta.db_table} AS e ON e.id = n.event_id
+ WHERE n.event_id = ANY(%s::uuid[]) AND n.recipient_id = ANY(%s::text[])
+"""
+
+
+def _outcomes(rows: list[dict], at: datetime) -> int:
+    """``event.reached`` / ``event.not_reached`` for the users of an event whose outcome the moved
+    ``rows`` decided (the rule: :func:`notifications.models.user_outcome`), told once per endpoint
+    (``subject``: the first decision wins). One SELECT and one INSERT, for subscribed clients only."""
+    outcome_subscribers = {e: subscribers(e) for e in OUTCOME_EVENTS}
+    users = {(r["event_id"], r["recipient_id"]): r["owner"] for r in rows
+             if r["event_id"] and any(r["owner"] in s for s in outcome_subscribers.values())}
+    if not users:
+        return 0
+    with connection.cursor() as cur:
+        cur.execute(_OUTCOME_SQL, [array_literal({str(e) for e, _u in users}), array_literal({u for _e, u in users})])
+        found = cur.fetchall()
+    per_user: dict[tuple, list] = defaultdict(list)
+    for event_id, user_id, *rest in found:
+        if (event_id, user_id) in users:
+            per_user[(event_id, user_id)].append(rest)
+    stamp = at.isoformat().replace("+00:00", "Z")
+    deliveries = []
+    for (event_id, user_id), notes in per_user.items():
+        outcome = user_outcome(status for _i, _c, status, _r, _k in notes)
+        endpoints = outcome_subscribers.get(f"event.{outcome}", {}).get(users[(event_id, user_id)], ())
+        body = {"type": f"event.{outcome}", "timestamp": stamp, "data": {
+            "event_id": str(event_id), "user_id": user_id, "outcome": outcome, "at": stamp,
+            "idempotency_key": notes[0][4],
+            "notifications": [{"notification_id": str(pk), "channel": channel, "status": status,
+                               "reason": reason or None} for pk, channel, status, reason, _k in sorted(notes)]}}
+        deliveries += [WebhookDelivery(endpoint_id=e, event_type=f"event.{outcome}", payload=body, next_attempt_at=at,
+                                       created_at=at, subject=f"event:{event_id}:{user_id}") for e in endpoints]
+    if deliveries:
+        WebhookDelivery.objects.bulk_create(deliveries, ignore_conflicts=True)
+    return len(deliveries)
+
+
+def emit_campaign_completed(campaign_id, client_id: str | None, at: datetime) -> int:
+    """``campaign.completed`` for a campaign its client launched (admin campaigns: none)."""
+    subscribed = subscribers("campaign.completed")
+    endpoints = subscribed.get(client_id, ()) if client_id else ()
+    body = {"type": "campaign.completed", "timestamp": at.isoformat().replace("+00:00", "Z"),
+            "data": {"campaign_id": str(campaign_id), "at": at.isoformat().replace("+00:00", "Z")}}
+    WebhookDelivery.objects.bulk_create([WebhookDelivery(endpoint_id=e, event_type="campaign.completed",
+                                                         payload=body, next_attempt_at=at, created_at=at)
+                                         for e in endpoints])
+    return len(endpoints)
