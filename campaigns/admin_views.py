@@ -145,6 +145,7 @@ def progress(campaign: Campaign) -> dict:
         **outcome,
         "sent_percent": round(100 * outcome["sent"] / denominator, 1) if denominator else 0.0,
         "suppressed_by_reason": counts["suppressed_by_reason"], "failed_by_reason": counts["failed_by_reason"],
+        "history_expired": counts["history_expired"],
         "missed_count": campaign.missed_count, "missed_policy": campaign.missed_policy,
         "fanout_failures": campaign.fanout_failures, "last_error": campaign.last_error or None,
         "last_error_at": utc(campaign.last_error_at) if campaign.last_error_at else None,

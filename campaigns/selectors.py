@@ -10,6 +10,7 @@ from django.db.models import Count, Max, Sum
 
 from campaigns.models import Campaign, CampaignStatus, Template
 from core import clock
+from notifications import records
 from notifications.delivery.content import ContentError
 from notifications.events.content import SendOptions, render_typed
 from notifications.models import Notification, NotificationRecord
@@ -23,8 +24,11 @@ STATUSES = ["scheduled", "queued", "sending", "sent", "delivered", "displayed", 
 
 def campaign_counts(campaign: Campaign) -> dict:
     """``{"total": n, "outcome": outcome(by_status), "by_status": {status: n…},
-    "suppressed_by_reason": {reason: n…}, "failed_by_reason": {…}}`` over the campaign's notifications
-    (every status key present), live and archived alike (:class:`~notifications.models.NotificationRecord`)."""
+    "suppressed_by_reason": {reason: n…}, "failed_by_reason": {…}, "history_expired": bool}`` over the
+    campaign's notifications (every status key present), live and archived alike
+    (:class:`~notifications.models.NotificationRecord`). ``history_expired``: the history's retention
+    may have dropped some of them since its fan-out began, so the counts are of the rows left
+    (:func:`notifications.records.history_expired`)."""
     rows = (NotificationRecord.objects.filter(campaign_id=campaign.pk).values("status", "reason")
             .annotate(n=Count("id")).order_by())
     by_status = dict.fromkeys(STATUSES, 0)
@@ -37,7 +41,8 @@ def campaign_counts(campaign: Campaign) -> dict:
         elif row["status"] == "failed":
             failed[row["reason"]] = failed.get(row["reason"], 0) + row["n"]
     return {"total": sum(by_status.values()), "outcome": outcome(by_status), "by_status": by_status,
-            "suppressed_by_reason": suppressed, "failed_by_reason": failed}
+            "suppressed_by_reason": suppressed, "failed_by_reason": failed,
+            "history_expired": records.history_expired(campaign.started_at)}
 
 
 def outcome(by_status: dict) -> dict:

@@ -89,16 +89,18 @@ FINISHED_STATUSES = (*REACHED_STATUSES, Status.FAILED, Status.SUPPRESSED, Status
 PENDING_STATUSES = (Status.SCHEDULED, Status.QUEUED, Status.SENDING)
 
 
-def user_outcome(statuses) -> str:
+def user_outcome(statuses, history_expired: bool = False) -> str:
     """An event's user's outcome over the statuses of their notifications of the event: ``reached``
     (a channel sent it), ``pending`` (one is not decided yet) or ``not_reached`` (every channel ended
-    without sending). One rule for the API's event reads and the ``event.*`` webhooks."""
+    without sending); ``unknown`` instead of ``not_reached`` once the history may have dropped some of
+    them (``history_expired``: :func:`notifications.records.history_expired`), since the rows that
+    are left cannot tell. One rule for the API's event reads, the admin and the ``event.*`` webhooks."""
     statuses = set(statuses)
     if statuses & set(REACHED_STATUSES):
         return "reached"
     if statuses & set(PENDING_STATUSES):
         return "pending"
-    return "not_reached"
+    return "unknown" if history_expired else "not_reached"
 
 
 class Reason(models.TextChoices):

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import connection
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
+from core import clock
 from notifications.models import (
     REACHED_STATUSES,
     DeliveryAttempt,
@@ -26,6 +29,21 @@ from notifications.models import (
     TimelineEntry,
     log_of,
 )
+
+
+def history_expired(since: datetime | None, now: datetime | None = None) -> bool:
+    """Whether notifications created at or after ``since`` (an event's or a campaign's first) can have
+    been dropped by now: a row is archived at least ``HOT_HOURS`` after it was created and its day
+    partition kept ``RETENTION_DAYS`` of the history after that (docs/ARCHITECTURE.md §13, "After the
+    history is gone"). True means some of them may be gone, not that all are; ``None``: none made yet."""
+    if since is None:
+        return False
+    return since < (now or clock.now()) - timedelta(days=history_days(), hours=settings.NOTIFY["HOT_HOURS"])
+
+
+def history_days() -> int:
+    """Days the history keeps an archived notification (``RETENTION_NOTIFICATIONS_DAYS``)."""
+    return settings.NOTIFY["RETENTION_DAYS"][NotificationHistory._meta.db_table]
 
 
 def records() -> QuerySet[NotificationRecord]:

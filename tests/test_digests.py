@@ -271,7 +271,7 @@ def test_the_api_defines_a_digest_type_and_an_event_says_which_digest_it_went_in
     story = http.get(f"/v1/events/{post.json()['id']}").json()
     (recipient,) = story["recipients"]
     assert (recipient["outcome"], recipient["notifications"]) == ("pending", [])
-    assert story["summary"] == {"users": 1, "outcomes": {"reached": 0, "pending": 1, "not_reached": 0},
+    assert story["summary"] == {"users": 1, "outcomes": {"reached": 0, "pending": 1, "not_reached": 0, "unknown": 0},
                                 "channels": {}}
     assert recipient["digest"] == {"id": str(digest.pk), "key": "p9", "state": "open",
                                    "opened_at": "2026-03-02T12:00:00Z", "closes_at": "2026-03-02T12:10:00Z",

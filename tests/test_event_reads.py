@@ -45,7 +45,7 @@ def test_the_detail_counts_every_user_and_shows_only_the_first_page(event):
     http, eid = event
     body = http.get(f"/v1/events/{eid}").json()
     assert body["summary"] == {
-        "users": USERS, "outcomes": {"reached": 1, "pending": USERS - 2, "not_reached": 1},
+        "users": USERS, "outcomes": {"reached": 1, "pending": USERS - 2, "not_reached": 1, "unknown": 0},
         "channels": {"push": {"failed": 1, "scheduled": USERS - 2, "sent": 1},
                      "email": {"failed": 1, "scheduled": USERS - 2, "suppressed": 1},
                      "sms": {"failed": 1, "scheduled": USERS - 2, "suppressed": 1}}}

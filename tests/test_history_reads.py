@@ -99,7 +99,7 @@ def test_an_events_detail_and_recipients_read_the_same_after_its_rows_are_archiv
     assert archive(*rows) == len(rows) == 75
     assert client.get(f"/v1/events/{eid}").json() == before
     assert client.get(f"/v1/events/{eid}/recipients?limit=100").json() == listing
-    assert before["summary"]["outcomes"] == {"reached": 1, "pending": 23, "not_reached": 1}
+    assert before["summary"]["outcomes"] == {"reached": 1, "pending": 23, "not_reached": 1, "unknown": 0}
 
 
 # --- by campaign: its counts (API, admin page and list) ---------------------------------------------

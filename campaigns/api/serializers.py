@@ -433,6 +433,10 @@ class CampaignCountsSerializer(serializers.Serializer):
                                                  help_text="Suppressed notifications by reason (no_phone, …).")
     failed_by_reason = serializers.DictField(child=serializers.IntegerField(),
                                              help_text="Failed notifications by reason.")
+    history_expired = serializers.BooleanField(
+        help_text="True once the notification history's retention may have dropped some of the campaign's "
+                  "notifications (its fan-out began more than RETENTION_NOTIFICATIONS_DAYS + HOT_HOURS ago): "
+                  "the counts are of the notifications left.")
 
 
 class ReachSerializer(serializers.Serializer):

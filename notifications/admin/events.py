@@ -109,9 +109,10 @@ class EventAdmin(ReadOnly, ContentLookupGuard, admin.ModelAdmin):
         rows = list(records.of_event(event, users).only(*_OUTCOME_FIELDS))
         found = outcomes(rows, {event.pk: event.channels})
         link = request.user.has_perm("notifications.view_notification")
-        return {"users_page": page, "user_outcomes": [
-            (user, reverse("admin:preferences_recipient_change", args=[quote(user)]),
-             outcome_list(found.get((event.pk, user), []), link)) for user in users]}
+        gone = records.history_expired(event.created_at)
+        return {"users_page": page, "history_expired": gone, "history_days": records.history_days(),
+                "user_outcomes": [(user, reverse("admin:preferences_recipient_change", args=[quote(user)]),
+                                   outcome_list(found.get((event.pk, user), []), link, gone)) for user in users]}
 
 
 # --- support: a recipient's events (an inline of the Recipient page) ---------------------------------

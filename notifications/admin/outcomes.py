@@ -52,7 +52,13 @@ def outcomes(rows: list[NotificationRecord], orders: dict) -> dict[tuple, list[C
     return grouped
 
 
-def outcome_list(found: list[ChannelOutcome], link: bool):
+#: What a user without notifications shows once the history may have dropped them.
+EXPIRED = "history expired: no notification kept"
+
+
+def outcome_list(found: list[ChannelOutcome], link: bool, history_expired: bool = False):
+    """A user's channels one a line; none: "—", or :data:`EXPIRED` once the history may have dropped
+    them (:func:`notifications.records.history_expired`), never read as "not reached"."""
     if not found:
-        return "—"
+        return EXPIRED if history_expired else "—"
     return format_html_join("", "<div>{}</div>", ((o.html(link),) for o in found))

@@ -53,7 +53,7 @@ class EventDigestDetailSerializer(serializers.Serializer):
     items = serializers.IntegerField(help_text="How many events it holds (so far, while open).")
 
 
-OUTCOMES = ("reached", "pending", "not_reached")
+OUTCOMES = ("reached", "pending", "not_reached", "unknown")
 
 
 class EventRecipientSerializer(serializers.Serializer):
@@ -63,7 +63,9 @@ class EventRecipientSerializer(serializers.Serializer):
                                                                     "when it closes; none while it is open).")
     outcome = serializers.ChoiceField(choices=OUTCOMES,
                                       help_text="`reached`: a channel sent it; `pending`: not decided yet; "
-                                                "`not_reached`: every channel ended without sending (see reasons).")
+                                                "`not_reached`: every channel ended without sending (see reasons); "
+                                                "`unknown`: none sent among the notifications left, and the "
+                                                "history may have dropped the others (`history_expired`).")
     notifications = EventNotificationDetailSerializer(many=True)
 
 
@@ -71,6 +73,7 @@ class EventOutcomeCountsSerializer(serializers.Serializer):
     reached = serializers.IntegerField()
     pending = serializers.IntegerField()
     not_reached = serializers.IntegerField()
+    unknown = serializers.IntegerField()
 
 
 class EventSummarySerializer(serializers.Serializer):
@@ -90,6 +93,10 @@ class EventDetailSerializer(serializers.Serializer):
     collapse_key = serializers.CharField()
     cancelled_at = serializers.DateTimeField(allow_null=True)
     data = serializers.DictField(allow_null=True, help_text="The event's data; null for a sensitive type.")
+    history_expired = serializers.BooleanField(
+        help_text="True once the notification history's retention may have dropped some of the event's "
+                  "notifications (created more than RETENTION_NOTIFICATIONS_DAYS + HOT_HOURS ago): a user "
+                  "whose notifications left show no send reads `unknown`, not `not_reached`.")
     summary = EventSummarySerializer()
     recipients = EventRecipientSerializer(many=True, help_text=f"The first {FIRST_PAGE} users by `user_id`; "
                                                                "the rest: `GET /v1/events/{id}/recipients`.")
@@ -100,6 +107,12 @@ class EventDetailSerializer(serializers.Serializer):
 
 #: A user's outcome over their notifications (EventRecipientSerializer.outcome): the one rule.
 outcome_of = user_outcome
+
+
+def expired(event: Event) -> bool:
+    """Whether the history may have dropped some of ``event``'s notifications (the one rule:
+    :func:`notifications.records.history_expired`)."""
+    return records.history_expired(event.created_at)
 
 
 def _rows(event: Event, into: dict, users: list[str] | None = None):
@@ -117,7 +130,8 @@ def summary(event: Event) -> dict:
     for user, channel, status in _rows(event, into).values_list("recipient_id", "channel", "status"):
         statuses[user].append(status)
         channels[channel][status] += 1
-    outcomes = Counter("pending" if user in into and not into[user].closed_at else outcome_of(statuses[user])
+    gone = expired(event)
+    outcomes = Counter("pending" if user in into and not into[user].closed_at else outcome_of(statuses[user], gone)
                        for user in dict.fromkeys(event.user_ids))
     order = {c: i for i, c in enumerate(event.channels)}
     return {"users": len(set(event.user_ids)), "outcomes": {o: outcomes[o] for o in OUTCOMES},
@@ -155,12 +169,13 @@ def recipients_body(event: Event, users: list[str]) -> list[dict]:
     counts = dict(DigestItem.objects.filter(digest__in=list(into.values())).values("digest")
                   .annotate(n=Count("id")).values_list("digest", "n")) if into else {}
     iso = ISO
+    gone = expired(event)
     recipients = []
     for user, notes in by_user.items():
         notes.sort(key=lambda n: order.get(n.channel, 9))
         digest = into.get(user)
         recipients.append({"user_id": user, "outcome": "pending" if digest and not digest.closed_at else
-                           outcome_of(n.status for n in notes), "digest": None if digest is None else {
+                           outcome_of((n.status for n in notes), gone), "digest": None if digest is None else {
             "id": str(digest.pk), "key": digest.key, "state": digest.state, "opened_at": iso(digest.opened_at),
             "closes_at": iso(digest.closes_at), "closed_at": iso(digest.closed_at),
             "items": counts.get(digest.pk, 0)}, "notifications": [
@@ -178,5 +193,6 @@ def event_body(event: Event) -> dict:
     return {"id": str(event.pk), "type": event.type_id, "created_at": iso(event.created_at),
             "scheduled_at": iso(event.scheduled_at), "ttl_seconds": event.ttl_seconds,
             "collapse_key": event.collapse_key, "cancelled_at": iso(event.cancelled_at),
-            "data": None if event.sensitive or event.type.sensitive else event.data, "summary": summary(event),
+            "data": None if event.sensitive or event.type.sensitive else event.data,
+            "history_expired": expired(event), "summary": summary(event),
             "recipients": recipients_body(event, [r.pk for r in first]), "recipients_next_cursor": next_cursor}
