@@ -17,6 +17,7 @@ from celery import Celery
 from celery.exceptions import SecurityWarning
 from celery.signals import (
     after_setup_logger,
+    beat_init,
     after_setup_task_logger,
     task_prerun,
     worker_process_init,
@@ -71,6 +72,22 @@ def _redact_worker_logs(logger=None, **_kwargs):
     for each in (logger, logging.getLogger()):
         if each is not None:
             add_filter(each.handlers)
+
+
+#: The beat entries also queued once when beat starts (config/settings.py's CELERY_BEAT_SCHEDULE).
+RUN_AT_BEAT_START = ("maintain-partitions",)
+
+
+@beat_init.connect
+def _run_at_beat_start(sender=None, **_kwargs):
+    """Queue each entry of :data:`RUN_AT_BEAT_START` once as beat starts, with its schedule's options.
+    django_celery_beat dates a never-run entry's last run at its creation, so the hourly partition
+    maintenance would first run an hour after a fresh start (every row in DEFAULT meanwhile), and a
+    restart would again wait out the interval; a run at start is harmless (one at a time, idempotent)."""
+    beat_app = sender.app if sender is not None else app
+    for name in RUN_AT_BEAT_START:
+        entry = beat_app.conf.beat_schedule[name]
+        beat_app.send_task(entry["task"], **entry.get("options", {}))
 
 
 @worker_process_init.connect

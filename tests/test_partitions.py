@@ -278,6 +278,22 @@ def test_the_provider_health_page_shows_retention_partitions_oldest_day_and_the_
     assert "(last success\n2031-03-10 12:00:00 UTC)" in html
 
 
+def test_beat_queues_the_maintenance_as_it_starts_and_again_at_each_restart(monkeypatch):
+    """django_celery_beat dates a never-run entry's last run at its creation: without the hook the
+    first run came an hour after a fresh start, every row in DEFAULT meanwhile."""
+    from celery.beat import Service
+    from celery.signals import beat_init
+
+    from config.celery import app
+
+    sent = []
+    monkeypatch.setattr(app, "send_task", lambda name, **options: sent.append((name, options)))
+    for _start in range(2):  # a start, then a restart
+        beat_init.send(sender=Service(app=app))
+
+    assert sent == [("notifications.maintain_partitions", {"queue": "maintenance", "expires": 600})] * 2
+
+
 @pytest.mark.django_db
 def test_beat_runs_the_maintenance_hourly_on_the_maintenance_queue(frozen, settings):
     from notifications import tasks
