@@ -17,8 +17,8 @@ from celery import Celery
 from celery.exceptions import SecurityWarning
 from celery.signals import (
     after_setup_logger,
-    beat_init,
     after_setup_task_logger,
+    beat_init,
     task_prerun,
     worker_process_init,
     worker_process_shutdown,

@@ -257,6 +257,22 @@ def last_run() -> dict:
             "success_at": datetime.fromtimestamp(float(raw["success_at"]), UTC) if "success_at" in raw else None}
 
 
+#: A last success older than this many maintenance intervals is stale (the health page, the alert).
+STALE_INTERVALS = 2
+
+
+def stale_after() -> timedelta:
+    """How old the last successful run may be: :data:`STALE_INTERVALS` × beat's interval
+    (``PARTITION_MAINTENANCE_SECONDS``), so one missed or failed run is not yet stale, two are."""
+    return STALE_INTERVALS * timedelta(seconds=settings.CELERY_BEAT_SCHEDULE["maintain-partitions"]["schedule"])
+
+
+def is_stale(success_at: datetime | None, now: datetime | None = None) -> bool:
+    """Whether maintenance has not succeeded within :func:`stale_after` (or never recorded a success):
+    the days ahead run out after ``PARTITIONS_AHEAD_DAYS`` and rows then land in DEFAULT."""
+    return success_at is None or success_at < (now or clock.now()) - stale_after()
+
+
 def states() -> list[TableState]:
     """Each registered table's retention, number of day partitions, oldest day and rows in DEFAULT
     (counted up to 10,000: DEFAULT should be nearly empty)."""

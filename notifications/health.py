@@ -182,7 +182,9 @@ SELECT
 def partition_snapshot() -> dict:
     """The partitioned tables as /metrics and the provider-health page show them (core/partitions.py):
     ``{"tables": [{table, retention_days, partitions, oldest_day, oldest_age_days, default_rows}],
-    "last_run": {at, outcome, success_at} or None when Redis is unreachable}``. Raises on Postgres errors."""
+    "last_run": {at, outcome, success_at} or None when Redis is unreachable, "stale": no success within
+    partitions.stale_after() (None when unreadable), "stale_after": that timedelta}``. Raises on
+    Postgres errors."""
     today = clock.now().astimezone(UTC).date()
     tables = [{"table": s.table, "retention_days": s.retention_days, "partitions": s.partitions,
                "oldest_day": s.oldest_day, "default_rows": s.default_rows,
@@ -193,7 +195,8 @@ def partition_snapshot() -> dict:
     except redis.RedisError as exc:
         log.warning("partition maintenance record unreadable: %s", exc)
         last = None
-    return {"tables": tables, "last_run": last}
+    stale = None if last is None else partitions.is_stale(last["success_at"])
+    return {"tables": tables, "last_run": last, "stale": stale, "stale_after": partitions.stale_after()}
 
 
 def pipeline_snapshot(now: datetime | None = None) -> dict:

@@ -176,6 +176,9 @@ the recipient, not the provider.{% if truncated %} <b>More than {{ cap }} calls 
 <p>Last partition maintenance: {% if partitions.last_run.at %}{{ partitions.last_run.at|date:"Y-m-d H:i:s" }} UTC,
 <b>{{ partitions.last_run.outcome }}</b>{% if partitions.last_run.success_at %} (last success
 {{ partitions.last_run.success_at|date:"Y-m-d H:i:s" }} UTC){% endif %}{% else %}never recorded{% endif %}.</p>
+{% if partitions.stale %}<p class="errornote" id="partitions-stale"><b>Stale</b>: no successful partition
+maintenance in the last {{ stale_after }} (twice its interval). The days ahead run out after
+PARTITIONS_AHEAD_DAYS and rows then land in DEFAULT: check beat and the maintenance worker.</p>{% endif %}
 <table id="partitions"><thead><tr><th>Table</th><th>Retention</th><th>Day partitions</th><th>Oldest day</th>
 <th>Rows in DEFAULT</th></tr></thead>
 <tbody>{% for t in partitions.tables %}<tr><td>{{ t.table }}</td><td>{{ t.retention_days }} days</td>
@@ -223,6 +226,7 @@ def make_view(site: admin.AdminSite):
             "pipeline_error": pipeline_error, "partitions": partition_state, "partitions_error": partitions_error,
             "dead_oldest": _age(pipeline["dead_letters_oldest_age_seconds"]) if pipeline else "",
             "lag": _age(pipeline["scheduler_lag_seconds"]) if pipeline else "",
+            "stale_after": _age(partition_state["stale_after"].total_seconds()) if partition_state else "",
         }
         return TemplateResponse(request, _TEMPLATE, context)
 

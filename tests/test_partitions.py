@@ -278,6 +278,35 @@ def test_the_provider_health_page_shows_retention_partitions_oldest_day_and_the_
     assert "(last success\n2031-03-10 12:00:00 UTC)" in html
 
 
+@pytest.mark.django_db
+def test_the_provider_health_page_flags_a_maintenance_run_older_than_two_intervals_as_stale(frozen, admin_client):
+    partitions.maintain()
+    frozen[0] = NOW + timedelta(hours=2)  # two intervals: not yet stale
+    fresh = admin_client.get("/admin/provider-health/")
+    assert (fresh.context_data["partitions"]["stale"], 'id="partitions-stale"' in fresh.content.decode()) == (
+        False, False)
+
+    frozen[0] = NOW + timedelta(days=15)  # beat stopped: the seven days ahead have run out
+    n = notification(NOW)
+    attempt(n, frozen[0])  # lands in DEFAULT
+    response = admin_client.get("/admin/provider-health/")
+
+    assert response.context_data["partitions"]["stale"] is True
+    html = response.content.decode()
+    assert "<b>ok</b> (last success\n2031-03-10 12:00:00 UTC)" in html
+    assert '<p class="errornote" id="partitions-stale"><b>Stale</b>: no successful partition\nmaintenance in ' \
+           "the last 2.0 h" in html
+    assert [t["default_rows"] for t in response.context_data["partitions"]["tables"]
+            if t["table"] == ATTEMPTS] == [1]
+
+
+def test_a_maintenance_never_recorded_as_successful_is_stale(frozen):
+    assert partitions.stale_after() == timedelta(hours=2)
+    assert partitions.is_stale(None) is True
+    assert partitions.is_stale(NOW - timedelta(hours=2)) is False
+    assert partitions.is_stale(NOW - timedelta(hours=2, seconds=1)) is True
+
+
 def test_beat_queues_the_maintenance_as_it_starts_and_again_at_each_restart(monkeypatch):
     """django_celery_beat dates a never-run entry's last run at its creation: without the hook the
     first run came an hour after a fresh start, every row in DEFAULT meanwhile."""
