@@ -199,6 +199,35 @@ def test_replaying_an_archived_dead_letter_is_refused_with_a_message(admin_clien
     assert (row.live, row.status, Notification.objects.count()) == (False, Status.FAILED, 0)
 
 
+def test_a_link_to_a_dead_letter_archived_since_says_so_and_opens_its_notification(admin_client, alice):  # noqa: F811
+    dead = Notification.objects.create(id=uuid.uuid4(), recipient=alice, channel="sms", body="b",
+                                       status=Status.FAILED, reason=Reason.ATTEMPTS_EXHAUSTED,
+                                       dead_lettered_at=clock.now())
+    link = reverse("admin:notifications_deadletter_change", args=[dead.pk])
+    assert admin_client.get(link).status_code == 200
+    archive(dead.pk)
+
+    r = admin_client.get(link)
+
+    assert (r.status_code, r["Location"]) == (302, reverse("admin:notifications_notification_change",
+                                                           args=[dead.pk]))
+    shown = [str(m) for m in admin_client.get(r["Location"]).context["messages"]]
+    assert shown == [f"Dead letter {dead.pk} was archived (an expired dead letter, kept as history): not "
+                     "replayable. Its notification page follows."]
+
+
+def test_a_link_to_a_replayed_dead_letter_says_it_is_no_longer_one(admin_client, alice):  # noqa: F811
+    n = Notification.objects.create(id=uuid.uuid4(), recipient=alice, channel="sms", body="b", status=Status.QUEUED)
+    r = admin_client.get(reverse("admin:notifications_deadletter_change", args=[n.pk]), follow=True)
+    assert r.redirect_chain == [(reverse("admin:notifications_notification_change", args=[n.pk]), 302)]
+    assert [str(m) for m in r.context["messages"]] == [
+        f"{n.pk} is no longer a dead letter (replayed or changed since). Its notification page follows."]
+    missing = uuid.uuid4()
+    r = admin_client.get(reverse("admin:notifications_deadletter_change", args=[missing]), follow=True)
+    assert [str(m) for m in r.context["messages"]] == [
+        f"dead letter with ID “{missing}” doesn’t exist. Perhaps it was deleted?"]
+
+
 def test_an_inbox_item_of_an_archived_notification_stays_listed_with_its_content(admin_client, alice):  # noqa: F811
     from notifications.inbox.models import InboxItem
 

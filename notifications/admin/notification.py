@@ -12,8 +12,9 @@ import uuid
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.contrib.admin.utils import quote
+from django.contrib.admin.utils import quote, unquote
 from django.forms.models import BaseInlineFormSet
+from django.http import HttpResponseRedirect
 from django.urls import reverse
 from django.utils.html import format_html
 
@@ -234,6 +235,23 @@ class DeadLetterAdmin(NotificationAdmin):
     @admin.display(description="Last error")
     def last_error(self, obj):
         return obj.reason_detail[:120]
+
+    def _get_obj_does_not_exist_redirect(self, request, opts, object_id):
+        """A link to a dead letter archived since (or replayed, so no longer one) goes to its
+        notification page saying so, as the replay action does, instead of "Perhaps it was deleted?"."""
+        try:
+            pk = uuid.UUID(unquote(object_id))
+        except ValueError:
+            return super()._get_obj_does_not_exist_redirect(request, opts, object_id)
+        live = NotificationRecord.objects.filter(pk=pk).values_list("live", flat=True).first()
+        if live is None:
+            return super()._get_obj_does_not_exist_redirect(request, opts, object_id)
+        self.message_user(request, f"Dead letter {pk} was archived (an expired dead letter, kept as history): "
+                                   "not replayable. Its notification page follows." if not live else
+                          f"{pk} is no longer a dead letter (replayed or changed since). Its notification page "
+                          "follows.", messages.WARNING)
+        return HttpResponseRedirect(reverse("admin:notifications_notification_change", args=[quote(str(pk))],
+                                            current_app=self.admin_site.name))
 
     @admin.action(description="Replay selected dead letters (same id; attempt budget reset)", permissions=["replay"])
     def replay(self, request, queryset):
