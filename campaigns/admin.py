@@ -419,8 +419,9 @@ class CampaignAdmin(ContentLookupGuard, admin_views.CampaignLifecycleViews, Recu
         outcome = getattr(obj, "outcome", None)
         if outcome is None or obj.member_count is None:
             return "—"
-        return format_html('<meter min="0" max="{}" value="{}" title="sent"></meter> {}', obj.member_count or 1,
-                           outcome["sent"], admin_views.outcome_summary(outcome))
+        expired = " · history expired: counts of the notifications left" if selectors.history_expired(obj) else ""
+        return format_html('<meter min="0" max="{}" value="{}" title="sent"></meter> {}{}', obj.member_count or 1,
+                           outcome["sent"], admin_views.outcome_summary(outcome), expired)
 
     @admin.display(description="Unsubscribes")
     def unsubscribes(self, obj):

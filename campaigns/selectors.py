@@ -42,7 +42,13 @@ def campaign_counts(campaign: Campaign) -> dict:
             failed[row["reason"]] = failed.get(row["reason"], 0) + row["n"]
     return {"total": sum(by_status.values()), "outcome": outcome(by_status), "by_status": by_status,
             "suppressed_by_reason": suppressed, "failed_by_reason": failed,
-            "history_expired": records.history_expired(campaign.started_at)}
+            "history_expired": history_expired(campaign)}
+
+
+def history_expired(campaign: Campaign) -> bool:
+    """Whether the history's retention may have dropped some of ``campaign``'s notifications: from its
+    fan-out's start (:func:`notifications.records.history_expired`, the rule)."""
+    return records.history_expired(campaign.started_at)
 
 
 def outcome(by_status: dict) -> dict:

@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db import connection
 from django.urls import reverse
 
+from campaigns.api.serializers import run_items
 from campaigns.models import Campaign
 from core import partitions
 from notifications import records
@@ -125,3 +126,7 @@ def test_a_completed_campaign_past_retention_says_its_history_expired(frozen, ca
     assert 'id="history-expired"' in page
     progress = admin_client.get(reverse("admin:campaigns_campaign_progress", args=[c.pk])).json()
     assert progress["history_expired"] is True
+    listing = admin_client.get(reverse("admin:campaigns_campaign_changelist")).content.decode()
+    assert "sent 0 (delivered 0)" in listing and "history expired: counts of the notifications left" in listing
+    assert [(r["outcome"]["sent"], r["history_expired"]) for r in run_items([Campaign.objects.get(pk=c.pk)])] == [
+        (0, True)]

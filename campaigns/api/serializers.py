@@ -578,15 +578,18 @@ class CampaignRunSerializer(serializers.Serializer):
     skip_reason = serializers.CharField()
     member_count = serializers.IntegerField(allow_null=True, help_text="Members in the run's snapshot.")
     outcome = OutcomeSerializer()
+    history_expired = serializers.BooleanField(help_text="As the run's `counts.history_expired`: the outcome is "
+                                                         "of the notifications the history still keeps.")
 
 
 def run_items(rows: list[Campaign]) -> list[dict]:
     """A page of runs with their outcomes (one grouped query)."""
-    from campaigns.selectors import outcomes_for
+    from campaigns.selectors import history_expired, outcomes_for
 
     outcomes = outcomes_for([r.pk for r in rows])
     return [{"id": str(r.pk), "occurrence_at": r.occurrence_at, "status": r.status, "skip_reason": r.skip_reason,
-             "member_count": r.member_count, "outcome": outcomes[r.pk]} for r in rows]
+             "member_count": r.member_count, "outcome": outcomes[r.pk], "history_expired": history_expired(r)}
+            for r in rows]
 
 
 class SegmentMemberSerializer(serializers.Serializer):
