@@ -75,6 +75,17 @@ def test_a_revocation_by_another_process_is_honoured_once_the_ttl_has_passed(mov
     assert (r.status_code, r.json()["error"]["code"]) == (401, "revoked_api_key")
 
 
+def test_a_revocation_elsewhere_is_honoured_after_the_clock_moved_back(moved_clock, key):
+    """An entry remembered while the clock was months ahead (a test's offset, an NTP step back) is not
+    trusted for those months once the clock is back: the next request reads the row."""
+    moved_clock(90 * 86400)
+    assert get(key[1]).status_code == 200
+    APIClient.objects.filter(pk=key[0].pk).update(revoked=True)  # another process: no signal here
+    moved_clock(0)
+    r = get(key[1])
+    assert (r.status_code, r.json()["error"]["code"]) == (401, "revoked_api_key")
+
+
 def test_a_revocation_saved_in_this_process_is_honoured_at_once(moved_clock, key):
     assert get(key[1]).status_code == 200
     key[0].revoked = True

@@ -210,6 +210,19 @@ def test_a_new_endpoint_is_seen_at_once_in_its_process_and_a_change_elsewhere_af
     assert outbox.subscribers("notification.sent") == {}
 
 
+def test_subscriptions_are_read_again_when_the_clock_moved_back(monkeypatch):
+    """A clock moved back (the platform clock's offset reset, an NTP step) must not keep a read for the
+    months it was moved forward: the e2e stack's webhooks went silent after a test moved the clock."""
+    client, _ = make_client()
+    now = [10_000_000.0]  # moved months ahead
+    monkeypatch.setattr(outbox, "_cache_clock", lambda: now[0])
+    assert outbox.subscribers("notification.sent") == {}
+    now[0] = 1000.0  # back to today; another process saves an endpoint (no signal reaches this one)
+    WebhookEndpoint.objects.bulk_create([WebhookEndpoint(client=client, url="https://hooks.example.com/b",
+                                                         events=["notification.sent"], secret="whsec_x")])
+    assert list(outbox.subscribers("notification.sent")) == [client.pk]
+
+
 @pytest.mark.parametrize("event, move", [
     ("notification.suppressed", lambda n: lifecycle.suppress([n], {n.pk: "opted out"}, Reason.OPTED_OUT_CHANNEL,
                                                              clock.now())),

@@ -84,8 +84,9 @@ def key_owner(key: str) -> APIClient | None:
     return client
 
 
-#: prefix → (deadline on :func:`_cache_clock`, client); only clients found, never unknown prefixes.
-_clients: dict[str, tuple[float, APIClient]] = {}
+#: prefix → (read at, deadline on :func:`_cache_clock`, client); only clients found, never unknown
+#: prefixes. An entry read "after" now (the clock moved back) is stale too.
+_clients: dict[str, tuple[float, float, APIClient]] = {}
 _MAX_CACHED = 1024
 
 
@@ -98,10 +99,10 @@ def _cached_client(prefix: str) -> APIClient | None:
     entry = _clients.get(prefix)
     if entry is None:
         return None
-    if entry[0] <= _cache_clock():
+    if not entry[0] <= _cache_clock() < entry[1]:
         _clients.pop(prefix, None)
         return None
-    return entry[1]
+    return entry[2]
 
 
 def _remember(prefix: str, client: APIClient) -> None:
@@ -110,7 +111,8 @@ def _remember(prefix: str, client: APIClient) -> None:
         return
     if len(_clients) >= _MAX_CACHED:
         _clients.clear()
-    _clients[prefix] = (_cache_clock() + ttl, client)
+    now = _cache_clock()
+    _clients[prefix] = (now, now + ttl, client)
 
 
 @receiver([post_save, post_delete], sender=APIClient, dispatch_uid="api-key-cache-forget")

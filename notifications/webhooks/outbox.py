@@ -36,8 +36,10 @@ from notifications.events.models import Event
 from notifications.models import user_outcome
 from notifications.webhooks.models import OUTCOME_EVENTS, WebhookDelivery, WebhookEndpoint
 
-#: event type → {client id: [endpoint ids]}, and when it is read again (:func:`_cache_clock`).
+#: event type → {client id: [endpoint ids]}, when it was read and when it is read again
+#: (:func:`_cache_clock`; a clock moved back before the read also reads it again).
 _subscriptions: dict[str, dict[str, list]] = {}
+_read_at = 0.0
 _deadline = 0.0
 #: SQL over a notification ``n``: the id of the client that launched its campaign (NULL: none); and
 #: the ids of the campaigns launched by the clients ``%(clients)s``.
@@ -59,15 +61,16 @@ def register_campaign_owner(owner: str, campaigns_of: str) -> None:
 
 def subscribers(event_type: str) -> dict[str, list]:
     """``{client id: [endpoint ids]}`` of the active endpoints subscribed to ``event_type``."""
-    global _subscriptions, _deadline
-    if _cache_clock() >= _deadline:
+    global _subscriptions, _read_at, _deadline
+    if not _read_at <= _cache_clock() < _deadline:
         fresh: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
         for pk, client_id, events in WebhookEndpoint.objects.filter(active=True).values_list("id", "client_id",
                                                                                              "events"):
             for event in events or ():
                 fresh[event][client_id].append(pk)
         _subscriptions = {event: dict(clients) for event, clients in fresh.items()}
-        _deadline = _cache_clock() + settings.WEBHOOKS["CACHE_SECONDS"]
+        _read_at = _cache_clock()
+        _deadline = _read_at + settings.WEBHOOKS["CACHE_SECONDS"]
     return _subscriptions.get(event_type, {})
 
 
