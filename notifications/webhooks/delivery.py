@@ -1,23 +1,26 @@
 """Delivering the outbox (docs/WEBHOOKS.md, "Delivery"): the webhook worker, never the send path.
 
 Every ``WEBHOOKS_DISPATCH_SECONDS`` the dispatcher (:func:`dispatch`) publishes one task per
-endpoint with due deliveries; :func:`deliver_endpoint` takes the endpoint (``busy_until``: one
-batch in flight per endpoint), reads up to ``BATCH_SIZE`` due deliveries and posts them in order,
-signed per the Standard Webhooks spec with its reference library, until the batch's time budget is
-spent. A slow endpoint so holds one worker thread for at most its budget and never delays another
+endpoint with due deliveries; :func:`deliver_endpoint` takes the endpoint's lease (``busy_until``
+and its holder's token ``lease``: one batch in flight per endpoint), reads up to ``BATCH_SIZE`` due
+deliveries and posts them in order, signed per the Standard Webhooks spec with its reference
+library, until the batch's time budget is spent; each request ends by its timeout. A slow endpoint
+so holds one worker thread for at most its budget plus one timeout and never delays another
 client's webhooks.
 
 Outcomes: a 2xx delivers; a timeout, a connection error, a 429 or a 5xx is tried again after
-``Retry-After`` when given, else an exponential backoff, until ``RETRY_FOR_SECONDS`` after the
-first attempt; any other answer (a 3xx: redirects are not followed, a 4xx) fails the delivery at
-once. Each attempt is a :class:`WebhookAttempt` row. An endpoint with no success for
-``DISABLE_AFTER_SECONDS`` is disabled with its reason.
+``Retry-After`` when it gives a future time (at least the base delay), else an exponential
+backoff, until ``RETRY_FOR_SECONDS`` after the first attempt; any other answer (a 3xx: redirects
+are not followed, a 4xx) fails the delivery at once. Each attempt is a :class:`WebhookAttempt`
+row. An endpoint with no success for ``DISABLE_AFTER_SECONDS`` is disabled with its reason.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from email.utils import parsedate_to_datetime
@@ -66,18 +69,27 @@ def dispatch(now: datetime | None = None) -> int:
 
 def retry_delay(attempt: int, retry_after: str, now: datetime) -> float:
     """Seconds until the next try: the endpoint's ``Retry-After`` (seconds or an HTTP date) when it
-    gives one, else ``RETRY_BASE_SECONDS * 2**(attempt-1)``; capped at ``RETRY_CAP_SECONDS``."""
-    cap = _conf("RETRY_CAP_SECONDS")
-    value = retry_after.strip()
-    if value:
+    gives a positive one, at least ``RETRY_BASE_SECONDS``; else (none, invalid, zero, negative, a
+    past date) ``RETRY_BASE_SECONDS * 2**(attempt-1)``. Capped at ``RETRY_CAP_SECONDS``."""
+    cap, base = _conf("RETRY_CAP_SECONDS"), _conf("RETRY_BASE_SECONDS")
+    asked = _retry_after_seconds(retry_after.strip(), now)
+    if asked is not None and asked > 0:
+        return min(cap, max(base, asked))
+    return min(cap, base * 2 ** (attempt - 1))
+
+
+def _retry_after_seconds(value: str, now: datetime) -> float | None:
+    """``Retry-After`` in seconds from ``now`` (None: absent or not a finite number nor an HTTP date)."""
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
         try:
-            return min(cap, max(0.0, float(value)))
-        except ValueError:
-            try:
-                return min(cap, max(0.0, (parsedate_to_datetime(value) - now).total_seconds()))
-            except (TypeError, ValueError):
-                pass
-    return min(cap, _conf("RETRY_BASE_SECONDS") * 2 ** (attempt - 1))
+            seconds = (parsedate_to_datetime(value) - now).total_seconds()
+        except (TypeError, ValueError):
+            return None
+    return seconds if math.isfinite(seconds) else None
 
 
 def body_of(delivery: WebhookDelivery) -> bytes:
@@ -195,21 +207,43 @@ _TALLY = {str(State.DELIVERED): "delivered", str(State.FAILED): "failed"}
 RECORD_EVERY = 50
 
 
-def deliver_endpoint(endpoint_id) -> dict:
-    """One run for one endpoint: its due deliveries, oldest first, within the batch budget."""
-    now = clock.now()
-    budget = _conf("BATCH_BUDGET_SECONDS")
-    hold = now + timedelta(seconds=budget + _conf("TIMEOUT_SECONDS") + 5)
+#: Seconds a lease outlasts the last request a run may make (for recording the run's attempts).
+LEASE_MARGIN_SECONDS = 5
+
+
+def take(endpoint_id, now: datetime, seconds: float) -> uuid.UUID | None:
+    """The endpoint's lease for ``seconds`` when it is idle and active: a token only its holder
+    releases (one run per endpoint); None when another run holds it."""
+    token = uuid.uuid4()
     idle = Q(busy_until__isnull=True) | Q(busy_until__lt=now)
-    if not WebhookEndpoint.objects.filter(idle, pk=endpoint_id, active=True).update(busy_until=hold):
+    taken = WebhookEndpoint.objects.filter(idle, pk=endpoint_id, active=True).update(
+        busy_until=now + timedelta(seconds=seconds), lease=token)
+    return token if taken else None
+
+
+def release(endpoint_id, token: uuid.UUID) -> None:
+    """Free the endpoint if ``token`` still holds it (a run whose lease ran out frees nothing)."""
+    WebhookEndpoint.objects.filter(pk=endpoint_id, lease=token).update(busy_until=None, lease=None)
+
+
+def deliver_endpoint(endpoint_id) -> dict:
+    """One run for one endpoint: its due deliveries, oldest first, within the batch budget. The run
+    holds the endpoint's lease from ``now`` for budget + timeout + a margin, and starts no request
+    after ``now`` + budget: each request ends by its timeout (a wall-clock deadline), so the run is
+    over before its lease is, and no other run of the endpoint starts meanwhile."""
+    now = clock.now()
+    budget, timeout = _conf("BATCH_BUDGET_SECONDS"), _conf("TIMEOUT_SECONDS")
+    hold = budget + timeout + LEASE_MARGIN_SECONDS
+    token = take(endpoint_id, now, hold)
+    if token is None:
         return {"taken": False}
     done = {"taken": True, "delivered": 0, "failed": 0, "retrying": 0}
     try:
         endpoint = WebhookEndpoint.objects.get(pk=endpoint_id)
         due = list(WebhookDelivery.objects.filter(endpoint=endpoint, state=State.PENDING, next_attempt_at__lte=now)
                    .order_by("next_attempt_at", "created_at", "id")[:int(_conf("BATCH_SIZE"))])
-        deadline = clock.now() + timedelta(seconds=budget)
-        conn = transport.Connection(endpoint.url, _conf("TIMEOUT_SECONDS")) if due else None
+        deadline = now + timedelta(seconds=budget)
+        conn = transport.Connection(endpoint.url, timeout) if due else None
         signer = Webhook(endpoint.secret)
         tried: list[Tried] = []
         try:
@@ -228,7 +262,7 @@ def deliver_endpoint(endpoint_id) -> dict:
                 conn.close()
             record(endpoint, tried)
     finally:
-        WebhookEndpoint.objects.filter(pk=endpoint_id).update(busy_until=None)
+        release(endpoint_id, token)
     return done
 
 

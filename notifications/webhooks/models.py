@@ -49,6 +49,8 @@ class WebhookEndpoint(models.Model):
                                          help_text="First failed attempt since the last success (none: healthy).")
     #: The delivery worker holding this endpoint until then (one batch in flight per endpoint).
     busy_until = models.DateTimeField(null=True, blank=True, editable=False)
+    #: The token of the run holding ``busy_until``: only it renews or releases the lease.
+    lease = models.UUIDField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(default=clock.now, editable=False)
     updated_at = models.DateTimeField(default=clock.now, editable=False)
 

@@ -9,7 +9,8 @@ event nobody subscribes to returns before any query. Otherwise a batch of moved 
 SELECT (of the subscribed clients' rows only) and one COPY of all its deliveries.
 
 An event's user whose notifications are all decided (a move ended the last one) is one
-``event.reached`` or ``event.not_reached``, told once per endpoint.
+``event.reached`` or ``event.not_reached``, told once per endpoint, with the key the client sent
+(the event's; a typed single send's is on its one notification).
 
 A campaign's rows carry no client: they belong to the client that launched the campaign, which
 the campaigns floor tells as SQL through :func:`register_campaign_owner` (the arrow points down). A
@@ -156,7 +157,8 @@ def emit_ids(ids: Iterable, status: str, at: datetime, *, table: str = "notifica
 
 
 _OUTCOME_SQL = f"""
-SELECT n.event_id, n.recipient_id, n.id, n.channel, n.status, n.reason, e.idempotency_key
+SELECT n.event_id, n.recipient_id, n.id, n.channel, n.status, n.reason,
+       COALESCE(e.idempotency_key, n.idempotency_key)
   FROM notifications_notification AS n JOIN {Event._meta.db_table} AS e ON e.id = n.event_id
  WHERE n.event_id = ANY(%s::uuid[]) AND n.recipient_id = ANY(%s::text[])
 """

@@ -5,7 +5,9 @@ Production allows ``https`` to global addresses only: no loopback, private, link
 metadata service at 169.254.169.254), shared, reserved or multicast address, so an API client
 cannot make the platform call into its own network (SSRF). The name is resolved, each address
 checked, and the connection made to the checked address, so a name that resolves to a public
-address at save and to 127.0.0.1 at send (DNS rebinding) is refused at send.
+address at save and to 127.0.0.1 at send (DNS rebinding) is refused at send. An IPv6 address
+carrying an IPv4 one (NAT64, SIIT, 6to4, Teredo…) is judged by that one too, and the IPv4 forms
+the resolver reads (``2130706433``, ``0177.0.0.1``, ``127.1``) are IP literals.
 ``WEBHOOKS["ALLOW_INSECURE"]`` (local development and tests) allows ``http`` and any address.
 """
 
@@ -26,15 +28,54 @@ def insecure_allowed() -> bool:
     return bool(settings.WEBHOOKS["ALLOW_INSECURE"])
 
 
+#: IPv6 prefixes that carry an IPv4 address in their last 32 bits: NAT64 (RFC 6052), SIIT
+#: (RFC 6145), IPv4-compatible (deprecated, RFC 4291). 6to4 and Teredo have their own properties.
+_LAST_32_BITS = tuple(ipaddress.IPv6Network(n) for n in ("64:ff9b::/96", "::ffff:0:0:0/96", "::/96"))
+#: Local-use NAT64 (RFC 8215): translates to whatever the operator's network holds; never public.
+_LOCAL_NAT64 = ipaddress.IPv6Network("64:ff9b:1::/48")
+
+
+def _embedded(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address carries (NAT64, SIIT, compatible, 6to4, Teredo)."""
+    found = [ip.sixtofour] if ip.sixtofour is not None else []
+    if ip.teredo is not None:
+        found += list(ip.teredo)
+    found += [ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF) for net in _LAST_32_BITS if ip in net]
+    return found
+
+
+def _literal(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """``host`` as an IP address when it is one, including the forms ``inet_aton`` (and so the
+    resolver) reads as IPv4: decimal ``2130706433``, octal ``0177.0.0.1``, hex, short ``127.1``."""
+    try:
+        return ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        pass
+    if not host or any(c not in "0123456789abcdefxABCDEFX." for c in host):
+        return None  # inet_aton ignores what follows a space: only digits, dots and hex are read by it
+    try:
+        return ipaddress.IPv4Address(socket.inet_aton(host))
+    except OSError:
+        return None
+
+
 def check_address(address: str) -> None:
-    """Raise :class:`Refused` unless ``address`` (an IP literal) is a global unicast address."""
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    """Raise :class:`Refused` unless ``address`` (an IP literal) is a global unicast address, and
+    every IPv4 address it embeds (an IPv6 translation or tunnel form) is one too."""
+    ip = _literal(address)
+    if ip is None:
+        raise ValueError(f"{address!r} is not an IP address")
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+        ip = ip.ipv4_mapped  # ::ffff:a.b.c.d is that IPv4 address
     if insecure_allowed():
         return
-    if not ip.is_global or ip.is_multicast:
-        raise Refused(f"{ip} is not a public address (loopback, private, link-local or reserved): refused")
+    inner = _embedded(ip) if isinstance(ip, ipaddress.IPv6Address) else []
+    if isinstance(ip, ipaddress.IPv6Address) and ip in _LOCAL_NAT64:
+        raise Refused(f"{ip} is a local-use NAT64 address: refused")
+    for one in (ip, *inner):
+        if not one.is_global or one.is_multicast:
+            shown = f"{one} (in {ip})" if one is not ip else str(ip)
+            raise Refused(f"{shown} is not a public address (loopback, private, link-local or reserved): refused")
 
 
 def check_url(url: str) -> tuple[str, str, int]:
@@ -45,6 +86,8 @@ def check_url(url: str) -> tuple[str, str, int]:
         port = parts.port
     except ValueError as exc:
         raise Refused(f"not a URL: {exc}") from None
+    if any(ord(c) <= 0x20 or ord(c) == 0x7F for c in url):
+        raise Refused("must not contain spaces or control characters (CR, LF, tab…)")
     schemes = ("https", "http") if insecure_allowed() else ("https",)
     if parts.scheme not in schemes:
         raise Refused(f"must start with {' or '.join(s + '://' for s in schemes)}")
@@ -72,10 +115,10 @@ def getaddrinfo(host: str, port: int) -> list[str]:
 def resolve(host: str, port: int) -> str:
     """The address to connect to for ``host``: resolved now, every address checked (one refused:
     all refused, a name answering with a private address is not trusted for its others)."""
-    try:
-        ipaddress.ip_address(host)
-        addresses = [host]
-    except ValueError:
+    literal = _literal(host)
+    if literal is not None:
+        addresses = [str(literal)]
+    else:
         try:
             addresses = getaddrinfo(host, port)
         except OSError as exc:
