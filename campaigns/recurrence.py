@@ -22,7 +22,7 @@ from dateutil import rrule as du
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
-from notifications.api.serializers import MAX_SCHEDULE_BEHIND
+from notifications.api.serializers import MAX_SCHEDULE_AHEAD, MAX_SCHEDULE_BEHIND
 from preferences.validation import validate_iana_zone
 from preferences.wallclock import MAX_UTC_OFFSET, earliest_instant, wall_time_to_utc
 
@@ -33,6 +33,15 @@ START_FORMAT = "%Y-%m-%dT%H:%M:%S"
 MAX_TIMES_PER_DAY = 24
 _STEP_SECONDS = {du.HOURLY: 3600, du.MINUTELY: 60, du.SECONDLY: 1}
 _FREQ_NAMES = {du.HOURLY: "HOURLY", du.MINUTELY: "MINUTELY", du.SECONDLY: "SECONDLY"}
+#: RFC 5545 §3.3.10 ranges of the numeric list parts: (low, high, signed: -high..-low allowed too).
+PART_RANGES = {"BYSECOND": (0, 59, False), "BYMINUTE": (0, 59, False), "BYHOUR": (0, 23, False),
+               "BYMONTHDAY": (1, 31, True), "BYYEARDAY": (1, 366, True), "BYWEEKNO": (1, 53, True),
+               "BYMONTH": (1, 12, False), "BYSETPOS": (1, 366, True)}
+_WEEKDAYS = ("MO", "TU", "WE", "TH", "FR", "SA", "SU")
+#: Parts whose matches can bunch up only every few years (a leap year's day 366, 31st of a month):
+#: a rule with one is checked over at least 4 years and a day, past the next leap year.
+_SPARSE_PARTS = ("_byyearday", "_bymonthday", "_bynmonthday", "_bysetpos", "_byweekno")
+_LEAP_CYCLE_DAYS = 4 * 366 + 1
 
 
 def conf(name: str) -> int:
@@ -113,6 +122,9 @@ def parse(rule: str, start: str | datetime, timezone: str, *, now: datetime) -> 
     if now.replace(tzinfo=None) - start > MAX_SCHEDULE_BEHIND:
         # Each expansion walks from the start: an hourly rule started in 1900 would cost a million steps.
         raise ScheduleError("schedule.start", "too_far_past", f"at most {MAX_SCHEDULE_BEHIND.days} days in the past")
+    if start - now.replace(tzinfo=None) > MAX_SCHEDULE_AHEAD:
+        # As scheduled_at; also keeps the checked window (start + CHECK_DAYS) far from year 9999.
+        raise ScheduleError("schedule.start", "too_far_ahead", f"at most {MAX_SCHEDULE_AHEAD.days} days ahead")
     if timezone != RECIPIENT_ZONE:
         try:
             validate_iana_zone(timezone)
@@ -128,6 +140,7 @@ def parse(rule: str, start: str | datetime, timezone: str, *, now: datetime) -> 
     if re.search(r"UNTIL=\d{8}T\d{6}Z", text, flags=re.IGNORECASE):
         raise ScheduleError("schedule.rrule", "invalid_rrule", "UNTIL is a local wall time such as 20261231T235959, "
                                                                "without Z: the rule is read in schedule.timezone")
+    _check_parts(text)
     try:
         parsed = du.rrulestr(text, dtstart=start)
     except Exception as exc:  # dateutil raises several types for bad input
@@ -136,8 +149,55 @@ def parse(rule: str, start: str | datetime, timezone: str, *, now: datetime) -> 
     if not isinstance(parsed, du.rrule):
         raise ScheduleError("schedule.rrule", "invalid_rrule", "one RRULE, not a set")
     schedule = Schedule(text, start, timezone, parsed)
-    _check_bounds(schedule, now)
+    try:
+        _check_bounds(schedule, now)
+    except ScheduleError:
+        raise
+    except (ValueError, OverflowError) as exc:  # dateutil or datetime giving up while expanding: never a 500
+        raise ScheduleError("schedule.rrule", "invalid_rrule", f"the rule cannot be expanded from "
+                                                               f"{start:%Y-%m-%dT%H:%M:%S}: {exc}") from None
     return schedule
+
+
+def _invalid_part(message: str) -> ScheduleError:
+    return ScheduleError("schedule.rrule", "invalid_rrule", message)
+
+
+def _check_parts(text: str) -> None:
+    """RFC 5545 ranges that dateutil does not enforce (it reads BYMONTHDAY=0 as "no BYMONTHDAY", so a
+    yearly rule turns daily): INTERVAL and COUNT at least 1, each BY* value in its range, no value twice,
+    a BYDAY ordinal (±1..53) only with FREQ=MONTHLY or YEARLY. Before dateutil, to name the part."""
+    parts = dict(part.split("=", 1) for part in text.upper().split(";") if "=" in part)
+    for name in ("INTERVAL", "COUNT"):
+        if name in parts and not (parts[name].isdigit() and int(parts[name]) >= 1):
+            raise _invalid_part(f"{name}={parts[name]}: {name} is a whole number of at least 1")
+    for name, (low, high, signed) in PART_RANGES.items():
+        if name not in parts:
+            continue
+        values = parts[name].split(",")
+        for value in values:
+            try:
+                number = int(value)
+            except ValueError:
+                raise _invalid_part(f"{name}={parts[name]}: {value!r} is not a whole number") from None
+            if not (low <= number <= high or (signed and -high <= number <= -low)):
+                allowed = f"±{low}..{high}" if signed else f"{low}..{high}"
+                raise _invalid_part(f"{name}={parts[name]}: {value} is outside {allowed} (RFC 5545)")
+        if len({int(v) for v in values}) != len(values):
+            raise _invalid_part(f"{name}={parts[name]}: a value is given twice")
+    if "BYDAY" in parts:
+        days = parts["BYDAY"].split(",")
+        for day in days:
+            ordinal = day[:-2]
+            if day[-2:] not in _WEEKDAYS or not re.fullmatch(r"([+-]?\d{1,3})?", ordinal):
+                raise _invalid_part(f"BYDAY={parts['BYDAY']}: {day!r} is not a weekday such as MO, +1MO or -1FR")
+            if ordinal and not 1 <= abs(int(ordinal)) <= 53:
+                raise _invalid_part(f"BYDAY={parts['BYDAY']}: the ordinal of {day} is outside ±1..53 (RFC 5545)")
+            if ordinal and parts.get("FREQ") not in ("MONTHLY", "YEARLY"):
+                raise _invalid_part(f"BYDAY={parts['BYDAY']}: an ordinal such as {day} only with FREQ=MONTHLY or "
+                                    "FREQ=YEARLY (RFC 5545)")
+        if len({re.sub(r"^\+", "", d) for d in days}) != len(days):
+            raise _invalid_part(f"BYDAY={parts['BYDAY']}: a day is given twice")
 
 
 def _too_frequent(detail: str) -> ScheduleError:
@@ -165,7 +225,10 @@ def _check_bounds(schedule: Schedule, now: datetime) -> None:
         times *= len(values) if values else 1
     if times > MAX_TIMES_PER_DAY:
         raise _too_frequent(f"{times} times of day (BYHOUR × BYMINUTE × BYSECOND)")
-    horizon = max(schedule.start, schedule.wall_at_or_before(now)) + timedelta(days=conf("SCHEDULE_CHECK_DAYS"))
+    days = conf("SCHEDULE_CHECK_DAYS")
+    if any(getattr(r, name, None) for name in _SPARSE_PARTS):
+        days = max(days, _LEAP_CYCLE_DAYS)
+    horizon = max(schedule.start, schedule.wall_at_or_before(now)) + timedelta(days=days)
     # COUNT left out (dateutil refuses COUNT with UNTIL): it only cuts the expansion, taken below.
     bounded = r.replace(count=None, until=min(r._until, horizon) if r._until else horizon)
     examined = conf("SCHEDULE_CHECK_OCCURRENCES") if r._count is None else min(r._count,
@@ -197,9 +260,11 @@ def stored(campaign) -> Schedule:
 def upcoming(campaign, n: int, now: datetime) -> list[Occurrence]:
     """A series' next ``n`` occurrences as the API and the admin show them: from its ``next_run_at``
     while scheduled, from ``now`` while a draft or paused (what a launch or a resume now would send);
-    none once completed or cancelled."""
+    none once its last run is made, completed or cancelled."""
     if campaign.status not in ("draft", "scheduled", "paused"):
         return []
+    if campaign.status == "scheduled" and campaign.next_run_at is None:
+        return []  # its last run is still going (docs/RECURRING.md)
     if campaign.status == "scheduled" and campaign.next_run_at is not None:
         now = campaign.next_run_at - timedelta(microseconds=1)
     return stored(campaign).next_after(now, n)

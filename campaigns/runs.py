@@ -10,7 +10,7 @@ A run's id is :func:`notifications.ids.campaign_run_id` (series + occurrence ins
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
 
@@ -30,6 +30,30 @@ COPIED_FIELDS = ("name", "client", "created_by", "segment", "channel", "priority
 CATCH_UP = 100
 PREVIOUS_ACTIVE = "previous run still active"
 SUPERSEDED = "a later occurrence was already due (beat was late)"
+#: Statuses of a run not finished: a series' cancel cancels them, and the series is not completed before.
+ACTIVE_STATUSES = (CampaignStatus.SCHEDULED, CampaignStatus.FANNING_OUT, CampaignStatus.SENDING)
+
+
+def too_late_reason(occurrence_at: datetime, now: datetime) -> str:
+    """Why an IANA-zone occurrence reached this late is not sent: the local-time campaigns' missed rule
+    (``CAMPAIGN_MISSED_GRACE_SECONDS``), "" within it."""
+    grace = recurrence.conf("MISSED_GRACE_SECONDS")
+    if now - occurrence_at <= timedelta(seconds=grace):
+        return ""
+    return (f"too late: made {int((now - occurrence_at).total_seconds())} s after its time, more than "
+            f"CAMPAIGN_MISSED_GRACE_SECONDS ({grace})")
+
+
+def too_close_reason(series: Campaign, occurrence_at: datetime) -> str:
+    """Why an occurrence closer than ``CAMPAIGN_SCHEDULE_MIN_INTERVAL_SECONDS`` to the series' previous
+    one (a run, made or skipped) is not sent: the check at creation expands a rule only so far."""
+    minimum = recurrence.conf("SCHEDULE_MIN_INTERVAL_SECONDS")
+    previous = (series.runs.filter(occurrence_at__lt=occurrence_at).order_by("-occurrence_at")
+                .values_list("occurrence_at", flat=True).first())
+    if previous is None or (occurrence_at - previous).total_seconds() >= minimum:
+        return ""
+    return (f"too close: {int((occurrence_at - previous).total_seconds())} s after the previous occurrence, less "
+            f"than CAMPAIGN_SCHEDULE_MIN_INTERVAL_SECONDS ({minimum})")
 
 
 class NotRecurring(Exception):
@@ -49,7 +73,8 @@ def first_run_at(schedule: recurrence.Schedule, now: datetime) -> datetime | Non
 def create_due_runs() -> dict[str, int]:
     """Beat: for every active series whose ``next_run_at`` has come, make its due occurrences' runs
     (:func:`advance_series`). Series are locked ``FOR UPDATE SKIP LOCKED``: two beats never work on
-    one series at once. Returns counts of runs ``created`` and ``skipped``."""
+    one series at once. Then completes each series whose last run was made and has finished
+    (:func:`ended_updates`). Returns counts of runs ``created`` and ``skipped``."""
     now = clock.now()
     totals = {"created": 0, "skipped": 0}
     with transaction.atomic():
@@ -59,15 +84,29 @@ def create_due_runs() -> dict[str, int]:
         for series in due:
             for key, n in advance_series(series, now).items():
                 totals[key] += n
+        # A series whose last run was made completes once that run has finished (ended_updates).
+        (Campaign.objects.filter(status=CampaignStatus.SCHEDULED, next_run_at__isnull=True).exclude(schedule_rule="")
+         .exclude(runs__status__in=ACTIVE_STATUSES)
+         .update(status=CampaignStatus.COMPLETED, completed_at=now, updated_at=now))
     return totals
+
+
+def ended_updates(series_id, now: datetime) -> dict:
+    """A series whose rule has no occurrence left: ``completed`` if none of its runs is still active;
+    else it stays ``scheduled`` (``next_run_at`` null, cancellable, its runs with it) and beat completes
+    it once they have finished (:func:`create_due_runs`)."""
+    if Campaign.objects.filter(series_id=series_id, status__in=ACTIVE_STATUSES).exists():
+        return {}
+    return {"status": CampaignStatus.COMPLETED, "completed_at": now}
 
 
 def advance_series(series: Campaign, now: datetime) -> dict[str, int]:
     """Make the runs of ``series``' occurrences due at ``now`` (in the caller's transaction, the series
     locked) and move ``next_run_at`` on. The latest due occurrence becomes a run, unless the previous
     run is still active (:func:`previous_run_active`): then it is recorded ``skipped`` with that reason;
-    earlier due ones (beat was down) are recorded ``skipped`` as superseded, never sent in a burst.
-    A rule with no occurrence left completes the series."""
+    earlier due ones (beat was down) are recorded ``skipped`` as superseded, never sent in a burst; so is
+    an IANA-zone occurrence made too late (:func:`too_late_reason`) or too close to the previous one
+    (:func:`too_close_reason`). A rule with no occurrence left ends the series (:func:`ended_updates`)."""
     schedule = recurrence.stored(series)
     due, following = [], None
     for occurrence in schedule.occurrences(from_instant=series.next_run_at):
@@ -81,13 +120,15 @@ def advance_series(series: Campaign, now: datetime) -> dict[str, int]:
         if i < len(due) - 1 or not caught_up:
             reason = SUPERSEDED
         else:
-            reason = PREVIOUS_ACTIVE if previous_run_active(series, now) else ""
+            reason = ((too_late_reason(occurrence.at, now) if not schedule.per_recipient else "")
+                      or too_close_reason(series, occurrence.at)
+                      or (PREVIOUS_ACTIVE if previous_run_active(series, now) else ""))
         _run, created = create_run(series, schedule, occurrence, skip_reason=reason)
         if created:
             counts["skipped" if reason else "created"] += 1
     updates = {"next_run_at": following.at if following else None, "updated_at": now}
     if following is None:
-        updates.update(status=CampaignStatus.COMPLETED, completed_at=now)
+        updates.update(ended_updates(series.pk, now))
     Campaign.objects.filter(pk=series.pk).update(**updates)
     if counts["created"] or counts["skipped"]:
         log.info("campaign %s: %d run(s) created, %d skipped", series.pk, counts["created"], counts["skipped"])
@@ -157,7 +198,7 @@ def resume(campaign_id) -> Campaign:
         updates = {"status": CampaignStatus.SCHEDULED, "paused_at": None, "next_run_at": following,
                    "updated_at": now}
         if following is None:
-            updates.update(status=CampaignStatus.COMPLETED, completed_at=now)
+            updates.update(ended_updates(series.pk, now))
         Campaign.objects.filter(pk=series.pk).update(**updates)
     return Campaign.objects.get(pk=campaign_id)
 
@@ -171,5 +212,4 @@ def _locked_series(campaign_id) -> Campaign:
 
 def active_runs(series_id) -> list:
     """Ids of a series' runs not finished (a series' cancel cancels them too)."""
-    return list(Campaign.objects.filter(series_id=series_id, status__in=[
-        CampaignStatus.SCHEDULED, CampaignStatus.FANNING_OUT, CampaignStatus.SENDING]).values_list("pk", flat=True))
+    return list(Campaign.objects.filter(series_id=series_id, status__in=ACTIVE_STATUSES).values_list("pk", flat=True))

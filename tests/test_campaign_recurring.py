@@ -18,7 +18,7 @@ from campaigns.models import Campaign, CampaignStatus
 from campaigns.runs import create_due_runs
 from notifications.ids import campaign_run_id
 from notifications.models import APIClient, Notification
-from preferences.models import Preferences
+from preferences.models import Preferences, Recipient
 from tests.conftest import MARKETING_SCOPES
 from tests.fanout_helpers import make_recipient, make_segment_of, run_fan_out
 
@@ -100,10 +100,78 @@ def test_hostile_or_broken_rules_are_422_naming_schedule_and_write_nothing(http,
     assert not Campaign.objects.exists()
 
 
+#: Rules dateutil reads but that break RFC 5545: each was a 500 (dateutil or datetime failing while the
+#: rule was expanded) or silently meant something else (BYMONTHDAY=0 is dropped: yearly turns daily).
+OUT_OF_RANGE = [
+    ("FREQ=WEEKLY;INTERVAL=-1", "INTERVAL=-1"),
+    ("FREQ=DAILY;INTERVAL=-5", "INTERVAL=-5"),
+    ("FREQ=DAILY;INTERVAL=0", "INTERVAL=0"),
+    ("FREQ=DAILY;COUNT=-1", "COUNT=-1"),
+    ("FREQ=YEARLY;BYMONTHDAY=0", "BYMONTHDAY=0"),
+    ("FREQ=MONTHLY;BYMONTHDAY=32", "BYMONTHDAY=32"),
+    ("FREQ=YEARLY;BYYEARDAY=367", "BYYEARDAY=367"),
+    ("FREQ=YEARLY;BYWEEKNO=54", "BYWEEKNO=54"),
+    ("FREQ=YEARLY;BYMONTH=13", "BYMONTH=13"),
+    ("FREQ=DAILY;BYHOUR=24", "BYHOUR=24"),
+    ("FREQ=DAILY;BYMINUTE=60", "BYMINUTE=60"),
+    ("FREQ=DAILY;BYSECOND=60", "BYSECOND=60"),
+    ("FREQ=MONTHLY;BYDAY=+999MO", "BYDAY=+999MO"),
+    ("FREQ=MONTHLY;BYDAY=0MO", "BYDAY=0MO"),
+    ("FREQ=WEEKLY;BYDAY=+1MO", "BYDAY=+1MO"),
+    ("FREQ=WEEKLY;BYDAY=MO,MO", "BYDAY=MO,MO"),
+    ("FREQ=DAILY;BYHOUR=" + ",".join(["9"] * 25), "BYHOUR=9,9"),
+]
+
+
+@pytest.mark.parametrize(("rrule", "part"), OUT_OF_RANGE)
+def test_a_part_outside_its_rfc_5545_range_is_422_invalid_rrule_naming_it(http, frozen, members, rrule, part):
+    r = post(http, "/v1/campaigns", series_body(members, rrule=rrule))
+    assert r.status_code == 422, r.content
+    assert fields(r) == {("schedule.rrule", "invalid_rrule")}
+    assert part in r.json()["error"]["fields"][0]["message"]
+    assert not Campaign.objects.exists()
+
+
+@pytest.mark.parametrize("rrule", [
+    "FREQ=MONTHLY;BYDAY=-1FR,+2MO;BYMONTHDAY=-1,-2,1", "FREQ=YEARLY;BYDAY=20MO", "FREQ=YEARLY;BYWEEKNO=-53,1;BYDAY=MO",
+    "FREQ=YEARLY;BYYEARDAY=-366,1,366;BYSETPOS=-1", "FREQ=DAILY;BYHOUR=0,23;BYMINUTE=59;BYSECOND=59"])
+def test_rules_at_the_edges_of_the_ranges_are_accepted(http, frozen, members, rrule):
+    r = post(http, "/v1/campaigns", series_body(members, rrule=rrule))
+    assert r.status_code == 202, r.content
+
+
+def test_any_error_while_expanding_a_rule_is_422_invalid_rrule_never_500(frozen, monkeypatch):
+    """The last resort behind the range checks: dateutil or datetime failing on a rule read fine."""
+    def overflow(*args, **kwargs):
+        raise OverflowError("date value out of range")
+
+    monkeypatch.setattr(recurrence.du.rrule, "replace", overflow)
+    with pytest.raises(recurrence.ScheduleError) as caught:
+        recurrence.parse("FREQ=WEEKLY", "2027-03-01T09:00:00", "Europe/Paris", now=NOW)
+    assert (caught.value.field, caught.value.code) == ("schedule.rrule", "invalid_rrule")
+    assert "date value out of range" in str(caught.value)
+
+
+def test_a_rule_bunching_only_in_a_later_leap_year_is_refused(http, frozen, members):
+    """Dec 31 23:50 and Jan 1 00:10 are 20 min apart only after a leap year's day 366: in 2032, more than
+    CAMPAIGN_SCHEDULE_CHECK_DAYS (731) from the start; a rule with BYYEARDAY is checked over 4 years."""
+    frozen[0] = utc(2028, 12, 1)
+    r = post(http, "/v1/campaigns", series_body(
+        members, rrule="FREQ=DAILY;BYYEARDAY=1,366;BYHOUR=0,23;BYMINUTE=10,50;BYSETPOS=1,-1",
+        start="2029-01-01T00:10:00", timezone="UTC"))
+    assert r.status_code == 422, r.content
+    assert fields(r) == {("schedule.rrule", "too_frequent")}
+    assert "2032-12-31 23:50:00 and 2033-01-01 00:10:00 are 1200 s apart" in r.json()["error"]["message"]
+
+
 @pytest.mark.parametrize(("schedule", "expected"), [
     ({"start": "2027-03-01 09:00"}, ("schedule.start", "invalid")),
     ({"start": "2027-03-01T09:00:00Z"}, ("schedule.start", "invalid")),
     ({"start": "1900-01-01T09:00:00"}, ("schedule.start", "too_far_past")),
+    # The checked window runs past year 9999: an OverflowError (a 500) before the bound.
+    ({"start": "9999-12-31T23:59:59"}, ("schedule.start", "too_far_ahead")),
+    ({"start": "9998-01-01T00:00:00"}, ("schedule.start", "too_far_ahead")),
+    ({"start": "2028-03-02T09:00:00"}, ("schedule.start", "too_far_ahead")),
     ({"timezone": "+01:00"}, ("schedule.timezone", "invalid_timezone")),
     ({"timezone": "Mars/Olympus"}, ("schedule.timezone", "invalid_timezone")),
 ])
@@ -225,9 +293,37 @@ def test_the_next_occurrence_is_skipped_while_the_previous_run_is_still_active(h
 
 def test_a_late_beat_sends_only_the_latest_due_occurrence(http, frozen, members):
     series = create_series(http, members, rrule="FREQ=DAILY")
-    assert beat_at(frozen, utc(2027, 3, 3, 9)) == {"created": 1, "skipped": 2}
+    assert beat_at(frozen, utc(2027, 3, 3, 8, 10)) == {"created": 1, "skipped": 2}
     assert list(series.runs.order_by("occurrence_at").values_list("status", "skip_reason")) == [
         ("skipped", runs.SUPERSEDED), ("skipped", runs.SUPERSEDED), ("scheduled", "")]
+
+
+def test_an_occurrence_beat_reaches_after_the_missed_grace_is_skipped_not_sent_late(http, frozen, members):
+    """Beat was down 35 h: the latest occurrence is 11 h old, past CAMPAIGN_MISSED_GRACE_SECONDS (600)."""
+    series = create_series(http, members, rrule="FREQ=DAILY")
+    assert beat_at(frozen, utc(2027, 3, 2, 19)) == {"created": 0, "skipped": 2}
+    assert list(series.runs.order_by("occurrence_at").values_list("status", "skip_reason")) == [
+        ("skipped", runs.SUPERSEDED),
+        ("skipped", "too late: made 39600 s after its time, more than CAMPAIGN_MISSED_GRACE_SECONDS (600)")]
+    assert not Notification.objects.exists()
+    series.refresh_from_db()
+    assert (series.status, series.next_run_at) == ("scheduled", utc(2027, 3, 3, 8))
+    assert beat_at(frozen, utc(2027, 3, 3, 8, 10)) == {"created": 1, "skipped": 0}  # within the grace: sent
+
+
+def test_a_run_closer_than_the_minimum_interval_to_the_previous_occurrence_is_skipped(frozen, members):
+    """A rule stored before the 4-year check (or any rule bunching past the checked window): beat keeps the
+    minimum interval itself. 2032 is a leap year: day 366 at 23:50, then 1 January at 00:10."""
+    series = Campaign.objects.create(segment=members, channel="email", title="T", body="B",
+                                     schedule_rule="FREQ=DAILY;BYYEARDAY=1,366;BYHOUR=0,23;BYMINUTE=10,50;BYSETPOS=1,-1",
+                                     schedule_start="2032-01-01T00:10:00", schedule_timezone="UTC",
+                                     status=CampaignStatus.SCHEDULED, next_run_at=utc(2032, 12, 31, 23, 50))
+    assert beat_at(frozen, utc(2032, 12, 31, 23, 50)) == {"created": 1, "skipped": 0}
+    Campaign.objects.filter(series=series).update(status=CampaignStatus.COMPLETED)  # the run is done
+    assert beat_at(frozen, utc(2033, 1, 1, 0, 10)) == {"created": 0, "skipped": 1}
+    assert series.runs.get(occurrence_at=utc(2033, 1, 1, 0, 10)).skip_reason == (
+        "too close: 1200 s after the previous occurrence, less than CAMPAIGN_SCHEDULE_MIN_INTERVAL_SECONDS (3600)")
+    assert beat_at(frozen, utc(2033, 1, 1, 23, 50)) == {"created": 1, "skipped": 0}
 
 
 def test_pause_skips_the_occurrences_it_covers_and_resume_goes_on_from_the_next(http, frozen, members):
@@ -269,13 +365,49 @@ def test_cancel_ends_the_schedule_and_cancels_the_run_in_flight(http, frozen, me
     assert beat_at(frozen, utc(2027, 3, 2, 8)) == {"created": 0, "skipped": 0}
 
 
-def test_a_bounded_rule_completes_the_series_after_its_last_run(http, frozen, members):
+def test_a_bounded_rule_completes_the_series_once_its_last_run_has_finished(http, frozen, members):
     series = create_series(http, members, rrule="FREQ=DAILY;COUNT=2")
     beat_at(frozen, utc(2027, 3, 1, 8))
     Campaign.objects.filter(series=series).update(status=CampaignStatus.COMPLETED)
     beat_at(frozen, utc(2027, 3, 2, 8))
     series.refresh_from_db()
-    assert (series.status, series.next_run_at, series.runs.count()) == ("completed", None, 2)
+    assert (series.status, series.next_run_at, series.runs.count()) == ("scheduled", None, 2)  # its last run goes on
+    assert http.get(f"/v1/campaigns/{series.pk}?occurrences=5").json()["schedule"]["next_occurrences"] == []
+    beat_at(frozen, utc(2027, 3, 2, 8, 1))
+    assert Campaign.objects.get(pk=series.pk).status == "scheduled"
+    Campaign.objects.filter(series=series).update(status=CampaignStatus.COMPLETED)
+    beat_at(frozen, utc(2027, 3, 2, 12))
+    series.refresh_from_db()
+    assert (series.status, series.completed_at) == ("completed", utc(2027, 3, 2, 12))
+
+
+@pytest.mark.usefixtures("fast_password_hashing")
+@pytest.mark.parametrize("where", ["api", "admin"])
+def test_a_series_whose_last_run_is_still_sending_in_western_zones_can_be_cancelled(http, admin_client, frozen,
+                                                                                   members, where):
+    """COUNT=1 in recipients' zones: the run fans out when UTC+14 reaches 09:00 and is still sending for
+    the western zones up to 26 h later; the series' cancel stops it (it read completed: 409 not_cancellable)."""
+    from django.urls import reverse
+
+    Recipient.objects.filter(pk="bob").update(timezone="America/Los_Angeles")
+    series = create_series(http, members, rrule="FREQ=DAILY;COUNT=1", start="2027-03-02T09:00:00",
+                           timezone="recipient")
+    beat_at(frozen, utc(2027, 3, 1, 19))
+    run = series.runs.get()
+    run_fan_out(run)
+    run.refresh_from_db()
+    series.refresh_from_db()
+    assert (run.status, series.status, series.next_run_at) == ("sending", "scheduled", None)
+    if where == "api":
+        r = post(http, f"/v1/campaigns/{series.pk}/cancel")
+        assert (r.status_code, r.json()["status"]) == (200, "cancelled")
+    else:
+        admin_client.post(reverse("admin:campaigns_campaign_changelist"),
+                          {"action": "cancel_selected", "_selected_action": [str(series.pk)]})
+        assert Campaign.objects.get(pk=series.pk).status == "cancelled"
+    run.refresh_from_db()
+    assert run.status == "cancelled"
+    assert Notification.objects.get(campaign_id=run.pk, recipient_id="bob").status == "cancelled"
 
 
 @pytest.mark.django_db(transaction=True)
@@ -362,6 +494,11 @@ def test_admin_makes_launches_shows_and_pauses_a_recurring_campaign(admin_client
     ({"schedule_timezone": "Mars/Olympus"}, "schedule_timezone", "IANA zone"),
     ({"schedule_start": "next monday"}, "schedule_start", "YYYY-MM-DDTHH:MM:SS"),
     ({"local_date": "2027-03-10", "local_time": "09:00"}, "schedule_rule", "not both"),
+    # Each was a 500 (ValueError or OverflowError while the rule was expanded) or changed the rule's meaning.
+    ({"schedule_rule": "FREQ=WEEKLY;INTERVAL=-1"}, "schedule_rule", "INTERVAL is a whole number of at least 1"),
+    ({"schedule_rule": "FREQ=DAILY;COUNT=-1"}, "schedule_rule", "COUNT is a whole number of at least 1"),
+    ({"schedule_start": "9999-12-31T23:59:59"}, "schedule_start", "At most 366 days ahead"),
+    ({"schedule_rule": "FREQ=YEARLY;BYMONTHDAY=0"}, "schedule_rule", "BYMONTHDAY=0: 0 is outside ±1..31"),
 ])
 def test_admin_form_refuses_a_bad_schedule_on_its_field(admin_client, frozen, members, over, field, fragment):
     from django.urls import reverse
