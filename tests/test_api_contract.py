@@ -81,6 +81,7 @@ REFUSALS_THE_SCHEMA_CANNOT_STATE = {
     ("schedule.rrule", "no_occurrence"): "an occurrence still ahead (the clock)",
     ("schedule.start", "invalid"): "a wall time YYYY-MM-DDTHH:MM:SS (the format with the error naming it)",
     ("schedule.start", "too_far_past"): "within 366 days of now (the clock)",
+    ("schedule.start", "too_far_ahead"): "within 366 days of now (the clock)",
     ("end", "empty_window"): "quiet hours' end differs from start: JSON Schema cannot compare two properties",
     ("quiet_hours.end", "empty_window"): "as above",
     ("default_locale", "no_such_variant"): "one of the variants' locales (a value of another property)",
