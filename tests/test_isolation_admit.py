@@ -112,5 +112,7 @@ def test_the_router_asks_redis_once_for_a_healthy_provider_and_waits_for_the_bud
     assert isolation.take_tokens(provider, "high", 1, partial=False)[0] == 1  # the budget is now empty
     started = time.monotonic()
     route = routing.route_for(n, 1)  # waits for a token (≤ 1 s) rather than failing over
-    assert route.name == provider and 0.2 < time.monotonic() - started < 1.0
+    # It waited for the refill (one token a second here) and took the same provider; the upper bound
+    # only catches a wait without end (a loaded machine may add a scheduling tick to the second).
+    assert route.name == provider and 0.2 < time.monotonic() - started < 3.0
     isolation.release_slots(provider, "high", route.slots)
