@@ -38,11 +38,11 @@ class NeedsHighScope(Exception):
     cancelled) by a key without ``notifications:send_high``. ``kind`` is ``"template"``,
     ``"segment"`` or ``"campaign"``; ``why`` says which campaign, for the API's message."""
 
-    def __init__(self, campaign: Campaign, kind: str = "template") -> None:
+    def __init__(self, campaign: Campaign, kind: str = "template", verb: str = "cancelling") -> None:
         self.campaign, self.kind = campaign, kind
         if kind == "campaign":
-            self.why = "cancelling a high-priority campaign"
-            action = "cancelling it"
+            self.why = f"{verb} a high-priority campaign"
+            action = f"{verb} it"
         else:
             self.why = f"this {kind} is used by the high-priority campaign {campaign.pk}"
             action = "changing its members" if kind == "segment" else "changing it"
@@ -111,12 +111,12 @@ def check_members_change(segment: Segment, client: APIClient) -> None:
             raise NeedsHighScope(campaign, "segment")
 
 
-def check_cancel(campaign: Campaign, client: APIClient) -> None:
-    """Cancelling through the API (its own campaigns only; the caller looks it up so): raises
-    NeedsHighScope (kind ``"campaign"``) for a high-priority campaign when ``client`` lacks
-    ``notifications:send_high``."""
+def check_cancel(campaign: Campaign, client: APIClient, verb: str = "cancelling") -> None:
+    """Cancelling, pausing or resuming (``verb``) through the API (its own campaigns only; the caller
+    looks it up so): raises NeedsHighScope (kind ``"campaign"``) for a high-priority campaign when
+    ``client`` lacks ``notifications:send_high``."""
     if campaign.priority == Priority.HIGH and not client.has_scope(Scope.SEND_HIGH):
-        raise NeedsHighScope(campaign, "campaign")
+        raise NeedsHighScope(campaign, "campaign", verb)
 
 
 def locked_for_staff(obj: Template | Segment, may_send_high: bool) -> Campaign | None:

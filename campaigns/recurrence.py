@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import islice
+from math import gcd
 from zoneinfo import ZoneInfo
 
 from dateutil import rrule as du
@@ -42,6 +43,11 @@ _WEEKDAYS = ("MO", "TU", "WE", "TH", "FR", "SA", "SU")
 #: a rule with one is checked over at least 4 years and a day, past the next leap year.
 _SPARSE_PARTS = ("_byyearday", "_bymonthday", "_bynmonthday", "_bysetpos", "_byweekno")
 _LEAP_CYCLE_DAYS = 4 * 366 + 1
+#: Periods of each FREQ in one Gregorian cycle (400 years = 146,097 days = 20,871 weeks): the calendar,
+#: weekdays included, repeats after it, so a rule that matches nowhere in one aligned cycle never does.
+_CYCLE_YEARS = 400
+_PERIODS_PER_CYCLE = {du.YEARLY: 400, du.MONTHLY: 4800, du.WEEKLY: 20871, du.DAILY: 146097,
+                      du.HOURLY: 146097 * 24, du.MINUTELY: 146097 * 1440, du.SECONDLY: 146097 * 86400}
 
 
 def conf(name: str) -> int:
@@ -150,6 +156,7 @@ def parse(rule: str, start: str | datetime, timezone: str, *, now: datetime) -> 
         raise ScheduleError("schedule.rrule", "invalid_rrule", "one RRULE, not a set")
     schedule = Schedule(text, start, timezone, parsed)
     try:
+        _check_ever_matches(parsed, start)
         _check_bounds(schedule, now)
     except ScheduleError:
         raise
@@ -198,6 +205,31 @@ def _check_parts(text: str) -> None:
                                     "FREQ=YEARLY (RFC 5545)")
         if len({re.sub(r"^\+", "", d) for d in days}) != len(days):
             raise _invalid_part(f"BYDAY={parts['BYDAY']}: a day is given twice")
+
+
+def cycle_probe(r: du.rrule, start: datetime) -> du.rrule | None:
+    """The rule tried over one cycle in which the calendar and its INTERVAL both repeat (400 × k
+    years, k = INTERVAL ÷ its gcd with the cycle's periods), placed to end by year 9999 where dateutil
+    stops, without COUNT or UNTIL; ``None`` when the walk from ``start`` to 9999 is shorter than that."""
+    periods = _PERIODS_PER_CYCLE[r._freq]
+    span = _CYCLE_YEARS * (r._interval // gcd(r._interval, periods))
+    last_start = datetime.max.year - span + 1  # a cycle starting then still ends by 9999
+    if last_start <= start.year:
+        return None
+    year = start.year + (last_start - start.year) // span * span
+    return r.replace(dtstart=start.replace(year=year), count=None, until=None)  # 29 Feb: same leap cycle
+
+
+def _check_ever_matches(r: du.rrule, start: datetime) -> None:
+    """Refuse a rule with no occurrence at all (``FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=30``), for which
+    dateutil walks period by period to year 9999 (seconds of CPU): tried over :func:`cycle_probe`'s
+    cycle instead, at most ~146,000 days. A rule that matches there matches in every such cycle, so
+    each later expansion of it finds its next occurrence within one cycle too (docs/RECURRING.md)."""
+    probe = cycle_probe(r, start)
+    if probe is not None and next(iter(probe), None) is None:
+        raise ScheduleError("schedule.rrule", "no_occurrence", "the rule never matches a date (e.g. a "
+                                                               "BYMONTHDAY that none of its BYMONTH months "
+                                                               "has): it has no occurrence in any year")
 
 
 def _too_frequent(detail: str) -> ScheduleError:
