@@ -22,7 +22,7 @@ from campaigns.forms import MemberUploadForm, can_send_high
 from campaigns.models import Campaign, CampaignStatus, Segment, Template
 from campaigns.selectors import campaign_counts, render_template, template_problem
 from core import clock
-from notifications.models import Priority
+from notifications.admission import high_tier_reason
 from notifications.rendering import Rendered, RenderError, pick_variant
 from notifications.rendering.sms_encoding import SmsInfo, sms_info
 from preferences.models import Channel, Recipient
@@ -77,9 +77,10 @@ def high_priority_lock(request, obj: Template | Segment) -> str:
 
 
 def may_change_high(request, campaign: Campaign) -> bool:
-    """Launching, cancelling, editing or deleting a campaign of priority ``high`` needs the permission
-    ``campaigns.send_high_priority`` (:func:`campaigns.forms.can_send_high`), as choosing it does."""
-    return campaign.priority != Priority.HIGH or can_send_high(request.user)
+    """Launching, cancelling, pausing, resuming, editing or deleting a high-tier campaign (priority
+    ``high`` or a high-priority type: :func:`notifications.admission.high_tier_reason`) needs the
+    permission ``campaigns.send_high_priority`` (:func:`campaigns.forms.can_send_high`), as choosing it does."""
+    return not high_tier_reason(campaign.priority, campaign.notification_type) or can_send_high(request.user)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from django.db.models import Q, QuerySet
 
 from campaigns.models import Campaign, CampaignStatus, Segment, Template
 from core.api.scopes import Scope
+from notifications.admission import high_gate_problem
 from notifications.models import APIClient, Priority
 
 #: Campaigns whose sends a template edit would still change (rendered at send time).
@@ -38,11 +39,11 @@ class NeedsHighScope(Exception):
     cancelled) by a key without ``notifications:send_high``. ``kind`` is ``"template"``,
     ``"segment"`` or ``"campaign"``; ``why`` says which campaign, for the API's message."""
 
-    def __init__(self, campaign: Campaign, kind: str = "template", verb: str = "cancelling") -> None:
+    def __init__(self, campaign: Campaign, kind: str = "template", doing: str = "cancelling") -> None:
         self.campaign, self.kind = campaign, kind
         if kind == "campaign":
-            self.why = f"{verb} a high-priority campaign"
-            action = f"{verb} it"
+            self.why = f"{doing} a high-priority campaign"
+            action = f"{doing} it"
         else:
             self.why = f"this {kind} is used by the high-priority campaign {campaign.pk}"
             action = "changing its members" if kind == "segment" else "changing it"
@@ -111,12 +112,13 @@ def check_members_change(segment: Segment, client: APIClient) -> None:
             raise NeedsHighScope(campaign, "segment")
 
 
-def check_cancel(campaign: Campaign, client: APIClient, verb: str = "cancelling") -> None:
-    """Cancelling, pausing or resuming (``verb``) through the API (its own campaigns only; the caller
-    looks it up so): raises NeedsHighScope (kind ``"campaign"``) for a high-priority campaign when
-    ``client`` lacks ``notifications:send_high``."""
-    if campaign.priority == Priority.HIGH and not client.has_scope(Scope.SEND_HIGH):
-        raise NeedsHighScope(campaign, "campaign", verb)
+def check_cancel(campaign: Campaign, client: APIClient, doing: str = "cancelling") -> None:
+    """Cancelling, pausing or resuming (``doing``) through the API (its own campaigns only; the caller
+    looks it up so): raises NeedsHighScope (kind ``"campaign"``) when the admission gate's high rule
+    (:func:`notifications.admission.high_gate_problem`: priority ``high`` or a high-priority type, even
+    one made high since) refuses ``client``."""
+    if high_gate_problem(client, campaign.priority, campaign.notification_type):
+        raise NeedsHighScope(campaign, "campaign", doing)
 
 
 def locked_for_staff(obj: Template | Segment, may_send_high: bool) -> Campaign | None:

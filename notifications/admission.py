@@ -125,6 +125,12 @@ def high_gate_problem(client: APIClient | None, priority: str, kind: Notificatio
     began."""
     if client is None or client.has_scope(Scope.SEND_HIGH):
         return ""
+    return high_tier_reason(priority, kind)
+
+
+def high_tier_reason(priority: str, kind: NotificationType | None = None) -> str:
+    """Why a send of ``priority`` (or of type ``kind``) is on the high tier, ``""`` if it is not: what
+    needs ``notifications:send_high`` (API) or ``campaigns.send_high_priority`` (admin)."""
     if kind is not None and kind.priority == Priority.HIGH:
         return f"type {kind.key} is high priority"
     if priority == Priority.HIGH:

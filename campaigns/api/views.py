@@ -412,11 +412,11 @@ class _SeriesActionView(APIView):
     """``POST /v1/campaigns/{id}/pause`` and ``/resume`` (a recurring campaign of this client)."""
 
     required_scopes = {"post": Scope.CAMPAIGNS_WRITE}
-    scope_notes = {"post": "Pausing or resuming a `priority: high` series also needs `notifications:send_high` "
-                           "(403 `missing_scope` on `campaign_id`), as cancelling does."}
+    scope_notes = {"post": "A high-priority series (`priority: high` or a high-priority type) also needs "
+                           "`notifications:send_high` (403 `missing_scope` on `campaign_id`)."}
     audit_object = "campaign"
     series_action = staticmethod(runs.pause)
-    verb = "pausing"
+    doing = "pausing"
 
     def post(self, request, campaign_id):
         campaign = _own_campaign(request, campaign_id)
@@ -424,7 +424,7 @@ class _SeriesActionView(APIView):
             return field_error("campaign_id", "not_found", "no campaign with this id for this API client", 404,
                                error_code="not_found")
         try:
-            ownership.check_cancel(campaign, request.auth, self.verb)
+            ownership.check_cancel(campaign, request.auth, self.doing)
         except ownership.NeedsHighScope as exc:
             raise _refused(exc) from None
         try:
@@ -453,7 +453,7 @@ class CampaignPauseView(_SeriesActionView):
 
 class CampaignResumeView(_SeriesActionView):
     series_action = staticmethod(runs.resume)
-    verb = "resuming"
+    doing = "resuming"
 
     @extend_schema(request=None, parameters=response_headers(), responses={200: CampaignSerializer, **_SERIES_ERRORS},
                    summary="Resume a paused recurring campaign from its next occurrence after now (those missed "
