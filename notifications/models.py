@@ -178,8 +178,6 @@ class NotificationColumns(models.Model):
     body = models.TextField()
     html = models.TextField(blank=True, default="")
     data = models.JSONField(null=True, blank=True)
-    # The client's own keys for the send (order id, tenant…): returned on reads and in its webhooks.
-    metadata = models.JSONField(null=True, blank=True)
     sensitive = models.BooleanField(default=False, help_text="Content (e.g. an OTP) is never shown or logged.")
     # The abuse limits' mark of the contact at acceptance (acceptance.rules.contact_mark): the send
     # counts an SMS/email row again when its contact is no longer this one. A database default, as

@@ -165,8 +165,9 @@ def test_a_status_move_writes_one_delivery_per_subscribed_endpoint_for_its_own_c
     assert data["type"] == "notification.sent"
     assert {k: v for k, v in data["data"].items() if k not in ("at",)} == {
         "notification_id": str(rows[0].pk), "channel": "sms", "status": "sent", "reason": None,
-        "idempotency_key": rows[0].idempotency_key, "user_id": rows[0].recipient_id, "priority": "standard",
-        "category": None, "campaign_id": None, "event_id": None, "metadata": {}}
+        "idempotency_key": rows[0].idempotency_key,
+        "metadata": {"user_id": rows[0].recipient_id, "priority": "standard", "category": None, "campaign_id": None,
+                     "event_id": None}}
 
 
 def test_no_subscriber_no_query_the_send_path_pays_nothing():
@@ -192,7 +193,7 @@ def test_a_campaigns_rows_belong_to_the_client_that_launched_it_and_admin_campai
     rows = sending(None, 1, campaign_id=theirs.pk) + sending(None, 1, campaign_id=admins.pk)
     mark_sent(rows)
     assert [(d.endpoint_id, d.notification_id) for d in WebhookDelivery.objects.all()] == [(endpoint.pk, rows[0].pk)]
-    assert WebhookDelivery.objects.get().payload["data"]["campaign_id"] == str(theirs.pk)
+    assert WebhookDelivery.objects.get().payload["data"]["metadata"]["campaign_id"] == str(theirs.pk)
 
 
 def test_members_suppressed_at_fan_out_are_told_to_the_launching_client_once():
@@ -216,7 +217,7 @@ def test_members_suppressed_at_fan_out_are_told_to_the_launching_client_once():
     data = told.payload["data"]
     assert (told.endpoint_id, told.event_type, told.notification_id) == (
         endpoint.pk, "notification.suppressed", rows["wh-bob"].pk)
-    assert (data["status"], data["reason"], data["campaign_id"]) == (
+    assert (data["status"], data["reason"], data["metadata"]["campaign_id"]) == (
         "suppressed", "opted_out_category", str(campaign.pk))
     CampaignShard.objects.filter(campaign=campaign).update(done=False, cursor="")
     for shard in CampaignShard.objects.filter(campaign=campaign):

@@ -25,7 +25,6 @@ from notifications.api.event_reads import (
     recipients_listing,
     recipients_query,
 )
-from notifications.api.metadata import MetadataField
 from notifications.api.serializers import channel_available_errors, check_schedule_window
 from notifications.api.typed import data_errors, type_for
 from notifications.api.views import (
@@ -67,7 +66,6 @@ class EventRequestSerializer(RejectUnknownFields, serializers.Serializer):
                                           default="", max_length=MAX_COLLAPSE_KEY,
                                           error_messages={"invalid": "no control characters"},
                                           help_text="Push collapse key (overrides the type's template).")
-    metadata = MetadataField()
 
     def validate_scheduled_at(self, value):
         return check_schedule_window(value)
@@ -169,12 +167,12 @@ class EventListView(APIView):
             raise serializers.ValidationError(errors)
         fingerprint = request_fingerprint({"type": kind.key, "users": data["users"], "data": data["data"],
                                            "scheduled_at": data["scheduled_at"], "ttl_seconds": data["ttl_seconds"],
-                                           "collapse_key": data["collapse_key"], "metadata": data.get("metadata")})
+                                           "collapse_key": data["collapse_key"]})
         try:
             result = services.accept_event(client=request.auth, idempotency_key=key, fingerprint=fingerprint, kind=kind,
                                            recipients=data["recipients"], data=data["data"],
                                            scheduled_at=data["scheduled_at"], ttl_seconds=data["ttl_seconds"],
-                                           collapse_key=data["collapse_key"], metadata=data.get("metadata"))
+                                           collapse_key=data["collapse_key"])
         except AcceptanceLimited as exc:
             if "user_ids" in request.data:  # name the list item, not a field the request did not use
                 exc.field = f"user_ids.{[r.user_id for r in data['recipients']].index(exc.user_id)}"

@@ -19,7 +19,6 @@ from core.api.fields import AwareDateTimeField, CategoryField, RejectUnknownFiel
 from core.api.refusals import Busy
 from core.compiled import Compiled
 from core.vocabulary import CATEGORY_PATTERN
-from notifications.api.metadata import MetadataField
 from notifications.content_limits import (
     BODY_MAX_CHARS,
     EMAIL_DATA_MAX_BYTES,
@@ -140,7 +139,6 @@ class SendRequestSerializer(RejectUnknownFields, serializers.Serializer):
     sensitive = serializers.BooleanField(required=False,
                                          help_text="Content (e.g. an OTP) is never shown in the admin or logs. "
                                                    "Default false. Not with `type` (the type's).")
-    metadata = MetadataField()
 
     def validate_category(self, value: str) -> str:
         if value and not CATEGORY_PATTERN.match(value):
@@ -320,20 +318,14 @@ class NotificationSerializer(serializers.ModelSerializer):
     timeline = EventSerializer(many=True, read_only=True)
     attempts_log = AttemptSerializer(many=True, read_only=True)
     scheduled_at = AwareDateTimeField(allow_null=True, read_only=True)
-    metadata = serializers.SerializerMethodField(help_text="Your `metadata` of the send or event ({} when none).")
 
     class Meta:
         model = NotificationRecord
         fields = ["id", "user_id", "type", "event_id", "channel", "priority", "category", "status", "reason",
-                  "reason_detail", "sensitive", "content", "metadata", "scheduled_at", "expires_at", "attempts",
-                  "provider", "provider_message_id", "created_at", "sent_at", "delivered_at", "timeline",
-                  "attempts_log"]
+                  "reason_detail", "sensitive", "content", "scheduled_at", "expires_at", "attempts", "provider",
+                  "provider_message_id", "created_at", "sent_at", "delivered_at", "timeline", "attempts_log"]
         read_only_fields = fields  # a response: every field is always present
         extra_kwargs = {"reason": {"allow_blank": True}}  # read-only drops it; "" is a value here
-
-    @extend_schema_field(serializers.DictField(child=serializers.JSONField()))
-    def get_metadata(self, obj: NotificationRecord) -> dict:
-        return obj.metadata or {}
 
     @extend_schema_field(ContentSerializer(allow_null=True))
     def get_content(self, obj: NotificationRecord):
@@ -357,6 +349,6 @@ class NotificationSummarySerializer(NotificationSerializer):
     class Meta(NotificationSerializer.Meta):
         fields = ["id", "user_id", "campaign_id", "type", "event_id", "channel", "priority", "category", "status",
                   "reason",
-                  "reason_detail", "sensitive", "content", "metadata", "scheduled_at", "attempts", "provider",
-                  "created_at", "sent_at", "delivered_at"]
+                  "reason_detail", "sensitive", "content", "scheduled_at", "attempts", "provider", "created_at",
+                  "sent_at", "delivered_at"]
         read_only_fields = fields

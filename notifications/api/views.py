@@ -148,7 +148,7 @@ class NotificationListView(APIView):
                 fingerprint=services.request_fingerprint({k: v for k, v in data.items() if k != "recipient"}),
                 recipient=data["recipient"], channel=data["channel"], priority=data["priority"],
                 content=data["content"], category=data["category"], scheduled_at=data["scheduled_at"],
-                ttl_seconds=data["ttl_seconds"], sensitive=data["sensitive"], metadata=data.get("metadata"))
+                ttl_seconds=data["ttl_seconds"], sensitive=data["sensitive"])
         except services.IdempotencyKeyReused:
             return key_reused()
         note_given_fields(request, SendRequestSerializer)
@@ -172,7 +172,7 @@ def _typed_send(request, key: str, data: dict) -> Response:
         result = event_services.accept_event(
             client=request.auth, idempotency_key=key, fingerprint=fingerprint, kind=kind,
             recipients=[data["recipient"]], data=data.get("data") or {}, scheduled_at=data["scheduled_at"],
-            ttl_seconds=data["ttl_seconds"], channel=data["channel"], metadata=data.get("metadata"))
+            ttl_seconds=data["ttl_seconds"], channel=data["channel"])
     except services.IdempotencyKeyReused:
         return key_reused()
     note_given_fields(request, SendRequestSerializer)

@@ -119,7 +119,7 @@ def _check_owner(kind: NotificationType, client: APIClient | None) -> None:
 
 def accept_event(*, client: APIClient, idempotency_key: str, fingerprint: str, kind: NotificationType,
                  recipients: list, data: dict, scheduled_at: datetime | None = None, ttl_seconds: int | None = None,
-                 collapse_key: str = "", channel: str | None = None, metadata: dict | None = None) -> AcceptedEvent:
+                 collapse_key: str = "", channel: str | None = None) -> AcceptedEvent:
     """Store an event and its notifications in one transaction; enqueue those due now after commit.
 
     One notification per recipient and channel of the type (``fallback``: the next channels wait,
@@ -172,7 +172,7 @@ def accept_event(*, client: APIClient, idempotency_key: str, fingerprint: str, k
                 id=nid, client=client, idempotency_key=idempotency_key if single else None,
                 request_fingerprint=fingerprint if single else "", recipient=recipient, channel=on,
                 priority=kind.priority, category=kind.category, body="", sensitive=kind.sensitive, event=event,
-                notification_type=kind, limit_contact=contact_mark(recipient, on), metadata=metadata or None,
+                notification_type=kind, limit_contact=contact_mark(recipient, on),
                 fallback_after=before if waiting else None, status=status,
                 reason=Reason.FALLBACK_WAITING if waiting else "", accepted_status=status, scheduled_at=scheduled_at,
                 due_at=None if waiting else (due or now), queued_at=now if status == Status.QUEUED else None,
