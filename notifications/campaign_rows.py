@@ -20,7 +20,6 @@ from django.db import IntegrityError, connection, transaction
 from core.postgres import copy_rows
 from notifications.delivery.checks import suppression_detail
 from notifications.models import Notification, Reason, Status
-from notifications.webhooks import outbox
 from preferences.models import Recipient
 
 _TABLE = "notifications_notification"
@@ -80,13 +79,9 @@ def insert_campaign_page(*, campaign_id, channel: str, priority: str, category: 
     try:
         with transaction.atomic():
             _copy(shared, rows)
-        created = [(str(r.id), r.status) for r in rows]
     except (IntegrityError, psycopg.errors.UniqueViolation):
-        created = _insert_skipping_existing(shared, rows)
-    # A member suppressed at fan-out never moves: its row is created final, so its client hears of it here
-    # (nothing is read unless a client subscribes to notification.suppressed).
-    outbox.emit_ids([pk for pk, status in created if status == Status.SUPPRESSED], Status.SUPPRESSED.value, now)
-    return created
+        return _insert_skipping_existing(shared, rows)
+    return [(str(r.id), r.status) for r in rows]
 
 
 def _details(shared: dict) -> dict[str, str]:

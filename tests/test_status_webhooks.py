@@ -196,35 +196,6 @@ def test_a_campaigns_rows_belong_to_the_client_that_launched_it_and_admin_campai
     assert WebhookDelivery.objects.get().payload["data"]["metadata"]["campaign_id"] == str(theirs.pk)
 
 
-def test_members_suppressed_at_fan_out_are_told_to_the_launching_client_once():
-    """A member suppressed at fan-out (here opted out of the category) is created final and never
-    moves: before, its client's endpoint never heard notification.suppressed. A page run again
-    creates nothing and tells nothing twice."""
-    from campaigns.fanout import fan_out_page
-    from campaigns.models import CampaignShard
-    from tests.fanout_helpers import make_campaign, make_recipient, run_fan_out
-
-    launcher, _ = make_client()
-    endpoint = endpoints.create(launcher, "https://hooks.example.com/a", ["notification.suppressed"])
-    make_recipient("wh-ann", phone="+4915112345601")
-    make_recipient("wh-bob", phone="+4915112345602", prefs={"category_opt_outs": {"marketing": ["sms"]}})
-    campaign = make_campaign(["wh-ann", "wh-bob"], channel="sms")
-    Campaign.objects.filter(pk=campaign.pk).update(client=launcher)
-    rows = {n.recipient_id: n for n in run_fan_out(campaign)}
-    assert (rows["wh-bob"].status, rows["wh-bob"].reason) == ("suppressed", "opted_out_category")
-    assert rows["wh-ann"].status in ("queued", "scheduled")
-    [told] = WebhookDelivery.objects.all()
-    data = told.payload["data"]
-    assert (told.endpoint_id, told.event_type, told.notification_id) == (
-        endpoint.pk, "notification.suppressed", rows["wh-bob"].pk)
-    assert (data["status"], data["reason"], data["metadata"]["campaign_id"]) == (
-        "suppressed", "opted_out_category", str(campaign.pk))
-    CampaignShard.objects.filter(campaign=campaign).update(done=False, cursor="")
-    for shard in CampaignShard.objects.filter(campaign=campaign):
-        fan_out_page(str(campaign.pk), shard.number)
-    assert WebhookDelivery.objects.count() == 1
-
-
 def test_a_new_endpoint_is_seen_at_once_in_its_process_and_a_change_elsewhere_after_the_ttl(monkeypatch):
     client, _ = make_client()
     now = [1000.0]
