@@ -151,34 +151,6 @@ def test_a_dripped_tls_handshake_is_cut_at_the_timeout(insecure):
     assert 1000 <= answer.latency_ms < 3000
 
 
-def test_a_resolver_that_hangs_is_cut_at_the_timeout_and_the_delivery_retried(settings, monkeypatch):
-    """Before: the name was resolved before the request's deadline started, so a stuck resolver held
-    the webhook worker's thread for as long as it hung (socket.getaddrinfo takes no timeout)."""
-    fast_limits(settings)
-    released = threading.Event()
-
-    def hanging(host, port):
-        released.wait(10)
-        return ["93.184.216.34"]
-
-    monkeypatch.setattr(safety, "getaddrinfo", hanging)
-    client, _ = make_client()
-    endpoint = endpoints.create(client, "https://hooks.example.com/hook", ["notification.sent"])
-    [one] = deliveries_for(endpoint)
-    try:
-        assert delivery.deliver_endpoint(endpoint.pk) == {"taken": True, "delivered": 0, "failed": 0, "retrying": 1}
-    finally:
-        released.set()
-    [attempt] = WebhookAttempt.objects.filter(delivery=one)
-    assert (attempt.number, attempt.http_status) == (1, None)
-    assert attempt.error == "timed out after 1 s: hooks.example.com did not resolve within 1 s"
-    assert 1000 <= attempt.latency_ms < 3000  # the timeout, not the 10 s the resolver would take
-    one.refresh_from_db()
-    assert (one.state, one.attempts) == ("pending", 1) and one.next_attempt_at > attempt.created_at
-    endpoint.refresh_from_db()
-    assert (endpoint.busy_until, endpoint.lease) == (None, None)
-
-
 def test_another_endpoints_delivery_waits_at_most_the_slow_ones_budget_and_timeout(settings):
     """One worker thread runs the dripping endpoint's run, then another client's: that one is
     delivered within budget + timeout (+ slack for the run's own writes), not after the drip."""

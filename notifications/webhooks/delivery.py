@@ -248,9 +248,7 @@ def deliver_endpoint(endpoint_id) -> dict:
         tried: list[Tried] = []
         try:
             for delivery in due:
-                # A URL refused or a name that did not resolve in time answers at once: recorded even
-                # when the lookup used the budget up, so the delivery retries and, in the end, fails.
-                if conn is None or (clock.now() >= deadline and not conn.refused):
+                if clock.now() >= deadline or conn is None:
                     break
                 tried.append(attempt(delivery, conn, signer))
                 done[_TALLY.get(str(delivery.state), "retrying")] += 1

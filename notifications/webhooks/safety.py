@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -114,30 +112,15 @@ def getaddrinfo(host: str, port: int) -> list[str]:
     return [str(info[4][0]) for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
 
 
-class ResolveTimeout(Exception):
-    """The name did not resolve within the request's timeout (a slow or stuck resolver)."""
-
-
-#: Lookups run here so a request's timeout bounds them (``socket.getaddrinfo`` takes no timeout; a
-#: lookup still stuck after it keeps its thread until the resolver gives up: at most this many).
-_RESOLVER = ThreadPoolExecutor(max_workers=4, thread_name_prefix="webhook-dns")
-
-
-def resolve(host: str, port: int, timeout: float | None = None) -> str:
-    """The address to connect to for ``host``: resolved now, within ``timeout`` seconds (else
-    :class:`ResolveTimeout`), every address checked (one refused: all refused, a name answering
-    with a private address is not trusted for its others)."""
+def resolve(host: str, port: int) -> str:
+    """The address to connect to for ``host``: resolved now, every address checked (one refused:
+    all refused, a name answering with a private address is not trusted for its others)."""
     literal = _literal(host)
     if literal is not None:
         addresses = [str(literal)]
     else:
         try:
-            if timeout is None:
-                addresses = getaddrinfo(host, port)
-            else:
-                addresses = _RESOLVER.submit(getaddrinfo, host, port).result(timeout=timeout)
-        except FutureTimeout:
-            raise ResolveTimeout(f"{host} did not resolve within {timeout:g} s") from None
+            addresses = getaddrinfo(host, port)
         except OSError as exc:
             raise Refused(f"{host} does not resolve: {exc}") from None
     if not addresses:
