@@ -5,7 +5,8 @@ Campaigns never write the notification table themselves: fan-out plans each memb
 reason, due instant) and hands the page here; a campaign's cancel is
 :func:`notifications.services.cancel_campaign_notifications`. One ``COPY`` per page in a savepoint,
 falling back to ``INSERT ... ON CONFLICT DO NOTHING`` when rows already exist: exactly the new rows
-are created and returned (docs/ARCHITECTURE.md §7).
+are created and returned (docs/ARCHITECTURE.md §7); the members created final are told to the
+campaign's client's webhooks (:func:`notifications.webhooks.outbox.emit_created`, same transaction).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from django.db import IntegrityError, connection, transaction
 from core.postgres import copy_rows
 from notifications.delivery.checks import suppression_detail
 from notifications.models import Notification, Reason, Status
+from notifications.webhooks import outbox
 from preferences.models import Recipient
 
 _TABLE = "notifications_notification"
@@ -79,9 +81,11 @@ def insert_campaign_page(*, campaign_id, channel: str, priority: str, category: 
     try:
         with transaction.atomic():
             _copy(shared, rows)
+        created = [(str(r.id), r.status) for r in rows]
     except (IntegrityError, psycopg.errors.UniqueViolation):
-        return _insert_skipping_existing(shared, rows)
-    return [(str(r.id), r.status) for r in rows]
+        created = _insert_skipping_existing(shared, rows)
+    outbox.emit_created(created, now)  # the members created final (suppressed at fan-out)
+    return created
 
 
 def _details(shared: dict) -> dict[str, str]:

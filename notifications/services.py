@@ -37,6 +37,7 @@ from notifications.models import (
     Reason,
     Status,
 )
+from notifications.webhooks import outbox
 from preferences.models import Recipient
 
 
@@ -179,6 +180,7 @@ def accept_notification(
                 refuse_archived(nid, now)
             DeliveryEvent.objects.create(notification=notification, kind="accepted", status=status,
                                          detail=f"due {due.isoformat()}" if due else "")
+            outbox.emit_created([notification], now)  # a row created final is told as its move would be
             if status == Status.QUEUED:
                 enqueue_on_commit([(nid, priority, channel)])
     except (IntegrityError, ArchivedRequest) as exc:

@@ -30,6 +30,7 @@ from notifications.ids import event_id, event_notification_id, single_send_id, t
 from notifications.models import APIClient, DeliveryEvent, Notification, NotificationRecord, Priority, Reason, Status
 from notifications.rendering import RenderError
 from notifications.services import WRITTEN_TO_INBOX, IdempotencyKeyReused, NotCancellable, same_request
+from notifications.webhooks import outbox
 
 TYPE_FIELDS = ("name", "description", "category", "priority", "channels", "routing", "quiet_hours",
                "in_app_quiet_hours", "required",
@@ -192,6 +193,7 @@ def accept_event(*, client: APIClient, idempotency_key: str, fingerprint: str, k
             DeliveryEvent.objects.bulk_create([
                 DeliveryEvent(notification_id=n.pk, kind="accepted", status=n.status, created_at=now,
                               reason=n.reason, detail=_accepted_detail(n, kind)) for n in rows], batch_size=2000)
+            outbox.emit_created(rows, now)  # a row created final is told as its move would be
             enqueue_on_commit([(n.pk, n.priority, n.channel) for n in rows if n.status == Status.QUEUED])
             transaction.on_commit(lambda: metrics.events_accepted(1, len(rows)))
     except (IntegrityError, ArchivedRequest) as exc:
