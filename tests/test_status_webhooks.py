@@ -167,7 +167,7 @@ def test_a_status_move_writes_one_delivery_per_subscribed_endpoint_for_its_own_c
         "notification_id": str(rows[0].pk), "channel": "sms", "status": "sent", "reason": None,
         "idempotency_key": rows[0].idempotency_key,
         "metadata": {"user_id": rows[0].recipient_id, "priority": "standard", "category": None, "campaign_id": None,
-                     "event_id": None}}
+                     "event_id": None, "client": None}}
 
 
 def test_no_subscriber_no_query_the_send_path_pays_nothing():

@@ -84,18 +84,20 @@ def forget_subscriptions(**_kwargs) -> None:
 
 def payload(event_type: str, at: datetime, row: dict) -> dict:
     """The body of a notification's event (docs/WEBHOOKS.md, "Payload"): ids, channel, status,
-    reason, the instant, the client's idempotency key and the rest of what it sent (metadata)."""
+    reason, the instant, the client's idempotency key and what it sent that identifies it, its own
+    ``metadata`` object in ``metadata.client`` (null: none)."""
     return {"type": event_type, "timestamp": at.isoformat().replace("+00:00", "Z"), "data": {
         "notification_id": str(row["id"]), "channel": row["channel"], "status": row["status"],
         "reason": row["reason"] or None, "at": at.isoformat().replace("+00:00", "Z"),
         "idempotency_key": row["idempotency_key"],
         "metadata": {"user_id": row["recipient_id"], "priority": row["priority"], "category": row["category"] or None,
                      "campaign_id": str(row["campaign_id"]) if row["campaign_id"] else None,
-                     "event_id": str(row["event_id"]) if row["event_id"] else None}}}
+                     "event_id": str(row["event_id"]) if row["event_id"] else None,
+                     "client": json.loads(row["metadata"]) if isinstance(row["metadata"], str) else row["metadata"]}}}
 
 
 _COLUMNS = ("id", "client_id", "campaign_id", "event_id", "digest_id", "recipient_id", "channel", "priority",
-            "category", "status", "reason", "idempotency_key")
+            "category", "status", "reason", "idempotency_key", "metadata")
 _TABLE = WebhookDelivery._meta.db_table
 _COPY_COLUMNS = ("id", "endpoint_id", "event_type", "notification_id", "subject", "payload", "state", "attempts",
                  "next_attempt_at", "last_error", "created_at")
