@@ -129,3 +129,39 @@ def test_metadata_is_kept_by_the_archive_and_blanked_by_an_erasure():
     assert NotificationHistory.objects.get(pk=nid).metadata == META
     erase_user(r, requested_by="test")
     assert NotificationHistory.objects.get(pk=nid).metadata is None
+
+
+def test_a_campaigns_one_metadata_object_reaches_every_member_row_and_its_webhooks():
+    """One object for the campaign: checked at the API like a send's, counted by its key, returned
+    on its GET, stored on each member's row at fan-out (the INSERT of a page run again:
+    tests/test_campaign_rows.py) and told in the webhook of a member created suppressed."""
+    from campaigns.models import Campaign
+    from tests.conftest import MARKETING_SCOPES
+    from tests.fanout_helpers import make_recipient, make_segment_of, run_fan_out
+
+    client, key = make_client(scopes=MARKETING_SCOPES)
+    endpoint = endpoints.create(client, "https://hooks.example.com/a", ["notification.suppressed"])
+    http, tag = http_for(key), uuid.uuid4().hex[:6]
+    make_recipient(f"ok-{tag}")
+    make_recipient(f"bad-{tag}", phone_invalid=True)
+    segment = make_segment_of([f"ok-{tag}", f"bad-{tag}"])
+    segment.client = client
+    segment.save(update_fields=["client"])
+
+    def launch(metadata, idem="c1"):
+        return http.post("/v1/campaigns", data=json.dumps({
+            "segment_id": segment.segment_id, "channel": "sms", "category": "marketing",
+            "content": {"body": "Sale!"}, "metadata": metadata}), content_type="application/json",
+            HTTP_IDEMPOTENCY_KEY=idem)
+
+    bad = launch({"promo code": "X"}, idem="c0")
+    assert [(f["field"], f["code"]) for f in bad.json()["error"]["fields"]] == [("metadata.promo code", "invalid_key")]
+    r = launch({"promo": "WINTER", "wave": 3})
+    assert r.status_code == 202, r.content
+    assert launch({"promo": "SUMMER", "wave": 3}).status_code == 422  # the key's body had other metadata
+    assert http.get(f"/v1/campaigns/{r.json()['id']}").json()["metadata"] == {"promo": "WINTER", "wave": 3}
+    rows = run_fan_out(Campaign.objects.get(pk=r.json()["id"]))
+    assert [(n.status, n.metadata) for n in rows] == [("suppressed", {"promo": "WINTER", "wave": 3}),
+                                                      ("queued", {"promo": "WINTER", "wave": 3})]
+    [told] = WebhookDelivery.objects.filter(endpoint=endpoint)
+    assert told.payload["data"]["metadata"]["client"] == {"promo": "WINTER", "wave": 3}
