@@ -273,7 +273,7 @@ def _insert_page(campaign: Campaign, members: list[dict], now: datetime) -> list
     inserted = insert_campaign_page(campaign_id=campaign.pk, channel=campaign.channel, priority=campaign.priority,
                                     category=campaign.category, now=now, rows=rows,
                                     notification_type=campaign.notification_type_id,
-                                    sensitive=bool(kind is not None and kind.sensitive))
+                                    sensitive=bool(kind is not None and kind.sensitive), metadata=campaign.metadata)
     reasons = {r.id: r.reason for r in rows if r.reason}
     metrics.fanout_page_inserted(channel=campaign.channel, tier=campaign.priority, inserted=inserted,
                                  reasons=reasons)

@@ -160,6 +160,8 @@ class Campaign(models.Model):
     body = models.TextField(blank=True, default="")
     html = models.TextField(blank=True, default="")
     data = models.JSONField(null=True, blank=True)
+    #: The client's own object (notifications/metadata.py), on each of its notifications.
+    metadata = models.JSONField(null=True, blank=True)
 
     scheduled_at = models.DateTimeField(null=True, blank=True, help_text="Absolute send instant (UTC).")
     local_date = models.DateField(null=True, blank=True, help_text="Local-time campaigns: the wall-clock date…")

@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 #: What a run copies from its series: the definition (content, audience, channel, pace).
 COPIED_FIELDS = ("name", "client", "created_by", "segment", "channel", "priority", "category", "template",
                  "notification_type", "title", "body", "html", "data", "missed_policy", "spread_seconds",
-                 "ttl_seconds")
+                 "ttl_seconds", "metadata")
 #: Due occurrences one series turns into runs per beat tick (a beat that was down catches up in steps).
 CATCH_UP = 100
 PREVIOUS_ACTIVE = "previous run still active"

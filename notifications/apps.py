@@ -129,9 +129,9 @@ def check_pipeline_settings() -> list[str]:
 
 #: What :func:`erase_notifications` does to each model of this app holding a user's data.
 ERASED_HERE = {
-    "notifications.Notification": "content cleared (title, body, html, data, request fingerprint, limit mark), "
-                                  "in the live table and the history alike; unclaimed ones cancelled; dead "
-                                  "letters withdrawn (not replayable); every address and number scrubbed from "
+    "notifications.Notification": "content cleared (title, body, html, data, metadata, request fingerprint, "
+                                  "limit mark), in the live table and the history alike; unclaimed ones cancelled; "
+                                  "dead letters withdrawn (not replayable); every address and number scrubbed from "
                                   "reasons; status history kept for counts",
     "notifications.DeliveryAttempt": "every address and number scrubbed from error messages",
     "notifications.DeliveryEvent": "every address and number scrubbed from details (later receipts too)",

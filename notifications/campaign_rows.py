@@ -5,7 +5,8 @@ Campaigns never write the notification table themselves: fan-out plans each memb
 reason, due instant) and hands the page here; a campaign's cancel is
 :func:`notifications.services.cancel_campaign_notifications`. One ``COPY`` per page in a savepoint,
 falling back to ``INSERT ... ON CONFLICT DO NOTHING`` when rows already exist: exactly the new rows
-are created and returned (docs/ARCHITECTURE.md §7).
+are created and returned (docs/ARCHITECTURE.md §7); the members created final are told to the
+campaign's client's webhooks (:func:`notifications.webhooks.outbox.emit_created`, same transaction).
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from typing import NamedTuple
 
 import psycopg
 from django.db import IntegrityError, connection, transaction
+from psycopg.types.json import Jsonb
 
 from core.postgres import copy_rows
 from notifications.delivery.checks import suppression_detail
 from notifications.models import Notification, Reason, Status
+from notifications.webhooks import outbox
 from preferences.models import Recipient
 
 _TABLE = "notifications_notification"
@@ -29,14 +32,14 @@ _TABLE = "notifications_notification"
 _COLUMNS = ("id", "campaign_id", "recipient_id", "channel", "priority", "category", "status", "reason",
             "accepted_status", "scheduled_at", "due_at", "queued_at", "expires_at", "title", "body", "html",
             "sensitive", "request_fingerprint", "reason_detail", "attempts", "provider", "provider_message_id",
-            "created_at", "updated_at", "notification_type_id")
+            "created_at", "updated_at", "notification_type_id", "metadata")
 
 _INSERT_SQL = f"""
 INSERT INTO {_TABLE} ({", ".join(_COLUMNS)})
 SELECT u.id, %(campaign)s, u.recipient_id, %(channel)s, %(priority)s, %(category)s, u.status, u.reason, u.status,
        u.due_at, CASE WHEN u.status = 'scheduled' THEN u.due_at END,
        CASE WHEN u.status = 'queued' THEN %(now)s::timestamptz END, u.expires_at,
-       '', '', '', %(sensitive)s, '', u.detail, 0, '', '', %(now)s, %(now)s, %(type)s
+       '', '', '', %(sensitive)s, '', u.detail, 0, '', '', %(now)s, %(now)s, %(type)s, %(metadata)s::jsonb
   FROM unnest(%(ids)s::uuid[], %(recipients)s::text[], %(statuses)s::text[], %(reasons)s::text[],
               %(dues)s::timestamptz[], %(expires)s::timestamptz[], %(details)s::text[])
        AS u(id, recipient_id, status, reason, due_at, expires_at, detail)
@@ -61,12 +64,13 @@ class CampaignRow(NamedTuple):
 
 def insert_campaign_page(*, campaign_id, channel: str, priority: str, category: str, now: datetime,
                          rows: list[CampaignRow], notification_type: str | None = None,
-                         sensitive: bool = False) -> list[tuple[str, str]]:
+                         sensitive: bool = False, metadata: dict | None = None) -> list[tuple[str, str]]:
     """Insert one fan-out page of campaign ``campaign_id``'s notifications, in the caller's
     transaction (the shard cursor's). A ``scheduled`` row gets ``due_at = due``; a ``queued`` one
     ``queued_at = now``; a ``suppressed`` one neither (it is final). Content is rendered at send time.
     A typed campaign's rows carry their ``notification_type`` (the send path then applies the type's
-    opt-outs and quiet-hours policy, as for any row of the type) and the type's ``sensitive``.
+    opt-outs and quiet-hours policy, as for any row of the type) and the type's ``sensitive``; every
+    row carries the campaign's ``metadata`` (the client's object).
 
     Returns ``[(id as text, status)]`` of the rows created; a row whose id already exists is left as
     it is and not returned (so re-running a page creates nothing twice). Raises what the database
@@ -75,13 +79,16 @@ def insert_campaign_page(*, campaign_id, channel: str, priority: str, category: 
     if not rows:
         return []
     shared = {"campaign": campaign_id, "channel": channel, "priority": priority, "category": category, "now": now,
-              "type": notification_type, "sensitive": sensitive}
+              "type": notification_type, "sensitive": sensitive,
+              "metadata": None if metadata is None else Jsonb(metadata)}
     try:
         with transaction.atomic():
             _copy(shared, rows)
+        created = [(str(r.id), r.status) for r in rows]
     except (IntegrityError, psycopg.errors.UniqueViolation):
-        return _insert_skipping_existing(shared, rows)
-    return [(str(r.id), r.status) for r in rows]
+        created = _insert_skipping_existing(shared, rows)
+    outbox.emit_created(created, now)  # the members created final (suppressed at fan-out)
+    return created
 
 
 def _details(shared: dict) -> dict[str, str]:
@@ -102,10 +109,11 @@ def _copy(shared: dict, rows: list[CampaignRow]) -> None:
     channel, priority, category = shared["channel"], shared["priority"], shared["category"]
     scheduled, queued = Status.SCHEDULED, Status.QUEUED
     details = _details(shared)
+    meta = shared["metadata"]
     copy_rows(_TABLE, _COLUMNS, [
         (r.id, campaign, r.recipient_id, channel, priority, category, r.status, r.reason, r.status,
          r.due, r.due if r.status == scheduled else None, now if r.status == queued else None, r.expires,
-         "", "", "", shared["sensitive"], "", _detail(details, r), 0, "", "", now, now, shared["type"])
+         "", "", "", shared["sensitive"], "", _detail(details, r), 0, "", "", now, now, shared["type"], meta)
         for r in rows])
 
 

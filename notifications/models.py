@@ -178,6 +178,9 @@ class NotificationColumns(models.Model):
     body = models.TextField()
     html = models.TextField(blank=True, default="")
     data = models.JSONField(null=True, blank=True)
+    #: The client's own object sent with the request (:mod:`notifications.metadata`): not content, but
+    #: it may name a person, so an erasure blanks it.
+    metadata = models.JSONField(null=True, blank=True)
     sensitive = models.BooleanField(default=False, help_text="Content (e.g. an OTP) is never shown or logged.")
     # The abuse limits' mark of the contact at acceptance (acceptance.rules.contact_mark): the send
     # counts an SMS/email row again when its contact is no longer this one. A database default, as

@@ -37,6 +37,7 @@ from notifications.models import (
     Reason,
     Status,
 )
+from notifications.webhooks import outbox
 from preferences.models import Recipient
 
 
@@ -127,6 +128,7 @@ def accept_notification(
     scheduled_at: datetime | None = None,
     ttl_seconds: int | None = None,
     sensitive: bool = False,
+    metadata: dict | None = None,
 ) -> Accepted:
     """Store a validated send request durably and, if it is due now, enqueue it after commit.
 
@@ -159,6 +161,7 @@ def accept_notification(
         body=content["body"],
         html=content.get("html") or "",
         data=content.get("data"),
+        metadata=metadata,
         sensitive=sensitive,
         limit_contact=contact_mark(recipient, channel),
         status=status,
@@ -179,6 +182,7 @@ def accept_notification(
                 refuse_archived(nid, now)
             DeliveryEvent.objects.create(notification=notification, kind="accepted", status=status,
                                          detail=f"due {due.isoformat()}" if due else "")
+            outbox.emit_created([notification], now)  # a row created final is told as its move would be
             if status == Status.QUEUED:
                 enqueue_on_commit([(nid, priority, channel)])
     except (IntegrityError, ArchivedRequest) as exc:
@@ -321,8 +325,9 @@ def erase_notification_content(recipient_id: str, contacts: list[str], *, by: st
                 DeliveryEvent(notification_id=pk, kind="dead_letter_withdrawn", status=Status.FAILED, created_at=now,
                               detail=f"not replayable: the recipient's personal data was erased by {by}"[:500])
                 for pk in withdrawn])
-        erased += rows.filter(~Q(title="") | ~Q(body="") | ~Q(html="") | Q(data__isnull=False)).update(
-            title="", body="", html="", data=None, updated_at=now)
+        erased += rows.filter(~Q(title="") | ~Q(body="") | ~Q(html="") | Q(data__isnull=False)
+                              | Q(metadata__isnull=False)).update(
+            title="", body="", html="", data=None, metadata=None, updated_at=now)
     # The data of the events sent to this recipient alone (template input: an address, an order);
     # an event to many users carries data they share, which stays.
     from notifications.events.models import Event

@@ -97,6 +97,11 @@ REFUSALS_THE_SCHEMA_CANNOT_STATE = {
     ("content.title", "required"): "email needs a subject: depends on channel",
     ("content.title", "not_allowed_for_channel"): "depends on channel",
     ("content.html", "not_allowed_for_channel"): "depends on channel",
+    ("metadata.*", "invalid_key"): "metadata keys: a letter or '_', then letters, digits, '_', '.', '-' (no "
+                                   "property-name patterns in OpenAPI 3.0)",
+    ("metadata.*", "control_character"): "metadata strings: no invisible character (core/identifiers.py)",
+    ("metadata", "payload_too_large"): "metadata ≤ 2 KB as JSON",
+    ("metadata", "digest_type"): "a digest type's event takes no metadata (its notification is many events')",
     ("content", "payload_too_large"): "push: title + body + data ≤ 4,096 bytes as JSON",
     ("content.data", "not_allowed_for_channel"): "SMS carries only its body: depends on channel",
     ("content.data", "payload_too_large"): "email data ≤ 10,000 bytes as JSON (SendGrid custom_args), in_app ≤ 4,096",

@@ -101,3 +101,20 @@ def test_a_campaign_cancel_records_the_same_timeline_as_a_single_cancel(frozen):
     assert other.reason_detail == "its campaign was cancelled"
     assert list(DeliveryEvent.objects.filter(notification__in=[one, other]).values_list("created_at", flat=True)) \
         == [clock.now(), clock.now()]
+
+
+def test_a_campaigns_metadata_is_on_every_row_by_the_copy_and_by_the_insert_of_a_page_run_again():
+    for u in ("m1", "m2"):
+        make_recipient(u)
+    campaign_id, meta = uuid.uuid4(), {"promo": "WINTER", "wave": 3, "vip": None}
+    kwargs = {"campaign_id": campaign_id, "channel": "sms", "priority": "standard", "category": "",
+              "now": clock.now(), "metadata": meta}
+    first = _rows(["m1"])
+    insert_campaign_page(rows=first, **kwargs)  # the COPY
+    second = _rows(["m2"])
+    assert insert_campaign_page(rows=[*first, *second], **kwargs) == [(second[0].id, "scheduled")]  # the INSERT
+    got = {n.recipient_id: n.metadata for n in Notification.objects.filter(campaign_id=campaign_id)}
+    assert got == {"m1": meta, "m2": meta}
+    plain = _rows(["m1"])
+    insert_campaign_page(rows=plain, **{**kwargs, "campaign_id": uuid.uuid4(), "metadata": None})
+    assert Notification.objects.get(pk=plain[0].id).metadata is None

@@ -381,3 +381,23 @@ def test_no_module_writes_notification_rows_outside_the_registered_roads():
     for helper, (function, caller) in HELPERS.items():
         callers = {rel for rel, text in _sources() if rel != helper and function in text}
         assert callers == {caller}, (helper, callers)
+
+
+@pytest.mark.parametrize("road", [Road.SINGLE, Road.TYPED, Road.EVENT, Road.CAMPAIGN, Road.DIGEST])
+def test_each_road_that_creates_rows_hands_them_to_the_webhook_outbox(road, monkeypatch):
+    """A row created already final is told by :func:`outbox.emit_created`, never by a move: every road
+    that inserts rows hands it what it created (fallback and replay create none: they move rows, and
+    the lifecycle tells those moves)."""
+    from notifications.webhooks import outbox
+
+    handed: list[str] = []
+    real = outbox.emit_created
+
+    def spy(rows, at):
+        rows = list(rows)
+        handed.extend(str(r[0]) if isinstance(r, tuple) else str(r.pk) for r in rows)
+        return real(rows, at)
+
+    monkeypatch.setattr(outbox, "emit_created", spy)
+    made = DRIVERS[road](make_recipient(f"told-{road}"))
+    assert {str(n.pk) for n in made} <= set(handed) and made

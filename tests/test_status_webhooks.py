@@ -167,7 +167,7 @@ def test_a_status_move_writes_one_delivery_per_subscribed_endpoint_for_its_own_c
         "notification_id": str(rows[0].pk), "channel": "sms", "status": "sent", "reason": None,
         "idempotency_key": rows[0].idempotency_key,
         "metadata": {"user_id": rows[0].recipient_id, "priority": "standard", "category": None, "campaign_id": None,
-                     "event_id": None}}
+                     "event_id": None, "client": None}}
 
 
 def test_no_subscriber_no_query_the_send_path_pays_nothing():
@@ -568,3 +568,63 @@ def test_every_status_writer_of_the_lifecycle_emits_or_is_known_not_to():
     assert silent == []
     assert emitting == {"sent", "suppress", "record_one", "expire_leases", "deliver", "settle", "settle_unrecorded",
                         "app_move", "cancel", "fallback"}
+
+
+def test_a_campaign_member_created_suppressed_at_fan_out_is_a_suppressed_event_of_the_launchers():
+    """A row created final never moves, so fan-out tells it: the launcher's endpoint hears
+    ``notification.suppressed`` (with the reason) for the member suppressed on the page and nothing
+    for the one queued; an admin campaign's suppressed member is nobody's."""
+    from tests.fanout_helpers import make_campaign, make_recipient, run_fan_out
+
+    launcher, _ = make_client()
+    endpoint = endpoints.create(launcher, "https://hooks.example.com/a", ["notification.suppressed",
+                                                                         "notification.sent"])
+    tag = uuid.uuid4().hex[:6]
+    make_recipient(f"ok-{tag}")
+    make_recipient(f"bad-{tag}", phone_invalid=True)
+    theirs = make_campaign([f"ok-{tag}", f"bad-{tag}"], channel="sms")
+    Campaign.objects.filter(pk=theirs.pk).update(client=launcher)
+    rows = {n.recipient_id: n for n in run_fan_out(theirs)}
+    assert {u: (n.status, n.reason) for u, n in rows.items()} == {
+        f"ok-{tag}": ("queued", ""), f"bad-{tag}": ("suppressed", "phone_invalid")}
+    [told] = WebhookDelivery.objects.all()
+    data = told.payload["data"]
+    assert (told.endpoint_id, told.event_type, told.notification_id) == (
+        endpoint.pk, "notification.suppressed", rows[f"bad-{tag}"].pk)
+    assert (data["status"], data["reason"], data["metadata"]["campaign_id"]) == (
+        "suppressed", "phone_invalid", str(theirs.pk))
+    make_recipient(f"bad2-{tag}", phone_invalid=True)
+    run_fan_out(make_campaign([f"bad2-{tag}"], channel="sms"))  # an admin campaign: nobody's
+    assert WebhookDelivery.objects.count() == 1
+
+
+def test_a_digests_events_are_reached_when_the_digest_is_sent():
+    """An event that went into a digest has no notification of its own: when the digest's row is
+    sent, the client hears ``notification.sent`` of that row and ``event.reached`` of every event
+    in the digest, each with its own key and the digest's notifications; once."""
+    from notifications.events import digests
+    from notifications.events import services as event_services
+
+    client, _ = make_client()
+    endpoint = endpoints.create(client, "https://hooks.example.com/a", ["event.reached", "notification.sent"])
+    kind, _ = event_services.save_type(f"likes-{uuid.uuid4().hex[:6]}", {
+        "channels": ["sms"], "priority": "standard", "category": "social",
+        "digest": {"window_seconds": 60, "key": "{{ data.post }}"}},
+        [{"channel": "sms", "locale": "en", "body": "{{ items|length }} likes"}], client=client)
+    user = Recipient.objects.create(user_id=f"u-{uuid.uuid4().hex[:8]}", phone="+4915112345678")
+    events = [event_services.accept_event(client=client, idempotency_key=f"like-{i}", fingerprint="f", kind=kind,
+                                          recipients=[user], data={"post": "p1"}).event for i in range(2)]
+    (digest,) = digests.Digest.objects.filter(recipient=user)
+    (row,) = digests.close(digests.Digest.objects.get(pk=digest.pk), digest.closes_at)
+    assert WebhookDelivery.objects.count() == 0  # closed, not yet decided
+    Notification.objects.filter(pk=row.pk).update(status=Status.SENDING, claims=1)
+    row.refresh_from_db()
+    mark_sent([row])
+    mark_sent([row])  # no second move, nothing told twice
+    got = sorted((d.event_type, d.payload["data"].get("event_id"), d.payload["data"]["idempotency_key"])
+                 for d in WebhookDelivery.objects.filter(endpoint=endpoint))
+    assert got == sorted([("notification.sent", None, None)]
+                         + [("event.reached", str(e.pk), f"like-{i}") for i, e in enumerate(events)])
+    reached = WebhookDelivery.objects.filter(event_type="event.reached").first().payload["data"]
+    assert (reached["user_id"], reached["notifications"]) == (user.user_id, [
+        {"notification_id": str(row.pk), "channel": "sms", "status": "sent", "reason": None}])

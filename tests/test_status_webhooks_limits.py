@@ -308,3 +308,28 @@ def test_a_typed_single_sends_event_outcome_carries_the_sends_idempotency_key():
     [told] = WebhookDelivery.objects.filter(endpoint=endpoint)
     assert (told.event_type, told.payload["data"]["idempotency_key"]) == ("event.reached", key)
     assert json.loads(json.dumps(told.payload))["data"]["user_id"] == user.user_id
+
+
+def test_a_slow_resolver_ends_the_attempt_at_its_deadline_as_a_timeout_retried_later(production, settings,
+                                                                                     monkeypatch):
+    """The name is resolved inside the request's deadline: a resolver that answers after 3 s holds
+    the worker thread for the 1 s timeout only, and the attempt is a timeout that says so, tried again."""
+    settings.WEBHOOKS = {**settings.WEBHOOKS, "TIMEOUT_SECONDS": 1.0, "BATCH_BUDGET_SECONDS": 1.0}
+    client, _ = make_client()
+    endpoint = endpoints.create(client, "https://hooks.example.com/hooks", ["notification.sent"])
+
+    def slow(host, port):
+        time.sleep(3)
+        return ["93.184.216.34"]
+
+    monkeypatch.setattr(safety, "getaddrinfo", slow)
+    [one] = deliveries_for(endpoint)
+    started = time.monotonic()
+    assert delivery.deliver_endpoint(endpoint.pk) == {"taken": True, "delivered": 0, "failed": 0, "retrying": 1}
+    assert time.monotonic() - started < 1.0 + 1.0
+    one.refresh_from_db()
+    attempt = WebhookAttempt.objects.get(delivery=one)
+    assert (one.state, one.attempts, attempt.http_status) == ("pending", 1, None)
+    assert attempt.error == "timed out after 1 s: hooks.example.com did not resolve in time"
+    assert 1000 <= attempt.latency_ms < 1500
+    assert one.next_attempt_at > attempt.created_at

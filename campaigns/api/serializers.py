@@ -28,6 +28,7 @@ from notifications.api.serializers import (
     check_schedule_window,
     checks_busy,
     html_field,
+    metadata_field,
     priority_category_errors,
 )
 from notifications.api.typed import data_errors
@@ -262,6 +263,7 @@ class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
     spread_seconds = serializers.IntegerField(required=False, default=0, min_value=0, max_value=MAX_SPREAD_SECONDS)
     ttl_seconds = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1,
                                            max_value=MAX_TTL_SECONDS)
+    metadata = metadata_field()
 
     def validate(self, attrs):
         from core import clock
@@ -510,7 +512,7 @@ class CampaignSerializer(serializers.ModelSerializer):
                   "member_count", "reach", "created_count", "default_zone_count", "missed_count", "fanout_failures",
                   "last_error", "last_error_at", "started_at", "fanned_out_at", "completed_at",
                   "cancelled_at", "created_at", "counts", "unsubscribes", "unsubscribe_rate", "schedule",
-                  "series_id", "occurrence_at", "skip_reason"]
+                  "series_id", "occurrence_at", "skip_reason", "metadata"]
         read_only_fields = fields  # a response: every field is always present
 
     @extend_schema_field(ScheduleOutSerializer(allow_null=True))

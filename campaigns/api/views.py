@@ -338,7 +338,8 @@ class CampaignListView(APIView):
             result = services.create_campaign(
                 client=request.auth, idempotency_key=key,
                 fingerprint=request_fingerprint({k: v for k, v in data.items()
-                                                 if k not in ("segment", "template", "notification_type")}),
+                                                 if k not in ("segment", "template", "notification_type")
+                                                 and not (k == "metadata" and v is None)}),
                 name=data["name"], segment=data["segment"], channel=data["channel"], priority=data["priority"],
                 category=data["category"], template=data["template"], title=content.get("title", ""),
                 body=content.get("body", ""), html=content.get("html", ""),
@@ -347,7 +348,8 @@ class CampaignListView(APIView):
                 local_time=local["time"] if local else None,
                 missed_policy=data["missed_policy"] or MissedPolicy.SKIP, spread_seconds=data["spread_seconds"],
                 ttl_seconds=data["ttl_seconds"], schedule_rule=schedule.get("rrule", ""),
-                schedule_start=schedule.get("start", ""), schedule_timezone=schedule.get("timezone", ""))
+                schedule_start=schedule.get("start", ""), schedule_timezone=schedule.get("timezone", ""),
+                metadata=data["metadata"])
         except services.CampaignKeyReused:
             return key_reused()
         note_given_fields(request, CampaignRequestSerializer)

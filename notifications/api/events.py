@@ -25,7 +25,7 @@ from notifications.api.event_reads import (
     recipients_listing,
     recipients_query,
 )
-from notifications.api.serializers import channel_available_errors, check_schedule_window
+from notifications.api.serializers import channel_available_errors, check_schedule_window, metadata_field
 from notifications.api.typed import data_errors, type_for
 from notifications.api.views import (
     ACCEPTANCE_ERRORS,
@@ -66,6 +66,7 @@ class EventRequestSerializer(RejectUnknownFields, serializers.Serializer):
                                           default="", max_length=MAX_COLLAPSE_KEY,
                                           error_messages={"invalid": "no control characters"},
                                           help_text="Push collapse key (overrides the type's template).")
+    metadata = metadata_field()
 
     def validate_scheduled_at(self, value):
         return check_schedule_window(value)
@@ -155,7 +156,7 @@ class EventListView(APIView):
         kind = type_for(request, data["type"])
         errors = data_errors(kind, data["data"])
         if kind.digest:
-            for name in ("scheduled_at", "ttl_seconds", "collapse_key"):
+            for name in ("scheduled_at", "ttl_seconds", "collapse_key", "metadata"):
                 if data[name]:
                     errors[name] = serializers.ErrorDetail(
                         f"type {kind.key} is a digest: its notifications are made when the digest's window closes, "
@@ -167,12 +168,13 @@ class EventListView(APIView):
             raise serializers.ValidationError(errors)
         fingerprint = request_fingerprint({"type": kind.key, "users": data["users"], "data": data["data"],
                                            "scheduled_at": data["scheduled_at"], "ttl_seconds": data["ttl_seconds"],
-                                           "collapse_key": data["collapse_key"]})
+                                           "collapse_key": data["collapse_key"],
+                                           **({"metadata": data["metadata"]} if data["metadata"] is not None else {})})
         try:
             result = services.accept_event(client=request.auth, idempotency_key=key, fingerprint=fingerprint, kind=kind,
                                            recipients=data["recipients"], data=data["data"],
                                            scheduled_at=data["scheduled_at"], ttl_seconds=data["ttl_seconds"],
-                                           collapse_key=data["collapse_key"])
+                                           collapse_key=data["collapse_key"], metadata=data["metadata"])
         except AcceptanceLimited as exc:
             if "user_ids" in request.data:  # name the list item, not a field the request did not use
                 exc.field = f"user_ids.{[r.user_id for r in data['recipients']].index(exc.user_id)}"

@@ -19,6 +19,7 @@ from core.api.fields import AwareDateTimeField, CategoryField, RejectUnknownFiel
 from core.api.refusals import Busy
 from core.compiled import Compiled
 from core.vocabulary import CATEGORY_PATTERN
+from notifications import metadata as metadata_rule
 from notifications.content_limits import (
     BODY_MAX_CHARS,
     EMAIL_DATA_MAX_BYTES,
@@ -102,6 +103,33 @@ class ContentSerializer(RejectUnknownFields, serializers.Serializer):
 _RECIPIENT = Compiled(lambda user_id: Recipient.objects.filter(pk=user_id)[:1], ("user_id",))
 
 
+@extend_schema_field({"type": "object", "nullable": True, "maxProperties": metadata_rule.MAX_KEYS,
+                      "additionalProperties": {"nullable": True, "oneOf": [
+                          {"type": "string"}, {"type": "number"}, {"type": "boolean"}]},
+                      "description": "Your own data about this send, returned on reads and in every webhook "
+                                     "payload's `data.metadata.client`: at most 20 keys (a letter or `_`, then "
+                                     "letters, digits, `_`, `.`, `-`; ≤ 64), values strings, numbers, booleans "
+                                     "or null, ≤ 2 KB as JSON."})
+class MetadataField(serializers.JSONField):
+    """``metadata``: the client's object (:mod:`notifications.metadata`), errors on ``metadata.<key>``."""
+
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        found = metadata_rule.problems(value)
+        if None in found:
+            message, code = found.pop(None)
+            if not found:
+                raise serializers.ValidationError(message, code=code)
+        if found:
+            raise serializers.ValidationError({key: [serializers.ErrorDetail(message, code=code)]
+                                               for key, (message, code) in found.items()})
+        return value
+
+
+def metadata_field() -> MetadataField:
+    return MetadataField(required=False, allow_null=True, default=None)
+
+
 class SendRequestSerializer(RejectUnknownFields, serializers.Serializer):
     """``POST /v1/notifications`` body: ``content``, or ``type`` (with ``data``); with ``type`` no
     ``category``, ``priority`` or ``sensitive`` (the type's)."""
@@ -139,6 +167,7 @@ class SendRequestSerializer(RejectUnknownFields, serializers.Serializer):
     sensitive = serializers.BooleanField(required=False,
                                          help_text="Content (e.g. an OTP) is never shown in the admin or logs. "
                                                    "Default false. Not with `type` (the type's).")
+    metadata = metadata_field()
 
     def validate_category(self, value: str) -> str:
         if value and not CATEGORY_PATTERN.match(value):
@@ -322,7 +351,8 @@ class NotificationSerializer(serializers.ModelSerializer):
     class Meta:
         model = NotificationRecord
         fields = ["id", "user_id", "type", "event_id", "channel", "priority", "category", "status", "reason",
-                  "reason_detail", "sensitive", "content", "scheduled_at", "expires_at", "attempts", "provider",
+                  "reason_detail", "sensitive", "content", "metadata", "scheduled_at", "expires_at", "attempts",
+                  "provider",
                   "provider_message_id", "created_at", "sent_at", "delivered_at", "timeline", "attempts_log"]
         read_only_fields = fields  # a response: every field is always present
         extra_kwargs = {"reason": {"allow_blank": True}}  # read-only drops it; "" is a value here
@@ -349,6 +379,7 @@ class NotificationSummarySerializer(NotificationSerializer):
     class Meta(NotificationSerializer.Meta):
         fields = ["id", "user_id", "campaign_id", "type", "event_id", "channel", "priority", "category", "status",
                   "reason",
-                  "reason_detail", "sensitive", "content", "scheduled_at", "attempts", "provider", "created_at",
+                  "reason_detail", "sensitive", "content", "metadata", "scheduled_at", "attempts", "provider",
+                  "created_at",
                   "sent_at", "delivered_at"]
         read_only_fields = fields

@@ -145,16 +145,22 @@ class NotificationListView(APIView):
                 client=client, idempotency_key=key,
                 # Over the validated request (defaults filled in, instants parsed), so a retry that
                 # spells out a default or writes "Z" for "+00:00" is still the same request.
-                fingerprint=services.request_fingerprint({k: v for k, v in data.items() if k != "recipient"}),
+                fingerprint=services.request_fingerprint(_fingerprinted(data)),
                 recipient=data["recipient"], channel=data["channel"], priority=data["priority"],
                 content=data["content"], category=data["category"], scheduled_at=data["scheduled_at"],
-                ttl_seconds=data["ttl_seconds"], sensitive=data["sensitive"])
+                ttl_seconds=data["ttl_seconds"], sensitive=data["sensitive"], metadata=data["metadata"])
         except services.IdempotencyKeyReused:
             return key_reused()
         note_given_fields(request, SendRequestSerializer)
         n = result.notification
         return accepted({"id": str(n.pk), "status": n.accepted_status}, f"/v1/notifications/{n.pk}",
                         result.replayed)
+
+
+def _fingerprinted(data: dict) -> dict:
+    """The request as its fingerprint counts it: all but the loaded recipient, and ``metadata`` only
+    when given (a request without it keeps the fingerprint it had before the field existed)."""
+    return {k: v for k, v in data.items() if k != "recipient" and not (k == "metadata" and v is None)}
 
 
 def _typed_send(request, key: str, data: dict) -> Response:
@@ -167,12 +173,12 @@ def _typed_send(request, key: str, data: dict) -> Response:
                                         f"{', '.join(kind.channels)})", code="not_in_type")
     if errors:
         raise ValidationError(errors)
-    fingerprint = services.request_fingerprint({k: v for k, v in data.items() if k != "recipient"})
+    fingerprint = services.request_fingerprint(_fingerprinted(data))
     try:
         result = event_services.accept_event(
             client=request.auth, idempotency_key=key, fingerprint=fingerprint, kind=kind,
             recipients=[data["recipient"]], data=data.get("data") or {}, scheduled_at=data["scheduled_at"],
-            ttl_seconds=data["ttl_seconds"], channel=data["channel"])
+            ttl_seconds=data["ttl_seconds"], channel=data["channel"], metadata=data["metadata"])
     except services.IdempotencyKeyReused:
         return key_reused()
     note_given_fields(request, SendRequestSerializer)

@@ -34,6 +34,7 @@ from notifications.events.models import (
 from notifications.ids import digest_notification_id
 from notifications.models import DeliveryEvent, Notification, Reason, Status
 from notifications.rendering import render_parts
+from notifications.webhooks import outbox
 
 #: A digest window, in seconds: at least a minute (shorter batches too little to be worth the
 #: delay: the first event waits the whole window) and at most a day (a digest older than that is
@@ -160,6 +161,7 @@ def close(digest: Digest, now: datetime) -> list[Notification]:
         DeliveryEvent(notification_id=n.pk, kind="accepted", status=n.status, reason=n.reason, created_at=now,
                       detail=detail + ("; waits for the channel before it" if n.fallback_after else
                                        "; released by the scheduler")) for n in rows])
+    outbox.emit_created(rows, now)  # a row created final is told as its move would be
     return rows
 
 

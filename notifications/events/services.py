@@ -30,6 +30,7 @@ from notifications.ids import event_id, event_notification_id, single_send_id, t
 from notifications.models import APIClient, DeliveryEvent, Notification, NotificationRecord, Priority, Reason, Status
 from notifications.rendering import RenderError
 from notifications.services import WRITTEN_TO_INBOX, IdempotencyKeyReused, NotCancellable, same_request
+from notifications.webhooks import outbox
 
 TYPE_FIELDS = ("name", "description", "category", "priority", "channels", "routing", "quiet_hours",
                "in_app_quiet_hours", "required",
@@ -119,13 +120,14 @@ def _check_owner(kind: NotificationType, client: APIClient | None) -> None:
 
 def accept_event(*, client: APIClient, idempotency_key: str, fingerprint: str, kind: NotificationType,
                  recipients: list, data: dict, scheduled_at: datetime | None = None, ttl_seconds: int | None = None,
-                 collapse_key: str = "", channel: str | None = None) -> AcceptedEvent:
+                 collapse_key: str = "", channel: str | None = None, metadata: dict | None = None) -> AcceptedEvent:
     """Store an event and its notifications in one transaction; enqueue those due now after commit.
 
     One notification per recipient and channel of the type (``fallback``: the next channels wait,
     :mod:`notifications.events.fallback`); a digest type's event is appended to each recipient's open
     digest instead (:mod:`notifications.events.digests`). ``channel`` makes it a typed single send
-    (one recipient, that channel, the single send's id and key). The gate (roads ``typed`` and
+    (one recipient, that channel, the single send's id and key). ``metadata``: the client's object,
+    stored on each notification (:mod:`notifications.metadata`). The gate (roads ``typed`` and
     ``event`` of :func:`notifications.admission.admit`) runs before anything is written; a replay
     returns the stored event. docs/TYPES.md, "Events"; docs/ARCHITECTURE.md §6, "Roads in".
 
@@ -172,6 +174,7 @@ def accept_event(*, client: APIClient, idempotency_key: str, fingerprint: str, k
                 id=nid, client=client, idempotency_key=idempotency_key if single else None,
                 request_fingerprint=fingerprint if single else "", recipient=recipient, channel=on,
                 priority=kind.priority, category=kind.category, body="", sensitive=kind.sensitive, event=event,
+                metadata=metadata,
                 notification_type=kind, limit_contact=contact_mark(recipient, on),
                 fallback_after=before if waiting else None, status=status,
                 reason=Reason.FALLBACK_WAITING if waiting else "", accepted_status=status, scheduled_at=scheduled_at,
@@ -192,6 +195,7 @@ def accept_event(*, client: APIClient, idempotency_key: str, fingerprint: str, k
             DeliveryEvent.objects.bulk_create([
                 DeliveryEvent(notification_id=n.pk, kind="accepted", status=n.status, created_at=now,
                               reason=n.reason, detail=_accepted_detail(n, kind)) for n in rows], batch_size=2000)
+            outbox.emit_created(rows, now)  # a row created final is told as its move would be
             enqueue_on_commit([(n.pk, n.priority, n.channel) for n in rows if n.status == Status.QUEUED])
             transaction.on_commit(lambda: metrics.events_accepted(1, len(rows)))
     except (IntegrityError, ArchivedRequest) as exc:

@@ -1,7 +1,7 @@
 """Status events into the webhook outbox, in the transaction of the status move that causes them
 (docs/WEBHOOKS.md, "Delivery"). :mod:`notifications.lifecycle`, the one writer of a notification's
-status, calls :func:`emit_rows` / :func:`emit_ids` after each move; campaigns call
-:func:`emit_campaign_completed`.
+status, calls :func:`emit_rows` / :func:`emit_ids` after each move; every road that creates rows
+calls :func:`emit_created` (a row created final); campaigns call :func:`emit_campaign_completed`.
 
 Only clients with an endpoint subscribed to the event pay anything: the subscriptions are held per
 process (:func:`subscribers`, a short TTL, forgotten at once on a save in the process), and an
@@ -33,7 +33,7 @@ from django.dispatch import receiver
 
 from core import clock
 from core.postgres import array_literal, copy_rows
-from notifications.events.models import Event
+from notifications.events.models import DigestItem, Event
 from notifications.models import user_outcome
 from notifications.webhooks.models import OUTCOME_EVENTS, WebhookDelivery, WebhookEndpoint
 
@@ -84,18 +84,20 @@ def forget_subscriptions(**_kwargs) -> None:
 
 def payload(event_type: str, at: datetime, row: dict) -> dict:
     """The body of a notification's event (docs/WEBHOOKS.md, "Payload"): ids, channel, status,
-    reason, the instant, the client's idempotency key and the rest of what it sent (metadata)."""
+    reason, the instant, the client's idempotency key and what it sent that identifies it, its own
+    ``metadata`` object in ``metadata.client`` (null: none)."""
     return {"type": event_type, "timestamp": at.isoformat().replace("+00:00", "Z"), "data": {
         "notification_id": str(row["id"]), "channel": row["channel"], "status": row["status"],
         "reason": row["reason"] or None, "at": at.isoformat().replace("+00:00", "Z"),
         "idempotency_key": row["idempotency_key"],
         "metadata": {"user_id": row["recipient_id"], "priority": row["priority"], "category": row["category"] or None,
                      "campaign_id": str(row["campaign_id"]) if row["campaign_id"] else None,
-                     "event_id": str(row["event_id"]) if row["event_id"] else None}}}
+                     "event_id": str(row["event_id"]) if row["event_id"] else None,
+                     "client": json.loads(row["metadata"]) if isinstance(row["metadata"], str) else row["metadata"]}}}
 
 
-_COLUMNS = ("id", "client_id", "campaign_id", "event_id", "recipient_id", "channel", "priority", "category",
-            "status", "reason", "idempotency_key")
+_COLUMNS = ("id", "client_id", "campaign_id", "event_id", "digest_id", "recipient_id", "channel", "priority",
+            "category", "status", "reason", "idempotency_key", "metadata")
 _TABLE = WebhookDelivery._meta.db_table
 _COPY_COLUMNS = ("id", "endpoint_id", "event_type", "notification_id", "subject", "payload", "state", "attempts",
                  "next_attempt_at", "last_error", "created_at")
@@ -156,6 +158,28 @@ def emit_ids(ids: Iterable, status: str, at: datetime, *, table: str = "notifica
     return _write(event_type, rows, subscribed, at) + _outcomes(rows, at)
 
 
+#: Statuses a row is created in that are not an end: no event (the moves out of them are).
+_OPEN = frozenset({"scheduled", "queued", "sending"})
+
+
+def emit_created(rows: Iterable, at: datetime) -> int:
+    """``notification.<status>`` for rows created already final (a campaign member suppressed at
+    fan-out, ``local_time_passed``…): no lifecycle move ends them, so every road that creates rows
+    calls this after its insert, in its transaction. ``rows``: Notification objects, or ``(id,
+    status)`` pairs read here (a campaign page: one SELECT and one COPY per final status). Rows
+    created open cost nothing; returns the deliveries written."""
+    objects: dict[str, list] = defaultdict(list)
+    pairs: dict[str, list] = defaultdict(list)
+    for row in rows:
+        if isinstance(row, tuple):
+            if str(row[1]) not in _OPEN:
+                pairs[str(row[1])].append(row[0])
+        elif str(row.status) not in _OPEN:
+            objects[str(row.status)].append(row)
+    return (sum(emit_rows(found, status, at) for status, found in objects.items())
+            + sum(emit_ids(ids, status, at) for status, ids in pairs.items()))
+
+
 _OUTCOME_SQL = f"""
 SELECT n.event_id, n.recipient_id, n.id, n.channel, n.status, n.reason,
        COALESCE(e.idempotency_key, n.idempotency_key)
@@ -164,18 +188,36 @@ SELECT n.event_id, n.recipient_id, n.id, n.channel, n.status, n.reason,
 """
 
 
+_DIGEST_OUTCOME_SQL = f"""
+SELECT i.event_id, n.recipient_id, n.id, n.channel, n.status, n.reason, e.idempotency_key, n.digest_id
+  FROM notifications_notification AS n JOIN {DigestItem._meta.db_table} AS i ON i.digest_id = n.digest_id
+  JOIN {Event._meta.db_table} AS e ON e.id = i.event_id
+ WHERE n.digest_id = ANY(%s::uuid[])
+"""
+
+
 def _outcomes(rows: list[dict], at: datetime) -> int:
     """``event.reached`` / ``event.not_reached`` for the users of an event whose outcome the moved
     ``rows`` decided (the rule: :func:`notifications.models.user_outcome`), told once per endpoint
-    (``subject``: the first decision wins). One SELECT and one INSERT, for subscribed clients only."""
+    (``subject``: the first decision wins). A digest's row decides the user of every event in the
+    digest, by the digest's notifications. One SELECT (per kind) and one INSERT, subscribed clients only."""
     outcome_subscribers = {e: subscribers(e) for e in OUTCOME_EVENTS}
-    users = {(r["event_id"], r["recipient_id"]): r["owner"] for r in rows
-             if r["event_id"] and any(r["owner"] in s for s in outcome_subscribers.values())}
+    heard = [r for r in rows if any(r["owner"] in s for s in outcome_subscribers.values())]
+    users = {(r["event_id"], r["recipient_id"]): r["owner"] for r in heard if r["event_id"]}
+    digests = {r["digest_id"]: r["owner"] for r in heard if r.get("digest_id")}
+    found: list = []
+    with connection.cursor() as cur:
+        if users:
+            cur.execute(_OUTCOME_SQL, [array_literal({str(e) for e, _u in users}),
+                                       array_literal({u for _e, u in users})])
+            found = cur.fetchall()
+        if digests:
+            cur.execute(_DIGEST_OUTCOME_SQL, [array_literal({str(d) for d in digests})])
+            for event_id, user_id, *rest, digest_id in cur.fetchall():
+                users[(event_id, user_id)] = digests[digest_id]
+                found.append((event_id, user_id, *rest))
     if not users:
         return 0
-    with connection.cursor() as cur:
-        cur.execute(_OUTCOME_SQL, [array_literal({str(e) for e, _u in users}), array_literal({u for _e, u in users})])
-        found = cur.fetchall()
     per_user: dict[tuple, list] = defaultdict(list)
     for event_id, user_id, *rest in found:
         if (event_id, user_id) in users:

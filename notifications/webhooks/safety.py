@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import threading
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -112,15 +113,43 @@ def getaddrinfo(host: str, port: int) -> list[str]:
     return [str(info[4][0]) for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
 
 
-def resolve(host: str, port: int) -> str:
-    """The address to connect to for ``host``: resolved now, every address checked (one refused:
-    all refused, a name answering with a private address is not trusted for its others)."""
+class ResolveTimeout(Refused):
+    """The name did not resolve within the time left to the request (a slow or dead resolver)."""
+
+
+def _lookup(host: str, port: int, timeout: float | None) -> list[str]:
+    """:func:`getaddrinfo` bounded by ``timeout``: the lookup runs in a daemon thread, abandoned (it
+    ends when the resolver answers) when it outlasts the request's deadline."""
+    if timeout is None:
+        return getaddrinfo(host, port)
+    found: list = []
+
+    def run() -> None:
+        try:
+            found.append(getaddrinfo(host, port))
+        except OSError as exc:
+            found.append(exc)
+
+    worker = threading.Thread(target=run, name=f"resolve {host}", daemon=True)
+    worker.start()
+    worker.join(max(timeout, 0.0))
+    if not found:
+        raise ResolveTimeout(f"{host} did not resolve in time")
+    if isinstance(found[0], OSError):
+        raise found[0]
+    return found[0]
+
+
+def resolve(host: str, port: int, timeout: float | None = None) -> str:
+    """The address to connect to for ``host``: resolved now, within ``timeout`` seconds when given,
+    every address checked (one refused: all refused, a name answering with a private address is not
+    trusted for its others)."""
     literal = _literal(host)
     if literal is not None:
         addresses = [str(literal)]
     else:
         try:
-            addresses = getaddrinfo(host, port)
+            addresses = _lookup(host, port, timeout)
         except OSError as exc:
             raise Refused(f"{host} does not resolve: {exc}") from None
     if not addresses:

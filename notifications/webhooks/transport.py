@@ -23,7 +23,7 @@ from django.conf import settings
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.util.ssl_ import create_urllib3_context
 
-from notifications.webhooks.safety import Refused, check_url, resolve
+from notifications.webhooks.safety import Refused, ResolveTimeout, check_url, resolve
 
 
 @dataclass(frozen=True)
@@ -78,8 +78,9 @@ class _Deadline:
 
 
 class Connection:
-    """Requests to one endpoint URL for one delivery run: the URL checked and its name resolved and
-    checked once, then one kept-alive connection to that address (a run lasts at most its budget)."""
+    """Requests to one endpoint URL for one delivery run: the URL checked once, its name resolved and
+    every address checked at each connect, within that request's deadline (a slow resolver is a
+    timeout like a slow endpoint), then one kept-alive connection to that address."""
 
     def __init__(self, url: str, timeout: float) -> None:
         self.timeout = timeout
@@ -88,7 +89,6 @@ class Connection:
         self.tls_socket: ssl.SSLSocket | None = None
         try:
             self.scheme, self.host, self.port = check_url(url)
-            self.address = resolve(self.host, self.port)
         except Refused as exc:
             self.refused = f"refused: {exc}"
             return
@@ -108,18 +108,20 @@ class Connection:
     def _sockets(self) -> list:
         return [s for s in (self.conn.sock if self.conn else None, self.tls_socket) if s is not None]
 
-    def _connection(self) -> HTTPConnection:
-        """The kept-alive connection, or a new one to the checked address when there is none or the
-        endpoint closed it."""
+    def _connection(self, seconds_left: float) -> HTTPConnection:
+        """The kept-alive connection, or a new one when there is none or the endpoint closed it: the
+        name resolved within ``seconds_left`` and every address checked (:func:`resolve`), the
+        connection made to the checked address."""
         if self.conn is not None and not self.conn.is_connected:
             self._drop()
         if self.conn is None:
+            address = resolve(self.host, self.port, timeout=seconds_left)
             if self.scheme == "https":
-                self.conn = HTTPSConnection(self.address, self.port, timeout=self.timeout, ssl_context=self.context,
+                self.conn = HTTPSConnection(address, self.port, timeout=self.timeout, ssl_context=self.context,
                                             cert_reqs="CERT_REQUIRED", ca_certs=certifi.where(),
                                             server_hostname=self.host, assert_hostname=self.host)
             else:
-                self.conn = HTTPConnection(self.address, self.port, timeout=self.timeout)
+                self.conn = HTTPConnection(address, self.port, timeout=self.timeout)
         return self.conn
 
     def post(self, body: bytes, headers: dict[str, str]) -> Answer:
@@ -136,13 +138,17 @@ class Connection:
         failure: BaseException | None = None
         with _Deadline(self.timeout, self._sockets) as deadline:
             try:
-                conn = self._connection()
+                conn = self._connection(self.timeout - (time.monotonic() - started))
                 conn.request("POST", self.path, body=body, headers={**headers, **self.headers},
                              preload_content=False, decode_content=False)
                 response = conn.getresponse()
                 response.read(settings.WEBHOOKS["MAX_RESPONSE_BYTES"])  # the rest is never read
                 keep = response.length_remaining == 0  # read to its end: the connection serves the next
                 answer = Answer(response.status, took(), retry_after=response.headers.get("Retry-After", ""))
+            except ResolveTimeout as exc:
+                return Answer(None, took(), error=f"timed out after {self.timeout:g} s: {exc}")
+            except Refused as exc:
+                return Answer(None, took(), error=f"refused: {exc}")
             except (urllib3.exceptions.HTTPError, HTTPException, OSError, ValueError) as exc:
                 failure = exc
         self.tls_socket = None
