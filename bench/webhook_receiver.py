@@ -5,7 +5,7 @@ counted by ``webhook-id`` and event type with its first arrival, and answered 20
 400, counted as rejected). :meth:`Receiver.down` closes the port and every open connection for S
 seconds (the sender sees refused connections), then listens again. :func:`tally` compares what was
 received with what the outbox holds. Run as ``python -m bench.webhook_receiver --port P
---control-port C --secret-file F``: ``GET /state`` and ``POST /down?seconds=S`` on the control port.
+--control-port C --secret-file F``: ``GET /``, ``GET /summary``, ``POST /down?seconds=S`` on the control port.
 """
 
 from __future__ import annotations
@@ -106,6 +106,12 @@ class Receiver:
         timer.daemon = True
         timer.start()
 
+    def summary(self) -> dict:
+        """Counts only (the bench polls this every second; :meth:`state` is every id)."""
+        with self._lock:
+            return {"ids": len(self.received), "arrivals": sum(v[3] for v in self.received.values()),
+                    "rejected": self.rejected}
+
     def state(self) -> dict:
         with self._lock:
             return {"received": {k: list(v) for k, v in self.received.items()}, "rejected": self.rejected,
@@ -149,7 +155,7 @@ def _control(receiver: Receiver, port: int) -> ThreadingHTTPServer:
             self.wfile.write(body)
 
         def do_GET(self):
-            self._json(receiver.state())
+            self._json(receiver.summary() if urlsplit(self.path).path == "/summary" else receiver.state())
 
         def do_POST(self):
             seconds = float(parse_qs(urlsplit(self.path).query).get("seconds", ["0"])[0])

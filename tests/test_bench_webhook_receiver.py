@@ -101,3 +101,12 @@ def test_the_bench_stack_runs_the_webhook_worker_as_the_procfile_only_with_webho
         "-l info", "-l warning")
     env = with_hooks.env()
     assert env["WEBHOOKS_ALLOW_INSECURE"] == "1" and "WEBHOOKS_CACHE_SECONDS" not in env  # production's 5 s
+
+
+def test_the_summary_counts_ids_and_arrivals(receiver):
+    first, second = ids(2)
+    with requests.Session() as s:
+        for msg in (first, second, second):
+            assert post(receiver, s, msg, "notification.sent").status_code == 204
+        assert post(receiver, s, ids(1)[0], "notification.sent", secret=new_secret()).status_code == 400
+    assert receiver.summary() == {"ids": 2, "arrivals": 3, "rejected": 1}
