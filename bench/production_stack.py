@@ -1,11 +1,12 @@
 """The bench's own platform: ``bench.stack.Stack`` with production timings.
 
 Unlike the test stack: no clock-offset file, the settings' default timings, no delivery receipts
-(``EMULATOR_RECEIPTS=0``; ``receipts=True`` keeps them, for ``--receipts``: bench/receipts.py),
-an unlimited emulator message list, WARNING logs, a high API rate limit,
-the standard worker under ``nice 10``, its own Prometheus directory, logs in
-``test-artifacts/bench/``. ``pipeline="naive"`` runs the emulator and the naive baseline's workers
-only (:mod:`bench.naive`), with ``naive_pool`` ``"prefork"`` or ``"threads"``.
+(``EMULATOR_RECEIPTS=0``; ``receipts=True`` keeps them, for ``--receipts``: bench/receipts.py), the
+webhook worker only with ``webhooks=True`` (``--webhooks``: bench/webhook_bench.py; loopback allowed),
+an unlimited emulator message list, WARNING logs, a high API rate limit, the standard worker under
+``nice 10``, its own Prometheus directory, logs in ``test-artifacts/bench/``. ``pipeline="naive"`` runs
+the emulator and the naive baseline's workers only (:mod:`bench.naive`), ``naive_pool`` ``"prefork"``
+or ``"threads"``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ TEST_TIMINGS = (
     "LEASE_SECONDS", "QUEUED_STALE_SECONDS", "QUEUED_STALE_SECONDS_HIGH", "RECONCILER_INTERVAL_SECONDS",
     "SCHEDULER_INTERVAL_SECONDS", "PROVIDER_TIMEOUT_SECONDS", "BACKOFF_BASE_HIGH", "BACKOFF_CAP_HIGH",
     "BACKOFF_BASE_STANDARD", "BACKOFF_CAP_STANDARD", "MIN_RETRY_WINDOW_HIGH", "MIN_RETRY_WINDOW_STANDARD",
-    "CLOCK_OFFSET_FILE", "CAMPAIGN_SHARD_STALE_SECONDS", "HOT_HOURS", *RECEIPT_ENV,
+    "CLOCK_OFFSET_FILE", "CAMPAIGN_SHARD_STALE_SECONDS", "HOT_HOURS", "WEBHOOKS_CACHE_SECONDS", *RECEIPT_ENV,
 )
 WORKER_FLAGS = ["--without-gossip", "--without-mingle", "-l", "warning"]
 TIERED = ("emulator", "web", "worker_high", "worker_standard", "worker_fanout", "worker_maintenance",
@@ -39,11 +40,12 @@ NAIVE_CELERY = [sys.executable, "-m", "celery", "-A", "bench.naive"]
 class BenchStack(Stack):
     def __init__(self, database_url: str, redis_url: str, tmp_dir: Path, *, pipeline: str = "tiered",
                  env: dict[str, str] | None = None, log_dir: Path = LOG_DIR, naive_pool: str = "prefork",
-                 naive_concurrency: int = 8, receipts: bool = False) -> None:
+                 naive_concurrency: int = 8, receipts: bool = False, webhooks: bool = False) -> None:
         tmp_dir.mkdir(parents=True, exist_ok=True)
         super().__init__(database_url, redis_url, tmp_dir)
         self.pipeline = pipeline
         self.receipts = receipts
+        self.webhooks = webhooks
         self.naive_pool = naive_pool
         self.naive_concurrency = naive_concurrency
         self.bench_env = dict(env or {})
@@ -79,7 +81,7 @@ class BenchStack(Stack):
         if self.pipeline == "naive":
             return {"emulator": commands["emulator"], **self.naive_workers()}
         commands["worker_standard"] = ["nice", "-n", "10", *commands["worker_standard"]]
-        return {name: commands[name] for name in TIERED}
+        return {name: commands[name] for name in TIERED + (("worker_webhooks",) if self.webhooks else ())}
 
     def naive_workers(self) -> dict[str, list[str]]:
         """``{kind: command}`` of the naive baseline's workers (kinds ``worker_naive…``)."""
@@ -115,7 +117,7 @@ class BenchStack(Stack):
                                       timeout=90)
             else:
                 wait_until(lambda: self._get(f"{self.api}/api/schema/"), 90, message="API server")
-                self.wait_for_workers(TIERED_WORKERS, timeout=90)
+                self.wait_for_workers(TIERED_WORKERS + (("webhooks@",) if self.webhooks else ()), timeout=90)
         except AssertionError as exc:
             dead = {n: p.returncode for n, p in self.procs.items() if p.poll() is not None}
             raise RuntimeError(f"{self.pipeline} stack did not start ({exc}); exited: {dead}; "

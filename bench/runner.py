@@ -22,6 +22,7 @@ from bench.ceilings import delete_durable_rows, run_ceiling
 from bench.emulator import BACKUP_SMS_ACCOUNT, PRIMARY_SMS_ACCOUNT, PROVIDER_OF_CHANNEL, Emulator
 from bench.otp import OtpSender
 from bench.production_stack import BenchStack
+from bench.webhook_bench import WebhookBench
 from campaigns.models import Campaign
 from core.api.scopes import Scope
 from notifications.models import APIClient
@@ -35,7 +36,7 @@ OTP_USERS = 1000
 #: Recipients, devices and segments stay.
 RESET_TABLES = ("notifications_notification", "campaigns_campaign", "notifications_event")
 PLATFORM_KINDS = ("web", "worker_high", "worker_standard", "worker_fanout", "worker_maintenance", "worker_receipts",
-                  "beat", "postgres", "redis")
+                  "beat", "postgres", "redis", "worker_webhooks")
 
 
 @dataclass
@@ -55,6 +56,9 @@ class RunConfig:
     stall_timeout: float = 180.0
     label: str = ""
     receipts: bool = False  # the emulator sends delivery receipts (bench/receipts.py)
+    webhooks: bool = False  # the campaign's client has an endpoint for every event (bench/webhook_bench.py)
+    webhooks_receiver_down: float = 0.0  # seconds the receiver refuses connections, from a third of the campaign
+    min_window: float = 0.0  # > 0: measure launch → end over at least this long (idle after the drain, no OTP)
     env: dict[str, str] = field(default_factory=dict)
 
     def timeout(self) -> float:
@@ -90,15 +94,17 @@ def monitor_for(stack: BenchStack, database_url: str, redis_url: str) -> procs.P
 
 def start_tiered_stack(env: dict, provider_rate: float | None, database_url: str, redis_url: str, work_dir: Path,
                        label: str, progress: Callable[[str], None],
-                       with_receipts: bool = False) -> tuple[BenchStack, procs.ProcessMonitor, Emulator]:
+                       with_receipts: bool = False,
+                       with_webhooks: bool = False) -> tuple[BenchStack, procs.ProcessMonitor, Emulator]:
     """The platform as it runs (tiered pipeline), started with ``env`` (and ``provider_rate`` as
     ``PROVIDER_RATE_PER_S``), its process monitor running, and a client of its emulator;
-    ``with_receipts``: the emulator sends delivery receipts (:data:`bench.receipts.RULES`)."""
+    ``with_receipts``: the emulator sends delivery receipts (:data:`bench.receipts.RULES`);
+    ``with_webhooks``: the webhook worker runs too."""
     env = dict(env)
     if provider_rate:
         env["PROVIDER_RATE_PER_S"] = str(provider_rate)
     stack = BenchStack(database_url, redis_url, work_dir / label, pipeline="tiered", env=env, log_dir=work_dir,
-                       receipts=with_receipts)
+                       receipts=with_receipts, webhooks=with_webhooks)
     monitor = monitor_for(stack, database_url, redis_url)
     progress(f"[{label}] starting the stack ({', '.join(stack.commands())})…")
     stack.start_all()
@@ -115,12 +121,20 @@ def run_blast(cfg: RunConfig, database_url: str, redis_url: str, work_dir: Path,
     reset_state(redis_url)
     segment, seed_seconds = seed.ensure_segment(cfg.recipients, progress)
     otp_users = seed.ensure_otp_recipients(OTP_USERS)
-    _, campaign_key = APIClient.objects.create_key(name=f"bench-campaigns-{uuid.uuid4().hex[:6]}",
-                                                   scopes=[Scope.CAMPAIGNS_WRITE, Scope.READ])
+    campaign_client, campaign_key = APIClient.objects.create_key(name=f"bench-campaigns-{uuid.uuid4().hex[:6]}",
+                                                                 scopes=[Scope.CAMPAIGNS_WRITE, Scope.READ])
+    # Before the stack starts: every process reads the subscription at its first move.
+    webhooks = WebhookBench(campaign_client, work_dir / label, cfg.webhooks_receiver_down) if cfg.webhooks else None
     _, otp_key = APIClient.objects.create_key(name=f"bench-otp-{uuid.uuid4().hex[:6]}", allow_high=True)
 
-    stack, monitor, emulator = start_tiered_stack(cfg.env, cfg.provider_rate, database_url, redis_url, work_dir,
-                                                  label, progress, with_receipts=cfg.receipts)
+    try:
+        stack, monitor, emulator = start_tiered_stack(cfg.env, cfg.provider_rate, database_url, redis_url, work_dir,
+                                                      label, progress, with_receipts=cfg.receipts,
+                                                      with_webhooks=cfg.webhooks)
+    except BaseException:
+        if webhooks:
+            webhooks.stop()
+        raise
     result: dict = {"label": label, "pipeline": cfg.pipeline, "recipients": cfg.recipients, "channel": cfg.channel,
                     "segment": segment.segment_id, "seed_seconds": round(seed_seconds, 1),
                     "otp_channels": cfg.otp_channels, "otp_rate": cfg.otp_rate,
@@ -137,11 +151,14 @@ def run_blast(cfg: RunConfig, database_url: str, redis_url: str, work_dir: Path,
         sender = OtpSender(stack.api, otp_key, otp_users, cfg.otp_channels, cfg.otp_rate)
         warm_up(stack, emulator, sender, cfg, campaign_key, progress)
         clear_messages(emulator)
-        result.update(_blast(cfg, stack, emulator, monitor, sender, segment.segment_id, campaign_key, progress, label))
+        result.update(_blast(cfg, stack, emulator, monitor, sender, segment.segment_id, campaign_key, progress, label,
+                             webhooks))
     finally:
         monitor.stop()
         result["dead_processes"] = stack.dead()
         stack.stop_all()
+        if webhooks:
+            webhooks.stop()
     return result
 
 
@@ -199,7 +216,7 @@ def warm_up(stack, emulator: Emulator, sender: OtpSender, cfg: RunConfig, campai
 
 
 def _blast(cfg: RunConfig, stack, emulator: Emulator, monitor, sender: OtpSender, segment_id: str,
-           campaign_key: str, progress, label: str) -> dict:
+           campaign_key: str, progress, label: str, webhooks: WebhookBench | None = None) -> dict:
     provider = PROVIDER_OF_CHANNEL[cfg.channel]
     monitor.mark("start")
     sender.start()
@@ -233,6 +250,8 @@ def _blast(cfg: RunConfig, stack, emulator: Emulator, monitor, sender: OtpSender
             emulator.add_fault(provider="twilio", account=PRIMARY_SMS_ACCOUNT, latency_ms=30_000)
             brownout_ms = time.time() * 1000
             progress(f"[{label}] brownout: primary SMS provider now answers after 30 s")
+        if webhooks:
+            webhooks.tick(count, expected, progress, label)
         if time.monotonic() >= next_report:
             next_report += 10
             progress(f"[{label}] {time.time() - launch_ms / 1000:.0f} s: {c['status']}, {provider} received {count:,}"
@@ -256,6 +275,18 @@ def _blast(cfg: RunConfig, stack, emulator: Emulator, monitor, sender: OtpSender
         progress(f"[{label}] drained; waiting for the delivery receipts to be applied…")
         settled = receipts.settle(emulator, max(60.0, cfg.timeout() / 4), progress, label)
         progress(f"[{label}] receipts settled in {settled['seconds']} s after the drain")
+    webhooks_settled = None
+    if webhooks:  # likewise until the receiver has every webhook the outbox holds
+        sender.stop()
+        progress(f"[{label}] drained; waiting for every status webhook to reach the receiver…")
+        wait = max(300.0, cfg.recipients / 50) + 3 * cfg.webhooks_receiver_down
+        webhooks_settled = webhooks.settle(campaign_id, wait, progress, label)
+        progress(f"[{label}] webhooks settled in {webhooks_settled['seconds']} s after the drain")
+    rest = launch_ms / 1000 + cfg.min_window - time.time()
+    if rest > 0:  # the same window as the run this one is compared with: its idle ticks count alike
+        sender.stop()
+        progress(f"[{label}] drained; measuring {rest:.0f} s more, idle, for a window of {cfg.min_window:.0f} s")
+        time.sleep(rest)
     monitor.mark("end")
     steal1, busy1 = procs.steal_seconds(), procs.busy_seconds()
     sender.stop()
@@ -270,16 +301,17 @@ def _blast(cfg: RunConfig, stack, emulator: Emulator, monitor, sender: OtpSender
     campaign = Campaign.objects.values("started_at", "fanned_out_at", "member_count", "created_count",
                                        "status").get(pk=campaign_id)
     window = monitor.marks["end"][0] - monitor.marks["launch"][0]
+    cpu = monitor.cpu_between("launch", "end")
     otp_providers = _otp_providers(otp_ids) if cfg.brownout else {}
     return {
         "campaign_id": campaign_id,
         "receipts": receipts.collect(emulator, settled) if settled is not None else None,
+        "webhooks": webhooks.collect(webhooks_settled, cpu, statuses) if webhooks and webhooks_settled else None,
         "run": report.summarize_run(
             launch_ms=launch_ms, end_ms=drained_at * 1000, campaign=campaign, statuses=statuses,
             analysis=analysis, otp_records=records, channel=cfg.channel, campaign_provider=provider,
             bucket_ms=BUCKET_MS,
-            cpu=monitor.cpu_between("launch", "end"), rss=monitor.rss_between(monitor.marks["launch"][0],
-                                                                               monitor.marks["end"][0]),
+            cpu=cpu, rss=monitor.rss_between(monitor.marks["launch"][0], monitor.marks["end"][0]),
             platform_kinds=PLATFORM_KINDS, timed_out=timed_out, brownout_ms=brownout_ms,
             otp_providers=otp_providers, backup_account=BACKUP_SMS_ACCOUNT),
         "analysis_source": emulator.analysis_source,

@@ -6,8 +6,9 @@ Starts its own stack on free ports against the database ``notify_bench`` and Red
 ``--channel``, ``--recipients``; ``--scenario brownout`` (a slow primary SMS provider) and
 ``--scenario events`` (bench/event_blast.py); ``--history-days D --history-per-day N``: on a database
 with that much history behind it (bench/history.py), and every run EXPLAINs the hot queries after it
-(bench/explain.py); ``--receipts`` (bench/receipts.py). Writes ``bench/results/<UTC timestamp>.json`` and
-``.png`` (not in git), exits 1 when something was lost or an OTP never reached the provider;
+(bench/explain.py); ``--receipts`` (bench/receipts.py); ``--webhooks`` (bench/webhook_bench.py). Writes
+``bench/results/<UTC timestamp>.json`` and ``.png`` (not in git), exits 1 when something was lost or an
+OTP never reached the provider;
 ``--write-docs RESULTS.json`` rewrites the results block of docs/PERFORMANCE.md. The options in
 full: ``manage.py bench --help`` and docs/PERFORMANCE.md.
 """
@@ -80,6 +81,13 @@ class Command(BaseCommand):
                             help="delivery receipts on (SendGrid processed + delivered, Twilio 2-3 callbacks): "
                                  "the blast without them, then with them; reports their cost (no ceilings, no "
                                  "naive baseline)")
+        parser.add_argument("--webhooks", action="store_true",
+                            help="status webhooks: the blast without them, then with the campaign's client "
+                                 "subscribed to every event on a local receiver and the webhook worker running; "
+                                 "reports what was received and lost, the cost (no ceilings, no naive baseline)")
+        parser.add_argument("--webhooks-receiver-down", type=float, default=0.0, metavar="S",
+                            help="with --webhooks: the receiver refuses connections for S seconds from when a "
+                                 "third of the campaign is sent (default 0)")
         parser.add_argument("--skip-naive", action="store_true", help="no naive baseline")
         parser.add_argument("--skip-ceilings", "--skip-raw", dest="skip_ceilings", action="store_true",
                             help="no reference ceilings (raw/SDK, durable)")
@@ -143,7 +151,7 @@ class Command(BaseCommand):
     def run(self, o):
         # SIGTERM unwinds like Ctrl-C, so the stack this run started is stopped (finally blocks).
         signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(143))
-        from bench import plot, receipts, report
+        from bench import plot, receipts, report, webhook_bench
         from bench.runner import PLATFORM_KINDS, RunConfig, run_blast, run_naive
 
         database_url, redis_url = os.environ["DATABASE_URL"], os.environ["REDIS_URL"]
@@ -166,7 +174,7 @@ class Command(BaseCommand):
                                           "scenario", "naive_recipients", "naive_max_seconds", "naive_pool",
                                           "naive_concurrency", "skip_naive", "skip_ceilings", "ceiling_seconds",
                                           "drain_timeout", "history_days", "history_per_day",
-                                          "receipts")}
+                                          "receipts", "webhooks", "webhooks_receiver_down")}
             | {"argv": " ".join(argv)},
             "history": history, "notes": [], "raw_ceiling": None, "sdk_ceiling": None, "durable_ceiling": None,
             "tiered": None, "naive": None,
@@ -176,6 +184,9 @@ class Command(BaseCommand):
         otp_channels = ["sms", "email", "push"] if brownout else [o["channel"]]
         error = None
         with_receipts = o["receipts"]
+        with_webhooks = o["webhooks"]
+        if o["webhooks_receiver_down"] and not with_webhooks:
+            raise CommandError("--webhooks-receiver-down goes with --webhooks")
         try:
             if with_receipts:  # the same blast without receipts first: what they add is the difference
                 result["tiered_without_receipts"] = run_blast(
@@ -183,17 +194,29 @@ class Command(BaseCommand):
                               otp_channels=otp_channels, brownout=brownout, **common),
                     database_url, redis_url, work, self.say)
             tiered = run_blast(RunConfig(pipeline="tiered", recipients=o["recipients"], otp_channels=otp_channels,
-                                         brownout=brownout, receipts=with_receipts,
-                                         ceiling_seconds=0 if (o["skip_ceilings"] or brownout or with_receipts)
-                                         else o["ceiling_seconds"], **common),
+                                         brownout=brownout, receipts=with_receipts, webhooks=with_webhooks,
+                                         webhooks_receiver_down=o["webhooks_receiver_down"],
+                                         ceiling_seconds=0 if (o["skip_ceilings"] or brownout or with_receipts
+                                                               or with_webhooks) else o["ceiling_seconds"],
+                                         **common),
                                database_url, redis_url, work, self.say)
             for key in ("raw_ceiling", "sdk_ceiling", "durable_ceiling", "raw_http_transport"):
                 result[key] = tiered.pop(key, None)
             result["tiered"] = tiered
+            if with_webhooks:  # then the same blast without them, over the same window (idle after its drain)
+                result["tiered_without_webhooks"] = run_blast(
+                    RunConfig(pipeline="tiered", label="without-webhooks", recipients=o["recipients"],
+                              otp_channels=otp_channels, brownout=brownout, receipts=with_receipts,
+                              min_window=tiered["machine_window"]["seconds"], **common),
+                    database_url, redis_url, work, self.say)
             if with_receipts and tiered.get("receipts"):
                 result["receipts"] = {**tiered["receipts"], "cost": receipts.cost(
                     tiered["run"], (result.get("tiered_without_receipts") or {}).get("run"), list(PLATFORM_KINDS))}
-            if not brownout and not o["skip_naive"] and not with_receipts:
+            if tiered.get("webhooks"):
+                tiered["webhooks"]["cost"] = webhook_bench.cost(
+                    tiered["run"], (result.get("tiered_without_webhooks") or {}).get("run"), list(PLATFORM_KINDS))
+                result["webhooks"] = tiered["webhooks"]
+            if not brownout and not o["skip_naive"] and not with_receipts and not with_webhooks:
                 size = o["naive_recipients"] or min(o["recipients"], 20_000)
                 naive_common = {**common, "drain_timeout": o["naive_max_seconds"]}
                 result["naive"] = run_naive(
@@ -211,11 +234,15 @@ class Command(BaseCommand):
             result["targets"] = report.evaluate_targets(result["tiered"], result["naive"], result["reference"],
                                                         o["recipients"], o["channel"])
         problems = (report.sanity_problems(result["tiered"]) + receipts.problems(result.get("receipts"))
+                    + webhook_bench.problems(result.get("webhooks"))
                     + ([f"bench error: {error}"] if error else []))
+        if with_webhooks and not result.get("webhooks") and not error:
+            problems.append("--webhooks: no webhook figures (the wait did not finish)")
 
         def summary(r: dict) -> str:
             text = report.summary_text(r)
-            return text + "\n\n" + receipts.summary_text(r["receipts"]) if r.get("receipts") else text
+            text += "\n\n" + receipts.summary_text(r["receipts"]) if r.get("receipts") else ""
+            return text + "\n\n" + webhook_bench.summary_text(r["webhooks"]) if r.get("webhooks") else text
 
         result["explain"] = self.explain()
         self.finish(result, problems, out / stamp, plot.write_plot, summary, work)
