@@ -283,6 +283,21 @@ def test_a_delivery_is_signed_so_the_reference_library_verifies_it(insecure):
     assert attempt.latency_ms is not None
 
 
+def test_a_run_reads_the_next_batch_while_the_endpoint_keeps_up(insecure, settings):
+    """Before: one batch per run (WEBHOOKS_BATCH_SIZE), so a busy endpoint got 100 webhooks a second
+    however fast it answered. Now a full batch delivered reads the next, within the run's budget."""
+    settings.WEBHOOKS = {**settings.WEBHOOKS, "BATCH_SIZE": 10}
+    client, _ = make_client()
+    with Receiver() as receiver:
+        endpoint = endpoints.create(client, receiver.url, ["notification.sent"])
+        rows = deliveries_for(endpoint, 25)
+        assert delivery.deliver_endpoint(endpoint.pk) == {"taken": True, "delivered": 25, "failed": 0,
+                                                          "retrying": 0}
+    assert sorted(r["headers"]["webhook-id"] for r in receiver.requests) == sorted(d.message_id for d in rows)
+    assert WebhookDelivery.objects.filter(endpoint=endpoint, state="delivered").count() == 25
+    assert WebhookAttempt.objects.filter(delivery__endpoint=endpoint).count() == 25
+
+
 def test_503_with_retry_after_is_tried_again_then_delivered_with_the_same_webhook_id(insecure):
     client, _ = make_client()
     with Receiver(lambda n: (503, {"Retry-After": "7"}) if n == 1 else (200, {})) as receiver:

@@ -227,12 +227,14 @@ def release(endpoint_id, token: uuid.UUID) -> None:
 
 
 def deliver_endpoint(endpoint_id) -> dict:
-    """One run for one endpoint: its due deliveries, oldest first, within the batch budget. The run
-    holds the endpoint's lease from ``now`` for budget + timeout + a margin, and starts no request
-    after ``now`` + budget: each request ends by its timeout (a wall-clock deadline), so the run is
-    over before its lease is, and no other run of the endpoint starts meanwhile."""
+    """One run for one endpoint: its due deliveries, oldest first, a batch at a time while the batch
+    budget lasts (a full batch delivered: the next is read), so a busy endpoint is not held to one batch
+    a second. The run holds the endpoint's lease from ``now`` for budget + timeout + a margin, and
+    starts no request after ``now`` + budget: each request ends by its timeout (a wall-clock
+    deadline), so the run is over before its lease is, and no other run of the endpoint starts meanwhile."""
     now = clock.now()
     budget, timeout = _conf("BATCH_BUDGET_SECONDS"), _conf("TIMEOUT_SECONDS")
+    size = int(_conf("BATCH_SIZE"))
     hold = budget + timeout + LEASE_MARGIN_SECONDS
     token = take(endpoint_id, now, hold)
     if token is None:
@@ -240,23 +242,35 @@ def deliver_endpoint(endpoint_id) -> dict:
     done = {"taken": True, "delivered": 0, "failed": 0, "retrying": 0}
     try:
         endpoint = WebhookEndpoint.objects.get(pk=endpoint_id)
-        due = list(WebhookDelivery.objects.filter(endpoint=endpoint, state=State.PENDING, next_attempt_at__lte=now)
-                   .order_by("next_attempt_at", "created_at", "id")[:int(_conf("BATCH_SIZE"))])
         deadline = now + timedelta(seconds=budget)
-        conn = transport.Connection(endpoint.url, timeout) if due else None
         signer = Webhook(endpoint.secret)
+        conn: transport.Connection | None = None
         tried: list[Tried] = []
         try:
-            for delivery in due:
-                if clock.now() >= deadline or conn is None:
+            while True:
+                due = list(WebhookDelivery.objects.filter(endpoint=endpoint, state=State.PENDING,
+                                                          next_attempt_at__lte=max(now, clock.now()))
+                           .order_by("next_attempt_at", "created_at", "id")[:size])
+                if not due:
                     break
-                tried.append(attempt(delivery, conn, signer))
-                done[_TALLY.get(str(delivery.state), "retrying")] += 1
-                if delivery.state == State.PENDING:
-                    break  # the endpoint is failing: the rest waits for the next run
-                if len(tried) >= RECORD_EVERY:
-                    record(endpoint, tried)
-                    tried = []
+                conn = conn or transport.Connection(endpoint.url, timeout)
+                stopped = False
+                for delivery in due:
+                    if clock.now() >= deadline:
+                        stopped = True
+                        break
+                    tried.append(attempt(delivery, conn, signer))
+                    done[_TALLY.get(str(delivery.state), "retrying")] += 1
+                    if delivery.state == State.PENDING:
+                        stopped = True  # the endpoint is failing: the rest waits for the next run
+                        break
+                    if len(tried) >= RECORD_EVERY:
+                        record(endpoint, tried)
+                        tried = []
+                if stopped or len(due) < size:
+                    break
+                record(endpoint, tried)  # the next read must not find these still pending
+                tried = []
         finally:
             if conn is not None:
                 conn.close()
