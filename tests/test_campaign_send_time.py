@@ -184,3 +184,14 @@ def test_the_comparison_counts_members_sent_and_opened_per_group(frozen, admin_c
     assert ("<tr><td>optimised</td><td>3</td><td>3</td><td>2</td><td>66.7%</td></tr>"
             "<tr><td>holdout</td><td>1</td><td>1</td><td>0</td><td>0.0%</td></tr>"
             "<tr><td>no_history</td><td>1</td><td>0</td><td>0</td><td>–</td></tr>") in page
+
+
+@pytest.mark.django_db
+def test_erasure_deletes_the_members_groups(frozen):
+    from preferences.api.erasure import erase_user, personal_data
+
+    c = campaign_of(ZONES, PROFILES)
+    fanout.fan_out_page(str(c.pk), 0)
+    erase_user(Recipient.objects.get(pk=BERLIN), requested_by="test")
+    assert set(groups(c)) == {NY, KIRI, TOKYO, HELD}
+    assert personal_data()["campaigns.SendTimeMember"].startswith("deleted")
