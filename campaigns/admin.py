@@ -22,7 +22,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_GET, require_POST
 
-from campaigns import admin_views, audience, membership, rules, selectors, services
+from campaigns import admin_views, audience, membership, rules, selectors, send_time, services
 from campaigns.admin_recurring import SERIES_FIELDS, RecurringAdminMixin
 from campaigns.forms import (
     DEFINITION_FIELDS,
@@ -261,7 +261,7 @@ LIST_REFRESH_SECONDS = 5
 STATUS_FIELDS = ["status", "created_by", "created_at", "fanout_utc"]
 RUN_FIELDS = ["snapshot_at", "member_count", "created_count", "default_zone_count", "missed_count", "started_at",
               "fanned_out_at", "completed_at", "cancelled_at", "fanout_failures", "last_error", "last_error_at",
-              "unsubscribes"]
+              "unsubscribes", "send_time_groups"]
 
 
 class CampaignChangeList(ChangeList):
@@ -312,7 +312,7 @@ class CampaignAdmin(ContentLookupGuard, admin_views.CampaignLifecycleViews, Recu
     def get_fieldsets(self, request, obj=None):
         launched = obj is not None and obj.status != CampaignStatus.DRAFT
         schedule = ["scheduled_utc" if launched else "scheduled_at", ("local_date", "local_time"), "missed_policy",
-                    "spread_seconds", "ttl_seconds"]
+                    "send_time", "spread_seconds", "ttl_seconds"]
         fieldsets = [
             (None, {"fields": ["name", "segment", "channel", "priority", "category"]}),
             ("Content", {"fields": ["template", "title", "body", "html", "data"],
@@ -330,6 +330,10 @@ class CampaignAdmin(ContentLookupGuard, admin_views.CampaignLifecycleViews, Recu
             content = fieldsets[1][1]["fields"]
             content[content.index("data")] = "data_hidden"
         return fieldsets
+
+    @admin.display(description="Send-time groups")
+    def send_time_groups(self, obj):
+        return send_time.comparison_html(obj)  # per group: members, sent, opened, open rate
 
     @admin.display(description="Data")
     def data_hidden(self, obj):
@@ -369,8 +373,7 @@ class CampaignAdmin(ContentLookupGuard, admin_views.CampaignLifecycleViews, Recu
             # Only the name is editable; never write back counters the fan-out updates concurrently.
             obj.save(update_fields=["name", "updated_at"])
             return
-        obj.fanout_at = services.fanout_instant(scheduled_at=obj.scheduled_at, local_date=obj.local_date,
-                                                local_time=obj.local_time, now=clock.now())
+        obj.fanout_at = services.campaign_fanout_instant(obj, clock.now())
         if change:
             obj.save(update_fields=["name", *DEFINITION_FIELDS, "fanout_at", "updated_at"])
         else:

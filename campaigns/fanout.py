@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from datetime import datetime, timedelta
+from datetime import datetime, time, timedelta
 from typing import NamedTuple
 from zoneinfo import ZoneInfo
 
@@ -23,6 +23,7 @@ from django.db import connection, transaction
 from django.db.models import F
 
 from campaigns import audience, membership
+from campaigns import send_time as send_times
 from campaigns.models import Campaign, CampaignShard, CampaignStatus, MissedPolicy
 from core import clock
 from core.queues import FAN_OUT_PAGE_TASK, fanout_queue
@@ -169,7 +170,8 @@ class _Planner:
                             zone_name, resolved[0].key)
         return resolved
 
-    def plan(self, zone_name: str, due: datetime, offset: timedelta, reason: str) -> Plan:
+    def plan(self, zone_name: str, due: datetime, offset: timedelta, reason: str,
+             wall: time | None = None) -> Plan:
         """Status, reason and due instant of one member's row, given its pre-filter ``reason`` and its
         ``due`` instant (wall time in its zone + spread ``offset``).
 
@@ -178,6 +180,7 @@ class _Planner:
         ``suppressed`` / ``local_time_passed`` (due kept: the instant it was meant for); ``send_now``
         → ``queued``, due now; ``next_day`` → the same wall time on the first later day whose instant
         is not missed, in their zone (DST rule of :func:`wall_time_to_utc`), plus the same offset.
+        ``wall``: the member's own wall time (send-time optimised), else the campaign's.
         """
         if reason:
             return Plan(Status.SUPPRESSED, reason, due, False)
@@ -188,15 +191,16 @@ class _Planner:
                 return Plan(Status.QUEUED, "", self.now, True)
             if c.missed_policy != MissedPolicy.NEXT_DAY:
                 return Plan(Status.SUPPRESSED, Reason.LOCAL_TIME_PASSED, due, True)
-            due = self.next_day_instant(zone_name, offset)
+            due = self.next_day_instant(zone_name, offset, wall)
         return Plan(Status.SCHEDULED if due > self.now else Status.QUEUED, "", due, missed)
 
-    def next_day_instant(self, zone_name: str, offset: timedelta) -> datetime:
-        """The campaign's wall time (+ ``offset``) on the first day after its date not already missed."""
+    def next_day_instant(self, zone_name: str, offset: timedelta, wall: time | None = None) -> datetime:
+        """The wall time (the campaign's, or ``wall``) + ``offset`` on the first day after the campaign's
+        date not already missed."""
         c, zone = self.campaign, self.zone(zone_name)
         floor = self.now - timedelta(seconds=conf("MISSED_GRACE_SECONDS"))
         day = c.local_date + timedelta(days=1)
-        while (instant := wall_time_to_utc(day, c.local_time, zone) + offset) < floor:
+        while (instant := wall_time_to_utc(day, wall or c.local_time, zone) + offset) < floor:
             day += timedelta(days=1)
         return instant
 
@@ -259,12 +263,28 @@ def _insert_page(campaign: Campaign, members: list[dict], now: datetime) -> list
     id_for = campaign_notification_ids(campaign.pk, campaign.channel)
     rows: list[CampaignRow] = []
     missed = set()
+    option = send_times.option_of(campaign) if campaign.is_local_time else None
+    groups = send_times.PagePlanner(campaign, option, [m["recipient_id"] for m in members]) if option else None
+    chosen: list[tuple[str, str, str, int | None]] = []
+    hour_instants: dict[tuple[str, int], datetime] = {}
     for m in members:
         user_id = m["recipient_id"]
         offset = spread_offset(campaign.pk, user_id, campaign.spread_seconds)
-        base = planner.base_instant(m["timezone"]) + offset
-        status, reason, base, was_missed = planner.plan(m["timezone"], base, offset, planner.suppression(m))
         nid = id_for(user_id)
+        hour = None
+        if groups is not None:
+            group, hour = groups.choose(user_id)
+            chosen.append((user_id, str(nid), group, hour))
+        if hour is None:
+            base = planner.base_instant(m["timezone"]) + offset
+        else:  # their best hour on the campaign's date, in their zone (a fallback zone counts as for local time)
+            planner.base_instant(m["timezone"])
+            key = (m["timezone"], hour)
+            if key not in hour_instants:
+                hour_instants[key] = wall_time_to_utc(campaign.local_date, time(hour), planner.zone(m["timezone"]))
+            base = hour_instants[key] + offset
+        status, reason, base, was_missed = planner.plan(m["timezone"], base, offset, planner.suppression(m),
+                                                        None if hour is None else time(hour))
         if was_missed:
             missed.add(nid)
         rows.append(CampaignRow(nid, user_id, status, reason, base, base + ttl if ttl else None))
@@ -274,6 +294,7 @@ def _insert_page(campaign: Campaign, members: list[dict], now: datetime) -> list
                                     category=campaign.category, now=now, rows=rows,
                                     notification_type=campaign.notification_type_id,
                                     sensitive=bool(kind is not None and kind.sensitive), metadata=campaign.metadata)
+    send_times.record(campaign.pk, chosen)
     reasons = {r.id: r.reason for r in rows if r.reason}
     metrics.fanout_page_inserted(channel=campaign.channel, tier=campaign.priority, inserted=inserted,
                                  reasons=reasons)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from datetime import UTC, timedelta
 
 import tablib
@@ -17,10 +18,11 @@ from django.core.exceptions import ValidationError
 from django.forms.models import BaseInlineFormSet
 from django.utils import timezone
 
-from campaigns import recurrence
+from campaigns import recurrence, send_time
 from campaigns.api.serializers import MAX_SPREAD_SECONDS
 from campaigns.models import Campaign, MissedPolicy, TemplateVariant
 from campaigns.selectors import content_check, template_problem
+from campaigns.send_time import earliest_wall_time
 from campaigns.services import local_time_problem
 from core import clock
 from core.forms import BlankNullJSONField
@@ -235,9 +237,10 @@ def can_send_high(user) -> bool:
 
 
 CONTENT_FIELDS = ["title", "body", "html", "data"]
+SEND_TIME_EXAMPLE = '{"window": {"start": "09:00", "end": "21:00"}, "holdout_percent": 10}'
 DEFINITION_FIELDS = ["segment", "channel", "priority", "category", "template", *CONTENT_FIELDS,
-                     "scheduled_at", "local_date", "local_time", "missed_policy", "spread_seconds", "ttl_seconds",
-                     "schedule_rule", "schedule_start", "schedule_timezone"]
+                     "scheduled_at", "local_date", "local_time", "missed_policy", "send_time", "spread_seconds",
+                     "ttl_seconds", "schedule_rule", "schedule_start", "schedule_timezone"]
 
 
 class CampaignForm(NamedForm):
@@ -247,7 +250,7 @@ class CampaignForm(NamedForm):
     class Meta:
         model = Campaign
         fields = ["name", *DEFINITION_FIELDS]
-        field_classes = {"data": BlankNullJSONField}  # empty, not "null", when there is none
+        field_classes = {"data": BlankNullJSONField, "send_time": BlankNullJSONField}  # empty, not "null"
         help_texts = {
             "priority": "High uses the OTP queues (never with category marketing): only users with the permission "
                         "campaigns.send_high_priority (superusers; not the marketing group) may choose it.",
@@ -300,6 +303,18 @@ class CampaignForm(NamedForm):
         if value is not None and not 1 <= value <= MAX_TTL_SECONDS:
             raise ValidationError(f"Between 1 and {MAX_TTL_SECONDS:,} seconds (28 days).")
         return value
+
+    def clean_send_time(self):
+        """The API's rule (``campaigns.api.send_time.SendTimeSerializer``), stored as the API stores it."""
+        from campaigns.api.send_time import SendTimeSerializer, stored_option
+
+        given = self.cleaned_data.get("send_time")
+        if given in (None, {}):
+            return None
+        checked = SendTimeSerializer(data=given if not isinstance(given, dict) else {"optimise": True, **given})
+        if not checked.is_valid():
+            raise ValidationError(f"{json.dumps(checked.errors)}; e.g. {SEND_TIME_EXAMPLE}")
+        return stored_option({"send_time": checked.validated_data})
 
     def clean_data(self):
         data = self.cleaned_data["data"]
@@ -371,10 +386,15 @@ class CampaignForm(NamedForm):
             self.add_error("scheduled_at", "At most 366 days in the past (a past instant means now).")
         if local_date and local_date - now.date() > MAX_SCHEDULE_AHEAD + timedelta(days=1):
             self.add_error("local_date", "At most 366 days ahead.")
+        option = cleaned.get("send_time")
+        if option and not (local_date and local_time) and cleaned.get("schedule_timezone") != recurrence.RECIPIENT_ZONE:
+            self.add_error("send_time", "Send-time optimisation needs a local date and time (or a schedule in each "
+                                        "recipient's zone).")
         if local_date and now.date() - local_date > MAX_SCHEDULE_BEHIND:
             self.add_error("local_date", "At most 366 days in the past.")
         elif local_date and local_time:
-            problem = local_time_problem(local_date, local_time, now)
+            wall = earliest_wall_time(local_time, send_time.option_of(Campaign(send_time=option)))
+            problem = local_time_problem(local_date, wall, now)
             if problem:
                 self.add_error("local_time", problem[0].upper() + problem[1:] + ".")
         self._clean_recurrence(cleaned, now)

@@ -172,6 +172,10 @@ class Campaign(models.Model):
                   "are skipped, sent at once, or sent at that wall time the next day.")
     spread_seconds = models.PositiveIntegerField(default=0, help_text="Smear sends uniformly over this window.")
     ttl_seconds = models.PositiveIntegerField(null=True, blank=True)
+    send_time = models.JSONField(
+        null=True, blank=True,
+        help_text='Send-time optimisation (docs/SEND_TIME.md): {"window": {"start": "09:00", "end": "21:00"}, '
+                  '"holdout_percent": 10}; each member at their best hour in the window. Empty: off.')
 
     status = models.CharField(max_length=12, choices=CampaignStatus.choices, default=CampaignStatus.SCHEDULED)
     fanout_at = models.DateTimeField(null=True, blank=True,
@@ -273,3 +277,26 @@ class CampaignShard(models.Model):
 
     def __str__(self) -> str:
         return f"shard {self.number} of {self.campaign_id}"
+
+
+class SendTimeMember(models.Model):
+    """A member of a send-time optimised campaign: their group and the local hour chosen (docs/SEND_TIME.md),
+    written by the fan-out page with the member's notification, read by the campaign's comparison."""
+
+    class Group(models.TextChoices):
+        OPTIMISED = "optimised", "Optimised: sent at their best hour in the window"
+        HOLDOUT = "holdout", "Holdout: sent at the campaign's own time"
+        NO_HISTORY = "no_history", "No history: sent at the campaign's own time"
+
+    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="send_time_members")
+    recipient = models.ForeignKey(Recipient, on_delete=models.CASCADE, db_constraint=False, db_index=False,
+                                  related_name="+")
+    notification_id = models.UUIDField()
+    group = models.CharField(max_length=12, choices=Group.choices)
+    hour = models.PositiveSmallIntegerField(null=True, blank=True, help_text="Optimised: the local hour chosen.")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["campaign", "recipient"], name="send_time_member_uniq")]
+
+    def __str__(self) -> str:
+        return f"{self.recipient_id}: {self.group}"

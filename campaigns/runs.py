@@ -14,18 +14,19 @@ from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
 
-from campaigns import recurrence
+from campaigns import recurrence, send_time
 from campaigns.models import Campaign, CampaignStatus
 from core import clock
 from notifications.campaign_rows import campaign_has_backlog
 from notifications.ids import campaign_run_id
+from preferences.wallclock import earliest_instant
 
 log = logging.getLogger(__name__)
 
 #: What a run copies from its series: the definition (content, audience, channel, pace).
 COPIED_FIELDS = ("name", "client", "created_by", "segment", "channel", "priority", "category", "template",
                  "notification_type", "title", "body", "html", "data", "missed_policy", "spread_seconds",
-                 "ttl_seconds", "metadata")
+                 "ttl_seconds", "metadata", "send_time")
 #: Due occurrences one series turns into runs per beat tick (a beat that was down catches up in steps).
 CATCH_UP = 100
 PREVIOUS_ACTIVE = "previous run still active"
@@ -160,6 +161,9 @@ def create_run(series: Campaign, schedule: recurrence.Schedule, occurrence: recu
                    fanout_at=occurrence.at, **{name: getattr(series, name) for name in COPIED_FIELDS})
     if schedule.per_recipient:
         run.local_date, run.local_time = occurrence.wall.date(), occurrence.wall.time()
+        if run.send_time:  # an optimised member's hour may come before the occurrence's wall time
+            wall = send_time.earliest_wall_time(run.local_time, send_time.option_of(run))
+            run.fanout_at = min(occurrence.at, earliest_instant(run.local_date, wall))
     else:
         run.scheduled_at = occurrence.at
     if skip_reason:

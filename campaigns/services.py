@@ -11,7 +11,7 @@ from time import monotonic
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from campaigns import ownership, recurrence, runs
+from campaigns import ownership, recurrence, runs, send_time
 from campaigns.models import (
     CAMPAIGN_ID_NAMESPACE,
     Campaign,
@@ -251,8 +251,17 @@ def _set_start(campaign: Campaign, now: datetime) -> None:
         campaign.fanout_at = None
         campaign.next_run_at = runs.first_run_at(recurrence.stored(campaign), now)
         return
-    campaign.fanout_at = fanout_instant(scheduled_at=campaign.scheduled_at, local_date=campaign.local_date,
-                                        local_time=campaign.local_time, now=now)
+    campaign.fanout_at = campaign_fanout_instant(campaign, now)
+
+
+def campaign_fanout_instant(campaign: Campaign, now: datetime) -> datetime:
+    """:func:`fanout_instant` of ``campaign``: with send-time optimisation, from the earliest wall time
+    a member may be sent at (a best hour may come before the campaign's own time; docs/SEND_TIME.md)."""
+    local_time = campaign.local_time
+    if local_time is not None and campaign.send_time:
+        local_time = send_time.earliest_wall_time(local_time, send_time.option_of(campaign))
+    return fanout_instant(scheduled_at=campaign.scheduled_at, local_date=campaign.local_date,
+                          local_time=local_time, now=now)
 
 
 def launch_campaign(campaign: Campaign) -> Campaign:
@@ -265,7 +274,8 @@ def launch_campaign(campaign: Campaign) -> Campaign:
         applies (one saved before the rule, or edited outside it); nothing is changed.
     """
     now = clock.now()
-    problem = local_time_problem(campaign.local_date, campaign.local_time, now)
+    wall = campaign.local_time and send_time.earliest_wall_time(campaign.local_time, send_time.option_of(campaign))
+    problem = local_time_problem(campaign.local_date, wall, now)
     if problem:
         raise LocalTimePassed(problem)
     problem = launch_problem(campaign)

@@ -372,6 +372,18 @@ CELERY_BEAT_SCHEDULE["dispatch-webhooks"] = {
     "options": {"queue": "webhooks", "expires": 5},
 }
 
+# Send-time optimisation (docs/SEND_TIME.md): each recipient's engagement hours over HISTORY_DAYS,
+# a profile only from MIN_EVENTS engaged notifications on; recomputed in bulk every COMPUTE_SECONDS.
+SEND_TIME = {
+    "HISTORY_DAYS": env.int("SEND_TIME_HISTORY_DAYS", default=90),
+    "MIN_EVENTS": env.int("SEND_TIME_MIN_EVENTS", default=3),
+}
+CELERY_BEAT_SCHEDULE["compute-send-times"] = {
+    "task": "notifications.compute_send_times",
+    "schedule": env.float("SEND_TIME_COMPUTE_SECONDS", default=86400.0),
+    "options": {"queue": "maintenance", "expires": 3600},
+}
+
 # Budgets, breakers and bulkheads per provider NAME over "DEFAULT" (docs/ARCHITECTURE.md §8).
 _rate_override = env.float("PROVIDER_RATE_PER_S", default=None)
 PROVIDER_LIMITS = {

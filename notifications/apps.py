@@ -15,6 +15,7 @@ class NotificationsConfig(AppConfig):
         from notifications.acceptance import models as _acceptance  # noqa: F401
         from notifications.events import models as _events  # noqa: F401
         from notifications.inbox import models as _inbox  # noqa: F401
+        from notifications.send_time import models as _send_time  # noqa: F401
         from notifications.webhooks import models as _webhooks  # noqa: F401
 
     def ready(self) -> None:
@@ -143,6 +144,7 @@ ERASED_HERE = {
     "notifications.DigestItem": "deleted from open digests; a closed digest's items stay with its sent "
                                 "notifications, whose content is cleared",
     "notifications.APIAuditEntry": "kept: the record of who did what; holds the user id only",
+    "notifications.SendTimeProfile": "deleted; engagements before the erasure never count again",
 }
 
 
@@ -151,11 +153,13 @@ def erase_notifications(recipient_id: str, contacts: list[str], requested_by: st
     ``notifications.services.erase_notification_content``'s counts; and the recipient's inbox items
     and counts deleted (``notifications.inbox.prune.erase_inbox``: copies of notifications' content, so
     counted in ``notifications_erased`` with the notifications they copy); its open digests emptied and
-    closed unsent (``notifications.events.digests.erase_digests``)."""
+    closed unsent (``notifications.events.digests.erase_digests``); its send-time profile deleted."""
     from notifications.events.digests import erase_digests
     from notifications.inbox.prune import erase_inbox
+    from notifications.send_time.models import SendTimeProfile
     from notifications.services import erase_notification_content
 
     erase_inbox(recipient_id)
+    SendTimeProfile.objects.filter(recipient_id=recipient_id).delete()
     erase_digests(recipient_id)
     return erase_notification_content(recipient_id, contacts, by=requested_by)

@@ -9,6 +9,7 @@ from core.queues import RECEIPTS_DRAIN_TASK, RECEIPTS_TASK, SEND_TASK, WEBHOOK_D
 from notifications import app_receipts, receipts, scheduler
 from notifications.delivery import pipeline
 from notifications.inbox import prune, refresh
+from notifications.send_time import compute as send_time
 from notifications.webhooks import delivery as webhook_delivery
 
 
@@ -86,6 +87,14 @@ def prune_inbox() -> int:
     """Inbox tick (``maintenance`` queue, every ``NOTIFY["INBOX"]["PRUNE_EVERY_SECONDS"]``): delete items
     past their TTL or the retention period, ``PRUNE_BATCH`` at a time, counts moved with them."""
     return prune.prune()
+
+
+@notification_task("notifications.compute_send_times")
+def compute_send_times() -> dict:
+    """Send-time tick (``maintenance`` queue, daily): every recipient's engagement hours recomputed in
+    bulk (docs/SEND_TIME.md)."""
+    run = send_time.recompute()
+    return {"profiles": run.profiles, "dropped": run.dropped}
 
 
 @notification_task("notifications.dispatch_webhooks")

@@ -459,3 +459,31 @@ def test_the_add_form_refuses_a_category_under_an_abuse_limit_as_the_api_does(ad
     assert r.status_code == 200
     assert "acct_per_phone" in " ".join(r.context["adminform"].form.errors["category"])
     assert not Campaign.objects.exists()
+
+
+def test_add_form_stores_the_send_time_option_and_starts_fan_out_at_the_windows_first_hour(admin_client, segment):
+    r = admin_client.post(reverse("admin:campaigns_campaign_add"), campaign_post(
+        segment, local_date=SOON.isoformat(), local_time="18:00",
+        send_time='{"window": {"start": "09:00", "end": "21:00"}, "holdout_percent": 10}'))
+    assert r.status_code == 302, r.context["adminform"].form.errors
+    c = Campaign.objects.get()
+    assert c.send_time == {"window": {"start": "09:00", "end": "21:00"}, "holdout_percent": 10}
+    assert c.fanout_at == datetime.combine(SOON, time(9), tzinfo=UTC) - timedelta(hours=14)
+    page = admin_client.get(reverse("admin:campaigns_campaign_change", args=[c.pk])).content.decode()
+    assert "holdout_percent&quot;: 10" in page  # the draft's form shows the stored option
+
+
+@pytest.mark.parametrize(("over", "fragment"), [
+    ({"send_time": '{"window": {"start": "09:00", "end": "21:00"}, "holdout_percent": 60}'}, "holdout_percent"),
+    ({"send_time": '{"window": {"start": "09:00", "end": "09:00"}}'}, "must differ from window.start"),
+    ({"send_time": '{"window": {"start": "09:00", "end": "21:00"}, "best": 1}'}, "best"),
+    ({"send_time": '{"window": {"start": "09:00", "end": "21:00"}}', "local_date": "", "local_time": ""},
+     "needs a local date and time"),
+])
+def test_add_form_refuses_a_bad_send_time_option(admin_client, segment, over, fragment):
+    r = admin_client.post(reverse("admin:campaigns_campaign_add"), campaign_post(
+        segment, **{"local_date": SOON.isoformat(), "local_time": "18:00", **over}))
+    assert r.status_code == 200
+    assert any(fragment in e for e in r.context["adminform"].form.errors["send_time"]), \
+        r.context["adminform"].form.errors
+    assert not Campaign.objects.exists()

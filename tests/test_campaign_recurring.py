@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from datetime import UTC, datetime, time
+from datetime import UTC, date, datetime, time
 
 import pytest
 from django.db import connection
@@ -631,3 +631,19 @@ def test_each_run_meets_the_send_time_rules_of_a_campaign(http, frozen, members)
         assert send_time_outcome(rows["alice"].pk) == ("ready", "")
         assert send_time_outcome(rows["bob"].pk) == ("scheduled", "quiet_hours")
         Notification.objects.filter(campaign_id=run.pk).update(status="sent")  # the run is done
+
+
+def test_a_run_of_an_optimised_recipient_zone_series_carries_the_option_and_starts_at_the_window(
+        http, frozen, members):
+    option = {"window": {"start": "07:00", "end": "21:00"}, "holdout_percent": 10}
+    series = create_series(http, members, timezone="recipient", start="2027-03-08T09:00:00",
+                           send_time={"optimise": True, **option})
+    assert series.send_time == option
+    schedule = recurrence.stored(series)
+    occurrence = next(schedule.occurrences())
+    run, _ = runs.create_run(series, schedule, occurrence)
+    assert (run.send_time, run.local_date, run.local_time) == (option, date(2027, 3, 8), time(9))
+    assert occurrence.at == utc(2027, 3, 7, 19)   # 09:00 in UTC+14
+    assert run.fanout_at == utc(2027, 3, 7, 17)   # the window's 07:00 in UTC+14
+    paris = post(http, "/v1/campaigns", series_body(members, send_time={"optimise": True, **option}))
+    assert ("send_time", "local_time_only") in fields(paris)

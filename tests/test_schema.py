@@ -104,8 +104,8 @@ def test_request_bodies_are_as_strict_as_the_code(schema):
                         "DigestRequest", "EndpointCreateRequest", "EventRequestRequest", "InboxMarkRequest",
                         "LocalTimeRequest", "MembersRequest", "NotificationTypeRequest", "PreferencesRequest",
                         "QuietHoursRequest", "RecipientRequest", "ScheduleRequest", "SegmentPreviewRequest",
-                        "SegmentRequest", "SendRequestRequest", "TemplateRequest", "TypeTemplateRequest",
-                        "VariantRequest"]
+                        "SegmentRequest", "SendRequestRequest", "SendTimeRequest", "TemplateRequest",
+                        "TypeTemplateRequest", "VariantRequest", "WindowRequest"]
     assert {name: components[name].get("additionalProperties") for name in requests} == dict.fromkeys(requests, False)
     assert "additionalProperties" not in components["Segment"]  # responses may grow fields
     assert "Serializer mixin" not in str(components["ContentRequest"])  # no description borrowed from the mixin

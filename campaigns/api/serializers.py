@@ -9,6 +9,12 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from campaigns import recurrence
+from campaigns.api.send_time import (
+    SendTimeOutSerializer,
+    SendTimeSerializer,
+    earliest_wall_time,
+    send_time_errors,
+)
 from campaigns.audience import cached_reach
 from campaigns.models import Campaign, CampaignStatus, MissedPolicy, Segment, Template
 from campaigns.recurrence import RECIPIENT_ZONE
@@ -211,8 +217,8 @@ class ScheduleSerializer(RejectUnknownFields, serializers.Serializer):
 
 class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
     """``POST /v1/campaigns`` body: exactly one of ``content`` / ``template_id`` / ``type``, at most one of
-    ``scheduled_at`` / ``local_time`` / ``schedule``, ``missed_policy`` only with ``local_time`` (or a
-    schedule in each recipient's zone)."""
+    ``scheduled_at`` / ``local_time`` / ``schedule``, ``missed_policy`` and ``send_time`` only with
+    ``local_time`` (or a schedule in each recipient's zone)."""
 
     #: The same rules in the OpenAPI schema (notifications.api.serializers.RejectUnknownFieldsSchema);
     #: null counts as absent, as in validate().
@@ -227,6 +233,10 @@ class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
         {"not": {"required": ["schedule", "local_time"],
                  "properties": {"schedule": {"type": "object"}, "local_time": {"type": "object"}}}},
         {"anyOf": [{"not": {"required": ["missed_policy"], "properties": {"missed_policy": {"type": "string"}}}},
+                   {"required": ["local_time"], "properties": {"local_time": {"type": "object"}}},
+                   {"required": ["schedule"], "properties": {"schedule": {
+                       "type": "object", "properties": {"timezone": {"enum": [RECIPIENT_ZONE]}}}}}]},
+        {"anyOf": [{"not": {"required": ["send_time"], "properties": {"send_time": {"type": "object"}}}},
                    {"required": ["local_time"], "properties": {"local_time": {"type": "object"}}},
                    {"required": ["schedule"], "properties": {"schedule": {
                        "type": "object", "properties": {"timezone": {"enum": [RECIPIENT_ZONE]}}}}}]},
@@ -264,6 +274,9 @@ class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
     ttl_seconds = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1,
                                            max_value=MAX_TTL_SECONDS)
     metadata = metadata_field()
+    send_time = SendTimeSerializer(required=False, allow_null=True, default=None,
+                                   help_text="Send-time optimisation (docs/SEND_TIME.md); local_time or a schedule "
+                                             "in each recipient's zone only.")
 
     def validate(self, attrs):
         from core import clock
@@ -300,10 +313,12 @@ class CampaignRequestSerializer(RejectUnknownFields, serializers.Serializer):
         except serializers.ValidationError as exc:
             errors["scheduled_at"] = exc.detail[0]
         local = attrs.get("local_time")
+        errors.update(send_time_errors(attrs))
         if local:
             # The wall time is reached somewhere between UTC+14 and UTC-12 of that date: it must still be
-            # ahead in the earliest zone (else some recipients' send time has already passed).
-            passed = local_time_problem(local["date"], local["time"], clock.now())
+            # ahead in the earliest zone (else some recipients' send time has already passed); with
+            # send_time, the earliest hour of its window too.
+            passed = local_time_problem(local["date"], earliest_wall_time(local["time"], attrs), clock.now())
             start = datetime.combine(local["date"], local["time"], tzinfo=UTC)
             if passed:
                 errors["local_time"] = serializers.ErrorDetail(passed, code="local_time_passed")
@@ -504,6 +519,9 @@ class CampaignSerializer(serializers.ModelSerializer):
     unsubscribe_rate = serializers.SerializerMethodField(
         help_text="unsubscribes ÷ counts.outcome.sent (0–1, may exceed 1 only if links are forwarded); "
                   "null while nothing was sent.")
+    send_time = serializers.SerializerMethodField(
+        help_text="Send-time optimisation: the option and, per group, members, sent, opened and open rate "
+                  "(docs/SEND_TIME.md); null when off.")
 
     class Meta:
         model = Campaign
@@ -512,7 +530,7 @@ class CampaignSerializer(serializers.ModelSerializer):
                   "member_count", "reach", "created_count", "default_zone_count", "missed_count", "fanout_failures",
                   "last_error", "last_error_at", "started_at", "fanned_out_at", "completed_at",
                   "cancelled_at", "created_at", "counts", "unsubscribes", "unsubscribe_rate", "schedule",
-                  "series_id", "occurrence_at", "skip_reason", "metadata"]
+                  "series_id", "occurrence_at", "skip_reason", "metadata", "send_time"]
         read_only_fields = fields  # a response: every field is always present
 
     @extend_schema_field(ScheduleOutSerializer(allow_null=True))
@@ -524,6 +542,14 @@ class CampaignSerializer(serializers.ModelSerializer):
         if obj.local_date is None:
             return None
         return {"date": obj.local_date.isoformat(), "time": obj.local_time.strftime("%H:%M")}
+
+    @extend_schema_field(SendTimeOutSerializer(allow_null=True))
+    def get_send_time(self, obj) -> dict | None:
+        from campaigns.send_time import comparison
+
+        if not obj.send_time:
+            return None
+        return {**obj.send_time, "groups": comparison(obj)}
 
     @extend_schema_field(ReachSerializer(allow_null=True))
     def get_reach(self, obj) -> dict | None:
@@ -564,7 +590,7 @@ class CampaignSummarySerializer(CampaignSerializer):
 
     class Meta(CampaignSerializer.Meta):
         fields = [f for f in CampaignSerializer.Meta.fields
-                  if f not in ("counts", "unsubscribes", "unsubscribe_rate")] + ["created_via"]
+                  if f not in ("counts", "unsubscribes", "unsubscribe_rate", "send_time")] + ["created_via"]
         read_only_fields = fields
 
     def get_created_via(self, obj) -> str:

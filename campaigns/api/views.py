@@ -10,6 +10,7 @@ from rest_framework.views import APIView
 
 from campaigns import ownership, runs, services
 from campaigns.api.segment_rules import EXAMPLE_RULES, SegmentSerializer
+from campaigns.api.send_time import stored_option
 from campaigns.api.serializers import (
     DEFAULT_OCCURRENCES,
     MAX_OCCURRENCES,
@@ -349,7 +350,7 @@ class CampaignListView(APIView):
                 missed_policy=data["missed_policy"] or MissedPolicy.SKIP, spread_seconds=data["spread_seconds"],
                 ttl_seconds=data["ttl_seconds"], schedule_rule=schedule.get("rrule", ""),
                 schedule_start=schedule.get("start", ""), schedule_timezone=schedule.get("timezone", ""),
-                metadata=data["metadata"])
+                metadata=data["metadata"], send_time=stored_option(data))
         except services.CampaignKeyReused:
             return key_reused()
         note_given_fields(request, CampaignRequestSerializer)
