@@ -19,7 +19,7 @@ from jinja2.compiler import CodeGenerator, operators, optimizeconst
 from jinja2.runtime import LoopContext, Undefined
 from jinja2.sandbox import MAX_RANGE, SandboxedEnvironment
 from jinja2.utils import pass_context
-from markupsafe import soft_str
+from markupsafe import escape, soft_str
 
 from notifications.rendering.budget import (
     CURRENT,
@@ -120,19 +120,29 @@ class BoundedCodeGenerator(CodeGenerator):
 @pass_context
 def _charge_expression(context, value):
     """``finalize``: every ``{{ … }}`` written anywhere is charged to the output bound, a value that is
-    not a string measured first (its text may be at most what is left) and turned into text once."""
+    not a string measured first (its text may be at most what is left) and turned into text once. In
+    an autoescaping template (an email's html) it is charged as written: escaped (``'`` is five
+    characters), so the bound holds for the html as for the text."""
     current = CURRENT.get()
-    if isinstance(value, str):
-        if current is not None:
-            current.tick()
-            current.produce(len(value))
-        return value
+    autoescape = context.eval_ctx.autoescape
     if hasattr(value, "__html__"):
         text = value.__html__()
+    elif isinstance(value, str):
+        if current is not None:
+            current.tick()
+        if not autoescape:
+            if current is not None:
+                current.produce(len(value))
+            return value
+        text = value = escape(value)
+        if current is not None:
+            current.charge(len(text))
+            current.produce(len(text))
+        return value
     else:
         if type(value) not in SCALARS and not isinstance(value, Undefined):
             measure(value, "a value written by {{ … }}", chars=output_left())
-        text = value = soft_str(value)
+        text = value = escape(value) if autoescape else soft_str(value)
     if current is not None:
         current.charge(len(text))
         current.produce(len(text))
