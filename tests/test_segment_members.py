@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from campaigns.api.serializers import MAX_MEMBER_IDS
+from campaigns.api.segment_template_serializers import MAX_MEMBER_IDS
 from campaigns.models import Segment, SegmentMember
 from preferences.models import Recipient
 from tests.test_campaign_api import call, fields, http, segment  # noqa: F401 - fixtures

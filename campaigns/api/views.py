@@ -10,6 +10,13 @@ from rest_framework.views import APIView
 
 from campaigns import ownership, runs, services
 from campaigns.api.segment_rules import EXAMPLE_RULES, SegmentSerializer
+from campaigns.api.segment_template_serializers import (
+    MembersResultSerializer,
+    MembersSerializer,
+    SegmentMemberSerializer,
+    TemplateOutSerializer,
+    TemplateSerializer,
+)
 from campaigns.api.send_time import stored_option
 from campaigns.api.serializers import (
     DEFAULT_OCCURRENCES,
@@ -18,11 +25,6 @@ from campaigns.api.serializers import (
     CampaignRunSerializer,
     CampaignSerializer,
     CampaignSummarySerializer,
-    MembersResultSerializer,
-    MembersSerializer,
-    SegmentMemberSerializer,
-    TemplateOutSerializer,
-    TemplateSerializer,
     run_items,
 )
 from campaigns.models import Campaign, CampaignStatus, MissedPolicy, Segment, SegmentMember, Template
