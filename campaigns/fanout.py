@@ -133,22 +133,24 @@ class _Planner:
     def __init__(self, campaign: Campaign, now: datetime) -> None:
         self.campaign = campaign
         self.now = now
-        self.zone_cache: dict[str, tuple[datetime, bool]] = {}
+        self.zone_cache: dict[tuple[str, time | None], tuple[datetime, bool]] = {}
         self.default_zone = ZoneInfo(conf("DEFAULT_TIMEZONE"))
         self.defaulted = 0
         self.zones: dict[str, tuple[ZoneInfo, bool]] = {}
         self.invalid_zones: set[str] = set()
         self.reasons: dict[tuple, str] = {}
 
-    def base_instant(self, zone_name: str) -> datetime:
+    def base_instant(self, zone_name: str, wall: time | None = None) -> datetime:
+        """The instant of the campaign's wall time (or ``wall``: a member's own hour) on its date in
+        the member's zone, cached per zone and wall time."""
         c = self.campaign
         if not c.is_local_time:
             return c.scheduled_at or c.fanout_at or self.now
-        cached = self.zone_cache.get(zone_name)
+        cached = self.zone_cache.get((zone_name, wall))
         if cached is None:
             zone, fallback = self.zone_and_fallback(zone_name)
-            cached = (wall_time_to_utc(c.local_date, c.local_time, zone), fallback)
-            self.zone_cache[zone_name] = cached
+            cached = (wall_time_to_utc(c.local_date, wall or c.local_time, zone), fallback)
+            self.zone_cache[(zone_name, wall)] = cached
         if cached[1]:
             self.defaulted += 1
         return cached[0]
@@ -266,7 +268,6 @@ def _insert_page(campaign: Campaign, members: list[dict], now: datetime) -> list
     option = send_times.option_of(campaign) if campaign.is_local_time else None
     groups = send_times.PagePlanner(campaign, option, [m["recipient_id"] for m in members]) if option else None
     chosen: list[tuple[str, str, str, int | None]] = []
-    hour_instants: dict[tuple[str, int], datetime] = {}
     for m in members:
         user_id = m["recipient_id"]
         offset = spread_offset(campaign.pk, user_id, campaign.spread_seconds)
@@ -275,16 +276,9 @@ def _insert_page(campaign: Campaign, members: list[dict], now: datetime) -> list
         if groups is not None:
             group, hour = groups.choose(user_id)
             chosen.append((user_id, str(nid), group, hour))
-        if hour is None:
-            base = planner.base_instant(m["timezone"]) + offset
-        else:  # their best hour on the campaign's date, in their zone (a fallback zone counts as for local time)
-            planner.base_instant(m["timezone"])
-            key = (m["timezone"], hour)
-            if key not in hour_instants:
-                hour_instants[key] = wall_time_to_utc(campaign.local_date, time(hour), planner.zone(m["timezone"]))
-            base = hour_instants[key] + offset
-        status, reason, base, was_missed = planner.plan(m["timezone"], base, offset, planner.suppression(m),
-                                                        None if hour is None else time(hour))
+        wall = None if hour is None else time(hour)  # their best hour on the campaign's date, in their zone
+        base = planner.base_instant(m["timezone"], wall) + offset
+        status, reason, base, was_missed = planner.plan(m["timezone"], base, offset, planner.suppression(m), wall)
         if was_missed:
             missed.add(nid)
         rows.append(CampaignRow(nid, user_id, status, reason, base, base + ttl if ttl else None))

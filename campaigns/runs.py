@@ -162,8 +162,8 @@ def create_run(series: Campaign, schedule: recurrence.Schedule, occurrence: recu
     if schedule.per_recipient:
         run.local_date, run.local_time = occurrence.wall.date(), occurrence.wall.time()
         if run.send_time:  # an optimised member's hour may come before the occurrence's wall time
-            wall = send_time.earliest_wall_time(run.local_time, send_time.option_of(run))
-            run.fanout_at = min(occurrence.at, earliest_instant(run.local_date, wall))
+            run.fanout_at = min(occurrence.at, earliest_instant(run.local_date,
+                                                                send_time.campaign_earliest_wall_time(run)))
     else:
         run.scheduled_at = occurrence.at
     if skip_reason:

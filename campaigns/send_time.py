@@ -64,6 +64,13 @@ def earliest_wall_time(local_time: time, option: Option | None) -> time:
     return min(local_time, time(min(option.hours)))
 
 
+def campaign_earliest_wall_time(campaign: Campaign) -> time | None:
+    """:func:`earliest_wall_time` of a local-time campaign as stored (``None``: not local time)."""
+    if campaign.local_time is None:
+        return None
+    return earliest_wall_time(campaign.local_time, option_of(campaign))
+
+
 class PagePlanner:
     """One fan-out page's groups: ``choose(user_id)`` → ``(group, hour or None)``; one profile query."""
 

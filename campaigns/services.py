@@ -257,11 +257,8 @@ def _set_start(campaign: Campaign, now: datetime) -> None:
 def campaign_fanout_instant(campaign: Campaign, now: datetime) -> datetime:
     """:func:`fanout_instant` of ``campaign``: with send-time optimisation, from the earliest wall time
     a member may be sent at (a best hour may come before the campaign's own time; docs/SEND_TIME.md)."""
-    local_time = campaign.local_time
-    if local_time is not None and campaign.send_time:
-        local_time = send_time.earliest_wall_time(local_time, send_time.option_of(campaign))
     return fanout_instant(scheduled_at=campaign.scheduled_at, local_date=campaign.local_date,
-                          local_time=local_time, now=now)
+                          local_time=send_time.campaign_earliest_wall_time(campaign), now=now)
 
 
 def launch_campaign(campaign: Campaign) -> Campaign:
@@ -274,8 +271,7 @@ def launch_campaign(campaign: Campaign) -> Campaign:
         applies (one saved before the rule, or edited outside it); nothing is changed.
     """
     now = clock.now()
-    wall = campaign.local_time and send_time.earliest_wall_time(campaign.local_time, send_time.option_of(campaign))
-    problem = local_time_problem(campaign.local_date, wall, now)
+    problem = local_time_problem(campaign.local_date, send_time.campaign_earliest_wall_time(campaign), now)
     if problem:
         raise LocalTimePassed(problem)
     problem = launch_problem(campaign)

@@ -4,11 +4,11 @@ object, stored once per notification, returned on reads and in every webhook pay
 
 from __future__ import annotations
 
-import json
 import math
 import re
 
 from core.identifiers import problem_code, text_problem
+from notifications.content_limits import json_bytes
 
 MAX_KEYS = 20
 MAX_BYTES = 2048
@@ -35,7 +35,7 @@ def problems(value) -> dict[str | None, tuple[str, str]]:
         elif item is not None and not isinstance(item, str | int | float | bool):
             found[key] = ("a string, number, boolean or null (no object or list)", "invalid_value")
     if not found:
-        size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+        size = json_bytes(value)
         if size > MAX_BYTES:
             found[None] = (f"{size} bytes as JSON; at most {MAX_BYTES}", "payload_too_large")
     return found
