@@ -205,6 +205,8 @@ def _outcomes(rows: list[dict], at: datetime) -> int:
     heard = [r for r in rows if any(r["owner"] in s for s in outcome_subscribers.values())]
     users = {(r["event_id"], r["recipient_id"]): r["owner"] for r in heard if r["event_id"]}
     digests = {r["digest_id"]: r["owner"] for r in heard if r.get("digest_id")}
+    if not users and not digests:
+        return 0
     found: list = []
     with connection.cursor() as cur:
         if users:
