@@ -32,6 +32,7 @@ RECIPIENT_ZONE = "recipient"
 START_FORMAT = "%Y-%m-%dT%H:%M:%S"
 #: More times of day than this cannot keep the minimum interval (and would make dateutil build huge sets).
 MAX_TIMES_PER_DAY = 24
+_DAY_SECONDS = 86400
 _STEP_SECONDS = {du.HOURLY: 3600, du.MINUTELY: 60, du.SECONDLY: 1}
 _FREQ_NAMES = {du.HOURLY: "HOURLY", du.MINUTELY: "MINUTELY", du.SECONDLY: "SECONDLY"}
 #: RFC 5545 §3.3.10 ranges of the numeric list parts: (low, high, signed: -high..-low allowed too).
@@ -156,6 +157,7 @@ def parse(rule: str, start: str | datetime, timezone: str, *, now: datetime) -> 
         raise ScheduleError("schedule.rrule", "invalid_rrule", "one RRULE, not a set")
     schedule = Schedule(text, start, timezone, parsed)
     try:
+        _check_interval(parsed)
         _check_ever_matches(parsed, start)
         _check_bounds(schedule, now)
     except ScheduleError:
@@ -210,7 +212,9 @@ def _check_parts(text: str) -> None:
 def cycle_probe(r: du.rrule, start: datetime) -> du.rrule | None:
     """The rule tried over one cycle in which the calendar and its INTERVAL both repeat (400 × k
     years, k = INTERVAL ÷ its gcd with the cycle's periods), placed to end by year 9999 where dateutil
-    stops, without COUNT or UNTIL; ``None`` when the walk from ``start`` to 9999 is shorter than that."""
+    stops, without COUNT or UNTIL; ``None`` when the walk from ``start`` to 9999 is shorter than that (an
+    INTERVAL of many days: dateutil steps a period at a time; :func:`_check_interval` refuses the
+    sub-daily rules it would walk day by day)."""
     periods = _PERIODS_PER_CYCLE[r._freq]
     span = _CYCLE_YEARS * (r._interval // gcd(r._interval, periods))
     last_start = datetime.max.year - span + 1  # a cycle starting then still ends by 9999
@@ -218,6 +222,25 @@ def cycle_probe(r: du.rrule, start: datetime) -> du.rrule | None:
         return None
     year = start.year + (last_start - start.year) // span * span
     return r.replace(dtstart=start.replace(year=year), count=None, until=None)  # 29 Feb: same leap cycle
+
+
+def _check_interval(r: du.rrule) -> None:
+    """A sub-daily FREQ × INTERVAL at least the minimum interval, and dividing a day or whole days:
+    then its times of day are the same every day (or every INTERVAL days), so the calendar and the
+    rule repeat together within one :func:`cycle_probe` cycle. One that drifts (every 23 h) repeats
+    only after 400 × INTERVAL years, longer than dateutil's calendar, which it walks day by day
+    (seconds of CPU for a rule that never matches: docs/RECURRING.md)."""
+    step = _STEP_SECONDS.get(r._freq)
+    if step is None:
+        return
+    seconds, name = step * r._interval, f"FREQ={_FREQ_NAMES[r._freq]};INTERVAL={r._interval}"
+    if seconds < conf("SCHEDULE_MIN_INTERVAL_SECONDS"):
+        raise _too_frequent(f"{name} repeats every {seconds} s")
+    if _DAY_SECONDS % seconds and seconds % _DAY_SECONDS:
+        raise ScheduleError("schedule.rrule", "irregular_interval",
+                            f"{name} repeats every {seconds} s, which neither divides a day nor is whole days: "
+                            "its times of day would drift from one day to the next (use an INTERVAL such as 1, "
+                            "2, 3, 4, 6, 8 or 12 hours or 90 minutes, or whole days)")
 
 
 def _check_ever_matches(r: du.rrule, start: datetime) -> None:
@@ -245,10 +268,6 @@ def _check_bounds(schedule: Schedule, now: datetime) -> None:
     of the start or of now), which must keep the minimum interval and have an occurrence after now."""
     r = schedule.parsed
     minimum = conf("SCHEDULE_MIN_INTERVAL_SECONDS")
-    step = _STEP_SECONDS.get(r._freq)
-    if step is not None and step * r._interval < minimum:
-        raise _too_frequent(f"FREQ={_FREQ_NAMES[r._freq]};INTERVAL={r._interval} repeats every "
-                            f"{step * r._interval} s")
     if r._count is not None and r._count > conf("SCHEDULE_MAX_COUNT"):
         raise ScheduleError("schedule.rrule", "count_too_large",
                             f"COUNT={r._count}; at most {conf('SCHEDULE_MAX_COUNT')} (CAMPAIGN_SCHEDULE_MAX_COUNT)")

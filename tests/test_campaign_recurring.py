@@ -95,6 +95,9 @@ def beat_at(frozen, instant: datetime) -> dict:
     # Never matches, hour by hour: tried over one 400-year cycle, never walked to year 9999.
     ("FREQ=HOURLY;BYMONTH=2;BYMONTHDAY=30", ("schedule.rrule", "no_occurrence")),
     ("FREQ=HOURLY;COUNT=5;BYMONTH=2;BYMONTHDAY=30", ("schedule.rrule", "no_occurrence")),
+    # Whole days: every 25 days fits no cycle before 9999; walked there 25 days a step (0.3 s).
+    ("FREQ=HOURLY;INTERVAL=600;BYMONTH=2;BYMONTHDAY=30", ("schedule.rrule", "no_occurrence")),
+    ("FREQ=HOURLY;INTERVAL=23;BYMONTH=2;BYMONTHDAY=30", ("schedule.rrule", "irregular_interval")),
 ])
 def test_hostile_or_broken_rules_are_422_naming_schedule_and_write_nothing(http, frozen, members, rrule, expected):
     r = post(http, "/v1/campaigns", series_body(members, rrule=rrule))
@@ -158,6 +161,8 @@ def test_any_error_while_expanding_a_rule_is_422_invalid_rrule_never_500(frozen,
 NEVER_MATCHING = ["FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=30", "FREQ=MONTHLY;BYMONTHDAY=31;BYMONTH=4",
                   "FREQ=DAILY;BYYEARDAY=366;BYMONTH=1", "FREQ=DAILY;BYMONTH=2;BYMONTHDAY=30",
                   "FREQ=HOURLY;BYMONTH=2;BYMONTHDAY=30", "FREQ=YEARLY;BYWEEKNO=53;BYDAY=MO;BYMONTH=1",
+                  "FREQ=MINUTELY;INTERVAL=90;BYMONTH=4;BYMONTHDAY=31",
+                  "FREQ=SECONDLY;INTERVAL=43200;BYMONTH=2;BYMONTHDAY=30",
                   "FREQ=WEEKLY;INTERVAL=3;BYMONTH=4,6,9,11;BYMONTHDAY=31",
                   # From 2027 every fourth year is never a leap year: the INTERVAL's alignment is kept.
                   "FREQ=YEARLY;INTERVAL=4;BYMONTH=2;BYMONTHDAY=29"]
@@ -180,7 +185,7 @@ def test_a_rule_that_never_matches_is_refused_by_one_cycle_not_a_walk_to_year_99
     (recurrence.du.YEARLY, 1, 400), (recurrence.du.YEARLY, 3, 1200), (recurrence.du.YEARLY, 8, 400),
     (recurrence.du.MONTHLY, 7, 2800), (recurrence.du.WEEKLY, 7, 2800),
     (recurrence.du.WEEKLY, 3, 400), (recurrence.du.DAILY, 2, 800),
-    (recurrence.du.DAILY, 21, 400), (recurrence.du.HOURLY, 5, 2000)])
+    (recurrence.du.DAILY, 21, 400), (recurrence.du.HOURLY, 48, 800), (recurrence.du.MINUTELY, 90, 400)])
 def test_the_cycle_probe_keeps_the_rule_aligned_and_ends_by_year_9999(freq, interval, span):
     start = datetime(2027, 3, 1, 9)
     rule = recurrence.du.rrule(freq, interval=interval, dtstart=start, count=5)
@@ -190,6 +195,48 @@ def test_the_cycle_probe_keeps_the_rule_aligned_and_ends_by_year_9999(freq, inte
     assert probe._dtstart.year + span - 1 <= 9999 < probe._dtstart.year + 2 * span - 1
     assert probe._dtstart.replace(year=start.year) == start
     assert (probe._count, probe._until, probe._interval) == (None, None, interval)
+
+
+@pytest.mark.parametrize("rrule", [
+    "FREQ=HOURLY;INTERVAL=23;BYMONTH=2;BYMONTHDAY=30", "FREQ=MINUTELY;INTERVAL=61;BYMONTH=2;BYMONTHDAY=30",
+    "FREQ=SECONDLY;INTERVAL=86399;BYMONTH=2;BYMONTHDAY=30", "FREQ=HOURLY;INTERVAL=5", "FREQ=HOURLY;INTERVAL=25",
+    "FREQ=MINUTELY;INTERVAL=100"])
+def test_a_sub_daily_interval_that_drifts_across_days_is_refused_before_any_walk(frozen, monkeypatch, rrule):
+    """Every 23 h, the times of day drift: the rule repeats with the calendar only after 9,200 years and
+    dateutil walks it day by day (10 s of CPU when it never matches). Refused from FREQ and INTERVAL."""
+    monkeypatch.setattr(recurrence, "cycle_probe", lambda *a: pytest.fail("walked"))
+    with pytest.raises(recurrence.ScheduleError) as caught:
+        recurrence.parse(rrule, "2027-03-01T09:00:00", "Europe/Paris", now=NOW)
+    assert (caught.value.field, caught.value.code) == ("schedule.rrule", "irregular_interval")
+    assert "neither divides a day nor is whole days" in str(caught.value)
+
+
+@pytest.mark.parametrize(("rrule", "first"), [
+    ("FREQ=HOURLY;INTERVAL=6", datetime(2027, 3, 1, 9)), ("FREQ=MINUTELY;INTERVAL=90", datetime(2027, 3, 1, 9)),
+    ("FREQ=SECONDLY;INTERVAL=7200;BYHOUR=11", datetime(2027, 3, 1, 11)),
+    ("FREQ=HOURLY;INTERVAL=48;BYDAY=WE", datetime(2027, 3, 3, 9))])
+def test_a_sub_daily_interval_dividing_a_day_or_whole_days_is_accepted(frozen, rrule, first):
+    # UTC: in Paris, every 90 minutes meets the spring-forward gap (01:30, then 03:00, 30 min later).
+    schedule = recurrence.parse(rrule, "2027-03-01T09:00:00", "UTC", now=NOW)
+    assert next(schedule.occurrences()).wall == first
+
+
+@hypothesis_settings(max_examples=300, deadline=None, derandomize=True)
+@given(freq=st.sampled_from([recurrence.du.HOURLY, recurrence.du.MINUTELY, recurrence.du.SECONDLY]),
+       interval=st.integers(1, 10 ** 7))
+def test_every_accepted_sub_daily_interval_has_a_cycle_or_steps_whole_days(freq, interval):
+    """What bounds a never-matching rule's walk: a cycle probe (at most 146,097 days, one step each),
+    or, without one, steps of at least 20 days each to year 9999 (at most ~146,000 steps)."""
+    start = datetime(2027, 3, 1, 9)
+    rule = recurrence.du.rrule(freq, interval=interval, dtstart=start)
+    try:
+        recurrence._check_interval(rule)
+    except recurrence.ScheduleError:
+        return
+    if recurrence.cycle_probe(rule, start) is None:
+        seconds = recurrence._STEP_SECONDS[freq] * interval
+        assert seconds % 86400 == 0
+        assert (datetime(9999, 12, 31) - start).days // (seconds // 86400) <= 146097
 
 
 def test_an_interval_too_large_for_a_cycle_before_9999_is_walked_whole():
