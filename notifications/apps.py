@@ -145,6 +145,10 @@ ERASED_HERE = {
                                 "notifications, whose content is cleared",
     "notifications.APIAuditEntry": "kept: the record of who did what; holds the user id only",
     "notifications.SendTimeProfile": "deleted; engagements before the erasure never count again",
+    "notifications.WebhookDelivery": "metadata.client (what the client sent about the user) removed from the "
+                                     "payloads of its notifications' deliveries, sent or pending, the erasure's "
+                                     "own cancellations included; ids, statuses and reasons stay",
+    "notifications.WebhookAttempt": "kept: status codes, latency and the endpoint's errors; no user data",
 }
 
 
@@ -153,13 +157,18 @@ def erase_notifications(recipient_id: str, contacts: list[str], requested_by: st
     ``notifications.services.erase_notification_content``'s counts; and the recipient's inbox items
     and counts deleted (``notifications.inbox.prune.erase_inbox``: copies of notifications' content, so
     counted in ``notifications_erased`` with the notifications they copy); its open digests emptied and
-    closed unsent (``notifications.events.digests.erase_digests``); its send-time profile deleted."""
+    closed unsent (``notifications.events.digests.erase_digests``); its send-time profile deleted;
+    then, last, the client metadata in its webhook deliveries, including the cancellations this
+    erasure just wrote (``notifications.webhooks.outbox.forget_client_metadata``)."""
     from notifications.events.digests import erase_digests
     from notifications.inbox.prune import erase_inbox
     from notifications.send_time.models import SendTimeProfile
     from notifications.services import erase_notification_content
+    from notifications.webhooks.outbox import forget_client_metadata
 
     erase_inbox(recipient_id)
     SendTimeProfile.objects.filter(recipient_id=recipient_id).delete()
     erase_digests(recipient_id)
-    return erase_notification_content(recipient_id, contacts, by=requested_by)
+    counts = erase_notification_content(recipient_id, contacts, by=requested_by)
+    forget_client_metadata(recipient_id)
+    return counts

@@ -25,6 +25,9 @@ from preferences.unsubscribe import UnsubscribeToken, make_token, read_token
 #: Field names that hold a user's data wherever they stand.
 PERSONAL_FIELDS = {"user_id", "user_ids", "email", "phone", "push_token"}
 RECIPIENT = "preferences.Recipient"
+#: Fields that point at a model by its id without a foreign key (a webhook delivery outlives the
+#: notification's move to the history): a reference all the same.
+PLAIN_REFERENCES = {"notification_id": "notifications.Notification"}
 #: The project's apps (staff accounts in django.contrib.auth are not the users erasure is for).
 OURS = {"preferences", "notifications", "campaigns"}
 
@@ -51,6 +54,8 @@ def holds_user_data() -> set[str]:
                 target = f.related_model._meta.label if f.is_relation and f.related_model else None
                 child = (target in found and f.many_to_one
                          and f.remote_field.on_delete in (models.CASCADE, models.DO_NOTHING))
+                if not f.is_relation and PLAIN_REFERENCES.get(f.name) in found:
+                    child = True
                 if target == RECIPIENT or child or f.name in PERSONAL_FIELDS:
                     found.add(label)
                     changed = True
@@ -69,7 +74,8 @@ def test_every_model_holding_user_data_says_what_erasure_does_to_it():
 def test_the_detection_finds_the_models_it_must():
     """The rule above is not vacuous: it sees direct references, child rows and user-id fields."""
     assert {"preferences.Device", "notifications.Notification", "notifications.DeliveryAttempt",
-            "notifications.DigestItem", "notifications.Event", "campaigns.SegmentMember"} <= holds_user_data()
+            "notifications.DigestItem", "notifications.Event", "campaigns.SegmentMember",
+            "notifications.WebhookDelivery", "notifications.WebhookAttempt"} <= holds_user_data()
 
 
 # --- what erasure does -------------------------------------------------------------------------------

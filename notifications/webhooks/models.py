@@ -103,6 +103,9 @@ class WebhookDelivery(models.Model):
             models.Index(fields=["endpoint", "next_attempt_at"], name="webhook_due_idx",
                          condition=models.Q(state="pending")),
             models.Index(fields=["endpoint", "-created_at"], name="webhook_endpoint_time_idx"),
+            # Erasure's read: the deliveries of a user's notifications.
+            models.Index(fields=["notification_id"], name="webhook_notification_idx",
+                         condition=models.Q(notification_id__isnull=False)),
         ]
         constraints = [models.UniqueConstraint(fields=["endpoint", "subject"], name="webhook_subject_once",
                                                condition=~models.Q(subject=""))]

@@ -241,6 +241,22 @@ def _outcomes(rows: list[dict], at: datetime) -> int:
     return len(deliveries)
 
 
+def forget_client_metadata(recipient_id: str) -> int:
+    """Erasure: the payloads of the deliveries of ``recipient_id``'s notifications (sent, pending,
+    and the erasure's own ``notification.cancelled``, written earlier in its transaction) lose
+    ``metadata.client``, what the client sent about the user; a pending one is sent without it, a
+    replay too. ``event.*`` and ``campaign.completed`` payloads carry no client metadata. Returns
+    the deliveries changed."""
+    from notifications.models import NotificationRecord
+
+    with connection.cursor() as cur:
+        cur.execute(f"UPDATE {_TABLE} SET payload = jsonb_set(payload, '{{data,metadata,client}}', 'null') "
+                    f"WHERE notification_id IN (SELECT id FROM {NotificationRecord._meta.db_table} "
+                    f"WHERE recipient_id = %s) AND payload #> '{{data,metadata,client}}' <> 'null'::jsonb",
+                    [recipient_id])
+        return cur.rowcount
+
+
 def emit_campaign_completed(campaign_id, client_id: str | None, at: datetime) -> int:
     """``campaign.completed`` for a campaign its client launched (admin campaigns: none)."""
     subscribed = subscribers("campaign.completed")
