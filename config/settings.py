@@ -365,6 +365,16 @@ WEBHOOKS = {
     # An endpoint failing (no success) this long is disabled, with its reason.
     "DISABLE_AFTER_SECONDS": env.float("WEBHOOKS_DISABLE_AFTER_SECONDS", default=3 * 24 * 3600.0),
     "MAX_ENDPOINTS_PER_CLIENT": env.int("WEBHOOKS_MAX_ENDPOINTS_PER_CLIENT", default=10),
+    # Deliveries (with their attempts) are deleted this many days after they were written, by beat,
+    # PRUNE_BATCH per statement for at most PRUNE_BUDGET_SECONDS a tick.
+    "KEEP_DAYS": env.int("WEBHOOKS_KEEP_DAYS", default=7),
+    "PRUNE_BATCH": env.int("WEBHOOKS_PRUNE_BATCH", default=10_000),
+    "PRUNE_BUDGET_SECONDS": env.float("WEBHOOKS_PRUNE_BUDGET_SECONDS", default=20.0),
+}
+CELERY_BEAT_SCHEDULE["prune-webhooks"] = {
+    "task": "notifications.prune_webhooks",
+    "schedule": env.float("WEBHOOKS_PRUNE_EVERY_SECONDS", default=300.0),
+    "options": {"queue": "maintenance", "expires": 300},
 }
 CELERY_BEAT_SCHEDULE["dispatch-webhooks"] = {
     "task": "notifications.dispatch_webhooks",

@@ -124,8 +124,9 @@ def check_pipeline_settings() -> list[str]:
     if float(notify.get("RECORD_EVERY_SECONDS", 1)) <= 0:
         problems.append(f"RECORD_EVERY_SECONDS must be > 0, got {notify.get('RECORD_EVERY_SECONDS')}")
     from core.partitions import setting_problems
+    from notifications.webhooks import retention
 
-    return problems + setting_problems()
+    return problems + setting_problems() + retention.setting_problems()
 
 
 #: What :func:`erase_notifications` does to each model of this app holding a user's data.

@@ -11,6 +11,7 @@ from notifications.delivery import pipeline
 from notifications.inbox import prune, refresh
 from notifications.send_time import compute as send_time
 from notifications.webhooks import delivery as webhook_delivery
+from notifications.webhooks import retention as webhook_retention
 
 
 def notification_task(name: str, **options):
@@ -95,6 +96,13 @@ def compute_send_times() -> dict:
     bulk (docs/SEND_TIME.md)."""
     run = send_time.recompute()
     return {"profiles": run.profiles, "dropped": run.dropped}
+
+
+@notification_task("notifications.prune_webhooks")
+def prune_webhooks() -> int:
+    """Webhook retention tick (``maintenance`` queue, every ``WEBHOOKS_PRUNE_EVERY_SECONDS``): deliveries
+    older than ``WEBHOOKS_KEEP_DAYS`` deleted with their attempts (docs/WEBHOOKS.md, "Retention")."""
+    return webhook_retention.prune()
 
 
 @notification_task("notifications.dispatch_webhooks")

@@ -2,8 +2,9 @@
 deliveries with every attempt (status code, latency, error), and a replay of chosen deliveries.
 
 Endpoints are created by their client through the API (only it can receive the secret, which no
-page shows); a superuser may disable or re-enable one and edit its description. Support reads
-everything and replays deliveries (``notifications.replay_webhookdelivery``, campaigns/roles.py).
+page shows) and deleted by it there; a superuser may disable or re-enable one and edit its
+description. Support reads everything and replays deliveries
+(``notifications.replay_webhookdelivery``, campaigns/roles.py).
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ class WebhookEndpointAdmin(ContentLookupGuard, ClientByPrefix, admin.ModelAdmin)
 
     def has_change_permission(self, request, obj=None):
         return request.user.is_superuser
+
+    def has_delete_permission(self, request, obj=None):
+        # Its client deletes it through the API (set-based, notifications/webhooks/retention.py); the
+        # admin's confirmation page would list every delivery of a busy endpoint. Disable it here.
+        return False
 
     def save_model(self, request, obj, form, change):
         if "active" in form.changed_data:

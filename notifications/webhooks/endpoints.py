@@ -12,6 +12,7 @@ import secrets
 from django.conf import settings
 
 from notifications.models import APIClient
+from notifications.webhooks import retention
 from notifications.webhooks.models import WebhookEndpoint
 
 
@@ -33,5 +34,5 @@ def create(client: APIClient, url: str, events: list[str], description: str = ""
 
 
 def delete(endpoint: WebhookEndpoint) -> None:
-    """The endpoint and its deliveries (pending ones are never sent)."""
-    endpoint.delete()
+    """The endpoint and its deliveries (pending ones are never sent), set-based."""
+    retention.delete_endpoint(endpoint)
