@@ -28,11 +28,11 @@ from campaigns.models import Campaign, CampaignShard, CampaignStatus, MissedPoli
 from core import clock
 from core.queues import FAN_OUT_PAGE_TASK, fanout_queue
 from notifications import metrics
-from notifications.admission import Admission, Road, admit
+from notifications.admission import Admission, Road, admit, high_tier_reason
 from notifications.campaign_rows import CampaignRow, campaign_has_open_notifications, insert_campaign_page
 from notifications.enqueue import enqueue_on_commit
 from notifications.ids import campaign_notification_ids
-from notifications.models import Reason, Status
+from notifications.models import Priority, Reason, Status
 from notifications.services import cancel_campaign_notifications
 from notifications.webhooks import outbox as webhook_outbox
 from preferences.validation import stored_zone
@@ -84,6 +84,10 @@ def start_due_campaigns() -> list[str]:
 
 
 def _plan_shards(campaign: Campaign, now: datetime) -> None:
+    if campaign.priority != Priority.HIGH and high_tier_reason(campaign.priority, campaign.notification_type):
+        # A type made high after the campaign (or its series) was created: the gate asks for the high
+        # tier at every page, so the rows go out on it too (docs/RECURRING.md). Never lowered here.
+        campaign.priority = Priority.HIGH
     count = membership.snapshot(campaign, now)
     campaign.snapshot_at = now
     page = conf("PAGE_SIZE")
@@ -98,7 +102,8 @@ def _plan_shards(campaign: Campaign, now: datetime) -> None:
                             heartbeat_at=now) for i in range(len(edges) - 1)]
     CampaignShard.objects.bulk_create(shards)
     Campaign.objects.filter(pk=campaign.pk).update(status=CampaignStatus.FANNING_OUT, snapshot_at=now,
-                                                   started_at=now, member_count=count, updated_at=now)
+                                                   started_at=now, member_count=count, updated_at=now,
+                                                   priority=campaign.priority)
     for shard in shards:
         _enqueue_page_on_commit(campaign.pk, shard.number)
     log.info("campaign %s: fanning out %d members in %d shard(s)", campaign.pk, count, len(shards))

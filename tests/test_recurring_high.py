@@ -112,3 +112,39 @@ def test_admin_resume_of_a_high_type_series_needs_the_permission(frozen, segment
         assert state(s) == paused and paused[0] == "paused"
         assert any("not resumed: a high-priority campaign needs the permission campaigns.send_high_priority" in m
                    for m in shown), shown
+
+
+@pytest.mark.parametrize("series_of", [True, False])
+def test_a_type_made_high_after_the_campaign_sends_its_rows_on_the_high_tier(frozen, segment, monkeypatch,
+                                                                            series_of):
+    """hadv32: the gate asked for the high tier (the type is high now) but the rows went out
+    ``standard``, the priority copied when the series (or one-off campaign) was made. The fan-out's
+    start takes the high tier from the type; a type made standard later never lowers a campaign."""
+    from campaigns import fanout
+    from campaigns.runs import create_due_runs
+    from tests.fanout_helpers import run_fan_out
+
+    kind = NotificationType.objects.create(key="news_t", name="N", category="news", channels=["email"])
+    _, http = key([*MARKETING_SCOPES, "notifications:send_high"])
+    if series_of:
+        campaign = series(http, segment, type="news_t")
+    else:
+        r = post(http, "/v1/campaigns", {"segment_id": segment.segment_id, "channel": "email", "type": "news_t",
+                                         "scheduled_at": "2027-03-01T08:00:00Z"})
+        assert r.status_code == 202, r.content
+        campaign = Campaign.objects.get(pk=r.json()["id"])
+    assert campaign.priority == "standard"
+    kind.priority = "high"
+    kind.save()
+    queued = []
+    monkeypatch.setattr(fanout, "enqueue_on_commit", lambda rows: queued.extend(rows))
+    frozen[0] = campaign.next_run_at if series_of else campaign.fanout_at
+    if series_of:
+        assert create_due_runs() == {"created": 1, "skipped": 0}
+        campaign = campaign.runs.get()
+
+    rows = run_fan_out(campaign)
+
+    assert [(n.recipient_id, n.status, n.priority) for n in rows] == [("alice", "queued", "high")]
+    assert queued == [(str(rows[0].pk), "high", "email")]
+    assert Campaign.objects.get(pk=campaign.pk).priority == "high"
