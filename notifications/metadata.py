@@ -14,6 +14,8 @@ MAX_KEYS = 20
 MAX_BYTES = 2048
 MAX_KEY_LENGTH = 64
 KEY_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}")
+#: 2**53 - 1, JavaScript's Number.MAX_SAFE_INTEGER: larger numbers do not survive every JSON reader.
+MAX_SAFE_NUMBER = 2 ** 53 - 1
 
 
 def problems(value) -> dict[str | None, tuple[str, str]]:
@@ -32,6 +34,10 @@ def problems(value) -> dict[str | None, tuple[str, str]]:
             found[key] = (str(problem), problem_code(problem))
         elif isinstance(item, float) and not math.isfinite(item):
             found[key] = ("a finite number", "invalid_value")
+        elif isinstance(item, int | float) and not isinstance(item, bool) and abs(item) > MAX_SAFE_NUMBER:
+            # Postgres' jsonb keeps numbers as decimals: 1e308 came back as a 309-digit integer.
+            found[key] = (f"a number from -{MAX_SAFE_NUMBER} to {MAX_SAFE_NUMBER} (what every JSON reader keeps "
+                          "exactly); send a larger one as a string", "invalid_value")
         elif item is not None and not isinstance(item, str | int | float | bool):
             found[key] = ("a string, number, boolean or null (no object or list)", "invalid_value")
     if not found:

@@ -63,6 +63,10 @@ def single(uid: str, **over) -> dict:
     ({f"k{i}": i for i in range(21)}, "metadata", "too_many_keys"),
     ({"blob": "x" * 2100}, "metadata", "payload_too_large"),
     (["not", "an", "object"], "metadata", "invalid"),
+    # jsonb keeps numbers as decimals: 1e308 came back as a 309-digit integer (hadv32).
+    ({"big": 1e308}, "metadata.big", "invalid_value"),
+    ({"huge": 10 ** 400}, "metadata.huge", "invalid_value"),
+    ({"low": -(2 ** 53)}, "metadata.low", "invalid_value"),
 ])
 def test_bad_metadata_is_a_422_naming_the_key_and_the_rule_and_writes_nothing(metadata, field, code):
     _, key = make_client()
@@ -165,3 +169,12 @@ def test_a_campaigns_one_metadata_object_reaches_every_member_row_and_its_webhoo
                                                       ("queued", {"promo": "WINTER", "wave": 3})]
     [told] = WebhookDelivery.objects.filter(endpoint=endpoint)
     assert told.payload["data"]["metadata"]["client"] == {"promo": "WINTER", "wave": 3}
+
+
+def test_numbers_within_the_safe_range_come_back_as_they_were_sent():
+    _, key = make_client()
+    sent = {"max": 2 ** 53 - 1, "min": -(2 ** 53 - 1), "half": 0.5, "ratio": 1234.5678, "flag": True}
+    r = send(http_for(key), single(user().user_id, metadata=sent))
+    assert r.status_code == 202, r.content
+    back = http_for(key).get(f"/v1/notifications/{r.json()['id']}").json()["metadata"]
+    assert back == sent and {k: type(v) for k, v in back.items()} == {k: type(v) for k, v in sent.items()}
