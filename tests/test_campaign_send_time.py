@@ -65,6 +65,7 @@ def post(http, **over):
     ({"send_time": {"optimise": True, "window": {"start": "9", "end": "21:00"}}}, "send_time.window.start", None),
     ({"send_time": {"optimise": True, "window": {"start": "09:00", "end": "21:00"}, "best": 1}},
      "send_time.best", "unknown_field"),
+    ({"send_time": {"optimise": True}}, "send_time.window", "required"),
     ({"local_time": {"date": "2030-03-30", "time": "18:00"}}, "local_time", "local_time_passed"),
 ])
 def test_a_bad_send_time_is_422_naming_the_field_and_creates_nothing(http, frozen, over, field, code):
@@ -88,9 +89,13 @@ def test_the_option_is_stored_and_starts_fan_out_when_the_earliest_zone_reaches_
     assert detail["send_time"] == {**OPTION, "groups": [
         {"group": g, "members": 0, "sent": 0, "opened": 0, "open_rate": None}
         for g in ("optimised", "holdout", "no_history")]}
-    off = post(http, send_time={"optimise": False, **OPTION})
-    assert Campaign.objects.get(pk=off.json()["id"]).send_time is None
-    assert post(http, send_time={"optimise": False, **OPTION}, local_time=None).status_code == 422
+    # Off is the same as leaving it out (hadv32: without a window, or on a scheduled_at campaign, a 422).
+    for off in ({"optimise": False, **OPTION}, {"optimise": False}):
+        for when in ({}, {"local_time": None, "scheduled_at": "2030-03-31T18:00:00Z"}):
+            r = post(http, send_time=off, **when)
+            assert r.status_code == 202, r.content
+            assert Campaign.objects.get(pk=r.json()["id"]).send_time is None
+            assert http.get(f"/v1/campaigns/{r.json()['id']}").json()["send_time"] is None
 
 
 # --- fan-out -------------------------------------------------------------------------------------

@@ -21,13 +21,18 @@ class SendTimeSerializer(RejectUnknownFields, serializers.Serializer):
     ``holdout_percent`` share, and members without history, at the campaign's own time."""
 
     optimise = serializers.BooleanField(help_text="true: optimise (false: the same as leaving send_time out).")
-    window = WindowSerializer()
+    window = WindowSerializer(required=False, help_text="Required when optimise is true.")
     holdout_percent = serializers.IntegerField(required=False, default=0, min_value=0,
                                                max_value=send_time.MAX_HOLDOUT_PERCENT,
                                                help_text=f"0–{send_time.MAX_HOLDOUT_PERCENT}: members drawn "
                                                          "(by a hash of campaign and user) to get the fixed time.")
 
     def validate(self, attrs):
+        if "window" not in attrs:
+            if attrs["optimise"]:
+                raise serializers.ValidationError({"window": serializers.ErrorDetail(
+                    "required when optimise is true: the local hours members may be sent in", code="required")})
+            return attrs
         problems = send_time.option_problems(attrs["window"]["start"], attrs["window"]["end"],
                                              attrs["holdout_percent"])
         if problems:
@@ -47,8 +52,8 @@ def stored_option(attrs: dict) -> dict | None:
 
 def send_time_errors(attrs: dict) -> dict[str, serializers.ErrorDetail]:
     """The option needs a campaign date in each member's zone: ``local_time`` or a recipient-zone schedule."""
-    if attrs.get("send_time") is None:
-        return {}
+    if not (attrs.get("send_time") or {}).get("optimise"):
+        return {}  # off: the same as leaving it out
     schedule = attrs.get("schedule")
     if attrs.get("local_time") or (schedule and schedule["timezone"] == RECIPIENT_ZONE):
         return {}
