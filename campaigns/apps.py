@@ -19,8 +19,10 @@ class CampaignsConfig(AppConfig):
         register_eraser(erase_memberships, covers={"campaigns.SegmentMember": "deleted",
                                                     "campaigns.CampaignMember": "deleted (a rule segment's "
                                                                                 "snapshot still fanning out)",
-                                                    "campaigns.SendTimeMember": "deleted (its campaign's send-time "
-                                                                                "comparison counts one fewer)"})
+                                                    "campaigns.SendTimeMember": "the hour chosen from the user's "
+                                                                                "engagement cleared; the group "
+                                                                                "stays, so a campaign's comparison "
+                                                                                "does not change"})
         # Clients read the sends of the campaigns they may read, besides their own.
         from campaigns.ownership import readable_campaign_sends
         from notifications.readers import register_read_rule
@@ -65,10 +67,11 @@ def check_default_timezone(app_configs=None, **kwargs):
 
 def erase_memberships(recipient_id: str, contacts: list[str], requested_by: str) -> dict[str, int]:
     """This app's part of a recipient's erasure (registered with ``preferences.api.erasure``): it
-    leaves every segment (``campaigns.services.remove_from_every_segment``); its send-time groups
-    (``campaigns.models.SendTimeMember``) are deleted."""
+    leaves every segment (``campaigns.services.remove_from_every_segment``); its send-time members
+    (``campaigns.models.SendTimeMember``) lose the hour chosen from its engagement, and keep their
+    group, as its notifications keep their status: a finished campaign's comparison stays as it was."""
     from campaigns.models import SendTimeMember
     from campaigns.services import remove_from_every_segment
 
-    SendTimeMember.objects.filter(recipient_id=recipient_id).delete()
+    SendTimeMember.objects.filter(recipient_id=recipient_id, hour__isnull=False).update(hour=None)
     return {"segment_memberships_removed": remove_from_every_segment(recipient_id)}

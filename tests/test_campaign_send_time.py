@@ -192,11 +192,19 @@ def test_the_comparison_counts_members_sent_and_opened_per_group(frozen, admin_c
 
 
 @pytest.mark.django_db
-def test_erasure_deletes_the_members_groups(frozen):
+def test_erasure_clears_the_members_hour_and_leaves_the_comparison_as_it_was(frozen):
+    """hadv32: deleting the erased member's group changed a finished campaign's comparison. The
+    hour chosen from their engagement goes; the group stays, as their notification's status does."""
+    from campaigns.send_time import comparison
     from preferences.api.erasure import erase_user, personal_data
 
     c = campaign_of(ZONES, PROFILES)
     fanout.fan_out_page(str(c.pk), 0)
+    before, compared = groups(c), comparison(Campaign.objects.get(pk=c.pk))
+    assert before[BERLIN][0] == "optimised" and before[BERLIN][1] is not None
+
     erase_user(Recipient.objects.get(pk=BERLIN), requested_by="test")
-    assert set(groups(c)) == {NY, KIRI, TOKYO, HELD}
-    assert personal_data()["campaigns.SendTimeMember"].startswith("deleted")
+
+    assert groups(c) == {**before, BERLIN: ("optimised", None)}
+    assert comparison(Campaign.objects.get(pk=c.pk)) == compared
+    assert personal_data()["campaigns.SendTimeMember"].startswith("the hour chosen")
