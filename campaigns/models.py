@@ -7,6 +7,7 @@ import uuid
 from django.conf import settings
 from django.db import models
 
+from core import clock
 from notifications.events.models import NotificationType
 from notifications.models import APIClient, Priority
 from preferences.models import Channel, Recipient
@@ -18,7 +19,17 @@ OWNER_HELP = ("The API client that created it through the API: only it may chang
               "campaigns). Empty: made in the admin; only staff change it, in the admin.")
 
 
-class Segment(models.Model):
+class Touched:
+    """``updated_at`` on each save, and ``created_at`` by default, on the platform clock
+    (``core.clock``, which the end-to-end tests move), as every instant the platform stamps: Django's
+    ``auto_now`` reads the host's."""
+
+    def save(self, *args, **kwargs):
+        self.updated_at = clock.now()  # written unless update_fields leaves it out, as auto_now
+        super().save(*args, **kwargs)  # type: ignore[misc]
+
+
+class Segment(Touched, models.Model):
     """A named audience. Membership is written by an upstream tool (bulk API, CSV in the admin) and
     read as a snapshot when a campaign starts fanning out: members added after that are not included.
     ``client`` owns it (see :mod:`campaigns.ownership`)."""
@@ -32,8 +43,8 @@ class Segment(models.Model):
         null=True, blank=True,
         help_text="A rule segment: who matches this rule when a campaign snapshots it (docs/SEGMENTS.md). "
                   "Empty: a list segment (members added by the API or a CSV).")
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    created_at = models.DateTimeField(default=clock.now, editable=False)
+    updated_at = models.DateTimeField(default=clock.now, editable=False)
 
     def __str__(self) -> str:
         return self.name or self.segment_id
@@ -49,7 +60,7 @@ class SegmentMember(models.Model):
 
     segment = models.ForeignKey(Segment, on_delete=models.CASCADE, related_name="members")
     recipient = models.ForeignKey(Recipient, on_delete=models.CASCADE, related_name="segment_memberships")
-    added_at = models.DateTimeField(auto_now_add=True)
+    added_at = models.DateTimeField(default=clock.now, editable=False)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["segment", "recipient"], name="segment_member_uniq")]
@@ -76,7 +87,7 @@ class CampaignMember(models.Model):
         return f"{self.recipient_id} in the snapshot of {self.campaign_id}"
 
 
-class Template(models.Model):
+class Template(Touched, models.Model):
     """A message template with per-locale variants, rendered at send time (so fixing a typo fixes what
     is still queued). Rendering is sandboxed Jinja2; see :mod:`notifications.rendering`. ``client`` owns it
     (see :mod:`campaigns.ownership`)."""
@@ -87,14 +98,14 @@ class Template(models.Model):
                                       help_text="Variant used when none matches the recipient's locale.")
     client = models.ForeignKey(APIClient, on_delete=models.PROTECT, null=True, blank=True, related_name="templates",
                                verbose_name="owner (API client)", help_text=OWNER_HELP)
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    created_at = models.DateTimeField(default=clock.now, editable=False)
+    updated_at = models.DateTimeField(default=clock.now, editable=False)
 
     def __str__(self) -> str:
         return self.name or self.template_id
 
 
-class TemplateVariant(models.Model):
+class TemplateVariant(Touched, models.Model):
     #: Never filtered or searched in the admin (preferences.admin_guard).
     content_fields = frozenset({"title", "body", "html"})
 
@@ -103,7 +114,7 @@ class TemplateVariant(models.Model):
     title = models.CharField(max_length=998, blank=True, default="", help_text="Email subject / push title.")
     body = models.TextField()
     html = models.TextField(blank=True, default="", help_text="Email only. Variables are HTML-escaped.")
-    updated_at = models.DateTimeField(auto_now=True)
+    updated_at = models.DateTimeField(default=clock.now, editable=False)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["template", "locale"], name="template_variant_locale_uniq")]
@@ -132,7 +143,7 @@ class MissedPolicy(models.TextChoices):
     NEXT_DAY = "next_day", "Send at the same wall time on the next day"
 
 
-class Campaign(models.Model):
+class Campaign(Touched, models.Model):
     """The same message to every member of a segment, at one instant or at a local wall time in each
     recipient's zone, optionally smeared over ``spread_seconds``."""
 
@@ -196,8 +207,8 @@ class Campaign(models.Model):
     fanned_out_at = models.DateTimeField(null=True, blank=True)
     completed_at = models.DateTimeField(null=True, blank=True)
     cancelled_at = models.DateTimeField(null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    created_at = models.DateTimeField(default=clock.now, editable=False)
+    updated_at = models.DateTimeField(default=clock.now, editable=False)
 
     # A recurring campaign (a *series*, docs/RECURRING.md) carries a schedule and never fans out itself:
     # each occurrence is a *run*, a campaign of its own with ``series`` and ``occurrence_at`` set.

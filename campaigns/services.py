@@ -9,7 +9,6 @@ from datetime import UTC, date, datetime, time
 from time import monotonic
 
 from django.db import IntegrityError, connection, transaction
-from django.utils import timezone
 
 from campaigns import ownership, recurrence, runs, send_time
 from campaigns.models import (
@@ -163,7 +162,7 @@ def _insert_members(segment: Segment, user_ids: list[str]) -> int:
     with connection.cursor() as cur:
         cur.execute(f"INSERT INTO {table} (segment_id, recipient_id, added_at) "
                     "SELECT %s, u, %s FROM unnest(%s::text[]) AS u ON CONFLICT (segment_id, recipient_id) DO NOTHING",
-                    [segment.pk, timezone.now(), user_ids])
+                    [segment.pk, clock.now(), user_ids])
         return cur.rowcount
 
 

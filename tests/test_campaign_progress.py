@@ -61,6 +61,8 @@ def fanning_out(client=None, started=NOW - timedelta(minutes=12)) -> Campaign:
     for user_id in ids:
         Recipient.objects.create(user_id=user_id, phone="+4915112345678")
     services.change_members(segment, add=ids, remove=[])
+    # Members of the snapshot taken at ``started``: added before it (stamped on the platform clock).
+    segment.members.update(added_at=started - timedelta(minutes=1))
     c = services.create_campaign(client=client, idempotency_key="k" if client else None, segment=segment,
                                  channel="sms", body="hi", name="Spring sale").campaign
     Campaign.objects.filter(pk=c.pk).update(status=CampaignStatus.FANNING_OUT, snapshot_at=started,

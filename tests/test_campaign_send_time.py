@@ -17,6 +17,7 @@ from django.urls import reverse
 
 from campaigns import fanout, services
 from campaigns.models import Campaign, CampaignShard, CampaignStatus, MissedPolicy, SendTimeMember
+from core import clock
 from notifications.models import APIClient, DeliveryEvent, Notification
 from notifications.send_time.models import SendTimeProfile
 from notifications.send_time.rule import in_holdout
@@ -118,8 +119,8 @@ def campaign_of(zones: dict[str, str], profiles: dict[str, list[int]], policy=Mi
     services.change_members(segment, add=list(zones), remove=[])
     c = Campaign.objects.create(id=CAMPAIGN_ID, segment=segment, channel="email", title="T", body="hi",
                                 local_date=date(2030, 3, 31), local_time=time(18, 0), missed_policy=policy,
-                                send_time=OPTION, status=CampaignStatus.FANNING_OUT, snapshot_at=NOW,
-                                started_at=NOW, member_count=len(zones))
+                                send_time=OPTION, status=CampaignStatus.FANNING_OUT, snapshot_at=clock.now(),
+                                started_at=clock.now(), member_count=len(zones))
     CampaignShard.objects.create(campaign=c, number=0, heartbeat_at=NOW)
     return c
 

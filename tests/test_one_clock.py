@@ -112,3 +112,30 @@ def test_the_campaign_form_states_now_on_the_platform_clock(shifted):
     help_text = CampaignForm().fields["scheduled_at"].help_text
     after = timezone.now() + OFFSET
     assert any(f"= {at:%Y-%m-%d %H:%M} UTC)" in help_text for at in (before, after)), help_text
+
+
+def test_segments_members_templates_and_campaigns_are_stamped_on_the_shifted_clock(shifted):
+    """hadv32: a campaign's ``created_at`` was the host's (Django's ``auto_now``) while its schedule,
+    runs and rows read the platform clock."""
+    from campaigns.models import Campaign, SegmentMember, Template
+    from tests.conftest import MARKETING_SCOPES
+
+    _, key = make_client(scopes=list(MARKETING_SCOPES))
+    api = Client(headers={"Authorization": f"Api-Key {key}"})
+    uid = f"c-{uuid.uuid4().hex[:8]}"
+    Recipient.objects.create(user_id=uid, email=f"{uid}@example.com")
+
+    window = Window().open()
+    made = [api.put("/v1/segments/vip", {"name": "VIPs"}, content_type="application/json"),
+            api.post("/v1/segments/vip/members", {"add": [uid]}, content_type="application/json"),
+            api.put("/v1/templates/t1", {"name": "T", "variants": [
+                {"locale": "en", "title": "Hi", "body": "Hello"}]}, content_type="application/json"),
+            api.post("/v1/campaigns", {"segment_id": "vip", "channel": "email", "template_id": "t1"},
+                     content_type="application/json", headers={"Idempotency-Key": uid})]
+    window.close()
+    assert [r.status_code for r in made] == [201, 200, 201, 202], [r.content for r in made]
+    campaign = Campaign.objects.get(pk=made[-1].json()["id"])
+    template = Template.objects.get(pk="t1")
+    assert window.holds(campaign.created_at, campaign.updated_at, template.created_at, template.updated_at,
+                        template.variants.get().updated_at, campaign.segment.created_at,
+                        campaign.segment.updated_at, SegmentMember.objects.get(segment_id="vip").added_at)
