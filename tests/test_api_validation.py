@@ -186,6 +186,22 @@ def test_a_key_given_twice_is_400_naming_it(http, user):
     assert_nothing_written()
 
 
+@pytest.mark.parametrize(("body", "path"), [
+    ('{"user_id": "alice", "channel": "sms", "content": {"body": "x"}, "metadata": {"a": 1, "a": 2}}',
+     "metadata.a"),
+    ('{"user_ids": ["alice"], "type": "t", "data": {"items": [{"sku": 1}, {"sku": 2, "sku": 3}]}}',
+     "data.items.1.sku"),
+])
+def test_a_key_given_twice_inside_an_object_is_named_by_its_path(http, user, body, path):
+    """hadv32: a duplicate in ``metadata`` was reported as ``a``, which is no field of the request."""
+    r = http.post("/v1/notifications", content_type="application/json", headers={"Idempotency-Key": "k"},
+                  data=body)
+    assert r.status_code == 400
+    assert r.json()["error"]["fields"] == [{"field": path, "code": "duplicate_key",
+                                           "message": "given twice in one object"}]
+    assert_nothing_written()
+
+
 def test_high_priority_needs_permission(user):
     _, key = APIClient.objects.create_key(name="marketing", allow_high=False)
     r = post(Client(headers={"Authorization": f"Api-Key {key}"}), sms(priority="high"))

@@ -73,19 +73,35 @@ class FieldParseError(ParseError):
         self.field, self.code, self.rule = field, code, rule
 
 
-class _DuplicateKey(ValueError):
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
+class _Duplicated(dict):
+    """An object with a key given twice: marked, so the parse can name its path (objects are built
+    innermost first, so the hook alone does not know where it is)."""
+
+    duplicate = ""
 
 
-def _object_refusing_duplicates(pairs: list[tuple[str, object]]) -> dict:
+def _object_marking_duplicates(pairs: list[tuple[str, object]], seen: list) -> dict:
     found: dict = {}
     for key, value in pairs:
         if key in found:
-            raise _DuplicateKey(key)
+            marked = _Duplicated(found)
+            marked.duplicate = key
+            seen.append(key)
+            return marked
         found[key] = value
     return found
+
+
+def _find_duplicate(value, path: str = "") -> str | None:
+    """The path of the first key given twice (``metadata.a``), or None."""
+    if isinstance(value, _Duplicated):
+        return f"{path}.{value.duplicate}" if path else value.duplicate
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _find_duplicate(item, f"{path}.{key}" if path else str(key))
+        if found:
+            return found
+    return None
 
 
 def _no_constants(name: str):
@@ -96,14 +112,16 @@ class StrictJSONParser(JSONParser):
     def parse(self, stream, media_type=None, parser_context=None):
         encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
         try:
-            data = json.load(codecs.getreader(encoding)(stream), object_pairs_hook=_object_refusing_duplicates,
-                             parse_constant=_no_constants)
+            seen: list[str] = []
+            data = json.load(codecs.getreader(encoding)(stream), parse_constant=_no_constants,
+                             object_pairs_hook=lambda pairs: _object_marking_duplicates(pairs, seen))
+            duplicate = _find_duplicate(data) if seen else None  # a walk only when there is one
         except RecursionError:
             raise ParseError("JSON nested too deeply") from None
-        except _DuplicateKey as exc:
-            raise FieldParseError(_printable(exc.key), "duplicate_key", "given twice in one object") from None
         except ValueError as exc:  # json.JSONDecodeError, NaN/Infinity, undecodable bytes
             raise ParseError(f"JSON parse error: {exc}") from None
+        if duplicate is not None:
+            raise FieldParseError(_printable(duplicate), "duplicate_key", "given twice in one object")
         found = _find_unstorable(data)
         if found:
             code = "not_finite" if found[1] == NOT_FINITE else "unstorable_character"
