@@ -13,6 +13,7 @@ import logging
 from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
+from django.db.models import F
 
 from campaigns import recurrence, send_time
 from campaigns.models import Campaign, CampaignStatus
@@ -83,7 +84,16 @@ def create_due_runs() -> dict[str, int]:
                    .filter(status=CampaignStatus.SCHEDULED, next_run_at__lte=now).exclude(schedule_rule="")
                    .order_by("next_run_at")[:20])
         for series in due:
-            for key, n in advance_series(series, now).items():
+            try:
+                with transaction.atomic():  # one series that cannot advance never holds back the others
+                    made = advance_series(series, now)
+            except Exception as exc:
+                log.exception("series %s: its runs could not be made", series.pk)
+                Campaign.objects.filter(pk=series.pk).update(
+                    last_error=f"runs could not be made: {type(exc).__name__}: {exc}"[:2000], last_error_at=now,
+                    fanout_failures=F("fanout_failures") + 1)
+                continue
+            for key, n in made.items():
                 totals[key] += n
         # A series whose last run was made completes once that run has finished (ended_updates).
         (Campaign.objects.filter(status=CampaignStatus.SCHEDULED, next_run_at__isnull=True).exclude(schedule_rule="")

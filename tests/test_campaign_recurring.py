@@ -87,6 +87,10 @@ def beat_at(frozen, instant: datetime) -> dict:
      ("schedule.rrule", "too_frequent")),
     ("FREQ=DAILY;COUNT=1000000", ("schedule.rrule", "count_too_large")),
     ("FREQ=YEARLY;BYSETPOS=400", ("schedule.rrule", "invalid_rrule")),
+    # dateutil's own extension: BYEASTER=1000 was a 500 (an IndexError deep in its expansion; hadv33).
+    ("FREQ=YEARLY;BYEASTER=1000", ("schedule.rrule", "invalid_rrule")),
+    ("FREQ=YEARLY;BYEASTER=262", ("schedule.rrule", "invalid_rrule")),
+    ("FREQ=DAILY;X-NAME=1", ("schedule.rrule", "invalid_rrule")),
     ("every monday", ("schedule.rrule", "invalid_rrule")),
     ("FREQ=WEEKLY\nEXDATE:20270308T090000", ("schedule.rrule", "invalid_rrule")),
     ("FREQ=DAILY;UNTIL=20270401T000000Z", ("schedule.rrule", "invalid_rrule")),
@@ -694,3 +698,24 @@ def test_a_run_of_an_optimised_recipient_zone_series_carries_the_option_and_star
     assert run.fanout_at == utc(2027, 3, 7, 17)   # the window's 07:00 in UTC+14
     paris = post(http, "/v1/campaigns", series_body(members, send_time={"optimise": True, **option}))
     assert ("send_time", "local_time_only") in fields(paris)
+
+
+def test_a_series_that_cannot_advance_never_holds_back_the_others_nor_breaks_the_list(http, frozen, members):
+    """hadv33: a stored BYEASTER=262 series raised IndexError in beat's one transaction, rolling back
+    every other series' runs, and made the client's whole campaign list a 500. Such a rule is refused
+    now; one stored before (written here directly) is skipped with its error recorded."""
+    made = [post(http, "/v1/campaigns", series_body(members, rrule=rule), **{"Idempotency-Key": rule})
+            for rule in ("FREQ=DAILY", "FREQ=WEEKLY")]
+    assert [r.status_code for r in made] == [202, 202]
+    good, bad = (Campaign.objects.get(pk=r.json()["id"]) for r in made)
+    Campaign.objects.filter(pk=bad.pk).update(schedule_rule="FREQ=YEARLY;BYEASTER=1000")
+
+    assert beat_at(frozen, utc(2027, 3, 1, 8)) == {"created": 1, "skipped": 0}
+
+    assert good.runs.count() == 1 and bad.runs.count() == 0
+    failed = Campaign.objects.get(pk=bad.pk)
+    assert failed.last_error.startswith("runs could not be made: IndexError") and failed.fanout_failures == 1
+    listed = http.get("/v1/campaigns")
+    assert listed.status_code == 200, listed.content
+    detail = http.get(f"/v1/campaigns/{bad.pk}")
+    assert (detail.status_code, detail.json()["schedule"]["next_occurrences"]) == (200, [])
