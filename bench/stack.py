@@ -293,9 +293,10 @@ class Stack:
         return r.json()
 
     def clear_faults(self) -> None:
-        """Remove fault rules and receipt rules (back to default receipts)."""
+        """Remove fault rules and receipt rules (back to default receipts); no simulated engagement."""
         requests.delete(f"{self.emulator}/_emulator/faults", timeout=5).raise_for_status()
         requests.delete(f"{self.emulator}/_emulator/receipts", timeout=5).raise_for_status()
+        requests.delete(f"{self.emulator}/_emulator/engagement", timeout=5).raise_for_status()
 
     def add_receipt_rule(self, **rule) -> dict:
         r = requests.post(f"{self.emulator}/_emulator/receipts", json=rule, timeout=5)

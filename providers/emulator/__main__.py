@@ -7,18 +7,21 @@ EMULATOR_SMTP_PORT (default 8925), EMULATOR_RECORD_FILE
 0 = unlimited), EMULATOR_LOG_LEVEL (default INFO), EMULATOR_RECEIPTS (``0`` turns all delivery
 receipts off; default on), EMULATOR_SENDGRID_EVENTS_URL (where SendGrid Event Webhook batches are
 POSTed; unset = no events), EMULATOR_SENDGRID_SIGNING_KEY_FILE (PEM P-256 private key signing them;
-unset = a key generated at start, see ``GET /_emulator/sendgrid/public-key``). Command-line flags win
-over the environment.
+unset = a key generated at start, see ``GET /_emulator/sendgrid/public-key``), EMULATOR_ENGAGEMENT (the
+simulated engagement model as JSON, ``engagement.py``; unset = off), CLOCK_OFFSET_FILE (the test clock
+offset the emulator's clock follows, ``clock.py``). Command-line flags win over the environment.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import sys
 
+from providers.emulator.engagement import Engagement
 from providers.emulator.server import serve
 from providers.emulator.signing import SigningKeyError
 
@@ -50,16 +53,20 @@ def main(argv: list[str] | None = None) -> int:
                         default=os.environ.get("EMULATOR_SENDGRID_SIGNING_KEY_FILE") or None,
                         help="PEM P-256 private key for the Event Webhook signature "
                              "(env EMULATOR_SENDGRID_SIGNING_KEY_FILE; default: generated at start)")
+    parser.add_argument("--engagement", default=os.environ.get("EMULATOR_ENGAGEMENT") or None,
+                        help="simulated engagement model, JSON (env EMULATOR_ENGAGEMENT; default off)")
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=os.environ.get("EMULATOR_LOG_LEVEL", "INFO").upper(),
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
     try:
+        engagement = Engagement.from_json(json.loads(args.engagement)) if args.engagement else None
         asyncio.run(serve(args.port, args.smtp_port, args.record_file, args.max_messages,
                           receipts=args.receipts, sendgrid_events_url=args.sendgrid_events_url,
-                          sendgrid_signing_key_file=args.sendgrid_signing_key_file, host=args.host))
-    except (OSError, SigningKeyError) as exc:
+                          sendgrid_signing_key_file=args.sendgrid_signing_key_file, host=args.host,
+                          engagement=engagement, clock_offset_file=os.environ.get("CLOCK_OFFSET_FILE") or None))
+    except (OSError, SigningKeyError, ValueError) as exc:
         logging.getLogger("providers.emulator").error("cannot start: %s", exc)
         return 1
     return 0

@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from providers.emulator.clock import OffsetClock
+from providers.emulator.engagement import Engagement
 from providers.emulator.faults import Fault, FaultBook
-from providers.emulator.receipts import ReceiptBook
+from providers.emulator.receipts import ReceiptBook, sendgrid_open
 from providers.emulator.store import MessageStore, Stats
 from providers.emulator.webhooks import Webhooks
 
@@ -23,6 +25,31 @@ class Emulator:
     stats: Stats = field(default_factory=Stats)
     receipts: ReceiptBook = field(default_factory=ReceiptBook)
     webhooks: Webhooks = field(default_factory=Webhooks)
+    #: The host's time plus the test clock offset (``CLOCK_OFFSET_FILE``): what events are stamped with.
+    clock: OffsetClock = field(default_factory=OffsetClock)
+    #: Simulated engagement (``engagement.py``); ``None``: nobody opens anything.
+    engagement: Engagement | None = None
+
+    def engage_email(self, email: str, message_key: str, events: list[dict], delay_s: float,
+                     notification_id: str | None, delivered_at: float) -> None:
+        """Post an ``open`` for a recipient whose ``events`` end delivered, if the model opens it."""
+        delivered = next((e for e in events if e["event"] == "delivered"), None)
+        if self.engagement is None or delivered is None or events[-1] is not delivered:
+            return
+        opened_at = self.engagement.opens(email, message_key, delivered_at)
+        if opened_at is not None:
+            self.webhooks.sendgrid([sendgrid_open(delivered, opened_at)],
+                                   delay_s + self.engagement.delay_ms / 1000.0, notification_id)
+
+    def engage_push(self, token: str, notification_id: str | None, delivered_at: float) -> None:
+        """Post the app's ``opened`` for a push the model opens (needs its ``app_receipts_url``)."""
+        model = self.engagement
+        if model is None or model.app_receipts_url is None or model.app_receipts_key is None or not notification_id:
+            return
+        opened_at = model.opens(token, notification_id, delivered_at)
+        if opened_at is not None:
+            self.webhooks.app_receipt(model.app_receipts_url, model.app_receipts_key, notification_id, "opened",
+                                      opened_at, model.delay_ms / 1000.0)
 
     async def fault_for(
         self, provider: str, destinations: Iterable[str], smtp_phase: str | None = None,

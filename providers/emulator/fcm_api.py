@@ -166,6 +166,8 @@ async def send(request: web.Request) -> web.Response:
         data = message.get("data") or {}
         emu.store.add("fcm", destination, notification.get("title"), notification.get("body"), name,
                       data.get("notification_id"), project, details=RawJsonDetails(raw, "message"))
+        if emu.engagement is not None and targets[0] == "token":
+            emu.engage_push(destination, data.get("notification_id"), emu.clock.now())
     emu.stats.accepted("fcm", 0 if payload.get("validate_only") else 1)
     return web.json_response({"name": name})
 

@@ -42,6 +42,9 @@
   ``GET /_emulator/webhooks/stats`` -> ``{"enabled", "sendgrid_events_url", "pending", "attempts",
   "succeeded", "failed_attempts", "retries", "dropped", "refused", "events_delivered",
   "events_dropped"}`` (the last two: events answered 2xx / given up, per ``"<provider>:<kind>"``).
+* ``POST /_emulator/engagement`` (model JSON, see ``engagement.py``) -> 200 the model, replacing any
+  (its counters from zero); ``GET /_emulator/engagement`` -> the model with ``opened`` and ``unopened``
+  (how many messages it opened and did not), or ``{"enabled": false}``; ``DELETE`` turns it off.
 * ``GET /_emulator/sendgrid/public-key`` -> ``{"public_key": "<base64 DER SubjectPublicKeyInfo>"}``,
   the Event Webhook verification key.
 """
@@ -55,6 +58,7 @@ from typing import Any
 from aiohttp import web
 
 from providers.emulator.context import emulator_of
+from providers.emulator.engagement import Engagement
 from providers.emulator.faults import FaultRuleError
 from providers.emulator.receipts import ReceiptRuleError
 from providers.emulator.store import FILTERS, analyse
@@ -195,6 +199,25 @@ async def webhook_stats(request: web.Request) -> web.Response:
     return web.json_response(emulator_of(request).webhooks.stats())
 
 
+async def set_engagement(request: web.Request) -> web.Response:
+    try:
+        model = Engagement.from_json(json.loads(await request.read()))
+    except ValueError as exc:  # EngagementError is one
+        return web.json_response({"error": str(exc)}, status=400)
+    emulator_of(request).engagement = model
+    return web.json_response({"enabled": True, **model.as_json()})
+
+
+async def get_engagement(request: web.Request) -> web.Response:
+    model = emulator_of(request).engagement
+    return web.json_response({"enabled": False} if model is None else {"enabled": True, **model.as_json()})
+
+
+async def clear_engagement(request: web.Request) -> web.Response:
+    emulator_of(request).engagement = None
+    return web.Response(status=204)
+
+
 async def sendgrid_public_key(request: web.Request) -> web.Response:
     return web.json_response({"public_key": emulator_of(request).webhooks.signer.public_key_b64})
 
@@ -229,4 +252,7 @@ def add_routes(app: web.Application) -> None:
     r.add_get("/_emulator/webhooks", list_webhooks)
     r.add_delete("/_emulator/webhooks", clear_webhooks)
     r.add_get("/_emulator/webhooks/stats", webhook_stats)
+    r.add_post("/_emulator/engagement", set_engagement)
+    r.add_get("/_emulator/engagement", get_engagement)
+    r.add_delete("/_emulator/engagement", clear_engagement)
     r.add_get("/_emulator/sendgrid/public-key", sendgrid_public_key)

@@ -60,6 +60,8 @@ BOUNCE = {
 DELIVERED_RESPONSE = "250 2.0.0 OK"
 DEFERRED_RESPONSE = "421 4.7.0 Try again later, closing connection."
 API_VERSION = "2010-04-01"
+OPEN_USER_AGENT = "Mozilla/5.0 (emulated engagement)"
+OPEN_IP = "127.0.0.1"
 _ENHANCED_STATUS = re.compile(r"\b([245]\.\d{1,3}\.\d{1,3})\b")
 _FIELDS = {"provider", "to", "outcome", "error_code", "bounce_type", "reason", "delay_ms", "duplicates",
            "reorder", "times", "queued_share"}
@@ -248,6 +250,16 @@ def sendgrid_events(
             event.setdefault(key, value)
         events.append(event)
     return arrange(events, rule)
+
+
+def sendgrid_open(delivered: dict[str, Any], at: float) -> dict[str, Any]:
+    """The ``open`` event of the recipient whose ``delivered`` event is given, at unix time ``at``
+    (the engagement model's, ``engagement.py``): the same message, email, categories and custom args;
+    SendGrid's open fields ``useragent`` and ``ip``; no ``smtp-id`` or ``response``."""
+    event = {k: v for k, v in delivered.items() if k not in ("smtp-id", "response")}
+    event.update({"event": "open", "timestamp": int(at), "useragent": OPEN_USER_AGENT, "ip": OPEN_IP,
+                  "sg_event_id": base64.urlsafe_b64encode(secrets.token_bytes(24)).decode("ascii")})
+    return event
 
 
 def _extras(kind: str, rule: ReceiptRule) -> dict[str, str]:

@@ -2,7 +2,9 @@
 
 Answers 202 with an empty body and ``X-Message-Id``, recording one message per personalization
 ``to`` address, or an error body ``{"errors": [{"message", "field", "help"}]}``. With an events URL
-configured, each accepted recipient later gets signed Event Webhook events (``receipts``, ``webhooks``).
+configured, each accepted recipient later gets signed Event Webhook events (``receipts``, ``webhooks``),
+stamped with the emulator's clock (``clock``: the test clock offset applies), and an ``open`` when the
+engagement model says so (``engagement``).
 
 A personalization's ``substitutions`` (``{"-name-": "Ada"}``, string values, at most 100 pairs and
 10,000 bytes of UTF-8 keys plus values, else 400 on ``personalizations.{i}.substitutions``) are
@@ -127,11 +129,12 @@ async def send_mail(request: web.Request) -> web.Response:
             if events:
                 rule = emu.receipts.match("sendgrid", recipient["email"])
                 custom_args = {**top_args, **(p.get("custom_args") or {})}
-                emu.webhooks.sendgrid(
-                    receipts.sendgrid_events(rule, recipient["email"], message_id, recorded, categories,
-                                             custom_args),
-                    rule.delay_ms / 1000.0, notification_id,
-                )
+                at = emu.clock.now()
+                sent = receipts.sendgrid_events(rule, recipient["email"], message_id, recorded, categories,
+                                                custom_args, at=at)
+                emu.webhooks.sendgrid(sent, rule.delay_ms / 1000.0, notification_id)
+                emu.engage_email(recipient["email"], notification_id or f"{message_id}:{recipient['email']}",
+                                 sent, rule.delay_ms / 1000.0, notification_id, at)
             recorded += 1
     emu.stats.accepted("sendgrid", recorded)
     return web.Response(status=202, headers={"X-Message-Id": message_id})

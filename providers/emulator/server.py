@@ -10,7 +10,9 @@ from aiohttp import web
 from aiosmtpd.smtp import SMTP
 
 from providers.emulator import fcm_api, inspection, sendgrid_api, twilio_api
+from providers.emulator.clock import OffsetClock
 from providers.emulator.context import EMULATOR_KEY, Emulator
+from providers.emulator.engagement import Engagement
 from providers.emulator.signing import EventWebhookSigner
 from providers.emulator.smtp_sink import SmtpSink, authenticate_any
 from providers.emulator.store import MessageStore
@@ -50,12 +52,16 @@ async def serve(
     sendgrid_events_url: str | None = None,
     sendgrid_signing_key_file: str | None = None,
     host: str = HOST,
+    engagement: Engagement | None = None,
+    clock_offset_file: str | None = None,
 ) -> None:
     """Serve until SIGTERM/SIGINT (or until ``stop`` is set), then shut down cleanly, on ``host``.
 
     ``receipts=False`` sends no status callbacks or events at all; ``sendgrid_events_url`` is where
     SendGrid Event Webhook batches go (``None``: no events); ``sendgrid_signing_key_file`` is a PEM
-    P-256 private key to sign them with (``None``: a key generated at start).
+    P-256 private key to sign them with (``None``: a key generated at start); ``engagement`` the
+simulated opens at start (``None``: off; the control API changes it); ``clock_offset_file`` the test
+clock offset the emulator's clock follows (``clock.py``).
 
     Raises:
         OSError: a port is already in use, or the key file cannot be read.
@@ -69,7 +75,7 @@ async def serve(
         logger.warning("EMULATOR_SENDGRID_EVENTS_URL %s is not a loopback URL: every event will be refused",
                        sendgrid_events_url)
     emulator = Emulator(store=MessageStore(max_messages=max_messages, record_path=record_file),
-                        webhooks=webhooks)
+                        webhooks=webhooks, clock=OffsetClock(clock_offset_file), engagement=engagement)
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
     runner = web.AppRunner(build_app(emulator), access_log=None, handle_signals=False,

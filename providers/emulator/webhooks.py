@@ -11,9 +11,13 @@ dropped and counted. Redirects are not followed and no proxy is used. **Only loo
 contacted** (host ``127.0.0.1``, ``localhost`` or ``::1``); anything else is refused: recorded with
 ``attempt`` 0 and counted as ``refused`` and ``dropped``.
 
+The app's receipts of simulated engagement (``engagement.py``: push ``opened``) are JSON POSTs to the
+platform's ``/v1/notifications/{id}/receipts`` with an API key, retried and recorded the same way
+(provider ``"app"``).
+
 Every attempt is recorded (``GET /_emulator/webhooks``)::
 
-    {"provider": "twilio"|"sendgrid", "url", "status_code": 200|null, "attempt": 1..4 (0 = refused),
+    {"provider": "twilio"|"sendgrid"|"app", "url", "status_code": 200|null, "attempt": 1..4 (0 = refused),
      "sent_at_ms", "kind": "sent"|"delivered"|… (a SendGrid batch of mixed events: "processed,delivered"),
      "notification_id": str|null (null when a batch spans several), "notification_ids": [...],
      "events": n, "error": null|"ClientConnectorError"|"refused: non-loopback host"|…}
@@ -27,6 +31,7 @@ import logging
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
@@ -126,6 +131,21 @@ class Webhooks:
             return
         self._spawn(self._sendgrid_flow(events, delay_s, notification_id))
 
+    def app_receipt(self, base_url: str, api_key: str, notification_id: str, event: str, at: float,
+                    delay_s: float) -> None:
+        """POST the app's ``event`` (``opened``) at unix time ``at`` for ``notification_id`` to the
+        platform's ``<base_url>/v1/notifications/<id>/receipts`` after ``delay_s``, with ``api_key``."""
+        url = f"{base_url.rstrip('/')}/v1/notifications/{notification_id}/receipts"
+        if not self.enabled:
+            return
+        if not is_loopback_url(url):
+            self._refuse("app", url, event, [notification_id], 1)
+            return
+        stamp = datetime.fromtimestamp(at, tz=UTC).isoformat().replace("+00:00", "Z")
+        body = json.dumps({"event": event, "at": stamp}).encode("utf-8")
+        headers = {"Content-Type": "application/json", "Authorization": f"Api-Key {api_key}"}
+        self._spawn(self._app_flow(url, event, notification_id, body, headers, delay_s))
+
     # --- inspection --------------------------------------------------------------------------------
 
     def records(self, provider: str | None = None, kind: str | None = None,
@@ -173,6 +193,12 @@ class Webhooks:
             }
             ok = await self._deliver("twilio", url, kind, [notification_id], 1, lambda b=body, h=headers: (b, h))
             (self._delivered if ok else self._lost)[f"twilio:{kind}"] += 1
+
+    async def _app_flow(self, url: str, event: str, notification_id: str, body: bytes, headers: dict[str, str],
+                        delay_s: float) -> None:
+        await asyncio.sleep(delay_s)
+        ok = await self._deliver("app", url, event, [notification_id], 1, lambda: (body, headers))
+        (self._delivered if ok else self._lost)[f"app:{event}"] += 1
 
     async def _sendgrid_flow(self, events: list[dict[str, Any]], delay_s: float,
                              notification_id: str | None) -> None:

@@ -140,6 +140,7 @@ class EmulatorProcess:
         self.call("DELETE", "/_emulator/stats")
         self.call("DELETE", "/_emulator/receipts")
         self.call("DELETE", "/_emulator/webhooks")
+        self.call("DELETE", "/_emulator/engagement")
 
 
 @pytest.fixture(scope="session")
