@@ -14,7 +14,8 @@ can assert the whole message: no ``notification`` block, ``apns.headers["apns-pu
 ``apns.payload.aps["content-available"]``... A message with ``apns-push-type: background`` and
 ``apns-priority: 10`` is refused with 400 INVALID_ARGUMENT on ``message.apns.headers`` (Apple: a
 background push must have priority 5; FCM: a data message to an Apple device sent with priority 10
-is rejected with INVALID_ARGUMENT, "Set the priority of a message").
+is rejected with INVALID_ARGUMENT, "Set the priority of a message"). With the engagement model on and
+its ``app_receipts_url`` set, a message to a token may be followed by the app's ``opened`` (``engagement``).
 """
 
 from __future__ import annotations
