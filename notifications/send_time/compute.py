@@ -73,6 +73,9 @@ def recompute() -> Recomputed:
               "kinds": list(ENGAGEMENT_KINDS), "default": settings.CAMPAIGNS["DEFAULT_TIMEZONE"],
               "min_events": conf["MIN_EVENTS"], "now": now}
     with transaction.atomic(), connection.cursor() as cur:
+        # Its two hash aggregates spilled to disk at 100 k members with the default 4 MB (16 s of
+        # Postgres CPU; 12.5 s with this): for this statement only, on the maintenance worker.
+        cur.execute("SET LOCAL work_mem = '64MB'")
         cur.execute(_RECOMPUTE, params)
         profiles = cur.rowcount
         cur.execute("DELETE FROM notifications_sendtimeprofile WHERE computed_at <> %s", [now])
