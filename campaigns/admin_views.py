@@ -17,7 +17,7 @@ from django.http import Http404, JsonResponse
 from django.shortcuts import redirect
 from django.urls import reverse
 
-from campaigns import fanout, ownership, services
+from campaigns import fanout, ownership, pace, services
 from campaigns.forms import MemberUploadForm, can_send_high
 from campaigns.models import Campaign, CampaignStatus, Segment, Template
 from campaigns.selectors import campaign_counts, render_template, template_problem
@@ -128,7 +128,9 @@ def progress(campaign: Campaign) -> dict:
     ``done`` counts notifications that reached an end state (sent counts: it left our hands) over the
     snapshot's ``member_count``, or the notifications created so far before the snapshot is taken.
     """
-    counts = campaign_counts(campaign)
+    now = clock.now()
+    sampled = pace.fresh_counts(campaign, now)  # while sending: the sampler's, not a count per refresh
+    counts, counted_at = sampled if sampled else (campaign_counts(campaign), now)
     by_status = counts["by_status"]
     done = sum(by_status.get(s, 0) for s in DONE_STATUSES)
     open_ = sum(by_status.get(s, 0) for s in OPEN_STATUSES)
@@ -151,6 +153,7 @@ def progress(campaign: Campaign) -> dict:
         "fanout_failures": campaign.fanout_failures, "last_error": campaign.last_error or None,
         "last_error_at": utc(campaign.last_error_at) if campaign.last_error_at else None,
         "active": campaign.status in ACTIVE_CAMPAIGN_STATUSES or open_ > 0,
+        "counted_at": utc(counted_at), "pace": pace.pace(campaign, now),
     }
 
 

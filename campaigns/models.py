@@ -311,3 +311,26 @@ class SendTimeMember(models.Model):
 
     def __str__(self) -> str:
         return f"{self.recipient_id}: {self.group}"
+
+
+class CampaignMinute(models.Model):
+    """One minute of a launched campaign's pace (docs/CAMPAIGNS.md, "Pace"): its counts as last
+    sampled in that minute (``campaigns.selectors.campaign_counts``), and how long the rows sent in
+    that minute took from due to sent. Written by beat's sampler (``campaigns.pace``); the campaign
+    page reads the latest row and at most a day of them, however large the campaign."""
+
+    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="minutes")
+    minute = models.DateTimeField(help_text="The minute (UTC, seconds zero).")
+    sampled_at = models.DateTimeField()
+    counts = models.JSONField(help_text="campaign_counts() at sampled_at: by status, outcome, reasons.")
+    sent_rows = models.PositiveIntegerField(default=0, help_text="Rows sent in this minute (latency's sample).")
+    due_to_sent_p50_ms = models.PositiveIntegerField(null=True, blank=True)
+    due_to_sent_p95_ms = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["campaign", "minute"], name="campaign_minute_uniq")]
+        ordering = ["campaign", "minute"]
+
+    def __str__(self) -> str:
+        return f"{self.campaign_id} at {self.minute:%Y-%m-%d %H:%M}"
+

@@ -1,6 +1,6 @@
-"""Campaign tasks: thin wrappers over :mod:`campaigns.fanout`."""
+"""Campaign tasks: thin wrappers over :mod:`campaigns.fanout`, runs and the pace sampler."""
 
-from campaigns import fanout, runs
+from campaigns import fanout, pace, runs
 from core.queues import FAN_OUT_PAGE_TASK
 from notifications.tasks import notification_task
 
@@ -33,3 +33,10 @@ def reconcile() -> dict:
 def create_due_runs() -> dict:
     """Beat (maintenance queue): make the runs of recurring campaigns' due occurrences."""
     return runs.create_due_runs()
+
+
+@notification_task("campaigns.sample_pace")
+def sample_pace() -> int:
+    """Beat (``maintenance``, every ``CAMPAIGN_PACE_SAMPLE_SECONDS``): the counts of every campaign
+    fanning out or sending into its minute's row (docs/CAMPAIGNS.md, "Pace")."""
+    return pace.sample_due()

@@ -452,6 +452,13 @@ CAMPAIGNS = {
     # Saves checking templates at once per process, and the wait for a slot (then 503).
     "CHECK_CONCURRENCY": env.int("TEMPLATE_CHECK_CONCURRENCY", default=1),
     "CHECK_WAIT_MS": env.int("TEMPLATE_CHECK_WAIT_MS", default=1000),
+    # How often beat counts each campaign fanning out or sending for its page (docs/CAMPAIGNS.md, "Pace").
+    "PACE_SAMPLE_SECONDS": env.float("CAMPAIGN_PACE_SAMPLE_SECONDS", default=15.0),
+}
+CELERY_BEAT_SCHEDULE["sample-campaign-pace"] = {
+    "task": "campaigns.sample_pace",
+    "schedule": CAMPAIGNS["PACE_SAMPLE_SECONDS"],
+    "options": {"queue": "maintenance", "expires": CAMPAIGNS["PACE_SAMPLE_SECONDS"]},
 }
 
 # --- Providers ----------------------------------------------------------------------------------

@@ -20,16 +20,18 @@ from notifications.admin.events import EventAdmin, RecipientEventInline
 from notifications.admin.inbox import InboxItemAdmin, RecipientInboxCountsInline, RecipientInboxInline
 from notifications.admin.notification import NotificationAdmin, RecipientNotificationInline, dead_letter_depth
 from notifications.admin.senders import AllowedSenderAdmin
+from notifications.admin.timeline import RecipientTimelineInline
 from notifications.admin.types import NotificationTypeAdmin
 from notifications.admin.webhooks import WebhookDeliveryAdmin, WebhookEndpointAdmin
 from preferences.admin import RecipientAdmin
 
 # The recipient's page (preferences/admin.py) lists its notifications and its events: added from this
 # floor, so preferences imports nothing of the pipeline.
-RecipientAdmin.inlines = [*RecipientAdmin.inlines, RecipientNotificationInline, RecipientEventInline,
-                          RecipientInboxCountsInline, RecipientInboxInline]
+RecipientAdmin.inlines = [*RecipientAdmin.inlines, RecipientTimelineInline, RecipientNotificationInline,
+                          RecipientEventInline, RecipientInboxCountsInline, RecipientInboxInline]
 
 __all__ = ["HIDDEN", "APIClientAdmin", "AcceptanceLimitAdmin", "AllowedSenderAdmin", "DigestAdmin", "EventAdmin",
            "FrequencyCapAdmin", "InboxItemAdmin", "NotificationAdmin", "NotificationTypeAdmin",
            "RecipientEventInline", "RecipientInboxCountsInline", "RecipientInboxInline",
-           "RecipientNotificationInline", "WebhookDeliveryAdmin", "WebhookEndpointAdmin", "dead_letter_depth"]
+           "RecipientNotificationInline", "RecipientTimelineInline", "WebhookDeliveryAdmin", "WebhookEndpointAdmin",
+           "dead_letter_depth"]

@@ -1,0 +1,233 @@
+"""A launched campaign's pace (docs/CAMPAIGNS.md, "Pace"): what its page charts and how long it has left.
+
+Beat's sampler (:func:`sample_due`, every ``CAMPAIGN_PACE_SAMPLE_SECONDS``) counts each campaign that
+is fanning out or sending with the one counting rule (``campaigns.selectors.campaign_counts``) and
+keeps one :class:`~campaigns.models.CampaignMinute` per minute: the last counts in it, and the
+due → sent latency of the rows sent in it. A finished campaign gets one last sample. The page reads
+the newest row (its progress, while fresh) and at most ``MINUTES_SHOWN`` rows (its chart): two index
+reads however large the campaign, instead of a count of all its rows on every refresh of every viewer.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Max, Q
+from django.db.models.fields.json import KeyTransform
+from django.db.models.functions import Coalesce
+
+from campaigns.models import Campaign, CampaignMinute, CampaignStatus
+from campaigns.selectors import campaign_counts
+from core import clock
+from notifications.models import NotificationRecord, Priority
+from providers.isolation import limits_for
+from providers.registry import provider_names
+
+log = logging.getLogger(__name__)
+
+#: What the chart draws per minute: changes of these outcome counts (campaigns.selectors.outcome).
+SERIES = ("sent", "delivered", "failed", "suppressed")
+#: The chart's reach back (a day of minutes) and the window the recent rate is taken over.
+MINUTES_SHOWN = 1440
+RECENT_MINUTES = 5
+SAMPLED = (CampaignStatus.FANNING_OUT, CampaignStatus.SENDING)
+FINISHED = (CampaignStatus.COMPLETED, CampaignStatus.CANCELLED)
+
+_LATENCY_SQL = f"""
+SELECT count(*), percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), percentile_cont(0.95) WITHIN GROUP (ORDER BY ms)
+  FROM (SELECT GREATEST(0, extract(epoch FROM sent_at - COALESCE(queued_at, created_at)) * 1000) AS ms
+          FROM {NotificationRecord._meta.db_table}
+         WHERE campaign_id = %s AND sent_at >= %s AND sent_at <= %s) AS sent
+"""
+
+
+def sample_seconds() -> float:
+    return float(settings.CAMPAIGNS["PACE_SAMPLE_SECONDS"])
+
+
+def _minute(at: datetime) -> datetime:
+    return at.replace(second=0, microsecond=0)
+
+
+def sample(campaign: Campaign, now: datetime) -> CampaignMinute:
+    """Count ``campaign`` now into its minute's row (made, or replaced by this later sample)."""
+    start = _minute(now)
+    counts = campaign_counts(campaign)
+    with connection.cursor() as cur:
+        cur.execute(_LATENCY_SQL, [campaign.pk, start, now])
+        sent_rows, p50, p95 = cur.fetchone()
+    row, _ = CampaignMinute.objects.update_or_create(
+        campaign=campaign, minute=start,
+        defaults={"sampled_at": now, "counts": counts, "sent_rows": sent_rows,
+                  "due_to_sent_p50_ms": None if p50 is None else round(p50),
+                  "due_to_sent_p95_ms": None if p95 is None else round(p95)})
+    return row
+
+
+def due(now: datetime) -> list[Campaign]:
+    """The campaigns to sample: fanning out or sending, and those finished since their last sample
+    (their last minute; finished within a day, so an old campaign is never counted again)."""
+    finished = (Campaign.objects.filter(status__in=FINISHED)
+                .annotate(finished_at=Coalesce("completed_at", "cancelled_at"), last=Max("minutes__sampled_at"))
+                .filter(finished_at__gte=now - timedelta(days=1), last__lt=Coalesce("completed_at", "cancelled_at")))
+    return list(Campaign.objects.filter(Q(status__in=SAMPLED) | Q(pk__in=finished.values("pk"))).order_by("pk"))
+
+
+def sample_due(now: datetime | None = None) -> int:
+    """Beat's tick: sample every due campaign, each in its own transaction (one failing is logged and
+    the others still counted). Returns how many were sampled."""
+    now = now or clock.now()
+    done = 0
+    for campaign in due(now):
+        try:
+            with transaction.atomic():
+                sample(campaign, now)
+            done += 1
+        except Exception:
+            log.exception("campaign %s: pace sample failed", campaign.pk)
+    return done
+
+
+def fresh_counts(campaign: Campaign, now: datetime) -> tuple[dict, datetime] | None:
+    """The newest sample's counts and instant, while the campaign is sampled and the sample is no
+    older than three sampling intervals; else ``None`` (the caller counts itself)."""
+    if campaign.status not in SAMPLED:
+        return None
+    row = (CampaignMinute.objects.filter(campaign=campaign).order_by("-minute")
+           .values_list("counts", "sampled_at").first())
+    if row is None or (now - row[1]).total_seconds() > 3 * sample_seconds():
+        return None
+    return row[0], row[1]
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The provider budget that bounds the campaign's rate: its channel's first provider, its tier."""
+
+    provider: str
+    tier: str
+    per_second: float
+
+
+def budget(campaign: Campaign) -> Budget | None:
+    names = provider_names(campaign.channel)
+    if not names:
+        return None  # the inbox: no provider
+    limits = limits_for(names[0])
+    high = campaign.priority == Priority.HIGH
+    return Budget(names[0], campaign.priority, limits.rate_per_s if high else limits.standard_rate_per_s)
+
+
+def _outcome(row: dict) -> dict:
+    return row.get("outcome") or {}
+
+
+def pace(campaign: Campaign, now: datetime | None = None) -> dict:
+    """The chart and the ETA as the page shows and polls them (JSON-ready; docs/CAMPAIGNS.md, "Pace")."""
+    now = now or clock.now()
+    minutes = CampaignMinute.objects.filter(campaign=campaign).order_by("-minute")
+    # Only the outcome counts of each minute (a few hundred bytes), the whole counts of the newest.
+    rows = list(minutes.annotate(outcome=KeyTransform("outcome", "counts"))
+                .values("minute", "sampled_at", "outcome", "due_to_sent_p50_ms", "due_to_sent_p95_ms")
+                [:MINUTES_SHOWN + 1])[::-1]
+    chart = _chart(rows, first_is_base=len(rows) > MINUTES_SHOWN)
+    latest = rows[-1] if rows else None
+    rate = _recent_rate(rows)
+    counts = (minutes.values_list("counts", flat=True).first() or {}) if latest else {}
+    by_status = counts.get("by_status", {})
+    not_created = max(0, (campaign.member_count or 0) - counts.get("total", 0)) \
+        if campaign.status == CampaignStatus.FANNING_OUT else 0
+    due_left = by_status.get("queued", 0) + by_status.get("sending", 0) + not_created
+    scheduled = by_status.get("scheduled", 0)
+    bound = budget(campaign)
+    eta_seconds = round(due_left / rate) if rate and due_left and campaign.status in SAMPLED else None
+    recent = [r for r in rows[-RECENT_MINUTES:] if r["due_to_sent_p95_ms"] is not None]
+    found = {
+        "chart": chart, "sampled_at": latest["sampled_at"].isoformat() if latest else None,
+        "rate_per_s": round(rate, 1) if rate is not None else None,
+        "due_left": due_left, "scheduled": scheduled,
+        "eta_seconds": eta_seconds,
+        "eta_at": (now + timedelta(seconds=eta_seconds)).isoformat() if eta_seconds is not None else None,
+        "budget": {"provider": bound.provider, "tier": bound.tier, "per_second": bound.per_second} if bound else None,
+        "at_budget": bool(bound and rate and rate >= 0.8 * bound.per_second),
+        "due_to_sent_ms": {"p50": recent[-1]["due_to_sent_p50_ms"], "p95": recent[-1]["due_to_sent_p95_ms"],
+                           "minute": recent[-1]["minute"].strftime("%H:%M")} if recent else None,
+    }
+    return {**found, **texts(found)}
+
+
+def _duration(seconds: int) -> str:
+    minutes, sec = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {sec:02d} s" if minutes else f"{sec} s"
+
+
+def texts(p: dict) -> dict:
+    """The page's sentences for :func:`pace`'s numbers (server-rendered, and sent with each poll)."""
+    bound = p["budget"]
+    budget_text = (f"{bound['provider']}'s {bound['tier']} budget, {bound['per_second']:,.0f}/s" if bound
+                   else "no provider budget (the inbox)")
+    if p["rate_per_s"] is None:
+        rate = "not measured yet (two samples are needed)"
+    else:
+        rate = f"{p['rate_per_s']:,.1f}/s over the last {RECENT_MINUTES} min"
+        rate += f", at {budget_text}, which bounds it" if p["at_budget"] else f"; bound: {budget_text}"
+    if p["eta_seconds"] is not None:
+        eta = f"about {_duration(p['eta_seconds'])} for {p['due_left']:,} due (at {p['eta_at'][11:19]} UTC)"
+    elif p["due_left"]:
+        eta = f"{p['due_left']:,} due; no rate yet"
+    else:
+        eta = "nothing due"
+    if p["scheduled"]:
+        eta += f"; {p['scheduled']:,} scheduled for later (local time, spread or quiet hours) go when due"
+    latency = p["due_to_sent_ms"]
+    return {"rate_text": rate, "eta_text": eta,
+            "latency_text": (f"p50 {latency['p50']:,} ms, p95 {latency['p95']:,} ms (rows sent in minute "
+                             f"{latency['minute']} UTC)") if latency else "—"}
+
+
+def _chart(rows: list[dict], *, first_is_base: bool) -> dict:
+    """Per minute, the change of each series since the previous sample (the first minute of the
+    campaign against zero; the oldest row only as the base when the day is cut). A minute without a
+    sample (beat was down) is a gap (null), and the next sample's change covers it."""
+    labels: list[str] = []
+    series: dict[str, list] = {name: [] for name in SERIES}
+    latency: list = []
+    previous = rows[0] if first_is_base and rows else None
+    minute = None
+    for row in rows[1:] if first_is_base else rows:
+        while minute is not None and row["minute"] - minute > timedelta(minutes=1):
+            minute += timedelta(minutes=1)
+            labels.append(minute.strftime("%H:%M"))
+            for name in SERIES:
+                series[name].append(None)
+            latency.append(None)
+        before = _outcome(previous) if previous else {}
+        now = _outcome(row)
+        labels.append(row["minute"].strftime("%H:%M"))
+        for name in SERIES:
+            series[name].append(max(0, now.get(name, 0) - before.get(name, 0)))
+        latency.append(row["due_to_sent_p95_ms"])
+        previous, minute = row, row["minute"]
+    return {"labels": labels, **series, "due_to_sent_p95_ms": latency}
+
+
+def _recent_rate(rows: list[dict]) -> float | None:
+    """Finished notifications per second over the last ``RECENT_MINUTES`` of samples (None: too few)."""
+    if len(rows) < 2:
+        return None
+    last = rows[-1]
+    first = next((r for r in rows if last["sampled_at"] - r["sampled_at"] <= timedelta(minutes=RECENT_MINUTES)),
+                 rows[-2])
+    if first is last:
+        first = rows[-2]
+    seconds = (last["sampled_at"] - first["sampled_at"]).total_seconds()
+    if seconds <= 0:
+        return None
+    done = (_outcome(last).get("sent", 0) + _outcome(last).get("not_sent", 0)
+            - _outcome(first).get("sent", 0) - _outcome(first).get("not_sent", 0))
+    return max(0.0, done / seconds)

@@ -1,0 +1,74 @@
+"""A recipient's last 30 days at a glance, on their admin page (issue 27 part 3; docs/OPERATIONS.md,
+"Support"): every notification as a dot by channel and outcome (the reason on hover), and the same
+as a table per channel, which is all there is with JavaScript off. For support: "did she get
+anything from us this week?" is one look.
+
+One bounded read: the recipient's newest :data:`MAX_POINTS` notifications of the window, live and
+archived (the ``(recipient, created_at)`` index of each table and day partition in the window).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime, timedelta
+
+from django.contrib import admin
+
+from core import clock
+from notifications import records
+from notifications.admin.base import ReadOnly
+from notifications.models import Notification
+
+DAYS = 30
+MAX_POINTS = 2000
+#: Outcome groups, in the order the table and the legend show them: status → group.
+GROUPS = {"delivered": ("delivered", "displayed", "dismissed", "opened"), "sent": ("sent",),
+          "failed": ("failed",), "suppressed": ("suppressed",), "not sent": ("expired", "cancelled"),
+          "pending": ("scheduled", "queued", "sending")}
+GROUP_OF = {status: group for group, statuses in GROUPS.items() for status in statuses}
+CHANNELS = ("push", "email", "sms", "in_app")
+
+
+def timeline(recipient_id: str, now: datetime | None = None) -> dict:
+    """``{"points": [{t, channel, group, status, reason, id}], "table": [(channel, {group: n}, last
+    delivered or sent)], "truncated": bool, "since": datetime}`` over the last :data:`DAYS` days."""
+    now = now or clock.now()
+    since = now - timedelta(days=DAYS)
+    rows = list(records.records().filter(recipient_id=recipient_id, created_at__gte=since)
+                .order_by("-created_at").values_list("pk", "created_at", "channel", "status", "reason")
+                [:MAX_POINTS + 1])
+    truncated = len(rows) > MAX_POINTS
+    rows = rows[:MAX_POINTS]
+    points = [{"t": int(at.timestamp() * 1000), "channel": channel, "group": GROUP_OF.get(status, "pending"),
+               "status": status, "reason": reason or "", "id": str(pk)} for pk, at, channel, status, reason in rows]
+    counts: dict[str, Counter] = {}
+    last_reached: dict[str, datetime] = {}
+    for _pk, at, channel, status, _reason in rows:
+        counts.setdefault(channel, Counter())[GROUP_OF.get(status, "pending")] += 1
+        if GROUP_OF.get(status) in ("delivered", "sent") and channel not in last_reached:
+            last_reached[channel] = at  # rows are newest first
+    channels = [c for c in CHANNELS if c in counts] + sorted(set(counts) - set(CHANNELS))
+    table = [(c, [counts[c][g] for g in GROUPS], last_reached.get(c)) for c in channels]
+    return {"points": points, "table": table, "groups": list(GROUPS), "channels": channels,
+            "chart": {"points": points, "channels": channels, "groups": list(GROUPS)},
+            "truncated": truncated, "since": since, "days": DAYS, "max_points": MAX_POINTS}
+
+
+class RecipientTimelineInline(ReadOnly, admin.TabularInline):
+    """The timeline above the recipient's notification list; for those who may read notifications
+    (support), as that list. No row of its own: its template draws :func:`timeline`."""
+
+    model = Notification
+    template = "admin/notifications/recipient/timeline.html"
+    verbose_name_plural = f"Last {DAYS} days"
+    extra = 0
+    max_num = 0
+    fields: list[str] = []
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).none()
+
+    def get_formset(self, request, obj=None, **kwargs):
+        formset = super().get_formset(request, obj, **kwargs)
+        formset.timeline = timeline(obj.pk) if obj is not None else None
+        return formset

@@ -1,0 +1,101 @@
+"""The admin's charts in a real browser against ``make run``'s web process (issue 27): Chart.js is
+served by WhiteNoise (no CDN), a campaign's page draws its per-minute pace from beat's samples and
+says its rate and ETA; with JavaScript off the numbers and sentences are all still there."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+
+from campaigns import pace, services
+from campaigns.models import Campaign, CampaignMinute, CampaignStatus
+from core import clock
+from notifications.models import Notification
+from preferences.models import Recipient
+
+pytestmark = pytest.mark.browser
+
+expect = pytest.importorskip("playwright.sync_api", reason="the pip package `playwright` is not installed").expect
+
+
+def sending_campaign() -> Campaign:
+    """A campaign sending for three minutes: 40, then 60 sent per minute, 10 suppressed; 100 queued."""
+    segment, _ = services.upsert_segment("charted", name="Charted")
+    now = clock.now()
+    c = Campaign.objects.create(name="Spring sale", segment=segment, channel="email", title="T", body="b",
+                                status=CampaignStatus.SENDING, member_count=210, started_at=now, snapshot_at=now)
+    users = [Recipient.objects.create(user_id=f"c{k:03d}", email=f"c{k:03d}@example.com") for k in range(210)]
+    Notification.objects.bulk_create([
+        Notification(id=uuid.uuid4(), campaign_id=c.pk, recipient=u, channel="email",
+                     status="sent" if k < 100 else "suppressed" if k < 110 else "queued",
+                     reason="opted_out_channel" if 100 <= k < 110 else "", sent_at=now if k < 100 else None,
+                     queued_at=now - timedelta(seconds=2), created_at=now, updated_at=now)
+        for k, u in enumerate(users)])
+    earlier = [(3, 0, 0), (2, 40, 10)]  # minutes ago: sent, suppressed
+    for ago, sent, suppressed in earlier:
+        at = now - timedelta(minutes=ago)
+        counts = {"total": 210, "by_status": {"sent": sent, "suppressed": suppressed, "queued": 210 - sent - suppressed},
+                  "outcome": {"sent": sent, "not_sent": suppressed, "suppressed": suppressed}}
+        CampaignMinute.objects.create(campaign=c, minute=at.replace(second=0, microsecond=0), sampled_at=at,
+                                      counts=counts)
+    pace.sample(c, now)
+    return c
+
+
+def test_the_campaign_page_charts_its_pace_and_says_its_eta(page, log_in, staff_member):
+    c = sending_campaign()
+    log_in(*staff_member("mara", "marketing"))
+
+    response = page.goto(f"/admin/campaigns/campaign/{c.pk}/change/")
+    assert response.status == 200
+
+    expect(page.locator("#campaign-pace-chart[data-chart-ready='1']")).to_have_count(1)
+    drawn = page.evaluate("""() => { const c = Chart.getChart(document.getElementById('campaign-pace-chart'));
+        return {labels: c.data.labels.length, sets: c.data.datasets.map(d => [d.label, d.data])}; }""")
+    assert drawn["labels"] == 4
+    assert [name for name, _ in drawn["sets"]] == ["sent / min", "delivered / min", "failed / min",
+                                                  "suppressed / min"]
+    assert drawn["sets"][0][1] == [0, 40, 60] or drawn["sets"][0][1][-2:] == [40, 60]
+    expect(page.locator("[data-pace='eta_text']")).to_contain_text("for 100 due")
+    expect(page.locator("[data-pace='rate_text']")).to_contain_text("/s over the last 5 min")
+    static = page.evaluate("() => [...document.scripts].map(s => s.src).filter(s => s.includes('chart'))")
+    assert all(s.startswith(page.url.split("/admin/")[0]) for s in static) and len(static) == 2, static
+
+
+def test_with_javascript_off_the_numbers_remain(browser, web_server, transactional_db, staff_member):
+    c = sending_campaign()
+    user, password = staff_member("mara", "marketing")
+    context = browser.new_context(base_url=web_server, java_script_enabled=False)
+    try:
+        page = context.new_page()
+        page.goto("/admin/")
+        page.fill("#id_username", user)
+        page.fill("#id_password", password)
+        page.click("input[type=submit]")
+        page.goto(f"/admin/campaigns/campaign/{c.pk}/change/")
+        expect(page.locator("[data-field='sent']")).to_have_text("100")
+        expect(page.locator("[data-pace='eta_text']")).to_contain_text("for 100 due")
+        expect(page.locator("#campaign-pace-chart[data-chart-ready='1']")).to_have_count(0)
+    finally:
+        context.close()
+
+
+def test_the_recipient_page_shows_the_last_30_days_with_the_reason_on_hover(page, log_in, staff_member):
+    eve = Recipient.objects.create(user_id="eve", email="eve@example.org")
+    now = clock.now()
+    for channel, status, reason, hours in (("email", "delivered", "", 2), ("email", "suppressed", "quiet_hours", 30),
+                                           ("push", "failed", "token_invalid", 50)):
+        Notification.objects.create(id=uuid.uuid4(), recipient=eve, channel=channel, status=status, reason=reason,
+                                    body="b", created_at=now - timedelta(hours=hours))
+    log_in(*staff_member("sam", "support"))
+
+    page.goto("/admin/preferences/recipient/eve/change/")
+
+    expect(page.locator("#recipient-timeline-chart[data-chart-ready='1']")).to_have_count(1)
+    drawn = page.evaluate("""() => Chart.getChart(document.getElementById('recipient-timeline-chart'))
+        .data.datasets.map(d => [d.label, d.data.map(p => p.point.status + ':' + p.point.reason)])""")
+    assert [d for d in drawn if d[1]] == [["delivered", ["delivered:"]], ["failed", ["failed:token_invalid"]],
+                                          ["suppressed", ["suppressed:quiet_hours"]]]
+    expect(page.locator("#recipient-timeline-table tr[data-channel='email'] td").nth(1)).to_have_text("1")
