@@ -13,7 +13,7 @@ restart without persistence) cannot turn later publishes into silently dropped m
 import os
 import warnings
 
-from celery import Celery
+from celery import Celery, bootsteps
 from celery.exceptions import SecurityWarning
 from celery.signals import (
     after_setup_logger,
@@ -57,6 +57,36 @@ app.conf.task_default_routing_key = MAINTENANCE_QUEUE
 app.conf.task_create_missing_queues = False
 
 app.autodiscover_tasks(["notifications", "campaigns"])
+
+
+class WorkerHeartbeat(bootsteps.StartStopStep):
+    """Every ``WORKER_HEARTBEAT_SECONDS`` (10) the worker writes the heartbeat of the kinds of worker
+    whose queues it consumes (``notifications.health.write_worker_heartbeat``; /metrics'
+    ``notify_worker_heartbeat_age_seconds``, the ``WorkerHeartbeatMissing`` alert). From the worker's
+    own timer, which its main loop runs: a worker whose loop is stuck stops beating too."""
+
+    requires = {"celery.worker.components:Timer"}
+
+    def __init__(self, worker, **kwargs):
+        super().__init__(worker, **kwargs)
+        self.tref = None
+
+    def start(self, worker):
+        from notifications.health import WORKER_HEARTBEAT_SECONDS, write_worker_heartbeat
+
+        def beat():
+            write_worker_heartbeat(list(worker.app.amqp.queues.consume_from))
+
+        beat()
+        self.tref = worker.timer.call_repeatedly(WORKER_HEARTBEAT_SECONDS, beat)
+
+    def stop(self, worker):
+        if self.tref is not None:
+            self.tref.cancel()
+            self.tref = None
+
+
+app.steps["worker"].add(WorkerHeartbeat)
 
 
 @after_setup_logger.connect

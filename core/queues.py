@@ -23,6 +23,16 @@ RECEIPTS_QUEUE = "receipts"
 WEBHOOKS_QUEUE = "webhooks"
 ALL_QUEUES = (*SEND_QUEUES, FANOUT_QUEUE, MAINTENANCE_QUEUE, RECEIPTS_QUEUE, WEBHOOKS_QUEUE)
 
+
+def worker_of(queue: str) -> str:
+    """The kind of worker that consumes ``queue`` (the Procfile's ``worker_<kind>``, node ``<kind>@host``):
+    a send queue's tier (``high.sms`` → ``high``), else the queue's own name (``fanout``)."""
+    return queue.split(".", 1)[0]
+
+
+#: Every kind of worker: ``high``, ``standard``, ``fanout``, ``maintenance``, ``receipts``, ``webhooks``.
+WORKERS = tuple(dict.fromkeys(worker_of(queue) for queue in ALL_QUEUES))
+
 #: Task names (stable: they are in queued messages). Defined in notifications/tasks.py.
 SEND_TASK = "notifications.send"
 RECEIPTS_TASK = "notifications.apply_receipts"  # one request's receipts (queued before the buffer)

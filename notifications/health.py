@@ -34,6 +34,11 @@ log = logging.getLogger(__name__)
 HEARTBEAT_KEY = "ops:scheduler:heartbeat"
 #: How long the heartbeat lives if nothing refreshes it (a day: a stale value still shows its age).
 HEARTBEAT_TTL_SECONDS = 24 * 3600
+#: Redis key (``settings.REDIS_URL``) of each kind of worker's heartbeat (``core.queues.WORKERS``) is this
+#: prefix plus the kind: the unix time any worker consuming that kind's queues last beat.
+WORKER_HEARTBEAT_PREFIX = "ops:worker:heartbeat:"
+#: How often a worker writes its heartbeat (config/celery.py, ``WorkerHeartbeat``).
+WORKER_HEARTBEAT_SECONDS = 10.0
 #: /readyz fails the ``beat`` check when the last scheduler run is older than this (seconds).
 BEAT_MAX_AGE_SECONDS = 30.0
 #: Counts in the Postgres snapshot stop at this many rows (a value equal to it means "at least").
@@ -74,6 +79,42 @@ def beat_heartbeat_age(client: redis.Redis | None = None) -> float | None:
         return max(0.0, time.time() - float(raw))
     except ValueError:
         return None
+
+
+def write_worker_heartbeat(queues) -> None:
+    """A worker consuming ``queues`` is alive: refresh the heartbeat of each kind of worker they belong
+    to (one key per kind, any worker of the kind refreshes it). Never raises."""
+    from core.queues import WORKERS, worker_of
+
+    kinds = sorted({worker_of(queue) for queue in queues} & set(WORKERS))
+    try:
+        pipe = get_redis().pipeline(transaction=False)
+        for kind in kinds:
+            pipe.set(WORKER_HEARTBEAT_PREFIX + kind, f"{time.time():.3f}", ex=HEARTBEAT_TTL_SECONDS)
+        pipe.execute()
+    except redis.RedisError as exc:
+        log.warning("worker heartbeat not written, Redis unavailable: %s", exc)
+
+
+def worker_heartbeat_ages(client: redis.Redis | None = None) -> dict[str, float]:
+    """Per kind of worker, seconds since one of them last beat; a kind never seen (or silent for
+    :data:`HEARTBEAT_TTL_SECONDS`) is left out.
+
+    Raises:
+        redis.RedisError: Redis is unreachable.
+    """
+    from core.queues import WORKERS
+
+    client = client or client_for(settings.REDIS_URL)
+    now, ages = time.time(), {}
+    for kind, raw in zip(WORKERS, client.mget([WORKER_HEARTBEAT_PREFIX + k for k in WORKERS]), strict=True):
+        if raw is None:
+            continue
+        try:
+            ages[kind] = max(0.0, now - float(raw))
+        except ValueError:
+            continue
+    return ages
 
 
 def queue_snapshot() -> dict[str, dict]:

@@ -21,6 +21,7 @@ from notifications.metrics import MULTIPROCESS, _m  # isort: skip
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
 from prometheus_client.core import GaugeMetricFamily
 
+from notifications import receipts_buffer
 from notifications.metrics_labels import provider_label
 
 log = logging.getLogger(__name__)
@@ -63,8 +64,20 @@ def _partition_gauges(snap: dict):
                                 value=success.timestamp())
 
 
+def _receipts_gauges(backlog: dict):
+    """``notify_receipts_buffered`` and ``notify_receipts_buffered_oldest_age_seconds``
+    (notifications/receipts_buffer.py)."""
+    yield GaugeMetricFamily("notify_receipts_buffered",
+                            "Webhook requests whose delivery receipts wait in the receipts buffer for the "
+                            "receipts worker.", value=backlog["requests"])
+    if backlog["oldest_age"] is not None:
+        yield GaugeMetricFamily("notify_receipts_buffered_oldest_age_seconds",
+                                "Seconds since the oldest buffered webhook request was received (0 if none).",
+                                value=backlog["oldest_age"])
+
+
 class OpsCollector:
-    """Gauges computed at scrape time from Redis (queues, heartbeat) and Postgres (pipeline state)."""
+    """Gauges computed at scrape time from Redis (queues, heartbeats, receipts buffer) and Postgres (pipeline state)."""
 
     def describe(self):
         return []  # do not collect at registration
@@ -99,13 +112,21 @@ class OpsCollector:
             log.warning("metrics: broker gauges unavailable: %s", exc)
             up.add_metric(["broker"], 0)
 
-        # Redis: the scheduler heartbeat.
+        # Redis: the scheduler's and the workers' heartbeats, the breakers, the receipts buffer.
         try:
             age = health.beat_heartbeat_age(get_redis())
             if age is not None:
                 yield GaugeMetricFamily("notify_scheduler_heartbeat_age_seconds",
                                         "Seconds since the scheduler (release_due, run by beat) last ran.", value=age)
+            workers = GaugeMetricFamily(
+                "notify_worker_heartbeat_age_seconds",
+                f"Seconds since a worker of this kind last beat (every {health.WORKER_HEARTBEAT_SECONDS:.0f} s "
+                "while it runs); absent for a kind never seen.", labels=["worker"])
+            for kind, age in health.worker_heartbeat_ages(get_redis()).items():
+                workers.add_metric([kind], age)
+            yield workers
             yield _breaker_gauge(settings)
+            yield from _receipts_gauges(receipts_buffer.backlog())
             up.add_metric(["redis"], 1)
         except Exception as exc:
             log.warning("metrics: heartbeat gauge unavailable: %s", exc)

@@ -27,6 +27,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable
+from datetime import datetime
 
 from core import clock
 from core.redis_client import get_redis, script
@@ -124,6 +125,28 @@ def drain(apply: Callable[[list[dict]], dict[str, int]], linger: float = 0.0) ->
         # Applied: the next take releases the batch.
         if linger and len(raw) < TAKE:
             time.sleep(linger)
+
+
+def backlog() -> dict:
+    """What waits for the receipts worker (``/metrics``): ``requests``, the webhook requests whose
+    receipts are in the buffer, and ``oldest_age``, seconds since the oldest of them was received
+    (platform clock; ``0`` when none waits, ``None`` when it cannot be read). One round trip.
+
+    Raises:
+        redis.RedisError: Redis is unreachable.
+    """
+    pipe = get_redis().pipeline(transaction=False)
+    pipe.llen(BUFFER_KEY)
+    pipe.lindex(BUFFER_KEY, 0)
+    requests, head = pipe.execute()
+    oldest_age = 0.0 if head is None else None
+    if head is not None:
+        try:
+            received = datetime.fromisoformat(json.loads(head)[0]["received_at"])
+            oldest_age = max(0.0, (clock.now() - received).total_seconds())
+        except (ValueError, TypeError, KeyError, IndexError):
+            pass
+    return {"requests": int(requests), "oldest_age": oldest_age}
 
 
 def _runs_by_provider(items: list[dict]) -> list[list[dict]]:

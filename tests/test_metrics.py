@@ -513,3 +513,32 @@ def test_the_archiver_counts_what_it_moved_and_the_live_table_estimate_is_shown(
     found = scrape(client)
     assert found[key("notify_archived_total")] == 2.0
     assert found[key("notify_live_notifications_estimate")] == float(Notification.objects.count())
+
+
+def test_worker_heartbeats_and_the_receipts_buffer_are_shown(client):
+    from core import clock
+    from core.queues import WORKERS
+    from core.redis_client import get_redis
+    from notifications import health, receipts_buffer
+
+    heartbeat, buffered = "notify_worker_heartbeat_age_seconds", "notify_receipts_buffered"
+    redis = get_redis()
+    redis.delete(*(health.WORKER_HEARTBEAT_PREFIX + kind for kind in WORKERS), receipts_buffer.BUFFER_KEY)
+    found = scrape(client)
+    assert not only(found, heartbeat)
+    assert only(found, buffered, f"{buffered}_oldest_age_seconds") == {
+        key(buffered): 0.0, key(f"{buffered}_oldest_age_seconds"): 0.0}
+
+    health.write_worker_heartbeat(["high.sms", "high.push", "receipts", "not-a-queue"])
+    for seconds_ago in (40, 0):
+        received = (clock.now() - timedelta(seconds=seconds_ago)).isoformat()
+        receipts_buffer.push([{"provider": "twilio", "received_at": received}])
+    try:
+        found = scrape(client)
+    finally:
+        redis.delete(receipts_buffer.BUFFER_KEY, receipts_buffer.DRAIN_FLAG)
+    ages = only(found, heartbeat)
+    assert set(ages) == {key(heartbeat, worker="high"), key(heartbeat, worker="receipts")}
+    assert all(0.0 <= age < 5.0 for age in ages.values())
+    assert found[key(buffered)] == 2.0
+    assert 40.0 <= found[key(f"{buffered}_oldest_age_seconds")] < 55.0
