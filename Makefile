@@ -56,7 +56,7 @@ XDIST := -n $(TEST_WORKERS) --dist loadgroup
 
 ## test: set up, then lint (ruff; lint-imports: the floors of docs/ARCHITECTURE.md; mypy on core,
 ## providers and notifications), then run the whole test suite (unit + end-to-end with real processes)
-test: migrate static browser-deps
+test: migrate static browser-deps alert-rules
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
@@ -77,6 +77,27 @@ browser-deps:
 	  else \
 	    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; \
 	  fi
+
+## alert-rules: check the Prometheus alert rules (deploy/prometheus/alerts.yml) and run their unit tests
+## (alerts_test.yml) with promtool, from Debian's `prometheus` package, installed when promtool is
+## missing; needs root (otherwise skipped, with the reason). Debian's package also brings the Prometheus
+## server, whose service a host that starts packaged services (not a container) starts.
+.PHONY: alert-rules
+alert-rules:
+	@command -v promtool >/dev/null 2>&1 || \
+	  if [ "$$(id -u)" != 0 ]; then \
+	    echo "alert-rules: promtool is missing and this is not root: not installing it; the alert rules" \
+	         "are not checked (as root: apt-get install -y --no-install-recommends prometheus)"; \
+	  elif ! command -v apt-get >/dev/null 2>&1; then \
+	    echo "alert-rules: promtool is missing and there is no apt-get (not Debian): the alert rules are not checked"; \
+	  else \
+	    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus; \
+	  fi
+	@if command -v promtool >/dev/null 2>&1; then \
+	  promtool --version | head -1 && \
+	  promtool check rules deploy/prometheus/alerts.yml && \
+	  promtool test rules deploy/prometheus/alerts_test.yml; \
+	fi
 
 ## test-fast: only the tests that need no worker processes
 test-fast: migrate static

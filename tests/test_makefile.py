@@ -39,3 +39,12 @@ def test_the_suite_runs_in_two_workers_with_the_stack_tests_kept_together(target
     if target == "test":  # every test: the parallel run, then the `serial` ones alone
         assert [run.split("-m pytest", 1)[1].split("||")[0].strip() for run in runs] == [
             '-n 2 --dist loadgroup -m "not serial"', "-m serial"], runs
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_the_suite_checks_and_unit_tests_the_alert_rules_first():
+    """`make test` runs `make alert-rules` (promtool, installed when missing) before the suite."""
+    dry_run = subprocess.run(["make", "-n", "test"], cwd=ROOT, capture_output=True, text=True, check=True)
+    text = dry_run.stdout
+    assert "promtool check rules deploy/prometheus/alerts.yml" in text, text
+    assert text.index("promtool test rules deploy/prometheus/alerts_test.yml") < text.index("-m pytest"), text
