@@ -79,24 +79,28 @@ browser-deps:
 	  fi
 
 ## alert-rules: check the Prometheus alert rules (deploy/prometheus/alerts.yml) and run their unit tests
-## (alerts_test.yml) with promtool, from Debian's `prometheus` package, installed when promtool is
-## missing; needs root (otherwise skipped, with the reason). Debian's package also brings the Prometheus
-## server, whose service a host that starts packaged services (not a container) starts.
+## (alerts_test.yml) with promtool. When it is missing, promtool alone is taken out of Debian's
+## `prometheus` package into .venv/bin (apt-get download + dpkg-deb -x: the package's server is never
+## installed or started); needs root for apt-get update (otherwise skipped, with the reason).
+PROMTOOL = $(shell command -v promtool 2>/dev/null || echo $(VENV)/bin/promtool)
 .PHONY: alert-rules
 alert-rules:
-	@command -v promtool >/dev/null 2>&1 || \
+	@test -x "$(PROMTOOL)" || \
 	  if [ "$$(id -u)" != 0 ]; then \
-	    echo "alert-rules: promtool is missing and this is not root: not installing it; the alert rules" \
-	         "are not checked (as root: apt-get install -y --no-install-recommends prometheus)"; \
+	    echo "alert-rules: promtool is missing and this is not root: the alert rules are not checked" \
+	         "(as root, make alert-rules takes promtool out of Debian's prometheus package)"; \
 	  elif ! command -v apt-get >/dev/null 2>&1; then \
 	    echo "alert-rules: promtool is missing and there is no apt-get (not Debian): the alert rules are not checked"; \
 	  else \
-	    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus; \
+	    dir=$$(mktemp -d) && apt-get update -qq && (cd $$dir && apt-get download -qq prometheus) && \
+	    dpkg-deb -x $$dir/prometheus_*.deb $$dir/root && cp $$dir/root/usr/bin/promtool $(VENV)/bin/promtool && \
+	    rm -rf $$dir; \
 	  fi
-	@if command -v promtool >/dev/null 2>&1; then \
-	  promtool --version | head -1 && \
-	  promtool check rules deploy/prometheus/alerts.yml && \
-	  promtool test rules deploy/prometheus/alerts_test.yml; \
+	@if [ -x "$(PROMTOOL)" ] || [ -x $(VENV)/bin/promtool ]; then \
+	  tool=$$(command -v promtool || echo $(VENV)/bin/promtool); \
+	  $$tool --version | head -1 && \
+	  $$tool check rules deploy/prometheus/alerts.yml && \
+	  $$tool test rules deploy/prometheus/alerts_test.yml; \
 	fi
 
 ## test-fast: only the tests that need no worker processes

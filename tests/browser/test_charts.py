@@ -36,7 +36,8 @@ def sending_campaign() -> Campaign:
     earlier = [(3, 0, 0), (2, 40, 10)]  # minutes ago: sent, suppressed
     for ago, sent, suppressed in earlier:
         at = now - timedelta(minutes=ago)
-        counts = {"total": 210, "by_status": {"sent": sent, "suppressed": suppressed, "queued": 210 - sent - suppressed},
+        queued = 210 - sent - suppressed
+        counts = {"total": 210, "by_status": {"sent": sent, "suppressed": suppressed, "queued": queued},
                   "outcome": {"sent": sent, "not_sent": suppressed, "suppressed": suppressed}}
         CampaignMinute.objects.create(campaign=c, minute=at.replace(second=0, microsecond=0), sampled_at=at,
                                       counts=counts)
