@@ -63,7 +63,6 @@ class RecipientTimelineInline(ReadOnly, admin.TabularInline):
     verbose_name_plural = f"Last {DAYS} days"
     extra = 0
     max_num = 0
-    fields: list[str] = []
 
     def get_queryset(self, request):
         return super().get_queryset(request).none()
