@@ -157,7 +157,10 @@ def test_a_status_move_writes_one_delivery_per_subscribed_endpoint_for_its_own_c
     with CaptureQueriesContext(connection) as queries:
         assert len(mark_sent(rows)) == 3
     assert copies == [2]  # one write (COPY) for the batch's deliveries
-    assert len(queries.captured_queries) == 2  # the move's UPDATE, one SELECT of the subscribed rows
+    # the move's UPDATE, one SELECT of the subscribed rows, one of their endpoints (still there: locked
+    # FOR KEY SHARE until the commit, tests/test_webhook_endpoint_delete.py)
+    assert len(queries.captured_queries) == 3, [q["sql"][:80] for q in queries.captured_queries]
+    assert queries.captured_queries[2]["sql"].endswith("FOR KEY SHARE SKIP LOCKED")
     got = WebhookDelivery.objects.order_by("notification_id")
     assert sorted((d.endpoint_id, d.notification_id, d.event_type) for d in got) == sorted(
         (endpoint.pk, n.pk, "notification.sent") for n in rows[:2])

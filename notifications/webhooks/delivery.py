@@ -161,10 +161,13 @@ def _array(values) -> str:
 def record(endpoint: WebhookEndpoint, tried: list[Tried]) -> None:
     """A run's attempts in one transaction: one COPY of the attempt rows, one UPDATE of the
     deliveries, the endpoint's health from the last answer. A worker lost before this posts them
-    again (at least once: the receiver de-duplicates by ``webhook-id``)."""
+    again (at least once: the receiver de-duplicates by ``webhook-id``). The endpoint is locked first
+    (the order a delete takes: endpoint, then deliveries); deleted meanwhile, nothing is recorded."""
     if not tried:
         return
     with transaction.atomic():
+        if not list(WebhookEndpoint.objects.select_for_update(no_key=True).filter(pk=endpoint.pk).values_list("pk")):
+            return  # deleted during the run: its deliveries went with it
         copy_rows(WebhookAttempt._meta.db_table, _ATTEMPT_COLUMNS, [
             (t.delivery.pk, t.number, t.status, t.latency_ms, t.error, t.retry_at, t.at) for t in tried])
         with connection.cursor() as cur:

@@ -6,7 +6,13 @@ calls :func:`emit_created` (a row created final); campaigns call :func:`emit_cam
 Only clients with an endpoint subscribed to the event pay anything: the subscriptions are held per
 process (:func:`subscribers`, a short TTL, forgotten at once on a save in the process), and an
 event nobody subscribes to returns before any query. Otherwise a batch of moved rows costs one
-SELECT (of the subscribed clients' rows only) and one COPY of all its deliveries.
+SELECT (of the subscribed clients' rows only), one SELECT of its endpoints (:func:`_live`) and one
+COPY of all its deliveries.
+
+Another process may have deleted an endpoint this one still holds: deliveries go only to the
+endpoints :func:`_live` finds and locks ``FOR KEY SHARE`` until the move commits (the delete,
+:func:`notifications.webhooks.retention.delete_endpoint`, takes the row ``FOR UPDATE`` first), so a
+deleted endpoint never fails a move on the foreign key.
 
 An event's user whose notifications are all decided (a move ended the last one) is one
 ``event.reached`` or ``event.not_reached``, told once per endpoint, with the key the client sent
@@ -103,11 +109,41 @@ _COPY_COLUMNS = ("id", "endpoint_id", "event_type", "notification_id", "subject"
                  "next_attempt_at", "last_error", "created_at")
 
 
-def _write(event_type: str, rows: list[dict], subscribed: dict[str, list], at: datetime) -> int:
-    """One COPY of the deliveries of ``rows`` (each with its ``owner``) to the subscribed endpoints."""
+_ENDPOINTS = WebhookEndpoint._meta.db_table
+
+
+def _live(endpoints: set) -> set:
+    """The ``endpoints`` that still exist, locked ``FOR KEY SHARE`` until the transaction ends: a
+    delete waits for this move to commit and then deletes what it wrote. One being deleted now (held
+    ``FOR UPDATE``) is skipped, not waited for: a send batch is never held by a delete, and what it
+    would write there is deleted. Nothing to write: no query."""
+    if not endpoints:
+        return set()
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT id FROM {_ENDPOINTS} WHERE id = ANY(%s::uuid[]) FOR KEY SHARE SKIP LOCKED",
+                    [array_literal(str(e) for e in endpoints)])
+        return {row[0] for row in cur.fetchall()}
+
+
+def _targets(rows: list[dict], subscribed: dict[str, list]) -> set:
+    """Every endpoint the moved ``rows`` may write to: their owners' subscribers of the move's event,
+    and of the outcome events for the rows of an event or a digest."""
+    outcome = [subscribers(e) for e in OUTCOME_EVENTS]
+    found: set = set()
+    for row in rows:
+        found.update(subscribed.get(row["owner"], ()))
+        if row["event_id"] or row.get("digest_id"):
+            for clients in outcome:
+                found.update(clients.get(row["owner"], ()))
+    return found
+
+
+def _write(event_type: str, rows: list[dict], subscribed: dict[str, list], at: datetime, live: set) -> int:
+    """One COPY of the deliveries of ``rows`` (each with its ``owner``) to the subscribed endpoints
+    among ``live`` (:func:`_live`)."""
     copied = [(uuid.uuid4(), endpoint, event_type, row["id"], "", json.dumps(payload(event_type, at, row)),
                WebhookDelivery.State.PENDING.value, 0, at, "", at)
-              for row in rows for endpoint in subscribed.get(row["owner"], ())]
+              for row in rows for endpoint in subscribed.get(row["owner"], ()) if endpoint in live]
     copy_rows(_TABLE, _COPY_COLUMNS, copied)
     return len(copied)
 
@@ -129,7 +165,8 @@ def emit_rows(rows: Iterable, status: str, at: datetime) -> int:
         return 0
     rows = list(rows)
     mine = [{**{c: getattr(r, c) for c in _COLUMNS}, "owner": r.client_id} for r in rows if r.client_id in clients]
-    written = _write(event_type, mine, subscribed, at) + _outcomes(mine, at)
+    live = _live(_targets(mine, subscribed))
+    written = _write(event_type, mine, subscribed, at, live) + _outcomes(mine, at, live)
     campaign_rows = [r.pk for r in rows if r.client_id is None and r.campaign_id]
     if campaign_rows:
         written += emit_ids(campaign_rows, status, at)
@@ -155,7 +192,8 @@ def emit_ids(ids: Iterable, status: str, at: datetime, *, table: str = "notifica
                     f"OR (n.client_id IS NULL AND n.campaign_id IN ({_campaigns_of}))){since}",
                     {"ids": array_literal(ids), "clients": array_literal(clients), "created_at": created_at})
         rows = [dict(zip((*_COLUMNS, "owner"), r, strict=True)) for r in cur.fetchall()]
-    return _write(event_type, rows, subscribed, at) + _outcomes(rows, at)
+    live = _live(_targets(rows, subscribed))
+    return _write(event_type, rows, subscribed, at, live) + _outcomes(rows, at, live)
 
 
 #: Statuses a row is created in that are not an end: no event (the moves out of them are).
@@ -196,11 +234,12 @@ SELECT i.event_id, n.recipient_id, n.id, n.channel, n.status, n.reason, e.idempo
 """
 
 
-def _outcomes(rows: list[dict], at: datetime) -> int:
+def _outcomes(rows: list[dict], at: datetime, live: set) -> int:
     """``event.reached`` / ``event.not_reached`` for the users of an event whose outcome the moved
     ``rows`` decided (the rule: :func:`notifications.models.user_outcome`), told once per endpoint
     (``subject``: the first decision wins). A digest's row decides the user of every event in the
-    digest, by the digest's notifications. One SELECT (per kind) and one INSERT, subscribed clients only."""
+    digest, by the digest's notifications. One SELECT (per kind) and one INSERT, subscribed clients only,
+    to the endpoints among ``live``."""
     outcome_subscribers = {e: subscribers(e) for e in OUTCOME_EVENTS}
     heard = [r for r in rows if any(r["owner"] in s for s in outcome_subscribers.values())]
     users = {(r["event_id"], r["recipient_id"]): r["owner"] for r in heard if r["event_id"]}
@@ -228,7 +267,8 @@ def _outcomes(rows: list[dict], at: datetime) -> int:
     deliveries = []
     for (event_id, user_id), notes in per_user.items():
         outcome = user_outcome(status for _i, _c, status, _r, _k in notes)
-        endpoints = outcome_subscribers.get(f"event.{outcome}", {}).get(users[(event_id, user_id)], ())
+        endpoints = [e for e in outcome_subscribers.get(f"event.{outcome}", {}).get(users[(event_id, user_id)], ())
+                     if e in live]
         body = {"type": f"event.{outcome}", "timestamp": stamp, "data": {
             "event_id": str(event_id), "user_id": user_id, "outcome": outcome, "at": stamp,
             "idempotency_key": notes[0][4],
@@ -259,8 +299,9 @@ def forget_client_metadata(recipient_id: str) -> int:
 
 def emit_campaign_completed(campaign_id, client_id: str | None, at: datetime) -> int:
     """``campaign.completed`` for a campaign its client launched (admin campaigns: none)."""
-    subscribed = subscribers("campaign.completed")
-    endpoints = subscribed.get(client_id, ()) if client_id else ()
+    subscribed = subscribers("campaign.completed").get(client_id, []) if client_id else []
+    live = _live(set(subscribed))
+    endpoints = [e for e in subscribed if e in live]
     body = {"type": "campaign.completed", "timestamp": at.isoformat().replace("+00:00", "Z"),
             "data": {"campaign_id": str(campaign_id), "at": at.isoformat().replace("+00:00", "Z")}}
     WebhookDelivery.objects.bulk_create([WebhookDelivery(endpoint_id=e, event_type="campaign.completed",

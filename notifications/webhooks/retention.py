@@ -57,8 +57,13 @@ def prune(*, now: datetime | None = None, batch: int | None = None, budget_secon
 
 
 def delete_endpoint(endpoint: WebhookEndpoint) -> None:
-    """The endpoint, its deliveries and their attempts, in one transaction (pending ones are never sent)."""
+    """The endpoint, its deliveries and their attempts, in one transaction (pending ones are never sent).
+    The endpoint row is taken ``FOR UPDATE`` first: a status move that wrote to it (holding it ``FOR KEY
+    SHARE``, :mod:`notifications.webhooks.outbox`) commits before its deliveries are deleted, a later
+    one skips it, and a delivery run records after the delete or not at all."""
     with transaction.atomic():
+        if not list(WebhookEndpoint.objects.select_for_update().filter(pk=endpoint.pk).values_list("pk")):
+            return  # deleted already
         while _delete_batch(endpoint.pk, None, 50_000):
             pass
         WebhookEndpoint.objects.filter(pk=endpoint.pk).delete()
