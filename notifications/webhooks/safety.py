@@ -9,6 +9,8 @@ address at save and to 127.0.0.1 at send (DNS rebinding) is refused at send. An 
 carrying an IPv4 one (NAT64, SIIT, 6to4, Teredo…) is judged by that one too, and the IPv4 forms
 the resolver reads (``2130706433``, ``0177.0.0.1``, ``127.1``) are IP literals.
 ``WEBHOOKS["ALLOW_INSECURE"]`` (local development and tests) allows ``http`` and any address.
+A URL is ASCII in every mode (an IDN host in its punycode form): what is checked at save is what
+is called, never a name a library would map first (fullwidth ``ｌｏｃａｌｈｏｓｔ``, ``127。0。0。1``).
 """
 
 from __future__ import annotations
@@ -95,6 +97,10 @@ def check_url(url: str) -> tuple[str, str, int]:
     host = (parts.hostname or "").rstrip(".")
     if not host:
         raise Refused("has no host")
+    if not host.isascii():
+        raise Refused(f"host {host!r} is not ASCII: use its punycode form (xn--…)")
+    if not url.isascii():
+        raise Refused("must be ASCII: percent-encode the path and query (%C3%BC for ü)")
     if parts.username or parts.password:
         raise Refused("must not carry a user name or password")
     try:

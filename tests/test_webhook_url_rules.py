@@ -1,0 +1,57 @@
+"""Webhook URL rules at save and at connect (docs/WEBHOOKS.md, "Safety"): ASCII only (an IDN host in
+its punycode form), so the check sees the host the connection goes to, in every mode. The API's
+422 and the transport's refusal say the same rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from notifications.webhooks import transport
+from notifications.webhooks.models import WebhookEndpoint
+from tests.conftest import make_client
+from tests.test_status_webhooks import http_for, post
+
+pytestmark = pytest.mark.django_db
+
+MODES = {"production": False, "insecure": True}
+
+
+@pytest.fixture(params=list(MODES))
+def mode(request, settings):
+    settings.WEBHOOKS = {**settings.WEBHOOKS, "ALLOW_INSECURE": MODES[request.param]}
+    return request.param
+
+
+def refused_at_save(url: str) -> str:
+    """The 422's message on ``url`` (nothing written)."""
+    _, key = make_client()
+    r = post(http_for(key), "/v1/webhook-endpoints", {"url": url, "events": ["notification.sent"]})
+    assert r.status_code == 422, r.content
+    assert [(f["field"], f["code"]) for f in r.json()["error"]["fields"]] == [("url", "url_not_allowed")]
+    assert WebhookEndpoint.objects.count() == 0
+    return r.json()["error"]["fields"][0]["message"]
+
+
+@pytest.mark.parametrize(("url", "host"), [
+    ("https://пример.example/hook", "пример.example"), ("https://bücher.example/hook", "bücher.example"),
+    ("https://ｌｏｃａｌｈｏｓｔ/hook", "ｌｏｃａｌｈｏｓｔ"), ("https://127。0。0。1/hook", "127。0。0。1"),
+    ("https://hooks.ex\u00adample.com/hook", "hooks.ex\u00adample.com")])
+def test_a_non_ascii_host_is_refused_at_save_and_at_connect_asking_for_its_punycode(mode, url, host):
+    rule = f"host {host!r} is not ASCII: use its punycode form (xn--…)"
+    assert refused_at_save(url) == rule
+    assert transport.Connection(url, 5).refused == f"refused: {rule}"  # one saved before the rule
+
+
+def test_a_non_ascii_path_is_refused_asking_to_percent_encode_it(mode):
+    url = "https://hooks.example.com/bücher?q=ä"
+    rule = "must be ASCII: percent-encode the path and query (%C3%BC for ü)"
+    assert refused_at_save(url) == rule
+    assert transport.Connection(url, 5).refused == f"refused: {rule}"
+
+
+def test_the_punycode_form_and_a_percent_encoded_path_are_saved_as_given(mode):
+    _, key = make_client()
+    url = "https://xn--e1afmkfd.example/b%C3%BCcher"
+    r = post(http_for(key), "/v1/webhook-endpoints", {"url": url, "events": ["notification.sent"]})
+    assert r.status_code == 201, r.content
+    assert WebhookEndpoint.objects.get().url == url
