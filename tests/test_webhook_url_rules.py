@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from notifications.webhooks import transport
+from notifications.webhooks import safety, transport
 from notifications.webhooks.models import WebhookEndpoint
 from tests.conftest import make_client
 from tests.test_status_webhooks import http_for, post
@@ -55,3 +55,31 @@ def test_the_punycode_form_and_a_percent_encoded_path_are_saved_as_given(mode):
     r = post(http_for(key), "/v1/webhook-endpoints", {"url": url, "events": ["notification.sent"]})
     assert r.status_code == 201, r.content
     assert WebhookEndpoint.objects.get().url == url
+
+
+# --- special-purpose addresses Python's ``is_global`` lets through (IANA registries) --------------------
+
+DENIED = [("fec0::1", "site-local"), ("fed0:1::1", "site-local"), ("5f00::1", "SRv6 SIDs"),
+          ("3fff::1", "documentation"), ("3fff:fff:ffff::1", "documentation"), ("100:0:0:1::1", "dummy IPv6 prefix"),
+          ("192.88.99.1", "6to4 relay anycast"), ("192.0.0.9", "IETF protocol assignments"),
+          ("2002:c058:6301::1", "6to4 relay anycast")]  # the last: 6to4 of 192.88.99.1, judged by it
+
+
+@pytest.mark.parametrize(("address", "name"), DENIED)
+def test_a_special_purpose_address_is_refused_at_save_and_at_connect_naming_its_block(settings, monkeypatch,
+                                                                                     address, name):
+    settings.WEBHOOKS = {**settings.WEBHOOKS, "ALLOW_INSECURE": False}
+    host = f"[{address}]" if ":" in address else address
+    message = refused_at_save(f"https://{host}/hook")
+    assert "is not a public address" in message and f"{name}," in message, message
+    monkeypatch.setattr(safety, "getaddrinfo", lambda _host, _port: [address])
+    with pytest.raises(safety.Refused, match=f"{name},"):
+        safety.resolve("hooks.example.com", 443)
+
+
+@pytest.mark.parametrize("address", ["192.88.98.1", "3fff:1000::1", "5f01::1", "2a00:1450:4001::1", "93.184.215.14"])
+def test_the_neighbours_of_the_denied_blocks_pass(settings, monkeypatch, address):
+    settings.WEBHOOKS = {**settings.WEBHOOKS, "ALLOW_INSECURE": False}
+    monkeypatch.setattr(safety, "getaddrinfo", lambda _host, _port: [address])
+    assert safety.resolve("hooks.example.com", 443) == address
+    safety.check_url(f"https://{f'[{address}]' if ':' in address else address}/hook")

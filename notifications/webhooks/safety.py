@@ -34,8 +34,26 @@ def insecure_allowed() -> bool:
 #: IPv6 prefixes that carry an IPv4 address in their last 32 bits: NAT64 (RFC 6052), SIIT
 #: (RFC 6145), IPv4-compatible (deprecated, RFC 4291). 6to4 and Teredo have their own properties.
 _LAST_32_BITS = tuple(ipaddress.IPv6Network(n) for n in ("64:ff9b::/96", "::ffff:0:0:0/96", "::/96"))
-#: Local-use NAT64 (RFC 8215): translates to whatever the operator's network holds; never public.
-_LOCAL_NAT64 = ipaddress.IPv6Network("64:ff9b:1::/48")
+#: The IANA special-purpose blocks (iana-ipv4-special-registry, iana-ipv6-special-registry) that are
+#: not globally reachable or are deprecated, refused on top of ``is_global``: Python 3.11's list
+#: misses some (site-local, SRv6, the RFC 9637 documentation range, 6to4 relay anycast, local-use
+#: NAT64…) and changes between versions; this one does not.
+_SPECIAL_PURPOSE = tuple((ipaddress.ip_network(net), name) for net, name in (
+    ("0.0.0.0/8", "this network"), ("10.0.0.0/8", "private"), ("100.64.0.0/10", "shared"),
+    ("127.0.0.0/8", "loopback"), ("169.254.0.0/16", "link-local"), ("172.16.0.0/12", "private"),
+    ("192.0.0.0/24", "IETF protocol assignments"), ("192.0.2.0/24", "documentation"),
+    ("192.88.99.0/24", "6to4 relay anycast"), ("192.168.0.0/16", "private"), ("198.18.0.0/15", "benchmarking"),
+    ("198.51.100.0/24", "documentation"), ("203.0.113.0/24", "documentation"), ("240.0.0.0/4", "reserved"),
+    ("::/128", "unspecified"), ("::1/128", "loopback"), ("64:ff9b:1::/48", "local-use NAT64"),
+    ("100::/64", "discard-only"), ("100:0:0:1::/64", "dummy IPv6 prefix"),
+    ("2001::/23", "IETF protocol assignments"), ("2001:db8::/32", "documentation"), ("3fff::/20", "documentation"),
+    ("5f00::/16", "SRv6 SIDs"), ("fc00::/7", "unique local"), ("fe80::/10", "link-local"),
+    ("fec0::/10", "site-local")))
+
+
+def _special_purpose(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
+    """``"<name>, <block>"`` of the special-purpose block ``ip`` is in ("": none)."""
+    return next((f"{name}, {net}" for net, name in _SPECIAL_PURPOSE if ip.version == net.version and ip in net), "")
 
 
 def _embedded(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
@@ -63,8 +81,9 @@ def _literal(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
 
 
 def check_address(address: str) -> None:
-    """Raise :class:`Refused` unless ``address`` (an IP literal) is a global unicast address, and
-    every IPv4 address it embeds (an IPv6 translation or tunnel form) is one too."""
+    """Raise :class:`Refused` unless ``address`` (an IP literal) is a global unicast address outside
+    the special-purpose blocks, and every IPv4 address it embeds (an IPv6 translation or tunnel form)
+    is one too. The one rule of both the save (an IP literal) and each connect (every address)."""
     ip = _literal(address)
     if ip is None:
         raise ValueError(f"{address!r} is not an IP address")
@@ -73,12 +92,12 @@ def check_address(address: str) -> None:
     if insecure_allowed():
         return
     inner = _embedded(ip) if isinstance(ip, ipaddress.IPv6Address) else []
-    if isinstance(ip, ipaddress.IPv6Address) and ip in _LOCAL_NAT64:
-        raise Refused(f"{ip} is a local-use NAT64 address: refused")
     for one in (ip, *inner):
+        shown = f"{one} (in {ip})" if one is not ip else str(ip)
         if not one.is_global or one.is_multicast:
-            shown = f"{one} (in {ip})" if one is not ip else str(ip)
             raise Refused(f"{shown} is not a public address (loopback, private, link-local or reserved): refused")
+        if special := _special_purpose(one):
+            raise Refused(f"{shown} is not a public address ({special}): refused")
 
 
 def check_url(url: str) -> tuple[str, str, int]:
