@@ -422,13 +422,13 @@ def reconcile_campaigns() -> dict[str, int]:
             if cancel_campaign_notifications(campaign_id) < 5000:
                 break
     completed = 0
-    for campaign_id, client_id in Campaign.objects.filter(status=CampaignStatus.SENDING).values_list("pk",
-                                                                                                     "client_id"):
+    for campaign_id, client_id, series_id in Campaign.objects.filter(status=CampaignStatus.SENDING).values_list(
+            "pk", "client_id", "series_id"):
         if not campaign_has_open_notifications(campaign_id):
             with transaction.atomic():  # the move and its webhook (docs/WEBHOOKS.md) commit together
                 done = Campaign.objects.filter(pk=campaign_id, status=CampaignStatus.SENDING).update(
                     status=CampaignStatus.COMPLETED, completed_at=now, updated_at=now)
                 if done:
-                    webhook_outbox.emit_campaign_completed(campaign_id, client_id, now)
+                    webhook_outbox.emit_campaign_completed(campaign_id, client_id, now, series_id=series_id)
             completed += done
     return {"redriven_shards": redriven, "completed": completed}

@@ -20,6 +20,7 @@ from campaigns.models import Campaign, CampaignStatus
 from core import clock
 from notifications.campaign_rows import campaign_has_backlog
 from notifications.ids import campaign_run_id
+from notifications.webhooks import outbox as webhook_outbox
 from preferences.wallclock import earliest_instant
 
 log = logging.getLogger(__name__)
@@ -96,10 +97,20 @@ def create_due_runs() -> dict[str, int]:
             for key, n in made.items():
                 totals[key] += n
         # A series whose last run was made completes once that run has finished (ended_updates).
-        (Campaign.objects.filter(status=CampaignStatus.SCHEDULED, next_run_at__isnull=True).exclude(schedule_rule="")
-         .exclude(runs__status__in=ACTIVE_STATUSES)
-         .update(status=CampaignStatus.COMPLETED, completed_at=now, updated_at=now))
+        for series_id, client_id in (Campaign.objects.filter(status=CampaignStatus.SCHEDULED, next_run_at__isnull=True)
+                                     .exclude(schedule_rule="").exclude(runs__status__in=ACTIVE_STATUSES)
+                                     .values_list("pk", "client_id")):
+            _store(Campaign.objects.filter(pk=series_id, status=CampaignStatus.SCHEDULED, next_run_at__isnull=True),
+                   series_id, client_id, {"status": CampaignStatus.COMPLETED, "completed_at": now, "updated_at": now},
+                   now)
     return totals
+
+
+def _store(locked, series_id, client_id: str | None, updates: dict, now: datetime) -> None:
+    """``updates`` to the series (``locked``: its queryset); a series they complete tells its client,
+    ``campaign.completed`` with ``series: true``, in the same transaction (docs/RECURRING.md)."""
+    if locked.update(**updates) and updates.get("status") == CampaignStatus.COMPLETED:
+        webhook_outbox.emit_campaign_completed(series_id, client_id, now, series=True)
 
 
 def ended_updates(series_id, now: datetime) -> dict:
@@ -140,7 +151,7 @@ def advance_series(series: Campaign, now: datetime) -> dict[str, int]:
     updates = {"next_run_at": following.at if following else None, "updated_at": now}
     if following is None:
         updates.update(ended_updates(series.pk, now))
-    Campaign.objects.filter(pk=series.pk).update(**updates)
+    _store(Campaign.objects.filter(pk=series.pk), series.pk, series.client_id, updates, now)
     if counts["created"] or counts["skipped"]:
         log.info("campaign %s: %d run(s) created, %d skipped", series.pk, counts["created"], counts["skipped"])
     return counts
@@ -213,7 +224,7 @@ def resume(campaign_id) -> Campaign:
                    "updated_at": now}
         if following is None:
             updates.update(ended_updates(series.pk, now))
-        Campaign.objects.filter(pk=series.pk).update(**updates)
+        _store(Campaign.objects.filter(pk=series.pk), series.pk, series.client_id, updates, now)
     return Campaign.objects.get(pk=campaign_id)
 
 

@@ -297,13 +297,18 @@ def forget_client_metadata(recipient_id: str) -> int:
         return cur.rowcount
 
 
-def emit_campaign_completed(campaign_id, client_id: str | None, at: datetime) -> int:
-    """``campaign.completed`` for a campaign its client launched (admin campaigns: none)."""
+def emit_campaign_completed(campaign_id, client_id: str | None, at: datetime, *, series_id=None,
+                            series: bool = False) -> int:
+    """``campaign.completed`` for a campaign its client launched (admin campaigns: none): a one-off, a
+    recurring series' run (``series_id``: its series) or the series itself (``series``: its rule has
+    no occurrence left and its last run finished, docs/RECURRING.md)."""
     subscribed = subscribers("campaign.completed").get(client_id, []) if client_id else []
     live = _live(set(subscribed))
     endpoints = [e for e in subscribed if e in live]
-    body = {"type": "campaign.completed", "timestamp": at.isoformat().replace("+00:00", "Z"),
-            "data": {"campaign_id": str(campaign_id), "at": at.isoformat().replace("+00:00", "Z")}}
+    stamp = at.isoformat().replace("+00:00", "Z")
+    body = {"type": "campaign.completed", "timestamp": stamp,
+            "data": {"campaign_id": str(campaign_id), "at": stamp, "series": series,
+                     "series_id": str(series_id) if series_id else None}}
     WebhookDelivery.objects.bulk_create([WebhookDelivery(endpoint_id=e, event_type="campaign.completed",
                                                          payload=body, next_attempt_at=at, created_at=at)
                                          for e in endpoints])
