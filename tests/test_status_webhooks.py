@@ -410,7 +410,7 @@ def test_replay_makes_a_failed_delivery_due_with_a_fresh_window(insecure):
     endpoint = endpoints.create(client, "http://127.0.0.1:9/hooks", ["notification.sent"])
     [one] = deliveries_for(endpoint)
     WebhookDelivery.objects.filter(pk=one.pk).update(state="failed", give_up_at=clock.now())
-    assert delivery.replay([one]) == 1
+    assert delivery.replay([one]) == delivery.Replayed(due=1, disabled=0, already_due=0, disabled_endpoints=[])
     one.refresh_from_db()
     assert (one.state, one.give_up_at) == ("pending", None) and one.next_attempt_at <= clock.now()
 

@@ -77,5 +77,18 @@ class WebhookDeliveryAdmin(ReadOnly, admin.ModelAdmin):
     @admin.action(description="Replay selected deliveries now (same webhook-id; a fresh retry window)",
                   permissions=["replay"])
     def replay(self, request, queryset):
-        count = delivery.replay(queryset)
-        self.message_user(request, f"{count} deliver{'y' if count == 1 else 'ies'} due again now.", messages.SUCCESS)
+        done = delivery.replay(queryset)
+        if done.due or not (done.disabled or done.already_due):
+            self.message_user(request, f"{_deliveries(done.due)} due again now.", messages.SUCCESS)
+        if done.disabled:
+            urls = ", ".join(done.disabled_endpoints)
+            self.message_user(request, f"{_deliveries(done.disabled)} not sent now, endpoint disabled: {urls}. "
+                                       "Pending until a superuser re-enables it.", messages.WARNING)
+        if done.already_due:
+            self.message_user(request, f"{_deliveries(done.already_due)} "
+                                       f"{'was' if done.already_due == 1 else 'were'} already due: unchanged.",
+                              messages.INFO)
+
+
+def _deliveries(n: int) -> str:
+    return f"{n} deliver{'y' if n == 1 else 'ies'}"

@@ -28,7 +28,7 @@ from email.utils import parsedate_to_datetime
 from celery import current_app
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Count, Exists, OuterRef, Q
 from standardwebhooks import Webhook
 
 from core import clock
@@ -295,9 +295,28 @@ def send_test(endpoint: WebhookEndpoint) -> WebhookDelivery:
     return delivery
 
 
-def replay(deliveries) -> int:
-    """Deliveries due again now with a fresh retry window (support, from the admin); returns how many."""
-    ids = [d.pk for d in deliveries]
-    return WebhookDelivery.objects.filter(pk__in=ids).exclude(state=State.PENDING, next_attempt_at__lte=clock.now()
-                                                              ).update(state=State.PENDING, give_up_at=None,
-                                                                       next_attempt_at=clock.now())
+@dataclass(frozen=True)
+class Replayed:
+    """What a replay did: ``due`` made due now (their endpoint active: the next dispatch sends them);
+    ``disabled`` of a disabled endpoint (``disabled_endpoints``, their URLs): pending with a fresh
+    window, sent only once it is re-enabled; ``already_due`` pending and due already, unchanged."""
+
+    due: int
+    disabled: int
+    already_due: int
+    disabled_endpoints: list[str]
+
+
+def replay(deliveries) -> Replayed:
+    """Deliveries due again now with a fresh retry window (support, from the admin), and which of them
+    will not go now and why (:class:`Replayed`)."""
+    now = clock.now()
+    chosen = WebhookDelivery.objects.filter(pk__in=[d.pk for d in deliveries])
+    due_already = Q(state=State.PENDING, next_attempt_at__lte=now)
+    with transaction.atomic():
+        counts = chosen.aggregate(total=Count("pk"), disabled=Count("pk", filter=Q(endpoint__active=False)),
+                                  already=Count("pk", filter=due_already & Q(endpoint__active=True)))
+        disabled_urls = sorted(set(chosen.filter(endpoint__active=False).values_list("endpoint__url", flat=True)))
+        chosen.exclude(due_already).update(state=State.PENDING, give_up_at=None, next_attempt_at=now)
+    return Replayed(due=counts["total"] - counts["disabled"] - counts["already"], disabled=counts["disabled"],
+                    already_due=counts["already"], disabled_endpoints=disabled_urls)
