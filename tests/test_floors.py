@@ -48,9 +48,10 @@ def test_the_apps_above_register_their_erasers_and_read_rules():
 
 
 def test_the_recipient_page_lists_notifications_added_from_the_pipeline_floor():
-    from notifications.admin import RecipientEventInline, RecipientNotificationInline
+    from notifications.admin import RecipientEventInline, RecipientNotificationInline, RecipientTimelineInline
     from notifications.admin.inbox import RecipientInboxCountsInline, RecipientInboxInline
     from preferences.admin import DeviceInline, PreferencesInline, RecipientAdmin
 
-    assert RecipientAdmin.inlines == [PreferencesInline, DeviceInline, RecipientNotificationInline,
-                                      RecipientEventInline, RecipientInboxCountsInline, RecipientInboxInline]
+    assert RecipientAdmin.inlines == [PreferencesInline, DeviceInline, RecipientTimelineInline,
+                                      RecipientNotificationInline, RecipientEventInline, RecipientInboxCountsInline,
+                                      RecipientInboxInline]

@@ -48,4 +48,5 @@ def test_the_suite_checks_and_unit_tests_the_alert_rules_first():
     text = dry_run.stdout
     assert "$tool check rules deploy/prometheus/alerts.yml" in text, text
     assert text.index("$tool test rules deploy/prometheus/alerts_test.yml") < text.index("-m pytest"), text
-    assert "apt-get install" not in text and "dpkg-deb -x" in text  # promtool alone, never the server
+    assert "install -y --no-install-recommends prometheus" not in text  # promtool alone, never the server
+    assert "apt-get download -qq prometheus" in text and "dpkg-deb -x" in text

@@ -16,7 +16,7 @@ from django.contrib import admin
 
 from core import clock
 from notifications import records
-from notifications.admin.base import ReadOnly
+from notifications.admin.base import ReadOnly, ReadOnlyFormSet
 from notifications.models import Notification
 
 DAYS = 30
@@ -30,7 +30,7 @@ CHANNELS = ("push", "email", "sms", "in_app")
 
 
 def timeline(recipient_id: str, now: datetime | None = None) -> dict:
-    """``{"points": [{t, channel, group, status, reason, id}], "table": [(channel, {group: n}, last
+    """``{"points": [{t, channel, group, status, reason}], "table": [(channel, {group: n}, last
     delivered or sent)], "truncated": bool, "since": datetime}`` over the last :data:`DAYS` days."""
     now = now or clock.now()
     since = now - timedelta(days=DAYS)
@@ -40,7 +40,7 @@ def timeline(recipient_id: str, now: datetime | None = None) -> dict:
     truncated = len(rows) > MAX_POINTS
     rows = rows[:MAX_POINTS]
     points = [{"t": int(at.timestamp() * 1000), "channel": channel, "group": GROUP_OF.get(status, "pending"),
-               "status": status, "reason": reason or "", "id": str(pk)} for pk, at, channel, status, reason in rows]
+               "status": status, "reason": reason or ""} for _pk, at, channel, status, reason in rows]
     counts: dict[str, Counter] = {}
     last_reached: dict[str, datetime] = {}
     for _pk, at, channel, status, _reason in rows:
@@ -54,11 +54,20 @@ def timeline(recipient_id: str, now: datetime | None = None) -> dict:
             "truncated": truncated, "since": since, "days": DAYS, "max_points": MAX_POINTS}
 
 
+class _TimelineFormSet(ReadOnlyFormSet):
+    @classmethod
+    def get_default_prefix(cls) -> str:
+        # Its own prefix: the notification list (the same model) keeps "notifications", which the
+        # recipient form's saves post.
+        return "recipient_timeline"
+
+
 class RecipientTimelineInline(ReadOnly, admin.TabularInline):
     """The timeline above the recipient's notification list; for those who may read notifications
     (support), as that list. No row of its own: its template draws :func:`timeline`."""
 
     model = Notification
+    formset = _TimelineFormSet  # a save of the recipient's form never expects this one's management form
     template = "admin/notifications/recipient/timeline.html"
     verbose_name_plural = f"Last {DAYS} days"
     extra = 0
