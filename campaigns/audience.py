@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from django.db import connection
 
-from campaigns.membership import member_source
+from campaigns.membership import bounded, member_source, planned_rows
 from preferences.suppression import RecipientFacts, channels, suppression_reason
 
 _FACT_COLUMNS = """r.phone <> '' AS has_phone, r.phone_invalid_reason <> '' AS phone_invalid,
@@ -89,36 +89,48 @@ SELECT {facts}, count(*) AS members
 @dataclass
 class Reach:
     """How many members a campaign reaches: ``members`` in the segment, ``eligible`` (not
-    suppressed by the rule) and the rest by reason code."""
+    suppressed by the rule) and the rest by reason code. ``exact: False``: counting took longer
+    than ``SEGMENT_PREVIEW_TIMEOUT_MS`` and ``members`` is the planner's estimate; ``eligible`` is
+    then ``None`` and there are no reasons (the suppression rule runs on counted rows only)."""
 
     members: int = 0
-    eligible: int = 0
+    eligible: int | None = 0
     suppressed_by_reason: dict[str, int] = field(default_factory=dict)
+    exact: bool = True
 
     def as_dict(self) -> dict:
         return {"members": self.members, "eligible": self.eligible,
-                "suppressed_by_reason": dict(sorted(self.suppressed_by_reason.items()))}
+                "suppressed_by_reason": dict(sorted(self.suppressed_by_reason.items())), "exact": self.exact}
 
 
 def reach(campaign, at) -> Reach:
     """The campaign's reach if it fanned out at ``at`` (members added up to then, or a rule
     segment's matches then: :func:`campaigns.membership.member_source`): one grouped query over the
-    segment (a sequential pass: ~1 s per million members)."""
+    segment (a sequential pass: ~1 s per million members), bounded as the segment preview is
+    (:func:`campaigns.membership.bounded`): past its timeout, the planner's estimate of the members."""
     members_sql, members_params = member_source(campaign, at)
     sql = _REACH_SQL.format(facts=fact_columns(campaign.channel), members=members_sql)
-    with connection.cursor() as cur:
-        cur.execute(sql, {**members_params, **fact_params(campaign)})
-        names = [c.name for c in cur.description]
-        rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-    result = Reach()
-    for row in rows:
-        reason = reason_for(row, campaign)
-        result.members += row["members"]
-        if reason:
-            result.suppressed_by_reason[reason] = result.suppressed_by_reason.get(reason, 0) + row["members"]
-        else:
-            result.eligible += row["members"]
-    return result
+    params = {**members_params, **fact_params(campaign)}
+
+    def exact() -> Reach:
+        with connection.cursor() as cur:
+            cur.execute(sql, params)
+            names = [c.name for c in cur.description]
+            rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+        result = Reach()
+        for row in rows:
+            reason = reason_for(row, campaign)
+            result.members += row["members"]
+            if reason:
+                result.suppressed_by_reason[reason] = result.suppressed_by_reason.get(reason, 0) + row["members"]
+            else:
+                result.eligible = (result.eligible or 0) + row["members"]
+        return result
+
+    def estimate() -> Reach:
+        return Reach(members=planned_rows(members_sql, members_params), eligible=None, exact=False)
+
+    return bounded(exact, estimate)[0]
 
 
 #: How long the API may serve a computed reach (seconds): a client polling a scheduled campaign
@@ -127,8 +139,8 @@ REACH_CACHE_SECONDS = 30
 
 
 def cached_reach(campaign, at) -> Reach:
-    """:func:`reach`, served from the cache for up to :data:`REACH_CACHE_SECONDS` (computed anew
-    when the cache is unreachable)."""
+    """:func:`reach` (bounded: an estimate past its timeout), served from the cache for up to
+    :data:`REACH_CACHE_SECONDS` (computed anew when the cache is unreachable)."""
     from django.core.cache import cache
 
     key = f"campaign-reach:{campaign.pk}"
@@ -141,5 +153,6 @@ def cached_reach(campaign, at) -> Reach:
     result = reach(campaign, at)
     with contextlib.suppress(Exception):  # the cache is an optimisation only
         cache.set(key, {"members": result.members, "eligible": result.eligible,
-                        "suppressed_by_reason": result.suppressed_by_reason}, REACH_CACHE_SECONDS)
+                        "suppressed_by_reason": result.suppressed_by_reason, "exact": result.exact},
+                  REACH_CACHE_SECONDS)
     return result

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeVar
 
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
@@ -24,6 +26,8 @@ from django.db.models import F, QuerySet
 from campaigns.models import Campaign, CampaignMember, Segment
 from campaigns.rules import Context, compile_rules
 from preferences.models import Recipient
+
+T = TypeVar("T")
 
 
 def context_of(campaign: Campaign, now: datetime) -> Context:
@@ -118,30 +122,41 @@ def preview_timeout_ms() -> int:
     return int(settings.CAMPAIGNS["PREVIEW_TIMEOUT_MS"])
 
 
-def preview(rules, context: Context) -> Preview:
-    """How many recipients ``rules`` matches now. The count runs under a statement timeout: a rule
-    no index narrows (a ``not``, an engagement over months) may read every recipient, and a preview
-    must not hold a request or a database connection for that; past the timeout the answer is the
-    planner's row estimate (``EXPLAIN``, no rows read), marked ``exact: false``."""
-    qs = matching(rules, context)
+def bounded(exact: Callable[[], T], estimate: Callable[[], T]) -> tuple[T, bool]:
+    """``(exact(), True)`` when its queries finish within ``SEGMENT_PREVIEW_TIMEOUT_MS``, else
+    ``(estimate(), False)``: the rule for every count taken before launch (the preview, a campaign's
+    reach), which may read every recipient and must not hold a request or a connection for that.
+    ``estimate`` reads no rows (:func:`planned_rows`)."""
     try:
         with transaction.atomic(), connection.cursor() as cur:
             # Local to the transaction; put back at once, as a request may run on in an outer one.
             cur.execute("SELECT current_setting('statement_timeout'), "
                         "set_config('statement_timeout', %s, true)", [str(preview_timeout_ms())])
             before = cur.fetchone()[0]
-            counted = qs.count()
+            result = exact()
             cur.execute("SELECT set_config('statement_timeout', %s, true)", [before])
-            return Preview(counted, True)
+            return result, True
     except DatabaseError as exc:
         if getattr(getattr(exc, "__cause__", None), "sqlstate", "") != "57014":  # query_canceled
             raise
-    sql, params = qs.values("user_id").query.sql_with_params()
+    return estimate(), False
+
+
+def planned_rows(sql: str, params) -> int:
+    """The planner's row estimate for ``sql`` (``EXPLAIN``: nothing read)."""
     with connection.cursor() as cur:
         cur.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
         plan = cur.fetchone()[0]
     plan = json.loads(plan) if isinstance(plan, str | bytes) else plan
-    return Preview(int(plan[0]["Plan"]["Plan Rows"]), False)
+    return int(plan[0]["Plan"]["Plan Rows"])
+
+
+def preview(rules, context: Context) -> Preview:
+    """How many recipients ``rules`` matches now, :func:`bounded`: past the timeout the planner's
+    row estimate, marked ``exact: false``."""
+    qs = matching(rules, context)
+    count, exact = bounded(qs.count, lambda: planned_rows(*qs.values("user_id").query.sql_with_params()))
+    return Preview(count, exact)
 
 
 def segment_preview(segment: Segment, context: Context) -> Preview:

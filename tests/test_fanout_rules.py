@@ -76,7 +76,8 @@ def test_api_shows_the_eligible_reach_before_fan_out_and_fan_out_creates_exactly
     before = http.get(f"/v1/campaigns/{cid}").json()
     assert (before["status"], before["member_count"]) == ("scheduled", None)
     assert before["reach"] == {"members": 7, "eligible": 2, "suppressed_by_reason": {
-        "no_phone": 1, "opted_out_category": 1, "opted_out_channel": 1, "phone_invalid": 1, "sms_stopped": 1}}
+        "no_phone": 1, "opted_out_category": 1, "opted_out_channel": 1, "phone_invalid": 1, "sms_stopped": 1},
+        "exact": True}
 
     campaign = Campaign.objects.get(pk=cid)
     Campaign.objects.filter(pk=cid).update(fanout_at=campaign.created_at, scheduled_at=campaign.created_at)
@@ -119,7 +120,7 @@ def test_a_typed_campaign_honours_type_opt_outs_in_reach_and_fan_out_and_its_row
     campaign.refresh_from_db()
 
     assert reach(campaign, clock.now()).as_dict() == {
-        "members": 2, "eligible": 1, "suppressed_by_reason": {"opted_out_type": 1}}
+        "members": 2, "eligible": 1, "suppressed_by_reason": {"opted_out_type": 1}, "exact": True}
     rows = run_fan_out(campaign)
     assert [(n.recipient_id, n.status, n.reason, n.notification_type_id, n.sensitive) for n in rows] == [
         ("in", "queued", "", "lo_promo", True), ("out", "suppressed", "opted_out_type", "lo_promo", True)]

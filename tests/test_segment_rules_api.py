@@ -5,11 +5,13 @@ rule segment creates notifications for exactly the recipients matching at its sn
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.db import connection
 from django.db.models import QuerySet
 
-from campaigns import fanout
+from campaigns import audience, fanout
 from campaigns.models import Campaign, CampaignMember, CampaignStatus, Segment, SegmentMember
 from campaigns.rules import MAX_DEPTH, MAX_NODES
 from core import clock
@@ -193,6 +195,57 @@ def test_a_preview_past_its_timeout_answers_the_planners_estimate(http, people, 
         assert cur.fetchone()[0] == before
 
 
+def slow_counts(monkeypatch) -> None:
+    """Every count before launch sleeps 50 ms in SQL (a preview's count, a reach's grouped query per
+    row): past a 1 ms statement timeout, as a rule no index narrows is past 2 s on a million."""
+    real_count = QuerySet.count
+
+    def slow_count(self):
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_sleep(0.05)")
+        return real_count(self)
+
+    monkeypatch.setattr(QuerySet, "count", slow_count)
+    monkeypatch.setattr(audience, "_REACH_SQL", audience._REACH_SQL.replace(
+        "GROUP BY", "WHERE pg_sleep(0.05)::text IS NOT NULL\n GROUP BY", 1))
+
+
+@pytest.mark.usefixtures("fast_password_hashing")
+def test_a_campaigns_reach_past_the_preview_timeout_is_the_planners_estimate(http, people, settings,  # noqa: F811
+                                                                             monkeypatch, admin_client):
+    """Before: the reach (GET /v1/campaigns/{id}, the admin's draft page) had no timeout: a broad
+    ``not`` over a million recipients held a request ~60 s and parallel GETs froze the API. Now it is
+    bounded as the preview is, by the same rule: past SEGMENT_PREVIEW_TIMEOUT_MS the members are the
+    planner's estimate (the preview's, for the same rule), ``eligible`` null, ``exact: false``."""
+    broad = {"not": {"attribute": "n", "op": "in", "value": [str(i) for i in range(999)]}}
+    call(http, "put", "/v1/segments/broad", {"name": "x", "rules": broad})
+    r = call(http, "post", "/v1/campaigns", {"segment_id": "broad", "channel": "email",
+                                             "content": {"title": "Hi", "body": "Sale"},
+                                             "scheduled_at": (clock.now() + timedelta(days=1)).isoformat()},
+             **{"Idempotency-Key": "broad-1"})
+    assert r.status_code == 202, r.content
+    cid = r.json()["id"]
+    settings.CAMPAIGNS = {**settings.CAMPAIGNS, "PREVIEW_TIMEOUT_MS": 1}
+    slow_counts(monkeypatch)
+    estimate = call(http, "post", "/v1/segment-preview", {"segment_id": "broad"}).json()
+    assert estimate["exact"] is False
+    reach = call(http, "get", f"/v1/campaigns/{cid}").json()["reach"]
+    assert reach == {"members": estimate["count"], "eligible": None, "suppressed_by_reason": {}, "exact": False}
+    with connection.cursor() as cur:  # the timeout was local to the reach's transaction
+        cur.execute("SHOW statement_timeout")
+        assert cur.fetchone()[0] != "1ms"
+    Campaign.objects.filter(pk=cid).update(status=CampaignStatus.DRAFT)
+    page = admin_client.get(f"/admin/campaigns/campaign/{cid}/change/").content.decode()
+    assert (f'about <span data-field="members">{estimate["count"]}</span> member'
+            f'{"" if estimate["count"] == 1 else "s"} of segment') in page
+    assert "(estimate: counting took too long; eligible not counted)" in page
+
+    monkeypatch.undo()
+    settings.CAMPAIGNS = {**settings.CAMPAIGNS, "PREVIEW_TIMEOUT_MS": 5000}
+    assert audience.reach(Campaign.objects.get(pk=cid), clock.now()).as_dict() == {
+        "members": 6, "eligible": 4, "suppressed_by_reason": {"no_email": 1, "opted_out_category": 1}, "exact": True}
+
+
 # --- a campaign on a rule segment ------------------------------------------------------------------
 
 def run_fan_out(campaign_id) -> None:
@@ -214,7 +267,7 @@ def test_a_campaign_on_a_rule_segment_sends_to_exactly_the_matching_recipients(h
     assert r.status_code == 202, r.content
     cid = r.json()["id"]
     reach = call(http, "get", f"/v1/campaigns/{cid}").json()["reach"]
-    assert reach == {"members": 3, "eligible": 2, "suppressed_by_reason": {"no_email": 1}}
+    assert reach == {"members": 3, "eligible": 2, "suppressed_by_reason": {"no_email": 1}, "exact": True}
     assert fanout.start_due_campaigns() == [cid]
     assert set(CampaignMember.objects.filter(campaign_id=cid).values_list("recipient_id", flat=True)) == {
         "ada", "bob", "eve"}

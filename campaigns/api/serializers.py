@@ -308,11 +308,17 @@ class CampaignCountsSerializer(serializers.Serializer):
 class ReachSerializer(serializers.Serializer):
     members = serializers.IntegerField(help_text="Members of the segment now.")
     eligible = serializers.IntegerField(
+        allow_null=True,
         help_text="Members the suppression rule lets through now: not opted out of the channel or of the "
                   "campaign's category on it, with a usable contact (phone / email / active push device), no "
-                  "SMS STOP. What fan-out will create as not suppressed if nothing changes.")
+                  "SMS STOP. What fan-out will create as not suppressed if nothing changes. Null when `exact` "
+                  "is false.")
     suppressed_by_reason = serializers.DictField(child=serializers.IntegerField(),
-                                                 help_text="The other members by reason (no_phone, …).")
+                                                 help_text="The other members by reason (no_phone, …); empty "
+                                                           "when `exact` is false.")
+    exact = serializers.BooleanField(help_text="False: counting took longer than SEGMENT_PREVIEW_TIMEOUT_MS (as "
+                                               "for POST /v1/segment-preview), `members` is the database "
+                                               "planner's estimate and `eligible` is null.")
 
 
 class OccurrenceSerializer(serializers.Serializer):
@@ -402,7 +408,8 @@ class CampaignSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(ReachSerializer(allow_null=True))
     def get_reach(self, obj) -> dict | None:
-        """Before fan-out (draft, scheduled) the pre-launch reach, at most 30 s old; after, ``null``
+        """Before fan-out (draft, scheduled) the pre-launch reach (bounded: an estimate past the preview's
+        timeout), at most 30 s old; after, ``null``
         (``member_count`` and ``counts`` tell what happened)."""
         if obj.status not in (CampaignStatus.DRAFT, CampaignStatus.SCHEDULED):
             return None
