@@ -102,8 +102,8 @@ def _plan_shards(campaign: Campaign, now: datetime) -> None:
                             heartbeat_at=now) for i in range(len(edges) - 1)]
     CampaignShard.objects.bulk_create(shards)
     Campaign.objects.filter(pk=campaign.pk).update(status=CampaignStatus.FANNING_OUT, snapshot_at=now,
-                                                   started_at=now, member_count=count, updated_at=now,
-                                                   priority=campaign.priority)
+                                                   snapshot_kind=campaign.snapshot_kind, started_at=now,
+                                                   member_count=count, updated_at=now, priority=campaign.priority)
     for shard in shards:
         _enqueue_page_on_commit(campaign.pk, shard.number)
     log.info("campaign %s: fanning out %d members in %d shard(s)", campaign.pk, count, len(shards))

@@ -62,11 +62,12 @@ def _named(sql: str, params, prefix: str) -> tuple[str, dict]:
 
 
 def member_source(campaign: Campaign, at: datetime) -> tuple[str, dict]:
-    """``(sql, params)``: a subquery of the campaign's members' ``recipient_id`` at ``at``. A list
-    segment: members added up to ``at``. A rule segment: after the snapshot, its rows; before it,
-    the rule evaluated now."""
+    """``(sql, params)``: a subquery of the campaign's members' ``recipient_id`` at ``at``. After the
+    snapshot, what it took (:func:`snapshot`: its kind is the campaign's, not the segment's now);
+    before it, a list segment's members added up to ``at`` or a rule segment's rule evaluated now."""
     segment = campaign.segment
-    if not segment.is_rule:
+    kind = campaign.snapshot_kind if campaign.snapshot_at is not None else ("rule" if segment.is_rule else "list")
+    if kind == "list":
         return ("SELECT recipient_id FROM campaigns_segmentmember "
                 "WHERE segment_id = %(m_segment)s AND added_at <= %(m_at)s", {"m_segment": segment.pk, "m_at": at})
     if campaign.snapshot_at is not None:
@@ -78,10 +79,13 @@ def member_source(campaign: Campaign, at: datetime) -> tuple[str, dict]:
 
 
 def snapshot(campaign: Campaign, at: datetime) -> int:
-    """Fix the members of ``campaign`` at ``at`` (call in fan-out's start transaction): a rule
-    segment's matches are written into ``CampaignMember`` in one ``INSERT … SELECT``. Returns the
-    member count (list segments: members added up to ``at``)."""
+    """Fix the members of ``campaign`` at ``at`` (call in fan-out's start transaction, which stores
+    ``snapshot_at`` and ``snapshot_kind``): a rule segment's matches are written into
+    ``CampaignMember`` in one ``INSERT … SELECT``, a list segment's are its members added up to
+    ``at``. Sets ``campaign.snapshot_kind``, which every page reads from then on: a segment turned
+    from rule to list (or back) meanwhile changes nothing. Returns the member count."""
     segment = campaign.segment
+    campaign.snapshot_kind = "rule" if segment.is_rule else "list"
     if not segment.is_rule:
         return segment.members.filter(added_at__lte=at).count()
     query = matching(segment.rules, context_of(campaign, at)).values("user_id").query
@@ -94,8 +98,9 @@ def snapshot(campaign: Campaign, at: datetime) -> int:
 
 
 def snapshot_members(campaign: Campaign) -> QuerySet:
-    """The ``recipient_id`` values of a campaign's members as fan-out pages them (shard bounds)."""
-    if campaign.segment.is_rule:
+    """The ``recipient_id`` values of a campaign's snapshot (after :func:`snapshot`) as fan-out pages
+    them (shard bounds)."""
+    if campaign.snapshot_kind == "rule":
         return CampaignMember.objects.filter(campaign=campaign).values_list("recipient_id", flat=True)
     return (campaign.segment.members.filter(added_at__lte=campaign.snapshot_at)
             .values_list("recipient_id", flat=True))

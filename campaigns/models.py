@@ -193,6 +193,11 @@ class Campaign(Touched, models.Model):
                                      help_text="When fan-out starts (UTC): the send instant, or for local-time "
                                                "campaigns the instant the earliest zone reaches it.")
     snapshot_at = models.DateTimeField(null=True, blank=True, help_text="Membership snapshot instant.")
+    snapshot_kind = models.CharField(
+        max_length=4, blank=True, default="", choices=[("list", "list"), ("rule", "rule")],
+        help_text="What the snapshot is, decided when it is taken: a list segment's members added up to "
+                  "snapshot_at, or a rule segment's matches (campaign members), whatever the segment became "
+                  "since. Empty before the snapshot.")
     member_count = models.PositiveIntegerField(null=True, blank=True, help_text="Members in the snapshot.")
     created_count = models.PositiveIntegerField(default=0, help_text="Notifications created by fan-out.")
     default_zone_count = models.PositiveIntegerField(

@@ -107,8 +107,8 @@ def fanning_out(policy: str) -> Campaign:
     c = services.create_campaign(client=None, idempotency_key=None, segment=segment, channel="sms", body="hi",
                                  local_date=date(2030, 1, 10), local_time=time(10, 0),
                                  missed_policy=policy).campaign
-    Campaign.objects.filter(pk=c.pk).update(status=CampaignStatus.FANNING_OUT, snapshot_at=NOW, started_at=NOW,
-                                            member_count=6)
+    Campaign.objects.filter(pk=c.pk).update(status=CampaignStatus.FANNING_OUT, snapshot_at=NOW, snapshot_kind="list",
+                                            started_at=NOW, member_count=6)
     CampaignShard.objects.create(campaign=c, number=0, heartbeat_at=NOW)
     return c
 

@@ -66,7 +66,7 @@ def fanning_out(client=None, started=NOW - timedelta(minutes=12)) -> Campaign:
     c = services.create_campaign(client=client, idempotency_key="k" if client else None, segment=segment,
                                  channel="sms", body="hi", name="Spring sale").campaign
     Campaign.objects.filter(pk=c.pk).update(status=CampaignStatus.FANNING_OUT, snapshot_at=started,
-                                            started_at=started, member_count=3)
+                                            snapshot_kind="list", started_at=started, member_count=3)
     CampaignShard.objects.create(campaign=c, number=0, heartbeat_at=started)
     return c
 

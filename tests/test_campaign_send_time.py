@@ -120,6 +120,7 @@ def campaign_of(zones: dict[str, str], profiles: dict[str, list[int]], policy=Mi
     c = Campaign.objects.create(id=CAMPAIGN_ID, segment=segment, channel="email", title="T", body="hi",
                                 local_date=date(2030, 3, 31), local_time=time(18, 0), missed_policy=policy,
                                 send_time=OPTION, status=CampaignStatus.FANNING_OUT, snapshot_at=clock.now(),
+                                snapshot_kind="list",
                                 started_at=clock.now(), member_count=len(zones))
     CampaignShard.objects.create(campaign=c, number=0, heartbeat_at=NOW)
     return c

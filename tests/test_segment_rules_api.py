@@ -315,3 +315,61 @@ def test_a_list_segment_campaign_still_reads_its_members_added_before_the_snapsh
             pass
     assert set(Notification.objects.filter(campaign_id=cid).values_list("recipient_id", flat=True)) == {"ada", "dee"}
     assert clock.now()  # the platform clock ran the whole way
+
+
+def fan_out_one_page(cid) -> None:
+    assert fanout.start_due_campaigns() == [cid]
+    (shard,) = Campaign.objects.get(pk=cid).shards.all()
+    assert fanout.fan_out_page(cid, shard.number) == "page"
+
+
+def finish_fan_out(cid) -> None:
+    for shard in Campaign.objects.get(pk=cid).shards.all():
+        while fanout.fan_out_page(cid, shard.number) == "page":
+            pass
+
+
+EVERYONE_BY_EMAIL = {"ada": (Status.QUEUED, ""), "bob": (Status.QUEUED, ""), "cyd": (Status.QUEUED, ""),
+                     "dee": (Status.QUEUED, ""), "eve": (Status.SUPPRESSED, Reason.NO_EMAIL),
+                     "fay": (Status.SUPPRESSED, Reason.OPTED_OUT_CATEGORY)}
+
+
+def test_a_rule_segment_made_a_list_segment_mid_fan_out_keeps_its_campaigns_snapshot(http, people,  # noqa: F811
+                                                                                     settings):
+    """Before: each page asked the segment's kind now; a PUT without rules (a list segment, no
+    members) mid fan-out made the rest of the pages read no one (6,000 members, 0 notifications).
+    Pages read the snapshot the campaign took, recorded on it; its rows are released at completion."""
+    settings.CAMPAIGNS = {**settings.CAMPAIGNS, "PAGE_SIZE": 2}
+    call(http, "put", "/v1/segments/r6k", {"name": "x", "rules": {"attribute": "plan", "op": "exists", "value": True}})
+    cid = call(http, "post", "/v1/campaigns", {"segment_id": "r6k", "channel": "email",
+                                               "content": {"title": "Hi", "body": "Sale"}},
+               **{"Idempotency-Key": "r6k-1"}).json()["id"]
+    fan_out_one_page(cid)
+    assert call(http, "put", "/v1/segments/r6k", {"name": "now a list"}).status_code == 200
+    assert Segment.objects.get(pk="r6k").is_rule is False
+    assert CampaignMember.objects.filter(campaign_id=cid).count() == 6  # the snapshot in use is kept
+    finish_fan_out(cid)
+    rows = {n.recipient_id: (n.status, n.reason) for n in Notification.objects.filter(campaign_id=cid)}
+    assert rows == EVERYONE_BY_EMAIL
+    c = Campaign.objects.get(pk=cid)
+    assert (c.status, c.member_count, c.created_count, c.snapshot_kind) == (CampaignStatus.SENDING, 6, 6, "rule")
+    assert not CampaignMember.objects.exists()  # released once fan-out completed
+
+
+def test_a_list_segment_given_a_rule_mid_fan_out_keeps_its_campaigns_members(http, people, settings):  # noqa: F811
+    """The reverse: the API refuses a rule for a segment with members (409), but however the segment
+    became a rule meanwhile (here: written directly), its campaign pages on through the members it
+    had at the snapshot, never through an empty rule snapshot."""
+    settings.CAMPAIGNS = {**settings.CAMPAIGNS, "PAGE_SIZE": 2}
+    call(http, "put", "/v1/segments/vip", {"name": "VIP"})
+    call(http, "post", "/v1/segments/vip/members", {"add": sorted(EVERYONE_BY_EMAIL)})
+    cid = call(http, "post", "/v1/campaigns", {"segment_id": "vip", "channel": "email",
+                                               "content": {"title": "Hi", "body": "Sale"}},
+               **{"Idempotency-Key": "vip-1"}).json()["id"]
+    fan_out_one_page(cid)
+    Segment.objects.filter(pk="vip").update(rules={"has": "phone"})
+    finish_fan_out(cid)
+    rows = {n.recipient_id: (n.status, n.reason) for n in Notification.objects.filter(campaign_id=cid)}
+    assert rows == EVERYONE_BY_EMAIL
+    c = Campaign.objects.get(pk=cid)
+    assert (c.member_count, c.created_count, c.snapshot_kind) == (6, 6, "list")
