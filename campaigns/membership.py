@@ -1,7 +1,8 @@
 """Who is in a segment: the one place that decides it (docs/SEGMENTS.md).
 
 A list segment's members are its ``SegmentMember`` rows added up to an instant. A rule segment's are
-the recipients its rule matches (:mod:`campaigns.rules`, compiled to SQL), never erased ones: before
+the recipients its rule matches (:mod:`campaigns.rules`, compiled to SQL), never erased ones (unless
+re-created since: :data:`PRESENT`): before
 launch (reach, preview, the admin) the rule is evaluated afresh; when fan-out starts,
 :func:`snapshot` writes the matches once into ``CampaignMember`` and every page reads those, so a
 campaign's members are fixed at its snapshot like a list segment's.
@@ -21,7 +22,7 @@ from typing import TypeVar
 
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
-from django.db.models import F, QuerySet
+from django.db.models import F, Q, QuerySet
 
 from campaigns.models import Campaign, CampaignMember, Segment
 from campaigns.rules import Context, compile_rules
@@ -36,10 +37,17 @@ def context_of(campaign: Campaign, now: datetime) -> Context:
                    type_key=campaign.notification_type_id or "")
 
 
+#: Who may match a rule at all: never a recipient whose data was erased (a rule's ``not`` would
+#: otherwise match the bare row), unless the upstream service wrote it again after its erasure
+#: (``written_at``: a re-created user, matched on what was written since; its engagement counts from
+#: the erasure on, :func:`campaigns.rules.compile_rules`).
+PRESENT = Q(erased_at__isnull=True) | Q(written_at__gt=F("erased_at"))
+
+
 def matching(rules, context: Context) -> QuerySet[Recipient]:
-    """The recipients ``rules`` (valid: :func:`campaigns.rules.validate`) matches: never one whose
-    data was erased (``erased_at`` set: a rule's ``not`` would otherwise match the bare row)."""
-    return Recipient.objects.filter(compile_rules(rules, context), erased_at__isnull=True)
+    """The recipients ``rules`` (valid: :func:`campaigns.rules.validate`) matches, of those
+    :data:`PRESENT`."""
+    return Recipient.objects.filter(compile_rules(rules, context), PRESENT)
 
 
 _PLACEHOLDER = re.compile(r"%%|%s")

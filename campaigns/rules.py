@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import DateTimeField, Exists, OuterRef, Q, Value
+from django.db.models.functions import Coalesce
 
 from core.vocabulary import CHANNELS, TEMPLATE_LOCALE_PATTERN
 from notifications.records import engaged_since
@@ -242,7 +243,11 @@ def compile_rules(rules, context: Context) -> Q:
         return ~opted_out_q(context.channel, context.category, context.type_key)
     if "engaged" in rules:
         since = context.now - timedelta(days=rules["within_days"])
-        return Q(Exists(engaged_since(rules["engaged"], since).filter(recipient_id=OuterRef("user_id"))))
+        # A user re-created after an erasure: what the erased one did is not theirs (what was created
+        # before the erasure counts for no one). The constant bound stays for partition pruning.
+        after_erasure = Coalesce(OuterRef("erased_at"), Value(since, output_field=DateTimeField()))
+        return Q(Exists(engaged_since(rules["engaged"], since).filter(recipient_id=OuterRef("user_id"),
+                                                                      created_at__gte=after_erasure)))
     raise ValueError(f"not a valid rule: {rules!r}")  # validate() first
 
 

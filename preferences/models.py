@@ -42,6 +42,9 @@ class Recipient(models.Model):
     # The latest erasure's instant (the platform clock): what was created before it and is still in
     # flight when it commits is never sent, written to the inbox or replayed (erased_after).
     erased_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # The upstream service's last write (PUT /v1/users, the platform clock): later than erased_at, the
+    # user was re-created after its erasure and matches rule segments again on what was written since.
+    written_at = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

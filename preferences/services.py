@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from core import clock
 from preferences.models import Device, Preferences, Recipient, Unsubscribe
 
 
@@ -22,7 +23,9 @@ def _race_safe(write, attempts: int = 3):
 
 def upsert_recipient(user_id: str, **fields) -> tuple[Recipient, bool]:
     """Create or replace a recipient's contact fields. A changed phone/email clears its
-    "invalid" mark (it is a new contact). Safe under concurrent calls for the same id.
+    "invalid" mark (it is a new contact). Stamps ``written_at``: written after its erasure, the
+    recipient is a re-created user (campaigns.membership.matching). Safe under concurrent calls for
+    the same id.
     Returns ``(recipient, created)``."""
 
     def write():
@@ -37,6 +40,7 @@ def upsert_recipient(user_id: str, **fields) -> tuple[Recipient, bool]:
                 recipient.email_invalid_reason, recipient.email_invalid_at = "", None
             for key, value in fields.items():
                 setattr(recipient, key, value)
+            recipient.written_at = clock.now()  # after an erasure: the user is re-created (erased_at)
             recipient.save(force_insert=created)
         return recipient, created
 

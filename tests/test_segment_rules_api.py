@@ -373,3 +373,36 @@ def test_a_list_segment_given_a_rule_mid_fan_out_keeps_its_campaigns_members(htt
     assert rows == EVERYONE_BY_EMAIL
     c = Campaign.objects.get(pk=cid)
     assert (c.member_count, c.created_count, c.snapshot_kind) == (6, 6, "list")
+
+
+def test_a_user_re_created_after_its_erasure_matches_again_on_what_was_written_since(people):
+    """Before: erased_at was never cleared and every rule left the id out for good (preview 1, DELETE,
+    PUT 200, preview 0). A PUT /v1/users after the erasure re-creates the user: it matches on what was
+    written since, and nothing of the erased user counts (its send before the erasure is no
+    engagement of the new one)."""
+    import uuid
+
+    from django.test import Client
+
+    from tests.conftest import make_client
+
+    _, key = make_client()
+    api = Client(headers={"Authorization": f"Api-Key {key}"})
+    zed = {"attribute": "plan", "op": "eq", "value": "zed"}
+    sent = {"engaged": "sent", "within_days": 7}
+
+    def count(rules) -> int:
+        r = call(api, "post", "/v1/segment-preview", {"rules": rules})
+        assert r.json()["exact"] is True, r.content
+        return r.json()["count"]
+
+    assert call(api, "put", "/v1/users/zed", {"attributes": {"plan": "zed"}}).status_code == 201
+    before = clock.now() - timedelta(hours=1)
+    Notification.objects.create(id=uuid.uuid4(), recipient_id="zed", channel="sms", body="b", status=Status.DELIVERED,
+                                created_at=before, updated_at=before)
+    assert (count(zed), count({"and": [zed, sent]}), count({"not": zed})) == (1, 1, 6)
+    assert call(api, "delete", "/v1/users/zed").status_code == 200
+    assert (count(zed), count({"not": zed})) == (0, 6)  # the bare row matches nothing, not even a not
+    assert call(api, "put", "/v1/users/zed", {"attributes": {"plan": "zed"}}).status_code == 200
+    assert (count(zed), count({"and": [zed, sent]}), count({"and": [zed, {"not": sent}]})) == (1, 0, 1)
+    assert count({"not": zed}) == 6
