@@ -15,7 +15,8 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db.models import DateTimeField, Exists, OuterRef, Q, Value
-from django.db.models.functions import Coalesce
+from django.db.models.functions import Coalesce, Lower
+from django.db.models.lookups import Exact, StartsWith
 
 from core.vocabulary import CHANNELS, TEMPLATE_LOCALE_PATTERN
 from notifications.records import engaged_since
@@ -229,11 +230,12 @@ def compile_rules(rules, context: Context) -> Q:
     if "attribute" in rules:
         return _attribute_q(rules["attribute"], rules["op"], rules["value"])
     if "locale" in rules:
-        # A tag matches itself and its more specific tags: "de" matches "de-AT" (recipient_locale_idx:
-        # = and LIKE 'de-%' are both index range scans).
+        # A tag matches itself and its more specific tags: "de" matches "de-AT"; in any case (BCP 47
+        # tags are case-insensitive: "DE" matches "de-DE"). recipient_locale_idx is on lower(locale):
+        # = and LIKE 'de-%' are both index range scans.
         q = Q()
         for tag in rules["locale"]:
-            q |= Q(locale=tag) | Q(locale__startswith=f"{tag}-")
+            q |= Q(Exact(Lower("locale"), tag.lower())) | Q(StartsWith(Lower("locale"), f"{tag.lower()}-"))
         return q
     if "timezone" in rules:
         return Q(timezone__in=rules["timezone"])

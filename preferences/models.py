@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.db import models
+from django.db.models.functions import Lower
 
 
 class Channel(models.TextChoices):
@@ -51,9 +52,9 @@ class Recipient(models.Model):
     class Meta:
         indexes = [models.Index(fields=["email"], name="recipient_email_idx"),
                    # Rule segments (campaigns/rules.py, docs/SEGMENTS.md): attribute containment and key
-                   # existence, and a locale or its more specific tags (= and LIKE 'de-%').
+                   # existence, and a locale or its more specific tags in any case (lower: = and LIKE 'de-%').
                    GinIndex(fields=["attributes"], name="recipient_attributes_gin"),
-                   models.Index(fields=["locale"], name="recipient_locale_idx", opclasses=["varchar_pattern_ops"])]
+                   models.Index(OpClass(Lower("locale"), name="text_pattern_ops"), name="recipient_locale_idx")]
 
     def __str__(self) -> str:
         return self.user_id

@@ -98,6 +98,8 @@ CASES = [
     ({"attribute": "city", "op": "exists", "value": False}, ALIVE - {"ada", "eve"}),
     ({"locale": ["de"]}, {"ada", "bob", "gus"}),  # de and its subtags, not "dex"
     ({"locale": ["de-AT", "fr"]}, {"gus", "eve"}),
+    ({"locale": ["DE"]}, {"ada", "bob", "gus"}),  # BCP 47 tags are case-insensitive (before: no one)
+    ({"locale": ["de-de", "EN-us"]}, {"ada", "cyd"}),
     ({"timezone": ["Europe/Vienna", "UTC"]}, {"bob", "gus", "hal"}),
     ({"has": "email"}, {"ada", "eve", "gus", "hal"}),  # cyd's bounced
     ({"has": "phone"}, {"bob"}),  # dee's is invalid
