@@ -118,6 +118,7 @@ REFUSALS_THE_SCHEMA_CANNOT_STATE = {
     ("type_opt_outs", "invalid_type_key"): "notification type keys: propertyNames is OpenAPI 3.1",
     # Notification types and events (docs/TYPES.md).
     ("type", "unknown_type"): "the notification type must exist",
+    ("notification_type", "unknown_type"): "as above (the segment preview's campaign type)",
     ("channel", "not_in_type"): "one of the (stored) type's channels",
     ("data.*", "required"): "a key the (stored) type requires in data",
     ("data", "payload_too_large"): "event data ≤ 16 KB as JSON",

@@ -159,6 +159,9 @@ def test_the_preview_counts_a_draft_rule_or_a_stored_segment(http, people):  # n
     ({"rules": {"has": "email"}, "segment_id": "x"}, {("rules", "invalid")}),
     ({"segment_id": "nope"}, {("segment_id", "not_found")}),
     ({"rules": {"has": "email"}, "channel": "fax"}, {("channel", "invalid_choice")}),
+    # Before: 200, the subscribed rule counted against a type no one can opt out of.
+    ({"rules": {"subscribed": True}, "channel": "email", "notification_type": "nope"},
+     {("notification_type", "unknown_type")}),
 ])
 def test_a_bad_preview_request_is_422(http, body, expected):  # noqa: F811
     r = call(http, "post", "/v1/segment-preview", body)

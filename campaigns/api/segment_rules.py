@@ -17,6 +17,7 @@ from core.api.errors import BODY, NotOwner, error_responses, response_headers
 from core.api.fields import LabelField, RejectUnknownFields, TextField
 from core.api.scopes import Scope
 from core.vocabulary import CATEGORY_PATTERN, CHANNELS, TYPE_KEY_PATTERN
+from notifications.events.models import NotificationType
 
 RULES_HELP = ("A rule segment's rule (docs/SEGMENTS.md): `and` / `or` (lists), `not`, and leaves `attribute` "
               "(`op` eq / in / exists), `locale`, `timezone`, `has` (email, phone, push_device), `subscribed`, "
@@ -78,7 +79,8 @@ class SegmentPreviewSerializer(RejectUnknownFields, serializers.Serializer):
     category = serializers.RegexField(CATEGORY_PATTERN, required=False, default="marketing",
                                       help_text="The campaign's category (`subscribed`).")
     notification_type = serializers.RegexField(TYPE_KEY_PATTERN, required=False, default="",
-                                               help_text="The campaign's notification type, if any (`subscribed`).")
+                                               help_text="The campaign's notification type, if any (`subscribed`): "
+                                                         "an existing type (422 `unknown_type` otherwise).")
 
     def validate(self, attrs):
         given = [f for f in ("rules", "segment_id") if f in attrs]
@@ -96,6 +98,9 @@ class SegmentPreviewSerializer(RejectUnknownFields, serializers.Serializer):
             errors, uses = rule_errors(attrs["rules"])
             if errors:
                 raise serializers.ValidationError(errors)
+        if attrs["notification_type"] and not NotificationType.objects.filter(pk=attrs["notification_type"]).exists():
+            raise serializers.ValidationError({"notification_type": serializers.ErrorDetail(
+                "unknown notification type", code="unknown_type")})  # as POST /v1/campaigns' type
         if uses and not attrs.get("channel"):
             raise serializers.ValidationError({"channel": serializers.ErrorDetail(
                 "the rule uses subscribed: give the campaign's channel", code="required")})
