@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('campaigns', '0018_platform_clock_stamps'),
+        ('campaigns', '0019_campaign_minutes'),
     ]
 
     operations = [
