@@ -185,14 +185,20 @@ def _state_after(provider: str, answer) -> str:
 
 
 def breaker_state(provider: str) -> dict:
-    """``{"state", "until_ms", "opened"}`` for admin pages and metrics (``closed`` if unknown)."""
+    """``{"state", "until_ms", "opened", "since_ms", "closed_ms"}`` for admin pages and metrics
+    (``closed`` if unknown): ``opened`` counts openings (a failed probe re-opens), ``since_ms`` is when
+    the current or last open spell began, ``closed_ms`` when one last closed (epoch ms, 0: never)."""
     try:
         raw = get_redis().hgetall(f"breaker:{provider}")
     except redis.RedisError:
-        return {"state": "unknown", "until_ms": 0, "opened": 0}
+        return {"state": "unknown", "until_ms": 0, "opened": 0, "since_ms": 0, "closed_ms": 0}
     raw = {k.decode(): v.decode() for k, v in raw.items()}  # type: ignore[union-attr]
-    return {"state": raw.get("state", "closed"), "until_ms": int(float(raw.get("until", 0) or 0)),
-            "opened": int(raw.get("opened", 0) or 0)}
+
+    def ms(key: str) -> int:
+        return int(float(raw.get(key, 0) or 0))
+
+    return {"state": raw.get("state", "closed"), "until_ms": ms("until"), "opened": ms("opened"),
+            "since_ms": ms("since"), "closed_ms": ms("closed_at")}
 
 
 def is_failure(exc: BaseException) -> bool:

@@ -67,6 +67,8 @@ return {0, 500, 0}
 
 # KEYS: state hash, probe key, window key prefix. ARGV: successes, failures, window s,
 # min calls, failure rate, open ms, probe (1/0). Returns {state after, failure rate * 1000}.
+# The hash also keeps when the current (or last) open spell began (``since``, ms: closed → open; a
+# failed probe re-opens the same spell) and when it last closed (``closed_at``, ms) for the admin.
 RECORD = """
 local t = redis.call('TIME')
 local sec = tonumber(t[1])
@@ -79,11 +81,13 @@ if state == 'half_open' or probe then
   redis.call('DEL', KEYS[2])
   if fail > 0 then
     redis.call('HSET', KEYS[1], 'state', 'open', 'until', now + open_ms)
+    if state == 'closed' then redis.call('HSET', KEYS[1], 'since', now) end
     redis.call('HINCRBY', KEYS[1], 'opened', 1)
     return {'open', 1000}
   end
   if ok > 0 then
     redis.call('HSET', KEYS[1], 'state', 'closed', 'until', 0)
+    if state ~= 'closed' then redis.call('HSET', KEYS[1], 'closed_at', now) end
     for i = 0, window - 1 do redis.call('DEL', KEYS[3] .. (sec - i)) end
     return {'closed', 0}
   end
@@ -104,7 +108,7 @@ end
 local calls = total_ok + total_fail
 local rate = total_fail / calls
 if calls >= min_calls and rate >= threshold then
-  redis.call('HSET', KEYS[1], 'state', 'open', 'until', now + open_ms)
+  redis.call('HSET', KEYS[1], 'state', 'open', 'until', now + open_ms, 'since', now)
   redis.call('HINCRBY', KEYS[1], 'opened', 1)
   return {'open', math.floor(rate * 1000)}
 end

@@ -82,6 +82,8 @@ def test_breaker_opens_past_the_failure_rate_fails_fast_then_probes(provider):
     assert isolation.record_calls(provider, failed=3) == "closed"  # 3 of 7 < 50 %
     assert isolation.breaker_allows(provider) == isolation.BreakerVerdict(True)
     assert isolation.record_calls(provider, failed=2) == "open"  # 5 of 9 ≥ 50 %, ≥ 5 calls
+    began = isolation.breaker_state(provider)["since_ms"]
+    assert began > 0 and isolation.breaker_state(provider)["until_ms"] == began + 500
 
     verdict = isolation.breaker_allows(provider)
     assert verdict.allowed is False and 0 < verdict.retry_in <= 0.5
@@ -101,7 +103,11 @@ def test_breaker_opens_past_the_failure_rate_fails_fast_then_probes(provider):
     assert isolation.breaker_allows(provider) == isolation.BreakerVerdict(True)
     # Closing forgot the old failures: one more failure does not reopen it.
     assert isolation.record_calls(provider, failed=1) == "closed"
-    assert isolation.breaker_state(provider) == {"state": "closed", "until_ms": 0, "opened": 2}
+    state = isolation.breaker_state(provider)
+    # One spell (the failed probe re-opened it): began at the first opening, ended at the good probe.
+    assert state == {"state": "closed", "until_ms": 0, "opened": 2, "since_ms": began,
+                     "closed_ms": state["closed_ms"]}
+    assert state["closed_ms"] >= began + 1000
 
 
 def test_rate_limited_and_bad_requests_do_not_count_against_provider_health():
