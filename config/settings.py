@@ -335,6 +335,15 @@ NOTIFY["HOT_HOURS"] = env.float("HOT_HOURS", default=6)
 NOTIFY["DEAD_LETTER_DAYS"] = env.int("DEAD_LETTER_DAYS", default=14)
 NOTIFY["ARCHIVE_BATCH_SIZE"] = env.int("ARCHIVE_BATCH_SIZE", default=5000)
 NOTIFY["ARCHIVE_MAX_ROWS_PER_RUN"] = env.int("ARCHIVE_MAX_ROWS_PER_RUN", default=100_000)
+# The provider health page's last hour (notifications/provider_minutes): beat rolls the delivery log up
+# per provider and minute this often, and the rows are kept this many days.
+NOTIFY["PROVIDER_HEALTH_SAMPLE_SECONDS"] = env.float("PROVIDER_HEALTH_SAMPLE_SECONDS", default=60.0)
+NOTIFY["PROVIDER_HEALTH_KEEP_DAYS"] = env.int("PROVIDER_HEALTH_KEEP_DAYS", default=3)
+CELERY_BEAT_SCHEDULE["sample-provider-minutes"] = {
+    "task": "notifications.sample_provider_minutes",
+    "schedule": NOTIFY["PROVIDER_HEALTH_SAMPLE_SECONDS"],
+    "options": {"queue": "maintenance", "expires": NOTIFY["PROVIDER_HEALTH_SAMPLE_SECONDS"]},
+}
 CELERY_BEAT_SCHEDULE["archive-notifications"] = {
     "task": "notifications.archive",
     "schedule": env.float("ARCHIVE_INTERVAL_SECONDS", default=60.0),

@@ -15,6 +15,7 @@ class NotificationsConfig(AppConfig):
         from notifications.acceptance import models as _acceptance  # noqa: F401
         from notifications.events import models as _events  # noqa: F401
         from notifications.inbox import models as _inbox  # noqa: F401
+        from notifications.provider_minutes import models as _provider_minutes  # noqa: F401
         from notifications.send_time import models as _send_time  # noqa: F401
         from notifications.webhooks import models as _webhooks  # noqa: F401
 

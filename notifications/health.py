@@ -27,8 +27,15 @@ from django.views.decorators.http import require_GET
 
 from core import clock, partitions
 from core.redis_client import client_for, get_redis
+from notifications.metrics import OUTCOMES
 
 log = logging.getLogger(__name__)
+
+#: The attempt outcomes that are provider calls (as ``notify_provider_calls_total`` counts them), and
+#: those of them that count against the provider (contact_invalid is about the recipient): the
+#: provider health page's error share, in its tables and its last hour.
+CALL_OUTCOMES = OUTCOMES
+ERROR_OUTCOMES = ("transient", "permanent", "configuration")
 
 #: Redis key (in ``settings.REDIS_URL``) holding the unix time of the last scheduler run.
 HEARTBEAT_KEY = "ops:scheduler:heartbeat"

@@ -23,14 +23,15 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html_join
 
+from notifications.health import CALL_OUTCOMES, ERROR_OUTCOMES
+from notifications.provider_minutes.last_hour import last_hour
+
 log = logging.getLogger(__name__)
 
 WINDOW_MINUTES = 15
 WINDOW_MAX_MINUTES = 60
 ATTEMPT_SCAN_CAP = 50_000
-OUTCOMES = ("accepted", "transient", "permanent", "contact_invalid", "configuration")
-#: Outcomes that count against the provider (contact_invalid is about the recipient, not the provider).
-ERROR_OUTCOMES = ("transient", "permanent", "configuration")
+OUTCOMES = CALL_OUTCOMES
 #: The table's outcome headers: a line may break after an underscore (the page fits a 1366 px window).
 OUTCOME_HEADERS = [format_html_join("", "{}<wbr>", ((part,) for part in re.split("(?<=_)", o))) for o in OUTCOMES]
 
@@ -155,6 +156,7 @@ the recipient, not the provider.{% if truncated %} <b>More than {{ cap }} calls 
 {% for c in p.by_outcome %}<td>{{ c }}</td>{% endfor %}<td>{{ p.total }}</td><td>{{ p.error_ratio }}</td>
 <td>{{ p.breaker }}</td><td>{{ p.budget }}</td></tr>
 {% endfor %}</tbody></table></div>
+{% include "admin/provider_health/last_hour.html" %}
 <h2>Queues</h2>
 {% if queues_error %}<p class="errornote">{{ queues_error }}</p>{% else %}
 <table id="queues"><thead><tr><th>Queue</th><th>Depth</th><th>Oldest message</th></tr></thead>
@@ -216,6 +218,7 @@ def make_view(site: admin.AdminSite):
             minutes = WINDOW_MINUTES
         minutes = min(max(minutes, 1), WINDOW_MAX_MINUTES)
         providers, truncated = provider_rows(minutes)
+        hour = last_hour(list(dict.fromkeys(p["name"] for p in providers)))
         queues, queues_error = _queues()
         pipeline, pipeline_error = _pipeline()
         partition_state, partitions_error = _partitions()
@@ -226,6 +229,7 @@ def make_view(site: admin.AdminSite):
             "pipeline_error": pipeline_error, "partitions": partition_state, "partitions_error": partitions_error,
             "dead_oldest": _age(pipeline["dead_letters_oldest_age_seconds"]) if pipeline else "",
             "lag": _age(pipeline["scheduler_lag_seconds"]) if pipeline else "",
+            "last_hour": hour,
             "stale_after": _age(partition_state["stale_after"].total_seconds()) if partition_state else "",
         }
         return TemplateResponse(request, _TEMPLATE, context)

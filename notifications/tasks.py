@@ -9,6 +9,7 @@ from core.queues import RECEIPTS_DRAIN_TASK, RECEIPTS_TASK, SEND_TASK, WEBHOOK_D
 from notifications import app_receipts, receipts, scheduler
 from notifications.delivery import pipeline
 from notifications.inbox import prune, refresh
+from notifications.provider_minutes import sampler as provider_minutes
 from notifications.send_time import compute as send_time
 from notifications.webhooks import delivery as webhook_delivery
 from notifications.webhooks import retention as webhook_retention
@@ -81,6 +82,13 @@ def maintain_partitions() -> dict:
     run = partitions.maintain()
     return {"skipped": run.skipped, "created": [n for t in run.tables for n in t.created],
             "dropped": [n for t in run.tables for n in t.dropped]}
+
+
+@notification_task("notifications.sample_provider_minutes")
+def sample_provider_minutes() -> dict:
+    """Beat (``maintenance``, every ``PROVIDER_HEALTH_SAMPLE_SECONDS``): the delivery log's new attempts
+    and each provider's breaker into per-minute rows for the provider health page."""
+    return provider_minutes.sample()
 
 
 @notification_task("notifications.prune_inbox")

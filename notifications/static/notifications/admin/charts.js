@@ -66,5 +66,27 @@
     return chart;
   }
 
-  window.notifyCharts = {perMinute: perMinute, update: update, timeline: timeline};
+  /* One small per-minute series (the provider health page's last hour): a line, or with opts.breaker
+     a stepped closed (0) / open (1) band; null is a minute without a sample (a gap). */
+  function small(canvas, labels, values, opts) {
+    if (!canvas) { return null; }
+    var colour = opts.breaker ? "#ba2121" : "#417690";
+    var y = {beginAtZero: true, ticks: {maxTicksLimit: 4}};
+    if (opts.breaker) {
+      y = {min: 0, max: 1, ticks: {stepSize: 1, callback: function (v) { return v ? "open" : "closed"; }}};
+    }
+    var chart = new window.Chart(canvas, {
+      type: "line",
+      data: {labels: labels, datasets: [{label: opts.title, data: values, borderColor: colour,
+        backgroundColor: opts.breaker ? "rgba(186,33,33,0.25)" : colour, fill: !!opts.breaker,
+        stepped: !!opts.breaker, spanGaps: false, pointRadius: 0, borderWidth: 1.5, tension: 0}]},
+      options: {animation: false, responsive: true, interaction: {mode: "index", intersect: false},
+                scales: {x: {ticks: {maxTicksLimit: 4, maxRotation: 0}}, y: y},
+                plugins: {legend: {display: false}, title: {display: true, text: opts.title}}}
+    });
+    canvas.dataset.chartReady = "1";
+    return chart;
+  }
+
+  window.notifyCharts = {perMinute: perMinute, update: update, timeline: timeline, small: small};
 })();
