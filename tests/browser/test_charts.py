@@ -1,19 +1,23 @@
 """The admin's charts in a real browser against ``make run``'s web process (issue 27): Chart.js is
 served by WhiteNoise (no CDN), a campaign's page draws its per-minute pace from beat's samples and
-says its rate and ETA; with JavaScript off the numbers and sentences are all still there."""
+says its rate and ETA, the provider health page each provider's last hour; with JavaScript off the
+numbers and sentences are all still there."""
 
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from campaigns import pace, services
 from campaigns.models import Campaign, CampaignMinute, CampaignStatus
 from core import clock
-from notifications.models import Notification
+from notifications.models import DeliveryAttempt, Notification
+from notifications.provider_minutes import sampler
 from preferences.models import Recipient
+from providers import isolation
+from tests.conftest import reset_isolation
 
 pytestmark = pytest.mark.browser
 
@@ -65,16 +69,20 @@ def test_the_campaign_page_charts_its_pace_and_says_its_eta(page, log_in, staff_
     assert all(s.startswith(page.url.split("/admin/")[0]) for s in static) and len(static) == 2, static
 
 
+def without_javascript(browser, web_server, user: str, password: str):
+    context = browser.new_context(base_url=web_server, java_script_enabled=False)
+    page = context.new_page()
+    page.goto("/admin/")
+    page.fill("#id_username", user)
+    page.fill("#id_password", password)
+    page.click("input[type=submit]")
+    return context, page
+
+
 def test_with_javascript_off_the_numbers_remain(browser, web_server, transactional_db, staff_member):
     c = sending_campaign()
-    user, password = staff_member("mara", "marketing")
-    context = browser.new_context(base_url=web_server, java_script_enabled=False)
+    context, page = without_javascript(browser, web_server, *staff_member("mara", "marketing"))
     try:
-        page = context.new_page()
-        page.goto("/admin/")
-        page.fill("#id_username", user)
-        page.fill("#id_password", password)
-        page.click("input[type=submit]")
         page.goto(f"/admin/campaigns/campaign/{c.pk}/change/")
         expect(page.locator("[data-field='sent']")).to_have_text("100")
         expect(page.locator("[data-pace='eta_text']")).to_contain_text("for 100 due")
@@ -100,3 +108,55 @@ def test_the_recipient_page_shows_the_last_30_days_with_the_reason_on_hover(page
     assert [d for d in drawn if d[1]] == [["delivered", ["delivered:"]], ["failed", ["failed:token_invalid"]],
                                           ["suppressed", ["suppressed:quiet_hours"]]]
     expect(page.locator("#recipient-timeline-table tr[data-channel='email'] td").nth(1)).to_have_text("1")
+
+
+def providers_last_hour() -> str:
+    """Beat's samples of a provider's last hour: twilio made 4 calls (one transient error) and its
+    breaker opened and closed again. Returns the summary the page says."""
+    reset_isolation()
+    sampler.sample()
+    now = clock.now()
+    DeliveryAttempt.objects.bulk_create([
+        DeliveryAttempt(notification_id=uuid.uuid4(), number=1, provider="twilio", outcome=outcome, latency_ms=ms,
+                        created_at=now) for outcome, ms in (("accepted", 100), ("accepted", 100), ("accepted", 100),
+                                                           ("transient", 100))])
+    isolation.record_calls("twilio", failed=20)
+    sampler.sample()
+    isolation.record_calls("twilio", ok=1, probe=True)
+    sampler.sample()
+    state = isolation.breaker_state("twilio")
+    began, ended = (datetime.fromtimestamp(state[k] / 1000, UTC) for k in ("since_ms", "closed_ms"))
+    seconds = round((ended - began).total_seconds())
+    return (f"Last hour: 4 requests, error share 25.0% (1), worst p95 100 ms (at {now:%H:%M}), breaker open 1×: "
+            f"{began:%H:%M:%S}–{ended:%H:%M:%S} ({seconds} s).")
+
+
+def test_the_provider_health_page_charts_each_providers_last_hour(page, log_in, staff_member):
+    summary = providers_last_hour()
+    log_in(*staff_member("sam", "support"))
+
+    assert page.goto("/admin/provider-health/").status == 200
+
+    expect(page.locator(".last-hour canvas[data-chart-ready='1']")).to_have_count(5 * 4)
+    drawn = page.evaluate("""() => ['requests', 'error_share', 'p95_ms', 'breaker'].map(key => {
+        const c = Chart.getChart(document.getElementById('last-hour-twilio-' + key));
+        const values = c.data.datasets[0].data.filter(v => v !== null);
+        return [c.options.plugins.title.text, c.data.labels.length, values]; })""")
+    assert [(title, labels) for title, labels, _ in drawn] == [
+        ("requests / min", 60), ("error share %", 60), ("latency p95 (ms)", 60), ("breaker open", 60)]
+    assert sum(drawn[0][2]) == 4 and 25 in drawn[1][2] and 100 in drawn[2][2] and 1 in drawn[3][2]
+    expect(page.locator(".last-hour-summary[data-provider='twilio']")).to_have_text(summary)
+
+
+def test_with_javascript_off_the_provider_health_page_says_the_last_hour(browser, web_server, transactional_db,
+                                                                          staff_member):
+    summary = providers_last_hour()
+    context, page = without_javascript(browser, web_server, *staff_member("sam", "support"))
+    try:
+        page.goto("/admin/provider-health/")
+        expect(page.locator(".last-hour-summary[data-provider='twilio']")).to_have_text(summary)
+        expect(page.locator(".last-hour[data-provider='twilio'] .help")).to_contain_text("Open: at least 20 calls")
+        expect(page.locator(".last-hour-charts").first).to_be_hidden()
+        expect(page.locator("canvas[data-chart-ready='1']")).to_have_count(0)
+    finally:
+        context.close()

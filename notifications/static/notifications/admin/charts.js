@@ -80,7 +80,8 @@
       data: {labels: labels, datasets: [{label: opts.title, data: values, borderColor: colour,
         backgroundColor: opts.breaker ? "rgba(186,33,33,0.25)" : colour, fill: !!opts.breaker,
         stepped: !!opts.breaker, spanGaps: false, pointRadius: 0, borderWidth: 1.5, tension: 0}]},
-      options: {animation: false, responsive: true, interaction: {mode: "index", intersect: false},
+      options: {animation: false, responsive: true, maintainAspectRatio: false,  // the box's height
+                interaction: {mode: "index", intersect: false},
                 scales: {x: {ticks: {maxTicksLimit: 4, maxRotation: 0}}, y: y},
                 plugins: {legend: {display: false}, title: {display: true, text: opts.title}}}
     });
