@@ -122,6 +122,8 @@ def sample_breaker(name: str, now: datetime) -> ProviderMinute:
     previous = (ProviderMinute.objects.filter(provider=name, sampled_at__isnull=False, minute__lte=minute_of(now))
                 .order_by("-minute").values_list("breaker_opened_total", "sampled_at").first())
     total, (last_total, last_at) = state["opened"], previous or (None, None)
+    if state["state"] == "unknown":  # Redis unreachable: no counter read, keep the last one
+        total = last_total or 0
     opened = 0 if last_total is None else total - last_total if total >= last_total else total
     began, ended = _instant(state["since_ms"]), _instant(state["closed_ms"])
     if state["state"] in OPEN_STATES:
