@@ -27,7 +27,7 @@ from django.views.decorators.http import require_GET
 
 from core import clock, partitions
 from core.redis_client import client_for, get_redis
-from notifications.metrics import OUTCOMES
+from notifications.metrics_labels import OUTCOMES
 
 log = logging.getLogger(__name__)
 

@@ -25,14 +25,13 @@ from django.db import transaction
 from prometheus_client import multiprocess, values
 
 from core.vocabulary import CHANNELS, TIERS
-from notifications.metrics_labels import code_label, one_of, provider_label, reason_label, task_label
+from notifications.metrics_labels import OUTCOMES, code_label, one_of, provider_label, reason_label, task_label
 
 log = logging.getLogger(__name__)
 
 #: True when this process writes its metrics to PROMETHEUS_MULTIPROC_DIR files.
 MULTIPROCESS = bool(getattr(values.ValueClass, "_multiprocess", False))
 
-OUTCOMES = ("accepted", "transient", "permanent", "contact_invalid", "configuration")
 #: Statuses counted by notify_notification_outcomes_total (the end of the send path, or a receipt's).
 #: Cancellations happen in the API/campaign services, which are not instrumented (yet).
 OUTCOME_STATUSES = ("sent", "delivered", "failed", "suppressed", "expired")

@@ -13,6 +13,10 @@ import re
 
 from django.conf import settings
 
+#: A provider call's outcomes (``DeliveryAttempt.Outcome``): the ``outcome`` label of the call series,
+#: and the provider health page's columns (notifications/health.py).
+OUTCOMES = ("accepted", "transient", "permanent", "contact_invalid", "configuration")
+
 #: Provider error codes kept as they are; any other code becomes its HTTP status class or "other".
 KNOWN_PROVIDER_CODES = frozenset({
     # Twilio (providers/twilio/backend.py tables)
