@@ -24,7 +24,7 @@ from campaigns.models import Campaign, CampaignMinute, CampaignStatus
 from campaigns.selectors import campaign_counts
 from core import clock
 from notifications.models import NotificationRecord, Priority
-from providers.isolation import limits_for
+from providers.isolation import breaker_state, limits_for
 from providers.registry import provider_names
 
 log = logging.getLogger(__name__)
@@ -69,12 +69,19 @@ def sample(campaign: Campaign, now: datetime) -> CampaignMinute:
 
 
 def due(now: datetime) -> list[Campaign]:
-    """The campaigns to sample: fanning out or sending, and those finished since their last sample
-    (their last minute; finished within a day, so an old campaign is never counted again)."""
+    """The campaigns to sample: fanning out or sending, and those finished (within a day) until a
+    sample taken after they finished shows none of their rows open: a cancel marks the campaign
+    first and cancels its rows in chunks after, and rows in flight finish later (hadv27)."""
     finished = (Campaign.objects.filter(status__in=FINISHED)
                 .annotate(finished_at=Coalesce("completed_at", "cancelled_at"), last=Max("minutes__sampled_at"))
-                .filter(finished_at__gte=now - timedelta(days=1), last__lt=Coalesce("completed_at", "cancelled_at")))
-    return list(Campaign.objects.filter(Q(status__in=SAMPLED) | Q(pk__in=finished.values("pk"))).order_by("pk"))
+                .filter(finished_at__gte=now - timedelta(days=1), last__isnull=False))
+    settling = []
+    for campaign_id, finished_at, last in finished.values_list("pk", "finished_at", "last"):
+        newest = (CampaignMinute.objects.filter(campaign_id=campaign_id).order_by("-minute")
+                  .values_list("counts", flat=True).first() or {})
+        if last < finished_at or newest.get("outcome", {}).get("pending", 0):
+            settling.append(campaign_id)
+    return list(Campaign.objects.filter(Q(status__in=SAMPLED) | Q(pk__in=settling)).order_by("pk"))
 
 
 def sample_due(now: datetime | None = None) -> int:
@@ -136,8 +143,12 @@ def pace(campaign: Campaign, now: datetime | None = None) -> dict:
                 [:MINUTES_SHOWN + 1])[::-1]
     chart = _chart(rows, first_is_base=len(rows) > MINUTES_SHOWN)
     latest = rows[-1] if rows else None
-    rate = _recent_rate(rows)
+    rate, window = _recent_rate(rows), f"over the last {RECENT_MINUTES} min"
     counts = (minutes.values_list("counts", flat=True).first() or {}) if latest else {}
+    if rate is None and latest and campaign.started_at and latest["sampled_at"] > campaign.started_at:
+        # One minute sampled so far (samples in a minute replace each other): the rate since launch.
+        done = _outcome(latest).get("sent", 0) + _outcome(latest).get("not_sent", 0)
+        rate, window = done / (latest["sampled_at"] - campaign.started_at).total_seconds(), "since launch"
     by_status = counts.get("by_status", {})
     not_created = max(0, (campaign.member_count or 0) - counts.get("total", 0)) \
         if campaign.status == CampaignStatus.FANNING_OUT else 0
@@ -146,12 +157,17 @@ def pace(campaign: Campaign, now: datetime | None = None) -> dict:
     bound = budget(campaign)
     eta_seconds = round(due_left / rate) if rate and due_left and campaign.status in SAMPLED else None
     recent = [r for r in rows[-RECENT_MINUTES:] if r["due_to_sent_p95_ms"] is not None]
+    finished_at = campaign.completed_at or campaign.cancelled_at if campaign.status in FINISHED else None
     found = {
         "chart": chart, "sampled_at": latest["sampled_at"].isoformat() if latest else None,
-        "rate_per_s": round(rate, 1) if rate is not None else None,
+        "rate_per_s": round(rate, 1) if rate is not None else None, "rate_window": window,
+        "finished": {"status": campaign.get_status_display(), "at": finished_at.isoformat()} if finished_at else None,
+        "breaker_open": bool(bound and breaker_state(bound.provider)["state"] == "open"),
         "due_left": due_left, "scheduled": scheduled,
         "eta_seconds": eta_seconds,
-        "eta_at": (now + timedelta(seconds=eta_seconds)).isoformat() if eta_seconds is not None else None,
+        # From the sample it was computed on: the instant does not move between polls of one sample.
+        "eta_at": (latest["sampled_at"] + timedelta(seconds=eta_seconds)).isoformat()
+        if eta_seconds is not None and latest else None,
         "budget": {"provider": bound.provider, "tier": bound.tier, "per_second": bound.per_second} if bound else None,
         "at_budget": bool(bound and rate and rate >= 0.8 * bound.per_second),
         "due_to_sent_ms": {"p50": recent[-1]["due_to_sent_p50_ms"], "p95": recent[-1]["due_to_sent_p95_ms"],
@@ -171,23 +187,36 @@ def texts(p: dict) -> dict:
     bound = p["budget"]
     budget_text = (f"{bound['provider']}'s {bound['tier']} budget, {bound['per_second']:,.0f}/s" if bound
                    else "no provider budget (the inbox)")
+    if p["finished"]:
+        when = p["finished"]["at"][11:19]
+        return {"rate_text": f"— ({p['finished']['status'].lower()} at {when} UTC)",
+                "eta_text": f"{p['finished']['status']} at {when} UTC: nothing left to send",
+                "latency_text": _latency_text(p["due_to_sent_ms"])}
     if p["rate_per_s"] is None:
-        rate = "not measured yet (two samples are needed)"
+        rate = "not measured yet (beat samples every few seconds)"
     else:
-        rate = f"{p['rate_per_s']:,.1f}/s over the last {RECENT_MINUTES} min"
+        rate = f"{p['rate_per_s']:,.1f}/s {p['rate_window']}"
         rate += f", at {budget_text}, which bounds it" if p["at_budget"] else f"; bound: {budget_text}"
-    if p["eta_seconds"] is not None:
+    if p["breaker_open"]:
+        rate += (f"; {p['budget']['provider']}'s circuit breaker is open: its calls fail fast and are tried "
+                 "again later (provider health)")
+    if p["sampled_at"] is None:
+        eta = "not counted yet"
+    elif p["eta_seconds"] is not None:
         eta = f"about {_duration(p['eta_seconds'])} for {p['due_left']:,} due (at {p['eta_at'][11:19]} UTC)"
     elif p["due_left"]:
         eta = f"{p['due_left']:,} due; no rate yet"
     else:
         eta = "nothing due"
     if p["scheduled"]:
-        eta += f"; {p['scheduled']:,} scheduled for later (local time, spread or quiet hours) go when due"
-    latency = p["due_to_sent_ms"]
-    return {"rate_text": rate, "eta_text": eta,
-            "latency_text": (f"p50 {latency['p50']:,} ms, p95 {latency['p95']:,} ms (rows sent in minute "
-                             f"{latency['minute']} UTC)") if latency else "—"}
+        eta += (f"; {p['scheduled']:,} scheduled for later (local time, spread, quiet hours or a retry's "
+                "backoff) go when due")
+    return {"rate_text": rate, "eta_text": eta, "latency_text": _latency_text(p["due_to_sent_ms"])}
+
+
+def _latency_text(latency: dict | None) -> str:
+    return (f"p50 {latency['p50']:,} ms, p95 {latency['p95']:,} ms (rows sent in minute {latency['minute']} UTC)"
+            if latency else "—")
 
 
 def _chart(rows: list[dict], *, first_is_base: bool) -> dict:

@@ -107,7 +107,44 @@ def test_a_finished_campaign_is_sampled_once_more_then_never(frozen):
     assert pace.sample_due() == 0
     last = CampaignMinute.objects.filter(campaign=c).order_by("-minute").first()
     assert last.counts["outcome"]["sent"] == 3
-    assert pace.pace(Campaign.objects.get(pk=c.pk), frozen[0])["eta_text"] == "nothing due"
+    assert pace.pace(Campaign.objects.get(pk=c.pk), frozen[0])["eta_text"] == (
+        "Completed at 11:32:05 UTC: nothing left to send")
+
+
+def test_a_cancel_is_sampled_until_its_rows_settle_and_the_page_says_it_ended(frozen):
+    """hadv27: a sample taken while the cancel was still cancelling rows counted as the last one, and
+    the page said "9,052 due" for ever after."""
+    c, rows = sending_campaign(10)
+    pace.sample_due()
+    frozen[0] = NOW + timedelta(seconds=20)
+    Campaign.objects.filter(pk=c.pk).update(status=CampaignStatus.CANCELLED, cancelled_at=frozen[0])
+    move(rows[:4], "cancelled", frozen[0], reason="campaign_cancelled")  # the first chunk only
+    frozen[0] = NOW + timedelta(seconds=35)
+    assert pace.sample_due() == 1  # 6 still queued: sampled again at the next tick
+    move(rows[4:], "cancelled", frozen[0], reason="campaign_cancelled")
+    frozen[0] = NOW + timedelta(seconds=50)
+    assert pace.sample_due() == 1
+    frozen[0] = NOW + timedelta(seconds=65)
+    assert pace.sample_due() == 0  # settled
+    p = pace.pace(Campaign.objects.get(pk=c.pk), frozen[0])
+    assert p["eta_text"] == "Cancelled at 11:30:25 UTC: nothing left to send"
+    assert CampaignMinute.objects.filter(campaign=c).order_by("-minute").first().counts["outcome"]["cancelled"] == 10
+
+
+def test_the_first_minute_has_a_rate_since_launch_and_an_open_breaker_is_named(frozen, settings, monkeypatch):
+    settings.PROVIDERS = {**settings.PROVIDERS, "email": [{"NAME": "sendgrid", "BACKEND": "x"}]}
+    c, rows = sending_campaign(100)
+    Campaign.objects.filter(pk=c.pk).update(started_at=NOW - timedelta(seconds=20))
+    move(rows[:40], "sent", frozen[0])
+    pace.sample_due()
+    monkeypatch.setattr(pace, "breaker_state", lambda provider: {"state": "open"})
+
+    p = pace.pace(Campaign.objects.get(pk=c.pk), frozen[0] + timedelta(seconds=10))
+
+    assert (p["rate_per_s"], p["eta_seconds"], p["eta_at"][11:19]) == (2.0, 30, "11:30:35")  # from the sample
+    assert p["rate_text"].startswith("2.0/s since launch; bound: sendgrid's standard budget")
+    assert p["rate_text"].endswith("sendgrid's circuit breaker is open: its calls fail fast and are tried again "
+                                   "later (provider health)")
 
 
 def test_beat_samples_on_the_maintenance_queue(settings):

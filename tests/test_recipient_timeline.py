@@ -55,6 +55,17 @@ def test_the_window_by_channel_and_outcome(frozen, eve):
         ("email", [1, 1, 0, 1, 0, 0], NOW - timedelta(days=1)),
         ("sms", [0, 1, 0, 0, 0, 0], NOW - timedelta(days=6))]
     assert t["truncated"] is False
+    assert (t["chart"]["since"], t["chart"]["until"]) == (int((NOW - timedelta(days=30)).timestamp() * 1000),
+                                                        int(NOW.timestamp() * 1000))
+
+
+def test_a_deferred_send_is_placed_when_it_was_sent(frozen, eve):
+    late = note(eve, "sms", "sent", 5)
+    Notification.objects.filter(pk=late.pk).update(sent_at=NOW - timedelta(hours=2))
+    t = timeline("eve", NOW)
+    assert dict((c, last) for c, _counts, last in t["table"])["sms"] == NOW - timedelta(hours=2)
+    assert sorted(p["t"] for p in t["points"] if p["channel"] == "sms") == [
+        int((NOW - timedelta(days=6)).timestamp() * 1000), int((NOW - timedelta(hours=2)).timestamp() * 1000)]
 
 
 def staff(group: str) -> Client:

@@ -13,6 +13,7 @@ from collections import Counter
 from datetime import datetime, timedelta
 
 from django.contrib import admin
+from django.db.models.functions import Coalesce
 
 from core import clock
 from notifications import records
@@ -34,9 +35,10 @@ def timeline(recipient_id: str, now: datetime | None = None) -> dict:
     delivered or sent)], "truncated": bool, "since": datetime}`` over the last :data:`DAYS` days."""
     now = now or clock.now()
     since = now - timedelta(days=DAYS)
+    # Each at when it was sent (a deferred or local-time send lands on its own day), else when made.
     rows = list(records.records().filter(recipient_id=recipient_id, created_at__gte=since)
-                .order_by("-created_at").values_list("pk", "created_at", "channel", "status", "reason")
-                [:MAX_POINTS + 1])
+                .order_by("-created_at").annotate(at=Coalesce("sent_at", "created_at"))
+                .values_list("pk", "at", "channel", "status", "reason")[:MAX_POINTS + 1])
     truncated = len(rows) > MAX_POINTS
     rows = rows[:MAX_POINTS]
     points = [{"t": int(at.timestamp() * 1000), "channel": channel, "group": GROUP_OF.get(status, "pending"),
@@ -45,12 +47,13 @@ def timeline(recipient_id: str, now: datetime | None = None) -> dict:
     last_reached: dict[str, datetime] = {}
     for _pk, at, channel, status, _reason in rows:
         counts.setdefault(channel, Counter())[GROUP_OF.get(status, "pending")] += 1
-        if GROUP_OF.get(status) in ("delivered", "sent") and channel not in last_reached:
-            last_reached[channel] = at  # rows are newest first
+        if GROUP_OF.get(status) in ("delivered", "sent"):
+            last_reached[channel] = max(at, last_reached.get(channel, at))
     channels = [c for c in CHANNELS if c in counts] + sorted(set(counts) - set(CHANNELS))
     table = [(c, [counts[c][g] for g in GROUPS], last_reached.get(c)) for c in channels]
     return {"points": points, "table": table, "groups": list(GROUPS), "channels": channels,
-            "chart": {"points": points, "channels": channels, "groups": list(GROUPS)},
+            "chart": {"points": points, "channels": channels, "groups": list(GROUPS),
+                      "since": int(since.timestamp() * 1000), "until": int(now.timestamp() * 1000)},
             "truncated": truncated, "since": since, "days": DAYS, "max_points": MAX_POINTS}
 
 

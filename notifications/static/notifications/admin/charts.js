@@ -14,7 +14,9 @@
       type: "line",
       data: {labels: data.labels, datasets: NAMES.map(function (name) {
         return {label: name + " / min", data: data[name], borderColor: COLOURS[name],
-                backgroundColor: COLOURS[name], spanGaps: false, pointRadius: 0, borderWidth: 2, tension: 0};
+                backgroundColor: COLOURS[name], spanGaps: false, borderWidth: 2, tension: 0,
+                // no dots on a line, but a lone minute (a short campaign) must still show
+                pointRadius: function (ctx) { return ctx.chart.data.labels.length < 2 ? 3 : 0; }};
       })},
       options: {animation: false, responsive: true, interaction: {mode: "index", intersect: false},
                 scales: {x: {title: {display: true, text: "minute (UTC)"}, ticks: {maxTicksLimit: 12}},
@@ -52,8 +54,8 @@
                   .map(function (p) { return {x: p.t, y: row[p.channel], point: p}; })};
       })},
       options: {animation: false, responsive: true,
-                scales: {x: {type: "linear", ticks: {callback: function (v) { return stamp(v).slice(5, 10); },
-                                                     maxTicksLimit: 10}},
+                scales: {x: {type: "linear", min: data.since, max: data.until,
+                             ticks: {callback: function (v) { return stamp(v).slice(5, 10); }, maxTicksLimit: 10}},
                          y: {min: -0.5, max: data.channels.length - 0.5, reverse: true,
                              ticks: {stepSize: 1, callback: function (v) { return data.channels[v] || ""; }}}},
                 plugins: {legend: {position: "bottom"},
