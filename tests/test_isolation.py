@@ -191,3 +191,31 @@ def test_out_of_range_isolation_settings_fail_the_system_check(settings):
         'NOTIFY["BATCH_SIZE"]["email"] (BATCH_SIZE_EMAIL) must be in 1..1000 (SendGrid takes at most 1,000 '
         "recipients per request), got 5000",
     ]
+
+
+@pytest.mark.parametrize(("batch_api", "probe", "expected"), [
+    (False, False, (0, 15)), (True, False, (0, 1)), (False, True, (98, 15))])
+def test_answers_of_429_are_not_counted_healthy(monkeypatch, batch_api, probe, expected):
+    """hadv27: Twilio answering 503 below its rate and 429 above it read ok 98 / failed 15 a second,
+    and the breaker never opened. 429s count as neither, but a probe answered 429 was answered."""
+    from notifications.delivery import calls
+    from providers.base import TransientProviderError
+
+    outcomes = ([TransientProviderError("twilio", "20429", http_status=429)] * 98
+                + [TransientProviderError("twilio", "20500", http_status=503)] * 15)
+    if batch_api:
+        outcomes = outcomes[-16:]  # one request of a batch API: some 429, some 503 answers
+    seen = []
+    monkeypatch.setattr(calls.isolation, "record_calls", lambda name, **kw: seen.append(kw) or "closed")
+    calls._count_calls("twilio", outcomes, batch_api, probe)
+    assert [(kw["ok"], kw["failed"]) for kw in seen] == [expected]
+
+
+def test_a_batch_request_answered_429_alone_counts_as_nothing(monkeypatch):
+    from notifications.delivery import calls
+    from providers.base import TransientProviderError
+
+    seen = []
+    monkeypatch.setattr(calls.isolation, "record_calls", lambda name, **kw: seen.append(kw) or "closed")
+    calls._count_calls("sendgrid", [TransientProviderError("sendgrid", "429", http_status=429)] * 3, True, False)
+    assert [(kw["ok"], kw["failed"]) for kw in seen] == [(0, 0)]  # nothing (record_calls writes nothing)

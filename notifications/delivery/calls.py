@@ -370,7 +370,14 @@ def _count_calls(name: str, outcomes: list, batch_api: bool, probe: bool, batch:
     of ``batch``, whose reading is the state after). Returns the calls that failed in a way that
     counts against the provider's health."""
     failed = sum(1 for o in outcomes if isinstance(o, Exception) and isolation.is_failure(o))
-    ok, bad = ((0, 1) if failed else (1, 0)) if batch_api else (len(outcomes) - failed, failed)
+    # A 429 is neither (isolation.record_calls): counted healthy, a provider answering 503 below its
+    # rate and 429 above it never opened its breaker (hadv27: ok 98, failed 15 a second). A probe
+    # answered 429 is an answer: it still closes the breaker.
+    limited = 0 if probe else sum(1 for o in outcomes if rate_limited(o))
+    if batch_api:
+        ok, bad = (0, 1) if failed else (0, 0) if outcomes and limited == len(outcomes) else (1, 0)
+    else:
+        ok, bad = len(outcomes) - failed - limited, failed
     if batch is None:
         breaker_after(name, isolation.record_calls(name, ok=ok, failed=bad, probe=probe))
     else:
