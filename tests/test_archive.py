@@ -161,9 +161,12 @@ def test_a_batch_is_an_index_scan_of_the_live_table_never_a_seq_scan():
             cur.execute("EXPLAIN " + archive._move_sql(candidates, order), params)
             plan = "\n".join(r[0] for r in cur.fetchall())
         assert "Seq Scan on notifications_notification" not in plan, plan
-        assert "Index Scan using notification_" in plan, plan
+        assert "Index Scan using notification_" in plan or "Bitmap Index Scan on notification_" in plan, plan
         if order == "updated_at":
-            assert "Index Scan using notification_finished_idx on notifications_notification n" in plan, plan
+            # A plain or a bitmap index scan, as the test database's statistics make it (both read
+            # the finished index, never the table; a bitmap scan failed a full run once).
+            assert ("Index Scan using notification_finished_idx on notifications_notification n" in plan
+                    or "Bitmap Index Scan on notification_finished_idx" in plan), plan
 
 
 # --- the move racing other writers --------------------------------------------------------------
