@@ -18,18 +18,17 @@ same size); the campaigns and their rows are deleted.
 from __future__ import annotations
 
 import hashlib
-import os
 import random
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from datetime import time as wall_time
-from pathlib import Path
 
 from django.db import connection, transaction
 from django.db.models import Count
 
 from bench import seed
+from bench.db_cpu import backend_cpu
 from bench.history_rows import _Table, table_exists
 from campaigns import fanout, services
 from campaigns.models import Campaign, CampaignShard, SendTimeMember
@@ -152,18 +151,6 @@ def measure_fanout(members: int, send_time: dict | None) -> dict:
             "wall_seconds": round(wall, 2), "cpu_us_per_member": round(cpu / members * 1e6, 1),
             "db_backend_cpu_us_per_member": None if db is None or db0 is None
             else round((db - db0) / members * 1e6, 1)}
-
-
-def backend_cpu() -> float | None:
-    """User + system CPU seconds of this connection's Postgres backend, or ``None`` (not on this machine)."""
-    with connection.cursor() as cur:
-        cur.execute("SELECT pg_backend_pid()")
-        pid = cur.fetchone()[0]
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def database_size() -> dict[str, str]:

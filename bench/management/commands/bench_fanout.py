@@ -11,7 +11,6 @@ unless ``--keep``. Writes ``bench/results/fanout-<UTC timestamp>.json``.
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -20,6 +19,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from bench.db_cpu import backend_cpu
 from campaigns import fanout, services
 from campaigns.models import Campaign, CampaignShard, Segment, SegmentMember
 from core import clock
@@ -45,7 +45,7 @@ class Command(BaseCommand):
             title="Bench", body="Hello {{ first_name }}", scheduled_at=clock.now() + timedelta(days=1))
         campaign = result.campaign
         Campaign.objects.filter(pk=campaign.pk).update(fanout_at=clock.now())  # fan out now, send tomorrow
-        cpu0, db_cpu0 = time.process_time(), _backend_cpu_seconds()
+        cpu0, db_cpu0 = time.process_time(), backend_cpu()
         if inline:
             started = fanout.start_due_campaigns()
             if str(campaign.pk) not in started:
@@ -59,7 +59,7 @@ class Command(BaseCommand):
                 raise CommandError("fan-out did not finish in time (is `make run` running its workers?)")
             time.sleep(0.05)
         elapsed = time.perf_counter() - t0
-        cpu, db_cpu = time.process_time() - cpu0, _backend_cpu_seconds()
+        cpu, db_cpu = time.process_time() - cpu0, backend_cpu()
         campaign.refresh_from_db()
         fanout_seconds = (campaign.fanned_out_at - campaign.started_at).total_seconds()
         report = {
@@ -100,18 +100,3 @@ class Command(BaseCommand):
             SegmentMember.objects.bulk_create([SegmentMember(segment=segment, recipient_id=u) for u in ids],
                                               batch_size=5000)
         return segment
-
-
-def _backend_cpu_seconds() -> float | None:
-    """User + system CPU seconds of this connection's Postgres backend (``/proc/<pid>/stat``), or
-    ``None`` when the server is not on this machine."""
-    from django.db import connection
-
-    with connection.cursor() as cur:
-        cur.execute("SELECT pg_backend_pid()")
-        pid = cur.fetchone()[0]
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
