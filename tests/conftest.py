@@ -332,3 +332,14 @@ def host_clock(monkeypatch):
     current = [1_800_000_000.0]
     monkeypatch.setattr(signing, "time", type("FakeTime", (), {"time": staticmethod(lambda: current[0])}))
     return current
+
+
+@pytest.fixture
+def fresh_subscriptions():
+    """Each test reads the webhook subscriptions anew: the per-process cache
+    (``notifications.webhooks.outbox.subscribers``) forgotten before and after it."""
+    from notifications.webhooks import outbox
+
+    outbox.forget_subscriptions()
+    yield
+    outbox.forget_subscriptions()

@@ -18,22 +18,15 @@ from notifications import lifecycle
 from notifications.events import services as event_services
 from notifications.lifecycle import archive
 from notifications.models import Notification, NotificationHistory, Status
-from notifications.webhooks import endpoints, outbox
+from notifications.webhooks import endpoints
 from notifications.webhooks.models import WebhookDelivery
 from preferences.api.erasure import erase_user
 from preferences.models import Recipient
 from tests.conftest import make_client
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_subscriptions")]
 
 META = {"order_id": "A-1001", "tenant": "eu-2", "attempt": 2, "vip": True, "coupon": None}
-
-
-@pytest.fixture(autouse=True)
-def fresh_subscriptions():
-    outbox.forget_subscriptions()
-    yield
-    outbox.forget_subscriptions()
 
 
 def http_for(key: str) -> Client:

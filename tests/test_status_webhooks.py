@@ -27,14 +27,7 @@ from preferences.models import Recipient
 from tests.conftest import make_client
 from tests.webhook_receiver import Receiver
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def fresh_subscriptions():
-    outbox.forget_subscriptions()
-    yield
-    outbox.forget_subscriptions()
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_subscriptions")]
 
 
 @pytest.fixture

@@ -18,21 +18,14 @@ import pytest
 from django.db import connection
 
 from core import clock
-from notifications.webhooks import delivery, endpoints, outbox, safety, transport
+from notifications.webhooks import delivery, endpoints, safety, transport
 from notifications.webhooks.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
 from preferences.models import Recipient
 from tests.conftest import make_client
 from tests.test_status_webhooks import ORDER, ORDER_TEMPLATES, deliveries_for, http_for, mark_sent, post
 from tests.webhook_receiver import Receiver
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def fresh_subscriptions():
-    outbox.forget_subscriptions()
-    yield
-    outbox.forget_subscriptions()
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_subscriptions")]
 
 
 @pytest.fixture

@@ -21,16 +21,10 @@ from notifications.webhooks.models import WebhookAttempt, WebhookDelivery, Webho
 from preferences.models import Recipient
 from tests.conftest import make_client
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120),
+              pytest.mark.usefixtures("fresh_subscriptions")]
 
 EVENTS = ["notification.sent", "notification.cancelled"]
-
-
-@pytest.fixture(autouse=True)
-def fresh_subscriptions():
-    outbox.forget_subscriptions()
-    yield
-    outbox.forget_subscriptions()
 
 
 def rows_of(client, n: int, status: str = Status.SENDING) -> list[Notification]:

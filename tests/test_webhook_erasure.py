@@ -17,16 +17,9 @@ from preferences.api.erasure import erase_user
 from preferences.models import Recipient
 from tests.conftest import make_client
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_subscriptions")]
 
 SECRET = {"order": "A-1", "email": "eve@example.org"}
-
-
-@pytest.fixture(autouse=True)
-def fresh_subscriptions():
-    outbox.forget_subscriptions()
-    yield
-    outbox.forget_subscriptions()
 
 
 def row(client, user: Recipient, status: str) -> Notification:

@@ -8,19 +8,12 @@ import pytest
 from django.contrib.messages import get_messages
 
 from core import clock
-from notifications.webhooks import delivery, endpoints, outbox
+from notifications.webhooks import delivery, endpoints
 from notifications.webhooks.models import WebhookDelivery, WebhookEndpoint
 from tests.conftest import make_client
 from tests.test_status_webhooks import deliveries_for, staff_in
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def fresh_subscriptions():
-    outbox.forget_subscriptions()
-    yield
-    outbox.forget_subscriptions()
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_subscriptions")]
 
 
 @pytest.fixture

@@ -13,12 +13,12 @@ from campaigns import runs
 from campaigns.fanout import reconcile_campaigns
 from campaigns.models import Campaign, CampaignStatus
 from notifications.models import APIClient
-from notifications.webhooks import endpoints, outbox
+from notifications.webhooks import endpoints
 from notifications.webhooks.models import WebhookDelivery
 from tests.conftest import MARKETING_SCOPES
 from tests.test_campaign_recurring import beat_at, create_series, members, post  # noqa: F401 (members: a fixture)
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_subscriptions")]
 
 #: Monday 1 March 2027 (the recurring tests' day).
 NOW = datetime(2027, 3, 1, 8, 0, tzinfo=UTC)
@@ -26,13 +26,6 @@ NOW = datetime(2027, 3, 1, 8, 0, tzinfo=UTC)
 
 def utc(*args) -> datetime:
     return datetime(*args, tzinfo=UTC)
-
-
-@pytest.fixture(autouse=True)
-def fresh_subscriptions():
-    outbox.forget_subscriptions()
-    yield
-    outbox.forget_subscriptions()
 
 
 @pytest.fixture
