@@ -107,10 +107,15 @@ def test_readyz_503_names_the_broker_when_it_is_down(client, heartbeat, settings
 
 # --- doctor ---------------------------------------------------------------------------------------
 
-def sendgrid_public_key() -> str:
-    der = ec.generate_private_key(ec.SECP256R1()).public_key().public_bytes(
-        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
-    return base64.b64encode(der).decode()
+def sendgrid_key_pair(directory) -> tuple[str, str]:
+    """A SendGrid-style signing key written as the emulator reads it, and its public half as the
+    platform's setting holds it."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    path = directory / f"signing-{uuid.uuid4().hex}.pem"
+    path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                       serialization.NoEncryption()))
+    der = key.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return str(path), base64.b64encode(der).decode()
 
 
 def doctor(*args) -> tuple[int, str]:
@@ -123,11 +128,13 @@ def doctor(*args) -> tuple[int, str]:
 
 
 @pytest.fixture
-def good_config(settings, monkeypatch):
-    """The emulator everywhere, a valid SendGrid key, a local PUBLIC_BASE_URL."""
+def good_config(settings, monkeypatch, tmp_path):
+    """The emulator everywhere, signing with the key SENDGRID_WEBHOOK_PUBLIC_KEY verifies, a local
+    PUBLIC_BASE_URL."""
     for var in ("TWILIO_ACCOUNT_SID", "SENDGRID_API_KEY", "SMTP_HOST", "FCM_CREDENTIALS"):
         monkeypatch.delenv(var, raising=False)
-    settings.SENDGRID_WEBHOOK_PUBLIC_KEY = sendgrid_public_key()
+    signing_file, settings.SENDGRID_WEBHOOK_PUBLIC_KEY = sendgrid_key_pair(tmp_path)
+    monkeypatch.setenv("EMULATOR_SENDGRID_SIGNING_KEY_FILE", signing_file)
     settings.PUBLIC_BASE_URL = "http://127.0.0.1:8000"
     return settings
 
@@ -162,6 +169,18 @@ def test_doctor_fails_on_an_undecodable_sendgrid_key(good_config):
     code, out = doctor()
     assert code == 1
     assert "FAIL  SENDGRID_WEBHOOK_PUBLIC_KEY does not decode as a base64 DER public key" in out
+
+
+def test_doctor_fails_when_the_emulator_signs_with_another_key(good_config, monkeypatch, tmp_path):
+    """A shell that exported another stack's .run/env keeps that stack's public key: every receipt
+    the emulator signs would be refused."""
+    other_file, _ = sendgrid_key_pair(tmp_path)
+    monkeypatch.setenv("EMULATOR_SENDGRID_SIGNING_KEY_FILE", other_file)
+    code, out = doctor()
+    assert code == 1
+    assert (f"FAIL  SENDGRID_WEBHOOK_PUBLIC_KEY is not the public half of the emulator's signing key {other_file}: "
+            "every emulated SendGrid receipt will be refused with 403") in out
+    assert out.rstrip().endswith("doctor: 1 problem(s), 0 warning(s). Fix the FAIL lines.")
 
 
 @pytest.mark.parametrize("url", ["notify.example.com", "ftp://notify.example.com", "https://", ""])

@@ -144,6 +144,32 @@ class Command(BaseCommand):
             self.line("FAIL", "SENDGRID_WEBHOOK_PUBLIC_KEY decodes, but it is not an ECDSA key as SendGrid uses")
             return
         self.line("OK", f"SENDGRID_WEBHOOK_PUBLIC_KEY decodes ({public_key.curve.name} ECDSA key)")
+        self._emulator_signs_with(public_key)
+
+    def _emulator_signs_with(self, public_key) -> None:
+        """With the emulator standing in for SendGrid, its signing key's public half must be the key
+        the platform verifies with (a shell that exported another stack's .run/env overrides this one's)."""
+        from cryptography.hazmat.primitives import serialization
+
+        from notifications.health import provider_mode
+
+        sendgrid = next(e for e in settings.PROVIDERS["email"] if e.get("NAME") == "sendgrid")
+        path = os.environ.get("EMULATOR_SENDGRID_SIGNING_KEY_FILE") or str(
+            settings.RUN_DIR / "sendgrid-webhook-signing-key.pem")
+        if provider_mode(sendgrid) != "emulator" or not os.path.isfile(path):
+            return
+        try:
+            with open(path, "rb") as f:
+                signing = serialization.load_pem_private_key(f.read(), password=None)
+        except (OSError, ValueError, TypeError) as exc:
+            self.line("WARN", f"SENDGRID_WEBHOOK_PUBLIC_KEY: the emulator's signing key {path} does not load "
+                              f"({type(exc).__name__})")
+            return
+        der = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+        if signing.public_key().public_bytes(*der) != public_key.public_bytes(*der):
+            self.line("FAIL", f"SENDGRID_WEBHOOK_PUBLIC_KEY is not the public half of the emulator's signing key "
+                              f"{path}: every emulated SendGrid receipt will be refused with 403 (the process "
+                              "environment overrides .run/env: unset SENDGRID_WEBHOOK_PUBLIC_KEY in this shell)")
 
     def check_timezone(self) -> None:
         from datetime import UTC, datetime
