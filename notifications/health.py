@@ -217,7 +217,10 @@ SELECT
   (SELECT count(*) FROM (SELECT 1 FROM notifications_notification
                           WHERE status = 'scheduled' AND due_at <= %(now)s LIMIT {COUNT_CAP}) s) AS due,
   (SELECT min(due_at) FROM notifications_notification WHERE status = 'scheduled') AS oldest_due,
-  (SELECT min(queued_at) FROM notifications_notification WHERE status = 'queued') AS oldest_queued,
+  (SELECT min(queued_at) FROM notifications_notification
+    WHERE status = 'queued' AND priority = 'high') AS oldest_queued_high,
+  (SELECT min(queued_at) FROM notifications_notification
+    WHERE status = 'queued' AND priority = 'standard') AS oldest_queued_standard,
   (SELECT count(*) FROM (SELECT 1 FROM notifications_notification
                           WHERE status = 'sending' AND lease_until < %(now)s LIMIT {COUNT_CAP}) s) AS expired_leases,
   (SELECT count(*) FROM (SELECT 1 FROM notifications_notification
@@ -250,15 +253,17 @@ def partition_snapshot() -> dict:
 def pipeline_snapshot(now: datetime | None = None) -> dict:
     """Counts and ages of the delivery pipeline's non-terminal rows, from Postgres.
 
-    Every subquery is served by a partial index (``status`` = scheduled/queued/sending) or the
-    ``dead_lettered_at`` index, counts stop at :data:`COUNT_CAP`, and the whole statement runs
-    under a 2 s ``statement_timeout``. Returns::
+    Every subquery is served by a partial index (``status`` = scheduled/queued/sending; the oldest
+    queued high-tier row by its own) or the ``dead_lettered_at`` index, counts stop at
+    :data:`COUNT_CAP`, and the whole statement runs under a 2 s ``statement_timeout``. Returns::
 
         {"pending": {"scheduled": n, "queued": n, "sending": n},
-         "due_unreleased": n, "scheduler_lag_seconds": s, "oldest_queued_age_seconds": s | None,
+         "due_unreleased": n, "scheduler_lag_seconds": s,
+         "oldest_queued_age_seconds": {"high": s | None, "standard": s | None},
          "expired_leases": n, "dead_letters": n, "dead_letters_oldest_age_seconds": s | None}
 
-    ``scheduler_lag_seconds`` is how long the oldest due ``scheduled`` row has been due (0 if none).
+    ``scheduler_lag_seconds`` is how long the oldest due ``scheduled`` row has been due (0 if none);
+    ``oldest_queued_age_seconds``, per tier, how long its oldest ``queued`` row has waited (None: none).
     Raises the database's error when Postgres is unreachable or the timeout is hit.
     """
     from core import clock
@@ -276,7 +281,7 @@ def pipeline_snapshot(now: datetime | None = None) -> dict:
         "pending": {"scheduled": row["scheduled"], "queued": row["queued"], "sending": row["sending"]},
         "due_unreleased": row["due"],
         "scheduler_lag_seconds": age(row["oldest_due"]) or 0.0,
-        "oldest_queued_age_seconds": age(row["oldest_queued"]),
+        "oldest_queued_age_seconds": {tier: age(row[f"oldest_queued_{tier}"]) for tier in ("high", "standard")},
         "expired_leases": row["expired_leases"],
         "dead_letters": row["dead"],
         "dead_letters_oldest_age_seconds": age(row["oldest_dead"]),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import math
 import os
 import time
 
@@ -21,7 +22,8 @@ from notifications.metrics import MULTIPROCESS, _m  # isort: skip
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
 from prometheus_client.core import GaugeMetricFamily
 
-from notifications import receipts_buffer
+from core.queues import WORKERS
+from notifications import housekeeping, receipts_buffer
 from notifications.metrics_labels import provider_label
 
 log = logging.getLogger(__name__)
@@ -57,11 +59,29 @@ def _partition_gauges(snap: dict):
             oldest.add_metric([t["table"]], t["oldest_age_days"])
     yield count
     yield oldest
-    success = (snap["last_run"] or {}).get("success_at")
-    if success is not None:
+    if snap["last_run"] is not None:  # None: Redis unreachable
+        success = snap["last_run"]["success_at"]
         yield GaugeMetricFamily("notify_partition_maintenance_last_success_timestamp",
-                                "Unix time of the last partition maintenance run that succeeded.",
-                                value=success.timestamp())
+                                "Unix time of the last partition maintenance run that succeeded; 0: none "
+                                "recorded.", value=success.timestamp() if success else 0.0)
+
+
+def _housekeeping_gauges(last: dict):
+    """``notify_housekeeping_last_success_timestamp{task}`` (0: none recorded, so a task that never ran
+    looks decades stale) and ``notify_housekeeping_interval_seconds{task}`` (notifications/housekeeping.py)."""
+    success = GaugeMetricFamily("notify_housekeeping_last_success_timestamp",
+                                "Unix time a housekeeping task (archive, inbox and webhook pruning) last succeeded; "
+                                "0: none recorded.", labels=["task"])
+    interval = GaugeMetricFamily("notify_housekeeping_interval_seconds",
+                                 "How often beat runs the housekeeping task (its schedule in settings).",
+                                 labels=["task"])
+    for task, at in last.items():
+        success.add_metric([task], at or 0.0)
+        seconds = housekeeping.interval_seconds(task)
+        if seconds is not None:
+            interval.add_metric([task], seconds)
+    yield success
+    yield interval
 
 
 def _receipts_gauges(backlog: dict):
@@ -112,19 +132,23 @@ class OpsCollector:
             log.warning("metrics: broker gauges unavailable: %s", exc)
             up.add_metric(["broker"], 0)
 
-        # Redis: the scheduler's and the workers' heartbeats, the breakers, the receipts buffer.
+        # Redis: the scheduler's and the workers' heartbeats, the breakers, the receipts buffer, the
+        # housekeeping tasks' last successes. A heartbeat never seen (or expired) is +Inf, not left
+        # out: its alert needs no absent(), which would also fire whenever the scrape itself fails.
         try:
             age = health.beat_heartbeat_age(get_redis())
-            if age is not None:
-                yield GaugeMetricFamily("notify_scheduler_heartbeat_age_seconds",
-                                        "Seconds since the scheduler (release_due, run by beat) last ran.", value=age)
+            yield GaugeMetricFamily("notify_scheduler_heartbeat_age_seconds",
+                                    "Seconds since the scheduler (release_due, run by beat) last ran; +Inf: no "
+                                    "heartbeat recorded.", value=math.inf if age is None else age)
             workers = GaugeMetricFamily(
                 "notify_worker_heartbeat_age_seconds",
                 f"Seconds since a worker of this kind last beat (every {health.WORKER_HEARTBEAT_SECONDS:.0f} s "
-                "while it runs); absent for a kind never seen.", labels=["worker"])
-            for kind, age in health.worker_heartbeat_ages(get_redis()).items():
-                workers.add_metric([kind], age)
+                "while it runs); +Inf for a kind not seen for a day or ever.", labels=["worker"])
+            ages = health.worker_heartbeat_ages(get_redis())
+            for kind in WORKERS:
+                workers.add_metric([kind], ages.get(kind, math.inf))
             yield workers
+            yield from _housekeeping_gauges(housekeeping.last_successes(get_redis()))
             yield _breaker_gauge(settings)
             yield from _receipts_gauges(receipts_buffer.backlog())
             up.add_metric(["redis"], 1)
@@ -148,11 +172,12 @@ class OpsCollector:
             yield GaugeMetricFamily("notify_scheduler_lag_seconds",
                                     "How long the oldest due scheduled notification has been due (0 if none).",
                                     value=snap["scheduler_lag_seconds"])
-            if snap["oldest_queued_age_seconds"] is not None:
-                yield GaugeMetricFamily("notify_queued_oldest_age_seconds",
-                                        "Age of the oldest queued notification in Postgres (whatever the broker "
-                                        "holds).",
-                                        value=snap["oldest_queued_age_seconds"])
+            queued = GaugeMetricFamily("notify_queued_oldest_age_seconds",
+                                       "Age of the oldest queued notification of the tier in Postgres (whatever "
+                                       "the broker holds); 0 when none is queued.", labels=["tier"])
+            for tier, age in snap["oldest_queued_age_seconds"].items():
+                queued.add_metric([tier], age or 0.0)
+            yield queued
             yield GaugeMetricFamily("notify_expired_leases",
                                     "Notifications in sending whose worker lease ran out (the reconciler "
                                     "re-drives them).",

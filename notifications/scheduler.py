@@ -22,7 +22,7 @@ from django.db import connection, transaction
 from core import clock
 from core.queues import SEND_QUEUES, queue_for
 from core.redis_client import client_for
-from notifications import lifecycle, metrics
+from notifications import housekeeping, lifecycle, metrics
 from notifications.enqueue import enqueue_on_commit
 from notifications.events import digests, fallback
 from notifications.models import DeliveryEvent
@@ -149,9 +149,11 @@ def reconcile(limit: int = 1000) -> dict[str, int]:
 
 def archive() -> int:
     """Archiver tick: at most ``NOTIFY["ARCHIVE_MAX_ROWS_PER_RUN"]`` finished rows to the history
-    (:func:`notifications.lifecycle.archive.archive`); counted in ``notify_archived_total``."""
+    (:func:`notifications.lifecycle.archive.archive`); counted in ``notify_archived_total``, its
+    success recorded for the alert on a stopped archiver (:mod:`notifications.housekeeping`)."""
     moved = lifecycle.archive.archive(clock.now(), int(settings.NOTIFY["ARCHIVE_MAX_ROWS_PER_RUN"]))
     if moved:
         log.info("archiver moved %d finished notification(s) to the history", moved)
     metrics.archived(moved)
+    housekeeping.succeeded("notifications.archive")
     return moved

@@ -6,6 +6,7 @@ at zero and nothing lands in the development stack's ``.run/prometheus``."""
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -302,7 +303,8 @@ def test_gauges_show_scheduler_lag_pending_rows_dead_letters_and_queues(client,
                                     key(pending, status="sending"): 1.0}
     assert found[key("notify_scheduler_due_unreleased")] == 2.0
     assert 45.0 <= found[key("notify_scheduler_lag_seconds")] < 60.0
-    assert 10.0 <= found[key("notify_queued_oldest_age_seconds")] < 25.0
+    assert 10.0 <= found[key("notify_queued_oldest_age_seconds", tier="high")] < 25.0
+    assert found[key("notify_queued_oldest_age_seconds", tier="standard")] == 0.0  # none queued
     assert found[key("notify_expired_leases")] == 1.0
     assert found[key("notify_dead_letters")] == 1.0
     assert 120.0 <= found[key("notify_dead_letters_oldest_age_seconds")] < 135.0
@@ -344,7 +346,8 @@ def test_a_failing_source_is_reported_and_its_gauges_left_out(client, settings):
         key("notify_scrape_source_up", source="redis"): 0.0,
         key("notify_scrape_source_up", source="postgres"): 1.0,
     }
-    assert not only(found, "notify_queue_depth", "notify_scheduler_heartbeat_age_seconds")
+    assert not only(found, "notify_queue_depth", "notify_scheduler_heartbeat_age_seconds",
+                    "notify_worker_heartbeat_age_seconds", "notify_housekeeping_last_success_timestamp")
     assert found[key("notify_dead_letters")] == 0.0
 
 
@@ -523,9 +526,12 @@ def test_worker_heartbeats_and_the_receipts_buffer_are_shown(client):
 
     heartbeat, buffered = "notify_worker_heartbeat_age_seconds", "notify_receipts_buffered"
     redis = get_redis()
-    redis.delete(*(health.WORKER_HEARTBEAT_PREFIX + kind for kind in WORKERS), receipts_buffer.BUFFER_KEY)
+    redis.delete(*(health.WORKER_HEARTBEAT_PREFIX + kind for kind in WORKERS), receipts_buffer.BUFFER_KEY,
+                 health.HEARTBEAT_KEY)
     found = scrape(client)
-    assert not only(found, heartbeat)
+    # Never seen: +Inf, not left out, so an alert needs no absent() (which a failed scrape also fires).
+    assert only(found, heartbeat) == {key(heartbeat, worker=kind): math.inf for kind in WORKERS}
+    assert found[key("notify_scheduler_heartbeat_age_seconds")] == math.inf
     assert only(found, buffered, f"{buffered}_oldest_age_seconds") == {
         key(buffered): 0.0, key(f"{buffered}_oldest_age_seconds"): 0.0}
 
@@ -538,7 +544,8 @@ def test_worker_heartbeats_and_the_receipts_buffer_are_shown(client):
     finally:
         redis.delete(receipts_buffer.BUFFER_KEY, receipts_buffer.DRAIN_FLAG)
     ages = only(found, heartbeat)
-    assert set(ages) == {key(heartbeat, worker="high"), key(heartbeat, worker="receipts")}
-    assert all(0.0 <= age < 5.0 for age in ages.values())
+    assert set(ages) == {key(heartbeat, worker=kind) for kind in WORKERS}
+    assert {k[1][0][1] for k, age in ages.items() if age != math.inf} == {"high", "receipts"}
+    assert all(0.0 <= age < 5.0 for age in ages.values() if age != math.inf)
     assert found[key(buffered)] == 2.0
     assert 40.0 <= found[key(f"{buffered}_oldest_age_seconds")] < 55.0

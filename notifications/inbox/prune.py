@@ -12,6 +12,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from core import clock
+from notifications import housekeeping
 from notifications.inbox.marks import counted
 from notifications.inbox.models import InboxCounts, InboxItem
 
@@ -44,7 +45,8 @@ def prune_batch(*, now: datetime | None = None, batch: int | None = None) -> int
 
 def prune(*, now: datetime | None = None, max_batches: int = 20) -> int:
     """The beat task's work: :func:`prune_batch` until a batch comes back short, at most
-    ``max_batches`` batches (so one tick is bounded; the next tick goes on). Returns items deleted."""
+    ``max_batches`` batches (so one tick is bounded; the next tick goes on). Returns items deleted;
+    the run's success is recorded for the alert on a stopped prune (:mod:`notifications.housekeeping`)."""
     deleted = 0
     batch = int(_config()["PRUNE_BATCH"])
     for _ in range(max_batches):
@@ -52,6 +54,7 @@ def prune(*, now: datetime | None = None, max_batches: int = 20) -> int:
         deleted += n
         if n < batch:
             break
+    housekeeping.succeeded("notifications.prune_inbox")
     return deleted
 
 

@@ -17,6 +17,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from core import clock
+from notifications import housekeeping
 from notifications.webhooks.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
 
 _DELIVERIES, _ATTEMPTS = WebhookDelivery._meta.db_table, WebhookAttempt._meta.db_table
@@ -38,11 +39,17 @@ def _delete_batch(endpoint_id, before: datetime | None, limit: int) -> int:
 def prune(*, now: datetime | None = None, batch: int | None = None, budget_seconds: float | None = None) -> int:
     """The beat task's work: every endpoint's deliveries older than ``KEEP_DAYS``, ``PRUNE_BATCH`` per
     statement (each its own transaction), until none is left or ``PRUNE_BUDGET_SECONDS`` is spent (the
-    next tick goes on). Returns the deliveries deleted."""
+    next tick goes on). Returns the deliveries deleted. A run that ends, done or out of budget, is a
+    success, recorded for the alert on a stopped prune (:mod:`notifications.housekeeping`)."""
     config = settings.WEBHOOKS
     before = (now or clock.now()) - timedelta(days=config["KEEP_DAYS"])
-    batch = batch or config["PRUNE_BATCH"]
     stop = time.monotonic() + (config["PRUNE_BUDGET_SECONDS"] if budget_seconds is None else budget_seconds)
+    deleted = _prune(before, batch or config["PRUNE_BATCH"], stop)
+    housekeeping.succeeded("notifications.prune_webhooks")
+    return deleted
+
+
+def _prune(before: datetime, batch: int, stop: float) -> int:
     deleted = 0
     for endpoint_id in WebhookEndpoint.objects.order_by("pk").values_list("pk", flat=True):
         while True:
