@@ -66,7 +66,8 @@ def exposed(client, settings, tmp_path):
     gauges = {f.name for f in text_string_to_metric_families(response.content.decode()) if f.type == "gauge"}
     assert {"notify_scheduler_heartbeat_age_seconds", "notify_queued_oldest_age_seconds",
             "notify_partition_maintenance_last_success_timestamp", "notify_worker_heartbeat_age_seconds",
-            "notify_receipts_buffered"} <= gauges
+            "notify_receipts_buffered", "notify_housekeeping_last_success_timestamp",
+            "notify_housekeeping_interval_seconds"} <= gauges
     yield names | gauges
     get_redis().delete(health.HEARTBEAT_KEY, partitions.LAST_RUN_KEY,
                        *(health.WORKER_HEARTBEAT_PREFIX + kind for kind in WORKERS))
@@ -81,7 +82,9 @@ def test_every_series_the_dashboard_and_the_alerts_name_is_exposed(exposed):
     assert {"notify_accept_to_provider_seconds_bucket", "notify_queue_depth", "notify_queue_oldest_age_seconds",
             "notify_notification_outcomes_total", "notify_dead_letters", "notify_provider_breaker_state",
             "notify_receipts_buffered", "notify_worker_heartbeat_age_seconds",
-            "notify_partition_maintenance_last_success_timestamp", "notify_task_failures_total"} <= used
+            "notify_partition_maintenance_last_success_timestamp", "notify_task_failures_total",
+            "notify_queued_oldest_age_seconds", "notify_housekeeping_last_success_timestamp",
+            "notify_housekeeping_interval_seconds"} <= used
 
 
 def test_the_dashboard_imports_anywhere():
