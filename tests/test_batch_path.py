@@ -181,3 +181,26 @@ def test_a_row_whose_lease_lapsed_and_changed_hands_is_not_sent_or_recorded(prov
     assert module_emulator.count() == 2
     phones = dict(Notification.objects.filter(pk__in=ids).values_list("id", "recipient__phone"))
     assert sorted(m["to"] for m in module_emulator.messages()) == sorted(phones[uuid.UUID(i)] for i in ids[1:])
+
+
+def test_the_provider_health_page_counts_each_email_of_a_sendgrid_request_and_its_breaker_the_request_once(
+        providers, module_emulator):
+    """The page's last hour charts attempts, not HTTP requests (docs/OPERATIONS.md, "Provider health
+    page"): a refused request of 20 emails is 20 failed attempts there, and one failed call for the
+    breaker, which needs 20 calls in its window before it may open."""
+    from notifications.provider_minutes import last_hour, sampler
+
+    _sms, email = providers
+    sampler.sample()  # the high-water mark: attempts from here on are counted
+    module_emulator.fault(provider="sendgrid", status=503)
+    ids = queued("email", 20)
+
+    send_notifications(ids)
+    sampler.sample()
+
+    assert module_emulator.stats("sendgrid")["requests"] == 1
+    assert DeliveryAttempt.objects.filter(notification_id__in=ids, provider=email).count() == 20
+    assert isolation.breaker_state(email)["state"] == "closed"
+    summary = last_hour.last_hour([email])["providers"][0]["summary"]
+    assert (summary["attempts"], summary["errors"]) == (20, 20)
+    assert summary["text"].startswith("20 attempts, error share 100.0% (20),")

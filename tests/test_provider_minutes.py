@@ -68,11 +68,11 @@ def test_attempts_roll_up_per_minute_and_a_split_minute_is_merged():
     hour = last_hour.last_hour(["twilio", "sendgrid"], now=BASE + timedelta(seconds=80))
     twilio = hour["providers"][0]
     assert twilio["labels"][0] == "10:32" and twilio["labels"][-2:] == ["11:30", "11:31"]
-    assert twilio["requests"][-3:] == [None, 7, 0]
+    assert twilio["attempts"][-3:] == [None, 7, 0]
     assert twilio["error_share"][-2:] == [28.6, None]
     assert twilio["p95_ms"][-2:] == [2000, None]
     assert twilio["breaker"][-3:] == [None, 0, 0]
-    assert twilio["summary"]["text"] == ("7 requests, error share 28.6% (2), worst p95 2,000 ms (at 11:30), "
+    assert twilio["summary"]["text"] == ("7 attempts, error share 28.6% (2), worst p95 2,000 ms (at 11:30), "
                                          "breaker closed all along")
     assert hour["stale"] is False and hour["last_sample"] == BASE + timedelta(seconds=80)
     late = BASE + timedelta(seconds=80 + 3 * sampler.sample_seconds() + 1)  # three intervals without a sample
@@ -121,7 +121,7 @@ def test_a_spell_still_open_says_so():
     sampler.sample()
     text = last_hour.last_hour(["sendgrid"])["providers"][0]["summary"]["text"]
     began = datetime.fromtimestamp(isolation.breaker_state("sendgrid")["since_ms"] / 1000, UTC)
-    assert text == f"0 requests, error share –, worst p95 –, breaker open 1×: {began:%H:%M:%S}, still open"
+    assert text == f"0 attempts, error share –, worst p95 –, breaker open 1×: {began:%H:%M:%S}, still open"
 
 
 # --- bounded: the page and the sampler -------------------------------------------------------------------
@@ -134,7 +134,7 @@ def test_the_page_reads_at_most_an_hour_of_rows_in_one_query_however_many_are_ke
     with CaptureQueriesContext(connection) as queries:
         hour = last_hour.last_hour(CONFIGURED, now=now)
     assert len(queries) == 1
-    assert [p["summary"]["requests"] for p in hour["providers"]] == [60] * 5
+    assert [p["summary"]["attempts"] for p in hour["providers"]] == [60] * 5
     plan = _explain(queries[0]["sql"])
     assert "provider_minute_uniq" in plan or "provider_minute_minute_idx" in plan, plan
 
@@ -194,11 +194,15 @@ def test_the_page_shows_each_providers_last_hour_beside_its_tables(admin_client)
     assert response.status_code == 200
     hour = response.context_data["last_hour"]
     assert [p["name"] for p in hour["providers"]] == CONFIGURED
-    assert hour["providers"][0]["summary"]["text"] == ("2 requests, error share 50.0% (1), worst p95 861 ms "
+    assert hour["providers"][0]["summary"]["text"] == ("2 attempts, error share 50.0% (1), worst p95 861 ms "
                                                        f"(at {sampler.minute_of(clock.now()):%H:%M}), "
                                                        "breaker closed all along")
     html = response.content.decode()
-    assert '<p class="last-hour-summary" data-provider="twilio">Last hour: 2 requests, error share 50.0% (1)' in html
+    assert '<p class="last-hour-summary" data-provider="twilio">Last hour: 2 attempts, error share 50.0% (1)' in html
     assert 'id="last-hour-twilio-breaker"' in html and 'id="last-hour-data"' in html
     assert "transient + permanent + configuration" in html
+    # Attempts, not HTTP requests: a SendGrid request of up to 1,000 emails is that many attempts.
+    assert ("not an HTTP request: SendGrid sends up to 1,000 emails in one request, each its own attempt. Its\n"
+            "breaker counts that request once, so the calls of its rule below are requests.") in html
+    assert 'aria-label="twilio: attempts / min per minute, last hour"' in html
     assert sum("notifications_providerminute" in q["sql"] for q in queries) == 1

@@ -2,6 +2,10 @@
 per-minute series for its small charts, a summary that stays with JavaScript off, the breaker's rule
 in words (``providers.isolation.limits_for``) and its open spells (docs/OPERATIONS.md, "Provider health
 page"). One query: at most :data:`MINUTES` rows per provider, by the ``(provider, minute)`` index.
+
+Counts are delivery attempts (one per notification and try, one per device for push), never HTTP
+requests: one SendGrid request carries up to 1,000 emails, each an attempt, and its breaker counts
+that request once. The page says so beside the charts.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from providers.isolation import limits_for
 
 MINUTES = 60
 #: The small charts, in order: series key → title.
-CHARTS = {"requests": "requests / min", "error_share": "error share %", "p95_ms": "latency p95 (ms)",
+CHARTS = {"attempts": "attempts / min", "error_share": "error share %", "p95_ms": "latency p95 (ms)",
           "breaker": "breaker open"}
 
 
@@ -51,11 +55,11 @@ def _open_in(minute: datetime, row: dict | None, spells: list[dict]) -> int | No
 
 
 def _summary(name: str, rows: list[dict], spells: list[dict], last_sample: datetime | None) -> dict:
-    requests = sum(r["requests"] for r in rows)
+    attempts = sum(r["requests"] for r in rows)  # the column counts attempts (models.ProviderMinute)
     errors = sum(r["errors"] for r in rows)
     worst = max((r for r in rows if r["latency_p95_ms"] is not None), key=lambda r: r["latency_p95_ms"],
                 default=None)
-    parts = [f"{requests:,} requests", f"error share {errors / requests:.1%} ({errors:,})" if requests
+    parts = [f"{attempts:,} attempts", f"error share {errors / attempts:.1%} ({errors:,})" if attempts
              else "error share –",
              f"worst p95 {worst['latency_p95_ms']:,} ms (at {worst['minute']:%H:%M})" if worst else "worst p95 –"]
     if spells:
@@ -64,12 +68,12 @@ def _summary(name: str, rows: list[dict], spells: list[dict], last_sample: datet
         parts.append(f"breaker open {len(spells)}×: " + "; ".join(texts))
     elif last_sample is not None:
         parts.append("breaker closed all along")
-    return {"text": ", ".join(parts), "requests": requests, "errors": errors,
+    return {"text": ", ".join(parts), "attempts": attempts, "errors": errors,
             "worst_p95_ms": worst["latency_p95_ms"] if worst else None, "spells": spells}
 
 
 def last_hour(names: list[str], now: datetime | None = None) -> dict:
-    """Per provider of ``names`` (``providers``): ``{"name", "labels", "requests", "error_share", "p95_ms",
+    """Per provider of ``names`` (``providers``): ``{"name", "labels", "attempts", "error_share", "p95_ms",
     "breaker", "summary", "rule"}`` over the :data:`MINUTES` minutes up to ``now``'s (``chart``: the
     series alone, for the page's script); when the newest sample was taken, and whether it is stale
     (older than three sampling intervals: beat or its worker down)."""
@@ -91,7 +95,7 @@ def last_hour(names: list[str], now: datetime | None = None) -> dict:
         spells = _spells(rows, first)
         chart = {
             "name": name, "labels": labels,
-            "requests": [at[m]["requests"] if m in at else None for m in minutes],
+            "attempts": [at[m]["requests"] if m in at else None for m in minutes],
             "error_share": [round(100 * at[m]["errors"] / at[m]["requests"], 1) if m in at and at[m]["requests"]
                             else None for m in minutes],
             "p95_ms": [at[m]["latency_p95_ms"] if m in at else None for m in minutes],

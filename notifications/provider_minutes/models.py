@@ -9,7 +9,7 @@ from django.db import models
 class ProviderMinute(models.Model):
     """One provider's calls made in one minute (UTC), and its breaker as sampled in that minute.
 
-    ``requests`` and ``errors`` count the minute's attempts (``notifications.health``'s
+    ``requests`` and ``errors`` count the minute's attempts, not HTTP requests (``notifications.health``'s
     ``CALL_OUTCOMES`` and ``ERROR_OUTCOMES``); ``latency_p95_ms`` is their p95, or, for a minute two
     samples split, the larger of the parts' p95s (an upper bound: docs/OPERATIONS.md). The breaker
     fields are empty in a minute with no sample.

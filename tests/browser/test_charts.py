@@ -127,7 +127,7 @@ def providers_last_hour() -> str:
     state = isolation.breaker_state("twilio")
     began, ended = (datetime.fromtimestamp(state[k] / 1000, UTC) for k in ("since_ms", "closed_ms"))
     seconds = round((ended - began).total_seconds())
-    return (f"Last hour: 4 requests, error share 25.0% (1), worst p95 100 ms (at {now:%H:%M}), breaker open 1×: "
+    return (f"Last hour: 4 attempts, error share 25.0% (1), worst p95 100 ms (at {now:%H:%M}), breaker open 1×: "
             f"{began:%H:%M:%S}–{ended:%H:%M:%S} ({seconds} s).")
 
 
@@ -138,12 +138,12 @@ def test_the_provider_health_page_charts_each_providers_last_hour(page, log_in, 
     assert page.goto("/admin/provider-health/").status == 200
 
     expect(page.locator(".last-hour canvas[data-chart-ready='1']")).to_have_count(5 * 4)
-    drawn = page.evaluate("""() => ['requests', 'error_share', 'p95_ms', 'breaker'].map(key => {
+    drawn = page.evaluate("""() => ['attempts', 'error_share', 'p95_ms', 'breaker'].map(key => {
         const c = Chart.getChart(document.getElementById('last-hour-twilio-' + key));
         const values = c.data.datasets[0].data.filter(v => v !== null);
         return [c.options.plugins.title.text, c.data.labels.length, values]; })""")
     assert [(title, labels) for title, labels, _ in drawn] == [
-        ("requests / min", 60), ("error share %", 60), ("latency p95 (ms)", 60), ("breaker open", 60)]
+        ("attempts / min", 60), ("error share %", 60), ("latency p95 (ms)", 60), ("breaker open", 60)]
     assert sum(drawn[0][2]) == 4 and 25 in drawn[1][2] and 100 in drawn[2][2] and 1 in drawn[3][2]
     expect(page.locator(".last-hour-summary[data-provider='twilio']")).to_have_text(summary)
 
