@@ -35,8 +35,9 @@ def million():
 
     def rows():
         for i in range(N):
+            attributes = {"tier": f"t{i % 1000}"} | ({"cohort": "beta"} if i % 10_000 == 0 else {})
             yield {"user_id": f"u{i:07d}", "locale": LOCALES[i % 100], "timezone": "Europe/Berlin",
-                   "email": f"u{i}@example.org" if i % 2 else "", "attributes": {"tier": f"t{i % 1000}"} | ({"cohort": "beta"} if i % 10_000 == 0 else {}),
+                   "email": f"u{i}@example.org" if i % 2 else "", "attributes": attributes,
                    "created_at": created, "updated_at": created}
 
     copy_rows(Recipient, rows(), conflict_free=True)
