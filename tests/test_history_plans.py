@@ -16,6 +16,7 @@ from django.db.models import Count
 
 from campaigns.selectors import campaign_counts
 from notifications import records
+from notifications.admin.timeline import window_rows
 from notifications.api.event_reads import _rows
 from notifications.lifecycle.archive import into_history
 from notifications.migrations._history_sql import HISTORY, LIVE
@@ -126,3 +127,16 @@ def test_the_admin_lists_merge_an_index_scan_of_every_partition(aged, query):
     assert "Merge Append" in plan, plan
     assert not [s for s in scans if "Seq Scan" in s], plan
     assert len(scans) == DAYS + 2, plan
+
+
+def test_a_recipients_timeline_reads_the_partitions_archived_in_its_window_by_the_recipient_index(aged):
+    """The admin's last-30-days of a recipient (notifications/admin/timeline.py) seen from 25 days
+    ahead: its window starts five days ago, so the five partitions archived before are pruned; the
+    rest (live, five days, DEFAULT) are read by the recipient index."""
+    qs = window_rows(aged["recipient"].pk, TODAY - timedelta(days=5))[:2001]
+    plan = qs.explain()
+    scans = notification_scans(plan)
+    assert not [s for s in scans if "Seq Scan" in s], plan
+    assert len(scans) == 5 + 2, plan
+    assert all("recipient" in s for s in scans), plan
+    assert len(qs) == 2 + 5 + 1  # today's two, one a day for five days (created 12:00 minus minutes), 2031's

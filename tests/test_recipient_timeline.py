@@ -16,6 +16,7 @@ from django.test import Client
 from notifications.admin.timeline import timeline
 from notifications.models import Notification
 from preferences.models import Recipient
+from tests.history import archive
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fast_password_hashing")]
 
@@ -66,6 +67,24 @@ def test_a_deferred_send_is_placed_when_it_was_sent(frozen, eve):
     assert dict((c, last) for c, _counts, last in t["table"])["sms"] == NOW - timedelta(hours=2)
     assert sorted(p["t"] for p in t["points"] if p["channel"] == "sms") == [
         int((NOW - timedelta(days=6)).timestamp() * 1000), int((NOW - timedelta(hours=2)).timestamp() * 1000)]
+
+
+def test_a_send_made_before_the_window_and_sent_in_it_is_there_live_or_archived(frozen):
+    """Scheduled ahead: made 35 and 40 days ago, sent 2 h and 3 days ago (the second archived since);
+    one made 45 days ago and sent 31 days ago (archived 30.5 days ago) is outside."""
+    ann = Recipient.objects.create(user_id="ann")
+    live, moved, old = note(ann, "email", "delivered", 35), note(ann, "push", "sent", 40), note(ann, "sms", "sent", 45)
+    Notification.objects.filter(pk=live.pk).update(sent_at=NOW - timedelta(hours=2))
+    Notification.objects.filter(pk=moved.pk).update(sent_at=NOW - timedelta(days=3))
+    Notification.objects.filter(pk=old.pk).update(sent_at=NOW - timedelta(days=31))
+    assert archive(moved.pk, at=NOW - timedelta(days=2)) == 1
+    assert archive(old.pk, at=NOW - timedelta(days=30, hours=12)) == 1
+    t = timeline("ann", NOW)
+    assert [(p["t"], p["channel"], p["status"]) for p in t["points"]] == [
+        (int((NOW - timedelta(hours=2)).timestamp() * 1000), "email", "delivered"),
+        (int((NOW - timedelta(days=3)).timestamp() * 1000), "push", "sent")]
+    assert [(c, last) for c, _counts, last in t["table"]] == [
+        ("push", NOW - timedelta(days=3)), ("email", NOW - timedelta(hours=2))]
 
 
 def staff(group: str) -> Client:

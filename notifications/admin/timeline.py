@@ -3,8 +3,8 @@
 as a table per channel, which is all there is with JavaScript off. For support: "did she get
 anything from us this week?" is one look.
 
-One bounded read: the recipient's newest :data:`MAX_POINTS` notifications of the window, live and
-archived (the ``(recipient, created_at)`` index of each table and day partition in the window).
+One bounded read (:func:`window_rows`): the recipient's newest :data:`MAX_POINTS` notifications
+that happened in the window, live and archived, each placed at when it happened (sent, else made).
 """
 
 from __future__ import annotations
@@ -13,12 +13,13 @@ from collections import Counter
 from datetime import datetime, timedelta
 
 from django.contrib import admin
+from django.db.models import Q, QuerySet
 from django.db.models.functions import Coalesce
 
 from core import clock
 from notifications import records
 from notifications.admin.base import ReadOnly, ReadOnlyFormSet
-from notifications.models import Notification
+from notifications.models import Notification, NotificationRecord
 
 DAYS = 30
 MAX_POINTS = 2000
@@ -35,10 +36,7 @@ def timeline(recipient_id: str, now: datetime | None = None) -> dict:
     delivered or sent)], "truncated": bool, "since": datetime}`` over the last :data:`DAYS` days."""
     now = now or clock.now()
     since = now - timedelta(days=DAYS)
-    # Each at when it was sent (a deferred or local-time send lands on its own day), else when made.
-    rows = list(records.records().filter(recipient_id=recipient_id, created_at__gte=since)
-                .order_by("-created_at").annotate(at=Coalesce("sent_at", "created_at"))
-                .values_list("pk", "at", "channel", "status", "reason")[:MAX_POINTS + 1])
+    rows = list(window_rows(recipient_id, since)[:MAX_POINTS + 1])
     truncated = len(rows) > MAX_POINTS
     rows = rows[:MAX_POINTS]
     points = [{"t": int(at.timestamp() * 1000), "channel": channel, "group": GROUP_OF.get(status, "pending"),
@@ -55,6 +53,25 @@ def timeline(recipient_id: str, now: datetime | None = None) -> dict:
             "chart": {"points": points, "channels": channels, "groups": list(GROUPS),
                       "since": int(since.timestamp() * 1000), "until": int(now.timestamp() * 1000)},
             "truncated": truncated, "since": since, "days": DAYS, "max_points": MAX_POINTS}
+
+
+def window_rows(recipient_id: str, since: datetime) -> QuerySet[NotificationRecord, tuple]:
+    """``(pk, at, channel, status, reason)`` of the recipient's notifications that happened at or after
+    ``since``, newest made first; ``at``: when it was sent, else when it was made (a send scheduled
+    weeks ahead lands on its day).
+
+    Selected by ``at`` in SQL, and bounded by ``archived_at``, not ``created_at``: a history row was
+    archived after its last change (``HOT_HOURS`` after it, by the archiver; ``sent_at`` is written only
+    while a row is live), so ``at <= archived_at`` and only the day partitions archived since ``since``
+    can hold one (the others are pruned); the live table holds only rows still moving or finished
+    within ``HOT_HOURS`` (dead letters ``DEAD_LETTER_DAYS``). Each is read by its ``(recipient,
+    created_at)`` index (tests/test_history_plans.py). A bound on ``created_at`` (``since`` minus the
+    API's 366-day scheduling horizon) would prune no partition and miss a send deferred past it (a
+    quiet-hours deferral, a dead letter replayed days later)."""
+    return (records.records().filter(Q(archived_at__isnull=True) | Q(archived_at__gte=since),
+                                     recipient_id=recipient_id)
+            .annotate(at=Coalesce("sent_at", "created_at")).filter(at__gte=since).order_by("-created_at")
+            .values_list("pk", "at", "channel", "status", "reason"))
 
 
 class _TimelineFormSet(ReadOnlyFormSet):
