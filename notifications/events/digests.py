@@ -197,14 +197,16 @@ def withdraw(event: Event) -> int:
 
 def erase_digests(recipient_id: str) -> int:
     """A recipient's erasure, for its digests (inside the erasure's transaction): each open one is
-    emptied and closed unsent (nothing of it may reach a user re-created inside the window), the data
-    of the events that were for this user alone is cleared, and every digest's key (rendered from
-    event data) is cleared. Returns how many open digests were closed."""
+    emptied and closed unsent (nothing of it may reach a user re-created inside the window), its
+    events' outcome for the user told (``event.not_reached``: the outbox's), the data of the events
+    that were for this user alone is cleared, and every digest's key (rendered from event data) is
+    cleared. Returns how many open digests were closed."""
     now = clock.now()
     mine = Digest.objects.filter(recipient_id=recipient_id)
     Event.objects.filter(digest_items__digest__recipient_id=recipient_id, user_ids=[recipient_id]).exclude(
         data={}).update(data={})
     open_ids = list(mine.select_for_update().filter(closed_at__isnull=True).values_list("pk", flat=True))
+    outbox.emit_digests_emptied(open_ids, now)  # before the items go: it reads them
     DigestItem.objects.filter(digest_id__in=open_ids).delete()
     closed = Digest.objects.filter(pk__in=open_ids).update(closed_at=now, item_count=0, key="")
     mine.exclude(key="").update(key="")

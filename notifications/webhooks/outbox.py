@@ -39,7 +39,7 @@ from django.dispatch import receiver
 
 from core import clock
 from core.postgres import array_literal, copy_rows
-from notifications.events.models import DigestItem, Event
+from notifications.events.models import Digest, DigestItem, Event
 from notifications.models import user_outcome
 from notifications.webhooks.models import OUTCOME_EVENTS, WebhookDelivery, WebhookEndpoint
 
@@ -263,22 +263,57 @@ def _outcomes(rows: list[dict], at: datetime, live: set) -> int:
     for event_id, user_id, *rest in found:
         if (event_id, user_id) in users:
             per_user[(event_id, user_id)].append(rest)
+    decided = {user: (users[user], notes[0][4], [n[:4] for n in notes]) for user, notes in per_user.items()}
+    return _tell_outcomes(decided, at, live, outcome_subscribers)
+
+
+def _tell_outcomes(decided: dict[tuple, tuple], at: datetime, live: set, outcome_subscribers: dict) -> int:
+    """One INSERT of ``event.<outcome>`` for each ``(event id, user id)`` of ``decided``, whose value is
+    ``(owner, idempotency key, [(notification id, channel, status, reason)])``: the outcome by the one
+    rule over those statuses, to the owner's subscribed endpoints among ``live``, once per endpoint
+    (``subject``: the first decision wins)."""
     stamp = at.isoformat().replace("+00:00", "Z")
     deliveries = []
-    for (event_id, user_id), notes in per_user.items():
-        outcome = user_outcome(status for _i, _c, status, _r, _k in notes)
-        endpoints = [e for e in outcome_subscribers.get(f"event.{outcome}", {}).get(users[(event_id, user_id)], ())
-                     if e in live]
+    for (event_id, user_id), (owner, key, notes) in decided.items():
+        outcome = user_outcome(status for _i, _c, status, _r in notes)
+        endpoints = [e for e in outcome_subscribers.get(f"event.{outcome}", {}).get(owner, ()) if e in live]
         body = {"type": f"event.{outcome}", "timestamp": stamp, "data": {
-            "event_id": str(event_id), "user_id": user_id, "outcome": outcome, "at": stamp,
-            "idempotency_key": notes[0][4],
+            "event_id": str(event_id), "user_id": user_id, "outcome": outcome, "at": stamp, "idempotency_key": key,
             "notifications": [{"notification_id": str(pk), "channel": channel, "status": status,
-                               "reason": reason or None} for pk, channel, status, reason, _k in sorted(notes)]}}
+                               "reason": reason or None} for pk, channel, status, reason in sorted(notes)]}}
         deliveries += [WebhookDelivery(endpoint_id=e, event_type=f"event.{outcome}", payload=body, next_attempt_at=at,
                                        created_at=at, subject=f"event:{event_id}:{user_id}") for e in endpoints]
     if deliveries:
         WebhookDelivery.objects.bulk_create(deliveries, ignore_conflicts=True)
     return len(deliveries)
+
+
+_EMPTIED_SQL = f"""
+SELECT i.event_id, d.recipient_id, e.idempotency_key, d.client_id
+  FROM {DigestItem._meta.db_table} AS i JOIN {Digest._meta.db_table} AS d ON d.id = i.digest_id
+  JOIN {Event._meta.db_table} AS e ON e.id = i.event_id
+ WHERE i.digest_id = ANY(%s::uuid[]) AND d.client_id = ANY(%s::text[])
+"""
+
+
+def emit_digests_emptied(digest_ids: Iterable, at: datetime) -> int:
+    """``event.not_reached`` for the user of every event in the open digests ``digest_ids`` that an
+    erasure empties and closes unsent (call before their items are deleted, in its transaction): they
+    get no notification, so no move of one tells it. The same rule (no notification: not reached),
+    body and once-per-endpoint as an outcome a move decides. Nobody subscribed: no query. Returns
+    the deliveries written."""
+    outcome_subscribers = {e: subscribers(e) for e in OUTCOME_EVENTS}
+    clients = set().union(*outcome_subscribers.values())
+    ids = [str(d) for d in digest_ids]
+    if not clients or not ids:
+        return 0
+    with connection.cursor() as cur:
+        cur.execute(_EMPTIED_SQL, [array_literal(ids), array_literal(clients)])
+        found = cur.fetchall()
+    decided: dict[tuple, tuple] = {(event_id, user_id): (owner, key, []) for event_id, user_id, key, owner in found}
+    live = _live({e for owner, _k, _n in decided.values() for s in outcome_subscribers.values()
+                  for e in s.get(owner, ())})
+    return _tell_outcomes(decided, at, live, outcome_subscribers)
 
 
 def forget_client_metadata(recipient_id: str) -> int:
