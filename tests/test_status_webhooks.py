@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
 
 import pytest
 from django.db import connection
@@ -311,6 +312,43 @@ def test_503_with_retry_after_is_tried_again_then_delivered_with_the_same_webhoo
     assert list(WebhookAttempt.objects.filter(delivery=first).values_list("http_status", flat=True)) == [503, 200]
     endpoint.refresh_from_db()
     assert endpoint.failing_since is None and endpoint.active
+
+
+@pytest.fixture
+def days_ahead(settings, tmp_path):
+    """The platform clock three days ahead of the host's, as the end-to-end tests move it."""
+    offset_file = tmp_path / "clock-offset"
+    offset_file.write_text(str(3 * 86400))
+    settings.NOTIFY = {**settings.NOTIFY, "CLOCK_OFFSET_FILE": str(offset_file)}
+    return timedelta(days=3)
+
+
+def test_the_wire_carries_the_hosts_time_while_the_platform_clock_is_moved(insecure, days_ahead):
+    """A receiver checks ``webhook-timestamp`` against its own clock (the reference library refuses
+    5 minutes off) and means its own wall time by an HTTP-date ``Retry-After``: both are the host's
+    real time; what is recorded stays on the platform clock."""
+    client, _ = make_client()
+    retry_after = {}
+
+    def answer(n):
+        retry_after["at"] = datetime.now(UTC) + timedelta(seconds=120)
+        return (503, {"Retry-After": format_datetime(retry_after["at"], usegmt=True)}) if n == 1 else (200, {})
+
+    with Receiver(answer) as receiver:
+        endpoint = endpoints.create(client, receiver.url, ["notification.sent"])
+        [one] = deliveries_for(endpoint)
+        before = clock.now()
+        assert before - datetime.now(UTC) > days_ahead - timedelta(minutes=1)
+        assert delivery.deliver_endpoint(endpoint.pk)["retrying"] == 1
+        one.refresh_from_db()
+        assert 110 <= (one.next_attempt_at - before).total_seconds() <= 121  # not the 5 s backoff
+        WebhookDelivery.objects.filter(pk=one.pk).update(next_attempt_at=clock.now())
+        assert delivery.deliver_endpoint(endpoint.pk)["delivered"] == 1
+    signer = Webhook(endpoint.secret)
+    assert [signer.verify(r["body"], r["headers"]) for r in receiver.requests] == [one.payload, one.payload]
+    assert all(a.created_at >= before for a in WebhookAttempt.objects.filter(delivery=one))
+    one.refresh_from_db()
+    assert one.delivered_at >= before
 
 
 @pytest.mark.parametrize("status, state, retried", [(400, "failed", False), (410, "failed", False),

@@ -20,9 +20,10 @@ from __future__ import annotations
 import json
 import logging
 import math
+import time
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 
 from celery import current_app
@@ -70,7 +71,8 @@ def dispatch(now: datetime | None = None) -> int:
 def retry_delay(attempt: int, retry_after: str, now: datetime) -> float:
     """Seconds until the next try: the endpoint's ``Retry-After`` (seconds or an HTTP date) when it
     gives a positive one, at least ``RETRY_BASE_SECONDS``; else (none, invalid, zero, negative, a
-    past date) ``RETRY_BASE_SECONDS * 2**(attempt-1)``. Capped at ``RETRY_CAP_SECONDS``."""
+    past date) ``RETRY_BASE_SECONDS * 2**(attempt-1)``. Capped at ``RETRY_CAP_SECONDS``. ``now``: the
+    host's real time, which a date is counted from (:func:`attempt`)."""
     cap, base = _conf("RETRY_CAP_SECONDS"), _conf("RETRY_BASE_SECONDS")
     asked = _retry_after_seconds(retry_after.strip(), now)
     if asked is not None and asked > 0:
@@ -96,8 +98,15 @@ def body_of(delivery: WebhookDelivery) -> bytes:
     return json.dumps(delivery.payload, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+def wall_clock() -> datetime:
+    """This host's real time (``time.time()``), never the platform clock: for the facts on the wire
+    between two real hosts, which the other side judges by its own clock (:func:`attempt`)."""
+    return datetime.fromtimestamp(time.time(), UTC)
+
+
 def signed_headers(signer: Webhook, delivery: WebhookDelivery, body: bytes, at: datetime) -> dict[str, str]:
-    """The Standard Webhooks headers, signed by the spec's reference library (``Webhook(secret)``)."""
+    """The Standard Webhooks headers, signed by the spec's reference library (``Webhook(secret)``);
+    ``at``: the host's real time (:func:`wall_clock`)."""
     return {"webhook-id": delivery.message_id, "webhook-timestamp": str(int(at.timestamp())),
             "webhook-signature": signer.sign(delivery.message_id, at, body)}
 
@@ -118,10 +127,15 @@ class Tried:
 
 
 def attempt(delivery: WebhookDelivery, conn: transport.Connection, signer: Webhook) -> Tried:
-    """One POST of ``delivery`` on ``conn`` and what follows from the answer (not recorded yet)."""
-    now = clock.now()
+    """One POST of ``delivery`` on ``conn`` and what follows from the answer (not recorded yet).
+
+    Two clocks: what is recorded (attempts, retries, give-up) is on the platform clock, which tests
+    move (``CLOCK_OFFSET_FILE``); the wire's instants are the host's real time: the receiver refuses a
+    ``webhook-timestamp`` more than 5 minutes off its own clock (replay protection), and an HTTP-date
+    ``Retry-After`` is the receiver's wall time, so its delay is counted from ours."""
+    now, wall = clock.now(), wall_clock()
     body = body_of(delivery)
-    answer = conn.post(body, signed_headers(signer, delivery, body, now))
+    answer = conn.post(body, signed_headers(signer, delivery, body, wall))
     number = delivery.attempts + 1
     give_up = delivery.give_up_at or now + timedelta(seconds=_conf("RETRY_FOR_SECONDS"))
     status = answer.status
@@ -130,7 +144,7 @@ def attempt(delivery: WebhookDelivery, conn: transport.Connection, signer: Webho
         state, error = State.DELIVERED, ""
     elif status is None or status == 429 or status >= 500:
         error = answer.error or f"HTTP {status}"
-        retry = now + timedelta(seconds=retry_delay(number, answer.retry_after, now))
+        retry = now + timedelta(seconds=retry_delay(number, answer.retry_after, wall))
         state = State.PENDING if retry <= give_up else State.FAILED
         retry_at = retry if state == State.PENDING else None
         if state == State.FAILED:
