@@ -165,7 +165,7 @@ def queue_snapshot() -> dict[str, dict]:
     except Exception as exc:  # Postgres down: depths are still worth reporting
         log.warning("queue ages unavailable: %s", exc)
         queued_at = {}
-    now = time.time()
+    now = clock.now().timestamp()  # the clock that stamped queued_at
     snapshot = {}
     for queue in ALL_QUEUES:
         age: float | None = None

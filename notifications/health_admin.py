@@ -20,9 +20,9 @@ from django.db import connection
 from django.template import engines
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
-from django.utils import timezone
 from django.utils.html import format_html_join
 
+from core import clock
 from notifications.health import CALL_OUTCOMES, ERROR_OUTCOMES
 from notifications.provider_minutes.last_hour import last_hour
 
@@ -47,8 +47,9 @@ SELECT NULL, NULL, count(*), min(created_at) FROM recent
 
 
 def recent_calls(minutes: int) -> tuple[dict[tuple[str, str], int], bool]:
-    """``({(provider, outcome): count}, truncated)`` for calls made in the last ``minutes``."""
-    since = timezone.now() - timedelta(minutes=minutes)
+    """``({(provider, outcome): count}, truncated)`` for calls made in the last ``minutes`` (of the
+    platform clock, which stamped them)."""
+    since = clock.now() - timedelta(minutes=minutes)
     counts: dict[tuple[str, str], int] = {}
     truncated = False
     with connection.cursor() as cur:

@@ -332,6 +332,22 @@ def test_gauges_show_scheduler_lag_pending_rows_dead_letters_and_queues(client,
     assert queue_snapshot()["standard.email"]["depth"] == 1
 
 
+def test_a_queues_oldest_age_is_counted_on_the_platform_clock(monkeypatch, django_capture_on_commit_callbacks):
+    """``queued_at`` is stamped on the platform clock: with that clock three days ahead of the host's,
+    a message queued 30 minutes ago (platform) is 30 minutes old, not 0 (before: the host's time)."""
+    from core import clock
+
+    ahead = timezone.now() + timedelta(days=3)
+    monkeypatch.setattr(clock, "now", lambda: ahead)
+    r = Recipient.objects.create(user_id=f"m-{uuid.uuid4().hex[:8]}", email="a@example.com")
+    n = _notification(r, "email", "standard", status="scheduled", queued_at=None, due_at=ahead)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert scheduler.release_due() == 1
+    Notification.objects.filter(pk=n.pk).update(queued_at=ahead - timedelta(minutes=30))
+    snapshot = queue_snapshot()["standard.email"]
+    assert (snapshot["depth"], round(snapshot["oldest_age"], 3)) == (1, 1800.0)
+
+
 def test_a_failing_source_is_reported_and_its_gauges_left_out(client, settings):
     import socket
 

@@ -23,7 +23,7 @@ from rest_framework_api_key.models import APIKey
 
 from core.api.scopes import Scope, canonical
 from notifications.admin.base import EstimatedCountPaginator
-from notifications.admin.time import INSTANTS_JS, instant_display
+from notifications.admin.time import INSTANTS_JS, PlatformDateFilter, instant_display
 from notifications.models import APIAuditEntry, APIClient
 from preferences.admin_guard import ContentLookupGuard
 
@@ -174,7 +174,7 @@ class APIAuditEntryAdmin(ContentLookupGuard, admin.ModelAdmin):
 
     list_display = ["at_instant", "client_shown", "method", "path", "object_type", "object_id", "status",
                     "error_code", "fields_shown"]
-    list_filter = [ClientFilter, ("at", admin.DateFieldListFilter), "status", "method", "object_type"]
+    list_filter = [ClientFilter, ("at", PlatformDateFilter), "status", "method", "object_type"]
     list_select_related = ["client"]
     search_fields = ["=object_id"]
     search_help_text = "Exact object id (user id, segment or template id, notification or campaign id)."

@@ -22,7 +22,7 @@ from notifications import records
 from notifications.admin.base import HIDDEN, EstimatedCountPaginator, ReadOnly, ReadOnlyFormSet
 from notifications.admin.digests import event_digests
 from notifications.admin.outcomes import outcome_list, outcomes
-from notifications.admin.time import INSTANTS_JS, instant, instant_display
+from notifications.admin.time import INSTANTS_JS, PlatformDateFilter, instant, instant_display
 from notifications.events.models import Event
 from notifications.models import Notification
 from preferences.admin_guard import ContentLookupGuard
@@ -40,7 +40,7 @@ class EventAdmin(ReadOnly, ContentLookupGuard, admin.ModelAdmin):
     """Read-only: events are made through the API and cancelled there."""
 
     list_display = ["id", "type", "client", "users", "created", "cancelled"]
-    list_filter = ["type", ("created_at", admin.DateFieldListFilter), ("cancelled_at", admin.EmptyFieldListFilter)]
+    list_filter = ["type", ("created_at", PlatformDateFilter), ("cancelled_at", admin.EmptyFieldListFilter)]
     list_select_related = ["type", "client"]
     search_fields = ["=idempotency_key"]
     search_help_text = "Event id, or idempotency key (exact)."

@@ -20,7 +20,7 @@ from django.utils.html import format_html
 
 from notifications import records, services
 from notifications.admin.base import HIDDEN, EstimatedCountPaginator, ReadOnly
-from notifications.admin.time import INSTANTS_JS, instant_display
+from notifications.admin.time import INSTANTS_JS, PlatformDateFilter, instant_display
 from notifications.models import (
     DEAD_LETTERS,
     DeadLetter,
@@ -95,7 +95,7 @@ TIMES = ["created_at", "scheduled_at", "due_at", "queued_at", "lease_until", "ex
 class NotificationAdmin(ReadOnly, ContentLookupGuard, admin.ModelAdmin):
     list_display = ["id", "recipient_id", "channel", "priority", "category", "colored_status", "reason",
                     "created_at", "sent_at", "archived"]
-    list_filter = ["status", "channel", "priority", "reason", ("created_at", admin.DateFieldListFilter)]
+    list_filter = ["status", "channel", "priority", "reason", ("created_at", PlatformDateFilter)]
     search_fields = ["recipient__user_id", "recipient__email", "recipient__phone", "idempotency_key",
                      "provider_message_id"]
     search_help_text = ("User id, email, phone (international format, e.g. +49 151 1234 5678), idempotency key, "
