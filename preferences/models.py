@@ -8,6 +8,8 @@ from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.db import models
 from django.db.models.functions import Lower
 
+from core import clock
+
 
 class Channel(models.TextChoices):
     SMS = "sms", "SMS"
@@ -154,7 +156,7 @@ class Erasure(models.Model):
 
     recipient = models.ForeignKey(Recipient, on_delete=models.PROTECT, related_name="erasures", db_index=False)
     requested_by = models.CharField(max_length=200, help_text='Who asked: "api client <name>" or "admin <user>".')
-    erased_at = models.DateTimeField(auto_now_add=True)
+    erased_at = models.DateTimeField(default=clock.now, editable=False)  # the platform clock (one clock)
     notifications_erased = models.PositiveIntegerField(default=0, help_text="Notifications whose content was removed.")
     notifications_cancelled = models.PositiveIntegerField(default=0, help_text="Pending notifications cancelled.")
     devices_deleted = models.PositiveIntegerField(default=0)

@@ -41,13 +41,16 @@ class UnsubscribeToken:
     channel: str = "email"
     campaign_id: uuid.UUID | None = None
     notification_id: uuid.UUID | None = None
-    #: When it was signed (whole seconds; ``None`` for a link not read from a token).
+    #: When it was signed, on the platform clock, as the erasures it is compared with (whole seconds;
+    #: ``None`` for a link not read from a token).
     issued_at: datetime | None = field(default=None, compare=False)
 
 
 def make_token(link: UnsubscribeToken) -> str:
-    """The URL-safe signed token of ``link`` (``[A-Za-z0-9_-.:]``, about 120–400 characters)."""
-    payload = {"u": link.user_id, "c": link.category, "ch": link.channel}
+    """The URL-safe signed token of ``link`` (``[A-Za-z0-9_-.:]``, about 120–400 characters). ``t``:
+    the platform clock's second (:attr:`UnsubscribeToken.issued_at`); the signature's own timestamp,
+    which :data:`MAX_AGE` is checked against, is the host's."""
+    payload = {"u": link.user_id, "c": link.category, "ch": link.channel, "t": int(clock.now().timestamp())}
     if link.campaign_id is not None:
         payload["k"] = str(link.campaign_id)
     if link.notification_id is not None:
@@ -73,9 +76,15 @@ def read_token(token: str) -> UnsubscribeToken:
             user_id=str(payload["u"]), category=str(payload["c"]), channel=str(payload["ch"]),
             campaign_id=uuid.UUID(payload["k"]) if payload.get("k") else None,
             notification_id=uuid.UUID(payload["n"]) if payload.get("n") else None,
-            issued_at=datetime.fromtimestamp(signing.b62_decode(token.rsplit(":", 2)[-2]), tz=UTC))
+            issued_at=datetime.fromtimestamp(int(payload["t"]) if "t" in payload else _signed_at(token), tz=UTC))
     except (KeyError, TypeError, ValueError) as exc:  # signed by us, but not an unsubscribe payload
         raise BadToken("this link is not valid") from exc
+
+
+def _signed_at(token: str) -> int:
+    """The signature's timestamp (the host's clock): a link made before tokens carried ``t`` (the same
+    second in production, where the platform clock is the host's)."""
+    return signing.b62_decode(token.rsplit(":", 2)[-2])
 
 
 def check_live(link: UnsubscribeToken) -> Recipient:

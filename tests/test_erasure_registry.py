@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.apps import apps
+from django.core import signing
 from django.db import models
 from django.test import Client
 
@@ -19,8 +20,8 @@ from notifications.events import digests, services
 from notifications.events.models import Digest, DigestItem, Event, NotificationType, TypeTemplate
 from notifications.models import APIClient, Notification
 from preferences.api.erasure import erase_user, personal_data
-from preferences.models import Device, Preferences, Recipient, Unsubscribe
-from preferences.unsubscribe import UnsubscribeToken, make_token, read_token
+from preferences.models import Device, Erasure, Preferences, Recipient, Unsubscribe
+from preferences.unsubscribe import SALT, UnsubscribeToken, check_live, make_token, read_token
 
 #: Field names that hold a user's data wherever they stand.
 PERSONAL_FIELDS = {"user_id", "user_ids", "email", "phone", "push_token"}
@@ -144,10 +145,6 @@ def test_an_event_to_many_keeps_its_shared_data_when_one_of_them_is_erased(at):
     assert DigestItem.objects.filter(digest__recipient=bob).count() == 1
 
 
-#: When the links below were signed: an hour before the test runs (links live 60 days).
-SIGNED = time.time() - 3600
-
-
 @pytest.fixture
 def mail_client():
     return Client(enforce_csrf_checks=True)
@@ -155,12 +152,11 @@ def mail_client():
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("method", ["get", "post"])
-def test_a_link_issued_before_the_erasure_is_404_and_writes_nothing(mail_client, monkeypatch, method):
+def test_a_link_issued_before_the_erasure_is_404_and_writes_nothing(mail_client, at, method):
     eve = Recipient.objects.create(user_id="eve", email="eve@example.org")
     link = UnsubscribeToken(user_id="eve", category="marketing")
-    monkeypatch.setattr("time.time", lambda: SIGNED)  # signed an hour ago
-    token = make_token(link)
-    monkeypatch.undo()
+    token = make_token(link)  # at T0
+    at[0] = T0 + timedelta(hours=1, milliseconds=500)
     erase_user(eve, requested_by="test")
     Recipient.objects.filter(pk="eve").update(email="eve-new@example.org")  # re-created
 
@@ -170,22 +166,19 @@ def test_a_link_issued_before_the_erasure_is_404_and_writes_nothing(mail_client,
     assert (Preferences.objects.count(), Unsubscribe.objects.count()) == (0, 0)
     # A link of an email sent after the erasure (a later second: links are signed to the second and
     # one of the erasure's own second counts as before it) works.
-    two_seconds_on = time.time() + 2
-    monkeypatch.setattr("time.time", lambda: two_seconds_on)
-    later = make_token(link)
-    monkeypatch.undo()
-    fresh = mail_client.post(f"/u/{later}", {"List-Unsubscribe": "One-Click"})
+    at[0] = T0 + timedelta(hours=1, milliseconds=900)
+    assert mail_client.post(f"/u/{make_token(link)}", {"List-Unsubscribe": "One-Click"}).status_code == 404
+    at[0] = T0 + timedelta(hours=1, seconds=1)
+    fresh = mail_client.post(f"/u/{make_token(link)}", {"List-Unsubscribe": "One-Click"})
     assert fresh.status_code == 200
     assert Unsubscribe.objects.filter(recipient_id="eve").count() == 1
 
 
 @pytest.mark.django_db
-def test_erasure_deletes_the_unsubscribe_records_and_a_token_knows_when_it_was_signed(mail_client, monkeypatch):
+def test_erasure_deletes_the_unsubscribe_records_and_a_token_knows_when_it_was_signed(mail_client, at):
     eve = Recipient.objects.create(user_id="eve", email="eve@example.org")
-    monkeypatch.setattr("time.time", lambda: SIGNED)
     token = make_token(UnsubscribeToken(user_id="eve", category="marketing"))
-    monkeypatch.undo()
-    assert read_token(token).issued_at == datetime.fromtimestamp(int(SIGNED), tz=UTC)
+    assert read_token(token).issued_at == T0
     assert mail_client.post(f"/u/{token}", {"List-Unsubscribe": "One-Click"}).status_code == 200
     assert Unsubscribe.objects.filter(recipient=eve).count() == 1
 
@@ -193,6 +186,31 @@ def test_erasure_deletes_the_unsubscribe_records_and_a_token_knows_when_it_was_s
 
     assert Unsubscribe.objects.filter(recipient=eve).count() == 0
     assert Preferences.objects.filter(recipient=eve).count() == 0
+
+
+@pytest.mark.django_db
+def test_an_erasure_and_a_links_issue_are_stamped_on_the_platform_clock(at):
+    """The platform clock (here months from the host's) stamps the erasure's record and the
+    recipient's mark with one instant, and a link's issue, which the erasure is compared with; the
+    signature's own timestamp (the host's) only bounds the link's age."""
+    eve = Recipient.objects.create(user_id="eve", email="eve@example.org")
+    link = UnsubscribeToken(user_id="eve", category="marketing")
+    before = read_token(make_token(link))
+    at[0] = T0 + timedelta(seconds=60)
+    erasure, _ = erase_user(eve, requested_by="test")
+    eve.refresh_from_db()
+    assert (erasure.erased_at, Erasure.objects.get(pk=erasure.pk).erased_at, eve.erased_at) == (
+        T0 + timedelta(seconds=60),) * 3
+    at[0] = T0 + timedelta(seconds=120)
+    after = read_token(make_token(link))
+    assert (before.issued_at, after.issued_at) == (T0, T0 + timedelta(seconds=120))
+    with pytest.raises(Recipient.DoesNotExist):
+        check_live(before)
+    assert check_live(after) == eve
+    # A link made before tokens carried the platform's second: its signature's second, as before.
+    signed = time.time()
+    old = signing.dumps({"u": "eve", "c": "marketing", "ch": "email"}, salt=SALT, compress=True)
+    assert abs(read_token(old).issued_at.timestamp() - signed) < 2
 
 
 @pytest.mark.django_db

@@ -64,6 +64,9 @@ def erase_user(recipient: Recipient, *, requested_by: str) -> tuple[Erasure, boo
             last = recipient.erasures.order_by("-erased_at", "-id").first()
             if last is not None:
                 return last, True
-        # What was created before this instant and is still in flight is never sent, written or replayed.
-        Recipient.objects.filter(pk=recipient.pk).update(erased_at=clock.now())
-        return Erasure.objects.create(recipient=recipient, requested_by=requested_by[:200], **counts), False
+        # What was created before this instant and is still in flight is never sent, written or replayed;
+        # the record says the same instant.
+        now = clock.now()
+        Recipient.objects.filter(pk=recipient.pk).update(erased_at=now)
+        return Erasure.objects.create(recipient=recipient, requested_by=requested_by[:200], erased_at=now,
+                                      **counts), False
