@@ -186,11 +186,13 @@ def withdraw(event: Event) -> int:
     """Take ``event`` out of the digests it went into that are still open (inside the caller's
     transaction; the digests are locked in user-id order, as :func:`append` takes them, so a cancel
     and an append never deadlock). Returns how many items were removed; a closed digest keeps its
-    items (its notifications are shared with the other events)."""
+    items (its notifications are shared with the other events). Its users there are not reached by
+    it, and told so (the outbox's ``event.not_reached``), as no notification's move will."""
     open_ids = list(Digest.objects.select_for_update().filter(items__event=event, closed_at__isnull=True)
                     .order_by("recipient_id").values_list("pk", flat=True))
     if not open_ids:
         return 0
+    outbox.emit_digests_emptied(open_ids, clock.now(), event_id=event.pk)  # before the items go
     removed, _ = DigestItem.objects.filter(event=event, digest_id__in=open_ids).delete()
     return removed
 

@@ -292,23 +292,24 @@ _EMPTIED_SQL = f"""
 SELECT i.event_id, d.recipient_id, e.idempotency_key, d.client_id
   FROM {DigestItem._meta.db_table} AS i JOIN {Digest._meta.db_table} AS d ON d.id = i.digest_id
   JOIN {Event._meta.db_table} AS e ON e.id = i.event_id
- WHERE i.digest_id = ANY(%s::uuid[]) AND d.client_id = ANY(%s::text[])
+ WHERE i.digest_id = ANY(%s::uuid[]) AND d.client_id = ANY(%s::text[]) AND (%s::uuid IS NULL OR i.event_id = %s)
 """
 
 
-def emit_digests_emptied(digest_ids: Iterable, at: datetime) -> int:
+def emit_digests_emptied(digest_ids: Iterable, at: datetime, event_id=None) -> int:
     """``event.not_reached`` for the user of every event in the open digests ``digest_ids`` that an
-    erasure empties and closes unsent (call before their items are deleted, in its transaction): they
-    get no notification, so no move of one tells it. The same rule (no notification: not reached),
-    body and once-per-endpoint as an outcome a move decides. Nobody subscribed: no query. Returns
-    the deliveries written."""
+    erasure empties and closes unsent, or of ``event_id`` alone when its cancel takes it out of them
+    (call before the items are deleted, in the same transaction): they get no notification, so no
+    move of one tells it. The same rule (no notification: not reached), body and once-per-endpoint
+    as an outcome a move decides. Nobody subscribed: no query. Returns the deliveries written."""
     outcome_subscribers = {e: subscribers(e) for e in OUTCOME_EVENTS}
     clients = set().union(*outcome_subscribers.values())
     ids = [str(d) for d in digest_ids]
     if not clients or not ids:
         return 0
     with connection.cursor() as cur:
-        cur.execute(_EMPTIED_SQL, [array_literal(ids), array_literal(clients)])
+        event = str(event_id) if event_id is not None else None
+        cur.execute(_EMPTIED_SQL, [array_literal(ids), array_literal(clients), event, event])
         found = cur.fetchall()
     decided: dict[tuple, tuple] = {(event_id, user_id): (owner, key, []) for event_id, user_id, key, owner in found}
     live = _live({e for owner, _k, _n in decided.values() for s in outcome_subscribers.values()
