@@ -331,6 +331,8 @@ class CampaignMinute(models.Model):
     sent_rows = models.PositiveIntegerField(default=0, help_text="Rows sent in this minute (latency's sample).")
     due_to_sent_p50_ms = models.PositiveIntegerField(null=True, blank=True)
     due_to_sent_p95_ms = models.PositiveIntegerField(null=True, blank=True)
+    last_due_at = models.DateTimeField(null=True, blank=True,
+                                       help_text="When its last scheduled row is due (none scheduled: null).")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["campaign", "minute"], name="campaign_minute_uniq")]
@@ -339,3 +341,31 @@ class CampaignMinute(models.Model):
     def __str__(self) -> str:
         return f"{self.campaign_id} at {self.minute:%Y-%m-%d %H:%M}"
 
+
+
+class CampaignTally(models.Model):
+    """A sampled campaign's counts kept up to date from what changed (``campaigns.tally``): one full
+    count when beat first samples it, then each tick adds the changes its rows' writers appended to
+    :class:`CampaignTallyChange`. Dropped when the campaign is no longer sampled."""
+
+    campaign = models.OneToOneField(Campaign, on_delete=models.CASCADE, primary_key=True, related_name="tally")
+    counts = models.JSONField(help_text='{"<status>": {"<reason>": n}}: the reason only for suppressed and failed.')
+    counted_at = models.DateTimeField(help_text="When the full count it started from was taken.")
+
+    def __str__(self) -> str:
+        return f"tally of {self.campaign_id}"
+
+
+class CampaignTallyChange(models.Model):
+    """What one statement changed in a campaign's counts: ``n`` rows more (or fewer) in ``status``
+    (``reason`` for suppressed and failed, else empty). Appended by database triggers on every
+    INSERT and UPDATE of notifications (live and history; migration 0021), in the writer's
+    transaction; consumed (deleted) by beat's pace tick (``campaigns.tally``)."""
+
+    campaign_id = models.UUIDField()
+    status = models.CharField(max_length=12)
+    reason = models.CharField(max_length=32, blank=True)
+    n = models.IntegerField()
+
+    def __str__(self) -> str:
+        return f"{self.campaign_id} {self.status} {self.reason} {self.n:+d}"

@@ -1,11 +1,13 @@
 """A launched campaign's pace (docs/CAMPAIGNS.md, "Pace"): what its page charts and how long it has left.
 
-Beat's sampler (:func:`sample_due`, every ``CAMPAIGN_PACE_SAMPLE_SECONDS``) counts each campaign that
-is fanning out or sending with the one counting rule (``campaigns.selectors.campaign_counts``) and
-keeps one :class:`~campaigns.models.CampaignMinute` per minute: the last counts in it, and the
-due → sent latency of the rows sent in it. A finished campaign gets one last sample. The page reads
-the newest row (its progress, while fresh) and at most ``MINUTES_SHOWN`` rows (its chart): two index
-reads however large the campaign, instead of a count of all its rows on every refresh of every viewer.
+Beat's sampler (:func:`sample_due`, every ``CAMPAIGN_PACE_SAMPLE_SECONDS``) takes each campaign that
+is fanning out or sending with the one counting rule, kept up to date from what changed
+(:mod:`campaigns.tally`: a tick costs the rows that changed, not the campaign's size), and keeps one
+:class:`~campaigns.models.CampaignMinute` per minute: the last counts in it, the due → sent latency
+of the rows sent in it and when its last scheduled row is due. A finished campaign is sampled until
+its rows settled. The page reads the newest row (its progress, while fresh) and at most
+``MINUTES_SHOWN`` rows (its chart): index reads however large the campaign, instead of a count of
+all its rows on every refresh of every viewer.
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ from django.db.models import Max, Q
 from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Coalesce
 
+from campaigns import tally
 from campaigns.models import Campaign, CampaignMinute, CampaignStatus
 from campaigns.selectors import campaign_counts
 from core import clock
-from notifications.models import NotificationRecord, Priority
+from notifications.models import Notification, Priority
 from providers.isolation import breaker_state, limits_for
 from providers.registry import provider_names
 
@@ -34,13 +37,17 @@ SERIES = ("sent", "delivered", "failed", "suppressed")
 #: The chart's reach back (a day of minutes) and the window the recent rate is taken over.
 MINUTES_SHOWN = 1440
 RECENT_MINUTES = 5
+#: A sample older than this many sampling intervals is not trusted (beat stopped).
+STALE_INTERVALS = 3
 SAMPLED = (CampaignStatus.FANNING_OUT, CampaignStatus.SENDING)
 FINISHED = (CampaignStatus.COMPLETED, CampaignStatus.CANCELLED)
 
+# The live table only: a row sent this minute is archived HOT_HOURS after its last change at the
+# earliest. Through notification_campaign_sent_idx: the rows sent this minute, not all the campaign's.
 _LATENCY_SQL = f"""
 SELECT count(*), percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), percentile_cont(0.95) WITHIN GROUP (ORDER BY ms)
   FROM (SELECT GREATEST(0, extract(epoch FROM sent_at - COALESCE(queued_at, created_at)) * 1000) AS ms
-          FROM {NotificationRecord._meta.db_table}
+          FROM {Notification._meta.db_table}
          WHERE campaign_id = %s AND sent_at >= %s AND sent_at <= %s) AS sent
 """
 
@@ -53,10 +60,24 @@ def _minute(at: datetime) -> datetime:
     return at.replace(second=0, microsecond=0)
 
 
-def sample(campaign: Campaign, now: datetime) -> CampaignMinute:
-    """Count ``campaign`` now into its minute's row (made, or replaced by this later sample)."""
+def stale(sampled_at: datetime, now: datetime) -> bool:
+    """Whether a sample taken at ``sampled_at`` is too old to present as current (beat stopped)."""
+    return (now - sampled_at).total_seconds() > STALE_INTERVALS * sample_seconds()
+
+
+def last_scheduled(campaign: Campaign) -> datetime | None:
+    """When the campaign's last scheduled row is due (a later local time, spread, quiet hours, a
+    retry's backoff), or None: one descent of ``notification_campaign_due_idx`` (scheduled rows are
+    live: only finished rows are archived)."""
+    return (Notification.objects.filter(campaign_id=campaign.pk, status="scheduled", due_at__isnull=False)
+            .order_by("-due_at").values_list("due_at", flat=True).first())
+
+
+def sample(campaign: Campaign, now: datetime, counts: dict | None = None) -> CampaignMinute:
+    """Record ``campaign``'s ``counts`` (default: counted now) into its minute's row (made, or
+    replaced by this later sample), with the latency of the rows sent in that minute so far."""
     start = _minute(now)
-    counts = campaign_counts(campaign)
+    counts = campaign_counts(campaign) if counts is None else counts
     with connection.cursor() as cur:
         cur.execute(_LATENCY_SQL, [campaign.pk, start, now])
         sent_rows, p50, p95 = cur.fetchone()
@@ -64,7 +85,8 @@ def sample(campaign: Campaign, now: datetime) -> CampaignMinute:
         campaign=campaign, minute=start,
         defaults={"sampled_at": now, "counts": counts, "sent_rows": sent_rows,
                   "due_to_sent_p50_ms": None if p50 is None else round(p50),
-                  "due_to_sent_p95_ms": None if p95 is None else round(p95)})
+                  "due_to_sent_p95_ms": None if p95 is None else round(p95),
+                  "last_due_at": last_scheduled(campaign) if counts["by_status"].get("scheduled") else None})
     return row
 
 
@@ -85,28 +107,37 @@ def due(now: datetime) -> list[Campaign]:
 
 
 def sample_due(now: datetime | None = None) -> int:
-    """Beat's tick: sample every due campaign, each in its own transaction (one failing is logged and
-    the others still counted). Returns how many were sampled."""
+    """Beat's tick: every due campaign's tally brought up to date (:mod:`campaigns.tally`) and
+    sampled, each in a savepoint (one failing is logged and the others still recorded), all in one
+    transaction under the tally's lock (a tick finding another running does nothing). Returns how
+    many were sampled."""
     now = now or clock.now()
     done = 0
-    for campaign in due(now):
-        try:
-            with transaction.atomic():
-                sample(campaign, now)
-            done += 1
-        except Exception:
-            log.exception("campaign %s: pace sample failed", campaign.pk)
+    with transaction.atomic():
+        if not tally.lock():
+            return 0
+        campaigns = due(now)
+        counted = tally.counts(campaigns, now)
+        for campaign in campaigns:
+            if campaign.pk not in counted:
+                continue
+            try:
+                with transaction.atomic():
+                    sample(campaign, now, counted[campaign.pk])
+                done += 1
+            except Exception:
+                log.exception("campaign %s: pace sample failed", campaign.pk)
     return done
 
 
 def fresh_counts(campaign: Campaign, now: datetime) -> tuple[dict, datetime] | None:
-    """The newest sample's counts and instant, while the campaign is sampled and the sample is no
-    older than three sampling intervals; else ``None`` (the caller counts itself)."""
+    """The newest sample's counts and instant, while the campaign is sampled and the sample is not
+    :func:`stale`; else ``None`` (the caller counts itself)."""
     if campaign.status not in SAMPLED:
         return None
     row = (CampaignMinute.objects.filter(campaign=campaign).order_by("-minute")
            .values_list("counts", "sampled_at").first())
-    if row is None or (now - row[1]).total_seconds() > 3 * sample_seconds():
+    if row is None or stale(row[1], now):
         return None
     return row[0], row[1]
 

@@ -20,6 +20,8 @@ from preferences.models import Unsubscribe
 
 STATUSES = ["scheduled", "queued", "sending", "sent", "delivered", "displayed", "dismissed", "opened", "failed",
             "suppressed", "expired", "cancelled"]
+#: The statuses counted by reason too (``suppressed_by_reason``, ``failed_by_reason``).
+WITH_REASON = ("suppressed", "failed")
 
 
 def campaign_counts(campaign: Campaign) -> dict:
@@ -29,19 +31,26 @@ def campaign_counts(campaign: Campaign) -> dict:
     (:class:`~notifications.models.NotificationRecord`). ``history_expired``: the history's retention
     may have dropped some of them since its fan-out began, so the counts are of the rows left
     (:func:`notifications.records.history_expired`)."""
-    rows = (NotificationRecord.objects.filter(campaign_id=campaign.pk).values("status", "reason")
-            .annotate(n=Count("id")).order_by())
+    return counts_of(counted_rows(campaign.pk), campaign)
+
+
+def counted_rows(campaign_id):
+    """The query :func:`campaign_counts` reads: ``(status, reason, n)`` of the campaign's rows, live
+    and archived (``campaigns.tally`` starts a tally from it)."""
+    return (NotificationRecord.objects.filter(campaign_id=campaign_id).values("status", "reason")
+            .annotate(n=Count("id")).order_by().values_list("status", "reason", "n"))
+
+
+def counts_of(rows, campaign: Campaign) -> dict:
+    """:func:`campaign_counts`' shape from ``(status, reason, n)`` rows (a count's, or a tally's)."""
     by_status = dict.fromkeys(STATUSES, 0)
-    suppressed: dict[str, int] = {}
-    failed: dict[str, int] = {}
-    for row in rows:
-        by_status[row["status"]] = by_status.get(row["status"], 0) + row["n"]
-        if row["status"] == "suppressed":
-            suppressed[row["reason"]] = suppressed.get(row["reason"], 0) + row["n"]
-        elif row["status"] == "failed":
-            failed[row["reason"]] = failed.get(row["reason"], 0) + row["n"]
+    by_reason: dict[str, dict[str, int]] = {status: {} for status in WITH_REASON}
+    for status, reason, n in rows:
+        by_status[status] = by_status.get(status, 0) + n
+        if status in by_reason and n:
+            by_reason[status][reason] = by_reason[status].get(reason, 0) + n
     return {"total": sum(by_status.values()), "outcome": outcome(by_status), "by_status": by_status,
-            "suppressed_by_reason": suppressed, "failed_by_reason": failed,
+            "suppressed_by_reason": by_reason["suppressed"], "failed_by_reason": by_reason["failed"],
             "history_expired": history_expired(campaign)}
 
 

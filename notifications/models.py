@@ -277,6 +277,12 @@ class Notification(NotificationColumns):
             # Campaign completion: does the campaign still have unfinished notifications?
             models.Index(fields=["campaign_id"], name="notification_campaign_open_idx",
                          condition=models.Q(status__in=["scheduled", "queued", "sending"])),
+            # A campaign's pace (campaigns/pace.py): the rows it sent this minute (the sampler's latency)
+            # and its last scheduled send; each bounded by those rows, not the campaign's size.
+            models.Index(fields=["campaign_id", "sent_at"], name="notification_campaign_sent_idx",
+                         condition=models.Q(campaign_id__isnull=False, sent_at__isnull=False)),
+            models.Index(fields=["campaign_id", "due_at"], name="notification_campaign_due_idx",
+                         condition=models.Q(campaign_id__isnull=False, status="scheduled")),
             # Support: the notification list, newest first (and by status), without sorting the table.
             models.Index(fields=["-created_at"], name="notification_created_idx"),
             models.Index(fields=["status", "-created_at"], name="notification_status_time_idx"),

@@ -17,7 +17,8 @@ After every step, for every row (docs/ARCHITECTURE.md §5):
   row shows no other end except through those documented moves;
 * **every change has its timeline entry**: the step that moved a row to a status added a timeline
   line saying that status (the claim's ``sending`` excepted: its attempt row is that line);
-* **campaign counts equal the rows**, for both campaigns;
+* **campaign counts equal the rows**, for both campaigns, and so do the pace sampler's tallies kept
+  from what each statement changed (campaigns/tally.py);
 * **no worker crashed** (no ``worker_error``); **a stale worker moves nothing**: a worker whose row
   was claimed again since its own claim records nothing over the later one; and **no accepted call
   is lost**: a worker recording an accepted call leaves the row sent or beyond (or waiting with its

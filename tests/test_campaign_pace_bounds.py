@@ -1,0 +1,121 @@
+"""What a campaign's pace may cost (docs/CAMPAIGNS.md, "Pace"): beat's tick reads what changed since
+the last tick, not the campaign's rows, and its tally stays equal to a full count whoever moves the
+rows (every writer: tests/test_lifecycle_stateful.py)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from campaigns import pace
+from campaigns.models import Campaign, CampaignMinute, CampaignStatus, CampaignTally, CampaignTallyChange
+from campaigns.selectors import campaign_counts
+from notifications.campaign_rows import CampaignRow, insert_campaign_page
+from notifications.models import Notification, NotificationHistory
+from preferences.models import Recipient
+from tests.history import archive
+from tests.test_campaign_pace import move, sending_campaign
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fast_password_hashing")]
+
+NOW = datetime(2030, 1, 10, 11, 30, 5, tzinfo=UTC)
+
+
+def schedule(rows, due: datetime, at: datetime) -> None:
+    Notification.objects.filter(pk__in=[r.pk for r in rows]).update(status="scheduled", due_at=due, updated_at=at)
+
+
+def plan(sql: str) -> str:
+    """``sql``'s plan with sequential scans disabled (as tests/test_history_plans.py): a tiny table
+    would be read whole anyway; the plan shows a sequential scan only when no index serves it."""
+    with connection.cursor() as cur:
+        cur.execute("SET LOCAL enable_seqscan = off")
+        cur.execute(f"EXPLAIN {sql}")
+        return "\n".join(r[0] for r in cur.fetchall())
+
+
+def tick_reads(frozen) -> list[str]:
+    frozen[0] += timedelta(seconds=15)
+    with CaptureQueriesContext(connection) as queries:
+        assert pace.sample_due() == 1
+    return [q["sql"] for q in queries.captured_queries]
+
+
+def test_a_tick_reads_what_changed_not_the_campaigns_rows_and_its_counts_equal_a_full_count(frozen):
+    c, rows = sending_campaign(40)
+    first = tick_reads(frozen)  # the campaign's first tick: one full count
+    assert len([q for q in first if "notifications_notificationrecord" in q]) == 1
+    move(rows[:10], "sent", frozen[0])
+    move(rows[10:15], "suppressed", frozen[0], reason="opted_out_channel")
+    move(rows[15:17], "failed", frozen[0], reason="provider_rejected")
+    archive(*[r.pk for r in rows[:5]], at=frozen[0])  # moved to the history: no count changes
+    NotificationHistory.objects.filter(pk__in=[r.pk for r in rows[:3]]).update(status="delivered")  # late receipts
+    schedule(rows[20:22], datetime(2030, 1, 11, tzinfo=UTC), frozen[0])
+
+    later = tick_reads(frozen)
+
+    assert not [q for q in later if "notifications_notificationrecord" in q], later
+    newest = CampaignMinute.objects.filter(campaign=c).order_by("-minute").first()
+    assert newest.counts == campaign_counts(c)
+    assert (newest.counts["by_status"]["delivered"], newest.counts["suppressed_by_reason"]) == (
+        3, {"opted_out_channel": 5})
+    assert not CampaignTallyChange.objects.exists()
+    latency = plan(next(q for q in later if "percentile_cont" in q))
+    assert "notification_campaign_sent_idx" in latency, latency
+
+
+def test_a_fan_out_page_run_again_is_counted_once(frozen):
+    """A page run twice: its COPY fails on the rows already there (rolled back with its savepoint,
+    the trigger's changes too) and ``INSERT … ON CONFLICT DO NOTHING`` creates only the new one."""
+    c, _ = sending_campaign(2)
+    pace.sample_due()
+    members = [Recipient.objects.create(user_id=f"page{k}", email=f"page{k}@example.com") for k in range(4)]
+    page = [CampaignRow(uuid.uuid4(), m.pk, "queued", "", NOW, None) for m in members]
+    with transaction.atomic():
+        assert len(insert_campaign_page(campaign_id=c.pk, channel="email", priority="standard", category="",
+                                        now=NOW, rows=page[:3])) == 3
+    with transaction.atomic():
+        assert len(insert_campaign_page(campaign_id=c.pk, channel="email", priority="standard", category="",
+                                        now=NOW, rows=page)) == 1
+
+    tick_reads(frozen)
+
+    newest = CampaignMinute.objects.filter(campaign=c).order_by("-minute").first()
+    assert newest.counts == campaign_counts(c) and newest.counts["by_status"]["queued"] == 6
+
+
+def test_changes_of_campaigns_not_sampled_are_dropped_and_so_is_a_finished_campaigns_tally(frozen):
+    c, rows = sending_campaign(3)
+    other = Campaign.objects.create(segment=c.segment, channel="email", title="T", body="b",
+                                    status=CampaignStatus.COMPLETED, completed_at=NOW - timedelta(days=3))
+    Notification.objects.bulk_create([Notification(id=uuid.uuid4(), campaign_id=other.pk, recipient=rows[0].recipient,
+                                                   channel="sms", body="b", status="sent")])
+    pace.sample_due()
+    assert list(CampaignTally.objects.values_list("campaign_id", flat=True)) == [c.pk]
+    assert not CampaignTallyChange.objects.exists()
+
+    frozen[0] += timedelta(minutes=1)
+    move(rows, "sent", frozen[0])
+    Campaign.objects.filter(pk=c.pk).update(status=CampaignStatus.COMPLETED, completed_at=frozen[0])
+    frozen[0] += timedelta(seconds=15)
+    assert pace.sample_due() == 1  # its last sample, from the tally
+    assert CampaignMinute.objects.filter(campaign=c).order_by("-minute").first().counts["outcome"]["sent"] == 3
+    frozen[0] += timedelta(seconds=15)
+    assert pace.sample_due() == 0
+    assert not CampaignTally.objects.exists()
+
+
+def test_a_tick_finding_another_running_does_nothing(frozen):
+    """Two ticks at once would both consume changes and write one tally over the other."""
+    sending_campaign(2)
+    db = connection.settings_dict
+    with psycopg.connect(dbname=db["NAME"], user=db["USER"], host=db["HOST"], port=db["PORT"],
+                         password=db["PASSWORD"] or None, autocommit=True) as other:
+        other.execute("SELECT pg_advisory_lock(hashtext('campaigns-pace-tally'))")
+        assert pace.sample_due() == 0
+    assert pace.sample_due() == 1
