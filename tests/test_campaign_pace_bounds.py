@@ -118,4 +118,5 @@ def test_a_tick_finding_another_running_does_nothing(frozen):
                          password=db["PASSWORD"] or None, autocommit=True) as other:
         other.execute("SELECT pg_advisory_lock(hashtext('campaigns-pace-tally'))")
         assert pace.sample_due() == 0
-    assert pace.sample_due() == 1
+        other.execute("SELECT pg_advisory_unlock(hashtext('campaigns-pace-tally'))")  # before the close returns
+        assert pace.sample_due() == 1
