@@ -6,8 +6,8 @@ is fanning out or sending with the one counting rule, kept up to date from what 
 :class:`~campaigns.models.CampaignMinute` per minute: the last counts in it, the due → sent latency
 of the rows sent in it and when its last scheduled row is due. A finished campaign is sampled until
 its rows settled. The page reads the newest row (its progress, while fresh) and at most
-``MINUTES_SHOWN`` rows (its chart): index reads however large the campaign, instead of a count of
-all its rows on every refresh of every viewer.
+``MINUTES_SHOWN`` rows (its chart, :mod:`campaigns.pace_chart`): index reads however large the
+campaign, instead of a count of all its rows on every refresh of every viewer.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from django.db.models.functions import Coalesce
 
 from campaigns import tally
 from campaigns.models import Campaign, CampaignMinute, CampaignStatus
+from campaigns.pace_chart import MINUTES_SHOWN, chart
 from campaigns.selectors import campaign_counts
 from core import clock
 from notifications.models import Notification, Priority
@@ -32,10 +33,7 @@ from providers.registry import provider_names
 
 log = logging.getLogger(__name__)
 
-#: What the chart draws per minute: changes of these outcome counts (campaigns.selectors.outcome).
-SERIES = ("sent", "delivered", "failed", "suppressed")
-#: The chart's reach back (a day of minutes) and the window the recent rate is taken over.
-MINUTES_SHOWN = 1440
+#: The window the recent rate is taken over.
 RECENT_MINUTES = 5
 #: A sample older than this many sampling intervals is not trusted (beat stopped).
 STALE_INTERVALS = 3
@@ -172,7 +170,7 @@ def pace(campaign: Campaign, now: datetime | None = None) -> dict:
     rows = list(minutes.annotate(outcome=KeyTransform("outcome", "counts"))
                 .values("minute", "sampled_at", "outcome", "due_to_sent_p50_ms", "due_to_sent_p95_ms")
                 [:MINUTES_SHOWN + 1])[::-1]
-    chart = _chart(rows, first_is_base=len(rows) > MINUTES_SHOWN)
+    drawn = chart(rows, first_is_base=len(rows) > MINUTES_SHOWN, in_progress=campaign.status in SAMPLED)
     latest = rows[-1] if rows else None
     rate, window = _recent_rate(rows), f"over the last {RECENT_MINUTES} min"
     counts = (minutes.values_list("counts", flat=True).first() or {}) if latest else {}
@@ -190,7 +188,7 @@ def pace(campaign: Campaign, now: datetime | None = None) -> dict:
     recent = [r for r in rows[-RECENT_MINUTES:] if r["due_to_sent_p95_ms"] is not None]
     finished_at = campaign.completed_at or campaign.cancelled_at if campaign.status in FINISHED else None
     found = {
-        "chart": chart, "sampled_at": latest["sampled_at"].isoformat() if latest else None,
+        "chart": drawn, "sampled_at": latest["sampled_at"].isoformat() if latest else None,
         "rate_per_s": round(rate, 1) if rate is not None else None, "rate_window": window,
         "finished": {"status": campaign.get_status_display(), "at": finished_at.isoformat()} if finished_at else None,
         "breaker_open": bool(bound and breaker_state(bound.provider)["state"] == "open"),
@@ -248,32 +246,6 @@ def texts(p: dict) -> dict:
 def _latency_text(latency: dict | None) -> str:
     return (f"p50 {latency['p50']:,} ms, p95 {latency['p95']:,} ms (rows sent in minute {latency['minute']} UTC)"
             if latency else "—")
-
-
-def _chart(rows: list[dict], *, first_is_base: bool) -> dict:
-    """Per minute, the change of each series since the previous sample (the first minute of the
-    campaign against zero; the oldest row only as the base when the day is cut). A minute without a
-    sample (beat was down) is a gap (null), and the next sample's change covers it."""
-    labels: list[str] = []
-    series: dict[str, list] = {name: [] for name in SERIES}
-    latency: list = []
-    previous = rows[0] if first_is_base and rows else None
-    minute = None
-    for row in rows[1:] if first_is_base else rows:
-        while minute is not None and row["minute"] - minute > timedelta(minutes=1):
-            minute += timedelta(minutes=1)
-            labels.append(minute.strftime("%H:%M"))
-            for name in SERIES:
-                series[name].append(None)
-            latency.append(None)
-        before = _outcome(previous) if previous else {}
-        now = _outcome(row)
-        labels.append(row["minute"].strftime("%H:%M"))
-        for name in SERIES:
-            series[name].append(max(0, now.get(name, 0) - before.get(name, 0)))
-        latency.append(row["due_to_sent_p95_ms"])
-        previous, minute = row, row["minute"]
-    return {"labels": labels, **series, "due_to_sent_p95_ms": latency}
 
 
 def _recent_rate(rows: list[dict]) -> float | None:

@@ -59,18 +59,20 @@ def test_samples_per_minute_chart_the_changes_rate_eta_budget_and_latency(frozen
     move(rows[35:60], "sent", frozen[0], queued_at=frozen[0] - timedelta(seconds=1))
     move(rows[60:65], "failed", frozen[0], reason="provider_rejected")
     assert pace.sample_due() == 1
+    frozen[0] = NOW + timedelta(minutes=4)  # 11:34:05: nothing moved; 11:34 is the minute in progress
+    assert pace.sample_due() == 1
 
     p = pace.pace(Campaign.objects.get(pk=c.pk), frozen[0])
 
     assert p["chart"] == {"labels": ["11:30", "11:31", "11:32", "11:33"],
                           "sent": [0, 30, None, 25], "delivered": [0, 0, None, 20], "failed": [0, 0, None, 5],
                           "suppressed": [0, 5, None, 0], "due_to_sent_p95_ms": [None, 4000, None, 1000]}
-    # 65 finished in the 3 minutes (180 s) of samples: 0.36/s; 35 due left: 97 s.
-    assert (p["rate_per_s"], p["due_left"], p["scheduled"], p["eta_seconds"]) == (0.4, 35, 0, 97)
+    # 65 finished in the 4 minutes (240 s) of samples: 0.27/s; 35 due left: 129 s.
+    assert (p["rate_per_s"], p["due_left"], p["scheduled"], p["eta_seconds"]) == (0.3, 35, 0, 129)
     assert p["budget"] == {"provider": "sendgrid", "tier": "standard", "per_second": 150.0}
     assert p["due_to_sent_ms"] == {"p50": 1000, "p95": 1000, "minute": "11:33"}
-    assert p["rate_text"] == "0.4/s over the last 5 min; bound: sendgrid's standard budget, 150/s"
-    assert p["eta_text"] == "about 1 min 37 s for 35 due (at 11:34:42 UTC)"
+    assert p["rate_text"] == "0.3/s over the last 5 min; bound: sendgrid's standard budget, 150/s"
+    assert p["eta_text"] == "about 2 min 09 s for 35 due (at 11:36:14 UTC)"
     minute = CampaignMinute.objects.get(campaign=c, minute=NOW.replace(second=0) + timedelta(minutes=1))
     assert (minute.sent_rows, minute.due_to_sent_p50_ms, minute.due_to_sent_p95_ms) == (30, 2000, 4000)
 

@@ -1,6 +1,7 @@
-"""What a campaign's pace may cost (docs/CAMPAIGNS.md, "Pace"): beat's tick reads what changed since
-the last tick, not the campaign's rows, and its tally stays equal to a full count whoever moves the
-rows (every writer: tests/test_lifecycle_stateful.py)."""
+"""What a campaign's pace may cost and claim (docs/CAMPAIGNS.md, "Pace"; hnew33 L4): the chart is at
+most a day of points, with dates when it spans days, and never draws the minute still being sampled;
+beat's tick reads what changed since the last tick, not the campaign's rows, and its tally stays
+equal to a full count whoever moves the rows (every writer: tests/test_lifecycle_stateful.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from django.test.utils import CaptureQueriesContext
 
 from campaigns import pace
 from campaigns.models import Campaign, CampaignMinute, CampaignStatus, CampaignTally, CampaignTallyChange
+from campaigns.pace_chart import MINUTES_SHOWN
 from campaigns.selectors import campaign_counts
 from notifications.campaign_rows import CampaignRow, insert_campaign_page
 from notifications.models import Notification, NotificationHistory
@@ -28,6 +30,64 @@ NOW = datetime(2030, 1, 10, 11, 30, 5, tzinfo=UTC)
 
 def schedule(rows, due: datetime, at: datetime) -> None:
     Notification.objects.filter(pk__in=[r.pk for r in rows]).update(status="scheduled", due_at=due, updated_at=at)
+
+
+def minutes(c: Campaign, *samples: tuple[datetime, int]) -> None:
+    """Samples of ``c`` as beat would have written them: ``(instant, sent so far)``."""
+    for at, sent in samples:
+        CampaignMinute.objects.create(campaign=c, minute=at.replace(second=0), sampled_at=at,
+                                      counts={"outcome": {"sent": sent}, "by_status": {"sent": sent}, "total": sent})
+
+
+def test_the_chart_is_at_most_a_day_of_points_and_a_gap_longer_than_that_is_one(frozen):
+    """hnew33 L4: a gap was filled minute by minute (51,301 labels, 2 MB per 3-s poll), labels had
+    no date."""
+    c, _ = sending_campaign(1)
+    day = datetime(2030, 1, 10, 23, 58, 5, tzinfo=UTC)
+    minutes(c, (day, 10), (day + timedelta(minutes=1), 20), (day + timedelta(hours=32, minutes=2), 50),
+            (day + timedelta(hours=32, minutes=3), 60))  # 01-12 08:00, then 08:01 (in progress)
+
+    p = pace.pace(Campaign.objects.get(pk=c.pk), day + timedelta(hours=32, minutes=3, seconds=5))
+
+    assert p["chart"]["labels"] == ["01-10 23:58", "01-10 23:59", "01-11 00:00 … 01-12 07:59", "01-12 08:00"]
+    assert p["chart"]["sent"] == [10, 10, None, 30]
+    assert p["chart"]["due_to_sent_p95_ms"] == [None, None, None, None]
+
+
+def test_gaps_shorter_than_a_day_still_fill_at_most_a_day_of_points_the_newest_kept(frozen):
+    c, _ = sending_campaign(1)
+    Campaign.objects.filter(pk=c.pk).update(status=CampaignStatus.COMPLETED, completed_at=NOW)
+    start = datetime(2030, 1, 10, 0, 0, 5, tzinfo=UTC)
+    minutes(c, *[(start + timedelta(minutes=m), sent) for m, sent in ((0, 5), (1000, 10), (2000, 20), (2001, 30))])
+
+    chart = pace.pace(Campaign.objects.get(pk=c.pk), start + timedelta(minutes=2002))["chart"]
+
+    assert {len(v) for v in chart.values()} == {MINUTES_SHOWN}
+    newest = start + timedelta(minutes=2001)
+    assert (chart["labels"][0], chart["labels"][-1]) == (
+        f"{newest - timedelta(minutes=MINUTES_SHOWN - 1):%m-%d %H:%M}", f"{newest:%m-%d %H:%M}")
+    assert chart["sent"][-2:] == [10, 10] and chart["sent"][-1002] == 5  # minute 1000, against minute 0
+    assert [v for v in chart["sent"] if v is not None] == [5, 10, 10]
+
+
+def test_the_minute_in_progress_is_not_drawn_until_it_is_over(frozen):
+    """Its change covered only the seconds sampled so far: the chart dipped at its right edge."""
+    c, rows = sending_campaign(100)
+    pace.sample_due()
+    frozen[0] = NOW + timedelta(minutes=1)
+    move(rows[:60], "sent", frozen[0])
+    pace.sample_due()  # 11:31:05: 60 sent, 5 s into the minute
+    assert pace.pace(Campaign.objects.get(pk=c.pk), frozen[0])["chart"]["labels"] == ["11:30"]
+
+    frozen[0] += timedelta(minutes=1)
+    move(rows[60:], "sent", frozen[0])
+    pace.sample_due()  # 11:32:05
+    assert pace.pace(Campaign.objects.get(pk=c.pk), frozen[0])["chart"]["sent"] == [0, 60]
+
+    Campaign.objects.filter(pk=c.pk).update(status=CampaignStatus.COMPLETED, completed_at=frozen[0])
+    frozen[0] += timedelta(seconds=15)
+    pace.sample_due()  # its last sample: a finished campaign's last minute is whole, drawn
+    assert pace.pace(Campaign.objects.get(pk=c.pk), frozen[0])["chart"]["sent"] == [0, 60, 40]
 
 
 def plan(sql: str) -> str:

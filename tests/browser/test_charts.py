@@ -25,7 +25,8 @@ expect = pytest.importorskip("playwright.sync_api", reason="the pip package `pla
 
 
 def sending_campaign() -> Campaign:
-    """A campaign sending for three minutes: 40, then 60 sent per minute, 10 suppressed; 100 queued."""
+    """A campaign sending for four minutes: 40, then 60 sent per minute, 10 suppressed; 100 queued. The
+    fourth minute is in progress: sampled, not drawn."""
     segment, _ = services.upsert_segment("charted", name="Charted")
     now = clock.now()
     c = Campaign.objects.create(name="Spring sale", segment=segment, channel="email", title="T", body="b",
@@ -37,7 +38,7 @@ def sending_campaign() -> Campaign:
                      reason="opted_out_channel" if 100 <= k < 110 else "", sent_at=now if k < 100 else None,
                      queued_at=now - timedelta(seconds=2), created_at=now, updated_at=now)
         for k, u in enumerate(users)])
-    earlier = [(2, 0, 0), (1, 40, 10)]  # minutes ago: sent, suppressed
+    earlier = [(3, 0, 0), (2, 40, 10)]  # minutes ago: sent, suppressed
     for ago, sent, suppressed in earlier:
         at = now - timedelta(minutes=ago)
         queued = 210 - sent - suppressed
@@ -45,6 +46,7 @@ def sending_campaign() -> Campaign:
                   "outcome": {"sent": sent, "not_sent": suppressed, "suppressed": suppressed}}
         CampaignMinute.objects.create(campaign=c, minute=at.replace(second=0, microsecond=0), sampled_at=at,
                                       counts=counts)
+    pace.sample(c, now - timedelta(minutes=1))
     pace.sample(c, now)
     return c
 
