@@ -153,7 +153,8 @@ def progress(campaign: Campaign) -> dict:
         "fanout_failures": campaign.fanout_failures, "last_error": campaign.last_error or None,
         "last_error_at": utc(campaign.last_error_at) if campaign.last_error_at else None,
         "active": campaign.status in ACTIVE_CAMPAIGN_STATUSES or open_ > 0,
-        "counted_at": utc(counted_at), "pace": pace.pace(campaign, now),
+        # Its sentences from the same counts when the sample was not trusted (pace.pace, "stale").
+        "counted_at": utc(counted_at), "pace": pace.pace(campaign, now, counts=None if sampled else counts),
     }
 
 

@@ -5,9 +5,10 @@ is fanning out or sending with the one counting rule, kept up to date from what 
 (:mod:`campaigns.tally`: a tick costs the rows that changed, not the campaign's size), and keeps one
 :class:`~campaigns.models.CampaignMinute` per minute: the last counts in it, the due → sent latency
 of the rows sent in it and when its last scheduled row is due. A finished campaign is sampled until
-its rows settled. The page reads the newest row (its progress, while fresh) and at most
-``MINUTES_SHOWN`` rows (its chart, :mod:`campaigns.pace_chart`): index reads however large the
-campaign, instead of a count of all its rows on every refresh of every viewer.
+its rows settled. The page reads the newest row (its progress and sentences, while fresh) and at
+most ``MINUTES_SHOWN`` rows (its chart, :mod:`campaigns.pace_chart`): index reads however large the
+campaign. A sample older than three intervals is not trusted: the page counts itself and says
+since when the pace is unknown.
 """
 
 from __future__ import annotations
@@ -162,37 +163,58 @@ def _outcome(row: dict) -> dict:
     return row.get("outcome") or {}
 
 
-def pace(campaign: Campaign, now: datetime | None = None) -> dict:
-    """The chart and the ETA as the page shows and polls them (JSON-ready; docs/CAMPAIGNS.md, "Pace")."""
+def _stamp(value: datetime | str) -> str:
+    text = value if isinstance(value, str) else value.isoformat()
+    return f"{text[:10]} {text[11:19]} UTC"
+
+
+def pace(campaign: Campaign, now: datetime | None = None, counts: dict | None = None) -> dict:
+    """The chart and the ETA as the page shows and polls them (JSON-ready; docs/CAMPAIGNS.md, "Pace").
+
+    While the campaign is sampled and its newest sample is missing or :func:`stale`, nothing is taken
+    from that sample: what is due and scheduled comes from ``counts`` (the caller's own count of its
+    rows, as its progress shows; counted here if not given) and the rate and ETA are unknown since
+    that sample (``stale_since``)."""
     now = now or clock.now()
     minutes = CampaignMinute.objects.filter(campaign=campaign).order_by("-minute")
     # Only the outcome counts of each minute (a few hundred bytes), the whole counts of the newest.
     rows = list(minutes.annotate(outcome=KeyTransform("outcome", "counts"))
-                .values("minute", "sampled_at", "outcome", "due_to_sent_p50_ms", "due_to_sent_p95_ms")
+                .values("minute", "sampled_at", "outcome", "due_to_sent_p50_ms", "due_to_sent_p95_ms", "last_due_at")
                 [:MINUTES_SHOWN + 1])[::-1]
-    drawn = chart(rows, first_is_base=len(rows) > MINUTES_SHOWN, in_progress=campaign.status in SAMPLED)
+    sending = campaign.status in SAMPLED
+    drawn = chart(rows, first_is_base=len(rows) > MINUTES_SHOWN, in_progress=sending)
     latest = rows[-1] if rows else None
-    rate, window = _recent_rate(rows), f"over the last {RECENT_MINUTES} min"
-    counts = (minutes.values_list("counts", flat=True).first() or {}) if latest else {}
-    if rate is None and latest and campaign.started_at and latest["sampled_at"] > campaign.started_at:
-        # One minute sampled so far (samples in a minute replace each other): the rate since launch.
-        done = _outcome(latest).get("sent", 0) + _outcome(latest).get("not_sent", 0)
-        rate, window = done / (latest["sampled_at"] - campaign.started_at).total_seconds(), "since launch"
+    untrusted = sending and (latest is None or stale(latest["sampled_at"], now))
+    rate, window, last_due = None, f"over the last {RECENT_MINUTES} min", None
+    if untrusted:
+        counts = campaign_counts(campaign) if counts is None else counts
+        last_due = last_scheduled(campaign) if counts["by_status"].get("scheduled") else None
+    elif latest:
+        counts = minutes.values_list("counts", flat=True).first() or {}
+        rate, last_due = _recent_rate(rows), latest["last_due_at"]
+        if rate is None and campaign.started_at and latest["sampled_at"] > campaign.started_at:
+            # One minute sampled so far (samples in a minute replace each other): the rate since launch.
+            done = _outcome(latest).get("sent", 0) + _outcome(latest).get("not_sent", 0)
+            rate, window = done / (latest["sampled_at"] - campaign.started_at).total_seconds(), "since launch"
+    else:
+        counts = {}
     by_status = counts.get("by_status", {})
     not_created = max(0, (campaign.member_count or 0) - counts.get("total", 0)) \
         if campaign.status == CampaignStatus.FANNING_OUT else 0
     due_left = by_status.get("queued", 0) + by_status.get("sending", 0) + not_created
-    scheduled = by_status.get("scheduled", 0)
     bound = budget(campaign)
-    eta_seconds = round(due_left / rate) if rate and due_left and campaign.status in SAMPLED else None
-    recent = [r for r in rows[-RECENT_MINUTES:] if r["due_to_sent_p95_ms"] is not None]
+    eta_seconds = round(due_left / rate) if rate and due_left and sending else None
+    recent = [r for r in rows[-RECENT_MINUTES:] if r["due_to_sent_p95_ms"] is not None] if not untrusted else []
     finished_at = campaign.completed_at or campaign.cancelled_at if campaign.status in FINISHED else None
     found = {
         "chart": drawn, "sampled_at": latest["sampled_at"].isoformat() if latest else None,
+        "stale_since": latest["sampled_at"].isoformat() if untrusted and latest else None,
+        "counted": bool(counts) or untrusted,
         "rate_per_s": round(rate, 1) if rate is not None else None, "rate_window": window,
         "finished": {"status": campaign.get_status_display(), "at": finished_at.isoformat()} if finished_at else None,
         "breaker_open": bool(bound and breaker_state(bound.provider)["state"] == "open"),
-        "due_left": due_left, "scheduled": scheduled,
+        "due_left": due_left, "scheduled": by_status.get("scheduled", 0),
+        "last_scheduled_at": last_due.isoformat() if last_due else None,
         "eta_seconds": eta_seconds,
         # From the sample it was computed on: the instant does not move between polls of one sample.
         "eta_at": (latest["sampled_at"] + timedelta(seconds=eta_seconds)).isoformat()
@@ -216,12 +238,16 @@ def texts(p: dict) -> dict:
     bound = p["budget"]
     budget_text = (f"{bound['provider']}'s {bound['tier']} budget, {bound['per_second']:,.0f}/s" if bound
                    else "no provider budget (the inbox)")
+    latency = _latency_text(p["due_to_sent_ms"])
     if p["finished"]:
         when = p["finished"]["at"][11:19]
         return {"rate_text": f"— ({p['finished']['status'].lower()} at {when} UTC)",
-                "eta_text": f"{p['finished']['status']} at {when} UTC: nothing left to send",
-                "latency_text": _latency_text(p["due_to_sent_ms"])}
-    if p["rate_per_s"] is None:
+                "eta_text": f"{p['finished']['status']} at {when} UTC: nothing left to send", "latency_text": latency}
+    unknown = f"unknown since {_stamp(p['stale_since'])}, the last sample (is beat running?)" if p["stale_since"] \
+        else None
+    if unknown:
+        rate = unknown
+    elif p["rate_per_s"] is None:
         rate = "not measured yet (beat samples every few seconds)"
     else:
         rate = f"{p['rate_per_s']:,.1f}/s {p['rate_window']}"
@@ -229,18 +255,22 @@ def texts(p: dict) -> dict:
     if p["breaker_open"]:
         rate += (f"; {p['budget']['provider']}'s circuit breaker is open: its calls fail fast and are tried "
                  "again later (provider health)")
-    if p["sampled_at"] is None:
+    if not p["counted"]:
         eta = "not counted yet"
     elif p["eta_seconds"] is not None:
         eta = f"about {_duration(p['eta_seconds'])} for {p['due_left']:,} due (at {p['eta_at'][11:19]} UTC)"
     elif p["due_left"]:
-        eta = f"{p['due_left']:,} due; no rate yet"
+        eta = f"{p['due_left']:,} due; " + (f"the rate is {unknown}" if unknown else "no rate yet")
     else:
         eta = "nothing due"
     if p["scheduled"]:
         eta += (f"; {p['scheduled']:,} scheduled for later (local time, spread, quiet hours or a retry's "
                 "backoff) go when due")
-    return {"rate_text": rate, "eta_text": eta, "latency_text": _latency_text(p["due_to_sent_ms"])}
+        if p["last_scheduled_at"]:
+            eta += f", the last scheduled send at {_stamp(p['last_scheduled_at'])}"
+    if unknown and not p["due_to_sent_ms"]:
+        latency = f"— (no sample since {_stamp(p['stale_since'])})"
+    return {"rate_text": rate, "eta_text": eta, "latency_text": latency}
 
 
 def _latency_text(latency: dict | None) -> str:

@@ -1,7 +1,9 @@
-"""What a campaign's pace may cost and claim (docs/CAMPAIGNS.md, "Pace"; hnew33 L4): the chart is at
-most a day of points, with dates when it spans days, and never draws the minute still being sampled;
-beat's tick reads what changed since the last tick, not the campaign's rows, and its tally stays
-equal to a full count whoever moves the rows (every writer: tests/test_lifecycle_stateful.py)."""
+"""What a campaign's pace may cost and claim (docs/CAMPAIGNS.md, "Pace"; hnew33 M2 and L4): a sample
+older than three intervals is not presented as current; the chart is at most a day of points, with
+dates when it spans days, and never draws the minute still being sampled; a campaign with rows
+scheduled for later says when the last one goes; beat's tick reads what changed since the last tick,
+not the campaign's rows, and its tally stays equal to a full count whoever moves the rows (every
+writer: tests/test_lifecycle_stateful.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from campaigns import pace
+from campaigns import admin_views, pace
 from campaigns.models import Campaign, CampaignMinute, CampaignStatus, CampaignTally, CampaignTallyChange
 from campaigns.pace_chart import MINUTES_SHOWN
 from campaigns.selectors import campaign_counts
@@ -26,6 +28,8 @@ from tests.test_campaign_pace import move, sending_campaign
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fast_password_hashing")]
 
 NOW = datetime(2030, 1, 10, 11, 30, 5, tzinfo=UTC)
+UNKNOWN = "unknown since 2030-01-10 11:31:05 UTC, the last sample (is beat running?)"
+LATER = "scheduled for later (local time, spread, quiet hours or a retry's backoff) go when due"
 
 
 def schedule(rows, due: datetime, at: datetime) -> None:
@@ -37,6 +41,36 @@ def minutes(c: Campaign, *samples: tuple[datetime, int]) -> None:
     for at, sent in samples:
         CampaignMinute.objects.create(campaign=c, minute=at.replace(second=0), sampled_at=at,
                                       counts={"outcome": {"sent": sent}, "by_status": {"sent": sent}, "total": sent})
+
+
+def test_a_stale_sample_leaves_the_rate_unknown_and_counts_what_is_due_live(frozen):
+    """hnew33 M2: beat stopped; the page counted its progress itself but said "about 1 min for 60 due"
+    from the last sample, an instant already past."""
+    c, rows = sending_campaign(100)
+    pace.sample_due()
+    frozen[0] = NOW + timedelta(minutes=1)  # 11:31:05: 40 sent, a rate measured
+    move(rows[:40], "sent", frozen[0])
+    pace.sample_due()
+    frozen[0] = NOW + timedelta(minutes=1, seconds=3 * pace.sample_seconds() + 1)  # beat stopped
+    move(rows[40:70], "sent", frozen[0])
+    schedule(rows[70:80], datetime(2030, 1, 10, 13, 0, tzinfo=UTC), frozen[0])
+
+    shown = admin_views.progress(Campaign.objects.get(pk=c.pk))
+    p = shown["pace"]
+
+    assert p["rate_text"] == UNKNOWN
+    assert p["eta_text"] == (f"20 due; the rate is {UNKNOWN}; 10 {LATER}, the last scheduled send at "
+                             "2030-01-10 13:00:00 UTC")
+    assert p["latency_text"] == "— (no sample since 2030-01-10 11:31:05 UTC)"
+    assert (shown["sent"], shown["pending"], shown["counted_at"]) == (70, 30, "2030-01-10 11:31:51 UTC")
+    assert (p["due_left"], p["scheduled"], p["rate_per_s"], p["eta_seconds"], p["eta_at"]) == (20, 10, None, None, None)
+    assert p["stale_since"] == "2030-01-10T11:31:05+00:00"
+
+    frozen[0] += timedelta(seconds=15)  # beat is back: the sentences are the sample's again
+    pace.sample_due()
+    back = pace.pace(Campaign.objects.get(pk=c.pk), frozen[0])
+    assert (back["stale_since"], back["due_left"], back["scheduled"]) == (None, 20, 10)
+    assert back["rate_text"].startswith("0.6/s over the last 5 min")  # 70 in 121 s
 
 
 def test_the_chart_is_at_most_a_day_of_points_and_a_gap_longer_than_that_is_one(frozen):
@@ -88,6 +122,21 @@ def test_the_minute_in_progress_is_not_drawn_until_it_is_over(frozen):
     frozen[0] += timedelta(seconds=15)
     pace.sample_due()  # its last sample: a finished campaign's last minute is whole, drawn
     assert pace.pace(Campaign.objects.get(pk=c.pk), frozen[0])["chart"]["sent"] == [0, 60, 40]
+
+
+def test_a_campaign_with_rows_scheduled_says_when_the_last_goes_through_an_index(frozen):
+    c, rows = sending_campaign(30)
+    schedule(rows[:10], datetime(2030, 1, 10, 18, 0, tzinfo=UTC), NOW)
+    schedule(rows[10:20], datetime(2030, 1, 11, 6, 0, tzinfo=UTC), NOW)
+    pace.sample_due()
+
+    p = pace.pace(Campaign.objects.get(pk=c.pk), frozen[0])
+
+    assert p["eta_text"] == (f"10 due; no rate yet; 20 {LATER}, the last scheduled send at 2030-01-11 06:00:00 UTC")
+    assert CampaignMinute.objects.get(campaign=c).last_due_at == datetime(2030, 1, 11, 6, 0, tzinfo=UTC)
+    with CaptureQueriesContext(connection) as queries:
+        assert pace.last_scheduled(c) == datetime(2030, 1, 11, 6, 0, tzinfo=UTC)
+    assert "notification_campaign_due_idx" in plan(queries.captured_queries[-1]["sql"])
 
 
 def plan(sql: str) -> str:
