@@ -362,6 +362,9 @@ class CampaignAdmin(ContentLookupGuard, admin_views.CampaignLifecycleViews, Recu
         if obj is not None and request.method == "POST" and transaction.get_connection().in_atomic_block:
             # Lock the row for the admin's save: a launch in between cannot slip under a draft edit.
             obj = Campaign.objects.select_for_update().get(pk=obj.pk)
+        counted = getattr(request, "_campaign_sent", None)  # what change_view's progress counted
+        if obj is not None and counted and counted[0] == obj.pk:
+            obj.counted_sent = counted[1]
         return obj
 
     def save_model(self, request, obj, form, change):
@@ -429,7 +432,8 @@ class CampaignAdmin(ContentLookupGuard, admin_views.CampaignLifecycleViews, Recu
     @admin.display(description="Unsubscribes")
     def unsubscribes(self, obj):
         """Opt-outs through this campaign's unsubscribe links, and their share of its sent emails."""
-        stats = selectors.unsubscribe_stats(obj)
+        # The sent count the page's progress already took (the sampler's while sending), not another.
+        stats = selectors.unsubscribe_stats(obj, getattr(obj, "counted_sent", None))
         if stats["unsubscribe_rate"] is None:
             return f"{stats['unsubscribes']} (nothing sent yet)"
         return f"{stats['unsubscribes']} ({100 * stats['unsubscribe_rate']:.1f} % of sent)"
@@ -476,6 +480,8 @@ class CampaignAdmin(ContentLookupGuard, admin_views.CampaignLifecycleViews, Recu
                              local_check=admin_views.local_time_check(campaign),
                              can_launch=may_change and self._may_send(request, campaign))
             else:
-                extra.update(progress=admin_views.progress(campaign),
+                progress = admin_views.progress(campaign)
+                request._campaign_sent = (campaign.pk, progress["sent"])  # for the Unsubscribes field
+                extra.update(progress=progress,
                              can_cancel=may_change and campaign.status in admin_views.ACTIVE_CAMPAIGN_STATUSES)
         return super().change_view(request, object_id, form_url, {**extra, **(extra_context or {})})

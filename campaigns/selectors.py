@@ -20,6 +20,8 @@ from preferences.models import Unsubscribe
 
 STATUSES = ["scheduled", "queued", "sending", "sent", "delivered", "displayed", "dismissed", "opened", "failed",
             "suppressed", "expired", "cancelled"]
+#: The statuses ``outcome()`` counts as sent.
+SENT_STATUSES = ("sent", "delivered", "displayed", "dismissed", "opened")
 #: The statuses counted by reason too (``suppressed_by_reason``, ``failed_by_reason``).
 WITH_REASON = ("suppressed", "failed")
 
@@ -69,7 +71,7 @@ def outcome(by_status: dict) -> dict:
     least that far: an opened push was delivered and shown; a dismissed one was shown."""
     n = {s: by_status.get(s, 0) for s in STATUSES}
     shown = n["displayed"] + n["dismissed"] + n["opened"]
-    return {"sent": n["sent"] + n["delivered"] + shown, "delivered": n["delivered"] + shown,
+    return {"sent": sum(n[s] for s in SENT_STATUSES), "delivered": n["delivered"] + shown,
             "displayed": shown, "opened": n["opened"],
             "not_sent": n["suppressed"] + n["failed"] + n["expired"] + n["cancelled"],
             "suppressed": n["suppressed"], "failed": n["failed"], "expired": n["expired"],
@@ -80,12 +82,21 @@ def unsubscribe_stats(campaign: Campaign, sent: int | None = None) -> dict:
     """``{"unsubscribes": n, "unsubscribe_rate": n / sent or None}``: the recipients who opted out
     through this campaign's emails' unsubscribe links (``preferences.Unsubscribe`` rows naming it;
     one who re-subscribed and clicked again counts once) and their share of its sent emails
-    (``outcome.sent``; ``None`` while nothing was sent). ``sent``: already counted (else one more
-    query)."""
+    (``outcome.sent``; ``None`` while nothing was sent). ``sent``: as the caller already counted it
+    (the page's progress, the API's counts); else counted here under the preview's timeout
+    (:func:`campaigns.membership.bounded`: past it the planner's estimate), never a full count of a
+    large campaign per page load."""
     if sent is None:
-        sent = campaign_counts(campaign)["outcome"]["sent"]
+        sent = _sent_bounded(campaign)
     n = Unsubscribe.objects.filter(campaign_id=campaign.pk).values("recipient_id").distinct().count()
     return {"unsubscribes": n, "unsubscribe_rate": (n / sent) if sent else None}
+
+
+def _sent_bounded(campaign: Campaign) -> int:
+    from campaigns.membership import bounded, planned_rows
+
+    rows = NotificationRecord.objects.filter(campaign_id=campaign.pk, status__in=SENT_STATUSES)
+    return bounded(rows.count, lambda: planned_rows(*rows.values("id").query.sql_with_params()))[0]
 
 
 def outcomes_for(campaign_ids) -> dict:

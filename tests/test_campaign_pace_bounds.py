@@ -3,7 +3,8 @@ older than three intervals is not presented as current; the chart is at most a d
 dates when it spans days, and never draws the minute still being sampled; a campaign with rows
 scheduled for later says when the last one goes; beat's tick reads what changed since the last tick,
 not the campaign's rows, and its tally stays equal to a full count whoever moves the rows (every
-writer: tests/test_lifecycle_stateful.py)."""
+writer: tests/test_lifecycle_stateful.py); the campaign page counts the campaign's rows at most once
+(none while the sample is fresh)."""
 
 from __future__ import annotations
 
@@ -14,14 +15,15 @@ import psycopg
 import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
 
-from campaigns import admin_views, pace
+from campaigns import admin_views, pace, selectors
 from campaigns.models import Campaign, CampaignMinute, CampaignStatus, CampaignTally, CampaignTallyChange
 from campaigns.pace_chart import MINUTES_SHOWN
 from campaigns.selectors import campaign_counts
 from notifications.campaign_rows import CampaignRow, insert_campaign_page
 from notifications.models import Notification, NotificationHistory
-from preferences.models import Recipient
+from preferences.models import Recipient, Unsubscribe
 from tests.history import archive
 from tests.test_campaign_pace import move, sending_campaign
 
@@ -229,3 +231,29 @@ def test_a_tick_finding_another_running_does_nothing(frozen):
         assert pace.sample_due() == 0
         other.execute("SELECT pg_advisory_unlock(hashtext('campaigns-pace-tally'))")  # before the close returns
         assert pace.sample_due() == 1
+
+
+def record_queries(queries) -> list[str]:
+    return [q["sql"] for q in queries.captured_queries if "notifications_notificationrecord" in q["sql"]]
+
+
+def test_the_campaign_page_counts_its_rows_once_when_finished_and_never_while_its_sample_is_fresh(frozen, admin_client):
+    """The Unsubscribes field counted every row of the campaign again on each page load."""
+    c, rows = sending_campaign(4)
+    move(rows[:2], "sent", frozen[0])
+    Unsubscribe.objects.create(recipient=rows[0].recipient, category="promotions", channel="email", source="link",
+                               campaign_id=c.pk, at=NOW)
+    pace.sample_due()
+    url = reverse("admin:campaigns_campaign_change", args=[c.pk])
+
+    with CaptureQueriesContext(connection) as queries:
+        page = admin_client.get(url).content.decode()
+    assert not record_queries(queries), record_queries(queries)
+    assert "1 (50.0 % of sent)" in page
+
+    Campaign.objects.filter(pk=c.pk).update(status=CampaignStatus.COMPLETED, completed_at=frozen[0])
+    with CaptureQueriesContext(connection) as queries:
+        page = admin_client.get(url).content.decode()
+    assert len(record_queries(queries)) == 1, record_queries(queries)
+    assert "1 (50.0 % of sent)" in page
+    assert selectors.unsubscribe_stats(c) == {"unsubscribes": 1, "unsubscribe_rate": 0.5}  # counted, bounded
