@@ -64,7 +64,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('campaigns', '0020_campaign_snapshot_kind'),
-        ('notifications', '0048_campaign_pace_indexes'),
+        ('notifications', '0049_campaign_pace_indexes'),
     ]
 
     operations = [

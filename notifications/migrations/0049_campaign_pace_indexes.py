@@ -11,7 +11,7 @@ class Migration(migrations.Migration):
     atomic = False
 
     dependencies = [
-        ('notifications', '0047_provider_minutes'),
+        ('notifications', '0048_notification_queued_high_index'),
     ]
 
     operations = [
