@@ -269,12 +269,13 @@ class CampaignChangeList(ChangeList):
     once fan-out finishes) for the rows on the page."""
 
     def get_results(self, request):
-        """Also the outcome (sent vs not sent) of the campaigns on this page: one grouped query."""
+        """Also the outcome (sent vs not sent) of the campaigns on this page (``selectors.counts_for``:
+        from their tallies, not their rows, however often the page reloads)."""
         super().get_results(request)
         page = list(self.result_list)  # evaluated once; the template iterates the cached rows
-        outcomes = selectors.outcomes_for([c.pk for c in page])
+        counts = selectors.counts_for(page)
         for campaign in page:
-            campaign.outcome = outcomes[campaign.pk]
+            campaign.outcome = counts[campaign.pk]["outcome"]
 
     def get_queryset(self, request, exclude_parameters=None):
         created = (CampaignShard.objects.filter(campaign=OuterRef("pk")).order_by().values("campaign")

@@ -53,11 +53,11 @@ class RecurringAdminMixin:
         latest = list(obj.runs.order_by("-occurrence_at")[:SHOWN_RUNS])
         if not latest:
             return "—"
-        outcomes = selectors.outcomes_for([r.pk for r in latest])
+        counts = selectors.counts_for(latest)
         return format_html_join(mark_safe("<br>"), '<a href="{}">{}</a>: {}{} · {}', (
             (reverse("admin:campaigns_campaign_change", args=[r.pk]), admin_views.utc(r.occurrence_at),
              r.get_status_display(), f" ({r.skip_reason})" if r.skip_reason else "",
-             admin_views.outcome_summary(outcomes[r.pk])) for r in latest))
+             admin_views.outcome_summary(counts[r.pk]["outcome"])) for r in latest))
 
     @admin.display(description="Series")
     def series_link(self, obj: Campaign):

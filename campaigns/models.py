@@ -346,7 +346,8 @@ class CampaignMinute(models.Model):
 class CampaignTally(models.Model):
     """A sampled campaign's counts kept up to date from what changed (``campaigns.tally``): one full
     count when beat first samples it, then each tick adds the changes its rows' writers appended to
-    :class:`CampaignTallyChange`. Dropped when the campaign is no longer sampled."""
+    :class:`CampaignTallyChange`, sampled or not (kept when it finishes: late receipts). Every reader
+    of a campaign's counts reads it (``campaigns.selectors.counts_for``)."""
 
     campaign = models.OneToOneField(Campaign, on_delete=models.CASCADE, primary_key=True, related_name="tally")
     counts = models.JSONField(help_text='{"<status>": {"<reason>": n}}: the reason only for suppressed and failed.')

@@ -9,8 +9,10 @@ statement and adds it to the :class:`~campaigns.models.CampaignTally` of each ca
 its cost is the rows that changed since the last tick. A campaign sampled for the first time is
 counted in full once (:func:`_start`), in one statement that also deletes the changes that count
 already holds (one snapshot: a change is committed with the row it describes). Changes of campaigns
-without a tally are dropped: a later first count includes them. A campaign no longer sampled loses
-its tally. Figures: docs/PERFORMANCE.md, "The pace sampler".
+without a tally are dropped: a later first count includes them. A campaign no longer sampled keeps
+its tally, still brought up to date (late receipts): every reader of a campaign's counts reads the
+tally plus the changes not folded yet (:func:`campaigns.selectors.counts_for`), not its rows.
+Figures: docs/PERFORMANCE.md, "The pace sampler".
 """
 
 from __future__ import annotations
@@ -68,15 +70,15 @@ def _start(campaign: Campaign, now: datetime) -> CampaignTally:
 
 
 def counts(campaigns: list[Campaign], now: datetime) -> dict:
-    """``{campaign pk: campaign_counts()-shaped counts}`` for ``campaigns`` (the tick's), their tallies
-    brought up to date; tallies of campaigns not among them dropped. Call inside the transaction
+    """``{campaign pk: campaign_counts()-shaped counts}`` for ``campaigns`` (the tick's), every tally
+    brought up to date (those of campaigns no longer sampled too). Call inside the transaction
     holding :func:`lock`. A campaign whose first count fails is logged and left out."""
     with connection.cursor() as cur:
         cur.execute(_CONSUME_SQL)
         changes = cur.fetchall()
     wanted = {c.pk: c for c in campaigns}
-    CampaignTally.objects.exclude(campaign_id__in=list(wanted)).delete()
-    tallies = {t.campaign_id: t for t in CampaignTally.objects.filter(campaign_id__in=list(wanted))}
+    ids = set(wanted) | {change[0] for change in changes}
+    tallies = {t.campaign_id: t for t in CampaignTally.objects.filter(campaign_id__in=list(ids))}
     changed = set()
     for campaign_id, status, reason, n in changes:
         if campaign_id in tallies:

@@ -3,8 +3,8 @@ older than three intervals is not presented as current; the chart is at most a d
 dates when it spans days, and never draws the minute still being sampled; a campaign with rows
 scheduled for later says when the last one goes; beat's tick reads what changed since the last tick,
 not the campaign's rows, and its tally stays equal to a full count whoever moves the rows (every
-writer: tests/test_lifecycle_stateful.py); the campaign page counts the campaign's rows at most once
-(none while the sample is fresh)."""
+writer: tests/test_lifecycle_stateful.py); the campaign page never counts a tallied campaign's rows
+(tests/test_campaign_counts_tally.py)."""
 
 from __future__ import annotations
 
@@ -200,7 +200,7 @@ def test_a_fan_out_page_run_again_is_counted_once(frozen):
     assert newest.counts == campaign_counts(c) and newest.counts["by_status"]["queued"] == 6
 
 
-def test_changes_of_campaigns_not_sampled_are_dropped_and_so_is_a_finished_campaigns_tally(frozen):
+def test_changes_of_campaigns_without_a_tally_are_dropped_and_a_finished_campaign_keeps_its_tally(frozen):
     c, rows = sending_campaign(3)
     other = Campaign.objects.create(segment=c.segment, channel="email", title="T", body="b",
                                     status=CampaignStatus.COMPLETED, completed_at=NOW - timedelta(days=3))
@@ -218,7 +218,7 @@ def test_changes_of_campaigns_not_sampled_are_dropped_and_so_is_a_finished_campa
     assert CampaignMinute.objects.filter(campaign=c).order_by("-minute").first().counts["outcome"]["sent"] == 3
     frozen[0] += timedelta(seconds=15)
     assert pace.sample_due() == 0
-    assert not CampaignTally.objects.exists()
+    assert list(CampaignTally.objects.values_list("campaign_id", flat=True)) == [c.pk]  # its counts' source
 
 
 def test_a_tick_finding_another_running_does_nothing(frozen):
@@ -237,8 +237,9 @@ def record_queries(queries) -> list[str]:
     return [q["sql"] for q in queries.captured_queries if "notifications_notificationrecord" in q["sql"]]
 
 
-def test_the_campaign_page_counts_its_rows_once_when_finished_and_never_while_its_sample_is_fresh(frozen, admin_client):
-    """The Unsubscribes field counted every row of the campaign again on each page load."""
+def test_the_campaign_page_never_counts_the_rows_of_a_tallied_campaign(frozen, admin_client):
+    """The Unsubscribes field counted every row of the campaign again on each page load; finished, the
+    page counted them once (now its tally's, tests/test_campaign_counts_tally.py)."""
     c, rows = sending_campaign(4)
     move(rows[:2], "sent", frozen[0])
     Unsubscribe.objects.create(recipient=rows[0].recipient, category="promotions", channel="email", source="link",
@@ -254,6 +255,6 @@ def test_the_campaign_page_counts_its_rows_once_when_finished_and_never_while_it
     Campaign.objects.filter(pk=c.pk).update(status=CampaignStatus.COMPLETED, completed_at=frozen[0])
     with CaptureQueriesContext(connection) as queries:
         page = admin_client.get(url).content.decode()
-    assert len(record_queries(queries)) == 1, record_queries(queries)
+    assert not record_queries(queries), record_queries(queries)
     assert "1 (50.0 % of sent)" in page
     assert selectors.unsubscribe_stats(c) == {"unsubscribes": 1, "unsubscribe_rate": 0.5}  # counted, bounded

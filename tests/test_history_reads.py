@@ -13,7 +13,7 @@ from django.urls import reverse
 
 from campaigns import services as campaign_services
 from campaigns.models import Campaign, CampaignStatus
-from campaigns.selectors import campaign_counts, outcomes_for
+from campaigns.selectors import campaign_counts, counts_for
 from core import clock
 from notifications.models import DeliveryAttempt, DeliveryEvent, Notification, NotificationRecord, Reason, Status
 from preferences.models import Recipient
@@ -128,7 +128,7 @@ def test_campaign_counts_include_archived_rows_once(campaign, http):  # noqa: F8
     api_before = http.get(f"/v1/campaigns/{c.pk}").json()["counts"]
     assert archive(*rows[::2]) == 10
     assert campaign_counts(c) == before
-    assert outcomes_for([c.pk]) == {c.pk: before["outcome"]}
+    assert counts_for([c]) == {c.pk: before}
     assert http.get(f"/v1/campaigns/{c.pk}").json()["counts"] == api_before
     assert before["outcome"] == {"sent": 12, "delivered": 4, "displayed": 0, "opened": 0, "not_sent": 8,
                                  "suppressed": 6, "failed": 2, "expired": 0, "cancelled": 0, "pending": 0}
