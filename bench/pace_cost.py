@@ -30,7 +30,7 @@ from bench.db_cpu import backend_cpu
 from bench.send_time import wall_time
 from campaigns import fanout, pace, services
 from campaigns.models import Campaign, CampaignShard, CampaignTally
-from campaigns.selectors import campaign_counts
+from campaigns.selectors import counted_rows, counts_of
 from core import clock
 from notifications.lifecycle import send
 from notifications.models import Notification, NotificationRecord
@@ -72,7 +72,7 @@ def _set_parallel(on: bool) -> None:
 
 def _old_tick(campaign: Campaign) -> None:
     now = clock.now()
-    campaign_counts(campaign)
+    counts_of(counted_rows(campaign.pk), campaign)  # the full count
     with connection.cursor() as cur:
         cur.execute(OLD_LATENCY_SQL, [campaign.pk, now.replace(second=0, microsecond=0), now])
 

@@ -1,6 +1,7 @@
 """``manage.py bench_pace``: what a campaign's pace costs (bench/pace_cost.py): beat's tick on a campaign
 of ``--rows`` rows before and after (a full count then, the changes since the last tick now), and
-what the tally's triggers and the pace's indexes add to the send path. Run it on a database of its
+what the tally's triggers and the pace's indexes add to the send path, and what reading its counts costs
+(the admin list, the API detail: bench/pace_reads.py). Run it on a database of its
 own (its name must contain ``bench`` or ``scratch``): the write part drops and rebuilds two indexes.
 Writes ``bench/results/pace-<UTC timestamp>.json`` (not in git)."""
 
@@ -13,7 +14,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
-from bench import pace_cost
+from bench import pace_cost, pace_reads
 from bench.pace_rows import make_campaign
 from campaigns.models import Campaign
 from core import clock
@@ -32,8 +33,10 @@ class Command(BaseCommand):
         parser.add_argument("--singles", type=int, default=1_000, help="high-tier sends (batches of one)")
         parser.add_argument("--no-tick", action="store_true")
         parser.add_argument("--no-writes", action="store_true")
+        parser.add_argument("--reads", type=int, default=20, help="reads of the campaign's counts (the admin list, "
+                                                                  "the API detail) per measure; 0: none")
 
-    def handle(self, *args, rows, ticks, per_tick, members, rounds, singles, no_tick, no_writes, **options):
+    def handle(self, *args, rows, ticks, per_tick, members, rounds, singles, no_tick, no_writes, reads, **options):
         name = connection.settings_dict["NAME"]
         if "bench" not in name and "scratch" not in name:
             raise CommandError(f"database {name!r}: run on a database of its own (a name with bench or scratch)")
@@ -44,6 +47,8 @@ class Command(BaseCommand):
                 self.stdout.write(f"making a campaign of {rows:,} rows…")
                 campaign = make_campaign(rows, clock.now(), log=self.stdout.write)
             report["tick"] = pace_cost.tick_cost(campaign, ticks=ticks, per_tick=per_tick, log=self.stdout.write)
+        if reads and campaign is not None:
+            report["reads"] = pace_reads.read_cost(campaign, reads=reads, per_tick=per_tick, log=self.stdout.write)
         if not no_writes:
             report["writes_us"] = pace_cost.write_cost(members, rounds=rounds, singles=singles, log=self.stdout.write)
         report["size"] = pace_cost.sizes(campaign)
