@@ -8,7 +8,8 @@ of the rows sent in it and when its last scheduled row is due. A finished campai
 its rows settled. The page reads the newest row (its progress and sentences, while fresh) and at
 most ``MINUTES_SHOWN`` rows (its chart, :mod:`campaigns.pace_chart`): index reads however large the
 campaign. A sample older than three intervals is not trusted: the page counts itself and says
-since when the pace is unknown.
+since when the pace is unknown. A sample dated after now (the platform clock moved back, a beat host's
+clock ahead) is not read at all: the newest sample is the newest not after now (hadv34).
 """
 
 from __future__ import annotations
@@ -59,6 +60,12 @@ def _minute(at: datetime) -> datetime:
     return at.replace(second=0, microsecond=0)
 
 
+def _samples(campaign_id: int, now: datetime):
+    """The campaign's samples not dated after ``now``, newest first: one from the future would stay
+    "the newest" until the clock reached it, freezing the page and the settling check (hadv34)."""
+    return CampaignMinute.objects.filter(campaign_id=campaign_id, sampled_at__lte=now).order_by("-minute")
+
+
 def stale(sampled_at: datetime, now: datetime) -> bool:
     """Whether a sample taken at ``sampled_at`` is too old to present as current (beat stopped)."""
     return (now - sampled_at).total_seconds() > STALE_INTERVALS * sample_seconds()
@@ -94,12 +101,12 @@ def due(now: datetime) -> list[Campaign]:
     sample taken after they finished shows none of their rows open: a cancel marks the campaign
     first and cancels its rows in chunks after, and rows in flight finish later (hadv27)."""
     finished = (Campaign.objects.filter(status__in=FINISHED)
-                .annotate(finished_at=Coalesce("completed_at", "cancelled_at"), last=Max("minutes__sampled_at"))
+                .annotate(finished_at=Coalesce("completed_at", "cancelled_at"),
+                          last=Max("minutes__sampled_at", filter=Q(minutes__sampled_at__lte=now)))
                 .filter(finished_at__gte=now - timedelta(days=1), last__isnull=False))
     settling = []
     for campaign_id, finished_at, last in finished.values_list("pk", "finished_at", "last"):
-        newest = (CampaignMinute.objects.filter(campaign_id=campaign_id).order_by("-minute")
-                  .values_list("counts", flat=True).first() or {})
+        newest = _samples(campaign_id, now).values_list("counts", flat=True).first() or {}
         if last < finished_at or newest.get("outcome", {}).get("pending", 0):
             settling.append(campaign_id)
     return list(Campaign.objects.filter(Q(status__in=SAMPLED) | Q(pk__in=settling)).order_by("pk"))
@@ -134,8 +141,7 @@ def fresh_counts(campaign: Campaign, now: datetime) -> tuple[dict, datetime] | N
     :func:`stale`; else ``None`` (the caller counts itself)."""
     if campaign.status not in SAMPLED:
         return None
-    row = (CampaignMinute.objects.filter(campaign=campaign).order_by("-minute")
-           .values_list("counts", "sampled_at").first())
+    row = _samples(campaign.pk, now).values_list("counts", "sampled_at").first()
     if row is None or stale(row[1], now):
         return None
     return row[0], row[1]
@@ -176,7 +182,7 @@ def pace(campaign: Campaign, now: datetime | None = None, counts: dict | None = 
     rows, as its progress shows; counted here if not given) and the rate and ETA are unknown since
     that sample (``stale_since``)."""
     now = now or clock.now()
-    minutes = CampaignMinute.objects.filter(campaign=campaign).order_by("-minute")
+    minutes = _samples(campaign.pk, now)
     # Only the outcome counts of each minute (a few hundred bytes), the whole counts of the newest.
     rows = list(minutes.annotate(outcome=KeyTransform("outcome", "counts"))
                 .values("minute", "sampled_at", "outcome", "due_to_sent_p50_ms", "due_to_sent_p95_ms", "last_due_at")

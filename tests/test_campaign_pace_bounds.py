@@ -75,6 +75,29 @@ def test_a_stale_sample_leaves_the_rate_unknown_and_counts_what_is_due_live(froz
     assert back["rate_text"].startswith("0.6/s over the last 5 min")  # 70 in 121 s
 
 
+def test_a_sample_dated_in_the_future_is_ignored_after_the_clock_moves_back(frozen):
+    """hadv34 #4: the platform clock stood 2 h ahead for a tick, then went back; the sample dated 13:30
+    stayed "the newest" and the page showed its counts, frozen, until the clock reached it."""
+    c, rows = sending_campaign(100)
+    pace.sample_due()  # 11:30:05
+    frozen[0] = NOW + timedelta(hours=2)  # 13:30:05: 10 sent
+    move(rows[:10], "sent", frozen[0])
+    assert pace.sample_due() == 1
+    frozen[0] = NOW + timedelta(seconds=30)  # back to 11:30:35: 40 sent in all
+    move(rows[10:40], "sent", frozen[0])
+
+    assert pace.sample_due() == 1  # not blocked: the 11:30 row takes the sample
+    shown = admin_views.progress(Campaign.objects.get(pk=c.pk))
+
+    assert (shown["sent"], shown["pending"], shown["counted_at"]) == (40, 60, "2030-01-10 11:30:35 UTC")
+    p = shown["pace"]
+    assert (p["sampled_at"], p["stale_since"], p["due_left"]) == ("2030-01-10T11:30:35+00:00", None, 60)
+    assert p["chart"]["labels"] == []  # 11:30 is the minute in progress; 13:30 is not drawn
+    assert list(CampaignMinute.objects.filter(campaign=c).order_by("minute").values_list("minute", "sampled_at")) == [
+        (NOW.replace(second=0), NOW + timedelta(seconds=30)),
+        (NOW.replace(second=0) + timedelta(hours=2), NOW + timedelta(hours=2))]
+
+
 def test_the_chart_is_at_most_a_day_of_points_and_a_gap_longer_than_that_is_one(frozen):
     """hnew33 L4: a gap was filled minute by minute (51,301 labels, 2 MB per 3-s poll), labels had
     no date."""
