@@ -112,6 +112,22 @@ def test_the_recipient_page_shows_the_last_30_days_with_the_reason_on_hover(page
     expect(page.locator("#recipient-timeline-table tr[data-channel='email'] td").nth(1)).to_have_text("1")
 
 
+def test_each_channel_row_of_the_timeline_is_labelled(page, log_in, staff_member):
+    """hadv34 #2: with more than one channel the y ticks fell between the rows (-0.5, 0.5, …), unlabelled."""
+    ann = Recipient.objects.create(user_id="ann", email="ann@example.org")
+    for channel, hours in (("email", 2), ("sms", 5), ("push", 9)):
+        Notification.objects.create(id=uuid.uuid4(), recipient=ann, channel=channel, status="delivered", body="b",
+                                    created_at=clock.now() - timedelta(hours=hours))
+    log_in(*staff_member("sid", "support"))
+
+    page.goto("/admin/preferences/recipient/ann/change/")
+
+    expect(page.locator("#recipient-timeline-chart[data-chart-ready='1']")).to_have_count(1)
+    ticks = page.evaluate("""() => Chart.getChart(document.getElementById('recipient-timeline-chart'))
+        .scales.y.ticks.map(t => [t.value, t.label])""")
+    assert ticks == [[0, "push"], [1, "email"], [2, "sms"]]  # notifications.admin.timeline.CHANNELS' order
+
+
 def providers_last_hour() -> str:
     """Beat's samples of a provider's last hour: twilio made 4 calls (one transient error) and its
     breaker opened and closed again. Returns the summary the page says."""

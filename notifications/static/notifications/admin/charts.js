@@ -56,8 +56,13 @@
       options: {animation: false, responsive: true,
                 scales: {x: {type: "linear", min: data.since, max: data.until,
                              ticks: {callback: function (v) { return stamp(v).slice(5, 10); }, maxTicksLimit: 10}},
+                         // One tick per channel row, at its integer (a linear scale starting at -0.5
+                         // would put its ticks between the rows, each unlabelled: hadv34 #2).
                          y: {min: -0.5, max: data.channels.length - 0.5, reverse: true,
-                             ticks: {stepSize: 1, callback: function (v) { return data.channels[v] || ""; }}}},
+                             afterBuildTicks: function (axis) {
+                               axis.ticks = data.channels.map(function (c, i) { return {value: i}; });
+                             },
+                             ticks: {autoSkip: false, callback: function (v) { return data.channels[v] || ""; }}}},
                 plugins: {legend: {position: "bottom"},
                           tooltip: {callbacks: {label: function (item) {
                             var p = item.raw.point;
