@@ -11,7 +11,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.contrib.auth.models import Group, User
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from notifications.admin.timeline import timeline
 from notifications.models import Notification
@@ -109,3 +111,12 @@ def test_support_sees_the_timeline_and_marketing_does_not(frozen, eve):
     marketing = staff("marketing").get("/admin/preferences/recipient/eve/change/")
     assert marketing.status_code == 200
     assert 'id="recipient-timeline"' not in marketing.content.decode()
+
+
+def test_the_page_reads_the_window_once(frozen, eve):
+    """hadv34 #11: Django built the inline's formset a second time to learn its fields, reading the window again."""
+    client = staff("support")
+    with CaptureQueriesContext(connection) as queries:
+        assert client.get("/admin/preferences/recipient/eve/change/").status_code == 200
+    window = [q["sql"] for q in queries.captured_queries if "COALESCE" in q["sql"] and '"archived_at"' in q["sql"]]
+    assert len(window) == 1

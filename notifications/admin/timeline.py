@@ -96,6 +96,11 @@ class RecipientTimelineInline(ReadOnly, admin.TabularInline):
     def get_queryset(self, request):
         return super().get_queryset(request).none()
 
+    def get_fields(self, request, obj=None):
+        # No field of its own: without this, Django builds a formset (and so read the timeline) only to
+        # learn the form's fields, a second read of the window per page (hadv34 #11).
+        return []
+
     def get_formset(self, request, obj=None, **kwargs):
         formset = super().get_formset(request, obj, **kwargs)
         formset.timeline = timeline(obj.pk) if obj is not None else None
