@@ -198,8 +198,10 @@ def pace(campaign: Campaign, now: datetime | None = None, counts: dict | None = 
     elif latest:
         counts = minutes.values_list("counts", flat=True).first() or {}
         rate, last_due = _recent_rate(rows), latest["last_due_at"]
-        if rate is None and campaign.started_at and latest["sampled_at"] > campaign.started_at:
-            # One minute sampled so far (samples in a minute replace each other): the rate since launch.
+        age = latest["sampled_at"] - campaign.started_at if campaign.started_at else None
+        if age and timedelta(0) < age < timedelta(minutes=RECENT_MINUTES):
+            # Launched less than the window ago (one minute sampled so far, too: samples in a minute
+            # replace each other): the rate since launch, said so (hadv34 #13: "over the last 5 min" at 70 s).
             done = _outcome(latest).get("sent", 0) + _outcome(latest).get("not_sent", 0)
             rate, window = done / (latest["sampled_at"] - campaign.started_at).total_seconds(), "since launch"
     else:

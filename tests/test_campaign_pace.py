@@ -71,10 +71,16 @@ def test_samples_per_minute_chart_the_changes_rate_eta_budget_and_latency(frozen
     assert (p["rate_per_s"], p["due_left"], p["scheduled"], p["eta_seconds"]) == (0.3, 35, 0, 129)
     assert p["budget"] == {"provider": "sendgrid", "tier": "standard", "per_second": 150.0}
     assert p["due_to_sent_ms"] == {"p50": 1000, "p95": 1000, "minute": "11:33"}
-    assert p["rate_text"] == "0.3/s over the last 5 min; bound: sendgrid's standard budget, 150/s"
+    # Launched 4 min ago: the rate is since launch, said so (hadv34 #13: not "over the last 5 min").
+    assert p["rate_text"] == "0.3/s since launch; bound: sendgrid's standard budget, 150/s"
     assert p["eta_text"] == "about 2 min 09 s for 35 due (at 11:36:14 UTC)"
     minute = CampaignMinute.objects.get(campaign=c, minute=NOW.replace(second=0) + timedelta(minutes=1))
     assert (minute.sent_rows, minute.due_to_sent_p50_ms, minute.due_to_sent_p95_ms) == (30, 2000, 4000)
+
+    frozen[0] = NOW + timedelta(minutes=6)  # 11:36:05: 5 min after the 11:31:05 sample, 30 finished since
+    pace.sample_due()
+    later = pace.pace(Campaign.objects.get(pk=c.pk), frozen[0])
+    assert later["rate_text"] == "0.1/s over the last 5 min; bound: sendgrid's standard budget, 150/s"
 
 
 def test_while_sending_the_page_reads_the_newest_sample_not_the_campaigns_rows(frozen, admin_client):
