@@ -15,6 +15,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from notifications.admin import timeline as timeline_module
 from notifications.admin.timeline import timeline
 from notifications.models import Notification
 from preferences.models import Recipient
@@ -120,3 +121,17 @@ def test_the_page_reads_the_window_once(frozen, eve):
         assert client.get("/admin/preferences/recipient/eve/change/").status_code == 200
     window = [q["sql"] for q in queries.captured_queries if "COALESCE" in q["sql"] and '"archived_at"' in q["sql"]]
     assert len(window) == 1
+
+
+def test_a_truncated_window_says_so_where_it_is_named(frozen, eve, monkeypatch):
+    """hadv34 #8: 120k rows in the window showed 100 per channel under "Last 30 days", with a small note."""
+    monkeypatch.setattr(timeline_module, "MAX_POINTS", 4)
+    client = staff("support")
+    page = client.get("/admin/preferences/recipient/eve/change/").content.decode()
+    assert "<h2>Last 30 days: the newest 4 of the window shown by channel and outcome</h2>" in page
+    note = re.search(r'<p class="help" id="recipient-timeline-truncated">(.*?)</p>', page).group(1)
+    assert re.sub(r"<[^>]+>", "", note) == (
+        "More than 4 notifications in the last 30 days: the chart and the table count the newest 4 only, back to "
+        "2030-05-17 12:00:00 UTC; each notification's list has them all.")
+    bob = client.get("/admin/preferences/recipient/bob/change/").content.decode()
+    assert 'id="recipient-timeline-truncated"' not in bob

@@ -33,7 +33,8 @@ CHANNELS = ("push", "email", "sms", "in_app")
 
 def timeline(recipient_id: str, now: datetime | None = None) -> dict:
     """``{"points": [{t, channel, group, status, reason}], "table": [(channel, {group: n}, last
-    delivered or sent)], "truncated": bool, "since": datetime}`` over the last :data:`DAYS` days."""
+    delivered or sent)], "truncated": bool, "since": datetime, "shown_since": datetime | None}`` over the
+    last :data:`DAYS` days; truncated, the chart and the table hold only the newest :data:`MAX_POINTS`."""
     now = now or clock.now()
     since = now - timedelta(days=DAYS)
     rows = list(window_rows(recipient_id, since)[:MAX_POINTS + 1])
@@ -52,7 +53,10 @@ def timeline(recipient_id: str, now: datetime | None = None) -> dict:
     return {"points": points, "table": table, "groups": list(GROUPS), "channels": channels,
             "chart": {"points": points, "channels": channels, "groups": list(GROUPS),
                       "since": int(since.timestamp() * 1000), "until": int(now.timestamp() * 1000)},
-            "truncated": truncated, "since": since, "days": DAYS, "max_points": MAX_POINTS}
+            "truncated": truncated, "since": since, "days": DAYS, "max_points": MAX_POINTS,
+            "max_points_text": f"{MAX_POINTS:,}",
+            # Truncated: the oldest instant the shown rows reach, so the page says what they cover.
+            "shown_since": min(at for _pk, at, *_rest in rows) if truncated else None}
 
 
 def window_rows(recipient_id: str, since: datetime) -> QuerySet[NotificationRecord, tuple]:
