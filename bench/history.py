@@ -142,9 +142,9 @@ def wipe(tables: tuple[str, ...]) -> None:
     """Remove the fill and its record: the bench database empty again, as a run without history wants."""
     with connection.cursor() as cur:
         cur.execute(f"DROP TABLE IF EXISTS {RECORD_TABLE}")
-        cur.execute(f"TRUNCATE {', '.join(tables)} CASCADE")
-        if table_exists(HISTORY_TABLE):
-            cur.execute(f"TRUNCATE {HISTORY_TABLE}")
+        # Attempts and events by name too: partitioned, no foreign key cascades the TRUNCATE to them.
+        own = [t for t in (HISTORY_TABLE, *NOTIFICATION_ROWS) if table_exists(t)]
+        cur.execute(f"TRUNCATE {', '.join([*tables, *own])} CASCADE")
         cur.execute(f"TRUNCATE {APIAuditEntry._meta.db_table}")
         cur.execute(f"DELETE FROM {Segment._meta.db_table} WHERE segment_id = %s", [SEGMENT])
 

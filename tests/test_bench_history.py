@@ -140,6 +140,9 @@ def test_without_a_fill_the_reset_empties_the_tables_and_a_new_request_refills(t
             else "SELECT 0") == 500
         refilled = history.ensure_history(1, 300, RESET_TABLES, progress=lambda _m: None)
         assert refilled["reused"] is False and history.recorded()["per_day"] == 300
+        # The first fill's attempts and events went with it (partitioned: no foreign key cascades to them).
+        assert DeliveryAttempt.objects.count() == refilled["rows"]["notifications_deliveryattempt"]
+        assert DeliveryEvent.objects.count() == refilled["rows"]["notifications_deliveryevent"]
         history.wipe(RESET_TABLES)
         assert history.recorded() is None
         history.reset_run_rows(RESET_TABLES)  # no fill: TRUNCATE, as the bench always did
