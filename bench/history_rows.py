@@ -154,8 +154,20 @@ class Filler:
         self.campaigns = 0
 
     def fill(self) -> dict[str, int]:
-        total = self.days * self.per_day
-        self.user_ids = [f"bh-{i:07d}" for i in range(recipients_for(total))]
+        self.prepare()
+        self.make_partitions()
+        for day in range(self.days):
+            start = self.now - timedelta(days=self.days - day)
+            with transaction.atomic():
+                self._day(start)
+            self.progress(f"history: day {day + 1}/{self.days} written "
+                          f"({self.live.count + (self.history.count if self.history else 0):,} notifications)")
+        return self.written()
+
+    def prepare(self, user_ids: list[str] | None = None) -> None:
+        """The recipients (``user_ids``, default the fill's ``bh-…`` pool; made when missing), the API
+        client, the event type and the campaigns' segment the rows name."""
+        self.user_ids = user_ids or [f"bh-{i:07d}" for i in range(recipients_for(self.days * self.per_day))]
         with transaction.atomic():
             ends = [self.user_ids[0], self.user_ids[-1]]
             if Recipient.objects.filter(user_id__in=ends).count() != len(set(ends)):
@@ -166,13 +178,9 @@ class Filler:
                 key=TYPE_KEY, defaults={"name": "Bench history: order shipped", "category": "shipping",
                                         "channels": list(TYPED_CHANNELS)})
             self.segment, _ = Segment.objects.get_or_create(segment_id=SEGMENT, defaults={"name": SEGMENT})
-        self._partitions()
-        for day in range(self.days):
-            start = self.now - timedelta(days=self.days - day)
-            with transaction.atomic():
-                self._day(start)
-            self.progress(f"history: day {day + 1}/{self.days} written "
-                          f"({self.live.count + (self.history.count if self.history else 0):,} notifications)")
+
+    def written(self) -> dict[str, int]:
+        """Rows written so far, per table."""
         rows = {self.live.table: self.live.count}
         if self.history:
             rows[self.history.table] = self.history.count
@@ -180,7 +188,7 @@ class Filler:
         rows[Campaign._meta.db_table] = self.campaigns
         return rows
 
-    def _partitions(self) -> None:
+    def make_partitions(self) -> None:
         """Each partitioned table's day partitions over the fill's days, made before the COPY: its rows
         land in them once, not in DEFAULT to be moved out by ``maintain()`` (every row written twice)."""
         first = (self.now - timedelta(days=self.days)).date()
@@ -202,8 +210,8 @@ class Filler:
         counts["typed"] -= counts["typed"] % 2  # events of two notifications each
         counts["single"] += n - sum(counts.values())
         self._campaigns(start, counts["campaign"])
-        self._singles(start, counts["single"])
-        self._typed(start, counts["typed"] // 2)
+        self.singles(start, counts["single"])
+        self.typed(start, counts["typed"] // 2)
 
     def _campaigns(self, start: datetime, rows: int) -> None:
         if not rows:
@@ -235,13 +243,14 @@ class Filler:
                     batch = []
             self._write(batch)
 
-    def _singles(self, start: datetime, rows: int) -> None:
+    def singles(self, start: datetime, rows: int, span_seconds: float = 86_400) -> None:
+        """``rows`` API single sends made over ``span_seconds`` from ``start``, with their outcomes."""
         batch, audit = [], []
         client = str(self.client.pk)
         for _ in range(rows):
             channel = _pick(SINGLE_CHANNELS, self.rnd.random())[1]
             user = self.user_ids[self.rnd.randrange(len(self.user_ids))]
-            created = start + timedelta(seconds=self.rnd.uniform(0, 86_400))
+            created = start + timedelta(seconds=self.rnd.uniform(0, span_seconds))
             key = uuid.UUID(int=self.rnd.getrandbits(128)).hex
             nid = ids.single_send_id(client, key)
             high = channel != "push" and self.rnd.random() < 0.4  # OTPs and security codes
@@ -261,7 +270,8 @@ class Filler:
         self._write(batch)
         self.audit.copy(audit)
 
-    def _typed(self, start: datetime, events: int) -> None:
+    def typed(self, start: datetime, events: int) -> None:
+        """``events`` typed events over the day from ``start``, each a push and an email."""
         batch, event_rows, audit = [], [], []
         client = str(self.client.pk)
         for _ in range(events):
