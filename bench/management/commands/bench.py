@@ -115,21 +115,25 @@ class Command(BaseCommand):
         return self.run(options)
 
     # --- parent: database, then the same command against it ------------------------------------
-    def reexec(self):
+    def reexec(self, database: str = BENCH_DATABASE, redis_db: int = BENCH_REDIS_DB):
+        """Create ``database`` if missing and run this command again against it and Redis database
+        ``redis_db``; never against the configured database itself (``make run``'s)."""
         import psycopg
 
         base = os.environ.get("DATABASE_URL") or settings.DATABASES["default"].get("NAME")
         redis_base = os.environ.get("REDIS_URL") or settings.REDIS_URL
         if not base or "://" not in base:
             raise CommandError("DATABASE_URL is not set (run `make bench`, which starts the project Postgres)")
-        database_url = with_path(base, f"/{BENCH_DATABASE}")
-        redis_url = with_path(redis_base, f"/{BENCH_REDIS_DB}")
+        if database == urlsplit(base).path.lstrip("/"):
+            raise CommandError(f"the bench database {database!r} is the configured one (make run's): choose another")
+        database_url = with_path(base, f"/{database}")
+        redis_url = with_path(redis_base, f"/{redis_db}")
         admin_url = with_path(base, "/postgres")
         try:
             with psycopg.connect(admin_url.replace("postgres://", "postgresql://", 1), autocommit=True) as conn:
-                if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [BENCH_DATABASE]).fetchone():
-                    conn.execute(f'CREATE DATABASE "{BENCH_DATABASE}"')
-                    self.stdout.write(f"created database {BENCH_DATABASE}")
+                if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [database]).fetchone():
+                    conn.execute(f'CREATE DATABASE "{database}"')
+                    self.stdout.write(f"created database {database}")
         except psycopg.Error as exc:
             raise CommandError(f"cannot reach Postgres at {admin_url} (is `scripts/devservices.py up` done?): "
                                f"{exc}") from None
