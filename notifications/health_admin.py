@@ -63,16 +63,17 @@ def recent_calls(minutes: int) -> tuple[dict[tuple[str, str], int], bool]:
 
 
 def breaker_text(name: str) -> str:
-    """``closed``, ``open (12 s to the next probe)``, ``half-open (probing)`` plus how often it opened."""
+    """``closed``, ``open (12 s to the next probe)``, ``probe due (…)``, ``half-open (probing)`` plus how
+    often it opened; the state is the breaker's own (``isolation.breaker_state``)."""
     import time
 
     from providers.isolation import breaker_state
 
     state = breaker_state(name)
-    text = {"half_open": "half-open (probing)"}.get(state["state"], state["state"])
+    text = {"half_open": "half-open (probing)",
+            "probe_due": "probe due (open period over: the next call decides)"}.get(state["state"], state["state"])
     if state["state"] == "open":
-        left = max(0.0, state["until_ms"] / 1000 - time.time())
-        text = f"open ({left:.0f} s to the next probe)" if left else "open (probe due)"
+        text = f"open ({max(0.0, state['until_ms'] / 1000 - time.time()):.0f} s to the next probe)"
     if state["opened"]:
         text += f"; opened {state['opened']}×"
     return text

@@ -31,17 +31,20 @@ log = logging.getLogger(__name__)
 # --- scrape-time gauges -----------------------------------------------------------------------
 
 def _breaker_gauge(dj_settings) -> GaugeMetricFamily:
-    """``notify_provider_breaker_state{provider}``: 0 closed, 1 half-open, 2 open (shared in Redis)."""
+    """``notify_provider_breaker_state{provider}``: 0 closed, 1 half-open or probe due (the open period
+    is over: the next call decides), 2 open (calls fail fast), as ``isolation.breaker_state`` says."""
     from providers.isolation import breaker_state
 
     gauge = GaugeMetricFamily("notify_provider_breaker_state",
-                              "Circuit breaker of each configured provider: 0 closed, 1 half-open (probing), 2 open.",
+                              "Circuit breaker of each configured provider: 0 closed, "
+                              "1 half-open (probing or probe due), 2 open (failing fast).",
                               labels=["provider"])
     names = [e["NAME"] for entries in (getattr(dj_settings, "PROVIDERS", None) or {}).values() for e in entries]
     for name in dict.fromkeys(names):
         state = breaker_state(name)["state"]
         if state != "unknown":
-            gauge.add_metric([provider_label(name)], {"closed": 0, "half_open": 1, "open": 2}.get(state, 0))
+            value = {"closed": 0, "half_open": 1, "probe_due": 1, "open": 2}.get(state, 0)
+            gauge.add_metric([provider_label(name)], value)
     return gauge
 
 

@@ -184,20 +184,35 @@ def _state_after(provider: str, answer) -> str:
     return state
 
 
+#: The breaker's states as :func:`breaker_state` reports them: ``probe_due`` is an open breaker whose
+#: open period is over; it stays ``open`` in Redis until a call asks (ALLOW turns it half-open), so a
+#: provider that gets no call (an idle backup) would read "open" for ever.
+STATES = ("closed", "open", "probe_due", "half_open")
+
+
 def breaker_state(provider: str) -> dict:
     """``{"state", "until_ms", "opened", "since_ms", "closed_ms"}`` for admin pages and metrics
-    (``closed`` if unknown): ``opened`` counts openings (a failed probe re-opens), ``since_ms`` is when
-    the current or last open spell began, ``closed_ms`` when one last closed (epoch ms, 0: never)."""
+    (``closed`` if unknown): ``state`` is the effective one (:data:`STATES`, or ``unknown`` when Redis
+    does not answer): ``open`` only while calls fail fast, ``probe_due`` once the open period is over
+    (Redis ``TIME``) and no probe has started. ``opened`` counts openings (a failed probe re-opens),
+    ``since_ms`` is when the current or last open spell began, ``closed_ms`` when one last closed
+    (epoch ms, 0: never)."""
     try:
-        raw = get_redis().hgetall(f"breaker:{provider}")
+        pipe = get_redis().pipeline(transaction=False)
+        pipe.hgetall(f"breaker:{provider}")
+        pipe.time()
+        raw, (seconds, micros) = pipe.execute()
     except redis.RedisError:
         return {"state": "unknown", "until_ms": 0, "opened": 0, "since_ms": 0, "closed_ms": 0}
-    raw = {k.decode(): v.decode() for k, v in raw.items()}  # type: ignore[union-attr]
+    raw = {k.decode(): v.decode() for k, v in raw.items()}
 
     def ms(key: str) -> int:
         return int(float(raw.get(key, 0) or 0))
 
-    return {"state": raw.get("state", "closed"), "until_ms": ms("until"), "opened": ms("opened"),
+    state = raw.get("state", "closed")
+    if state == "open" and ms("until") <= int(seconds) * 1000 + int(micros) // 1000:
+        state = "probe_due"
+    return {"state": state, "until_ms": ms("until"), "opened": ms("opened"),
             "since_ms": ms("since"), "closed_ms": ms("closed_at")}
 
 

@@ -90,8 +90,13 @@ def test_breaker_opens_past_the_failure_rate_fails_fast_then_probes(provider):
     assert isolation.breaker_state(provider)["state"] == "open"
 
     time.sleep(0.6)
+    # The open period is over but no call asked yet: Redis still says "open", the breaker reports
+    # that a probe is due (an idle backup would otherwise read open for ever, hadv34).
+    assert get_redis().hget(f"breaker:{provider}", "state") == b"open"
+    assert isolation.breaker_state(provider)["state"] == "probe_due"
     probe = isolation.breaker_allows(provider)
     assert (probe.allowed, probe.probe) == (True, True)
+    assert isolation.breaker_state(provider)["state"] == "half_open"
     assert isolation.breaker_allows(provider).allowed is False  # one probe at a time
     assert isolation.record_calls(provider, failed=1, probe=True) == "open"  # failed probe: open again
     assert isolation.breaker_allows(provider).allowed is False

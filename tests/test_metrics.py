@@ -19,7 +19,7 @@ import pytest
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from core.redis_client import client_for
+from core.redis_client import client_for, get_redis
 from notifications import metrics, receipts, scheduler
 from notifications.delivery import pipeline
 from notifications.health import queue_snapshot
@@ -430,10 +430,13 @@ def test_breaker_state_gauge_and_isolation_counters(client, settings):
     from tests.conftest import reset_isolation
 
     reset_isolation()
-    settings.PROVIDER_LIMITS = {**settings.PROVIDER_LIMITS, "twilio": {
-        "BREAKER": {"WINDOW_SECONDS": 10, "MIN_CALLS": 2, "FAILURE_RATE": 0.5, "OPEN_SECONDS": 30}}}
+    breaker = {"BREAKER": {"WINDOW_SECONDS": 10, "MIN_CALLS": 2, "FAILURE_RATE": 0.5, "OPEN_SECONDS": 30}}
+    settings.PROVIDER_LIMITS = {**settings.PROVIDER_LIMITS, "twilio": breaker, "fcm": breaker}
     try:
         assert isolation.record_calls("twilio", failed=2) == "open"
+        # fcm's open period ended with no call since (an idle backup): waiting for a probe, not open.
+        assert isolation.record_calls("fcm", failed=2) == "open"
+        get_redis().hset("breaker:fcm", "until", 1)
         metrics.isolation_event("breaker_opened", "twilio")
         metrics.isolation_event("failover", "twilio_backup", "high", channel="sms")
         metrics.isolation_event("budget_wait", "sendgrid", "standard", seconds=1.5)
@@ -441,7 +444,7 @@ def test_breaker_state_gauge_and_isolation_counters(client, settings):
     finally:
         reset_isolation()
     state = "notify_provider_breaker_state"
-    assert only(found, state) == {key(state, provider=p): (2.0 if p == "twilio" else 0.0)
+    assert only(found, state) == {key(state, provider=p): {"twilio": 2.0, "fcm": 1.0}.get(p, 0.0)
                                   for p in ("twilio", "twilio_backup", "sendgrid", "smtp", "fcm")}
     assert found[key("notify_breaker_opened_total", provider="twilio")] == 1.0
     assert found[key("notify_provider_failovers_total", channel="sms", provider="twilio_backup")] == 1.0

@@ -30,7 +30,8 @@ MARK = "provider_minutes"
 #: Attempts read per statement, and statements per sample (then the rest waits for the next sample).
 BATCH = 50_000
 MAX_BATCHES = 20
-OPEN_STATES = ("open", "half_open")
+#: Breaker states of an open spell not yet closed (``isolation.STATES``).
+OPEN_STATES = ("open", "probe_due", "half_open")
 
 _BATCH_SQL = f"""
 WITH batch AS (
