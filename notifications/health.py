@@ -28,6 +28,7 @@ from django.views.decorators.http import require_GET
 from core import clock, partitions
 from core.redis_client import client_for, get_redis
 from notifications.metrics_labels import OUTCOMES
+from providers.isolation import REFUSED_CODES
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,10 @@ log = logging.getLogger(__name__)
 #: provider health page's error share, in its tables and its last hour.
 CALL_OUTCOMES = OUTCOMES
 ERROR_OUTCOMES = ("transient", "permanent", "configuration")
+#: Error codes of an attempt that made no call (the breaker, bulkhead or budget refused it; the row
+#: is written for the notification's log, latency 0): never a provider call, whatever its outcome.
+#: Counted apart by ``notify_breaker_fast_fails_total`` and the health page's "not called" figure.
+NOT_CALLED_CODES = REFUSED_CODES
 
 #: Redis key (in ``settings.REDIS_URL``) holding the unix time of the last scheduler run.
 HEARTBEAT_KEY = "ops:scheduler:heartbeat"

@@ -23,7 +23,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html_join
 
 from core import clock
-from notifications.health import CALL_OUTCOMES, ERROR_OUTCOMES
+from notifications.health import CALL_OUTCOMES, ERROR_OUTCOMES, NOT_CALLED_CODES
 from notifications.provider_minutes.last_hour import last_hour
 
 log = logging.getLogger(__name__)
@@ -32,12 +32,16 @@ WINDOW_MINUTES = 15
 WINDOW_MAX_MINUTES = 60
 ATTEMPT_SCAN_CAP = 50_000
 OUTCOMES = CALL_OUTCOMES
+#: The key :func:`recent_calls` counts refused attempts under (``health.NOT_CALLED_CODES``): no call
+#: was made, so they are in no outcome column, total or error ratio, only in the breaker cell.
+REFUSED = "not_called"
 #: The table's outcome headers: a line may break after an underscore (the page fits a 1366 px window).
 OUTCOME_HEADERS = [format_html_join("", "{}<wbr>", ((part,) for part in re.split("(?<=_)", o))) for o in OUTCOMES]
 
 _RECENT_SQL = """
 WITH recent AS (
-    SELECT provider, outcome, created_at FROM notifications_deliveryattempt ORDER BY id DESC LIMIT %(cap)s
+    SELECT provider, CASE WHEN error_code = ANY(%(not_called)s) THEN %(refused)s ELSE outcome END AS outcome,
+           created_at FROM notifications_deliveryattempt ORDER BY id DESC LIMIT %(cap)s
 )
 SELECT provider, outcome, count(*) FILTER (WHERE created_at >= %(since)s), NULL::timestamptz
   FROM recent GROUP BY provider, outcome
@@ -48,12 +52,13 @@ SELECT NULL, NULL, count(*), min(created_at) FROM recent
 
 def recent_calls(minutes: int) -> tuple[dict[tuple[str, str], int], bool]:
     """``({(provider, outcome): count}, truncated)`` for calls made in the last ``minutes`` (of the
-    platform clock, which stamped them)."""
+    platform clock, which stamped them); attempts refused before a call under ``(provider, REFUSED)``."""
     since = clock.now() - timedelta(minutes=minutes)
     counts: dict[tuple[str, str], int] = {}
     truncated = False
     with connection.cursor() as cur:
-        cur.execute(_RECENT_SQL, {"cap": ATTEMPT_SCAN_CAP, "since": since})
+        cur.execute(_RECENT_SQL, {"cap": ATTEMPT_SCAN_CAP, "since": since, "not_called": list(NOT_CALLED_CODES),
+                                  "refused": REFUSED})
         for provider, outcome, count, oldest in cur.fetchall():
             if provider is None:
                 truncated = count >= ATTEMPT_SCAN_CAP and oldest is not None and oldest >= since
@@ -77,6 +82,11 @@ def breaker_text(name: str) -> str:
     if state["opened"]:
         text += f"; opened {state['opened']}×"
     return text
+
+
+def refused_text(refused: int) -> str:
+    """``; 587 not called (refused: breaker open, no slot or budget)`` for the window, or nothing."""
+    return f"; {refused:,} not called (refused: breaker open, no slot or budget)" if refused else ""
 
 
 def budget_text(name: str) -> str:
@@ -104,7 +114,8 @@ def provider_rows(minutes: int) -> tuple[list[dict], bool]:
                 "channel": channel, "position": position, "name": p["name"], "primary": p["primary"],
                 "mode": p["mode"], "missing_env": p["missing_env"], "by_outcome": by_outcome, "total": total,
                 "error_ratio": f"{errors / total:.1%}" if total else "–",
-                "breaker": breaker_text(p["name"]), "budget": budget_text(p["name"]),
+                "breaker": breaker_text(p["name"]) + refused_text(counts.get((p["name"], REFUSED), 0)),
+                "budget": budget_text(p["name"]),
             })
     return rows, truncated
 

@@ -164,14 +164,19 @@ def accept_started_at(n):
 @_safe
 def provider_calls(n, attempts) -> None:
     """The delivery pipeline (notifications/delivery/): these DeliveryAttempts of ``n`` were made
-    (the calls happened), all it records for ``n`` at once.
+    (the calls happened; an attempt the isolation refused, ``health.NOT_CALLED_CODES``, is skipped),
+    all it records for ``n`` at once.
 
     The first accepted call among them also observes accept → provider-accept latency: from
     ``max(created_at, scheduled_at)`` (acceptance, or the requested send time if later) to now,
     the instant the provider accepted it and the worker records ``sent``.
     """
+    from notifications.health import NOT_CALLED_CODES
+
     observed = False
     for attempt in attempts:
+        if attempt.error_code in NOT_CALLED_CODES:
+            continue  # refused before the call (breaker open…): counted as such where it was refused
         record_provider_call(
             provider=attempt.provider, channel=n.channel, outcome=attempt.outcome, code=attempt.error_code,
             http_status=attempt.http_status,

@@ -216,6 +216,12 @@ def breaker_state(provider: str) -> dict:
             "since_ms": ms("since"), "closed_ms": ms("closed_at")}
 
 
+#: Error codes of a call the isolation refused before making it (breaker open, no bulkhead slot, no
+#: budget token; notifications.delivery.routing): no request reached the provider, so it is no
+#: provider call: not in its calls, error share or latency (notifications.health.NOT_CALLED_CODES).
+REFUSED_CODES = ("circuit_open", "bulkhead_full", "budget_exhausted")
+
+
 def is_failure(exc: BaseException) -> bool:
     """Does this error count against the provider's health? Timeouts, connection errors and 5xx do;
     429 (our budget's job), 4xx and configuration errors do not."""
@@ -224,7 +230,7 @@ def is_failure(exc: BaseException) -> bool:
     if not isinstance(exc, TransientProviderError):
         return False
     status = getattr(exc, "http_status", None)
-    return status != 429 and exc.code not in ("429", "20429", "QUOTA_EXCEEDED", "circuit_open")
+    return status != 429 and exc.code not in ("429", "20429", "QUOTA_EXCEEDED", *REFUSED_CODES)
 
 
 # --- bulkhead -------------------------------------------------------------------------------------

@@ -385,6 +385,18 @@ def test_unknown_provider_and_outcome_do_not_create_series(client):
         key("notify_provider_calls_total", provider="other", outcome="accepted", code=""): 1.0}
 
 
+def test_attempts_refused_before_a_call_are_not_provider_calls(client):
+    """The no-call attempt of a send the last provider's open breaker refused is not a call (hadv34 #3)."""
+    from notifications.delivery.outcomes import attempt_row
+
+    n = Notification(channel="sms", priority="high", attempts=1)
+    refused = attempt_row(n, TransientProviderError("twilio_backup", "circuit_open", "breaker open"), latency_ms=0)
+    failed = attempt_row(n, TransientProviderError("twilio_backup", "20500", "boom", http_status=503), latency_ms=9)
+    metrics.provider_calls(n, [refused, failed])
+    assert only(scrape(client), "notify_provider_calls_total") == {
+        key("notify_provider_calls_total", provider="twilio_backup", outcome="transient", code="5xx"): 1.0}
+
+
 # --- multiprocess ---------------------------------------------------------------------------------
 
 def test_a_process_that_records_nothing_writes_no_file(client, prom):

@@ -46,4 +46,7 @@ def test_recent_calls_are_the_last_minutes_of_the_platform_clock(frozen):
     for minutes_ago in (1, 14, 16, 60):
         DeliveryAttempt.objects.create(notification=n, number=1, provider="twilio", outcome="accepted",
                                        created_at=NOW - timedelta(minutes=minutes_ago))
-    assert recent_calls(15) == ({("twilio", "accepted"): 2}, False)
+    # An attempt the breaker refused is no call: counted apart (hadv34 #3).
+    DeliveryAttempt.objects.create(notification=n, number=2, provider="twilio", outcome="transient",
+                                   error_code="circuit_open", latency_ms=0, created_at=NOW - timedelta(minutes=2))
+    assert recent_calls(15) == ({("twilio", "accepted"): 2, ("twilio", "not_called"): 1}, False)

@@ -32,10 +32,11 @@ def _no_breaker_state():
     reset_isolation()
 
 
-def attempts(provider: str, at: datetime, *outcomes_and_latencies: tuple[str, int | None]) -> None:
+def attempts(provider: str, at: datetime, *outcomes_and_latencies: tuple, error_code: str = "") -> None:
     DeliveryAttempt.objects.bulk_create([
         DeliveryAttempt(notification_id=uuid.uuid4(), number=1, provider=provider, outcome=outcome,
-                        latency_ms=latency, created_at=at) for outcome, latency in outcomes_and_latencies])
+                        latency_ms=latency, created_at=at, error_code=error_code)
+        for outcome, latency in outcomes_and_latencies])
 
 
 def rows() -> dict[tuple[str, str], tuple]:
@@ -77,6 +78,18 @@ def test_attempts_roll_up_per_minute_and_a_split_minute_is_merged():
     assert hour["stale"] is False and hour["last_sample"] == BASE + timedelta(seconds=80)
     late = BASE + timedelta(seconds=80 + 3 * sampler.sample_seconds() + 1)  # three intervals without a sample
     assert last_hour.last_hour(["twilio"], now=late)["stale"] is True
+
+
+def test_attempts_refused_before_a_call_are_no_calls_of_the_provider():
+    """The last provider of a failover chain gets an attempt row (transient, circuit_open, 0 ms) for
+    each send its open breaker refused: no call, so in no count, error share or p95 (hadv34 #3)."""
+    sampler.sample(BASE + timedelta(seconds=10))
+    attempts("twilio_backup", BASE + timedelta(seconds=20), ("accepted", 400), ("transient", 900))
+    for code in ("circuit_open", "bulkhead_full", "budget_exhausted"):
+        attempts("twilio_backup", BASE + timedelta(seconds=25), *[("transient", 0)] * 3, error_code=code)
+    assert sampler.sample(BASE + timedelta(seconds=30))["attempts"] == 11
+    # p95 of 400 and 900 alone: 400 + 0.95 × 500.
+    assert rows()[("twilio_backup", "11:30")] == (2, 1, 875, "closed")
 
 
 def test_rows_older_than_the_keep_are_deleted(settings):
@@ -168,7 +181,7 @@ def test_the_sampler_reads_past_its_mark_by_primary_key_not_by_scanning_the_log(
         cur.execute("SELECT max(id) - 100 FROM notifications_deliveryattempt")
         after = cur.fetchone()[0]
     plan = _explain(sampler._BATCH_SQL, {"after": after, "limit": sampler.BATCH, "calls": ["accepted"],
-                                          "errors": ["transient"]})
+                                          "errors": ["transient"], "not_called": ["circuit_open"]})
     assert "Seq Scan" not in plan, plan
     assert "Limit" in plan and plan.count("Index Scan using notifications_deliveryattempt_p") == 2, plan
 

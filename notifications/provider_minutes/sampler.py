@@ -6,8 +6,10 @@ each configured provider's breaker (docs/OPERATIONS.md, "Provider health page").
 Bounded however large the log: it reads only attempts past its high-water mark, by primary key (each
 day partition's ``(id, created_at)`` index; the table has no ``created_at`` index), at most
 :data:`BATCH` a read and :data:`MAX_BATCHES` a sample, aggregated by Postgres, so Python sees one row
-per provider and minute. A minute split across two samples is merged: counts add up, the p95 is the
-larger of the parts' (:func:`merge`). Rows older than ``PROVIDER_HEALTH_KEEP_DAYS`` are deleted.
+per provider and minute. Only provider calls count: an attempt the breaker, bulkhead or budget
+refused (``health.NOT_CALLED_CODES``, 0 ms) is in no minute's requests, errors or p95. A minute split
+across two samples is merged: counts add up, the p95 is the larger of the parts' (:func:`merge`).
+Rows older than ``PROVIDER_HEALTH_KEEP_DAYS`` are deleted.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from core import clock
-from notifications.health import CALL_OUTCOMES, ERROR_OUTCOMES, providers_overview
+from notifications.health import CALL_OUTCOMES, ERROR_OUTCOMES, NOT_CALLED_CODES, providers_overview
 from notifications.models import DeliveryAttempt
 from notifications.provider_minutes.models import ProviderMinute, RollupMark
 from providers.isolation import breaker_state
@@ -35,12 +37,14 @@ OPEN_STATES = ("open", "probe_due", "half_open")
 
 _BATCH_SQL = f"""
 WITH batch AS (
-    SELECT id, provider, outcome, latency_ms, created_at FROM {DeliveryAttempt._meta.db_table}
+    SELECT id, provider, outcome, error_code, latency_ms, created_at FROM {DeliveryAttempt._meta.db_table}
      WHERE id > %(after)s ORDER BY id LIMIT %(limit)s
 )
 SELECT provider, date_trunc('minute', created_at),
-       count(*) FILTER (WHERE outcome = ANY(%(calls)s)), count(*) FILTER (WHERE outcome = ANY(%(errors)s)),
-       percentile_cont(0.95) WITHIN GROUP (ORDER BY latency_ms) FILTER (WHERE outcome = ANY(%(calls)s)),
+       count(*) FILTER (WHERE outcome = ANY(%(calls)s) AND error_code <> ALL(%(not_called)s)),
+       count(*) FILTER (WHERE outcome = ANY(%(errors)s) AND error_code <> ALL(%(not_called)s)),
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY latency_ms)
+           FILTER (WHERE outcome = ANY(%(calls)s) AND error_code <> ALL(%(not_called)s)),
        NULL::bigint, NULL::bigint
   FROM batch GROUP BY 1, 2
 UNION ALL
@@ -76,7 +80,7 @@ def _read_batch(after: int) -> tuple[dict[tuple[str, datetime], tuple[int, int, 
     read, last = 0, after
     with connection.cursor() as cur:
         cur.execute(_BATCH_SQL, {"after": after, "limit": BATCH, "calls": list(CALL_OUTCOMES),
-                                 "errors": list(ERROR_OUTCOMES)})
+                                 "errors": list(ERROR_OUTCOMES), "not_called": list(NOT_CALLED_CODES)})
         for provider, minute, requests, errors, p95, count, top in cur.fetchall():
             if provider is None and minute is None:
                 read, last = count, top if top is not None else after
