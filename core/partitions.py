@@ -247,14 +247,21 @@ def _remember(now: datetime, outcome: str) -> None:
 
 
 def last_run() -> dict:
-    """The last run as kept by :func:`maintain`: ``at``, ``outcome``, ``success_at`` (each may be absent)."""
-    from core.redis_client import get_redis
+    """The last run as kept by :func:`maintain`: ``at``, ``outcome``, ``success_at`` (each may be absent),
+    and ``alert_success_at``: ``success_at``, or when none is recorded the instant a reader first found
+    it missing (notifications/housekeeping.py's rule: a Redis flush does not page at once)."""
+    import time as clock_time
 
+    from core.redis_client import first_found_missing, get_redis
+
+    client = get_redis()
     raw = {k.decode() if isinstance(k, bytes) else k: v.decode() if isinstance(v, bytes) else v
-           for k, v in get_redis().hgetall(LAST_RUN_KEY).items()}
+           for k, v in client.hgetall(LAST_RUN_KEY).items()}
+    success = datetime.fromtimestamp(float(raw["success_at"]), UTC) if "success_at" in raw else None
+    watched = success or datetime.fromtimestamp(
+        first_found_missing(client, LAST_RUN_KEY, "success_at", clock_time.time()), UTC)
     return {"at": datetime.fromtimestamp(float(raw["at"]), UTC) if "at" in raw else None,
-            "outcome": raw.get("outcome"),
-            "success_at": datetime.fromtimestamp(float(raw["success_at"]), UTC) if "success_at" in raw else None}
+            "outcome": raw.get("outcome"), "success_at": success, "alert_success_at": watched}
 
 
 #: A last success older than this many maintenance intervals is stale (the health page, the alert).

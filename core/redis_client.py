@@ -96,3 +96,14 @@ class Round:
                 self._pipe.reset()
         found = iter(answers)
         return [read(next(found) if sent else None) for read, sent in self._reads]
+
+
+def first_found_missing(client: redis.Redis, key: str, field: str, now: float) -> float:
+    """The unix time a reader first found ``field`` of hash ``key`` (a last-success record) missing:
+    ``now`` is kept there (HSETNX, under ``field``'s own name plus ``:missing_since``) unless an earlier
+    reader kept one. In the record's own hash, so a flush or a new Redis forgets both and restarts the
+    clock. The rule of notifications/housekeeping.py and core/partitions.py (the why is there)."""
+    pipe = client.pipeline(transaction=False)
+    pipe.hsetnx(key, f"{field}:missing_since", f"{now:.3f}")
+    pipe.hget(key, f"{field}:missing_since")
+    return float(pipe.execute()[1])

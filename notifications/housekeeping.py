@@ -6,7 +6,14 @@ maintenance worker down, its schedule entry gone, every run expiring in a backed
 nothing unless its last success is watched. Each task's owner calls :func:`succeeded` when a run ends
 well. The instants live in one Redis hash, not in a process's metric files: a restart or a wiped
 ``PROMETHEUS_MULTIPROC_DIR`` loses nothing, and every host's scrape shows the same value. Partition
-maintenance keeps its own record, with its outcome (core/partitions.py).
+maintenance keeps its own record, with its outcome (core/partitions.py), under the same rule:
+
+A missing record reads as the instant a reader first found it missing
+(``core.redis_client.first_found_missing``), not 0: after a Redis restart or flush the next run may
+be an interval (an hour for partitions) away, and 0 paged at once for nothing wrong (hadv34). A task
+that never succeeds after that still pages, once its threshold has passed since. Not in Postgres: it
+would cost a table and a write per run for one case, and a flush only delays a real page by one
+threshold at most.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from datetime import timedelta
 import redis
 from django.conf import settings
 
-from core.redis_client import get_redis
+from core.redis_client import first_found_missing, get_redis
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +61,17 @@ def last_successes(client: redis.Redis | None = None) -> dict[str, float | None]
         except ValueError:
             found[task] = None
     return found
+
+
+def last_successes_for_alerts(client: redis.Redis) -> dict[str, float]:
+    """:func:`last_successes`, a missing one read as when it was first found missing (module docstring).
+
+    Raises:
+        redis.RedisError: Redis is unreachable.
+    """
+    now = time.time()
+    return {task: at if at is not None else first_found_missing(client, KEY, task, now)
+            for task, at in last_successes(client).items()}
 
 
 def interval_seconds(task: str) -> float | None:

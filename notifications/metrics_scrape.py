@@ -63,23 +63,23 @@ def _partition_gauges(snap: dict):
     yield count
     yield oldest
     if snap["last_run"] is not None:  # None: Redis unreachable
-        success = snap["last_run"]["success_at"]
+        success = snap["last_run"]["alert_success_at"]
         yield GaugeMetricFamily("notify_partition_maintenance_last_success_timestamp",
-                                "Unix time of the last partition maintenance run that succeeded; 0: none "
-                                "recorded.", value=success.timestamp() if success else 0.0)
+                                "Unix time of the last partition maintenance run that succeeded; none recorded "
+                                "(a new or flushed Redis): when that was first seen.", value=success.timestamp())
 
 
 def _housekeeping_gauges(last: dict):
-    """``notify_housekeeping_last_success_timestamp{task}`` (0: none recorded, so a task that never ran
-    looks decades stale) and ``notify_housekeeping_interval_seconds{task}`` (notifications/housekeeping.py)."""
+    """``notify_housekeeping_last_success_timestamp{task}`` (none recorded: when that was first seen)
+    and ``notify_housekeeping_interval_seconds{task}`` (notifications/housekeeping.py)."""
     success = GaugeMetricFamily("notify_housekeeping_last_success_timestamp",
                                 "Unix time a housekeeping task (archive, inbox and webhook pruning) last succeeded; "
-                                "0: none recorded.", labels=["task"])
+                                "none recorded (a new or flushed Redis): when that was first seen.", labels=["task"])
     interval = GaugeMetricFamily("notify_housekeeping_interval_seconds",
                                  "How often beat runs the housekeeping task (its schedule in settings).",
                                  labels=["task"])
     for task, at in last.items():
-        success.add_metric([task], at or 0.0)
+        success.add_metric([task], at)
         seconds = housekeeping.interval_seconds(task)
         if seconds is not None:
             interval.add_metric([task], seconds)
@@ -151,7 +151,7 @@ class OpsCollector:
             for kind in WORKERS:
                 workers.add_metric([kind], ages.get(kind, math.inf))
             yield workers
-            yield from _housekeeping_gauges(housekeeping.last_successes(get_redis()))
+            yield from _housekeeping_gauges(housekeeping.last_successes_for_alerts(get_redis()))
             yield _breaker_gauge(settings)
             yield from _receipts_gauges(receipts_buffer.backlog())
             up.add_metric(["redis"], 1)

@@ -96,13 +96,23 @@ def test_no_queued_row_is_an_age_of_0_per_tier(client):
 
 # --- housekeeping tasks' last success ---------------------------------------------------------------
 
-def test_a_task_never_run_shows_0_beside_beats_interval_and_so_does_partition_maintenance(client):
-    found = scrape(client, SUCCESS, INTERVAL, "notify_partition_maintenance_last_success_timestamp")
+def test_no_record_reads_as_when_first_found_missing_and_so_does_partition_maintenance(client):
+    """No success recorded (a new or flushed Redis): the first scrape's instant, kept, not 0, which
+    paged at once while the next run may be an hour away (hadv34 #6)."""
+    partition = "notify_partition_maintenance_last_success_timestamp"
+    before = time.time()
+    found = scrape(client, SUCCESS, INTERVAL, partition)
+    after = time.time()
 
-    assert by_task(found, SUCCESS) == {task: 0.0 for task in TASKS}
+    first = by_task(found, SUCCESS)
+    assert set(first) == set(TASKS) and all(before - 0.001 <= at <= after + 0.001 for at in first.values()), first
     assert by_task(found, INTERVAL) == {"notifications.archive": 60.0, "notifications.prune_inbox": 60.0,
                                         "notifications.prune_webhooks": 300.0}
-    assert found[("notify_partition_maintenance_last_success_timestamp", ())] == 0.0
+    assert before - 0.001 <= found[(partition, ())] <= after + 0.001
+    time.sleep(0.01)
+    again = scrape(client, SUCCESS, partition)  # the same instants: the clock runs from the first look
+    assert by_task(again, SUCCESS) == first and again[(partition, ())] == found[(partition, ())]
+    assert housekeeping.last_successes() == {task: None for task in TASKS}  # no success was invented
 
 
 def test_each_task_records_its_success_when_a_run_ends(client):
@@ -132,7 +142,6 @@ def test_a_failed_run_records_nothing(client, monkeypatch):
             run()
 
     assert housekeeping.last_successes() == {task: None for task in TASKS}
-    assert by_task(scrape(client, SUCCESS), SUCCESS) == {task: 0.0 for task in TASKS}
 
 
 def test_a_task_scheduled_by_crontab_has_no_interval_and_still_its_last_success(client, settings):
