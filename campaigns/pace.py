@@ -133,6 +133,7 @@ def sample_due(now: datetime | None = None) -> int:
                 done += 1
             except Exception:
                 log.exception("campaign %s: pace sample failed", campaign.pk)
+        tally.backfill(now)
     return done
 
 

@@ -24,7 +24,7 @@ from datetime import datetime
 from django.db import connection, transaction
 
 from campaigns.models import Campaign, CampaignTally, CampaignTallyChange
-from campaigns.selectors import WITH_REASON, counted_rows, counts_of
+from campaigns.selectors import WITH_REASON, counted_rows, counts_of, history_expired
 
 log = logging.getLogger(__name__)
 
@@ -97,3 +97,27 @@ def counts(campaigns: list[Campaign], now: datetime) -> dict:
                 continue
         found[pk] = counts_of(_rows(tallies[pk].counts), campaign)
     return found
+
+
+#: How many campaigns without a tally :func:`backfill` looks at per tick (newest first).
+BACKFILL_CANDIDATES = 20
+
+
+def backfill(now: datetime) -> Campaign | None:
+    """One campaign that has no tally (finished before the sampler existed, or never sampled) counted
+    in full and given one, per tick, so every reader of it reads the tally from then on instead of
+    its rows (the admin list reloads every 5 s). Skips those the history's retention may have cut
+    (their readers count in full: no trigger records a dropped partition). Call under :func:`lock`.
+    Returns the campaign tallied, if any."""
+    candidates = Campaign.objects.filter(tally__isnull=True, started_at__isnull=False).order_by("-started_at")
+    for campaign in candidates[:BACKFILL_CANDIDATES]:
+        if history_expired(campaign):
+            continue
+        try:
+            with transaction.atomic():
+                _start(campaign, now)
+        except Exception:
+            log.exception("campaign %s: its backfill count failed", campaign.pk)
+            return None
+        return campaign
+    return None

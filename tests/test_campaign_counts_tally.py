@@ -89,6 +89,31 @@ def test_campaigns_without_a_tally_or_with_history_possibly_dropped_are_counted_
 
 
 @pytest.mark.django_db
+def test_each_tick_gives_one_untallied_campaign_a_tally_the_newest_first_never_an_expired_one(frozen):
+    """Campaigns finished before the sampler existed were counted in full on every list reload."""
+    c, rows = sending_campaign(4)
+    move(rows[:3], "sent", frozen[0])
+    finished = {}
+    for days in (2, 1):
+        f = Campaign.objects.create(segment=c.segment, channel="email", title="T", body="b",
+                                    status=CampaignStatus.COMPLETED, started_at=NOW - timedelta(days=days))
+        finished[days] = f
+    old = Campaign.objects.create(segment=c.segment, channel="email", title="T", body="b",
+                                  status=CampaignStatus.COMPLETED, started_at=NOW - timedelta(days=400))
+    Campaign.objects.filter(pk=c.pk).update(status=CampaignStatus.COMPLETED)
+    c.refresh_from_db()
+
+    assert tally.backfill(NOW) == c  # the newest
+    assert CampaignTally.objects.get(campaign=c).counts == {"sent": {"": 3}, "queued": {"": 1}}
+    assert [tally.backfill(NOW), tally.backfill(NOW), tally.backfill(NOW)] == [finished[1], finished[2], None]
+    assert not CampaignTally.objects.filter(campaign=old).exists()  # its readers count in full
+    move(rows[3:], "sent", frozen[0])
+    with CaptureQueriesContext(connection) as queries:
+        counted = counts_for([c])[c.pk]
+    assert row_queries(queries) == [] and counted == full(c) and counted["outcome"]["sent"] == 4
+
+
+@pytest.mark.django_db
 def test_the_list_the_api_detail_and_the_change_page_read_no_row_of_a_tallied_campaign(frozen):
     c, rows = sending_campaign(4)
     pace.sample_due()
