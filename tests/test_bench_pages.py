@@ -23,8 +23,8 @@ from notifications.provider_minutes.models import ProviderMinute, RollupMark
 MEMBERS = 2_000
 OPTIONS = ["--days", "1", "--per-day", "300", "--campaign-recipients", str(MEMBERS), "--campaign-hours", "2",
            "--recipient-notifications", "120", "--background-per-minute", "4", "--repeat", "1"]
-TARGETS = ["campaign_page", "pace_poll", "campaign_list", "provider_health", "recipient_page", "tick_pace",
-           "tick_provider_minutes"]
+TARGETS = ["tick_pace_first", "campaign_page", "pace_poll", "campaign_list", "provider_health", "recipient_page",
+           "tick_pace", "tick_provider_minutes"]
 
 
 @pytest.fixture
@@ -65,7 +65,8 @@ def test_the_command_fills_a_sending_campaign_and_measures_every_page_and_tick(r
     assert fill["rows"]["campaign_minutes"] == len(minutes) >= 115
     newest = minutes[-1]
     anchor = pages_fill.recorded()["anchor"]
-    assert timedelta(0) <= anchor - newest.sampled_at <= timedelta(seconds=5)
+    # (the newest may be the bench's own committed sample at the anchor, taken before the pages)
+    assert abs(anchor - newest.sampled_at) <= timedelta(seconds=5)
     assert newest.counts["by_status"] == campaign_counts(campaign)["by_status"]
     assert [m.minute for m in minutes] == [minutes[0].minute + timedelta(minutes=k) for k in range(len(minutes))]
 
