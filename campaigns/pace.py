@@ -27,7 +27,7 @@ from django.db.models.functions import Coalesce
 from campaigns import tally
 from campaigns.models import Campaign, CampaignMinute, CampaignStatus
 from campaigns.pace_chart import MINUTES_SHOWN, chart
-from campaigns.selectors import campaign_counts
+from campaigns.selectors import STATUSES, campaign_counts
 from core import clock
 from notifications.models import Notification, Priority
 from providers.isolation import breaker_state, limits_for
@@ -145,7 +145,9 @@ def fresh_counts(campaign: Campaign, now: datetime) -> tuple[dict, datetime] | N
     row = _samples(campaign.pk, now).values_list("counts", "sampled_at").first()
     if row is None or stale(row[1], now):
         return None
-    return row[0], row[1]
+    counts = row[0]  # jsonb orders keys its own way: the statuses in the order a count gives them
+    counts["by_status"] = {**dict.fromkeys(STATUSES, 0), **counts.get("by_status", {})}
+    return counts, row[1]
 
 
 @dataclass(frozen=True)

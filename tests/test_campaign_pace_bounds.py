@@ -281,3 +281,15 @@ def test_the_campaign_page_never_counts_the_rows_of_a_tallied_campaign(frozen, a
     assert not record_queries(queries), record_queries(queries)
     assert "1 (50.0 % of sent)" in page
     assert selectors.unsubscribe_stats(c) == {"unsubscribes": 1, "unsubscribe_rate": 0.5}  # counted, bounded
+
+
+@pytest.mark.django_db
+def test_a_samples_statuses_come_in_the_order_a_count_gives_them(frozen):
+    """The change page's by-status table kept changing its columns' order between a sample (jsonb's
+    key order) and a count (hadv34)."""
+    c, rows = sending_campaign(3)
+    move(rows[:1], "sent", NOW)
+    pace.sample_due()
+    counts, _at = pace.fresh_counts(Campaign.objects.get(pk=c.pk), NOW)
+    assert list(counts["by_status"]) == list(campaign_counts(c)["by_status"]) == selectors.STATUSES
+    assert (counts["by_status"]["sent"], counts["by_status"]["queued"]) == (1, 2)
