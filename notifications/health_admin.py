@@ -17,6 +17,7 @@ from datetime import timedelta
 
 from django.contrib import admin
 from django.db import connection
+from django.http import HttpResponseBadRequest
 from django.template import engines
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -225,11 +226,11 @@ def _age(seconds: float | None) -> str:
 
 def make_view(site: admin.AdminSite):
     def provider_health(request):
-        try:
-            minutes = int(request.GET.get("minutes", WINDOW_MINUTES))
-        except ValueError:
-            minutes = WINDOW_MINUTES
-        minutes = min(max(minutes, 1), WINDOW_MAX_MINUTES)
+        raw = request.GET.get("minutes", str(WINDOW_MINUTES))
+        if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= WINDOW_MAX_MINUTES:
+            return HttpResponseBadRequest(f"minutes: a whole number of minutes from 1 to {WINDOW_MAX_MINUTES}, "
+                                          f"not {raw[:20]!r}", content_type="text/plain; charset=utf-8")
+        minutes = int(raw)
         providers, truncated = provider_rows(minutes)
         hour = last_hour(list(dict.fromkeys(p["name"] for p in providers)))
         queues, queues_error = _queues()

@@ -246,6 +246,17 @@ def test_provider_health_page_is_staff_only(client, django_user_model):
     assert response["Location"].startswith("/admin/login/")
 
 
+@pytest.mark.parametrize("minutes", ["abc", "-1", "0", "1e3", "²", "1441", ""])
+def test_provider_health_refuses_a_window_that_is_not_whole_minutes_in_range_naming_it(admin_client, minutes):
+    from notifications.health_admin import WINDOW_MAX_MINUTES
+
+    response = admin_client.get("/admin/provider-health/", {"minutes": minutes})
+    assert response.status_code == 400
+    assert response.content.decode() == (f"minutes: a whole number of minutes from 1 to {WINDOW_MAX_MINUTES}, "
+                                          f"not {minutes!r}")
+    assert admin_client.get("/admin/provider-health/", {"minutes": str(WINDOW_MAX_MINUTES)}).status_code == 200
+
+
 def test_provider_health_page_shows_providers_calls_queues_and_dead_letters(admin_client):
     r = Recipient.objects.create(user_id=f"h-{uuid.uuid4().hex[:8]}", phone="+4915100000001")
     n = Notification.objects.create(id=uuid.uuid4(), recipient=r, channel="sms", body="b", status="failed",
