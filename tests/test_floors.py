@@ -52,6 +52,6 @@ def test_the_recipient_page_lists_notifications_added_from_the_pipeline_floor():
     from notifications.admin.inbox import RecipientInboxCountsInline, RecipientInboxInline
     from preferences.admin import DeviceInline, PreferencesInline, RecipientAdmin
 
-    assert RecipientAdmin.inlines == [PreferencesInline, DeviceInline, RecipientTimelineInline,
+    assert RecipientAdmin.inlines == [RecipientTimelineInline, PreferencesInline, DeviceInline,
                                       RecipientNotificationInline, RecipientEventInline, RecipientInboxCountsInline,
                                       RecipientInboxInline]

@@ -26,8 +26,9 @@ from notifications.admin.webhooks import WebhookDeliveryAdmin, WebhookEndpointAd
 from preferences.admin import RecipientAdmin
 
 # The recipient's page (preferences/admin.py) lists its notifications and its events: added from this
-# floor, so preferences imports nothing of the pipeline.
-RecipientAdmin.inlines = [*RecipientAdmin.inlines, RecipientTimelineInline, RecipientNotificationInline,
+# floor, so preferences imports nothing of the pipeline. The 30-day timeline first, right after the
+# contact fields: support's question is answered before the preferences form.
+RecipientAdmin.inlines = [RecipientTimelineInline, *RecipientAdmin.inlines, RecipientNotificationInline,
                           RecipientEventInline, RecipientInboxCountsInline, RecipientInboxInline]
 
 __all__ = ["HIDDEN", "APIClientAdmin", "AcceptanceLimitAdmin", "AllowedSenderAdmin", "DigestAdmin", "EventAdmin",
