@@ -5,6 +5,7 @@ numbers and sentences are all still there."""
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -126,6 +127,11 @@ def test_each_channel_row_of_the_timeline_is_labelled(page, log_in, staff_member
     ticks = page.evaluate("""() => Chart.getChart(document.getElementById('recipient-timeline-chart'))
         .scales.y.ticks.map(t => [t.value, t.label])""")
     assert ticks == [[0, "push"], [1, "email"], [2, "sms"]]  # notifications.admin.timeline.CHANNELS' order
+    days = page.evaluate("""() => Chart.getChart(document.getElementById('recipient-timeline-chart'))
+        .scales.x.ticks.map(t => t.value)""")  # hadv34 #10: a grid line at each UTC midnight of the window
+    steps = {b - a for a, b in itertools.pairwise(days)}  # as many as room allows, evenly
+    assert len(days) >= 5 and all(v % 86_400_000 == 0 for v in days)
+    assert len(steps) == 1 and next(iter(steps)) % 86_400_000 == 0 and next(iter(steps)) * len(days) >= 28 * 86_400_000
 
 
 def providers_last_hour() -> str:

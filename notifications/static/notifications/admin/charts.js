@@ -54,8 +54,18 @@
                   .map(function (p) { return {x: p.t, y: row[p.channel], point: p}; })};
       })},
       options: {animation: false, responsive: true,
+                // A grid line at each UTC midnight (days readable, "this week" countable), labelled as
+                // room allows; a linear scale's own ticks fell at odd instants (hadv34 #10).
                 scales: {x: {type: "linear", min: data.since, max: data.until,
-                             ticks: {callback: function (v) { return stamp(v).slice(5, 10); }, maxTicksLimit: 10}},
+                             afterBuildTicks: function (axis) {
+                               var day = 86400000, ticks = [];
+                               for (var t = Math.ceil(data.since / day) * day; t <= data.until; t += day) {
+                                 ticks.push({value: t});
+                               }
+                               axis.ticks = ticks;
+                             },
+                             ticks: {callback: function (v) { return stamp(v).slice(5, 10); }, autoSkip: true,
+                                     maxRotation: 0}},
                          // One tick per channel row, at its integer (a linear scale starting at -0.5
                          // would put its ticks between the rows, each unlabelled: hadv34 #2).
                          y: {min: -0.5, max: data.channels.length - 0.5, reverse: true,
