@@ -505,7 +505,8 @@ def test_support_changes_preferences_on_a_users_behalf_and_it_is_logged(client, 
 
     bad = client.post(url, recipient_post(alice, opt_outs=["fax"], quiet_start="22:00"))
     assert bad.status_code == 200 and not Preferences.objects.exists()
-    errors = str(bad.context["inline_admin_formsets"][0].formset.errors)
+    preferences = next(f for f in bad.context["inline_admin_formsets"] if f.formset.prefix == "preferences")
+    errors = str(preferences.formset.errors)
     assert "fax is not one of the available choices" in errors and "Quiet hours need both a start and an end." in errors
 
     r = client.post(url, recipient_post(alice, opt_outs=["sms", "sms"], category_opt_outs={"marketing": ["email"]},
