@@ -26,7 +26,7 @@ from django.db.models.functions import Coalesce
 
 from campaigns import tally
 from campaigns.models import Campaign, CampaignMinute, CampaignStatus
-from campaigns.pace_chart import MINUTES_SHOWN, chart
+from campaigns.pace_chart import MINUTES_SHOWN, chart, outcome_of
 from campaigns.selectors import STATUSES, campaign_counts
 from core import clock
 from notifications.models import Notification, Priority
@@ -168,8 +168,9 @@ def budget(campaign: Campaign) -> Budget | None:
     return Budget(names[0], campaign.priority, limits.rate_per_s if high else limits.standard_rate_per_s)
 
 
-def _outcome(row: dict) -> dict:
-    return row.get("outcome") or {}
+def _finished(row: dict) -> int:
+    """How many of the campaign's rows a sample row counts as done, sent or not."""
+    return outcome_of(row).get("sent", 0) + outcome_of(row).get("not_sent", 0)
 
 
 def _stamp(value: datetime | str) -> str:
@@ -205,8 +206,7 @@ def pace(campaign: Campaign, now: datetime | None = None, counts: dict | None = 
         if age and timedelta(0) < age < timedelta(minutes=RECENT_MINUTES):
             # Launched less than the window ago (one minute sampled so far, too: samples in a minute
             # replace each other): the rate since launch, said so (hadv34 #13: "over the last 5 min" at 70 s).
-            done = _outcome(latest).get("sent", 0) + _outcome(latest).get("not_sent", 0)
-            rate, window = done / (latest["sampled_at"] - campaign.started_at).total_seconds(), "since launch"
+            rate, window = _finished(latest) / age.total_seconds(), "since launch"
     else:
         counts = {}
     by_status = counts.get("by_status", {})
@@ -301,6 +301,4 @@ def _recent_rate(rows: list[dict]) -> float | None:
     seconds = (last["sampled_at"] - first["sampled_at"]).total_seconds()
     if seconds <= 0:
         return None
-    done = (_outcome(last).get("sent", 0) + _outcome(last).get("not_sent", 0)
-            - _outcome(first).get("sent", 0) - _outcome(first).get("not_sent", 0))
-    return max(0.0, done / seconds)
+    return max(0.0, (_finished(last) - _finished(first)) / seconds)

@@ -12,7 +12,8 @@ MINUTES_SHOWN = 1440
 MINUTE = timedelta(minutes=1)
 
 
-def _outcome(row: dict) -> dict:
+def outcome_of(row: dict) -> dict:
+    """A sample row's outcome counts (``campaigns.selectors.outcome``), empty for none."""
     return row.get("outcome") or {}
 
 
@@ -34,7 +35,7 @@ def chart(rows: list[dict], *, first_is_base: bool, in_progress: bool) -> dict:
     points: list[tuple[datetime, datetime | None, dict | None, int | None]] = []  # newest first
     for i in range(len(drawn) - 1, start - 1, -1):
         row = drawn[i]
-        before, after = (_outcome(drawn[i - 1]) if i > 0 else {}), _outcome(row)
+        before, after = (outcome_of(drawn[i - 1]) if i > 0 else {}), outcome_of(row)
         points.append((row["minute"], None, {name: max(0, after.get(name, 0) - before.get(name, 0)) for name in SERIES},
                        row["due_to_sent_p95_ms"]))
         if i == start or len(points) >= MINUTES_SHOWN:
