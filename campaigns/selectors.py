@@ -134,20 +134,12 @@ def unsubscribe_stats(campaign: Campaign, sent: int | None = None) -> dict:
     through this campaign's emails' unsubscribe links (``preferences.Unsubscribe`` rows naming it;
     one who re-subscribed and clicked again counts once) and their share of its sent emails
     (``outcome.sent``; ``None`` while nothing was sent). ``sent``: as the caller already counted it
-    (the page's progress, the API's counts); else counted here under the preview's timeout
-    (:func:`campaigns.membership.bounded`: past it the planner's estimate), never a full count of a
-    large campaign per page load."""
+    (the page's progress, the API's counts); else the campaign's counts (:func:`campaign_counts`: its
+    tally, not its rows)."""
     if sent is None:
-        sent = _sent_bounded(campaign)
+        sent = campaign_counts(campaign)["outcome"]["sent"]
     n = Unsubscribe.objects.filter(campaign_id=campaign.pk).values("recipient_id").distinct().count()
     return {"unsubscribes": n, "unsubscribe_rate": (n / sent) if sent else None}
-
-
-def _sent_bounded(campaign: Campaign) -> int:
-    from campaigns.membership import bounded, planned_rows
-
-    rows = NotificationRecord.objects.filter(campaign_id=campaign.pk, status__in=SENT_STATUSES)
-    return bounded(rows.count, lambda: planned_rows(*rows.values("id").query.sql_with_params()))[0]
 
 
 def render_template(template: Template, variants: list, recipient) -> Rendered:

@@ -280,7 +280,7 @@ def test_the_campaign_page_never_counts_the_rows_of_a_tallied_campaign(frozen, a
         page = admin_client.get(url).content.decode()
     assert not record_queries(queries), record_queries(queries)
     assert "1 (50.0 % of sent)" in page
-    assert selectors.unsubscribe_stats(c) == {"unsubscribes": 1, "unsubscribe_rate": 0.5}  # counted, bounded
+    assert selectors.unsubscribe_stats(c) == {"unsubscribes": 1, "unsubscribe_rate": 0.5}  # from its tally
 
 
 @pytest.mark.django_db
