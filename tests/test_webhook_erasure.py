@@ -1,6 +1,7 @@
 """Erasure and status webhooks (docs/SECURITY.md, "Erasure"; hadv32 finding 2): what a client sent
 about a user (``metadata.client``) leaves every webhook delivery of the user's notifications, those
-already sent, those pending and the erasure's own cancellations; another user's stay as they were."""
+already sent, those pending and the erasure's own cancellations; another user's stay as they were.
+An erasure emptying an open digest: test_webhook_digests.py."""
 
 from __future__ import annotations
 
@@ -54,33 +55,3 @@ def test_erasure_removes_the_clients_metadata_from_every_delivery_of_the_users_n
     assert (cancelled["status"], cancelled["reason"], cancelled["metadata"]["user_id"]) == (
         "cancelled", "recipient_erased", eve.pk)
     assert outbox.forget_client_metadata(eve.pk) == 0  # nothing left to change
-
-
-def test_an_erasure_emptying_an_open_digest_tells_its_events_not_reached_once():
-    """An open digest emptied by the erasure never sends: the events in it are ``not_reached`` for
-    the user (the API says so), and an endpoint subscribed to ``event.not_reached`` hears it once
-    per event, no client metadata in it (an ``event.*`` body carries none); bob's digest stays open."""
-    from notifications.api.event_reads import summary
-    from notifications.events import services as event_services
-
-    client, _ = make_client()
-    endpoint = endpoints.create(client, "https://hooks.example.com/a", ["event.not_reached", "event.reached"])
-    kind, _ = event_services.save_type(f"likes-{uuid.uuid4().hex[:6]}", {
-        "channels": ["sms"], "priority": "standard", "category": "social",
-        "digest": {"window_seconds": 600, "key": "{{ data.post }}"}},
-        [{"channel": "sms", "locale": "en", "body": "{{ items|length }} likes"}], client=client)
-    eve = Recipient.objects.create(user_id=f"eve-{uuid.uuid4().hex[:6]}", phone="+4915112345678")
-    bob = Recipient.objects.create(user_id=f"bob-{uuid.uuid4().hex[:6]}", phone="+4915112345679")
-    event = event_services.accept_event(client=client, idempotency_key="like-1", fingerprint="f", kind=kind,
-                                        recipients=[eve, bob], data={"post": "p1"}, metadata=SECRET).event
-
-    erase_user(eve, requested_by="test")
-    outbox.emit_digests_emptied([], clock.now())  # nothing emptied: nothing told
-
-    [told] = WebhookDelivery.objects.filter(endpoint=endpoint)
-    assert (told.event_type, told.notification_id, told.subject) == (
-        "event.not_reached", None, f"event:{event.pk}:{eve.pk}")
-    assert told.payload["data"] == {"event_id": str(event.pk), "user_id": eve.pk, "outcome": "not_reached",
-                                    "at": told.payload["timestamp"], "idempotency_key": "like-1",
-                                    "notifications": []}
-    assert summary(event)["outcomes"] == {"reached": 0, "pending": 1, "not_reached": 1, "unknown": 0}
