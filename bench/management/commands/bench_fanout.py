@@ -14,12 +14,12 @@ import json
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from bench.db_cpu import backend_cpu
+from bench.output import write_json
 from campaigns import fanout, services
 from campaigns.models import Campaign, CampaignShard, Segment, SegmentMember
 from core import clock
@@ -76,10 +76,7 @@ class Command(BaseCommand):
         if not keep:
             services.cancel_campaign(campaign.pk)
             Notification.objects.filter(campaign_id=campaign.pk).delete()
-        out = settings.BASE_DIR / "bench" / "results"
-        out.mkdir(parents=True, exist_ok=True)
-        path = Path(out) / f"fanout-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
-        path.write_text(json.dumps(report, indent=2))
+        path = write_json("fanout", report)
         self.stdout.write(json.dumps(report, indent=2))
         self.stdout.write(f"written to {path}")
 

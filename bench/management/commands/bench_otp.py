@@ -10,14 +10,13 @@ import json
 import os
 import signal
 import sys
-from datetime import UTC, datetime
-from pathlib import Path
 
 from django.conf import settings
 from django.core.management import call_command
 
 from bench.management.commands.bench import INNER, git_info
 from bench.management.commands.bench import Command as BenchCommand
+from bench.output import results_dir, stamp, write_json
 
 
 class Command(BenchCommand):
@@ -27,7 +26,7 @@ class Command(BenchCommand):
         parser.add_argument("--count", type=int, default=2000, help="OTPs measured (default 2,000)")
         parser.add_argument("--rate", type=float, default=50.0, help="OTPs per second (default 50)")
         parser.add_argument("--channel", choices=["sms", "email", "push"], default="sms")
-        parser.add_argument("--out", default=str(settings.BASE_DIR / "bench" / "results"))
+        parser.add_argument("--out", default=str(results_dir()))
 
     def handle(self, *args, **options):
         if os.environ.get(INNER) != "1":
@@ -36,14 +35,12 @@ class Command(BenchCommand):
         from bench.otp_cpu import run_otp_cpu
 
         call_command("migrate", interactive=False, verbosity=0)
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-        work = settings.BASE_DIR / "test-artifacts" / "bench" / f"otp-{stamp}"
+        when = stamp()
+        work = settings.BASE_DIR / "test-artifacts" / "bench" / f"otp-{when}"
         result = run_otp_cpu(options["count"], options["rate"], options["channel"], os.environ["DATABASE_URL"],
                              os.environ["REDIS_URL"], work, self.say)
         result["git"] = git_info()
-        out = Path(options["out"])
-        out.mkdir(parents=True, exist_ok=True)
-        (out / f"otp-{stamp}.json").write_text(json.dumps(result, indent=1))
+        write_json("otp", result, options["out"], when=when, indent=1)
         self.stdout.write(json.dumps(result, indent=1))
         if result["delivered"] < options["count"]:
             sys.exit(1)

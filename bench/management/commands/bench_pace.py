@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
 from bench import pace_cost, pace_reads
+from bench.output import write_json
 from bench.pace_rows import make_campaign
 from campaigns.models import Campaign
 from core import clock
@@ -52,9 +52,6 @@ class Command(BaseCommand):
         if not no_writes:
             report["writes_us"] = pace_cost.write_cost(members, rounds=rounds, singles=singles, log=self.stdout.write)
         report["size"] = pace_cost.sizes(campaign)
-        out = settings.BASE_DIR / "bench" / "results"
-        out.mkdir(parents=True, exist_ok=True)
-        path = out / f"pace-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
-        path.write_text(json.dumps(report, indent=2))
+        path = write_json("pace", report)
         self.stdout.write(json.dumps(report, indent=2))
         self.stdout.write(f"written to {path}")

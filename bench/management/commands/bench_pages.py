@@ -9,19 +9,16 @@ while the options are the same. Prints a table and writes ``bench/results/pages-
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
-from datetime import UTC, datetime
-from pathlib import Path
 
-from django.conf import settings
 from django.contrib.staticfiles.storage import staticfiles_storage
 from django.core.management import call_command
 
 from bench.management.commands.bench import INNER, git_info, machine_info
 from bench.management.commands.bench import Command as BenchCommand
+from bench.output import results_dir, stamp, write_json
 
 PAGES_DATABASE = os.environ.get("BENCH_PAGES_DATABASE", "notify_bench_pages")
 PAGES_REDIS_DB = int(os.environ.get("BENCH_PAGES_REDIS_DB", "12"))
@@ -46,7 +43,7 @@ class Command(BenchCommand):
                             help="API single sends a minute beside the campaign while it sends (default 300)")
         parser.add_argument("--repeat", type=int, default=5, help="measured runs per target; the median (default 5)")
         parser.add_argument("--refill", action="store_true", help="fill anew even when the request is the same")
-        parser.add_argument("--out", default=str(settings.BASE_DIR / "bench" / "results"))
+        parser.add_argument("--out", default=str(results_dir()))
 
     def handle(self, *args, **o):
         if os.environ.get(INNER) != "1":
@@ -63,13 +60,10 @@ class Command(BenchCommand):
                           campaign_hours=o["campaign_hours"], channel=o["campaign_channel"],
                           recipient_notifications=o["recipient_notifications"],
                           background_per_minute=o["background_per_minute"])
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        when = stamp()
         result = pages.run(request, self.say, repeat=o["repeat"], refill=o["refill"])
         result |= {"git": git_info(), "machine": machine_info(), "database_name": PAGES_DATABASE,
                    "argv": " ".join(sys.argv[2:])}
-        out = Path(o["out"])
-        out.mkdir(parents=True, exist_ok=True)
-        path = out / f"pages-{stamp}.json"
-        path.write_text(json.dumps(result, indent=1, default=str))
+        path = write_json("pages", result, o["out"], when=when, indent=1, default=str)
         self.stdout.write("\n" + pages.table(result))
         self.stdout.write(f"\nwritten: {path}")

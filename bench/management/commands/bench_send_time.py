@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
-from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from bench import send_time
+from bench.output import write_json
 from core import clock
 
 
@@ -33,9 +33,6 @@ class Command(BaseCommand):
         if not no_fanout:
             report["fanout"] = [send_time.measure_fanout(members, None),
                                 send_time.measure_fanout(members, send_time.OPTION)]
-        out = settings.BASE_DIR / "bench" / "results"
-        out.mkdir(parents=True, exist_ok=True)
-        path = out / f"send-time-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
-        path.write_text(json.dumps(report, indent=2))
+        path = write_json("send-time", report)
         self.stdout.write(json.dumps(report, indent=2))
         self.stdout.write(f"written to {path}")

@@ -14,12 +14,12 @@ import statistics
 import time
 import uuid
 from datetime import UTC, datetime
-from pathlib import Path
 
 import requests
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from bench.output import results_dir, write_json
 from core.api.scopes import Scope
 from core.vocabulary import CHANNELS
 from notifications.models import APIClient
@@ -38,7 +38,7 @@ class Command(BaseCommand):
         parser.add_argument("--channel", choices=CHANNELS, default="sms")
         parser.add_argument("--api", default=f"http://127.0.0.1:{settings.PUBLIC_BASE_URL.rsplit(':', 1)[-1]}")
         parser.add_argument("--emulator", default=settings.EMULATOR_URL)
-        parser.add_argument("--out", default=str(settings.BASE_DIR / "bench" / "results"))
+        parser.add_argument("--out", default=str(results_dir()))
 
     def handle(self, *args, count, channel, api, emulator, out, **options):
         _, key = APIClient.objects.create_key(name=f"latency-probe-{uuid.uuid4().hex[:6]}", allow_high=True,
@@ -82,9 +82,7 @@ class Command(BaseCommand):
             "measured_at": datetime.now(UTC).isoformat(), "channel": channel, "count": count,
             "accept_ms": self._summary(accept_ms), "accept_to_provider_ms": self._summary(handoff_ms),
         }
-        Path(out).mkdir(parents=True, exist_ok=True)
-        path = Path(out) / f"latency-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
-        path.write_text(json.dumps(result, indent=2))
+        path = write_json("latency", result, out)
         self.stdout.write(json.dumps(result, indent=2))
         self.stdout.write(f"written to {path}")
 
