@@ -308,10 +308,10 @@ def emit_digests_emptied(digest_ids: Iterable, at: datetime, event_id=None) -> i
     if not clients or not ids:
         return 0
     with connection.cursor() as cur:
-        event = str(event_id) if event_id is not None else None
-        cur.execute(_EMPTIED_SQL, [array_literal(ids), array_literal(clients), event, event])
+        only = str(event_id) if event_id is not None else None
+        cur.execute(_EMPTIED_SQL, [array_literal(ids), array_literal(clients), only, only])
         found = cur.fetchall()
-    decided: dict[tuple, tuple] = {(event_id, user_id): (owner, key, []) for event_id, user_id, key, owner in found}
+    decided: dict[tuple, tuple] = {(event, user): (owner, key, []) for event, user, key, owner in found}
     live = _live({e for owner, _k, _n in decided.values() for s in outcome_subscribers.values()
                   for e in s.get(owner, ())})
     return _tell_outcomes(decided, at, live, outcome_subscribers)
